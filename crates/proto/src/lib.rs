@@ -1,0 +1,11 @@
+//! What two boxmaker programs must agree on, defined once (seed 003 section 2).
+//!
+//! - [`tools`]: the argument structs of the four tools. brokerd parses the model's arguments
+//!   with them and writes them to the sandbox's standard input; toolkit reads them back.
+//! - [`hosts`]: host names and host patterns. brokerd checks grants and URLs with them; the
+//!   egress proxy checks every connection with the same functions.
+//!
+//! No I/O and no async runtime live here.
+
+pub mod hosts;
+pub mod tools;

@@ -1,0 +1,201 @@
+//! The argument structs of the four tools (seed 003 section 2).
+//!
+//! Parsing is strict: an unknown field is an error, so a model cannot smuggle an option that
+//! one side understands and the other ignores. `cwd` is omitted from the JSON when `None`.
+
+use serde::{Deserialize, Serialize};
+
+/// The name of a tool as the model and the protocol spell it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolName {
+    ReadFile,
+    WriteFile,
+    Shell,
+    HttpFetch,
+}
+
+impl ToolName {
+    pub const ALL: [ToolName; 4] = [
+        ToolName::ReadFile,
+        ToolName::WriteFile,
+        ToolName::Shell,
+        ToolName::HttpFetch,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ToolName::ReadFile => "read_file",
+            ToolName::WriteFile => "write_file",
+            ToolName::Shell => "shell",
+            ToolName::HttpFetch => "http_fetch",
+        }
+    }
+
+    /// The tool for a name, or `None` for anything else (exact spelling, no case folding).
+    pub fn parse(name: &str) -> Option<ToolName> {
+        ToolName::ALL.into_iter().find(|t| t.as_str() == name)
+    }
+}
+
+impl std::fmt::Display for ToolName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why a tool's arguments were not accepted.
+#[derive(Debug)]
+pub enum ArgsError {
+    /// The text is a JSON value but not an object (serde would read an array as a struct).
+    NotAnObject,
+    /// Not JSON, a missing or unknown field, or a field of the wrong type.
+    Json(serde_json::Error),
+}
+
+impl std::fmt::Display for ArgsError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ArgsError::NotAnObject => f.write_str("the arguments must be a JSON object"),
+            ArgsError::Json(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for ArgsError {}
+
+/// Parses a tool's arguments strictly: a JSON object with exactly the struct's fields.
+/// Both brokerd and toolkit parse through here, so they accept exactly the same texts.
+pub fn parse_args<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, ArgsError> {
+    if !text.trim_start().starts_with('{') {
+        // Tell "not JSON at all" from "JSON but not an object".
+        return match serde_json::from_str::<serde_json::Value>(text) {
+            Ok(_) => Err(ArgsError::NotAnObject),
+            Err(e) => Err(ArgsError::Json(e)),
+        };
+    }
+    serde_json::from_str(text).map_err(ArgsError::Json)
+}
+
+/// `read_file { path }`
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReadFileArgs {
+    pub path: String,
+}
+
+/// `write_file { path, content }`
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WriteFileArgs {
+    pub path: String,
+    pub content: String,
+}
+
+/// `shell { command, cwd? }`
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ShellArgs {
+    pub command: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+}
+
+/// `http_fetch { url }`
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpFetchArgs {
+    pub url: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde::de::DeserializeOwned;
+
+    fn round_trip<T: Serialize + DeserializeOwned + PartialEq + std::fmt::Debug>(v: T) -> String {
+        let json = serde_json::to_string(&v).expect("serialize");
+        let back: T = serde_json::from_str(&json).expect("parse back");
+        assert_eq!(back, v);
+        json
+    }
+
+    #[test]
+    fn round_trips_and_wire_shape() {
+        assert_eq!(
+            round_trip(ReadFileArgs {
+                path: "/srv/a".into()
+            }),
+            r#"{"path":"/srv/a"}"#
+        );
+        assert_eq!(
+            round_trip(WriteFileArgs {
+                path: "a".into(),
+                content: "x\ny".into()
+            }),
+            r#"{"path":"a","content":"x\ny"}"#
+        );
+        assert_eq!(
+            round_trip(ShellArgs {
+                command: "ls".into(),
+                cwd: None
+            }),
+            r#"{"command":"ls"}"#
+        );
+        assert_eq!(
+            round_trip(ShellArgs {
+                command: "ls".into(),
+                cwd: Some("/srv".into())
+            }),
+            r#"{"command":"ls","cwd":"/srv"}"#
+        );
+        assert_eq!(
+            round_trip(HttpFetchArgs {
+                url: "https://a.example/".into()
+            }),
+            r#"{"url":"https://a.example/"}"#
+        );
+    }
+
+    #[test]
+    fn strict_parsing() {
+        // (input, parses as ShellArgs)
+        let cases = [
+            (r#"{"command":"ls"}"#, true),
+            (r#"{"command":"ls","cwd":null}"#, true),
+            (r#"{"command":"ls","cwd":"/tmp"}"#, true),
+            (r#"{"command":"ls","timeout":5}"#, false),
+            (r#"{"cwd":"/tmp"}"#, false),
+            (r#"{"command":5}"#, false),
+            (r#"["ls"]"#, false),
+            (r#""ls""#, false),
+            (r#"{"command":"ls""#, false),
+            ("", false),
+        ];
+        for (input, ok) in cases {
+            assert_eq!(parse_args::<ShellArgs>(input).is_ok(), ok, "{input}");
+        }
+        assert!(parse_args::<ReadFileArgs>(r#"{"path":"a","mode":"r"}"#).is_err());
+        assert!(parse_args::<WriteFileArgs>(r#"{"path":"a"}"#).is_err());
+        assert!(parse_args::<HttpFetchArgs>(r#"{"url":"x","method":"POST"}"#).is_err());
+        assert!(matches!(
+            parse_args::<ReadFileArgs>(r#"["a"]"#),
+            Err(ArgsError::NotAnObject)
+        ));
+        assert!(matches!(
+            parse_args::<ReadFileArgs>("nope"),
+            Err(ArgsError::Json(_))
+        ));
+        assert!(parse_args::<ReadFileArgs>(" \n{\"path\":\"a\"}").is_ok());
+    }
+
+    #[test]
+    fn tool_names() {
+        for t in ToolName::ALL {
+            assert_eq!(ToolName::parse(t.as_str()), Some(t));
+            assert_eq!(serde_json::to_string(&t).unwrap(), format!("\"{t}\""));
+        }
+        assert_eq!(ToolName::parse("Shell"), None);
+        assert_eq!(ToolName::parse("exec"), None);
+    }
+}
