@@ -1,1 +1,11 @@
+//! toolkit: the one static binary inside the sandbox (seed 003 section 4).
+//!
+//! `toolkit read_file | write_file | shell | http_fetch` read the tool's arguments as JSON on
+//! standard input and print what the model should see; `toolkit egress-proxy` is the SOCKS5
+//! proxy of section 5. toolkit never decides what may run: that was decided before the sandbox
+//! existed.
 
+pub mod addr;
+pub mod dns;
+pub mod proxy;
+pub mod tools;
