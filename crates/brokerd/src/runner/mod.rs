@@ -1,0 +1,95 @@
+//! Runners: from a [`RunSpec`] to a finished, cleaned-up sandbox and an answer
+//! (seed 003 section 6; DESIGN.md "Runners").
+//!
+//! Every text a runner gives the model is one of the fixed sentences below; whatever the tool
+//! or podman printed on standard error goes to brokerd's log only.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use proto::tools::ToolName;
+
+pub mod podman;
+
+/// One directory of the grant, mounted at the same path inside the sandbox.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mount {
+    pub path: PathBuf,
+    pub write: bool,
+}
+
+/// What the egress proxy of an http_fetch call may reach.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Egress {
+    /// The grant's host patterns, passed as `--allow <p1,p2,...>`.
+    pub hosts: Vec<String>,
+    /// The grant's `allow_addresses` CIDRs, each passed as `--allow-address <cidr>`.
+    pub allow_addresses: Vec<String>,
+}
+
+/// Everything a runner needs for one call, decided before any sandbox exists.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunSpec {
+    pub session: String,
+    pub call: String,
+    pub tool: ToolName,
+    /// The tool's `proto::tools` JSON, written to the sandbox's standard input and closed.
+    pub input: Vec<u8>,
+    /// In grant order; read-only unless the decision allowed writing.
+    pub mounts: Vec<Mount>,
+    /// `Some` exactly for http_fetch.
+    pub egress: Option<Egress>,
+    /// The tool's time limit.
+    pub timeout: Duration,
+}
+
+/// What the tool printed, as the model will see it (before the preview is cut).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunOutput {
+    pub content: String,
+    /// More than `output_cap` bytes were written; `content` holds the first `output_cap`.
+    pub truncated: bool,
+}
+
+/// Why a call failed: the seed's fixed sentences, exactly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Failure {
+    #[error("the tool could not run")]
+    CouldNotRun,
+    #[error("the tool was stopped: it ran out of memory or was killed")]
+    Killed,
+    #[error("the tool ran past its time limit")]
+    TimedOut,
+    #[error("the tool failed with an unexpected status")]
+    UnexpectedStatus,
+}
+
+/// Why nothing could run: the seed's fixed sentence, plus where the operator should look.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Unavailable {
+    #[error("the tool runner could not start the container")]
+    RunnerUnavailable,
+}
+
+impl Unavailable {
+    /// The runbook entry that brokerd's log line ends with (never shown to the model).
+    pub fn runbook(self) -> &'static str {
+        match self {
+            Unavailable::RunnerUnavailable => "runbook/runner.md#runner-unavailable",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum RunError {
+    #[error("{0}")]
+    Failed(Failure),
+    #[error("{0}")]
+    Unavailable(Unavailable),
+}
+
+/// A sandbox backend. Blocking: brokerd calls it from a blocking task, and it must return
+/// within the spec's time limit plus a small bound, whatever the sandbox does.
+pub trait Runner: Send + Sync {
+    fn run(&self, spec: &RunSpec) -> Result<RunOutput, RunError>;
+}
