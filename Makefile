@@ -1,0 +1,27 @@
+# boxmaker: the README's two commands are `make demo` and `make test`.
+SHELL := /bin/bash
+MUSL := x86_64-unknown-linux-musl
+TOOLKIT := target/$(MUSL)/release/toolkit
+
+.PHONY: demo test unit static-check toolchain fmt-check clippy
+
+toolchain:
+	scripts/setup.sh toolchain
+
+$(TOOLKIT): toolchain
+	cargo build --release --locked --target $(MUSL) -p toolkit
+
+static-check: $(TOOLKIT)
+	scripts/static-check.sh $(TOOLKIT)
+
+unit: toolchain
+	cargo test --workspace --locked
+
+fmt-check:
+	cargo fmt --all -- --check
+
+# The whole suite, as CI runs it.
+test: fmt-check static-check unit
+
+demo: $(TOOLKIT)
+	scripts/demo.sh
