@@ -7,5 +7,6 @@
 //!
 //! No I/O and no async runtime live here.
 
+pub mod broker;
 pub mod hosts;
 pub mod tools;

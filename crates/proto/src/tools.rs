@@ -3,6 +3,7 @@
 //! Parsing is strict: an unknown field is an error, so a model cannot smuggle an option that
 //! one side understands and the other ignores. `cwd` is omitted from the JSON when `None`.
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// The name of a tool as the model and the protocol spell it.
@@ -44,6 +45,36 @@ impl std::fmt::Display for ToolName {
     }
 }
 
+impl ToolName {
+    /// What the model is told the tool does.
+    pub fn description(self) -> &'static str {
+        match self {
+            ToolName::ReadFile => "Read a UTF-8 text file of at most 1 MiB from the granted directories.",
+            ToolName::WriteFile => "Create or replace a text file in a writable granted directory.",
+            ToolName::Shell => "Run a shell command in a sandbox that sees only the granted directories and has no network. Output is standard output and standard error together, then the exit status.",
+            ToolName::HttpFetch => "Fetch an https URL from one of the granted hosts. Returns the body, then the HTTP status.",
+        }
+    }
+
+    /// The JSON Schema of the tool's arguments, generated from its struct so that what the
+    /// model is offered is what brokerd and toolkit parse.
+    pub fn parameters(self) -> serde_json::Value {
+        let schema = match self {
+            ToolName::ReadFile => schemars::schema_for!(ReadFileArgs),
+            ToolName::WriteFile => schemars::schema_for!(WriteFileArgs),
+            ToolName::Shell => schemars::schema_for!(ShellArgs),
+            ToolName::HttpFetch => schemars::schema_for!(HttpFetchArgs),
+        };
+        let mut value = schema.to_value();
+        if let Some(obj) = value.as_object_mut() {
+            // Model APIs want the bare object schema.
+            obj.remove("$schema");
+            obj.remove("title");
+        }
+        value
+    }
+}
+
 /// Why a tool's arguments were not accepted.
 #[derive(Debug)]
 pub enum ArgsError {
@@ -78,33 +109,40 @@ pub fn parse_args<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, ArgsE
 }
 
 /// `read_file { path }`
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReadFileArgs {
+    /// The file to read: absolute, or relative to the grant's first directory.
     pub path: String,
 }
 
 /// `write_file { path, content }`
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct WriteFileArgs {
+    /// The file to create or replace: absolute, or relative to the grant's first directory.
+    /// Its directory must exist.
     pub path: String,
+    /// The whole new content of the file, as text.
     pub content: String,
 }
 
 /// `shell { command, cwd? }`
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ShellArgs {
+    /// A command line for /bin/sh (busybox): no network, only the grant's directories.
     pub command: String,
+    /// The directory to run in; /tmp when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cwd: Option<String>,
 }
 
 /// `http_fetch { url }`
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct HttpFetchArgs {
+    /// An https URL on one of the grant's hosts.
     pub url: String,
 }
 
@@ -187,6 +225,24 @@ mod tests {
             Err(ArgsError::Json(_))
         ));
         assert!(parse_args::<ReadFileArgs>(" \n{\"path\":\"a\"}").is_ok());
+    }
+
+    #[test]
+    fn schemas_follow_the_structs() {
+        for t in ToolName::ALL {
+            let p = t.parameters();
+            assert_eq!(p["type"], "object", "{t}");
+            assert_eq!(
+                p["additionalProperties"], false,
+                "{t}: strict like the parser"
+            );
+            assert!(!t.description().is_empty());
+        }
+        let shell = ToolName::Shell.parameters();
+        assert_eq!(shell["required"], serde_json::json!(["command"]));
+        assert!(shell["properties"]["cwd"].is_object());
+        let write = ToolName::WriteFile.parameters();
+        assert_eq!(write["required"], serde_json::json!(["path", "content"]));
     }
 
     #[test]

@@ -1,0 +1,325 @@
+//! The broker protocol, version 1 (DESIGN.md "Protocol (v1)").
+//!
+//! One JSON object a line each way, at most [`MAX_LINE`] bytes a line. Requests on one
+//! connection are answered in order. brokerd parses requests and writes answers with these
+//! types; boxctl (and loopd's client library) does the reverse, so the two cannot drift.
+
+use serde::{Deserialize, Serialize};
+
+/// The protocol version this build speaks.
+pub const PROTOCOL: u32 = 1;
+/// The longest line either side accepts, newline excluded.
+pub const MAX_LINE: usize = 4 * 1024 * 1024;
+/// The longest identifier (`session`, `call`).
+pub const MAX_IDENT: usize = 64;
+
+/// Whether `s` may be a session or call identifier: 1 to 64 of `A-Za-z0-9_.-`, not `.` or
+/// `..`. They end up in container names and directory names.
+pub fn valid_ident(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= MAX_IDENT
+        && s != "."
+        && s != ".."
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
+}
+
+/// A request line. `id` is the client's, echoed back on the answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Request {
+    /// Run one tool call (or re-send it with `approval` after an `ask`).
+    Call {
+        id: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        v: Option<u32>,
+        session: String,
+        call: String,
+        grant: String,
+        tool: String,
+        /// The model's raw argument string, untouched by loopd.
+        arguments: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        approval: Option<String>,
+    },
+    /// The JSON Schemas of the tools the grant offers in its mode.
+    Tools {
+        id: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        v: Option<u32>,
+        grant: String,
+    },
+    /// A page of a stored full output.
+    Result {
+        id: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        v: Option<u32>,
+        result_id: String,
+        #[serde(default)]
+        offset: usize,
+    },
+    /// The owner said no to an `ask`.
+    Decline {
+        id: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        v: Option<u32>,
+        ticket: String,
+    },
+    /// Forget a session's state (refusal counts, tickets).
+    EndSession {
+        id: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        v: Option<u32>,
+        session: String,
+    },
+    Status {
+        id: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        v: Option<u32>,
+    },
+}
+
+impl Request {
+    pub fn id(&self) -> &str {
+        match self {
+            Request::Call { id, .. }
+            | Request::Tools { id, .. }
+            | Request::Result { id, .. }
+            | Request::Decline { id, .. }
+            | Request::EndSession { id, .. }
+            | Request::Status { id, .. } => id,
+        }
+    }
+
+    pub fn version(&self) -> Option<u32> {
+        match self {
+            Request::Call { v, .. }
+            | Request::Tools { v, .. }
+            | Request::Result { v, .. }
+            | Request::Decline { v, .. }
+            | Request::EndSession { v, .. }
+            | Request::Status { v, .. } => *v,
+        }
+    }
+}
+
+/// An answer line: the request's `id` (null when the line could not be read) and a body.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Answer {
+    pub id: Option<String>,
+    #[serde(flatten)]
+    pub body: Body,
+}
+
+/// What brokerd answers, by `kind`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Body {
+    /// The tool ran; `content` is a preview when `truncated` or when longer than the preview.
+    Result {
+        content: String,
+        truncated: bool,
+        /// `<grant>/<tool>`: what the output is labelled by.
+        label: String,
+        result_id: String,
+    },
+    /// The grant does not allow it; nothing ran.
+    Refused {
+        reason: String,
+    },
+    /// The owner must approve: re-send the same call with `approval` = `ticket`.
+    Ask {
+        question: String,
+        ticket: String,
+    },
+    /// The same refusal was asked for too often in this session.
+    Stopped {
+        reason: String,
+    },
+    /// The tool ran and failed: one of the runner's fixed sentences.
+    Failed {
+        message: String,
+    },
+    /// Nothing could run: one of the runner's fixed sentences.
+    Unavailable {
+        message: String,
+    },
+    /// A protocol error: bad frame, unknown grant, peer not allowed, busy.
+    Error {
+        message: String,
+    },
+    Declined {},
+    Tools {
+        tools: Vec<ToolSchema>,
+    },
+    ResultPage {
+        content: String,
+        offset: usize,
+        next_offset: Option<usize>,
+    },
+    Ended {},
+    Status(Status),
+}
+
+/// One tool as a model sees it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolSchema {
+    pub name: String,
+    pub description: String,
+    pub parameters: serde_json::Value,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Status {
+    pub protocol: u32,
+    pub version: String,
+    pub backend: String,
+    pub enforce_limits: bool,
+    pub preflight: serde_json::Value,
+    pub poisoned: bool,
+    pub audit_head: AuditHead,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuditHead {
+    pub seq: u64,
+    pub hash: String,
+}
+
+impl Answer {
+    pub fn new(id: Option<String>, body: Body) -> Answer {
+        Answer { id, body }
+    }
+
+    /// The answer as one line, newline included.
+    pub fn to_line(&self) -> String {
+        // Serialising these types cannot fail: every map key is a string.
+        let mut s = serde_json::to_string(self).unwrap_or_else(|_| {
+            r#"{"id":null,"kind":"error","message":"the answer could not be encoded"}"#.into()
+        });
+        s.push('\n');
+        s
+    }
+
+    pub fn kind(&self) -> &'static str {
+        match self.body {
+            Body::Result { .. } => "result",
+            Body::Refused { .. } => "refused",
+            Body::Ask { .. } => "ask",
+            Body::Stopped { .. } => "stopped",
+            Body::Failed { .. } => "failed",
+            Body::Unavailable { .. } => "unavailable",
+            Body::Error { .. } => "error",
+            Body::Declined {} => "declined",
+            Body::Tools { .. } => "tools",
+            Body::ResultPage { .. } => "result_page",
+            Body::Ended {} => "ended",
+            Body::Status(_) => "status",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identifiers() {
+        let long = "a".repeat(65);
+        let cases = [
+            ("s1", true),
+            ("A-z_0.9", true),
+            (&"a".repeat(64)[..], true),
+            ("", false),
+            (".", false),
+            ("..", false),
+            ("...", true),
+            (&long[..], false),
+            ("a/b", false),
+            ("a b", false),
+            ("é", false),
+            ("a\n", false),
+        ];
+        for (s, ok) in cases {
+            assert_eq!(valid_ident(s), ok, "{s:?}");
+        }
+    }
+
+    #[test]
+    fn requests_parse_as_design_writes_them() {
+        let lines = [
+            r#"{"op":"call","id":"1","session":"s1","call":"c1","grant":"notes","tool":"shell","arguments":"{\"command\":\"ls\"}"}"#,
+            r#"{"op":"call","id":"1","v":1,"session":"s1","call":"c1","grant":"notes","tool":"shell","arguments":"{}","approval":"t"}"#,
+            r#"{"op":"decline","id":"2","ticket":"t"}"#,
+            r#"{"op":"tools","id":"3","grant":"notes"}"#,
+            r#"{"op":"result","id":"4","result_id":"r7","offset":0}"#,
+            r#"{"op":"result","id":"4","result_id":"r7"}"#,
+            r#"{"op":"end_session","id":"5","session":"s1"}"#,
+            r#"{"op":"status","id":"6"}"#,
+        ];
+        for line in lines {
+            let r: Request = serde_json::from_str(line).expect(line);
+            let again: Request = serde_json::from_str(&serde_json::to_string(&r).unwrap()).unwrap();
+            assert_eq!(r, again);
+        }
+        let bad = [
+            r#"{"op":"status"}"#,
+            r#"{"op":"launch","id":"1"}"#,
+            r#"{"id":"1"}"#,
+            r#"{"op":"status","id":1}"#,
+            r#"{"op":"status","id":"1","extra":true}"#,
+            r#"{"op":"call","id":"1","session":"s","call":"c","grant":"g","tool":"shell","arguments":{"command":"ls"}}"#,
+            r#"{"op":"result","id":"4","result_id":"r7","offset":-1}"#,
+        ];
+        for line in bad {
+            assert!(serde_json::from_str::<Request>(line).is_err(), "{line}");
+        }
+    }
+
+    #[test]
+    fn answers_are_written_as_design_writes_them() {
+        let cases = [
+            (
+                Answer::new(
+                    Some("1".into()),
+                    Body::Result {
+                        content: "x".into(),
+                        truncated: false,
+                        label: "notes/shell".into(),
+                        result_id: "r7".into(),
+                    },
+                ),
+                r#"{"id":"1","kind":"result","content":"x","truncated":false,"label":"notes/shell","result_id":"r7"}"#,
+            ),
+            (
+                Answer::new(
+                    None,
+                    Body::Error {
+                        message: "m".into(),
+                    },
+                ),
+                r#"{"id":null,"kind":"error","message":"m"}"#,
+            ),
+            (
+                Answer::new(Some("2".into()), Body::Declined {}),
+                r#"{"id":"2","kind":"declined"}"#,
+            ),
+            (
+                Answer::new(
+                    Some("4".into()),
+                    Body::ResultPage {
+                        content: "c".into(),
+                        offset: 0,
+                        next_offset: None,
+                    },
+                ),
+                r#"{"id":"4","kind":"result_page","content":"c","offset":0,"next_offset":null}"#,
+            ),
+        ];
+        for (answer, line) in cases {
+            assert_eq!(answer.to_line(), format!("{line}\n"));
+            let back: Answer = serde_json::from_str(line).unwrap();
+            assert_eq!(back, answer);
+        }
+    }
+}
