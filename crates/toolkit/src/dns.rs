@@ -1,1 +1,786 @@
-//! (being written)
+//! A small stub resolver for the egress proxy (seed 003 section 5, step 4).
+//!
+//! toolkit is a static musl binary, and musl's `getaddrinfo` gives no control over timeouts
+//! or which answers are believed, so the proxy asks the nameservers of `/etc/resolv.conf`
+//! itself: A and AAAA queries over UDP (over TCP when the answer is truncated), each try bounded
+//! by [`TRY_TIMEOUT`] and the whole lookup by [`TOTAL_TIMEOUT`], CNAME chains followed for at
+//! most [`MAX_ALIAS_HOPS`] names. An answer is believed only if it comes from the server that
+//! was asked, carries the query's random ID, and repeats the question.
+//!
+//! Decisions: the name is always looked up as given, as an absolute name (no `search` list: a
+//! grant names a host on the internet); `options` lines are ignored; IPv4 addresses come before
+//! IPv6 ones, because the proxy dials the first dialable address and the container networks
+//! (pasta, slirp4netns) always carry IPv4. Which addresses may be dialed is not decided here
+//! (see `addr`).
+
+use std::io::{self, Read, Write};
+use std::net::{IpAddr, SocketAddr, TcpStream, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use hickory_proto::op::{Message, MessageType, OpCode, Query, ResponseCode};
+use hickory_proto::rr::{DNSClass, Name, RData, RecordType};
+
+/// Where the nameservers are listed inside the container.
+pub const RESOLV_CONF: &str = "/etc/resolv.conf";
+/// How long one question waits for one server's answer.
+pub const TRY_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long a whole lookup (A and AAAA, every server, every alias) may take.
+pub const TOTAL_TIMEOUT: Duration = Duration::from_secs(10);
+/// How many CNAME links a lookup follows before giving up.
+pub const MAX_ALIAS_HOPS: usize = 8;
+/// How many `nameserver` lines are used, as in glibc and musl.
+pub const MAX_SERVERS: usize = 3;
+/// How many times each server is tried.
+const ROUNDS: usize = 2;
+/// Large enough for any UDP answer a server sends to a query without EDNS (512) and for the
+/// odd server that sends more anyway.
+const UDP_BUFFER: usize = 4096;
+
+/// Why a lookup gave no addresses.
+#[derive(Debug, thiserror::Error)]
+pub enum DnsError {
+    #[error("cannot read {0}: {1}")]
+    ReadConf(PathBuf, io::Error),
+    #[error("{0} lists no usable nameserver")]
+    NoServers(PathBuf),
+    #[error("{0:?} is not a name that can be looked up")]
+    BadName(String),
+    #[error("no such name")]
+    NoSuchName,
+    #[error("the name has no addresses")]
+    NoAddresses,
+    #[error("more than {MAX_ALIAS_HOPS} CNAME links")]
+    TooManyAliases,
+    #[error("no nameserver answered in time")]
+    Timeout,
+    #[error("the nameserver answered {0}")]
+    ServerFailure(ResponseCode),
+    #[error("the nameserver sent an answer that does not fit the question")]
+    BadAnswer,
+    #[error("cannot reach the nameserver: {0}")]
+    Io(#[from] io::Error),
+}
+
+/// The nameservers named by `nameserver` lines, port 53, at most [`MAX_SERVERS`]. Lines that
+/// do not hold a plain address (a scoped `fe80::1%eth0`, a typo) are skipped.
+pub fn parse_resolv_conf(text: &str) -> Vec<SocketAddr> {
+    text.lines()
+        .filter_map(|line| {
+            let mut words = line.split_whitespace();
+            match (words.next(), words.next()) {
+                (Some("nameserver"), Some(addr)) => addr.parse::<IpAddr>().ok(),
+                _ => None,
+            }
+        })
+        .map(|ip| SocketAddr::new(ip, 53))
+        .take(MAX_SERVERS)
+        .collect()
+}
+
+/// A stub resolver asking a fixed list of nameservers.
+#[derive(Debug, Clone)]
+pub struct Resolver {
+    servers: Vec<SocketAddr>,
+    try_timeout: Duration,
+    total_timeout: Duration,
+}
+
+impl Resolver {
+    /// Asks `servers` in order, with the default timeouts.
+    pub fn new(servers: Vec<SocketAddr>) -> Resolver {
+        Resolver {
+            servers,
+            try_timeout: TRY_TIMEOUT,
+            total_timeout: TOTAL_TIMEOUT,
+        }
+    }
+
+    /// Asks the nameservers listed in `path` (normally [`RESOLV_CONF`]).
+    pub fn from_resolv_conf(path: &Path) -> Result<Resolver, DnsError> {
+        let text =
+            std::fs::read_to_string(path).map_err(|e| DnsError::ReadConf(path.to_owned(), e))?;
+        let servers = parse_resolv_conf(&text);
+        if servers.is_empty() {
+            return Err(DnsError::NoServers(path.to_owned()));
+        }
+        Ok(Resolver::new(servers))
+    }
+
+    /// Replaces the per-try and whole-lookup time limits (tests use short ones).
+    pub fn with_timeouts(mut self, try_timeout: Duration, total_timeout: Duration) -> Resolver {
+        self.try_timeout = try_timeout;
+        self.total_timeout = total_timeout;
+        self
+    }
+
+    /// The servers asked, in order.
+    pub fn servers(&self) -> &[SocketAddr] {
+        &self.servers
+    }
+
+    /// The IPv4 and then IPv6 addresses of `host`. A and AAAA are asked at the same time so
+    /// that a server slow on one type costs the lookup once, not twice.
+    pub fn lookup(&self, host: &str) -> Result<Vec<IpAddr>, DnsError> {
+        let bad_name = || DnsError::BadName(host.to_string());
+        let mut name = Name::from_ascii(host).map_err(|_| bad_name())?;
+        if name.num_labels() == 0 {
+            return Err(bad_name());
+        }
+        name.set_fqdn(true);
+        let deadline = Instant::now() + self.total_timeout;
+        let (v4, v6) = std::thread::scope(|s| {
+            let aaaa = s.spawn(|| self.lookup_type(&name, RecordType::AAAA, deadline));
+            let a = self.lookup_type(&name, RecordType::A, deadline);
+            // A panic in the AAAA thread is a bug; treat it as no answer rather than abort.
+            let aaaa = aaaa.join().unwrap_or(Err(DnsError::BadAnswer));
+            (a, aaaa)
+        });
+        match (v4, v6) {
+            (Err(DnsError::NoSuchName), _) | (_, Err(DnsError::NoSuchName)) => {
+                Err(DnsError::NoSuchName)
+            }
+            (Ok(mut a), Ok(aaaa)) => {
+                a.extend(aaaa);
+                if a.is_empty() {
+                    Err(DnsError::NoAddresses)
+                } else {
+                    Ok(a)
+                }
+            }
+            (Ok(a), Err(e)) | (Err(e), Ok(a)) => {
+                if a.is_empty() {
+                    Err(e)
+                } else {
+                    Ok(a)
+                }
+            }
+            (Err(e), Err(_)) => Err(e),
+        }
+    }
+
+    /// The addresses of one type, following aliases across answers when a server gives only
+    /// part of the chain.
+    fn lookup_type(
+        &self,
+        name: &Name,
+        rtype: RecordType,
+        deadline: Instant,
+    ) -> Result<Vec<IpAddr>, DnsError> {
+        let mut current = name.clone();
+        let mut hops = 0;
+        loop {
+            let answer = self.exchange(&current, rtype, deadline)?;
+            match follow(&answer, &current, rtype, &mut hops)? {
+                Followed::Addresses(ips) => return Ok(ips),
+                Followed::Alias(target) => current = target,
+            }
+        }
+    }
+
+    /// One question, asked of each server in turn until one answers it.
+    fn exchange(
+        &self,
+        name: &Name,
+        rtype: RecordType,
+        deadline: Instant,
+    ) -> Result<Message, DnsError> {
+        let mut query = Message::query();
+        query.metadata.recursion_desired = true;
+        query.add_query(Query::query(name.clone(), rtype));
+        let id = query.metadata.id;
+        let packet = query.to_vec().map_err(|_| DnsError::BadName(name.to_string()))?;
+        let question = Question { id, name, rtype };
+
+        let mut last = DnsError::Timeout;
+        for _ in 0..ROUNDS {
+            for &server in &self.servers {
+                let now = Instant::now();
+                if now >= deadline {
+                    return Err(DnsError::Timeout);
+                }
+                let try_deadline = deadline.min(now + self.try_timeout);
+                let answer = match udp_try(server, &packet, &question, try_deadline) {
+                    Ok(m) if m.metadata.truncation => {
+                        tcp_try(server, &packet, &question, deadline.min(now + self.try_timeout * 2))
+                    }
+                    other => other,
+                };
+                match answer {
+                    Ok(m) => match m.metadata.response_code {
+                        ResponseCode::NoError => return Ok(m),
+                        // The name does not exist: another server would say the same.
+                        ResponseCode::NXDomain => return Err(DnsError::NoSuchName),
+                        code => last = DnsError::ServerFailure(code),
+                    },
+                    Err(e) => last = e,
+                }
+            }
+        }
+        Err(last)
+    }
+}
+
+/// What a response must repeat to be believed.
+struct Question<'a> {
+    id: u16,
+    name: &'a Name,
+    rtype: RecordType,
+}
+
+impl Question<'_> {
+    fn answered_by(&self, bytes: &[u8]) -> Option<Message> {
+        let m = Message::from_vec(bytes).ok()?;
+        let q = m.queries.first()?;
+        let fits = m.metadata.id == self.id
+            && m.metadata.message_type == MessageType::Response
+            && m.metadata.op_code == OpCode::Query
+            && m.queries.len() == 1
+            && q.name() == self.name
+            && q.query_type() == self.rtype
+            && q.query_class() == DNSClass::IN;
+        fits.then_some(m)
+    }
+}
+
+/// The time left before `deadline`, or a timeout error when none is.
+fn remaining(deadline: Instant) -> Result<Duration, DnsError> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        Err(DnsError::Timeout)
+    } else {
+        Ok(left)
+    }
+}
+
+fn is_timeout(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+    )
+}
+
+/// One UDP try. The socket is connected to the server, so the kernel drops datagrams from any
+/// other address; datagrams that do not fit the question (a late answer to an earlier try, a
+/// guess at the ID) are ignored until the deadline.
+fn udp_try(
+    server: SocketAddr,
+    packet: &[u8],
+    question: &Question<'_>,
+    deadline: Instant,
+) -> Result<Message, DnsError> {
+    let local: SocketAddr = match server {
+        SocketAddr::V4(_) => (std::net::Ipv4Addr::UNSPECIFIED, 0).into(),
+        SocketAddr::V6(_) => (std::net::Ipv6Addr::UNSPECIFIED, 0).into(),
+    };
+    let socket = UdpSocket::bind(local)?;
+    socket.connect(server)?;
+    socket.send(packet)?;
+    let mut buf = [0u8; UDP_BUFFER];
+    loop {
+        socket.set_read_timeout(Some(remaining(deadline)?))?;
+        let (n, from) = match socket.recv_from(&mut buf) {
+            Ok(got) => got,
+            Err(e) if is_timeout(&e) => return Err(DnsError::Timeout),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(DnsError::Io(e)),
+        };
+        if from != server {
+            continue;
+        }
+        if let Some(m) = question.answered_by(&buf[..n]) {
+            return Ok(m);
+        }
+    }
+}
+
+/// One TCP try (RFC 1035 4.2.2: each message prefixed by its two-byte length).
+fn tcp_try(
+    server: SocketAddr,
+    packet: &[u8],
+    question: &Question<'_>,
+    deadline: Instant,
+) -> Result<Message, DnsError> {
+    let mut stream = TcpStream::connect_timeout(&server, remaining(deadline)?)
+        .map_err(|e| if is_timeout(&e) { DnsError::Timeout } else { DnsError::Io(e) })?;
+    let len = u16::try_from(packet.len()).map_err(|_| DnsError::BadAnswer)?;
+    let mut framed = Vec::with_capacity(packet.len() + 2);
+    framed.extend_from_slice(&len.to_be_bytes());
+    framed.extend_from_slice(packet);
+    stream.set_write_timeout(Some(remaining(deadline)?))?;
+    stream.write_all(&framed).map_err(|e| {
+        if is_timeout(&e) {
+            DnsError::Timeout
+        } else {
+            DnsError::Io(e)
+        }
+    })?;
+    let mut len = [0u8; 2];
+    read_exact_by(&mut stream, &mut len, deadline)?;
+    let mut body = vec![0u8; usize::from(u16::from_be_bytes(len))];
+    read_exact_by(&mut stream, &mut body, deadline)?;
+    question.answered_by(&body).ok_or(DnsError::BadAnswer)
+}
+
+/// `read_exact` where the deadline bounds the whole read, not each `read` call.
+fn read_exact_by(stream: &mut TcpStream, buf: &mut [u8], deadline: Instant) -> Result<(), DnsError> {
+    let mut done = 0;
+    while done < buf.len() {
+        stream.set_read_timeout(Some(remaining(deadline)?))?;
+        match stream.read(&mut buf[done..]) {
+            Ok(0) => return Err(DnsError::BadAnswer),
+            Ok(n) => done += n,
+            Err(e) if is_timeout(&e) => return Err(DnsError::Timeout),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(DnsError::Io(e)),
+        }
+    }
+    Ok(())
+}
+
+enum Followed {
+    /// The chain ended in addresses (possibly none: the name exists without this type).
+    Addresses(Vec<IpAddr>),
+    /// The chain leads to a name this answer has no records for: ask again for it.
+    Alias(Name),
+}
+
+/// Walks the answer section from `name`: the addresses of the chain's last name, counting each
+/// CNAME link against the lookup's budget. Records for other names are ignored, so a server
+/// cannot slip in addresses for a name nobody asked about.
+fn follow(
+    answer: &Message,
+    name: &Name,
+    rtype: RecordType,
+    hops: &mut usize,
+) -> Result<Followed, DnsError> {
+    let mut current = name.clone();
+    loop {
+        let records = answer
+            .answers
+            .iter()
+            .filter(|r| r.dns_class == DNSClass::IN && r.name == current);
+        let mut ips = Vec::new();
+        let mut alias = None;
+        for r in records {
+            match (&r.data, rtype) {
+                (RData::A(a), RecordType::A) => ips.push(IpAddr::V4(a.0)),
+                (RData::AAAA(a), RecordType::AAAA) => ips.push(IpAddr::V6(a.0)),
+                (RData::CNAME(c), _) => alias = Some(c.0.clone()),
+                _ => {}
+            }
+        }
+        if !ips.is_empty() {
+            return Ok(Followed::Addresses(ips));
+        }
+        match alias {
+            Some(target) => {
+                *hops += 1;
+                if *hops > MAX_ALIAS_HOPS {
+                    return Err(DnsError::TooManyAliases);
+                }
+                current = target;
+            }
+            None if current == *name => return Ok(Followed::Addresses(Vec::new())),
+            None => return Ok(Followed::Alias(current)),
+        }
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use hickory_proto::rr::rdata::{A, AAAA, CNAME};
+    use hickory_proto::rr::Record;
+    use std::collections::HashMap;
+    use std::net::{Ipv4Addr, TcpListener};
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    /// What the fake server does with one question.
+    #[derive(Clone)]
+    pub(crate) enum Behaviour {
+        /// Answer with these records (name, data); the question's name must be in the zone.
+        Records(Vec<(&'static str, RData)>),
+        Rcode(ResponseCode),
+        /// Over UDP: a truncated empty answer; over TCP: these records.
+        Truncated(Vec<(&'static str, RData)>),
+        /// Send a packet with the wrong ID, then the right answer.
+        WrongIdFirst(Vec<(&'static str, RData)>),
+        /// Send an answer to another question, then the right answer.
+        WrongQuestionFirst(Vec<(&'static str, RData)>),
+        /// Send garbage, then the right answer.
+        GarbageFirst(Vec<(&'static str, RData)>),
+        /// Send the right answer, but from another socket.
+        FromElsewhere(Vec<(&'static str, RData)>),
+        Silent,
+    }
+
+    /// A DNS server on 127.0.0.1 (UDP and TCP on one port) that answers from a table keyed by
+    /// (name, type), so no test asks anything beyond this machine.
+    pub(crate) struct FakeDns {
+        pub(crate) addr: SocketAddr,
+        pub(crate) queries: Arc<AtomicUsize>,
+        stop: Arc<AtomicBool>,
+    }
+
+    impl Drop for FakeDns {
+        fn drop(&mut self) {
+            self.stop.store(true, Ordering::SeqCst);
+        }
+    }
+
+    pub(crate) fn a(ip: &str) -> RData {
+        RData::A(A(ip.parse().expect("test address")))
+    }
+    pub(crate) fn aaaa(ip: &str) -> RData {
+        RData::AAAA(AAAA(ip.parse().expect("test address")))
+    }
+    pub(crate) fn cname(target: &str) -> RData {
+        RData::CNAME(CNAME(Name::from_ascii(target).expect("test name")))
+    }
+
+    fn response(query: &Message, records: &[(&'static str, RData)], rcode: ResponseCode) -> Vec<u8> {
+        let mut m = Message::response(query.metadata.id, OpCode::Query);
+        m.metadata.response_code = rcode;
+        m.metadata.recursion_available = true;
+        m.add_queries(query.queries.iter().cloned());
+        for (name, data) in records {
+            let name = Name::from_ascii(name).expect("test name");
+            m.add_answer(Record::from_rdata(name, 60, data.clone()));
+        }
+        m.to_vec().expect("encode")
+    }
+
+    impl FakeDns {
+        pub(crate) fn start(table: Vec<((&'static str, RecordType), Behaviour)>) -> FakeDns {
+            let table: HashMap<(String, RecordType), Behaviour> = table
+                .into_iter()
+                .map(|((n, t), b)| ((n.to_string(), t), b))
+                .collect();
+            let table = Arc::new(table);
+            let (udp, tcp) = loop {
+                let tcp = TcpListener::bind("127.0.0.1:0").expect("tcp bind");
+                let port = tcp.local_addr().expect("addr").port();
+                if let Ok(udp) = UdpSocket::bind(("127.0.0.1", port)) {
+                    break (udp, tcp);
+                }
+            };
+            let addr = udp.local_addr().expect("addr");
+            let stop = Arc::new(AtomicBool::new(false));
+            let queries = Arc::new(AtomicUsize::new(0));
+            udp.set_read_timeout(Some(Duration::from_millis(50))).expect("timeout");
+            tcp.set_nonblocking(true).expect("nonblocking");
+            let lookup = {
+                let table = table.clone();
+                move |q: &Message| -> Behaviour {
+                    let Some(query) = q.queries.first() else {
+                        return Behaviour::Silent;
+                    };
+                    let key = (query.name().to_lowercase().to_string(), query.query_type());
+                    table
+                        .get(&key)
+                        .cloned()
+                        .unwrap_or(Behaviour::Rcode(ResponseCode::NXDomain))
+                }
+            };
+            {
+                let (stop, queries, lookup) = (stop.clone(), queries.clone(), lookup.clone());
+                std::thread::spawn(move || {
+                    let mut buf = [0u8; 4096];
+                    while !stop.load(Ordering::SeqCst) {
+                        let Ok((n, from)) = udp.recv_from(&mut buf) else {
+                            continue;
+                        };
+                        let Ok(q) = Message::from_vec(&buf[..n]) else {
+                            continue;
+                        };
+                        queries.fetch_add(1, Ordering::SeqCst);
+                        let send = |p: &[u8]| {
+                            let _ = udp.send_to(p, from);
+                        };
+                        match lookup(&q) {
+                            Behaviour::Records(r) => send(&response(&q, &r, ResponseCode::NoError)),
+                            Behaviour::Rcode(c) => send(&response(&q, &[], c)),
+                            Behaviour::Truncated(_) => {
+                                let mut m = Message::from_vec(&response(&q, &[], ResponseCode::NoError))
+                                    .expect("own answer");
+                                m.metadata.truncation = true;
+                                send(&m.to_vec().expect("encode"));
+                            }
+                            Behaviour::WrongIdFirst(r) => {
+                                let mut wrong = q.clone();
+                                wrong.metadata.id = q.metadata.id.wrapping_add(1);
+                                send(&response(&wrong, &[("evil.example.", a("6.6.6.6"))], ResponseCode::NoError));
+                                send(&response(&q, &r, ResponseCode::NoError));
+                            }
+                            Behaviour::WrongQuestionFirst(r) => {
+                                let mut other = q.clone();
+                                other.queries = vec![Query::query(
+                                    Name::from_ascii("evil.example.").expect("name"),
+                                    RecordType::A,
+                                )];
+                                send(&response(&other, &[("evil.example.", a("6.6.6.6"))], ResponseCode::NoError));
+                                send(&response(&q, &r, ResponseCode::NoError));
+                            }
+                            Behaviour::GarbageFirst(r) => {
+                                send(&[0xde, 0xad, 0xbe, 0xef]);
+                                send(&response(&q, &r, ResponseCode::NoError));
+                            }
+                            Behaviour::FromElsewhere(r) => {
+                                if let Ok(other) = UdpSocket::bind("127.0.0.1:0") {
+                                    let _ = other.send_to(&response(&q, &r, ResponseCode::NoError), from);
+                                }
+                            }
+                            Behaviour::Silent => {}
+                        }
+                    }
+                });
+            }
+            {
+                let stop = stop.clone();
+                std::thread::spawn(move || {
+                    while !stop.load(Ordering::SeqCst) {
+                        let mut s = match tcp.accept() {
+                            Ok((s, _)) => s,
+                            Err(_) => {
+                                std::thread::sleep(Duration::from_millis(10));
+                                continue;
+                            }
+                        };
+                        let _ = s.set_nonblocking(false);
+                        let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+                        let mut len = [0u8; 2];
+                        if s.read_exact(&mut len).is_err() {
+                            continue;
+                        }
+                        let mut body = vec![0u8; usize::from(u16::from_be_bytes(len))];
+                        if s.read_exact(&mut body).is_err() {
+                            continue;
+                        }
+                        let Ok(q) = Message::from_vec(&body) else {
+                            continue;
+                        };
+                        let records = match lookup(&q) {
+                            Behaviour::Truncated(r) | Behaviour::Records(r) => r,
+                            _ => continue,
+                        };
+                        let answer = response(&q, &records, ResponseCode::NoError);
+                        let mut framed = (answer.len() as u16).to_be_bytes().to_vec();
+                        framed.extend_from_slice(&answer);
+                        let _ = s.write_all(&framed);
+                    }
+                });
+            }
+            FakeDns {
+                addr,
+                queries,
+                stop,
+            }
+        }
+    }
+
+    fn quick(servers: Vec<SocketAddr>) -> Resolver {
+        Resolver::new(servers).with_timeouts(Duration::from_millis(300), Duration::from_secs(2))
+    }
+
+    fn ips(list: &[&str]) -> Vec<IpAddr> {
+        list.iter().map(|s| s.parse().expect("test address")).collect()
+    }
+
+    use Behaviour::*;
+    use RecordType::{A as TA, AAAA as TAAAA};
+
+    /// Each row: the server's table, the name looked up, and the addresses expected or the
+    /// error expected (by its text).
+    #[test]
+    fn lookup_table() {
+        let empty = || Records(vec![]);
+        type Row = (
+            Vec<((&'static str, RecordType), Behaviour)>,
+            &'static str,
+            Result<Vec<IpAddr>, &'static str>,
+        );
+        let rows: Vec<Row> = vec![
+            (
+                vec![
+                    (("www.example.", TA), Records(vec![("www.example.", a("192.0.2.1")), ("www.example.", a("192.0.2.2"))])),
+                    (("www.example.", TAAAA), Records(vec![("www.example.", aaaa("2001:db8::1"))])),
+                ],
+                "www.example",
+                Ok(ips(&["192.0.2.1", "192.0.2.2", "2001:db8::1"])),
+            ),
+            // Case and a trailing dot do not matter.
+            (
+                vec![(("www.example.", TA), Records(vec![("www.example.", a("192.0.2.1"))])), (("www.example.", TAAAA), empty())],
+                "WWW.Example.",
+                Ok(ips(&["192.0.2.1"])),
+            ),
+            // A whole chain in one answer.
+            (
+                vec![
+                    (("www.example.", TA), Records(vec![
+                        ("www.example.", cname("a.example.")),
+                        ("a.example.", cname("b.example.")),
+                        ("b.example.", a("192.0.2.7")),
+                    ])),
+                    (("www.example.", TAAAA), empty()),
+                ],
+                "www.example",
+                Ok(ips(&["192.0.2.7"])),
+            ),
+            // A chain that needs a second question.
+            (
+                vec![
+                    (("www.example.", TA), Records(vec![("www.example.", cname("cdn.example."))])),
+                    (("www.example.", TAAAA), Records(vec![("www.example.", cname("cdn.example."))])),
+                    (("cdn.example.", TA), Records(vec![("cdn.example.", a("192.0.2.9"))])),
+                    (("cdn.example.", TAAAA), empty()),
+                ],
+                "www.example",
+                Ok(ips(&["192.0.2.9"])),
+            ),
+            // Records for names outside the chain are not believed.
+            (
+                vec![
+                    (("www.example.", TA), Records(vec![("other.example.", a("6.6.6.6"))])),
+                    (("www.example.", TAAAA), empty()),
+                ],
+                "www.example",
+                Err("the name has no addresses"),
+            ),
+            // A loop of aliases ends.
+            (
+                vec![
+                    (("loop.example.", TA), Records(vec![("loop.example.", cname("loop2.example."))])),
+                    (("loop2.example.", TA), Records(vec![("loop2.example.", cname("loop.example."))])),
+                    (("loop.example.", TAAAA), empty()),
+                ],
+                "loop.example",
+                Err("more than 8 CNAME links"),
+            ),
+            (vec![], "nowhere.example", Err("no such name")),
+            (
+                vec![(("www.example.", TA), Rcode(ResponseCode::Refused)), (("www.example.", TAAAA), Rcode(ResponseCode::Refused))],
+                "www.example",
+                Err("the nameserver answered Query Refused"),
+            ),
+            // Truncated over UDP: asked again over TCP.
+            (
+                vec![
+                    (("big.example.", TA), Truncated(vec![("big.example.", a("192.0.2.3"))])),
+                    (("big.example.", TAAAA), Truncated(vec![])),
+                ],
+                "big.example",
+                Ok(ips(&["192.0.2.3"])),
+            ),
+            // Packets that do not fit the question are ignored, the right one is taken.
+            (
+                vec![(("www.example.", TA), WrongIdFirst(vec![("www.example.", a("192.0.2.4"))])), (("www.example.", TAAAA), empty())],
+                "www.example",
+                Ok(ips(&["192.0.2.4"])),
+            ),
+            (
+                vec![(("www.example.", TA), WrongQuestionFirst(vec![("www.example.", a("192.0.2.5"))])), (("www.example.", TAAAA), empty())],
+                "www.example",
+                Ok(ips(&["192.0.2.5"])),
+            ),
+            (
+                vec![(("www.example.", TA), GarbageFirst(vec![("www.example.", a("192.0.2.6"))])), (("www.example.", TAAAA), empty())],
+                "www.example",
+                Ok(ips(&["192.0.2.6"])),
+            ),
+            // An answer from an address that was not asked is never believed.
+            (
+                vec![(("www.example.", TA), FromElsewhere(vec![("www.example.", a("6.6.6.6"))])), (("www.example.", TAAAA), FromElsewhere(vec![]))],
+                "www.example",
+                Err("no nameserver answered in time"),
+            ),
+            // One type failing does not lose the other.
+            (
+                vec![(("www.example.", TA), Records(vec![("www.example.", a("192.0.2.8"))])), (("www.example.", TAAAA), Silent)],
+                "www.example",
+                Ok(ips(&["192.0.2.8"])),
+            ),
+            (
+                vec![(("www.example.", TA), Silent), (("www.example.", TAAAA), Silent)],
+                "www.example",
+                Err("no nameserver answered in time"),
+            ),
+        ];
+        for (table, host, want) in rows {
+            let dns = FakeDns::start(table);
+            let started = Instant::now();
+            let got = quick(vec![dns.addr]).lookup(host);
+            // Bounded: the whole lookup never outlives its total timeout by much.
+            assert!(started.elapsed() < Duration::from_secs(5), "{host}: too slow");
+            match (got, want) {
+                (Ok(got), Ok(want)) => assert_eq!(got, want, "{host}"),
+                (Err(e), Err(want)) => assert_eq!(e.to_string(), want, "{host}"),
+                (got, want) => panic!("{host}: got {got:?}, want {want:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_failing_server_passes_the_question_on() {
+        let broken = FakeDns::start(vec![
+            (("www.example.", TA), Rcode(ResponseCode::ServFail)),
+            (("www.example.", TAAAA), Rcode(ResponseCode::ServFail)),
+        ]);
+        let good = FakeDns::start(vec![
+            (("www.example.", TA), Records(vec![("www.example.", a("192.0.2.1"))])),
+            (("www.example.", TAAAA), Records(vec![])),
+        ]);
+        let got = quick(vec![broken.addr, good.addr]).lookup("www.example");
+        assert_eq!(got.expect("answer"), ips(&["192.0.2.1"]));
+        assert!(broken.queries.load(Ordering::SeqCst) >= 2);
+    }
+
+    #[test]
+    fn bad_names_are_refused_without_asking() {
+        let dns = FakeDns::start(vec![]);
+        for name in ["", "a..b", &"x".repeat(300)] {
+            assert!(
+                matches!(quick(vec![dns.addr]).lookup(name), Err(DnsError::BadName(_))),
+                "{name:?}"
+            );
+        }
+        assert_eq!(dns.queries.load(Ordering::SeqCst), 0);
+    }
+
+    #[test]
+    fn resolv_conf_table() {
+        let v4 = |s: &str| SocketAddr::new(IpAddr::V4(s.parse::<Ipv4Addr>().expect("addr")), 53);
+        let cases: Vec<(&str, Vec<SocketAddr>)> = vec![
+            ("nameserver 127.0.0.1\n", vec![v4("127.0.0.1")]),
+            (
+                "# comment\nsearch example.org\nnameserver 10.0.2.3\noptions ndots:5\nnameserver ::1\n",
+                vec![v4("10.0.2.3"), "[::1]:53".parse().expect("addr")],
+            ),
+            ("nameserver\tfe80::1%eth0\nnameserver 192.0.2.1\n", vec![v4("192.0.2.1")]),
+            ("nameserver not-an-address\n", vec![]),
+            (
+                "nameserver 192.0.2.1\nnameserver 192.0.2.2\nnameserver 192.0.2.3\nnameserver 192.0.2.4\n",
+                vec![v4("192.0.2.1"), v4("192.0.2.2"), v4("192.0.2.3")],
+            ),
+            ("  nameserver 192.0.2.1 # trailing\n", vec![v4("192.0.2.1")]),
+            ("", vec![]),
+        ];
+        for (text, want) in cases {
+            assert_eq!(parse_resolv_conf(text), want, "{text:?}");
+        }
+    }
+
+    #[test]
+    fn resolv_conf_from_a_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("resolv.conf");
+        assert!(matches!(Resolver::from_resolv_conf(&path), Err(DnsError::ReadConf(_, _))));
+        std::fs::write(&path, "search example\n").expect("write");
+        assert!(matches!(Resolver::from_resolv_conf(&path), Err(DnsError::NoServers(_))));
+        std::fs::write(&path, "nameserver 127.0.0.1\n").expect("write");
+        let r = Resolver::from_resolv_conf(&path).expect("resolver");
+        assert_eq!(r.servers(), &["127.0.0.1:53".parse::<SocketAddr>().expect("addr")]);
+    }
+}

@@ -1,0 +1,2 @@
+//! Relay throughput of the egress proxy (being written).
+fn main() {}
