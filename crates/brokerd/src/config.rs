@@ -1,1 +1,1356 @@
-//! (being written)
+//! brokerd's TOML configuration (DESIGN.md "Config"; seed 003 section 6).
+//!
+//! Reading is two steps: serde with `deny_unknown_fields` everywhere (a misspelt key is an
+//! error, not a silently ignored setting), then checks of the values. Every
+//! error names the file, the line and column where the toml crate knows them, the key, and what
+//! is wrong, e.g.
+//!
+//! ```text
+//! config.toml:12:9: runner.image: "boxmaker-tools:latest" is a tag; pin the image by content (sha256:<64 hex> or name@sha256:<64 hex>)
+//! ```
+//!
+//! Decisions where DESIGN.md leaves room:
+//! - `[runner]` absent means no runner: every call is refused (seed 003 section 6), so `runner`
+//!   is an `Option`. `image` is required with `backend = "podman"`.
+//! - `[runner] home` (default `/var/lib/boxmaker`, the service user's home of DESIGN.md
+//!   "Service") holds `<home>/run/egress/`. It is a key, not `$HOME`, so that brokerd run by hand
+//!   and brokerd run by systemd use the same directories and a test can point it elsewhere.
+//! - `[bwrap]` is accepted only with `backend = "bwrap"`; its keys default as in DESIGN.md.
+//! - A grant's `mode` defaults to `safe`, the mode that only reads.
+//! - `http_fetch_ms + egress_start_ms` must also stay under `broker.timeout_ms`: loopd waits for
+//!   the proxy's start as well as for the tool.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::path::{Component, Path, PathBuf};
+use std::time::Duration;
+
+use proto::tools::ToolName;
+use serde::Deserialize;
+use toml::Spanned;
+
+use crate::args::{check_grant_path, UnmountablePath};
+
+/// The whole configuration, checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    pub broker: BrokerConfig,
+    /// `None`: no `[runner]` table, every call is refused.
+    pub runner: Option<RunnerConfig>,
+    /// `Some` exactly when `runner.backend` is `bwrap`.
+    pub bwrap: Option<BwrapConfig>,
+    /// By grant name.
+    pub grants: BTreeMap<String, Grant>,
+}
+
+/// `[broker]`
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BrokerConfig {
+    pub clients: Vec<Client>,
+    pub audit_log: PathBuf,
+    pub timeout_ms: u64,
+    pub refusal_repeats: u32,
+    pub preview_chars: usize,
+    pub max_concurrent_calls: usize,
+    pub ticket_ttl_s: u64,
+    pub result_ttl_s: u64,
+    pub shutdown_grace_s: u64,
+}
+
+/// A peer allowed to connect (checked against SO_PEERCRED). Root is not implied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Client {
+    User(String),
+    Uid(u32),
+    Group(String),
+}
+
+/// Which sandbox runs the calls; one per brokerd.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Backend {
+    Podman,
+    Bwrap,
+}
+
+/// `[runner]`
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunnerConfig {
+    pub backend: Backend,
+    /// The podman program; a bare name is looked up in PATH.
+    pub podman: PathBuf,
+    /// Pinned by content; empty only with `backend = "bwrap"`.
+    pub image: String,
+    pub egress_network: String,
+    pub output_cap: usize,
+    pub memory: String,
+    pub pids: u32,
+    pub read_file_ms: u64,
+    pub write_file_ms: u64,
+    pub shell_ms: u64,
+    pub http_fetch_ms: u64,
+    pub enforce_limits: bool,
+    pub egress_start_ms: u64,
+    /// The service user's home; egress directories live in `<home>/run/egress/`.
+    pub home: PathBuf,
+}
+
+impl RunnerConfig {
+    /// The time limit of one call of `tool`.
+    pub fn time_limit(&self, tool: ToolName) -> Duration {
+        Duration::from_millis(match tool {
+            ToolName::ReadFile => self.read_file_ms,
+            ToolName::WriteFile => self.write_file_ms,
+            ToolName::Shell => self.shell_ms,
+            ToolName::HttpFetch => self.http_fetch_ms,
+        })
+    }
+}
+
+/// How the bwrap backend gets a cgroup for its limits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CgroupMode {
+    /// A child group of brokerd's own delegated cgroup v2 subtree.
+    Delegated,
+    SystemdScope,
+}
+
+/// `[bwrap]`
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BwrapConfig {
+    pub tools_root: PathBuf,
+    pub cgroup: CgroupMode,
+}
+
+/// How a grant's calls are decided (DESIGN.md "Grants and modes").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Safe,
+    Ask,
+    Auto,
+}
+
+impl Mode {
+    fn parse(s: &str) -> Option<Mode> {
+        match s {
+            "safe" => Some(Mode::Safe),
+            "ask" => Some(Mode::Ask),
+            "auto" => Some(Mode::Auto),
+            _ => None,
+        }
+    }
+}
+
+/// `[grants.NAME]`
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Grant {
+    pub mode: Mode,
+    /// In the order written, without repeats.
+    pub tools: Vec<ToolName>,
+    /// In the order written: absolute, existing directories that podman can mount.
+    pub paths: Vec<GrantPath>,
+    /// Host patterns for http_fetch, each valid per `proto::hosts::valid_host_pattern`.
+    pub hosts: Vec<String>,
+    /// Non-public ranges http_fetch may reach; never loopback, link-local, the tailnet, 0/8 or
+    /// multicast.
+    pub allow_addresses: Vec<Cidr>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GrantPath {
+    pub path: PathBuf,
+    pub write: bool,
+}
+
+/// An address range, `addr/prefix` with no host bits set. Displayed in that canonical form.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cidr {
+    addr: IpAddr,
+    prefix: u8,
+}
+
+impl Cidr {
+    pub fn addr(&self) -> IpAddr {
+        self.addr
+    }
+
+    pub fn prefix(&self) -> u8 {
+        self.prefix
+    }
+
+    /// `a.b.c.d/n`, `x::y/n`, or a bare address (one host).
+    fn parse(s: &str) -> Result<Cidr, Problem> {
+        let bad = || Problem::Cidr(s.to_owned());
+        let (addr, prefix) = match s.split_once('/') {
+            Some((a, p)) => {
+                let digits_only = !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit());
+                let prefix: u8 = if digits_only {
+                    p.parse().map_err(|_| bad())?
+                } else {
+                    return Err(bad());
+                };
+                (a.parse::<IpAddr>().map_err(|_| bad())?, Some(prefix))
+            }
+            None => (s.parse::<IpAddr>().map_err(|_| bad())?, None),
+        };
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        let prefix = prefix.unwrap_or(max);
+        if prefix > max {
+            return Err(bad());
+        }
+        let cidr = Cidr { addr, prefix };
+        let network = cidr.network();
+        if network != cidr {
+            return Err(Problem::CidrHostBits(s.to_owned(), network.to_string()));
+        }
+        Ok(cidr)
+    }
+
+    fn bits(&self) -> (u128, u8) {
+        match self.addr {
+            IpAddr::V4(a) => (u128::from(u32::from(a)), 32),
+            IpAddr::V6(a) => (u128::from(a), 128),
+        }
+    }
+
+    fn masked(&self, prefix: u8) -> u128 {
+        let (bits, max) = self.bits();
+        let host_bits = u32::from(max - prefix.min(max));
+        if host_bits >= 128 {
+            0
+        } else {
+            bits & !((1u128 << host_bits) - 1)
+        }
+    }
+
+    fn network(&self) -> Cidr {
+        let bits = self.masked(self.prefix);
+        let addr = match self.addr {
+            // The masked value of an IPv4 range fits in 32 bits.
+            IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::from(bits as u32)),
+            IpAddr::V6(_) => IpAddr::V6(Ipv6Addr::from(bits)),
+        };
+        Cidr {
+            addr,
+            prefix: self.prefix,
+        }
+    }
+
+    /// Whether the two ranges share an address.
+    pub fn overlaps(&self, other: &Cidr) -> bool {
+        if self.addr.is_ipv4() != other.addr.is_ipv4() {
+            return false;
+        }
+        let p = self.prefix.min(other.prefix);
+        self.masked(p) == other.masked(p)
+    }
+}
+
+impl fmt::Display for Cidr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.addr, self.prefix)
+    }
+}
+
+/// Ranges `allow_addresses` may never touch (DESIGN.md "Config"), with the name an operator
+/// reads. IPv4 ranges also count in their IPv6 spellings (mapped, NAT64, compatible), which the
+/// proxy reads by their IPv4 part (seed 003 section 5).
+const FORBIDDEN_V4: [(Ipv4Addr, u8, &str); 5] = [
+    (Ipv4Addr::new(0, 0, 0, 0), 8, "0.0.0.0/8 (this network)"),
+    (Ipv4Addr::new(127, 0, 0, 0), 8, "127.0.0.0/8 (loopback)"),
+    (
+        Ipv4Addr::new(169, 254, 0, 0),
+        16,
+        "169.254.0.0/16 (link-local, cloud metadata)",
+    ),
+    (
+        Ipv4Addr::new(100, 64, 0, 0),
+        10,
+        "100.64.0.0/10 (the tailnet)",
+    ),
+    (Ipv4Addr::new(224, 0, 0, 0), 4, "224.0.0.0/4 (multicast)"),
+];
+const FORBIDDEN_V6: [(Ipv6Addr, u8, &str); 4] = [
+    (Ipv6Addr::UNSPECIFIED, 128, "::/128 (unspecified)"),
+    (Ipv6Addr::LOCALHOST, 128, "::1/128 (loopback)"),
+    (
+        Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 0),
+        10,
+        "fe80::/10 (link-local)",
+    ),
+    (
+        Ipv6Addr::new(0xff00, 0, 0, 0, 0, 0, 0, 0),
+        8,
+        "ff00::/8 (multicast)",
+    ),
+];
+/// Where an IPv4 address can hide in an IPv6 one: mapped, NAT64, and the old compatible form.
+const V4_IN_V6: [u128; 3] = [0xffff_0000_0000, 0x0064_ff9b << 96, 0];
+
+/// The forbidden range `cidr` overlaps, by name.
+fn forbidden_overlap(cidr: &Cidr) -> Option<&'static str> {
+    for (addr, prefix, name) in FORBIDDEN_V4 {
+        let v4 = Cidr {
+            addr: IpAddr::V4(addr),
+            prefix,
+        };
+        if cidr.overlaps(&v4) {
+            return Some(name);
+        }
+        for base in V4_IN_V6 {
+            let v6 = Cidr {
+                addr: IpAddr::V6(Ipv6Addr::from(base | u128::from(u32::from(addr)))),
+                prefix: 96 + prefix,
+            };
+            if cidr.overlaps(&v6) {
+                return Some(name);
+            }
+        }
+    }
+    FORBIDDEN_V6.into_iter().find_map(|(addr, prefix, name)| {
+        let f = Cidr {
+            addr: IpAddr::V6(addr),
+            prefix,
+        };
+        cidr.overlaps(&f).then_some(name)
+    })
+}
+
+/// What is wrong with a value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Problem {
+    #[error("{0:?} is a tag; pin the image by content (sha256:<64 hex> or name@sha256:<64 hex>)")]
+    ImageTag(String),
+    #[error("{0:?} is not pinned by content; use sha256:<64 lowercase hex> or name@sha256:<64 lowercase hex>")]
+    ImageNotPinned(String),
+    #[error("is required with backend = \"podman\": the tools image pinned by content (sha256:<64 hex> or name@sha256:<64 hex>)")]
+    ImageMissing,
+    #[error("{limit} ms is not under broker.timeout_ms ({timeout} ms): loopd stops waiting then; to give a tool longer, raise both")]
+    NotUnderTimeout { limit: u64, timeout: u64 },
+    #[error("http_fetch_ms + egress_start_ms ({sum} ms) is not under broker.timeout_ms ({timeout} ms): loopd waits for the proxy's start too")]
+    FetchNotUnderTimeout { sum: u64, timeout: u64 },
+    #[error("must be greater than 0")]
+    Zero,
+    #[error(
+        "{0:?} is not a memory size: digits and a unit b, k, m or g, like \"512m\", at least 6m"
+    )]
+    Memory(String),
+    #[error("{0:?} is not an absolute path")]
+    NotAbsolute(String),
+    #[error("{0:?} must be written without . or .. components")]
+    NotPlain(String),
+    #[error("{0:?} does not exist or cannot be read by brokerd")]
+    Missing(String),
+    #[error("{0:?} is not a directory")]
+    NotDirectory(String),
+    #[error("{0}")]
+    Unmountable(UnmountablePath),
+    #[error("{0:?} is not a host pattern: a host name like docs.example.org, or *. and a name like *.example.net")]
+    HostPattern(String),
+    #[error("{0:?} is not a tool: the tools are read_file, write_file, shell and http_fetch")]
+    UnknownTool(String),
+    #[error("{0:?} is listed twice")]
+    Repeated(String),
+    #[error("a grant needs at least one tool")]
+    NoTools,
+    #[error("{0:?} is not a mode: use safe, ask or auto")]
+    Mode(String),
+    #[error("{0:?} is not an address range like 192.168.1.0/24, 2001:db8::/32 or one address")]
+    Cidr(String),
+    #[error("{0:?} has bits set past its prefix; did you mean {1}?")]
+    CidrHostBits(String, String),
+    #[error("{0:?} overlaps {1}, which http_fetch may never reach")]
+    CidrForbidden(String, &'static str),
+    #[error("must name at least one client")]
+    NoClients,
+    #[error("{0} is not a client: a user name, a uid, or \"@\" and a group name")]
+    Client(String),
+    #[error("must not be empty or contain spaces or control characters")]
+    BadWord,
+    #[error("{0:?} is not a grant name: 1 to 64 of A-Z a-z 0-9 _ . -, not . or ..")]
+    GrantName(String),
+    #[error("is accepted only with runner.backend = \"bwrap\"")]
+    BwrapUnused,
+}
+
+/// Why a configuration was not accepted.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{path}: cannot read the config: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{origin}{pos}: {message}")]
+    Syntax {
+        origin: String,
+        pos: Pos,
+        message: String,
+    },
+    #[error("{origin}{pos}: {key}: {problem}")]
+    Invalid {
+        origin: String,
+        pos: Pos,
+        key: String,
+        problem: Problem,
+    },
+}
+
+/// A 1-based line and column in the config, when known. Displayed as `:line:col`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Pos(pub Option<(usize, usize)>);
+
+impl fmt::Display for Pos {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some((line, col)) => write!(f, ":{line}:{col}"),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Reads and checks the config at `path`; errors name it by its path.
+pub fn load(path: &Path) -> Result<Config, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.display().to_string(),
+        source,
+    })?;
+    parse(&text, &path.display().to_string())
+}
+
+/// Checks a config text; `origin` names it in errors (usually its path).
+pub fn parse(text: &str, origin: &str) -> Result<Config, ConfigError> {
+    let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError::Syntax {
+        origin: origin.to_owned(),
+        pos: Pos(e.span().map(|s| line_col(text, s.start))),
+        message: e.message().trim_end().to_owned(),
+    })?;
+    Checker { text, origin }.config(raw)
+}
+
+// ---------------------------------------------------------------------------------------------
+// The shape of the file, as serde reads it. Values that are checked after parsing keep their
+// span so that the error can point at them.
+
+type S<T> = Spanned<T>;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    #[serde(default)]
+    broker: RawBroker,
+    runner: Option<S<RawRunner>>,
+    bwrap: Option<S<RawBwrap>>,
+    #[serde(default)]
+    grants: BTreeMap<S<String>, RawGrant>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawBroker {
+    clients: Option<S<Vec<S<toml::Value>>>>,
+    audit_log: Option<S<String>>,
+    timeout_ms: Option<S<u64>>,
+    refusal_repeats: Option<S<u32>>,
+    preview_chars: Option<S<usize>>,
+    max_concurrent_calls: Option<S<usize>>,
+    ticket_ttl_s: Option<S<u64>>,
+    result_ttl_s: Option<S<u64>>,
+    shutdown_grace_s: Option<S<u64>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRunner {
+    backend: Option<Backend>,
+    podman: Option<S<String>>,
+    image: Option<S<String>>,
+    egress_network: Option<S<String>>,
+    output_cap: Option<S<usize>>,
+    memory: Option<S<String>>,
+    pids: Option<S<u32>>,
+    read_file_ms: Option<S<u64>>,
+    write_file_ms: Option<S<u64>>,
+    shell_ms: Option<S<u64>>,
+    http_fetch_ms: Option<S<u64>>,
+    enforce_limits: Option<bool>,
+    egress_start_ms: Option<S<u64>>,
+    home: Option<S<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawBwrap {
+    tools_root: Option<S<String>>,
+    cgroup: Option<CgroupMode>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawGrant {
+    mode: Option<S<String>>,
+    tools: S<Vec<S<String>>>,
+    #[serde(default)]
+    paths: Vec<RawPath>,
+    #[serde(default)]
+    hosts: Vec<S<String>>,
+    #[serde(default)]
+    allow_addresses: Vec<S<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPath {
+    path: S<String>,
+    #[serde(default)]
+    write: bool,
+}
+
+// Defaults: DESIGN.md "Config" and seed 003 section 6.
+const DEFAULT_CLIENT: &str = "loopd";
+const DEFAULT_AUDIT_LOG: &str = "/var/lib/boxmaker/audit.jsonl";
+const DEFAULT_TIMEOUT_MS: u64 = 120_000;
+const DEFAULT_REFUSAL_REPEATS: u32 = 5;
+const DEFAULT_PREVIEW_CHARS: usize = 50_000;
+const DEFAULT_MAX_CONCURRENT_CALLS: usize = 4;
+const DEFAULT_TICKET_TTL_S: u64 = 600;
+const DEFAULT_RESULT_TTL_S: u64 = 600;
+const DEFAULT_SHUTDOWN_GRACE_S: u64 = 30;
+const DEFAULT_PODMAN: &str = "podman";
+const DEFAULT_EGRESS_NETWORK: &str = "pasta";
+const DEFAULT_OUTPUT_CAP: usize = 262_144;
+const DEFAULT_MEMORY: &str = "512m";
+const DEFAULT_PIDS: u32 = 128;
+const DEFAULT_READ_FILE_MS: u64 = 30_000;
+const DEFAULT_WRITE_FILE_MS: u64 = 30_000;
+const DEFAULT_SHELL_MS: u64 = 100_000;
+const DEFAULT_HTTP_FETCH_MS: u64 = 60_000;
+const DEFAULT_EGRESS_START_MS: u64 = 5_000;
+const DEFAULT_HOME: &str = "/var/lib/boxmaker";
+const DEFAULT_TOOLS_ROOT: &str = "/var/lib/boxmaker/tools-root";
+/// Podman refuses a memory limit under 6 MiB; say so at load time, not at the first call.
+const MIN_MEMORY: u64 = 6 << 20;
+
+struct Checker<'a> {
+    text: &'a str,
+    origin: &'a str,
+}
+
+impl Checker<'_> {
+    fn err<T>(
+        &self,
+        span: Option<std::ops::Range<usize>>,
+        key: &str,
+        problem: Problem,
+    ) -> Result<T, ConfigError> {
+        Err(ConfigError::Invalid {
+            origin: self.origin.to_owned(),
+            pos: Pos(span.map(|s| line_col(self.text, s.start))),
+            key: key.to_owned(),
+            problem,
+        })
+    }
+
+    /// A spanned value or its default, with the span when the file gave one.
+    fn value<T: Clone>(&self, v: &Option<S<T>>, default: T) -> (T, Option<std::ops::Range<usize>>) {
+        match v {
+            Some(s) => (s.get_ref().clone(), Some(s.span())),
+            None => (default, None),
+        }
+    }
+
+    fn positive<T: Clone + Default + PartialEq>(
+        &self,
+        v: &Option<S<T>>,
+        default: T,
+        key: &str,
+    ) -> Result<T, ConfigError> {
+        let (v, span) = self.value(v, default);
+        if v == T::default() {
+            return self.err(span, key, Problem::Zero);
+        }
+        Ok(v)
+    }
+
+    fn config(&self, raw: RawConfig) -> Result<Config, ConfigError> {
+        let broker = self.broker(&raw.broker)?;
+        let runner = match &raw.runner {
+            Some(r) => Some(self.runner(r, &raw.broker)?),
+            None => None,
+        };
+        let uses_bwrap = runner.as_ref().is_some_and(|r| r.backend == Backend::Bwrap);
+        let bwrap = match (&raw.bwrap, uses_bwrap) {
+            (Some(b), false) => return self.err(Some(b.span()), "bwrap", Problem::BwrapUnused),
+            (Some(b), true) => Some(self.bwrap(b.get_ref())?),
+            (None, true) => Some(BwrapConfig {
+                tools_root: PathBuf::from(DEFAULT_TOOLS_ROOT),
+                cgroup: CgroupMode::Delegated,
+            }),
+            (None, false) => None,
+        };
+        let mut grants = BTreeMap::new();
+        for (name, g) in &raw.grants {
+            if !valid_grant_name(name.get_ref()) {
+                return self.err(
+                    Some(name.span()),
+                    "grants",
+                    Problem::GrantName(name.get_ref().clone()),
+                );
+            }
+            grants.insert(name.get_ref().clone(), self.grant(name.get_ref(), g)?);
+        }
+        Ok(Config {
+            broker,
+            runner,
+            bwrap,
+            grants,
+        })
+    }
+
+    fn broker(&self, b: &RawBroker) -> Result<BrokerConfig, ConfigError> {
+        let clients = match &b.clients {
+            None => vec![Client::User(DEFAULT_CLIENT.to_owned())],
+            Some(list) => {
+                if list.get_ref().is_empty() {
+                    return self.err(Some(list.span()), "broker.clients", Problem::NoClients);
+                }
+                let mut clients = Vec::new();
+                for c in list.get_ref() {
+                    match parse_client(c.get_ref()) {
+                        Some(client) => clients.push(client),
+                        None => {
+                            return self.err(
+                                Some(c.span()),
+                                "broker.clients",
+                                Problem::Client(c.get_ref().to_string()),
+                            )
+                        }
+                    }
+                }
+                clients
+            }
+        };
+        let (audit_log, span) = self.value(&b.audit_log, DEFAULT_AUDIT_LOG.to_owned());
+        let audit_log = self.absolute(&audit_log, span, "broker.audit_log")?;
+        Ok(BrokerConfig {
+            clients,
+            audit_log,
+            timeout_ms: self.positive(&b.timeout_ms, DEFAULT_TIMEOUT_MS, "broker.timeout_ms")?,
+            refusal_repeats: self.positive(
+                &b.refusal_repeats,
+                DEFAULT_REFUSAL_REPEATS,
+                "broker.refusal_repeats",
+            )?,
+            preview_chars: self.positive(
+                &b.preview_chars,
+                DEFAULT_PREVIEW_CHARS,
+                "broker.preview_chars",
+            )?,
+            max_concurrent_calls: self.positive(
+                &b.max_concurrent_calls,
+                DEFAULT_MAX_CONCURRENT_CALLS,
+                "broker.max_concurrent_calls",
+            )?,
+            ticket_ttl_s: self.positive(
+                &b.ticket_ttl_s,
+                DEFAULT_TICKET_TTL_S,
+                "broker.ticket_ttl_s",
+            )?,
+            result_ttl_s: self.positive(
+                &b.result_ttl_s,
+                DEFAULT_RESULT_TTL_S,
+                "broker.result_ttl_s",
+            )?,
+            shutdown_grace_s: self.value(&b.shutdown_grace_s, DEFAULT_SHUTDOWN_GRACE_S).0,
+        })
+    }
+
+    fn runner(&self, r: &S<RawRunner>, b: &RawBroker) -> Result<RunnerConfig, ConfigError> {
+        let table = r.span();
+        let r = r.get_ref();
+        let backend = r.backend.unwrap_or(Backend::Podman);
+
+        let image = match (&r.image, backend) {
+            (Some(img), _) => {
+                check_image(img.get_ref())
+                    .or_else(|p| self.err(Some(img.span()), "runner.image", p))?;
+                img.get_ref().clone()
+            }
+            (None, Backend::Podman) => {
+                return self.err(Some(table), "runner.image", Problem::ImageMissing)
+            }
+            (None, Backend::Bwrap) => String::new(),
+        };
+
+        let (podman, span) = self.value(&r.podman, DEFAULT_PODMAN.to_owned());
+        if podman.is_empty() {
+            return self.err(span, "runner.podman", Problem::BadWord);
+        }
+        let (egress_network, span) =
+            self.value(&r.egress_network, DEFAULT_EGRESS_NETWORK.to_owned());
+        if egress_network.is_empty()
+            || egress_network
+                .chars()
+                .any(|c| c.is_whitespace() || c.is_control())
+        {
+            return self.err(span, "runner.egress_network", Problem::BadWord);
+        }
+        let (memory, span) = self.value(&r.memory, DEFAULT_MEMORY.to_owned());
+        if !matches!(memory_bytes(&memory), Some(b) if b >= MIN_MEMORY) {
+            return self.err(span, "runner.memory", Problem::Memory(memory));
+        }
+        let (home, span) = self.value(&r.home, DEFAULT_HOME.to_owned());
+        let home = self.absolute(&home, span.clone(), "runner.home")?;
+        // The egress directory under home is mounted with --volume (seed 003 section 6).
+        check_grant_path(&home)
+            .or_else(|e| self.err(span, "runner.home", Problem::Unmountable(e)))?;
+
+        // Every tool limit stays under loopd's broker timeout (seed 003 section 6).
+        let (timeout, timeout_span) = self.value(&b.timeout_ms, DEFAULT_TIMEOUT_MS);
+        let limit = |v: &Option<S<u64>>, default: u64, key: &str| -> Result<u64, ConfigError> {
+            let (ms, span) = self.value(v, default);
+            if ms == 0 {
+                return self.err(span, key, Problem::Zero);
+            }
+            if ms >= timeout {
+                let problem = Problem::NotUnderTimeout { limit: ms, timeout };
+                return self.err(span.or(timeout_span.clone()), key, problem);
+            }
+            Ok(ms)
+        };
+        let read_file_ms = limit(&r.read_file_ms, DEFAULT_READ_FILE_MS, "runner.read_file_ms")?;
+        let write_file_ms = limit(
+            &r.write_file_ms,
+            DEFAULT_WRITE_FILE_MS,
+            "runner.write_file_ms",
+        )?;
+        let shell_ms = limit(&r.shell_ms, DEFAULT_SHELL_MS, "runner.shell_ms")?;
+        let http_fetch_ms = limit(
+            &r.http_fetch_ms,
+            DEFAULT_HTTP_FETCH_MS,
+            "runner.http_fetch_ms",
+        )?;
+        let egress_start_ms = limit(
+            &r.egress_start_ms,
+            DEFAULT_EGRESS_START_MS,
+            "runner.egress_start_ms",
+        )?;
+        let sum = http_fetch_ms.saturating_add(egress_start_ms);
+        if sum >= timeout {
+            let span = r.http_fetch_ms.as_ref().map(|s| s.span()).or(timeout_span);
+            return self.err(
+                span,
+                "runner.http_fetch_ms",
+                Problem::FetchNotUnderTimeout { sum, timeout },
+            );
+        }
+
+        Ok(RunnerConfig {
+            backend,
+            podman: PathBuf::from(podman),
+            image,
+            egress_network,
+            output_cap: self.positive(&r.output_cap, DEFAULT_OUTPUT_CAP, "runner.output_cap")?,
+            memory,
+            pids: self.positive(&r.pids, DEFAULT_PIDS, "runner.pids")?,
+            read_file_ms,
+            write_file_ms,
+            shell_ms,
+            http_fetch_ms,
+            enforce_limits: r.enforce_limits.unwrap_or(true),
+            egress_start_ms,
+            home,
+        })
+    }
+
+    fn bwrap(&self, b: &RawBwrap) -> Result<BwrapConfig, ConfigError> {
+        let (root, span) = self.value(&b.tools_root, DEFAULT_TOOLS_ROOT.to_owned());
+        Ok(BwrapConfig {
+            tools_root: self.absolute(&root, span, "bwrap.tools_root")?,
+            cgroup: b.cgroup.unwrap_or(CgroupMode::Delegated),
+        })
+    }
+
+    fn grant(&self, name: &str, g: &RawGrant) -> Result<Grant, ConfigError> {
+        let key = |k: &str| format!("grants.{name}.{k}");
+        let mode = match &g.mode {
+            None => Mode::Safe,
+            Some(m) => match Mode::parse(m.get_ref()) {
+                Some(mode) => mode,
+                None => {
+                    return self.err(
+                        Some(m.span()),
+                        &key("mode"),
+                        Problem::Mode(m.get_ref().clone()),
+                    )
+                }
+            },
+        };
+
+        if g.tools.get_ref().is_empty() {
+            return self.err(Some(g.tools.span()), &key("tools"), Problem::NoTools);
+        }
+        let mut tools = Vec::new();
+        for t in g.tools.get_ref() {
+            let Some(tool) = ToolName::parse(t.get_ref()) else {
+                return self.err(
+                    Some(t.span()),
+                    &key("tools"),
+                    Problem::UnknownTool(t.get_ref().clone()),
+                );
+            };
+            if tools.contains(&tool) {
+                return self.err(
+                    Some(t.span()),
+                    &key("tools"),
+                    Problem::Repeated(t.get_ref().clone()),
+                );
+            }
+            tools.push(tool);
+        }
+
+        let mut paths = Vec::new();
+        for p in &g.paths {
+            let span = Some(p.path.span());
+            let path = self.absolute(p.path.get_ref(), span.clone(), &key("paths"))?;
+            check_grant_path(&path)
+                .or_else(|e| self.err(span.clone(), &key("paths"), Problem::Unmountable(e)))?;
+            match std::fs::metadata(&path) {
+                Ok(m) if m.is_dir() => {}
+                Ok(_) => {
+                    return self.err(
+                        span,
+                        &key("paths"),
+                        Problem::NotDirectory(p.path.get_ref().clone()),
+                    )
+                }
+                Err(_) => {
+                    return self.err(
+                        span,
+                        &key("paths"),
+                        Problem::Missing(p.path.get_ref().clone()),
+                    )
+                }
+            }
+            paths.push(GrantPath {
+                path,
+                write: p.write,
+            });
+        }
+
+        let mut hosts = Vec::new();
+        for h in &g.hosts {
+            if !proto::hosts::valid_host_pattern(h.get_ref()) {
+                return self.err(
+                    Some(h.span()),
+                    &key("hosts"),
+                    Problem::HostPattern(h.get_ref().clone()),
+                );
+            }
+            hosts.push(h.get_ref().clone());
+        }
+
+        let mut allow_addresses = Vec::new();
+        for a in &g.allow_addresses {
+            let span = Some(a.span());
+            let cidr = Cidr::parse(a.get_ref())
+                .or_else(|p| self.err(span.clone(), &key("allow_addresses"), p))?;
+            if let Some(range) = forbidden_overlap(&cidr) {
+                let problem = Problem::CidrForbidden(a.get_ref().clone(), range);
+                return self.err(span, &key("allow_addresses"), problem);
+            }
+            allow_addresses.push(cidr);
+        }
+
+        Ok(Grant {
+            mode,
+            tools,
+            paths,
+            hosts,
+            allow_addresses,
+        })
+    }
+
+    /// An absolute path written plainly (no `.` or `..`), trailing slash dropped.
+    fn absolute(
+        &self,
+        s: &str,
+        span: Option<std::ops::Range<usize>>,
+        key: &str,
+    ) -> Result<PathBuf, ConfigError> {
+        let path = Path::new(s);
+        if !path.is_absolute() {
+            return self.err(span, key, Problem::NotAbsolute(s.to_owned()));
+        }
+        if path
+            .components()
+            .any(|c| matches!(c, Component::CurDir | Component::ParentDir))
+            || s.contains("/./")
+            || s.ends_with("/.")
+        {
+            return self.err(span, key, Problem::NotPlain(s.to_owned()));
+        }
+        Ok(path.components().collect())
+    }
+}
+
+/// `sha256:<64 lowercase hex>` (an image ID) or `name@sha256:<64 lowercase hex>`.
+fn check_image(image: &str) -> Result<(), Problem> {
+    let is_digest = |d: &str| {
+        d.strip_prefix("sha256:").is_some_and(|h| {
+            h.len() == 64
+                && h.bytes()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        })
+    };
+    let pinned = match image.split_once('@') {
+        Some((name, digest)) => {
+            !name.is_empty()
+                && !name.starts_with('-')
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"._-/:".contains(&b))
+                && is_digest(digest)
+        }
+        None => is_digest(image),
+    };
+    if pinned {
+        return Ok(());
+    }
+    if !image.is_empty() && !image.contains('@') && !image.starts_with("sha256:") {
+        return Err(Problem::ImageTag(image.to_owned()));
+    }
+    Err(Problem::ImageNotPinned(image.to_owned()))
+}
+
+/// `512m` and the like, in bytes; `None` for anything podman would not read the same way.
+fn memory_bytes(s: &str) -> Option<u64> {
+    let (digits, unit) = match s.char_indices().last()? {
+        (i, c) if c.is_ascii_alphabetic() => (&s[..i], c.to_ascii_lowercase()),
+        _ => (s, 'b'),
+    };
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let shift = match unit {
+        'b' => 0,
+        'k' => 10,
+        'm' => 20,
+        'g' => 30,
+        _ => return None,
+    };
+    digits.parse::<u64>().ok()?.checked_mul(1 << shift)
+}
+
+/// A user name, a uid (number or digits), or `@group`.
+fn parse_client(v: &toml::Value) -> Option<Client> {
+    let name_ok = |n: &str| {
+        let b = n.as_bytes();
+        !b.is_empty()
+            && b.len() <= 32
+            && (b[0].is_ascii_lowercase() || b[0] == b'_')
+            && b.iter()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'_' || *c == b'-')
+    };
+    match v {
+        toml::Value::Integer(n) => u32::try_from(*n).ok().map(Client::Uid),
+        toml::Value::String(s) => {
+            if let Some(group) = s.strip_prefix('@') {
+                return name_ok(group).then(|| Client::Group(group.to_owned()));
+            }
+            if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) {
+                return s.parse().ok().map(Client::Uid);
+            }
+            name_ok(s).then(|| Client::User(s.clone()))
+        }
+        _ => None,
+    }
+}
+
+/// Grant names end up in labels (`notes/shell`); the identifier rule of DESIGN.md "Protocol".
+fn valid_grant_name(s: &str) -> bool {
+    (1..=64).contains(&s.len())
+        && s != "."
+        && s != ".."
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b))
+}
+
+/// The 1-based line and column (in characters) of byte `offset` in `text`.
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let mut offset = offset.min(text.len());
+    while !text.is_char_boundary(offset) {
+        offset -= 1;
+    }
+    let before = &text[..offset];
+    let line = before.matches('\n').count() + 1;
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    (line, before[line_start..].chars().count() + 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const IMAGE: &str =
+        "localhost/boxmaker-tools@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+    fn runner(extra: &str) -> String {
+        format!("[runner]\nimage = \"{IMAGE}\"\n{extra}\n")
+    }
+
+    #[test]
+    fn defaults_are_the_documented_ones() {
+        let c = parse(&runner(""), "config.toml").expect("minimal config");
+        assert_eq!(
+            c.broker,
+            BrokerConfig {
+                clients: vec![Client::User("loopd".into())],
+                audit_log: "/var/lib/boxmaker/audit.jsonl".into(),
+                timeout_ms: 120_000,
+                refusal_repeats: 5,
+                preview_chars: 50_000,
+                max_concurrent_calls: 4,
+                ticket_ttl_s: 600,
+                result_ttl_s: 600,
+                shutdown_grace_s: 30,
+            }
+        );
+        assert_eq!(
+            c.runner,
+            Some(RunnerConfig {
+                backend: Backend::Podman,
+                podman: "podman".into(),
+                image: IMAGE.into(),
+                egress_network: "pasta".into(),
+                output_cap: 262_144,
+                memory: "512m".into(),
+                pids: 128,
+                read_file_ms: 30_000,
+                write_file_ms: 30_000,
+                shell_ms: 100_000,
+                http_fetch_ms: 60_000,
+                enforce_limits: true,
+                egress_start_ms: 5_000,
+                home: "/var/lib/boxmaker".into(),
+            })
+        );
+        assert_eq!(c.bwrap, None);
+        assert!(c.grants.is_empty());
+        // No [runner]: no runner, every call refused (seed 003 section 6).
+        assert_eq!(parse("", "c").expect("empty config").runner, None);
+    }
+
+    #[test]
+    fn a_full_config() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (a, b) = (dir.path().join("notes"), dir.path().join("ref"));
+        std::fs::create_dir(&a).expect("mkdir");
+        std::fs::create_dir(&b).expect("mkdir");
+        let text = format!(
+            r#"
+[broker]
+clients = ["loopd", 1001, "2002", "@agents"]
+audit_log = "/var/log/boxmaker/audit.jsonl"
+timeout_ms = 200000
+refusal_repeats = 3
+preview_chars = 1000
+max_concurrent_calls = 2
+ticket_ttl_s = 60
+result_ttl_s = 60
+shutdown_grace_s = 0
+
+[runner]
+backend = "bwrap"
+podman = "/run/current-system/sw/bin/podman"
+image = "sha256:{hex}"
+egress_network = "slirp4netns"
+output_cap = 1024
+memory = "1g"
+pids = 64
+read_file_ms = 1000
+write_file_ms = 2000
+shell_ms = 150000
+http_fetch_ms = 90000
+enforce_limits = false
+egress_start_ms = 3000
+home = "/home/boxmaker/"
+
+[bwrap]
+tools_root = "/opt/tools-root"
+cgroup = "systemd-scope"
+
+[grants.notes]
+mode = "auto"
+tools = ["read_file", "write_file", "shell", "http_fetch"]
+paths = [ {{ path = "{a}", write = true }}, {{ path = "{b}/" }} ]
+hosts = ["docs.example.org", "*.example.net"]
+allow_addresses = ["192.168.1.0/24", "10.0.0.7", "2001:db8::/32"]
+
+[grants."read.only-1"]
+tools = ["read_file"]
+"#,
+            hex = "f".repeat(64),
+            a = a.display(),
+            b = b.display(),
+        );
+        let c = parse(&text, "full.toml").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            c.broker.clients,
+            vec![
+                Client::User("loopd".into()),
+                Client::Uid(1001),
+                Client::Uid(2002),
+                Client::Group("agents".into())
+            ]
+        );
+        assert_eq!(c.broker.shutdown_grace_s, 0);
+        let r = c.runner.expect("runner");
+        assert_eq!(r.backend, Backend::Bwrap);
+        assert_eq!(r.home, PathBuf::from("/home/boxmaker"));
+        assert!(!r.enforce_limits);
+        assert_eq!(
+            r.time_limit(ToolName::Shell),
+            Duration::from_millis(150_000)
+        );
+        assert_eq!(
+            r.time_limit(ToolName::ReadFile),
+            Duration::from_millis(1000)
+        );
+        assert_eq!(
+            c.bwrap,
+            Some(BwrapConfig {
+                tools_root: "/opt/tools-root".into(),
+                cgroup: CgroupMode::SystemdScope
+            })
+        );
+        let g = &c.grants["notes"];
+        assert_eq!(g.mode, Mode::Auto);
+        assert_eq!(g.tools, ToolName::ALL.to_vec());
+        assert_eq!(
+            g.paths,
+            vec![
+                GrantPath {
+                    path: a.clone(),
+                    write: true
+                },
+                GrantPath {
+                    path: b.clone(),
+                    write: false
+                }
+            ]
+        );
+        assert_eq!(g.hosts, vec!["docs.example.org", "*.example.net"]);
+        let cidrs: Vec<String> = g.allow_addresses.iter().map(|c| c.to_string()).collect();
+        assert_eq!(
+            cidrs,
+            vec!["192.168.1.0/24", "10.0.0.7/32", "2001:db8::/32"]
+        );
+        assert_eq!(c.grants["read.only-1"].mode, Mode::Safe);
+    }
+
+    #[test]
+    fn bad_configs_say_where_and_what() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let d = dir.path().display().to_string();
+        let file = dir.path().join("file");
+        std::fs::write(&file, "x").expect("write");
+        let f = file.display().to_string();
+        let colon = dir.path().join("a:b");
+        std::fs::create_dir(&colon).expect("mkdir");
+        let colon = colon.display().to_string();
+        let grant = |body: &str| format!("[grants.g]\ntools = [\"read_file\"]\n{body}\n");
+        // (config text, the whole expected error)
+        let cases: Vec<(String, String)> = vec![
+            (
+                "[runner]\nimage = \"boxmaker-tools:latest\"\n".into(),
+                "c.toml:2:9: runner.image: \"boxmaker-tools:latest\" is a tag; pin the image by content (sha256:<64 hex> or name@sha256:<64 hex>)".into(),
+            ),
+            (
+                format!("[runner]\nimage = \"x@sha256:{}\"\n", "A".repeat(64)),
+                format!("c.toml:2:9: runner.image: \"x@sha256:{}\" is not pinned by content; use sha256:<64 lowercase hex> or name@sha256:<64 lowercase hex>", "A".repeat(64)),
+            ),
+            (
+                format!("[runner]\nimage = \"sha256:{}\"\n", "a".repeat(63)),
+                format!("c.toml:2:9: runner.image: \"sha256:{}\" is not pinned by content; use sha256:<64 lowercase hex> or name@sha256:<64 lowercase hex>", "a".repeat(63)),
+            ),
+            (
+                "[runner]\npids = 4\n".into(),
+                "c.toml:1:1: runner.image: is required with backend = \"podman\": the tools image pinned by content (sha256:<64 hex> or name@sha256:<64 hex>)".into(),
+            ),
+            (
+                runner("shell_ms = 120000"),
+                "c.toml:3:12: runner.shell_ms: 120000 ms is not under broker.timeout_ms (120000 ms): loopd stops waiting then; to give a tool longer, raise both".into(),
+            ),
+            (
+                format!("[broker]\ntimeout_ms = 50000\n{}", runner("")),
+                "c.toml:2:14: runner.shell_ms: 100000 ms is not under broker.timeout_ms (50000 ms): loopd stops waiting then; to give a tool longer, raise both".into(),
+            ),
+            (
+                runner("http_fetch_ms = 116000"),
+                "c.toml:3:17: runner.http_fetch_ms: http_fetch_ms + egress_start_ms (121000 ms) is not under broker.timeout_ms (120000 ms): loopd waits for the proxy's start too".into(),
+            ),
+            (runner("read_file_ms = 0"), "c.toml:3:16: runner.read_file_ms: must be greater than 0".into()),
+            (runner("pids = 0"), "c.toml:3:8: runner.pids: must be greater than 0".into()),
+            (runner("output_cap = 0"), "c.toml:3:14: runner.output_cap: must be greater than 0".into()),
+            (
+                runner("memory = \"512 MB\""),
+                "c.toml:3:10: runner.memory: \"512 MB\" is not a memory size: digits and a unit b, k, m or g, like \"512m\", at least 6m".into(),
+            ),
+            (
+                runner("memory = \"1m\""),
+                "c.toml:3:10: runner.memory: \"1m\" is not a memory size: digits and a unit b, k, m or g, like \"512m\", at least 6m".into(),
+            ),
+            (
+                runner("egress_network = \"\""),
+                "c.toml:3:18: runner.egress_network: must not be empty or contain spaces or control characters".into(),
+            ),
+            (
+                runner("home = \"var/lib\""),
+                "c.toml:3:8: runner.home: \"var/lib\" is not an absolute path".into(),
+            ),
+            (
+                runner("home = \"/srv/a,b\""),
+                "c.toml:3:8: runner.home: \"/srv/a,b\" cannot be mounted: it contains ':' or ','".into(),
+            ),
+            (
+                runner("imag = \"x\""),
+                "c.toml:3:1: unknown field `imag`, expected one of `backend`, `podman`, `image`, `egress_network`, `output_cap`, `memory`, `pids`, `read_file_ms`, `write_file_ms`, `shell_ms`, `http_fetch_ms`, `enforce_limits`, `egress_start_ms`, `home`".into(),
+            ),
+            (
+                runner("backend = \"docker\""),
+                "c.toml:3:11: unknown variant `docker`, expected `podman` or `bwrap`".into(),
+            ),
+            ("[broker]\npids = 1\n".into(), "c.toml:2:1: unknown field `pids`, expected one of `clients`, `audit_log`, `timeout_ms`, `refusal_repeats`, `preview_chars`, `max_concurrent_calls`, `ticket_ttl_s`, `result_ttl_s`, `shutdown_grace_s`".into()),
+            ("[broker]\nclients = []\n".into(), "c.toml:2:11: broker.clients: must name at least one client".into()),
+            (
+                "[broker]\nclients = [\"Bad User\"]\n".into(),
+                "c.toml:2:12: broker.clients: \"Bad User\" is not a client: a user name, a uid, or \"@\" and a group name".into(),
+            ),
+            ("[broker]\nclients = [-1]\n".into(), "c.toml:2:12: broker.clients: -1 is not a client: a user name, a uid, or \"@\" and a group name".into()),
+            ("[broker]\nclients = [\"@\"]\n".into(), "c.toml:2:12: broker.clients: \"@\" is not a client: a user name, a uid, or \"@\" and a group name".into()),
+            ("[broker]\ntimeout_ms = -5\n".into(), "c.toml:2:14: invalid value: integer `-5`, expected u64".into()),
+            ("[broker]\naudit_log = \"/var/../etc/x\"\n".into(), "c.toml:2:13: broker.audit_log: \"/var/../etc/x\" must be written without . or .. components".into()),
+            ("[bwrap]\n".into(), "c.toml:1:1: bwrap: is accepted only with runner.backend = \"bwrap\"".into()),
+            (grant("mode = \"yolo\""), "c.toml:3:8: grants.g.mode: \"yolo\" is not a mode: use safe, ask or auto".into()),
+            (
+                "[grants.g]\ntools = [\"read_file\", \"exec\"]\n".into(),
+                "c.toml:2:23: grants.g.tools: \"exec\" is not a tool: the tools are read_file, write_file, shell and http_fetch".into(),
+            ),
+            ("[grants.g]\ntools = [\"shell\", \"shell\"]\n".into(), "c.toml:2:19: grants.g.tools: \"shell\" is listed twice".into()),
+            ("[grants.g]\ntools = []\n".into(), "c.toml:2:9: grants.g.tools: a grant needs at least one tool".into()),
+            ("[grants.g]\nmode = \"safe\"\n".into(), "c.toml:1:1: missing field `tools`".into()),
+            ("[grants.\"a b\"]\ntools = [\"shell\"]\n".into(), "c.toml:1:9: grants: \"a b\" is not a grant name: 1 to 64 of A-Z a-z 0-9 _ . -, not . or ..".into()),
+            (grant("paths = [{ path = \"srv\" }]"), "c.toml:3:19: grants.g.paths: \"srv\" is not an absolute path".into()),
+            (grant(&format!("paths = [{{ path = \"{d}/none\" }}]")), format!("c.toml:3:19: grants.g.paths: \"{d}/none\" does not exist or cannot be read by brokerd")),
+            (grant(&format!("paths = [{{ path = \"{f}\" }}]")), format!("c.toml:3:19: grants.g.paths: \"{f}\" is not a directory")),
+            (grant(&format!("paths = [{{ path = \"{colon}\" }}]")), format!("c.toml:3:19: grants.g.paths: \"{colon}\" cannot be mounted: it contains ':' or ','")),
+            (grant(&format!("paths = [{{ path = \"{d}\", mode = \"rw\" }}]")), "c.toml:3:".to_string()),
+            (grant("hosts = [\"*.com\"]"), "c.toml:3:10: grants.g.hosts: \"*.com\" is not a host pattern: a host name like docs.example.org, or *. and a name like *.example.net".into()),
+            (grant("hosts = [\"10.0.0.1\"]"), "c.toml:3:10: grants.g.hosts: \"10.0.0.1\" is not a host pattern: a host name like docs.example.org, or *. and a name like *.example.net".into()),
+            (grant("allow_addresses = [\"10.1.2.3/8\"]"), "c.toml:3:20: grants.g.allow_addresses: \"10.1.2.3/8\" has bits set past its prefix; did you mean 10.0.0.0/8?".into()),
+            (grant("allow_addresses = [\"10.0.0.0/33\"]"), "c.toml:3:20: grants.g.allow_addresses: \"10.0.0.0/33\" is not an address range like 192.168.1.0/24, 2001:db8::/32 or one address".into()),
+            (grant("allow_addresses = [\"example.com\"]"), "c.toml:3:20: grants.g.allow_addresses: \"example.com\" is not an address range like 192.168.1.0/24, 2001:db8::/32 or one address".into()),
+            (grant("allow_addresses = [\"127.0.0.1\"]"), "c.toml:3:20: grants.g.allow_addresses: \"127.0.0.1\" overlaps 127.0.0.0/8 (loopback), which http_fetch may never reach".into()),
+        ];
+        for (text, want) in cases {
+            let got = parse(&text, "c.toml")
+                .map(|_| ())
+                .expect_err(&text)
+                .to_string();
+            assert!(
+                got.starts_with(&want),
+                "config:\n{text}\ngot:  {got}\nwant: {want}"
+            );
+            if !want.ends_with(':') {
+                assert_eq!(got, want, "config:\n{text}");
+            }
+        }
+    }
+
+    #[test]
+    fn allow_addresses_never_reach_the_forbidden_ranges() {
+        // (range, allowed)
+        let cases = [
+            ("192.168.0.0/16", true),
+            ("10.0.0.0/8", true),
+            ("172.16.0.0/12", true),
+            ("198.51.100.0/24", true),
+            ("100.63.255.255", true),
+            ("100.128.0.0/9", true),
+            ("169.253.255.255", true),
+            ("1.0.0.0/8", true),
+            ("fd00::/8", true),
+            ("2001:db8::1", true),
+            ("::2", false),
+            ("fc00::1", true),
+            ("0.0.0.0/0", false),
+            ("0.0.0.0", false),
+            ("0.1.2.3", false),
+            ("127.0.0.1", false),
+            ("126.0.0.0/7", false),
+            ("169.254.169.254", false),
+            ("169.0.0.0/8", false),
+            ("100.64.0.0/10", false),
+            ("100.100.100.100", false),
+            ("100.0.0.0/8", false),
+            ("224.0.0.1", false),
+            ("239.255.255.255", false),
+            ("192.0.0.0/2", false),
+            ("::/0", false),
+            ("::1", false),
+            ("::", false),
+            ("fe80::1", false),
+            ("febf::/16", false),
+            ("ff02::1", false),
+            ("::ffff:127.0.0.1", false),
+            ("::ffff:0:0/96", false),
+            ("::ffff:169.254.0.0/112", false),
+            ("64:ff9b::7f00:1", false),
+            ("::7f00:1", false),
+            ("::ffff:192.168.1.1", true),
+        ];
+        for (s, allowed) in cases {
+            let cidr = Cidr::parse(s).unwrap_or_else(|p| panic!("{s}: {p}"));
+            assert_eq!(forbidden_overlap(&cidr).is_none(), allowed, "{s}");
+        }
+    }
+
+    #[test]
+    fn memory_sizes() {
+        let cases = [
+            ("512m", Some(512 << 20)),
+            ("1g", Some(1 << 30)),
+            ("1G", Some(1 << 30)),
+            ("6291456", Some(6 << 20)),
+            ("64k", Some(64 << 10)),
+            ("m", None),
+            ("-1m", None),
+            ("1.5g", None),
+            ("1t", None),
+            ("", None),
+            ("99999999999999999999g", None),
+        ];
+        for (s, want) in cases {
+            assert_eq!(memory_bytes(s), want, "{s}");
+        }
+    }
+
+    #[test]
+    fn load_names_the_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("brokerd.toml");
+        std::fs::write(&path, "[runner]\nimage = \"x:1\"\n").expect("write");
+        let e = load(&path).expect_err("tag").to_string();
+        assert!(
+            e.starts_with(&format!("{}:2:9: runner.image:", path.display())),
+            "{e}"
+        );
+        let e = load(&dir.path().join("none.toml"))
+            .expect_err("missing")
+            .to_string();
+        assert!(e.contains("none.toml: cannot read the config:"), "{e}");
+    }
+}
