@@ -397,8 +397,18 @@ mod tests {
             assert_eq!(c.to_string(), shown, "{input}");
         }
         let syntax = [
-            "", "/", "192.0.2.0/", "/24", "192.0.2/24", "192.0.2.0/+24", "192.0.2.0/024x",
-            "example.com", "192.0.2.0/24/1", " 192.0.2.0/24", "[::1]", "192.0.2.0/1000",
+            "",
+            "/",
+            "192.0.2.0/",
+            "/24",
+            "192.0.2/24",
+            "192.0.2.0/+24",
+            "192.0.2.0/024x",
+            "example.com",
+            "192.0.2.0/24/1",
+            " 192.0.2.0/24",
+            "[::1]",
+            "192.0.2.0/1000",
         ];
         for input in syntax {
             assert!(
@@ -451,7 +461,10 @@ mod tests {
         ];
         for input in refused {
             assert!(
-                matches!(parse_allow_address(input), Err(CidrError::NeverAllowed(_, _))),
+                matches!(
+                    parse_allow_address(input),
+                    Err(CidrError::NeverAllowed(_, _))
+                ),
                 "{input} must be refused"
             );
         }
@@ -468,7 +481,10 @@ mod tests {
             "100.128.0.0/10",
         ];
         for input in allowed {
-            assert!(parse_allow_address(input).is_ok(), "{input} must be accepted");
+            assert!(
+                parse_allow_address(input).is_ok(),
+                "{input} must be accepted"
+            );
         }
     }
 

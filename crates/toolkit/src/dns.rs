@@ -189,7 +189,9 @@ impl Resolver {
         query.metadata.recursion_desired = true;
         query.add_query(Query::query(name.clone(), rtype));
         let id = query.metadata.id;
-        let packet = query.to_vec().map_err(|_| DnsError::BadName(name.to_string()))?;
+        let packet = query
+            .to_vec()
+            .map_err(|_| DnsError::BadName(name.to_string()))?;
         let question = Question { id, name, rtype };
 
         let mut last = DnsError::Timeout;
@@ -201,9 +203,12 @@ impl Resolver {
                 }
                 let try_deadline = deadline.min(now + self.try_timeout);
                 let answer = match udp_try(server, &packet, &question, try_deadline) {
-                    Ok(m) if m.metadata.truncation => {
-                        tcp_try(server, &packet, &question, deadline.min(now + self.try_timeout * 2))
-                    }
+                    Ok(m) if m.metadata.truncation => tcp_try(
+                        server,
+                        &packet,
+                        &question,
+                        deadline.min(now + self.try_timeout * 2),
+                    ),
                     other => other,
                 };
                 match answer {
@@ -301,8 +306,13 @@ fn tcp_try(
     question: &Question<'_>,
     deadline: Instant,
 ) -> Result<Message, DnsError> {
-    let mut stream = TcpStream::connect_timeout(&server, remaining(deadline)?)
-        .map_err(|e| if is_timeout(&e) { DnsError::Timeout } else { DnsError::Io(e) })?;
+    let mut stream = TcpStream::connect_timeout(&server, remaining(deadline)?).map_err(|e| {
+        if is_timeout(&e) {
+            DnsError::Timeout
+        } else {
+            DnsError::Io(e)
+        }
+    })?;
     let len = u16::try_from(packet.len()).map_err(|_| DnsError::BadAnswer)?;
     let mut framed = Vec::with_capacity(packet.len() + 2);
     framed.extend_from_slice(&len.to_be_bytes());
@@ -323,7 +333,11 @@ fn tcp_try(
 }
 
 /// `read_exact` where the deadline bounds the whole read, not each `read` call.
-fn read_exact_by(stream: &mut TcpStream, buf: &mut [u8], deadline: Instant) -> Result<(), DnsError> {
+fn read_exact_by(
+    stream: &mut TcpStream,
+    buf: &mut [u8],
+    deadline: Instant,
+) -> Result<(), DnsError> {
     let mut done = 0;
     while done < buf.len() {
         stream.set_read_timeout(Some(remaining(deadline)?))?;
@@ -440,7 +454,11 @@ pub(crate) mod tests {
         RData::CNAME(CNAME(Name::from_ascii(target).expect("test name")))
     }
 
-    fn response(query: &Message, records: &[(&'static str, RData)], rcode: ResponseCode) -> Vec<u8> {
+    fn response(
+        query: &Message,
+        records: &[(&'static str, RData)],
+        rcode: ResponseCode,
+    ) -> Vec<u8> {
         let mut m = Message::response(query.metadata.id, OpCode::Query);
         m.metadata.response_code = rcode;
         m.metadata.recursion_available = true;
@@ -469,7 +487,8 @@ pub(crate) mod tests {
             let addr = udp.local_addr().expect("addr");
             let stop = Arc::new(AtomicBool::new(false));
             let queries = Arc::new(AtomicUsize::new(0));
-            udp.set_read_timeout(Some(Duration::from_millis(50))).expect("timeout");
+            udp.set_read_timeout(Some(Duration::from_millis(50)))
+                .expect("timeout");
             tcp.set_nonblocking(true).expect("nonblocking");
             let lookup = {
                 let table = table.clone();
@@ -503,15 +522,20 @@ pub(crate) mod tests {
                             Behaviour::Records(r) => send(&response(&q, &r, ResponseCode::NoError)),
                             Behaviour::Rcode(c) => send(&response(&q, &[], c)),
                             Behaviour::Truncated(_) => {
-                                let mut m = Message::from_vec(&response(&q, &[], ResponseCode::NoError))
-                                    .expect("own answer");
+                                let mut m =
+                                    Message::from_vec(&response(&q, &[], ResponseCode::NoError))
+                                        .expect("own answer");
                                 m.metadata.truncation = true;
                                 send(&m.to_vec().expect("encode"));
                             }
                             Behaviour::WrongIdFirst(r) => {
                                 let mut wrong = q.clone();
                                 wrong.metadata.id = q.metadata.id.wrapping_add(1);
-                                send(&response(&wrong, &[("evil.example.", a("6.6.6.6"))], ResponseCode::NoError));
+                                send(&response(
+                                    &wrong,
+                                    &[("evil.example.", a("6.6.6.6"))],
+                                    ResponseCode::NoError,
+                                ));
                                 send(&response(&q, &r, ResponseCode::NoError));
                             }
                             Behaviour::WrongQuestionFirst(r) => {
@@ -520,7 +544,11 @@ pub(crate) mod tests {
                                     Name::from_ascii("evil.example.").expect("name"),
                                     RecordType::A,
                                 )];
-                                send(&response(&other, &[("evil.example.", a("6.6.6.6"))], ResponseCode::NoError));
+                                send(&response(
+                                    &other,
+                                    &[("evil.example.", a("6.6.6.6"))],
+                                    ResponseCode::NoError,
+                                ));
                                 send(&response(&q, &r, ResponseCode::NoError));
                             }
                             Behaviour::GarbageFirst(r) => {
@@ -529,7 +557,8 @@ pub(crate) mod tests {
                             }
                             Behaviour::FromElsewhere(r) => {
                                 if let Ok(other) = UdpSocket::bind("127.0.0.1:0") {
-                                    let _ = other.send_to(&response(&q, &r, ResponseCode::NoError), from);
+                                    let _ = other
+                                        .send_to(&response(&q, &r, ResponseCode::NoError), from);
                                 }
                             }
                             Behaviour::Silent => {}
@@ -585,7 +614,9 @@ pub(crate) mod tests {
     }
 
     fn ips(list: &[&str]) -> Vec<IpAddr> {
-        list.iter().map(|s| s.parse().expect("test address")).collect()
+        list.iter()
+            .map(|s| s.parse().expect("test address"))
+            .collect()
     }
 
     use Behaviour::*;
@@ -604,26 +635,44 @@ pub(crate) mod tests {
         let rows: Vec<Row> = vec![
             (
                 vec![
-                    (("www.example.", TA), Records(vec![("www.example.", a("192.0.2.1")), ("www.example.", a("192.0.2.2"))])),
-                    (("www.example.", TAAAA), Records(vec![("www.example.", aaaa("2001:db8::1"))])),
+                    (
+                        ("www.example.", TA),
+                        Records(vec![
+                            ("www.example.", a("192.0.2.1")),
+                            ("www.example.", a("192.0.2.2")),
+                        ]),
+                    ),
+                    (
+                        ("www.example.", TAAAA),
+                        Records(vec![("www.example.", aaaa("2001:db8::1"))]),
+                    ),
                 ],
                 "www.example",
                 Ok(ips(&["192.0.2.1", "192.0.2.2", "2001:db8::1"])),
             ),
             // Case and a trailing dot do not matter.
             (
-                vec![(("www.example.", TA), Records(vec![("www.example.", a("192.0.2.1"))])), (("www.example.", TAAAA), empty())],
+                vec![
+                    (
+                        ("www.example.", TA),
+                        Records(vec![("www.example.", a("192.0.2.1"))]),
+                    ),
+                    (("www.example.", TAAAA), empty()),
+                ],
                 "WWW.Example.",
                 Ok(ips(&["192.0.2.1"])),
             ),
             // A whole chain in one answer.
             (
                 vec![
-                    (("www.example.", TA), Records(vec![
-                        ("www.example.", cname("a.example.")),
-                        ("a.example.", cname("b.example.")),
-                        ("b.example.", a("192.0.2.7")),
-                    ])),
+                    (
+                        ("www.example.", TA),
+                        Records(vec![
+                            ("www.example.", cname("a.example.")),
+                            ("a.example.", cname("b.example.")),
+                            ("b.example.", a("192.0.2.7")),
+                        ]),
+                    ),
                     (("www.example.", TAAAA), empty()),
                 ],
                 "www.example",
@@ -632,9 +681,18 @@ pub(crate) mod tests {
             // A chain that needs a second question.
             (
                 vec![
-                    (("www.example.", TA), Records(vec![("www.example.", cname("cdn.example."))])),
-                    (("www.example.", TAAAA), Records(vec![("www.example.", cname("cdn.example."))])),
-                    (("cdn.example.", TA), Records(vec![("cdn.example.", a("192.0.2.9"))])),
+                    (
+                        ("www.example.", TA),
+                        Records(vec![("www.example.", cname("cdn.example."))]),
+                    ),
+                    (
+                        ("www.example.", TAAAA),
+                        Records(vec![("www.example.", cname("cdn.example."))]),
+                    ),
+                    (
+                        ("cdn.example.", TA),
+                        Records(vec![("cdn.example.", a("192.0.2.9"))]),
+                    ),
                     (("cdn.example.", TAAAA), empty()),
                 ],
                 "www.example",
@@ -643,7 +701,10 @@ pub(crate) mod tests {
             // Records for names outside the chain are not believed.
             (
                 vec![
-                    (("www.example.", TA), Records(vec![("other.example.", a("6.6.6.6"))])),
+                    (
+                        ("www.example.", TA),
+                        Records(vec![("other.example.", a("6.6.6.6"))]),
+                    ),
                     (("www.example.", TAAAA), empty()),
                 ],
                 "www.example",
@@ -652,8 +713,14 @@ pub(crate) mod tests {
             // A loop of aliases ends.
             (
                 vec![
-                    (("loop.example.", TA), Records(vec![("loop.example.", cname("loop2.example."))])),
-                    (("loop2.example.", TA), Records(vec![("loop2.example.", cname("loop.example."))])),
+                    (
+                        ("loop.example.", TA),
+                        Records(vec![("loop.example.", cname("loop2.example."))]),
+                    ),
+                    (
+                        ("loop2.example.", TA),
+                        Records(vec![("loop2.example.", cname("loop.example."))]),
+                    ),
                     (("loop.example.", TAAAA), empty()),
                 ],
                 "loop.example",
@@ -661,14 +728,20 @@ pub(crate) mod tests {
             ),
             (vec![], "nowhere.example", Err("no such name")),
             (
-                vec![(("www.example.", TA), Rcode(ResponseCode::Refused)), (("www.example.", TAAAA), Rcode(ResponseCode::Refused))],
+                vec![
+                    (("www.example.", TA), Rcode(ResponseCode::Refused)),
+                    (("www.example.", TAAAA), Rcode(ResponseCode::Refused)),
+                ],
                 "www.example",
                 Err("the nameserver answered Query Refused"),
             ),
             // Truncated over UDP: asked again over TCP.
             (
                 vec![
-                    (("big.example.", TA), Truncated(vec![("big.example.", a("192.0.2.3"))])),
+                    (
+                        ("big.example.", TA),
+                        Truncated(vec![("big.example.", a("192.0.2.3"))]),
+                    ),
                     (("big.example.", TAAAA), Truncated(vec![])),
                 ],
                 "big.example",
@@ -676,34 +749,67 @@ pub(crate) mod tests {
             ),
             // Packets that do not fit the question are ignored, the right one is taken.
             (
-                vec![(("www.example.", TA), WrongIdFirst(vec![("www.example.", a("192.0.2.4"))])), (("www.example.", TAAAA), empty())],
+                vec![
+                    (
+                        ("www.example.", TA),
+                        WrongIdFirst(vec![("www.example.", a("192.0.2.4"))]),
+                    ),
+                    (("www.example.", TAAAA), empty()),
+                ],
                 "www.example",
                 Ok(ips(&["192.0.2.4"])),
             ),
             (
-                vec![(("www.example.", TA), WrongQuestionFirst(vec![("www.example.", a("192.0.2.5"))])), (("www.example.", TAAAA), empty())],
+                vec![
+                    (
+                        ("www.example.", TA),
+                        WrongQuestionFirst(vec![("www.example.", a("192.0.2.5"))]),
+                    ),
+                    (("www.example.", TAAAA), empty()),
+                ],
                 "www.example",
                 Ok(ips(&["192.0.2.5"])),
             ),
             (
-                vec![(("www.example.", TA), GarbageFirst(vec![("www.example.", a("192.0.2.6"))])), (("www.example.", TAAAA), empty())],
+                vec![
+                    (
+                        ("www.example.", TA),
+                        GarbageFirst(vec![("www.example.", a("192.0.2.6"))]),
+                    ),
+                    (("www.example.", TAAAA), empty()),
+                ],
                 "www.example",
                 Ok(ips(&["192.0.2.6"])),
             ),
             // An answer from an address that was not asked is never believed.
             (
-                vec![(("www.example.", TA), FromElsewhere(vec![("www.example.", a("6.6.6.6"))])), (("www.example.", TAAAA), FromElsewhere(vec![]))],
+                vec![
+                    (
+                        ("www.example.", TA),
+                        FromElsewhere(vec![("www.example.", a("6.6.6.6"))]),
+                    ),
+                    (("www.example.", TAAAA), FromElsewhere(vec![])),
+                ],
                 "www.example",
                 Err("no nameserver answered in time"),
             ),
             // One type failing does not lose the other.
             (
-                vec![(("www.example.", TA), Records(vec![("www.example.", a("192.0.2.8"))])), (("www.example.", TAAAA), Silent)],
+                vec![
+                    (
+                        ("www.example.", TA),
+                        Records(vec![("www.example.", a("192.0.2.8"))]),
+                    ),
+                    (("www.example.", TAAAA), Silent),
+                ],
                 "www.example",
                 Ok(ips(&["192.0.2.8"])),
             ),
             (
-                vec![(("www.example.", TA), Silent), (("www.example.", TAAAA), Silent)],
+                vec![
+                    (("www.example.", TA), Silent),
+                    (("www.example.", TAAAA), Silent),
+                ],
                 "www.example",
                 Err("no nameserver answered in time"),
             ),
@@ -713,7 +819,10 @@ pub(crate) mod tests {
             let started = Instant::now();
             let got = quick(vec![dns.addr]).lookup(host);
             // Bounded: the whole lookup never outlives its total timeout by much.
-            assert!(started.elapsed() < Duration::from_secs(5), "{host}: too slow");
+            assert!(
+                started.elapsed() < Duration::from_secs(5),
+                "{host}: too slow"
+            );
             match (got, want) {
                 (Ok(got), Ok(want)) => assert_eq!(got, want, "{host}"),
                 (Err(e), Err(want)) => assert_eq!(e.to_string(), want, "{host}"),
@@ -729,7 +838,10 @@ pub(crate) mod tests {
             (("www.example.", TAAAA), Rcode(ResponseCode::ServFail)),
         ]);
         let good = FakeDns::start(vec![
-            (("www.example.", TA), Records(vec![("www.example.", a("192.0.2.1"))])),
+            (
+                ("www.example.", TA),
+                Records(vec![("www.example.", a("192.0.2.1"))]),
+            ),
             (("www.example.", TAAAA), Records(vec![])),
         ]);
         let got = quick(vec![broken.addr, good.addr]).lookup("www.example");
@@ -742,7 +854,10 @@ pub(crate) mod tests {
         let dns = FakeDns::start(vec![]);
         for name in ["", "a..b", &"x".repeat(300)] {
             assert!(
-                matches!(quick(vec![dns.addr]).lookup(name), Err(DnsError::BadName(_))),
+                matches!(
+                    quick(vec![dns.addr]).lookup(name),
+                    Err(DnsError::BadName(_))
+                ),
                 "{name:?}"
             );
         }
@@ -776,11 +891,20 @@ pub(crate) mod tests {
     fn resolv_conf_from_a_file() {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("resolv.conf");
-        assert!(matches!(Resolver::from_resolv_conf(&path), Err(DnsError::ReadConf(_, _))));
+        assert!(matches!(
+            Resolver::from_resolv_conf(&path),
+            Err(DnsError::ReadConf(_, _))
+        ));
         std::fs::write(&path, "search example\n").expect("write");
-        assert!(matches!(Resolver::from_resolv_conf(&path), Err(DnsError::NoServers(_))));
+        assert!(matches!(
+            Resolver::from_resolv_conf(&path),
+            Err(DnsError::NoServers(_))
+        ));
         std::fs::write(&path, "nameserver 127.0.0.1\n").expect("write");
         let r = Resolver::from_resolv_conf(&path).expect("resolver");
-        assert_eq!(r.servers(), &["127.0.0.1:53".parse::<SocketAddr>().expect("addr")]);
+        assert_eq!(
+            r.servers(),
+            &["127.0.0.1:53".parse::<SocketAddr>().expect("addr")]
+        );
     }
 }
