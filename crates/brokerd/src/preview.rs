@@ -1,1 +1,284 @@
-//! (being written)
+//! The answer's preview and the store of whole outputs (DESIGN.md "Output").
+//!
+//! The model gets at most `preview_chars` characters, head and tail kept, with a marker line
+//! saying how much was cut; the whole (capped) output stays retrievable by `result_id` for a
+//! while. Everything counts characters, never bytes, and never splits a character.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+/// The marker line put where the middle was cut.
+fn marker(cut: usize) -> String {
+    format!(
+        "\n[... {cut} characters cut; the whole output: page through it with its result_id ...]\n"
+    )
+}
+
+/// Keeps the head and tail of `content` within `max_chars` characters, the marker included.
+/// Returns the preview and whether anything was cut.
+pub fn preview(content: &str, max_chars: usize) -> (String, bool) {
+    let total = content.chars().count();
+    if total <= max_chars {
+        return (content.to_string(), false);
+    }
+    // The marker's length depends on the number it carries; two rounds settle it.
+    let mut keep = 0;
+    let mut mark = marker(total);
+    for _ in 0..3 {
+        let mark_len = mark.chars().count();
+        if mark_len >= max_chars {
+            // No room for a marker: the head alone, still within the budget.
+            return (content.chars().take(max_chars).collect(), true);
+        }
+        keep = max_chars - mark_len;
+        mark = marker(total - keep);
+    }
+    let head_n = keep.div_ceil(2);
+    let tail_n = keep - head_n;
+    let head_end = byte_at_char(content, head_n);
+    let tail_start = byte_at_char(content, total - tail_n);
+    let mut out = String::with_capacity(head_end + mark.len() + (content.len() - tail_start));
+    out.push_str(&content[..head_end]);
+    out.push_str(&mark);
+    out.push_str(&content[tail_start..]);
+    (out, true)
+}
+
+/// The byte offset of the `n`th character (the length when past the end).
+fn byte_at_char(s: &str, n: usize) -> usize {
+    s.char_indices().nth(n).map(|(i, _)| i).unwrap_or(s.len())
+}
+
+/// The time, replaceable in tests.
+pub trait Clock {
+    fn now(&self) -> Instant;
+}
+
+/// The real monotonic clock.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> Instant {
+        Instant::now()
+    }
+}
+
+struct Stored {
+    id: String,
+    at: Instant,
+    content: String,
+}
+
+/// Whole outputs by `result_id`, kept for a TTL and within a bound on their total bytes
+/// (the oldest go first). Lives in memory only.
+pub struct ResultStore<C: Clock = SystemClock> {
+    clock: C,
+    ttl: Duration,
+    max_bytes: usize,
+    total_bytes: usize,
+    next: u64,
+    entries: VecDeque<Stored>,
+}
+
+impl ResultStore<SystemClock> {
+    pub fn new(ttl: Duration, max_bytes: usize) -> Self {
+        ResultStore::with_clock(SystemClock, ttl, max_bytes)
+    }
+}
+
+impl<C: Clock> ResultStore<C> {
+    pub fn with_clock(clock: C, ttl: Duration, max_bytes: usize) -> Self {
+        ResultStore {
+            clock,
+            ttl,
+            max_bytes,
+            total_bytes: 0,
+            next: 0,
+            entries: VecDeque::new(),
+        }
+    }
+
+    /// Stores an output and gives its id, or `None` when it alone exceeds the byte bound.
+    pub fn put(&mut self, content: String) -> Option<String> {
+        self.expire();
+        if content.len() > self.max_bytes {
+            return None;
+        }
+        while self.total_bytes + content.len() > self.max_bytes {
+            match self.entries.pop_front() {
+                Some(old) => self.total_bytes -= old.content.len(),
+                None => break,
+            }
+        }
+        self.next += 1;
+        let id = format!("r{}", self.next);
+        self.total_bytes += content.len();
+        self.entries.push_back(Stored {
+            id: id.clone(),
+            at: self.clock.now(),
+            content,
+        });
+        Some(id)
+    }
+
+    /// Up to `page_chars` characters from character `offset_chars`, and the offset of the next
+    /// page (`None` at the end). `None` for an unknown or expired id.
+    pub fn page(
+        &mut self,
+        result_id: &str,
+        offset_chars: usize,
+        page_chars: usize,
+    ) -> Option<(String, Option<usize>)> {
+        self.expire();
+        let e = self.entries.iter().find(|e| e.id == result_id)?;
+        let start = byte_at_char(&e.content, offset_chars);
+        let rest = &e.content[start..];
+        let end = byte_at_char(rest, page_chars);
+        let page = rest[..end].to_string();
+        let next = if end < rest.len() {
+            Some(offset_chars + page_chars)
+        } else {
+            None
+        };
+        Some((page, next))
+    }
+
+    /// How many outputs are held (after expiry).
+    pub fn len(&mut self) -> usize {
+        self.expire();
+        self.entries.len()
+    }
+
+    pub fn is_empty(&mut self) -> bool {
+        self.len() == 0
+    }
+
+    fn expire(&mut self) {
+        let now = self.clock.now();
+        while let Some(front) = self.entries.front() {
+            if now.saturating_duration_since(front.at) < self.ttl {
+                break;
+            }
+            self.total_bytes -= front.content.len();
+            self.entries.pop_front();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::Cell;
+    use std::rc::Rc;
+
+    #[test]
+    fn previews() {
+        let long: String = "abcdefghij".repeat(100); // 1000 chars
+        let wide: String = "é€😀".repeat(300); // 900 chars, multi-byte
+                                               // (content, max_chars, cut)
+        let cases: Vec<(&str, usize, bool)> = vec![
+            ("", 10, false),
+            ("short", 10, false),
+            ("exactly10!", 10, false),
+            (&long, 1000, false),
+            (&long, 999, true),
+            (&long, 200, true),
+            (&wide, 200, true),
+            (&long, 5, true),
+            (&long, 0, true),
+        ];
+        for (content, max, cut) in cases {
+            let (p, was_cut) = preview(content, max);
+            assert_eq!(was_cut, cut, "{max}");
+            assert!(p.chars().count() <= max, "{max}: {}", p.chars().count());
+            if !cut {
+                assert_eq!(p, content);
+            }
+        }
+    }
+
+    #[test]
+    fn preview_keeps_head_tail_and_names_the_cut() {
+        let content: String = (0..1000)
+            .map(|i| char::from(b'a' + (i % 26) as u8))
+            .collect();
+        let (p, cut) = preview(&content, 200);
+        assert!(cut);
+        assert_eq!(p.chars().count(), 200);
+        // What is kept plus what the marker says was cut is the whole.
+        let n_cut: usize = p
+            .split("[... ")
+            .nth(1)
+            .and_then(|r| r.split(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0);
+        let kept = 200 - marker(n_cut).chars().count();
+        assert_eq!(kept + n_cut, 1000, "{p}");
+        assert!(p.starts_with(&content[..50]));
+        assert!(p.ends_with(&content[content.len() - 50..]));
+        // Multi-byte content is cut between characters.
+        let wide: String = "é😀".repeat(500);
+        let (p, _) = preview(&wide, 150);
+        assert!(p.chars().count() <= 150);
+        assert!(p.starts_with('é') && p.ends_with('😀'));
+    }
+
+    #[derive(Clone)]
+    struct FakeClock(Rc<Cell<Instant>>);
+    impl Clock for FakeClock {
+        fn now(&self) -> Instant {
+            self.0.get()
+        }
+    }
+
+    #[test]
+    fn store_pages_by_characters() {
+        let clock = FakeClock(Rc::new(Cell::new(Instant::now())));
+        let mut s = ResultStore::with_clock(clock, Duration::from_secs(600), 1 << 20);
+        let id = s.put("aé😀bcdefg".to_string()).unwrap_or_default();
+        assert_eq!(id, "r1");
+        // (offset, page, expected text, next)
+        let cases = [
+            (0, 3, "aé😀", Some(3)),
+            (3, 3, "bcd", Some(6)),
+            (6, 3, "efg", None),
+            (6, 10, "efg", None),
+            (9, 3, "", None),
+            (50, 3, "", None),
+            (0, 0, "", Some(0)),
+        ];
+        for (offset, n, text, next) in cases {
+            assert_eq!(
+                s.page(&id, offset, n),
+                Some((text.to_string(), next)),
+                "{offset}+{n}"
+            );
+        }
+        assert_eq!(s.page("r99", 0, 3), None);
+        assert_eq!(s.put(String::new()).as_deref(), Some("r2"));
+    }
+
+    #[test]
+    fn store_expires_and_stays_bounded() {
+        let t0 = Instant::now();
+        let cell = Rc::new(Cell::new(t0));
+        let mut s = ResultStore::with_clock(FakeClock(cell.clone()), Duration::from_secs(10), 10);
+        let a = s.put("aaaa".into()).unwrap_or_default();
+        let b = s.put("bbbb".into()).unwrap_or_default();
+        assert_eq!(s.len(), 2);
+        // A third output over the byte bound pushes out the oldest.
+        let c = s.put("cccc".into()).unwrap_or_default();
+        assert_eq!(s.page(&a, 0, 4), None);
+        assert!(s.page(&b, 0, 4).is_some());
+        assert!(s.page(&c, 0, 4).is_some());
+        // Larger than the whole bound: not stored.
+        assert_eq!(s.put("x".repeat(11)), None);
+        // Past the TTL everything is gone.
+        cell.set(t0 + Duration::from_secs(10));
+        assert_eq!(s.page(&b, 0, 4), None);
+        assert!(s.is_empty());
+        let d = s.put("dddddddddd".into()).unwrap_or_default();
+        assert!(s.page(&d, 0, 4).is_some());
+    }
+}
