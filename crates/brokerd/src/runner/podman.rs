@@ -1,1 +1,704 @@
-//! (being written)
+//! The Podman runtime: one fresh rootless container per call (seed 003 section 6).
+//!
+//! The argument lists are built by [`PodmanRuntime::tool_args`] and
+//! [`PodmanRuntime::egress_args`], in the seed's order, as separate `OsString`s (never a shell
+//! string); golden files under `tests/fixtures/podman/` hold them byte for byte.
+//!
+//! Every podman process brokerd starts runs in its own process group and is waited for with a
+//! bound, so a podman that hangs cannot hang a call past its time limit plus
+//! [`HELPER_TIMEOUT`]s. If a container or proxy that brokerd asked to die cannot be confirmed
+//! gone, the runtime is poisoned and http_fetch answers `unavailable` until restart (DESIGN.md
+//! "Runners", containment poisoning).
+
+use std::ffi::OsString;
+use std::io::{ErrorKind, Read, Write};
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use super::{Egress, Failure, RunError, RunOutput, RunSpec, Runner, Unavailable};
+use crate::args::check_grant_path;
+use crate::config::RunnerConfig;
+
+/// How long a podman `kill` or `rm` may take before brokerd gives up on it.
+pub const HELPER_TIMEOUT: Duration = Duration::from_secs(10);
+/// How much of podman's standard error is kept for the log (seed 003 section 6).
+pub const STDERR_KEEP: usize = 4096;
+/// How often a running container is looked at.
+const POLL: Duration = Duration::from_millis(10);
+/// How long to wait for the last output once podman has exited: a process that inherited the
+/// pipe must not hold the answer.
+const DRAIN_GRACE: Duration = Duration::from_secs(2);
+/// Where the egress directory appears inside both containers, and the socket in it.
+const EGRESS_MOUNT: &str = "/run/egress";
+const EGRESS_SOCKET: &str = "egress.sock";
+
+/// Numbers the containers of this brokerd process (the `<n>` of seed 003 section 6).
+static CONTAINERS: AtomicU64 = AtomicU64::new(0);
+
+/// What brokerd's log says when nothing could run; each line ends with the runbook pointer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+enum Trouble {
+    #[error("podman could not be started")]
+    NoPodman,
+    #[error("podman could not start the container")]
+    PodmanFailed,
+    #[error("the egress directory could not be made")]
+    EgressDir,
+    #[error("the egress proxy did not start")]
+    ProxyFailed,
+    #[error("the egress proxy's socket did not appear in time")]
+    ProxySocket,
+    #[error("a container brokerd stopped earlier could not be confirmed gone, so http_fetch is off until restart")]
+    Poisoned,
+}
+
+/// Runs calls with rootless Podman.
+pub struct PodmanRuntime {
+    podman: PathBuf,
+    image: String,
+    egress_network: String,
+    output_cap: usize,
+    memory: String,
+    pids: u32,
+    home: PathBuf,
+    egress_start: Duration,
+    helper_timeout: Duration,
+    poisoned: AtomicBool,
+}
+
+impl PodmanRuntime {
+    pub fn new(config: &RunnerConfig) -> PodmanRuntime {
+        PodmanRuntime {
+            podman: config.podman.clone(),
+            image: config.image.clone(),
+            egress_network: config.egress_network.clone(),
+            output_cap: config.output_cap,
+            memory: config.memory.clone(),
+            pids: config.pids,
+            home: config.home.clone(),
+            egress_start: Duration::from_millis(config.egress_start_ms),
+            helper_timeout: HELPER_TIMEOUT,
+            poisoned: AtomicBool::new(false),
+        }
+    }
+
+    /// Bounds each podman `kill`, `rm` differently from [`HELPER_TIMEOUT`] (tests use a short
+    /// one).
+    pub fn with_helper_timeout(mut self, limit: Duration) -> PodmanRuntime {
+        self.helper_timeout = limit;
+        self
+    }
+
+    /// Whether a container or proxy that brokerd stopped could not be confirmed gone.
+    pub fn poisoned(&self) -> bool {
+        self.poisoned.load(Ordering::SeqCst)
+    }
+
+    /// `boxmaker-<session>-<call>-<n>`, n counting containers in this process.
+    pub fn container_name(spec: &RunSpec) -> String {
+        let n = CONTAINERS.fetch_add(1, Ordering::SeqCst) + 1;
+        format!("boxmaker-{}-{}-{n}", spec.session, spec.call)
+    }
+
+    /// `<home>/run/egress/<name>/`
+    pub fn egress_dir(&self, name: &str) -> PathBuf {
+        self.home.join("run").join("egress").join(name)
+    }
+
+    /// The tool container's `podman` arguments, in seed 003 section 6's order.
+    pub fn tool_args(&self, spec: &RunSpec, name: &str) -> Vec<OsString> {
+        let mut a: Vec<OsString> = vec![
+            "run".into(),
+            "--rm".into(),
+            "-i".into(),
+            format!("--name={name}").into(),
+            "--label=boxmaker=tool".into(),
+            "--network=none".into(),
+            "--read-only".into(),
+            "--cap-drop=all".into(),
+            "--security-opt=no-new-privileges".into(),
+            "--userns=keep-id".into(),
+            format!("--pids-limit={}", self.pids).into(),
+            format!("--memory={}", self.memory).into(),
+            "--tmpfs=/tmp:rw,size=64m,mode=1777".into(),
+        ];
+        for m in &spec.mounts {
+            a.push(volume(&m.path, &m.path, if m.write { "rw" } else { "ro" }));
+        }
+        if spec.egress.is_some() {
+            a.push(volume(
+                &self.egress_dir(name),
+                Path::new(EGRESS_MOUNT),
+                "rw",
+            ));
+        }
+        a.push(self.image.clone().into());
+        a.push("/bin/toolkit".into());
+        a.push(spec.tool.as_str().into());
+        a
+    }
+
+    /// The egress proxy container's `podman` arguments (seed 003 section 6), with one
+    /// `--allow-address <cidr>` pair per allowed range after `--allow` (DESIGN.md "Config").
+    pub fn egress_args(&self, egress: &Egress, name: &str) -> Vec<OsString> {
+        let mut a: Vec<OsString> = vec![
+            "run".into(),
+            "-d".into(),
+            "--rm".into(),
+            format!("--name={name}-egress").into(),
+            "--label=boxmaker=egress".into(),
+            format!("--network={}", self.egress_network).into(),
+            "--read-only".into(),
+            "--cap-drop=all".into(),
+            "--security-opt=no-new-privileges".into(),
+            "--userns=keep-id".into(),
+            "--pids-limit=64".into(),
+            "--memory=128m".into(),
+            volume(&self.egress_dir(name), Path::new(EGRESS_MOUNT), "rw"),
+            self.image.clone().into(),
+            "/bin/toolkit".into(),
+            "egress-proxy".into(),
+            "--socket".into(),
+            format!("{EGRESS_MOUNT}/{EGRESS_SOCKET}").into(),
+            "--allow".into(),
+            egress.hosts.join(",").into(),
+        ];
+        for cidr in &egress.allow_addresses {
+            a.push("--allow-address".into());
+            a.push(cidr.into());
+        }
+        a
+    }
+
+    /// Writes the log line of an `unavailable` answer (DESIGN.md "Service": it ends with the
+    /// runbook pointer) and gives the answer.
+    fn unavailable(&self, spec: &RunSpec, trouble: Trouble, detail: &str) -> RunError {
+        let why = Unavailable::RunnerUnavailable;
+        tracing::error!(
+            session = %spec.session,
+            call = %spec.call,
+            tool = %spec.tool,
+            status = "unavailable",
+            "{trouble}: {}; see {}",
+            detail.trim_end(),
+            why.runbook()
+        );
+        RunError::Unavailable(why)
+    }
+
+    /// A spec that should never have reached a runner (the protocol and config check these).
+    fn malformed(&self, spec: &RunSpec, what: &str) -> RunError {
+        tracing::error!(
+            session = %spec.session,
+            call = %spec.call,
+            tool = %spec.tool,
+            status = "failed",
+            "refusing to run a malformed RunSpec: {what}"
+        );
+        RunError::Failed(Failure::CouldNotRun)
+    }
+
+    /// Runs a podman `kill`, `rm` or `run -d`, giving up after `limit`.
+    fn helper(&self, args: &[OsString], limit: Duration) -> Helper {
+        let spawned = Command::new(&self.podman)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .spawn();
+        let mut child = match spawned {
+            Ok(child) => child,
+            Err(e) => return Helper::NotStarted(e.to_string()),
+        };
+        let stderr = Capture::start(child.stderr.take(), STDERR_KEEP, false);
+        match wait_until(&mut child, Instant::now() + limit) {
+            Some(status) => {
+                stderr.wait_done(Instant::now() + POLL * 10);
+                Helper::Exited(status, stderr.text())
+            }
+            None => {
+                kill_group(&mut child);
+                Helper::TimedOut
+            }
+        }
+    }
+
+    /// `podman kill <name>`, then `podman rm -f <name>`, each bounded; poisons the runtime if
+    /// either could not finish.
+    fn remove(&self, spec: &RunSpec, name: &str, with_kill: bool) {
+        let mut steps: Vec<Vec<OsString>> = Vec::new();
+        if with_kill {
+            steps.push(vec!["kill".into(), name.into()]);
+        }
+        steps.push(vec!["rm".into(), "-f".into(), name.into()]);
+        for args in steps {
+            match self.helper(&args, self.helper_timeout) {
+                Helper::Exited(status, _) if status.success() => {}
+                Helper::Exited(status, stderr) => tracing::warn!(
+                    session = %spec.session,
+                    call = %spec.call,
+                    container = name,
+                    "podman {:?} exited with {status}: {}",
+                    args.first(),
+                    stderr.trim_end()
+                ),
+                Helper::NotStarted(e) => tracing::warn!(
+                    session = %spec.session,
+                    call = %spec.call,
+                    container = name,
+                    "podman could not be started to remove the container: {e}"
+                ),
+                Helper::TimedOut => {
+                    self.poisoned.store(true, Ordering::SeqCst);
+                    tracing::error!(
+                        session = %spec.session,
+                        call = %spec.call,
+                        container = name,
+                        "podman {:?} did not finish within {:?}; {}; see {}",
+                        args.first(),
+                        self.helper_timeout,
+                        Trouble::Poisoned,
+                        Unavailable::RunnerUnavailable.runbook()
+                    );
+                }
+            }
+        }
+    }
+
+    /// Makes the egress directory and starts the proxy; the guard removes both on every path.
+    fn start_egress<'a>(
+        &'a self,
+        spec: &'a RunSpec,
+        egress: &Egress,
+        name: &str,
+    ) -> Result<EgressGuard<'a>, RunError> {
+        let guard = EgressGuard {
+            runtime: self,
+            spec,
+            container: format!("{name}-egress"),
+            dir: self.egress_dir(name),
+        };
+        if let Err(e) = make_private_dir(&guard.dir) {
+            let detail = format!("{}: {e}", guard.dir.display());
+            return Err(self.unavailable(spec, Trouble::EgressDir, &detail));
+        }
+        // One budget for starting the proxy and for its socket (seed 003 section 6: 5 s).
+        let deadline = Instant::now() + self.egress_start;
+        match self.helper(&self.egress_args(egress, name), self.egress_start) {
+            Helper::Exited(status, _) if status.success() => {}
+            Helper::Exited(status, stderr) => {
+                let detail = format!("podman exited with {status}: {stderr}");
+                return Err(self.unavailable(spec, Trouble::ProxyFailed, &detail));
+            }
+            Helper::TimedOut => {
+                let detail = format!("podman run -d took longer than {:?}", self.egress_start);
+                return Err(self.unavailable(spec, Trouble::ProxyFailed, &detail));
+            }
+            Helper::NotStarted(e) => {
+                let detail = format!("{}: {e}", self.podman.display());
+                return Err(self.unavailable(spec, Trouble::NoPodman, &detail));
+            }
+        }
+        // Only wait for the socket to exist: its host path can exceed the 108 bytes of a
+        // socket address, so brokerd never connects to it (DESIGN.md "Runners").
+        let socket = guard.dir.join(EGRESS_SOCKET);
+        loop {
+            if socket.symlink_metadata().is_ok() {
+                return Ok(guard);
+            }
+            if Instant::now() >= deadline {
+                let detail = format!(
+                    "{} did not appear within {:?}",
+                    socket.display(),
+                    self.egress_start
+                );
+                return Err(self.unavailable(spec, Trouble::ProxySocket, &detail));
+            }
+            thread::sleep(POLL);
+        }
+    }
+
+    /// Runs the tool container and answers by the exit-code table of seed 003 section 6.
+    fn run_tool(&self, spec: &RunSpec, name: &str) -> Result<RunOutput, RunError> {
+        let spawned = Command::new(&self.podman)
+            .args(self.tool_args(spec, name))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .spawn();
+        let mut child = match spawned {
+            Ok(child) => child,
+            Err(e) => {
+                let detail = format!("{}: {e}", self.podman.display());
+                return Err(self.unavailable(spec, Trouble::NoPodman, &detail));
+            }
+        };
+        let deadline = Instant::now() + spec.timeout;
+        if let Some(mut stdin) = child.stdin.take() {
+            // From a thread: a container that never reads must not block brokerd. Dropping
+            // the pipe closes it, which is the tool's end of input.
+            let input = spec.input.clone();
+            thread::spawn(move || {
+                let _ = stdin.write_all(&input);
+            });
+        }
+        let stdout = Capture::start(child.stdout.take(), self.output_cap, true);
+        let stderr = Capture::start(child.stderr.take(), STDERR_KEEP, false);
+
+        let status = loop {
+            if stdout.overflowed() {
+                // DESIGN.md "Output": the capped output is the answer, not a time-out.
+                self.stop(spec, name, &mut child);
+                return Ok(RunOutput {
+                    content: decode(stdout.bytes(), true),
+                    truncated: true,
+                });
+            }
+            match child.try_wait() {
+                Ok(Some(status)) => break status,
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::error!(session = %spec.session, call = %spec.call, "waiting for podman failed: {e}");
+                    self.stop(spec, name, &mut child);
+                    return Err(RunError::Failed(Failure::UnexpectedStatus));
+                }
+            }
+            if Instant::now() >= deadline {
+                self.stop(spec, name, &mut child);
+                return Err(RunError::Failed(Failure::TimedOut));
+            }
+            thread::sleep(POLL);
+        };
+        stdout.wait_done(Instant::now() + DRAIN_GRACE);
+        stderr.wait_done(Instant::now() + POLL * 10);
+        let truncated = stdout.overflowed();
+        let answer = match (status.code(), status.signal()) {
+            (Some(0 | 1), _) => Ok(RunOutput {
+                content: decode(stdout.bytes(), truncated),
+                truncated,
+            }),
+            _ if truncated => Ok(RunOutput {
+                content: decode(stdout.bytes(), true),
+                truncated,
+            }),
+            (Some(2), _) => Err(RunError::Failed(Failure::CouldNotRun)),
+            (Some(125..=127), _) => {
+                let detail = format!("podman exited with {status}: {}", stderr.text());
+                Err(self.unavailable(spec, Trouble::PodmanFailed, &detail))
+            }
+            (Some(137), _) | (None, Some(libc::SIGKILL)) => Err(RunError::Failed(Failure::Killed)),
+            _ => Err(RunError::Failed(Failure::UnexpectedStatus)),
+        };
+        if answer.is_err() && !matches!(answer, Err(RunError::Unavailable(_))) {
+            tracing::info!(
+                session = %spec.session,
+                call = %spec.call,
+                tool = %spec.tool,
+                "podman exited with {status}; its standard error: {}",
+                stderr.text().trim_end()
+            );
+        }
+        answer
+    }
+
+    /// Stops a running tool container: `podman kill`, `podman rm -f`, then the podman client.
+    fn stop(&self, spec: &RunSpec, name: &str, child: &mut Child) {
+        self.remove(spec, name, true);
+        kill_group(child);
+    }
+}
+
+impl Runner for PodmanRuntime {
+    fn run(&self, spec: &RunSpec) -> Result<RunOutput, RunError> {
+        let started = Instant::now();
+        if !valid_id(&spec.session) || !valid_id(&spec.call) {
+            return Err(self.malformed(spec, "session or call is not an identifier"));
+        }
+        if let Some(m) = spec
+            .mounts
+            .iter()
+            .find(|m| check_grant_path(&m.path).is_err())
+        {
+            return Err(self.malformed(spec, &format!("{:?} cannot be mounted", m.path)));
+        }
+        if spec.egress.is_some() && self.poisoned() {
+            return Err(self.unavailable(spec, Trouble::Poisoned, "http_fetch is off"));
+        }
+        let name = PodmanRuntime::container_name(spec);
+        let answer = match &spec.egress {
+            Some(egress) => self
+                .start_egress(spec, egress, &name)
+                .and_then(|_guard| self.run_tool(spec, &name)),
+            None => self.run_tool(spec, &name),
+        };
+        let status = match &answer {
+            Ok(out) if out.truncated => "result (truncated)",
+            Ok(_) => "result",
+            Err(RunError::Failed(_)) => "failed",
+            Err(RunError::Unavailable(_)) => "unavailable",
+        };
+        tracing::info!(
+            session = %spec.session,
+            call = %spec.call,
+            tool = %spec.tool,
+            container = %name,
+            status,
+            duration_ms = started.elapsed().as_millis() as u64,
+            "call finished"
+        );
+        answer
+    }
+}
+
+/// Removes the proxy container and the egress directory when the call ends, however it ends
+/// (a panic included): no proxy outlives its call (seed 003 section 1).
+struct EgressGuard<'a> {
+    runtime: &'a PodmanRuntime,
+    spec: &'a RunSpec,
+    container: String,
+    dir: PathBuf,
+}
+
+impl Drop for EgressGuard<'_> {
+    fn drop(&mut self) {
+        self.runtime.remove(self.spec, &self.container, false);
+        match std::fs::remove_dir_all(&self.dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == ErrorKind::NotFound => {}
+            Err(e) => tracing::warn!(
+                session = %self.spec.session,
+                call = %self.spec.call,
+                "could not remove {}: {e}",
+                self.dir.display()
+            ),
+        }
+    }
+}
+
+/// How a podman `kill`, `rm` or `run -d` ended.
+enum Helper {
+    Exited(ExitStatus, String),
+    TimedOut,
+    NotStarted(String),
+}
+
+/// A pipe read from its own thread: the first `keep` bytes are kept. With `stop_at_more` the
+/// reading stops at the first byte past `keep` (standard output and its cap); without, the
+/// rest is drained so that the writer never blocks (standard error).
+struct Capture {
+    state: Arc<(Mutex<Vec<u8>>, AtomicBool, AtomicBool)>,
+}
+
+impl Capture {
+    fn start<R: Read + Send + 'static>(
+        pipe: Option<R>,
+        keep: usize,
+        stop_at_more: bool,
+    ) -> Capture {
+        let state = Arc::new((
+            Mutex::new(Vec::new()),
+            AtomicBool::new(false),
+            AtomicBool::new(false),
+        ));
+        let Some(mut pipe) = pipe else {
+            state.2.store(true, Ordering::SeqCst);
+            return Capture { state };
+        };
+        let shared = Arc::clone(&state);
+        thread::spawn(move || {
+            let (buf, more, done) = &*shared;
+            let mut chunk = vec![0u8; 16 * 1024];
+            loop {
+                let kept = lock(buf).len();
+                // One byte past the cap is enough to know the output was truncated.
+                let want = if stop_at_more {
+                    (keep - kept + 1).min(chunk.len())
+                } else {
+                    chunk.len()
+                };
+                match pipe.read(&mut chunk[..want]) {
+                    Ok(0) => break,
+                    Ok(n) => {
+                        let room = keep - kept;
+                        lock(buf).extend_from_slice(&chunk[..n.min(room)]);
+                        if n > room {
+                            more.store(true, Ordering::SeqCst);
+                            if stop_at_more {
+                                break;
+                            }
+                        }
+                    }
+                    Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                    Err(_) => break,
+                }
+            }
+            done.store(true, Ordering::SeqCst);
+        });
+        Capture { state }
+    }
+
+    fn overflowed(&self) -> bool {
+        self.state.1.load(Ordering::SeqCst)
+    }
+
+    fn wait_done(&self, until: Instant) {
+        while !self.state.2.load(Ordering::SeqCst) && Instant::now() < until {
+            thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    fn bytes(&self) -> Vec<u8> {
+        lock(&self.state.0).clone()
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.bytes()).into_owned()
+    }
+}
+
+fn lock(m: &Mutex<Vec<u8>>) -> std::sync::MutexGuard<'_, Vec<u8>> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// The process's status once it exits, or `None` at `deadline`.
+fn wait_until(child: &mut Child, deadline: Instant) -> Option<ExitStatus> {
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => return Some(status),
+            Ok(None) => {}
+            Err(_) => return None,
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        thread::sleep(POLL);
+    }
+}
+
+/// Kills a podman process and everything it started in its process group, then reaps it.
+/// Called only before the process was reaped, so its group id is still ours.
+fn kill_group(child: &mut Child) {
+    if let Ok(Some(_)) = child.try_wait() {
+        return;
+    }
+    if let Ok(pid) = libc::pid_t::try_from(child.id()) {
+        // SAFETY: kill(2) with a negative pid signals that process group; the group was made
+        // by process_group(0) for this child, which is not reaped yet, so the id is not reused.
+        unsafe {
+            libc::kill(-pid, libc::SIGKILL);
+        }
+    }
+    let _ = child.kill();
+    let _ = wait_until(child, Instant::now() + Duration::from_secs(1));
+}
+
+/// The tool's output as the model sees it: UTF-8 with replacement. A truncated output loses
+/// the partial character the cap cut through, rather than ending in a replacement character.
+fn decode(mut bytes: Vec<u8>, truncated: bool) -> String {
+    if truncated {
+        let n = bytes.len();
+        for back in 1..=n.min(3) {
+            let b = bytes[n - back];
+            if b & 0xC0 == 0x80 {
+                continue;
+            }
+            let len = match b {
+                0xF0.. => 4,
+                0xE0.. => 3,
+                0xC0.. => 2,
+                _ => 1,
+            };
+            if len > back {
+                bytes.truncate(n - back);
+            }
+            break;
+        }
+    }
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+/// `--volume=<host>:<inside>:<mode>`, built from bytes so any path survives.
+fn volume(host: &Path, inside: &Path, mode: &str) -> OsString {
+    let mut v = OsString::from("--volume=");
+    v.push(host);
+    v.push(":");
+    v.push(inside);
+    v.push(":");
+    v.push(mode);
+    v
+}
+
+/// Makes `dir` with mode 0700 (its parents too), replacing what a crashed brokerd left there.
+fn make_private_dir(dir: &Path) -> std::io::Result<()> {
+    if let Some(parent) = dir.parent() {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(parent)?;
+    }
+    match std::fs::remove_dir_all(dir) {
+        Err(e) if e.kind() != ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    std::fs::DirBuilder::new().mode(0o700).create(dir)?;
+    // The umask may have taken more than it should; the proxy (same uid) needs rwx.
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+}
+
+/// DESIGN.md "Protocol": 1 to 64 of `A-Za-z0-9_.-`, not `.` or `..`. They become container
+/// names and directory names, so the runner checks them again.
+fn valid_id(s: &str) -> bool {
+    (1..=64).contains(&s.len())
+        && s != "."
+        && s != ".."
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decode_table() {
+        // (bytes, truncated, content)
+        let cases: [(&[u8], bool, &str); 7] = [
+            (b"plain", false, "plain"),
+            (b"a\xffb", false, "a\u{FFFD}b"),
+            ("ü".as_bytes(), true, "ü"),
+            (b"x\xc3", true, "x"),
+            (b"x\xe2\x82", true, "x"),
+            (b"x\xf0\x9f\x98", true, "x"),
+            (b"x\xc3", false, "x\u{FFFD}"),
+        ];
+        for (bytes, truncated, want) in cases {
+            assert_eq!(decode(bytes.to_vec(), truncated), want, "{bytes:?}");
+        }
+    }
+
+    #[test]
+    fn identifiers() {
+        let cases = [
+            ("s1", true),
+            ("a.b_c-d", true),
+            (".", false),
+            ("..", false),
+            ("", false),
+            ("a/b", false),
+            ("a b", false),
+        ];
+        for (s, ok) in cases {
+            assert_eq!(valid_id(s), ok, "{s:?}");
+        }
+        assert!(valid_id(&"a".repeat(64)));
+        assert!(!valid_id(&"a".repeat(65)));
+    }
+}
