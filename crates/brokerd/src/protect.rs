@@ -1,1 +1,199 @@
-//! (being written)
+//! Protected targets (DESIGN.md "Grants and modes" → Paths; seed 000 section 5.1.4).
+//!
+//! Generated, vendored and third-party files are not edited by hand: a write is refused when
+//! the path as written or the file it reaches has a `generated`, `build/tmp`, `vendor`,
+//! `third_party` or `node_modules` component, or when the existing file's first five lines say
+//! `@generated` or `DO NOT EDIT`. The sandbox stays the boundary; this gives a clear refusal.
+
+use std::fmt;
+use std::fs::{File, OpenOptions};
+use std::io::Read;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Component, Path};
+
+/// Directory names whose contents are never written.
+const PROTECTED_DIRS: &[&str] = &["generated", "vendor", "third_party", "node_modules"];
+/// Header markers, looked for in the first `HEADER_LINES` lines.
+const MARKERS: &[&str] = &["@generated", "DO NOT EDIT"];
+const HEADER_LINES: usize = 5;
+/// The most of a file read to find its header.
+const HEADER_BYTES: u64 = 4096;
+
+/// Why a path is protected.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Protection {
+    /// The path has a protected directory component (`generated`, `build/tmp`, ...).
+    Directory { path: String, component: String },
+    /// The file's first lines carry a generated-file marker.
+    Header { path: String, marker: &'static str },
+}
+
+impl fmt::Display for Protection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Protection::Directory { path, component } => write!(
+                f,
+                "{path} is under `{component}/`: generated, vendored and third-party files are \
+                 not edited here; change the source they come from"
+            ),
+            Protection::Header { path, marker } => write!(
+                f,
+                "{path} says `{marker}` in its first lines: it is generated; change the source \
+                 it comes from"
+            ),
+        }
+    }
+}
+
+/// Whether a write to `written_as` (as the model wrote it), reaching `reached` (resolved), is
+/// refused. The header check reads `reached` if it is an existing regular file.
+pub fn protected(written_as: &str, reached: &Path) -> Option<Protection> {
+    if let Some(component) = protected_component(Path::new(written_as)) {
+        return Some(Protection::Directory {
+            path: written_as.to_string(),
+            component,
+        });
+    }
+    if let Some(component) = protected_component(reached) {
+        return Some(Protection::Directory {
+            path: reached.display().to_string(),
+            component,
+        });
+    }
+    header_marker(reached).map(|marker| Protection::Header {
+        path: written_as.to_string(),
+        marker,
+    })
+}
+
+/// The protected component of a path, if any (`build/tmp` as two components in a row).
+fn protected_component(p: &Path) -> Option<String> {
+    let names: Vec<&str> = p
+        .components()
+        .filter_map(|c| match c {
+            Component::Normal(n) => n.to_str(),
+            _ => None,
+        })
+        .collect();
+    for (i, n) in names.iter().enumerate() {
+        if PROTECTED_DIRS.contains(n) {
+            return Some((*n).to_string());
+        }
+        if *n == "build" && names.get(i + 1) == Some(&"tmp") {
+            return Some("build/tmp".to_string());
+        }
+    }
+    None
+}
+
+/// The generated-file marker in the first lines of an existing regular file.
+fn header_marker(p: &Path) -> Option<&'static str> {
+    // O_NONBLOCK so that a FIFO does not hang the broker; only regular files are read.
+    let file: File = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(p)
+        .ok()?;
+    if !file.metadata().ok()?.is_file() {
+        return None;
+    }
+    let mut head = Vec::new();
+    file.take(HEADER_BYTES).read_to_end(&mut head).ok()?;
+    let text = String::from_utf8_lossy(&head);
+    let first: Vec<&str> = text.lines().take(HEADER_LINES).collect();
+    MARKERS
+        .iter()
+        .find(|m| first.iter().any(|l| l.contains(**m)))
+        .copied()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs;
+
+    #[test]
+    fn components() {
+        // (written, reached, protected component)
+        let cases = [
+            ("notes/a.md", "/srv/notes/a.md", None),
+            ("generated/a.rs", "/srv/x/generated/a.rs", Some("generated")),
+            ("src/generated/deep/a.rs", "/srv/x/a.rs", Some("generated")),
+            ("a.rs", "/srv/x/generated/a.rs", Some("generated")),
+            ("./vendor/lib.c", "/srv/x/vendor/lib.c", Some("vendor")),
+            (
+                "x/third_party/y",
+                "/srv/x/third_party/y",
+                Some("third_party"),
+            ),
+            ("web/node_modules/p/i.js", "/srv/w", Some("node_modules")),
+            ("build/tmp/out.o", "/srv/build/tmp/out.o", Some("build/tmp")),
+            ("a/build/tmp", "/srv/a", Some("build/tmp")),
+            ("build/out.o", "/srv/build/out.o", None),
+            ("tmp/build", "/srv/tmp/build", None),
+            ("generated.rs", "/srv/generated.rs", None),
+            ("my_generated/a", "/srv/my_generated/a", None),
+            ("vendors/a", "/srv/vendors/a", None),
+            ("generated/../a", "/srv/a", Some("generated")),
+        ];
+        for (written, reached, want) in cases {
+            let got = protected(written, Path::new(reached));
+            let comp = match &got {
+                Some(Protection::Directory { component, .. }) => Some(component.as_str()),
+                Some(Protection::Header { .. }) => Some("header"),
+                None => None,
+            };
+            assert_eq!(comp, want, "{written} -> {reached}");
+        }
+    }
+
+    #[test]
+    fn headers() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let long_first = format!("{}\n// @generated\n", "x".repeat(5000));
+        // (file content, marker)
+        let cases: Vec<(&str, Option<&str>)> = vec![
+            ("// @generated by protoc\nfn a() {}\n", Some("@generated")),
+            (
+                "package x\n\n// Code generated by X. DO NOT EDIT.\n",
+                Some("DO NOT EDIT"),
+            ),
+            ("1\n2\n3\n4\n# DO NOT EDIT\n", Some("DO NOT EDIT")),
+            ("1\n2\n3\n4\n5\n# DO NOT EDIT\n", None),
+            ("hand written\n", None),
+            ("", None),
+            (&long_first, None),
+        ];
+        for (i, (content, want)) in cases.into_iter().enumerate() {
+            let p = dir.path().join(format!("f{i}"));
+            fs::write(&p, content).expect("write");
+            let got = protected(&format!("f{i}"), &p);
+            let marker = match got {
+                Some(Protection::Header { marker, .. }) => Some(marker),
+                _ => None,
+            };
+            assert_eq!(marker, want, "case {i}");
+        }
+        // Missing files, directories and FIFOs are not read (and do not hang).
+        assert_eq!(protected("nope", &dir.path().join("nope")), None);
+        assert_eq!(protected("d", dir.path()), None);
+        let fifo = dir.path().join("fifo");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).expect("cstring");
+        // SAFETY: c is a valid NUL-terminated path that outlives the call.
+        let rc = unsafe { libc::mkfifo(c.as_ptr(), 0o600) };
+        assert_eq!(rc, 0);
+        assert_eq!(protected("fifo", &fifo), None);
+    }
+
+    #[test]
+    fn texts() {
+        let d = protected("gen/generated/a.rs", Path::new("/x")).map(|p| p.to_string());
+        assert_eq!(
+            d.as_deref(),
+            Some(
+                "gen/generated/a.rs is under `generated/`: generated, vendored and third-party \
+                 files are not edited here; change the source they come from"
+            )
+        );
+    }
+}
