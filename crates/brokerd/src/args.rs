@@ -70,7 +70,7 @@ impl ToolArgs {
 /// An http_fetch target that passed every URL check. It has no public constructor: the only
 /// way to get one is [`parse`], so a `FetchUrl` in hand is a checked one.
 ///
-/// ```compile_fail
+/// ```compile_fail,E0451
 /// let u = brokerd::args::FetchUrl { url: "https://example.com/".into(), host: "example.com".into() };
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -701,4 +701,20 @@ mod tests {
         assert!(valid_id(&"a".repeat(64)));
         assert!(!valid_id(&"a".repeat(65)));
     }
+
+    #[test]
+    fn egress_dir_is_private_and_replaces_leftovers() {
+        let home = tempfile::tempdir().expect("tempdir");
+        let dir = home.path().join("run/egress/boxmaker-s-c-1");
+        std::fs::create_dir_all(dir.join("junk")).expect("leftover");
+        std::fs::write(dir.join(EGRESS_SOCKET), "").expect("stale socket");
+        make_private_dir(&dir).expect("made");
+        assert_eq!(std::fs::read_dir(&dir).expect("read").count(), 0);
+        let fresh = home.path().join("fresh/run/egress/boxmaker-s-c-2");
+        make_private_dir(&fresh).expect("made with parents");
+        for d in [&dir, &fresh, &home.path().join("fresh/run/egress")] {
+            let mode = std::fs::metadata(d).expect("stat").permissions().mode() & 0o777;
+            assert_eq!(mode, 0o700, "{}", d.display());
+        }
+    }
 }

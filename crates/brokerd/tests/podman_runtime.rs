@@ -1,0 +1,491 @@
+//! The Podman runtime against a fake `podman` (seed 003 section 9): a bash script that records
+//! its arguments and standard input and acts out the case a test wrote for it. No real podman
+//! runs and no packet leaves the machine.
+//!
+//! One script serves every test. It is written once, before any test starts a process, because
+//! executing a file that another thread's fork still holds open for writing fails with ETXTBSY.
+//! Each test's behaviour lives in files the script sources from `<root>/<session>/`, found from
+//! the container name `boxmaker-<session>-<call>-<n>` in its arguments.
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use brokerd::config;
+use brokerd::runner::podman::PodmanRuntime;
+use brokerd::runner::{Egress, Failure, RunError, RunOutput, RunSpec, Runner, Unavailable};
+use proto::tools::ToolName;
+
+const IMAGE: &str = "localhost/boxmaker-tools@sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
+/// Short limits keep the suite fast; the bound is what "returns promptly" may take on a busy
+/// machine.
+const LIMIT: Duration = Duration::from_millis(300);
+const HELPER_LIMIT: Duration = Duration::from_millis(300);
+const EGRESS_START_MS: u64 = 400;
+const SLACK: Duration = Duration::from_secs(3);
+const CAP: usize = 1000;
+
+const FAKE_PODMAN: &str = r#"#!/bin/bash
+# Fake podman: record the call, then act out <root>/<session>/<step>.sh.
+root='@ROOT@'
+name=""
+egress_dir=""
+for a in "$@"; do
+  case "$a" in
+    --name=*) name="${a#--name=}" ;;
+    --volume=*:/run/egress:rw) egress_dir="${a#--volume=}"; egress_dir="${egress_dir%:/run/egress:rw}" ;;
+  esac
+done
+[ -n "$name" ] || name="${!#}"
+s="${name#boxmaker-}"
+s="${s%%-*}"
+d="$root/$s"
+printf '%s\n' "$*" >> "$d/calls"
+case "$1" in
+  run)
+    if [ "$2" = "-d" ]; then
+      printf '%s\n' "$@" > "$d/egress.args"
+      . "$d/egress.sh"
+    else
+      printf '%s\n' "$@" > "$d/tool.args"
+      . "$d/tool.sh"
+    fi ;;
+  kill) [ -f "$d/kill.sh" ] && . "$d/kill.sh" ;;
+  rm) [ -f "$d/rm.sh" ] && . "$d/rm.sh" ;;
+esac
+exit 0
+"#;
+
+/// The proxy's usual behaviour: make the socket in the mounted directory.
+const PROXY_STARTS: &str = r#"touch "$egress_dir/egress.sock""#;
+
+fn fake_podman() -> &'static Path {
+    static FAKE: OnceLock<PathBuf> = OnceLock::new();
+    FAKE.get_or_init(|| {
+        let root = Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("fake-podman-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(&root).expect("fake podman root");
+        let script = root.join("podman");
+        let text = FAKE_PODMAN.replace("@ROOT@", &root.display().to_string());
+        std::fs::write(&script, text).expect("write fake podman");
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755))
+            .expect("chmod fake podman");
+        script
+    })
+}
+
+/// One test's case: its directory of behaviour and records, and a home for egress dirs.
+struct Case {
+    session: &'static str,
+    dir: PathBuf,
+    home: tempfile::TempDir,
+}
+
+impl Case {
+    /// `session` has no `-`, so the script can find it in the container name.
+    fn new(session: &'static str, tool_sh: &str) -> Case {
+        let dir = fake_podman().parent().expect("root").join(session);
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir(&dir).expect("case dir");
+        std::fs::write(dir.join("tool.sh"), tool_sh).expect("tool.sh");
+        std::fs::write(dir.join("egress.sh"), PROXY_STARTS).expect("egress.sh");
+        Case {
+            session,
+            dir,
+            home: tempfile::tempdir().expect("home"),
+        }
+    }
+
+    fn with(self, step: &str, sh: &str) -> Case {
+        std::fs::write(self.dir.join(format!("{step}.sh")), sh).expect("step");
+        self
+    }
+
+    fn runtime_with(&self, podman: &Path) -> PodmanRuntime {
+        let text = format!(
+            "[runner]\nimage = \"{IMAGE}\"\npodman = \"{}\"\noutput_cap = {CAP}\negress_start_ms = {EGRESS_START_MS}\nhome = \"{}\"\n",
+            podman.display(),
+            self.home.path().display()
+        );
+        let cfg = config::parse(&text, "test.toml").unwrap_or_else(|e| panic!("{e}"));
+        PodmanRuntime::new(&cfg.runner.expect("runner")).with_helper_timeout(HELPER_LIMIT)
+    }
+
+    fn runtime(&self) -> PodmanRuntime {
+        self.runtime_with(fake_podman())
+    }
+
+    fn spec(&self, tool: ToolName) -> RunSpec {
+        let egress = (tool == ToolName::HttpFetch).then(|| Egress {
+            hosts: vec!["docs.example.org".into()],
+            allow_addresses: vec![],
+        });
+        RunSpec {
+            session: self.session.into(),
+            call: "c1".into(),
+            tool,
+            input: br#"{"command":"echo hi"}"#.to_vec(),
+            mounts: vec![],
+            egress,
+            timeout: LIMIT,
+        }
+    }
+
+    /// Each podman invocation as one line: its arguments joined by spaces.
+    fn calls(&self) -> Vec<String> {
+        std::fs::read_to_string(self.dir.join("calls"))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// The podman verbs called, `run -d` spelt `proxy` and the tool's `run` spelt `run`.
+    fn verbs(&self) -> Vec<String> {
+        self.calls()
+            .iter()
+            .map(|c| {
+                let words: Vec<&str> = c.split(' ').collect();
+                match words.as_slice() {
+                    ["run", "-d", ..] => "proxy".to_owned(),
+                    ["rm", "-f", name] if name.ends_with("-egress") => "rm -f egress".to_owned(),
+                    ["rm", "-f", _] => "rm -f".to_owned(),
+                    [verb, ..] => (*verb).to_owned(),
+                    [] => String::new(),
+                }
+            })
+            .collect()
+    }
+
+    fn record(&self, file: &str) -> Vec<u8> {
+        std::fs::read(self.dir.join(file)).unwrap_or_default()
+    }
+
+    /// What is left under `<home>/run/egress/`.
+    fn egress_dirs(&self) -> Vec<PathBuf> {
+        match std::fs::read_dir(self.home.path().join("run/egress")) {
+            Ok(entries) => entries.filter_map(|e| e.ok().map(|e| e.path())).collect(),
+            Err(_) => vec![],
+        }
+    }
+}
+
+type Answer = Result<RunOutput, RunError>;
+
+fn ok(content: &str, truncated: bool) -> Result<RunOutput, RunError> {
+    Ok(RunOutput {
+        content: content.into(),
+        truncated,
+    })
+}
+
+fn failed(f: Failure) -> Result<RunOutput, RunError> {
+    Err(RunError::Failed(f))
+}
+const UNAVAILABLE: Result<RunOutput, RunError> =
+    Err(RunError::Unavailable(Unavailable::RunnerUnavailable));
+
+/// Seed 003 section 6's exit-code table, one case per row.
+#[test]
+fn exit_codes() {
+    let cases: Vec<(&'static str, &str, Result<RunOutput, RunError>)> = vec![
+        ("exit0", "printf 'hello\\n'; exit 0", ok("hello\n", false)),
+        (
+            "exit1",
+            "printf 'read_file: /x: no such file\\n'; exit 1",
+            ok("read_file: /x: no such file\n", false),
+        ),
+        ("exit2", "echo output; exit 2", failed(Failure::CouldNotRun)),
+        (
+            "exit125",
+            "echo 'Error: no image' >&2; exit 125",
+            UNAVAILABLE,
+        ),
+        (
+            "exit126",
+            "echo 'Error: permission' >&2; exit 126",
+            UNAVAILABLE,
+        ),
+        (
+            "exit127",
+            "echo 'Error: not found' >&2; exit 127",
+            UNAVAILABLE,
+        ),
+        ("exit137", "echo partial; exit 137", failed(Failure::Killed)),
+        (
+            "exit3",
+            "echo odd; exit 3",
+            failed(Failure::UnexpectedStatus),
+        ),
+        ("exit255", "exit 255", failed(Failure::UnexpectedStatus)),
+        (
+            "nonutf8",
+            "printf 'a\\377b\\300'; exit 0",
+            ok("a\u{FFFD}b\u{FFFD}", false),
+        ),
+        ("empty", "exit 0", ok("", false)),
+    ];
+    for (session, sh, want) in cases {
+        let case = Case::new(session, sh);
+        let got = case.runtime().run(&case.spec(ToolName::Shell));
+        assert_eq!(got, want, "{session}");
+        assert_eq!(case.verbs(), ["run"], "{session}: nothing else is called");
+    }
+}
+
+#[test]
+fn standard_input_is_the_tool_json_then_closed() {
+    let case = Case::new("stdin", r#"cat > "$d/stdin"; echo done"#);
+    let spec = case.spec(ToolName::Shell);
+    assert_eq!(case.runtime().run(&spec), ok("done\n", false));
+    assert_eq!(case.record("stdin"), spec.input);
+}
+
+#[test]
+fn a_container_that_never_reads_its_input_does_not_block() {
+    let case = Case::new("noread", "echo early; exit 0");
+    let mut spec = case.spec(ToolName::WriteFile);
+    // Far more than a pipe holds.
+    spec.input = vec![b'x'; 4 << 20];
+    let start = Instant::now();
+    assert_eq!(case.runtime().run(&spec), ok("early\n", false));
+    assert!(start.elapsed() < SLACK, "took {:?}", start.elapsed());
+}
+
+#[test]
+fn arguments_are_the_tool_list() {
+    let case = Case::new("args", "exit 0");
+    let rt = case.runtime();
+    let spec = case.spec(ToolName::ReadFile);
+    assert_eq!(rt.run(&spec), ok("", false));
+    let recorded = String::from_utf8(case.record("tool.args")).expect("utf-8");
+    let name = recorded
+        .lines()
+        .find_map(|l| l.strip_prefix("--name="))
+        .expect("--name");
+    assert!(name.starts_with("boxmaker-args-c1-"), "{name}");
+    let want: String = rt
+        .tool_args(&spec, name)
+        .iter()
+        .map(|a| format!("{}\n", a.to_string_lossy()))
+        .collect();
+    assert_eq!(recorded, want);
+}
+
+#[test]
+fn output_over_the_cap_is_truncated_and_the_container_stopped() {
+    let case = Case::new("flood", "exec yes abcdefghi");
+    let start = Instant::now();
+    let got = case.runtime().run(&case.spec(ToolName::Shell));
+    assert!(
+        start.elapsed() < LIMIT + SLACK,
+        "took {:?}",
+        start.elapsed()
+    );
+    let out = got.expect("a result, not a failure");
+    assert!(out.truncated);
+    assert_eq!(out.content.len(), CAP);
+    assert_eq!(out.content, "abcdefghi\n".repeat(CAP / 10));
+    assert_eq!(case.verbs(), ["run", "kill", "rm -f"]);
+}
+
+#[test]
+fn output_of_exactly_the_cap_is_not_truncated() {
+    let case = Case::new(
+        "atcap",
+        &format!("head -c {CAP} /dev/zero | tr '\\0' x; exit 0"),
+    );
+    let out = case.runtime().run(&case.spec(ToolName::Shell)).expect("ok");
+    assert_eq!((out.content.len(), out.truncated), (CAP, false));
+    assert_eq!(case.verbs(), ["run"]);
+}
+
+#[test]
+fn a_hang_past_the_time_limit_is_killed_then_removed() {
+    let case = Case::new("hang", "exec sleep 30");
+    let start = Instant::now();
+    let got = case.runtime().run(&case.spec(ToolName::Shell));
+    let took = start.elapsed();
+    assert_eq!(got, failed(Failure::TimedOut));
+    assert!(took >= LIMIT && took < LIMIT + SLACK, "took {took:?}");
+    assert_eq!(case.verbs(), ["run", "kill", "rm -f"]);
+    let name = case.calls()[1].strip_prefix("kill ").map(str::to_owned);
+    assert_eq!(
+        case.calls()[2],
+        format!("rm -f {}", name.expect("kill <name>"))
+    );
+}
+
+#[test]
+fn a_podman_kill_that_hangs_is_still_bounded_and_poisons_http_fetch() {
+    let case = Case::new("killhang", "exec sleep 30").with("kill", "exec sleep 30");
+    let rt = case.runtime();
+    let start = Instant::now();
+    let got = rt.run(&case.spec(ToolName::Shell));
+    let took = start.elapsed();
+    assert_eq!(got, failed(Failure::TimedOut));
+    assert!(
+        took < LIMIT + 2 * HELPER_LIMIT + SLACK,
+        "took {took:?}: kill and rm are each bounded"
+    );
+    assert_eq!(case.verbs(), ["run", "kill", "rm -f"]);
+    // DESIGN.md "Runners": a sandbox not confirmed dead turns http_fetch off until restart.
+    assert!(rt.poisoned());
+    let before = case.calls().len();
+    assert_eq!(rt.run(&case.spec(ToolName::HttpFetch)), UNAVAILABLE);
+    assert_eq!(case.calls().len(), before, "nothing was started");
+    // Other tools still run.
+    std::fs::write(case.dir.join("tool.sh"), "echo fine").expect("tool.sh");
+    assert_eq!(rt.run(&case.spec(ToolName::ReadFile)), ok("fine\n", false));
+}
+
+#[test]
+fn podman_absent_is_unavailable() {
+    for tool in [ToolName::Shell, ToolName::HttpFetch] {
+        let case = Case::new("absent", "exit 0");
+        let rt = case.runtime_with(Path::new("/nonexistent/boxmaker/podman"));
+        assert_eq!(rt.run(&case.spec(tool)), UNAVAILABLE, "{tool}");
+        assert_eq!(case.egress_dirs(), Vec::<PathBuf>::new(), "{tool}");
+    }
+}
+
+#[test]
+fn http_fetch_runs_behind_its_proxy_and_cleans_up() {
+    let tool = r#"[ -e "$egress_dir/egress.sock" ] && echo fetched
+stat -c %a "$egress_dir" > "$d/mode""#;
+    let case = Case::new("fetch", tool);
+    let rt = case.runtime();
+    let spec = case.spec(ToolName::HttpFetch);
+    assert_eq!(rt.run(&spec), ok("fetched\n", false));
+    assert_eq!(case.verbs(), ["proxy", "run", "rm -f egress"]);
+    assert_eq!(case.record("mode"), b"700\n");
+    assert_eq!(case.egress_dirs(), Vec::<PathBuf>::new());
+
+    // The proxy got the egress list, the tool the same directory.
+    let proxy = String::from_utf8(case.record("egress.args")).expect("utf-8");
+    let name = proxy
+        .lines()
+        .find_map(|l| l.strip_prefix("--name="))
+        .and_then(|n| n.strip_suffix("-egress"))
+        .expect("--name=<name>-egress");
+    let want: String = rt
+        .egress_args(spec.egress.as_ref().expect("egress"), name)
+        .iter()
+        .map(|a| format!("{}\n", a.to_string_lossy()))
+        .collect();
+    assert_eq!(proxy, want);
+    let tool_args = String::from_utf8(case.record("tool.args")).expect("utf-8");
+    let volume = format!(
+        "--volume={}:/run/egress:rw",
+        case.home.path().join("run/egress").join(name).display()
+    );
+    assert!(tool_args.lines().any(|l| l == volume), "{tool_args}");
+}
+
+/// Whatever happens to the call, the proxy is removed and its directory is gone.
+#[test]
+fn egress_is_cleaned_up_on_every_path() {
+    // (session, proxy behaviour, tool behaviour, answer, podman calls)
+    type Row = (
+        &'static str,
+        &'static str,
+        &'static str,
+        Answer,
+        Vec<&'static str>,
+    );
+    let cases: Vec<Row> = vec![
+        (
+            "eok",
+            PROXY_STARTS,
+            "echo body",
+            ok("body\n", false),
+            vec!["proxy", "run", "rm -f egress"],
+        ),
+        (
+            "efail",
+            PROXY_STARTS,
+            "echo oops; exit 2",
+            failed(Failure::CouldNotRun),
+            vec!["proxy", "run", "rm -f egress"],
+        ),
+        (
+            "ecurl",
+            PROXY_STARTS,
+            "echo 'http_fetch: x: refused'; exit 1",
+            ok("http_fetch: x: refused\n", false),
+            vec!["proxy", "run", "rm -f egress"],
+        ),
+        (
+            "ehang",
+            PROXY_STARTS,
+            "exec sleep 30",
+            failed(Failure::TimedOut),
+            vec!["proxy", "run", "kill", "rm -f", "rm -f egress"],
+        ),
+        (
+            "eflood",
+            PROXY_STARTS,
+            "exec yes",
+            ok(&"y\n".repeat(CAP / 2), true),
+            vec!["proxy", "run", "kill", "rm -f", "rm -f egress"],
+        ),
+        (
+            "eno127",
+            PROXY_STARTS,
+            "echo 'podman: not found' >&2; exit 127",
+            UNAVAILABLE,
+            vec!["proxy", "run", "rm -f egress"],
+        ),
+        (
+            "enosock",
+            ":",
+            "echo never",
+            UNAVAILABLE,
+            vec!["proxy", "rm -f egress"],
+        ),
+        (
+            "eproxy125",
+            "echo 'Error: pasta: unsupported network' >&2; exit 125",
+            "echo never",
+            UNAVAILABLE,
+            vec!["proxy", "rm -f egress"],
+        ),
+        (
+            "eproxyhang",
+            "exec sleep 30",
+            "echo never",
+            UNAVAILABLE,
+            vec!["proxy", "rm -f egress"],
+        ),
+    ];
+    for (session, proxy, tool, want, verbs) in cases {
+        let case = Case::new(session, tool).with("egress", proxy);
+        let start = Instant::now();
+        let got = case.runtime().run(&case.spec(ToolName::HttpFetch));
+        let took = start.elapsed();
+        assert_eq!(got, want, "{session}");
+        assert_eq!(case.verbs(), verbs, "{session}");
+        assert_eq!(case.egress_dirs(), Vec::<PathBuf>::new(), "{session}");
+        let bound = Duration::from_millis(EGRESS_START_MS) + LIMIT + 2 * HELPER_LIMIT + SLACK;
+        assert!(took < bound, "{session}: took {took:?}");
+    }
+}
+
+#[test]
+fn malformed_specs_never_reach_podman() {
+    let case = Case::new("malformed", "echo ran");
+    let rt = case.runtime();
+    let mut bad_session = case.spec(ToolName::Shell);
+    bad_session.session = "../x".into();
+    let mut bad_mount = case.spec(ToolName::Shell);
+    bad_mount.mounts = vec![brokerd::runner::Mount {
+        path: "/srv/a:b".into(),
+        write: false,
+    }];
+    for spec in [bad_session, bad_mount] {
+        assert_eq!(rt.run(&spec), failed(Failure::CouldNotRun));
+    }
+    assert!(case.calls().is_empty());
+}
