@@ -233,20 +233,19 @@ impl PodmanRuntime {
     /// `podman kill <name>`, then `podman rm -f <name>`, each bounded; poisons the runtime if
     /// either could not finish.
     fn remove(&self, spec: &RunSpec, name: &str, with_kill: bool) {
-        let mut steps: Vec<Vec<OsString>> = Vec::new();
+        let mut steps: Vec<(&str, Vec<OsString>)> = Vec::new();
         if with_kill {
-            steps.push(vec!["kill".into(), name.into()]);
+            steps.push(("podman kill", vec!["kill".into(), name.into()]));
         }
-        steps.push(vec!["rm".into(), "-f".into(), name.into()]);
-        for args in steps {
+        steps.push(("podman rm -f", vec!["rm".into(), "-f".into(), name.into()]));
+        for (step, args) in steps {
             match self.helper(&args, self.helper_timeout) {
                 Helper::Exited(status, _) if status.success() => {}
                 Helper::Exited(status, stderr) => tracing::warn!(
                     session = %spec.session,
                     call = %spec.call,
                     container = name,
-                    "podman {:?} exited with {status}: {}",
-                    args.first(),
+                    "{step} exited with {status}: {}",
                     stderr.trim_end()
                 ),
                 Helper::NotStarted(e) => tracing::warn!(
@@ -261,8 +260,7 @@ impl PodmanRuntime {
                         session = %spec.session,
                         call = %spec.call,
                         container = name,
-                        "podman {:?} did not finish within {:?}; {}; see {}",
-                        args.first(),
+                        "{step} did not finish within {:?}; {}; see {}",
                         self.helper_timeout,
                         Trouble::Poisoned,
                         Unavailable::RunnerUnavailable.runbook()
