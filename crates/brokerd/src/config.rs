@@ -31,6 +31,7 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use crate::args::{check_grant_path, UnmountablePath};
+pub use crate::mode::Mode;
 
 /// The whole configuration, checked.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -124,23 +125,11 @@ pub struct BwrapConfig {
     pub cgroup: CgroupMode,
 }
 
-/// How a grant's calls are decided (DESIGN.md "Grants and modes").
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
-    Safe,
-    Ask,
-    Auto,
-}
-
-impl Mode {
-    fn parse(s: &str) -> Option<Mode> {
-        match s {
-            "safe" => Some(Mode::Safe),
-            "ask" => Some(Mode::Ask),
-            "auto" => Some(Mode::Auto),
-            _ => None,
-        }
-    }
+/// A grant's mode, spelt as in the config.
+fn parse_mode(s: &str) -> Option<Mode> {
+    [Mode::Safe, Mode::Ask, Mode::Auto]
+        .into_iter()
+        .find(|m| m.as_str() == s)
 }
 
 /// `[grants.NAME]`
@@ -777,7 +766,7 @@ impl Checker<'_> {
         let key = |k: &str| format!("grants.{name}.{k}");
         let mode = match &g.mode {
             None => Mode::Safe,
-            Some(m) => match Mode::parse(m.get_ref()) {
+            Some(m) => match parse_mode(m.get_ref()) {
                 Some(mode) => mode,
                 None => {
                     return self.err(
