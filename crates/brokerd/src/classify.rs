@@ -2410,6 +2410,14 @@ mod tests {
             ("env X=1 rm -rf /", Dangerous),
             ("ls 'unterminated && rm -rf /", ShellComplex),
             ("ls ) ; rm -rf /", Dangerous),
+            ("rm -rf \"/srv/notes\"", Dangerous),
+            ("rm -rf /srv/notes/.", Dangerous),
+            ("cd /srv/notes && rm -rf *", Dangerous),
+            ("cd .. && rm -rf notes", Dangerous),
+            ("command -p rm -rf /", Dangerous),
+            ("bash < /dev/stdin", ShellComplex),
+            ("ls | tee", ReadOnly),
+            ("rm -rf /srv/notes/sub", WorkspaceMutating),
         ];
         let mut failures = Vec::new();
         for &(command, expected) in cases {
