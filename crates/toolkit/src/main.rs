@@ -8,7 +8,11 @@ use toolkit::tools::{self, Exit, Misuse};
 const USAGE: &str = "usage: toolkit read_file | write_file | shell | http_fetch   (arguments as JSON on standard input)\n       toolkit egress-proxy --socket <path> --allow <pattern>[,<pattern>...] [--allow-address <cidr>]...";
 
 fn main() -> ExitCode {
-    let args: Vec<String> = match std::env::args_os().skip(1).map(|a| a.into_string()).collect() {
+    let args: Vec<String> = match std::env::args_os()
+        .skip(1)
+        .map(|a| a.into_string())
+        .collect()
+    {
         Ok(a) => a,
         Err(_) => return misused("the arguments are not UTF-8"),
     };
@@ -24,7 +28,9 @@ fn main() -> ExitCode {
         other => return misused(&format!("unknown subcommand {other:?}")),
     };
     if !rest.is_empty() {
-        return misused(&format!("{sub} takes its arguments on standard input, not the command line"));
+        return misused(&format!(
+            "{sub} takes its arguments on standard input, not the command line"
+        ));
     }
     let outcome = tools::read_input(io::stdin().lock()).and_then(|input| {
         let mut out = io::stdout().lock();

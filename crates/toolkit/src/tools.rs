@@ -75,7 +75,10 @@ pub fn read_input(mut input: impl Read) -> Result<String, Misuse> {
 }
 
 fn parse<T: serde::de::DeserializeOwned>(tool: &'static str, text: &str) -> Result<T, Misuse> {
-    parse_args(text).map_err(|e| Misuse::BadArgs { tool, reason: e.to_string() })
+    parse_args(text).map_err(|e| Misuse::BadArgs {
+        tool,
+        reason: e.to_string(),
+    })
 }
 
 /// The reason part of `<tool>: <path>: <reason>`, in words the model can act on.
@@ -145,7 +148,12 @@ pub fn write_file(input: &str, out: &mut impl Write) -> Result<Exit, Misuse> {
         None => return refuse(out, "write_file", &args.path, "is a directory"),
     };
     if !parent.is_dir() {
-        return refuse(out, "write_file", &args.path, "the parent directory does not exist");
+        return refuse(
+            out,
+            "write_file",
+            &args.path,
+            "the parent directory does not exist",
+        );
     }
     if let Err(e) = fs::write(path, args.content.as_bytes()) {
         return refuse(out, "write_file", &args.path, &reason(&e));
@@ -167,7 +175,13 @@ fn shell_with(sh: &str, input: &str, out: &mut impl Write) -> Result<Exit, Misus
     if !Path::new(cwd).is_dir() {
         return refuse(out, "shell", cwd, "no such directory");
     }
-    let (status, _) = match run_on_one_pipe(Command::new(sh).arg("-c").arg(&args.command).current_dir(cwd), out) {
+    let (status, _) = match run_on_one_pipe(
+        Command::new(sh)
+            .arg("-c")
+            .arg(&args.command)
+            .current_dir(cwd),
+        out,
+    ) {
         Ok(r) => r,
         Err(ShellError::Spawn(e)) => return refuse(out, "shell", sh, &reason(&e)),
         Err(ShellError::Stdout(e)) => return Err(Misuse::Stdout(e)),
@@ -189,7 +203,10 @@ enum ShellError {
 /// Runs `cmd` with standard output and standard error on one pipe, copying the pipe to `out`
 /// as it fills. Returns once the child has exited and what was already in the pipe is drained:
 /// a background grandchild that keeps the pipe open cannot hold the call.
-fn run_on_one_pipe(cmd: &mut Command, out: &mut impl Write) -> Result<(ExitStatus, u64), ShellError> {
+fn run_on_one_pipe(
+    cmd: &mut Command,
+    out: &mut impl Write,
+) -> Result<(ExitStatus, u64), ShellError> {
     let (read_end, write_end) = pipe().map_err(ShellError::Spawn)?;
     let write_err = write_end.try_clone().map_err(ShellError::Spawn)?;
     let mut child = cmd
@@ -214,10 +231,22 @@ fn run_on_one_pipe(cmd: &mut Command, out: &mut impl Write) -> Result<(ExitStatu
     let mut pipe_open = true;
     loop {
         let mut fds = [
-            libc::pollfd { fd: read_end.as_raw_fd(), events: libc::POLLIN, revents: 0 },
-            libc::pollfd { fd: exit_read.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+            libc::pollfd {
+                fd: read_end.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: exit_read.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
         ];
-        let watched = if pipe_open { &mut fds[..] } else { &mut fds[1..] };
+        let watched = if pipe_open {
+            &mut fds[..]
+        } else {
+            &mut fds[1..]
+        };
         // SAFETY: `watched` points at valid pollfd structs for the length given.
         let n = unsafe { libc::poll(watched.as_mut_ptr(), watched.len() as libc::nfds_t, -1) };
         if n < 0 {
@@ -227,7 +256,7 @@ fn run_on_one_pipe(cmd: &mut Command, out: &mut impl Write) -> Result<(ExitStatu
             }
             return Err(ShellError::Spawn(e));
         }
-        let child_exited = if pipe_open { fds[1].revents != 0 } else { fds[0].revents != 0 };
+        let child_exited = fds[1].revents != 0;
         if pipe_open && fds[0].revents != 0 {
             match read_fd(&read_end, &mut buf) {
                 Ok(0) => pipe_open = false,
@@ -262,7 +291,11 @@ fn run_on_one_pipe(cmd: &mut Command, out: &mut impl Write) -> Result<(ExitStatu
     out.flush().map_err(ShellError::Stdout)?;
     let status = match waiter.join() {
         Ok(s) => s.map_err(ShellError::Spawn)?,
-        Err(_) => return Err(ShellError::Spawn(io::Error::other("the waiter thread failed"))),
+        Err(_) => {
+            return Err(ShellError::Spawn(io::Error::other(
+                "the waiter thread failed",
+            )))
+        }
     };
     Ok((status, copied))
 }
@@ -291,7 +324,9 @@ fn set_nonblocking(fd: &OwnedFd) -> io::Result<()> {
     // SAFETY: fcntl on a descriptor we own, with flag arguments only.
     let flags = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) };
     // SAFETY: as above.
-    if flags < 0 || unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0 {
+    if flags < 0
+        || unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0
+    {
         return Err(io::Error::last_os_error());
     }
     Ok(())
@@ -402,14 +437,22 @@ mod tests {
     #[test]
     fn input_limits() {
         assert!(matches!(read_input(&vec![b' '; MAX_INPUT][..]), Ok(_)));
-        assert!(matches!(read_input(&vec![b' '; MAX_INPUT + 1][..]), Err(Misuse::TooLarge)));
-        assert!(matches!(read_input(&b"{\"path\":\"\xff\"}"[..]), Err(Misuse::NotUtf8)));
+        assert!(matches!(
+            read_input(&vec![b' '; MAX_INPUT + 1][..]),
+            Err(Misuse::TooLarge)
+        ));
+        assert!(matches!(
+            read_input(&b"{\"path\":\"\xff\"}"[..]),
+            Err(Misuse::NotUtf8)
+        ));
     }
 
     #[test]
     fn curl_argument_list_is_the_seeds() {
-        let args: Vec<String> =
-            curl_args("https://a.example/x").into_iter().map(|a| a.into_string().unwrap()).collect();
+        let args: Vec<String> = curl_args("https://a.example/x")
+            .into_iter()
+            .map(|a| a.into_string().unwrap())
+            .collect();
         let expected = r#"--silent --show-error --proto =https --proto-redir =https --location --max-redirs 5 --max-time 50 --max-filesize 8388608 --cacert /etc/ssl/certs/ca-certificates.crt --proxy socks5h://localhost/run/egress/egress.sock --write-out \n[http %{response_code}] --url https://a.example/x"#;
         // The only argument with a space is the write-out format.
         assert_eq!(args.join(" "), expected);
@@ -446,22 +489,34 @@ mod tests {
             let curl = fake_curl(dir.path(), script);
             let mut out = Vec::new();
             let r = http_fetch_with(&curl, input, &mut out).unwrap();
-            assert_eq!((r, String::from_utf8_lossy(&out).as_ref()), (exit, expected), "{script}");
+            assert_eq!(
+                (r, String::from_utf8_lossy(&out).as_ref()),
+                (exit, expected),
+                "{script}"
+            );
         }
         // curl receives exactly the fixed list.
         let log = dir.path().join("argv");
-        let curl = fake_curl(dir.path(), &format!("printf '%s\\n' \"$@\" > {}", log.display()));
+        let curl = fake_curl(
+            dir.path(),
+            &format!("printf '%s\\n' \"$@\" > {}", log.display()),
+        );
         http_fetch_with(&curl, input, &mut Vec::new()).unwrap();
         let seen = fs::read_to_string(&log).unwrap();
-        let want: Vec<String> =
-            curl_args("https://a.example/").into_iter().map(|a| a.into_string().unwrap()).collect();
+        let want: Vec<String> = curl_args("https://a.example/")
+            .into_iter()
+            .map(|a| a.into_string().unwrap())
+            .collect();
         assert_eq!(seen, want.join("\n") + "\n");
         // No curl at all is a refusal the model can read, not a crash.
         let mut out = Vec::new();
         let r = http_fetch_with("/nonexistent/curl", input, &mut out).unwrap();
         assert_eq!(r, Exit::Refused);
         assert!(String::from_utf8_lossy(&out).starts_with("http_fetch: https://a.example/: "));
-        assert!(matches!(run(http_fetch, r#"{"url":1}"#).0, Err(Misuse::BadArgs { .. })));
+        assert!(matches!(
+            run(http_fetch, r#"{"url":1}"#).0,
+            Err(Misuse::BadArgs { .. })
+        ));
     }
 
     #[test]
@@ -469,6 +524,9 @@ mod tests {
         let mut out = Vec::new();
         let r = shell_with("/nonexistent/sh", r#"{"command":"true"}"#, &mut out).unwrap();
         assert_eq!(r, Exit::Refused);
-        assert_eq!(String::from_utf8_lossy(&out), "shell: /nonexistent/sh: no such file or directory\n");
+        assert_eq!(
+            String::from_utf8_lossy(&out),
+            "shell: /nonexistent/sh: no such file or directory\n"
+        );
     }
 }

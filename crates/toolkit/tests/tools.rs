@@ -59,25 +59,47 @@ fn read_file_table() {
     let cases: Vec<(String, i32, String)> = vec![
         (p("a.txt"), 0, "hello\nworld\n".into()),
         (p("empty"), 0, "".into()),
-        (p("big"), 1, format!("read_file: {}: larger than 1 MiB\n", p("big"))),
-        (p("bin"), 1, format!("read_file: {}: not UTF-8 text\n", p("bin"))),
-        (p("nope"), 1, format!("read_file: {}: no such file or directory\n", p("nope"))),
+        (
+            p("big"),
+            1,
+            format!("read_file: {}: larger than 1 MiB\n", p("big")),
+        ),
+        (
+            p("bin"),
+            1,
+            format!("read_file: {}: not UTF-8 text\n", p("bin")),
+        ),
+        (
+            p("nope"),
+            1,
+            format!("read_file: {}: no such file or directory\n", p("nope")),
+        ),
         (p(""), 1, format!("read_file: {}: is a directory\n", p(""))),
         (
             format!("{}/x", p("a.txt")),
             1,
-            format!("read_file: {}/x: a component of the path is not a directory\n", p("a.txt")),
+            format!(
+                "read_file: {}/x: a component of the path is not a directory\n",
+                p("a.txt")
+            ),
         ),
     ];
     for (path, code, out) in cases {
-        assert_eq!(run("read_file", &j(serde_json::json!({ "path": path }))), (code, out), "{path}");
+        assert_eq!(
+            run("read_file", &j(serde_json::json!({ "path": path }))),
+            (code, out),
+            "{path}"
+        );
     }
     let (code, out) = run("read_file", &j(serde_json::json!({ "path": p("max") })));
     assert_eq!((code, out.len()), (0, 1024 * 1024));
     if !root {
         assert_eq!(
             run("read_file", &j(serde_json::json!({ "path": p("secret") }))),
-            (1, format!("read_file: {}: permission denied\n", p("secret")))
+            (
+                1,
+                format!("read_file: {}: permission denied\n", p("secret"))
+            )
         );
     }
 }
@@ -91,15 +113,38 @@ fn write_file_table() {
     fs::create_dir(d.join("sub")).unwrap();
 
     let cases: Vec<(String, &str, i32, String)> = vec![
-        (p("new"), "héllo", 0, format!("wrote 6 bytes to {}\n", p("new"))),
-        (p("old"), "short", 0, format!("wrote 5 bytes to {}\n", p("old"))),
-        (p("empty"), "", 0, format!("wrote 0 bytes to {}\n", p("empty"))),
-        (p("sub"), "x", 1, format!("write_file: {}: is a directory\n", p("sub"))),
+        (
+            p("new"),
+            "héllo",
+            0,
+            format!("wrote 6 bytes to {}\n", p("new")),
+        ),
+        (
+            p("old"),
+            "short",
+            0,
+            format!("wrote 5 bytes to {}\n", p("old")),
+        ),
+        (
+            p("empty"),
+            "",
+            0,
+            format!("wrote 0 bytes to {}\n", p("empty")),
+        ),
+        (
+            p("sub"),
+            "x",
+            1,
+            format!("write_file: {}: is a directory\n", p("sub")),
+        ),
         (
             p("missing/file"),
             "x",
             1,
-            format!("write_file: {}: the parent directory does not exist\n", p("missing/file")),
+            format!(
+                "write_file: {}: the parent directory does not exist\n",
+                p("missing/file")
+            ),
         ),
     ];
     for (path, content, code, out) in cases {
@@ -116,25 +161,53 @@ fn shell_table() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().to_string_lossy().into_owned();
     let cases: Vec<(serde_json::Value, i32, String)> = vec![
-        (serde_json::json!({"command": "echo hi"}), 0, "hi\n\n[exit 0]".into()),
-        (serde_json::json!({"command": "exit 3"}), 0, "\n[exit 3]".into()),
+        (
+            serde_json::json!({"command": "echo hi"}),
+            0,
+            "hi\n\n[exit 0]".into(),
+        ),
+        (
+            serde_json::json!({"command": "exit 3"}),
+            0,
+            "\n[exit 3]".into(),
+        ),
         // one pipe, in the order written
         (
             serde_json::json!({"command": "echo 1; echo 2 >&2; echo 3; echo 4 >&2"}),
             0,
             "1\n2\n3\n4\n\n[exit 0]".into(),
         ),
-        (serde_json::json!({"command": "pwd"}), 0, "/tmp\n\n[exit 0]".into()),
-        (serde_json::json!({"command": "pwd", "cwd": d}), 0, format!("{d}\n\n[exit 0]")),
+        (
+            serde_json::json!({"command": "pwd"}),
+            0,
+            "/tmp\n\n[exit 0]".into(),
+        ),
+        (
+            serde_json::json!({"command": "pwd", "cwd": d}),
+            0,
+            format!("{d}\n\n[exit 0]"),
+        ),
         (
             serde_json::json!({"command": "pwd", "cwd": "/nonexistent-dir"}),
             1,
             "shell: /nonexistent-dir: no such directory\n".into(),
         ),
         // standard input is empty
-        (serde_json::json!({"command": "cat; echo done"}), 0, "done\n\n[exit 0]".into()),
-        (serde_json::json!({"command": "kill -9 $$"}), 0, "\n[killed by signal 9]".into()),
-        (serde_json::json!({"command": "kill -TERM $$"}), 0, "\n[killed by signal 15]".into()),
+        (
+            serde_json::json!({"command": "cat; echo done"}),
+            0,
+            "done\n\n[exit 0]".into(),
+        ),
+        (
+            serde_json::json!({"command": "kill -9 $$"}),
+            0,
+            "\n[killed by signal 9]".into(),
+        ),
+        (
+            serde_json::json!({"command": "kill -TERM $$"}),
+            0,
+            "\n[killed by signal 15]".into(),
+        ),
     ];
     for (input, code, out) in cases {
         assert_eq!(run("shell", &input.to_string()), (code, out), "{input}");
@@ -144,15 +217,24 @@ fn shell_table() {
 #[test]
 fn shell_returns_when_sh_exits_even_if_a_background_child_holds_the_pipe() {
     let start = Instant::now();
-    let (code, out) = run("shell", r#"{"command":"echo before; (sleep 30; echo late) & echo after"}"#);
-    assert!(start.elapsed() < Duration::from_secs(10), "held by the background child");
+    let (code, out) = run(
+        "shell",
+        r#"{"command":"echo before; (sleep 30; echo late) & echo after"}"#,
+    );
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "held by the background child"
+    );
     assert_eq!(code, 0);
     assert_eq!(out, "before\nafter\n\n[exit 0]");
 }
 
 #[test]
 fn shell_output_larger_than_a_pipe_buffer_arrives_whole() {
-    let (code, out) = run("shell", r#"{"command":"head -c 1000000 /dev/zero | tr '\\0' a"}"#);
+    let (code, out) = run(
+        "shell",
+        r#"{"command":"head -c 1000000 /dev/zero | tr '\\0' a"}"#,
+    );
     assert_eq!(code, 0);
     assert_eq!(out.len(), 1_000_000 + "\n[exit 0]".len());
 }
@@ -172,7 +254,10 @@ fn misuse_is_exit_2_with_nothing_on_stdout() {
         (vec!["read_file"], big.into_bytes()),
         (vec!["write_file"], br#"{"path":"/tmp/x"}"#.to_vec()),
         (vec!["shell"], br#"{"command":"ls","cwd":5}"#.to_vec()),
-        (vec!["http_fetch"], br#"{"url":"https://a.example/","method":"POST"}"#.to_vec()),
+        (
+            vec!["http_fetch"],
+            br#"{"url":"https://a.example/","method":"POST"}"#.to_vec(),
+        ),
         (vec!["egress-proxy"], b"".to_vec()),
         (vec!["egress-proxy", "--socket"], b"".to_vec()),
     ];
@@ -180,7 +265,10 @@ fn misuse_is_exit_2_with_nothing_on_stdout() {
         let (code, out, err) = toolkit(&args, &input);
         assert_eq!(code, 2, "{args:?}: {err}");
         assert!(out.is_empty(), "{args:?}");
-        assert!(!err.is_empty(), "{args:?}: a reason goes to stderr for brokerd's log");
+        assert!(
+            !err.is_empty(),
+            "{args:?}: a reason goes to stderr for brokerd's log"
+        );
     }
 }
 
@@ -191,7 +279,10 @@ fn musl_release_build_is_static_when_present() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../target/x86_64-unknown-linux-musl/release/toolkit");
     if !path.exists() {
-        eprintln!("no musl release build at {}; `make static-check` covers it", path.display());
+        eprintln!(
+            "no musl release build at {}; `make static-check` covers it",
+            path.display()
+        );
         return;
     }
     let bytes = fs::read(&path).unwrap();
