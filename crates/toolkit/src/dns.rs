@@ -136,26 +136,25 @@ impl Resolver {
             let aaaa = aaaa.join().unwrap_or(Err(DnsError::BadAnswer));
             (a, aaaa)
         });
-        match (v4, v6) {
-            (Err(DnsError::NoSuchName), _) | (_, Err(DnsError::NoSuchName)) => {
-                Err(DnsError::NoSuchName)
-            }
-            (Ok(mut a), Ok(aaaa)) => {
-                a.extend(aaaa);
-                if a.is_empty() {
-                    Err(DnsError::NoAddresses)
-                } else {
-                    Ok(a)
+        // Addresses of either type win over the other type's error (a server that says
+        // NXDOMAIN for AAAA only is wrong, not a reason to fail). Without addresses, "no such
+        // name" is the most telling error, then A's.
+        let mut ips = Vec::new();
+        let mut error = None;
+        for result in [v4, v6] {
+            match result {
+                Ok(found) => ips.extend(found),
+                Err(e) => {
+                    if error.is_none() || matches!(e, DnsError::NoSuchName) {
+                        error = Some(e);
+                    }
                 }
             }
-            (Ok(a), Err(e)) | (Err(e), Ok(a)) => {
-                if a.is_empty() {
-                    Err(e)
-                } else {
-                    Ok(a)
-                }
-            }
-            (Err(e), Err(_)) => Err(e),
+        }
+        match (ips.is_empty(), error) {
+            (false, _) => Ok(ips),
+            (true, Some(e)) => Err(e),
+            (true, None) => Err(DnsError::NoAddresses),
         }
     }
 
@@ -727,6 +726,15 @@ pub(crate) mod tests {
                 Err("more than 8 CNAME links"),
             ),
             (vec![], "nowhere.example", Err("no such name")),
+            // Addresses of one type win over the other type's NXDOMAIN.
+            (
+                vec![(
+                    ("v4only.example.", TA),
+                    Records(vec![("v4only.example.", a("192.0.2.11"))]),
+                )],
+                "v4only.example",
+                Ok(ips(&["192.0.2.11"])),
+            ),
             (
                 vec![
                     (("www.example.", TA), Rcode(ResponseCode::Refused)),

@@ -1320,6 +1320,51 @@ mod tests {
     }
 
     #[test]
+    fn system_dial_over_a_fake_nameserver() {
+        use crate::dns::tests::{a, FakeDns};
+        use hickory_proto::rr::RecordType;
+        let dns = FakeDns::start(vec![
+            (
+                ("www.example.org.", RecordType::A),
+                crate::dns::tests::Behaviour::Records(vec![("www.example.org.", a("127.0.0.1"))]),
+            ),
+            (
+                ("www.example.org.", RecordType::AAAA),
+                crate::dns::tests::Behaviour::Records(vec![]),
+            ),
+        ]);
+        let dial = SystemDial::new(Resolver::new(vec![dns.addr]));
+        let got = dial.resolve("www.example.org", 443).expect("resolve");
+        assert_eq!(
+            got,
+            vec!["127.0.0.1:443".parse::<SocketAddr>().expect("addr")]
+        );
+        assert!(dial.resolve("nowhere.example.org", 443).is_err());
+
+        // The real path refuses a name that resolves to loopback, and never connects.
+        let input = cat(&[&HELLO, &connect_req(b"www.example.org", 443)]);
+        let (client, proxy_end) = UnixStream::pair().expect("pair");
+        let p = policy();
+        let handle = std::thread::spawn(move || serve(proxy_end, &p, &dial));
+        let mut client = client;
+        client.write_all(&input).expect("write");
+        let got = read_to_close(&mut client);
+        assert_eq!(got, cat(&[&OK, &Reply::HostUnreachable.bytes()]));
+        let outcome = handle.join().expect("serve");
+        assert_eq!(
+            outcome.reason,
+            Reason::NoDialableAddress(vec!["127.0.0.1".parse().expect("ip")])
+        );
+
+        // connect is a plain TCP connection with the timeout given.
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let to = listener.local_addr().expect("addr");
+        let dial = SystemDial::new(Resolver::new(vec![dns.addr]));
+        let s = dial.connect(to, Duration::from_secs(2)).expect("connect");
+        assert_eq!(s.peer_addr().expect("peer"), to);
+    }
+
+    #[test]
     fn options_table() {
         let args = |s: &str| s.split_whitespace().map(str::to_string).collect::<Vec<_>>();
         let ok = [
