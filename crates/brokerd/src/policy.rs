@@ -1,0 +1,610 @@
+//! The decision (DESIGN.md "Life of a call" step 4, "Grants and modes", "Paths").
+//!
+//! `decide` turns a grant and a parsed call into one of three outcomes; the repeated-refusal
+//! stop and approval tickets are the broker's, since they need session state. Nothing here
+//! runs anything or knows how a sandbox works: the outcome carries the mounts and the input
+//! the runner needs, and the runner never knows why a call was allowed.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use proto::tools::{ReadFileArgs, ShellArgs, ToolName, WriteFileArgs};
+
+use crate::args::ToolArgs;
+use crate::classify::{Classifier, ClassifierError, CommandClass};
+use crate::config::{Config, Grant};
+use crate::mode::{ActionClass, Capabilities, Grant as Permit};
+use crate::protect::protected;
+use crate::runner::{Egress, Mount};
+use crate::workspace::{Root, Workspace, WorkspaceError};
+
+/// What the decision says about one call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// Run it now.
+    Allow(Plan),
+    /// Nothing runs; the reason is for the model.
+    Refuse(Refusal),
+    /// Run it only once the owner approves this exact call.
+    Ask(Plan, String),
+}
+
+/// What a call will run with, decided before any sandbox exists.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    pub tool: ToolName,
+    /// The tool's JSON for the sandbox, with paths resolved.
+    pub input: Vec<u8>,
+    pub mounts: Vec<Mount>,
+    pub egress: Option<Egress>,
+    /// The shell command's class, for the audit.
+    pub class: Option<CommandClass>,
+    /// Whether the call may change files (write_file, or a shell with writable mounts).
+    pub writes: bool,
+}
+
+/// A refusal: the target (for the repeated-refusal count) and the reason the model reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    pub target: String,
+    pub reason: String,
+}
+
+/// One grant, with its directories resolved once at start.
+#[derive(Debug, Clone)]
+pub struct GrantPolicy {
+    pub name: String,
+    pub grant: Grant,
+    pub workspace: Workspace,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PolicyError {
+    #[error("grants.{grant}: {source}")]
+    Workspace {
+        grant: String,
+        source: WorkspaceError,
+    },
+    #[error(transparent)]
+    Classifier(#[from] ClassifierError),
+}
+
+/// Every grant of the config, and the command classifier (checked against its examples).
+pub struct Policy {
+    grants: BTreeMap<String, GrantPolicy>,
+    classifier: Classifier,
+}
+
+impl Policy {
+    pub fn new(config: &Config) -> Result<Policy, PolicyError> {
+        let classifier = Classifier::new()?;
+        let mut grants = BTreeMap::new();
+        for (name, grant) in &config.grants {
+            let roots = grant
+                .paths
+                .iter()
+                .map(|p| Root {
+                    path: p.path.clone(),
+                    write: p.write,
+                })
+                .collect();
+            let workspace = Workspace::new(roots).map_err(|source| PolicyError::Workspace {
+                grant: name.clone(),
+                source,
+            })?;
+            grants.insert(
+                name.clone(),
+                GrantPolicy {
+                    name: name.clone(),
+                    grant: grant.clone(),
+                    workspace,
+                },
+            );
+        }
+        Ok(Policy { grants, classifier })
+    }
+
+    pub fn grant(&self, name: &str) -> Option<&GrantPolicy> {
+        self.grants.get(name)
+    }
+
+    /// The tools a grant offers in its mode: a tool the grant cannot use is not offered.
+    pub fn offered(&self, g: &GrantPolicy) -> Vec<ToolName> {
+        let caps = Capabilities::for_mode(g.grant.mode);
+        ToolName::ALL
+            .into_iter()
+            .filter(|t| g.grant.tools.contains(t))
+            .filter(|t| match t {
+                ToolName::WriteFile => {
+                    caps.grant(ActionClass::Mutate) != Permit::Refuse
+                        && g.workspace.roots().iter().any(|r| r.write)
+                }
+                ToolName::HttpFetch => !g.grant.hosts.is_empty(),
+                ToolName::ReadFile | ToolName::Shell => true,
+            })
+            .collect()
+    }
+
+    /// Decides one call of grant `g`. `tool` is the requested tool, already known to parse.
+    pub fn decide(&self, g: &GrantPolicy, args: &ToolArgs) -> Decision {
+        let tool = args.tool();
+        if !g.grant.tools.contains(&tool) {
+            return Decision::Refuse(Refusal {
+                target: String::new(),
+                reason: format!("{tool} is not one of the tools of grant {}", g.name),
+            });
+        }
+        let caps = Capabilities::for_mode(g.grant.mode);
+        let (action, input, target, class, egress, question_detail) = match args {
+            ToolArgs::ReadFile(a) => {
+                let r = match g.workspace.resolve(tool, &a.path) {
+                    Ok(r) => r,
+                    Err(e) => return refuse(&a.path, e.to_string()),
+                };
+                let input = json(&ReadFileArgs {
+                    path: path_string(&r.path),
+                });
+                (
+                    ActionClass::Read,
+                    input,
+                    a.path.clone(),
+                    None,
+                    None,
+                    String::new(),
+                )
+            }
+            ToolArgs::WriteFile(a) => {
+                let r = match g.workspace.resolve_for_write(tool, &a.path) {
+                    Ok(r) => r,
+                    Err(e) => return refuse(&a.path, e.to_string()),
+                };
+                if let Some(p) = protected(&a.path, &r.path) {
+                    return refuse(&a.path, format!("write_file: {p}"));
+                }
+                let input = json(&WriteFileArgs {
+                    path: path_string(&r.path),
+                    content: a.content.clone(),
+                });
+                let detail = format!("write {} bytes to {}", a.content.len(), r.path.display());
+                (
+                    ActionClass::Mutate,
+                    input,
+                    a.path.clone(),
+                    None,
+                    None,
+                    detail,
+                )
+            }
+            ToolArgs::Shell(a) => {
+                let cwd = match &a.cwd {
+                    Some(c) => match g.workspace.resolve(tool, c) {
+                        Ok(r) if r.path.is_dir() => Some(r.path),
+                        Ok(r) => {
+                            return refuse(
+                                c,
+                                format!(
+                                    "shell: the working directory {} is not a directory",
+                                    r.path.display()
+                                ),
+                            )
+                        }
+                        Err(e) => return refuse(c, e.to_string()),
+                    },
+                    None => None,
+                };
+                let roots: Vec<PathBuf> =
+                    g.workspace.roots().iter().map(|r| r.path.clone()).collect();
+                let assessment = self.classifier.classify(&a.command, &roots);
+                let base = cwd
+                    .clone()
+                    .unwrap_or_else(|| PathBuf::from(proto_default_cwd()));
+                for w in &assessment.writes {
+                    let reached = base.join(w);
+                    let reached = match g.workspace.resolve(tool, &path_string(&reached)) {
+                        Ok(r) => r.path,
+                        Err(_) => reached,
+                    };
+                    if let Some(p) = protected(w, &reached) {
+                        return refuse(&a.command, format!("shell: the command writes {w}: {p}"));
+                    }
+                }
+                let input = json(&ShellArgs {
+                    command: a.command.clone(),
+                    cwd: cwd.as_deref().map(path_string),
+                });
+                let detail = match &assessment.reason {
+                    Some(why) => format!("run `{}` ({}: {why})", a.command, assessment.class),
+                    None => format!("run `{}` ({})", a.command, assessment.class),
+                };
+                (
+                    ActionClass::from(assessment.class),
+                    input,
+                    a.command.clone(),
+                    Some(assessment.class),
+                    None,
+                    detail,
+                )
+            }
+            ToolArgs::HttpFetch(u) => {
+                if !g
+                    .grant
+                    .hosts
+                    .iter()
+                    .any(|p| proto::hosts::host_matches(p, u.host()))
+                {
+                    return refuse(
+                        u.host(),
+                        format!(
+                            "http_fetch: {} is not one of the grant's hosts ({})",
+                            u.host(),
+                            g.grant.hosts.join(", ")
+                        ),
+                    );
+                }
+                let egress = Egress {
+                    hosts: g.grant.hosts.clone(),
+                    allow_addresses: g
+                        .grant
+                        .allow_addresses
+                        .iter()
+                        .map(|c| c.to_string())
+                        .collect(),
+                };
+                let input = args.input_json();
+                (
+                    ActionClass::Read,
+                    input,
+                    u.url().to_string(),
+                    None,
+                    Some(egress),
+                    format!("fetch {}", u.url()),
+                )
+            }
+        };
+        let writable = caps.writable_mounts(action);
+        let mounts = g
+            .workspace
+            .roots()
+            .iter()
+            .map(|r| Mount {
+                path: r.path.clone(),
+                write: r.write && writable,
+            })
+            .collect::<Vec<_>>();
+        let writes = mounts.iter().any(|m| m.write);
+        let plan = Plan {
+            tool,
+            input,
+            mounts,
+            egress,
+            class,
+            writes,
+        };
+        match caps.grant(action) {
+            Permit::Run => Decision::Allow(plan),
+            Permit::Ask => {
+                let question = format!("Allow grant {} to {question_detail}?", g.name);
+                Decision::Ask(plan, question)
+            }
+            Permit::Refuse => {
+                let what = match class {
+                    Some(c) => format!("a {c} command"),
+                    None => format!("{tool}"),
+                };
+                refuse(
+                    &target,
+                    format!(
+                        "{tool}: grant {} is in {} mode, which does not allow {what}",
+                        g.name,
+                        caps.mode()
+                    ),
+                )
+            }
+        }
+    }
+}
+
+fn refuse(target: &str, reason: String) -> Decision {
+    Decision::Refuse(Refusal {
+        target: target.to_string(),
+        reason,
+    })
+}
+
+/// Where toolkit runs shell without a cwd (seed 003 section 4).
+fn proto_default_cwd() -> &'static str {
+    "/tmp"
+}
+
+fn path_string(p: &std::path::Path) -> String {
+    p.to_string_lossy().into_owned()
+}
+
+fn json<T: serde::Serialize>(v: &T) -> Vec<u8> {
+    // Structs of strings always serialise.
+    serde_json::to_vec(v).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::args;
+
+    struct Fixture {
+        _dir: tempfile::TempDir,
+        rw: PathBuf,
+        ro: PathBuf,
+        policy: Policy,
+    }
+
+    fn fixture() -> Fixture {
+        let dir = tempfile::tempdir().unwrap();
+        let rw = std::fs::canonicalize(dir.path()).unwrap().join("notes");
+        let ro = std::fs::canonicalize(dir.path()).unwrap().join("ref");
+        std::fs::create_dir_all(rw.join("generated")).unwrap();
+        std::fs::create_dir_all(&ro).unwrap();
+        std::fs::write(rw.join("a.txt"), "a").unwrap();
+        std::fs::write(rw.join("gen.rs"), "// @generated by a tool\nfn x() {}\n").unwrap();
+        std::fs::write(ro.join("r.txt"), "r").unwrap();
+        let text = format!(
+            r#"
+[runner]
+image = "sha256:{hex}"
+[grants.safe]
+mode = "safe"
+tools = ["read_file", "write_file", "shell", "http_fetch"]
+paths = [{{ path = "{rw}", write = true }}, {{ path = "{ro}" }}]
+hosts = ["docs.example.org", "*.example.net"]
+[grants.ask]
+mode = "ask"
+tools = ["read_file", "write_file", "shell", "http_fetch"]
+paths = [{{ path = "{rw}", write = true }}, {{ path = "{ro}" }}]
+hosts = ["docs.example.org"]
+[grants.auto]
+mode = "auto"
+tools = ["read_file", "write_file", "shell", "http_fetch"]
+paths = [{{ path = "{rw}", write = true }}, {{ path = "{ro}" }}]
+hosts = ["docs.example.org"]
+allow_addresses = ["192.0.2.0/24"]
+[grants.readonly]
+mode = "auto"
+tools = ["read_file", "shell"]
+paths = [{{ path = "{ro}" }}]
+"#,
+            hex = "a".repeat(64),
+            rw = rw.display(),
+            ro = ro.display()
+        );
+        let config = crate::config::parse(&text, "test.toml").expect("config");
+        let policy = Policy::new(&config).expect("policy");
+        Fixture {
+            _dir: dir,
+            rw,
+            ro,
+            policy,
+        }
+    }
+
+    #[derive(Debug, PartialEq)]
+    enum Want {
+        Run,
+        Ask,
+        Refuse(&'static str),
+    }
+
+    fn outcome(f: &Fixture, grant: &str, tool: &str, raw: &str) -> (Want, Option<Plan>) {
+        let g = f.policy.grant(grant).unwrap();
+        let a = args::parse(tool, raw).expect(raw);
+        match f.policy.decide(g, &a) {
+            Decision::Allow(p) => (Want::Run, Some(p)),
+            Decision::Ask(p, q) => {
+                assert!(q.starts_with(&format!("Allow grant {grant} to ")), "{q}");
+                (Want::Ask, Some(p))
+            }
+            Decision::Refuse(r) => {
+                let leaked: &'static str = Box::leak(r.reason.into_boxed_str());
+                (Want::Refuse(leaked), None)
+            }
+        }
+    }
+
+    #[test]
+    fn modes_and_classes() {
+        let f = fixture();
+        let a = format!("{}/a.txt", f.rw.display());
+        let rd = format!(r#"{{"path":"{a}"}}"#);
+        let wr = format!(r#"{{"path":"{a}","content":"x"}}"#);
+        let url = r#"{"url":"https://docs.example.org/x"}"#;
+        // (grant, tool, arguments, run/ask/refuse)
+        let cases: Vec<(&str, &str, String, &str)> = vec![
+            ("safe", "read_file", rd.clone(), "run"),
+            ("safe", "read_file", r#"{"path":"a.txt"}"#.into(), "run"),
+            ("safe", "write_file", wr.clone(), "refuse"),
+            ("safe", "shell", r#"{"command":"ls -la"}"#.into(), "run"),
+            ("safe", "shell", r#"{"command":"touch x"}"#.into(), "refuse"),
+            (
+                "safe",
+                "shell",
+                r#"{"command":"echo $(id)"}"#.into(),
+                "refuse",
+            ),
+            (
+                "safe",
+                "shell",
+                r#"{"command":"rm -rf /"}"#.into(),
+                "refuse",
+            ),
+            ("safe", "http_fetch", url.into(), "run"),
+            ("ask", "read_file", rd.clone(), "run"),
+            ("ask", "write_file", wr.clone(), "ask"),
+            ("ask", "shell", r#"{"command":"ls"}"#.into(), "run"),
+            ("ask", "shell", r#"{"command":"touch x"}"#.into(), "ask"),
+            (
+                "ask",
+                "shell",
+                r#"{"command":"python3 -c 'print(1)'"}"#.into(),
+                "ask",
+            ),
+            ("ask", "shell", r#"{"command":"rm -rf /"}"#.into(), "ask"),
+            ("auto", "write_file", wr.clone(), "run"),
+            ("auto", "shell", r#"{"command":"touch x"}"#.into(), "run"),
+            ("auto", "shell", r#"{"command":"sh -c 'ls'"}"#.into(), "run"),
+            ("auto", "shell", r#"{"command":"rm -rf /"}"#.into(), "ask"),
+            ("auto", "http_fetch", url.into(), "run"),
+            ("readonly", "write_file", wr.clone(), "refuse"),
+            ("readonly", "http_fetch", url.into(), "refuse"),
+        ];
+        for (grant, tool, raw, want) in cases {
+            let (got, _) = outcome(&f, grant, tool, &raw);
+            let got = match got {
+                Want::Run => "run",
+                Want::Ask => "ask",
+                Want::Refuse(_) => "refuse",
+            };
+            assert_eq!(got, want, "{grant} {tool} {raw}");
+        }
+    }
+
+    #[test]
+    fn refusal_texts_the_model_can_act_on() {
+        let f = fixture();
+        let ro_file = format!("{}/r.txt", f.ro.display());
+        let cases: Vec<(&str, &str, String, String)> = vec![
+            (
+                "auto",
+                "read_file",
+                r#"{"path":"/etc/passwd"}"#.into(),
+                "read_file: /etc/passwd is outside the grant's directories".into(),
+            ),
+            (
+                "auto",
+                "write_file",
+                format!(r#"{{"path":"{ro_file}","content":"x"}}"#),
+                format!("write_file: {ro_file}"),
+            ),
+            (
+                "auto",
+                "write_file",
+                r#"{"path":"generated/x.rs","content":"x"}"#.into(),
+                "write_file: generated/x.rs is under `generated/`".into(),
+            ),
+            (
+                "auto",
+                "write_file",
+                r#"{"path":"gen.rs","content":"x"}"#.into(),
+                "write_file: gen.rs says `@generated`".into(),
+            ),
+            (
+                "auto",
+                "shell",
+                r#"{"command":"echo x > generated/y"}"#.into(),
+                "shell: the command writes generated/y: generated/y is under `generated/`".into(),
+            ),
+            (
+                "auto",
+                "http_fetch",
+                r#"{"url":"https://evil.example.com/"}"#.into(),
+                "http_fetch: evil.example.com is not one of the grant's hosts (docs.example.org)".into(),
+            ),
+            (
+                "safe",
+                "write_file",
+                r#"{"path":"a.txt","content":"x"}"#.into(),
+                "write_file: grant safe is in safe mode, which does not allow write_file".into(),
+            ),
+            (
+                "safe",
+                "shell",
+                r#"{"command":"touch a"}"#.into(),
+                "shell: grant safe is in safe mode, which does not allow a workspace_mutating command".into(),
+            ),
+            (
+                "readonly",
+                "http_fetch",
+                r#"{"url":"https://docs.example.org/"}"#.into(),
+                "http_fetch is not one of the tools of grant readonly".into(),
+            ),
+            (
+                "auto",
+                "shell",
+                r#"{"command":"ls","cwd":"/etc"}"#.into(),
+                "shell: /etc is outside the grant's directories".into(),
+            ),
+        ];
+        for (grant, tool, raw, prefix) in cases {
+            match outcome(&f, grant, tool, &raw).0 {
+                Want::Refuse(reason) => assert!(
+                    reason.starts_with(&prefix),
+                    "{raw}: {reason:?} does not start with {prefix:?}"
+                ),
+                other => panic!("{raw}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn plans_resolve_paths_and_mount_by_class() {
+        let f = fixture();
+        // A relative path is resolved against the first directory and handed on absolute.
+        let (_, plan) = outcome(&f, "auto", "read_file", r#"{"path":"a.txt"}"#);
+        let plan = plan.unwrap();
+        let input: serde_json::Value = serde_json::from_slice(&plan.input).unwrap();
+        assert_eq!(input["path"], format!("{}/a.txt", f.rw.display()));
+        // A read gets read-only mounts even in auto.
+        assert!(plan.mounts.iter().all(|m| !m.write));
+        assert_eq!(plan.mounts.len(), 2);
+        let (_, plan) = outcome(&f, "auto", "shell", r#"{"command":"cat a.txt | wc -l"}"#);
+        let plan = plan.unwrap();
+        assert!(!plan.writes);
+        assert_eq!(plan.class, Some(CommandClass::ReadOnly));
+        // A mutating command gets the writable directory writable, and only that one.
+        let (_, plan) = outcome(
+            &f,
+            "auto",
+            "shell",
+            &format!(r#"{{"command":"touch x","cwd":"{}"}}"#, f.rw.display()),
+        );
+        let plan = plan.unwrap();
+        assert_eq!(
+            plan.mounts,
+            vec![
+                Mount {
+                    path: f.rw.clone(),
+                    write: true
+                },
+                Mount {
+                    path: f.ro.clone(),
+                    write: false
+                }
+            ]
+        );
+        assert!(plan.writes);
+        // http_fetch carries the grant's hosts and allowed addresses to the proxy.
+        let (_, plan) = outcome(
+            &f,
+            "auto",
+            "http_fetch",
+            r#"{"url":"https://DOCS.example.org./p"}"#,
+        );
+        let plan = plan.unwrap();
+        assert_eq!(
+            plan.egress,
+            Some(Egress {
+                hosts: vec!["docs.example.org".into()],
+                allow_addresses: vec!["192.0.2.0/24".into()]
+            })
+        );
+        let input: serde_json::Value = serde_json::from_slice(&plan.input).unwrap();
+        assert_eq!(input["url"], "https://docs.example.org/p");
+    }
+
+    #[test]
+    fn offered_tools() {
+        let f = fixture();
+        let names = |g: &str| f.policy.offered(f.policy.grant(g).unwrap());
+        use ToolName::*;
+        assert_eq!(names("safe"), vec![ReadFile, Shell, HttpFetch]);
+        assert_eq!(names("ask"), vec![ReadFile, WriteFile, Shell, HttpFetch]);
+        assert_eq!(names("readonly"), vec![ReadFile, Shell]);
+    }
+}
