@@ -915,7 +915,7 @@ fn check_image(image: &str) -> Result<(), Problem> {
 }
 
 /// `512m` and the like, in bytes; `None` for anything podman would not read the same way.
-fn memory_bytes(s: &str) -> Option<u64> {
+pub fn memory_bytes(s: &str) -> Option<u64> {
     let (digits, unit) = match s.char_indices().last()? {
         (i, c) if c.is_ascii_alphabetic() => (&s[..i], c.to_ascii_lowercase()),
         _ => (s, 'b'),

@@ -92,4 +92,21 @@ pub enum RunError {
 /// within the spec's time limit plus a small bound, whatever the sandbox does.
 pub trait Runner: Send + Sync {
     fn run(&self, spec: &RunSpec) -> Result<RunOutput, RunError>;
+
+    /// Whether a sandbox or proxy this runner asked to die could not be confirmed dead
+    /// (containment poisoning, seed 000 5.1.7): http_fetch answers unavailable until restart.
+    fn poisoned(&self) -> bool {
+        false
+    }
+
+    /// Removes every sandbox and egress directory this service user's brokerd left behind
+    /// (a crash, or calls still running at the end of a shutdown); returns how many.
+    fn sweep(&self) -> Result<usize, SweepError> {
+        Ok(0)
+    }
 }
+
+/// Why the start-up or shutdown sweep could not finish.
+#[derive(Debug, thiserror::Error)]
+#[error("the sweep of leftover sandboxes failed: {0}")]
+pub struct SweepError(pub String);

@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use super::{Egress, Failure, RunError, RunOutput, RunSpec, Runner, Unavailable};
+use super::{Egress, Failure, RunError, RunOutput, RunSpec, Runner, SweepError, Unavailable};
 use crate::args::check_grant_path;
 use crate::config::RunnerConfig;
 
@@ -414,7 +414,97 @@ impl PodmanRuntime {
     }
 }
 
+impl PodmanRuntime {
+    /// The names of every container of this user labelled `boxmaker` (tool or egress).
+    pub fn labelled(&self) -> Result<Vec<String>, SweepError> {
+        let args: Vec<OsString> = [
+            "ps",
+            "-a",
+            "--filter",
+            "label=boxmaker",
+            "--format",
+            "{{.Names}}",
+        ]
+        .into_iter()
+        .map(OsString::from)
+        .collect();
+        let spawned = Command::new(&self.podman)
+            .args(&args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .spawn();
+        let mut child =
+            spawned.map_err(|e| SweepError(format!("podman could not be started: {e}")))?;
+        let stdout = Capture::start(child.stdout.take(), SWEEP_LIST_KEEP, false);
+        let stderr = Capture::start(child.stderr.take(), STDERR_KEEP, false);
+        let Some(status) = wait_until(&mut child, Instant::now() + self.helper_timeout) else {
+            kill_group(&mut child);
+            return Err(SweepError("podman ps did not answer in time".into()));
+        };
+        stdout.wait_done(Instant::now() + POLL * 10);
+        stderr.wait_done(Instant::now() + POLL * 10);
+        if !status.success() {
+            return Err(SweepError(format!(
+                "podman ps exited with {status}: {}",
+                stderr.text().trim_end()
+            )));
+        }
+        // Only names brokerd could have made; anything else in podman's output is ignored.
+        Ok(stdout
+            .text()
+            .lines()
+            .map(str::trim)
+            .filter(|n| n.starts_with("boxmaker-") && valid_id(&n["boxmaker-".len()..]))
+            .map(str::to_string)
+            .collect())
+    }
+}
+
+/// How much of `podman ps`'s listing the sweep reads.
+const SWEEP_LIST_KEEP: usize = 1024 * 1024;
+
 impl Runner for PodmanRuntime {
+    fn poisoned(&self) -> bool {
+        PodmanRuntime::poisoned(self)
+    }
+
+    /// Removes every labelled container and every egress directory (DESIGN.md "Service": the
+    /// start-up sweep; also the end of a shutdown).
+    fn sweep(&self) -> Result<usize, SweepError> {
+        let names = self.labelled()?;
+        let mut removed = 0;
+        let mut failed = Vec::new();
+        for name in &names {
+            let args: Vec<OsString> = vec!["rm".into(), "-f".into(), name.into()];
+            match self.helper(&args, self.helper_timeout) {
+                Helper::Exited(status, _) if status.success() => removed += 1,
+                Helper::Exited(status, err) => {
+                    failed.push(format!("{name}: {status}: {}", err.trim_end()))
+                }
+                Helper::TimedOut => {
+                    failed.push(format!("{name}: podman rm -f did not finish in time"))
+                }
+                Helper::NotStarted(e) => failed.push(format!("{name}: {e}")),
+            }
+        }
+        let egress_root = self.home.join("run").join("egress");
+        if let Ok(entries) = std::fs::read_dir(&egress_root) {
+            for entry in entries.flatten() {
+                match std::fs::remove_dir_all(entry.path()) {
+                    Ok(()) => removed += 1,
+                    Err(e) => failed.push(format!("{}: {e}", entry.path().display())),
+                }
+            }
+        }
+        if failed.is_empty() {
+            Ok(removed)
+        } else {
+            Err(SweepError(failed.join("; ")))
+        }
+    }
+
     fn run(&self, spec: &RunSpec) -> Result<RunOutput, RunError> {
         let started = Instant::now();
         if !valid_id(&spec.session) || !valid_id(&spec.call) {
