@@ -1,13 +1,21 @@
 //! brokerd: checks each tool call against the owner's grant, runs it in a fresh sandbox and
 //! answers with the output labelled by its grant. See DESIGN.md "Life of a call".
+//!
+//! One module answers one question: `args` parses, `policy` decides (with `mode`,
+//! `classify`, `workspace` and `protect`), `runner` runs, `audit` records, `broker` walks a
+//! call through all of them, `server` speaks the protocol on the socket.
 
 pub mod args;
 pub mod audit;
+pub mod broker;
 pub mod classify;
 pub mod config;
 pub mod mode;
+pub mod policy;
 pub mod preview;
 pub mod protect;
 pub mod refusals;
 pub mod runner;
+pub mod server;
+pub mod tickets;
 pub mod workspace;

@@ -1,1 +1,320 @@
-fn main() {}
+//! `brokerd --config FILE [--socket PATH]` serves; `brokerd check-config FILE` validates.
+//! (DESIGN.md "Command lines", "Service".)
+
+use std::os::fd::{FromRawFd, IntoRawFd};
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use brokerd::audit::Audit;
+use brokerd::broker::Broker;
+use brokerd::config::{self, Backend, Config};
+use brokerd::policy::Policy;
+use brokerd::runner::podman::PodmanRuntime;
+use brokerd::runner::Runner;
+use brokerd::server::{self, Clients};
+use sd_notify::NotifyState;
+use tokio::net::UnixListener;
+use tokio::signal::unix::{signal, SignalKind};
+use tokio::sync::watch;
+
+const USAGE: &str =
+    "usage: brokerd --config FILE [--socket PATH]\n       brokerd check-config FILE";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args
+        .iter()
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .as_slice()
+    {
+        ["check-config", file] => check_config(Path::new(file)),
+        ["--config", file] => serve(Path::new(file), None),
+        ["--config", file, "--socket", sock] | ["--socket", sock, "--config", file] => {
+            serve(Path::new(file), Some(PathBuf::from(sock)))
+        }
+        ["--help"] | ["-h"] => {
+            println!("{USAGE}");
+            ExitCode::SUCCESS
+        }
+        _ => {
+            eprintln!("brokerd: bad usage\n{USAGE}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn check_config(file: &Path) -> ExitCode {
+    match config::load(file).map_err(|e| e.to_string()).and_then(|c| {
+        Policy::new(&c).map_err(|e| format!("{}: {e}", file.display()))?;
+        Clients::resolve(&client_names(&c)).map_err(|e| format!("{}: {e}", file.display()))?;
+        Ok(c)
+    }) {
+        Ok(c) => {
+            println!("{}: ok ({} grant(s))", file.display(), c.grants.len());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("{e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn client_names(c: &Config) -> Vec<String> {
+    c.broker
+        .clients
+        .iter()
+        .map(|cl| match cl {
+            config::Client::User(u) => u.clone(),
+            config::Client::Uid(n) => n.to_string(),
+            config::Client::Group(g) => format!("@{g}"),
+        })
+        .collect()
+}
+
+/// Logs go to journald (structured fields) under systemd, to stderr otherwise.
+fn init_logging() {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    let filter = tracing_subscriber::EnvFilter::try_from_env("BROKERD_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    if std::env::var_os("JOURNAL_STREAM").is_some() {
+        if let Ok(journald) = tracing_journald::layer() {
+            let _ = tracing_subscriber::registry()
+                .with(filter)
+                .with(journald)
+                .try_init();
+            return;
+        }
+    }
+    let _ = tracing_subscriber::registry()
+        .with(filter)
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_target(false),
+        )
+        .try_init();
+}
+
+fn serve(file: &Path, socket: Option<PathBuf>) -> ExitCode {
+    init_logging();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("brokerd: cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match runtime.block_on(run(file, socket)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e}");
+            let _ = sd_notify::notify(false, &[NotifyState::Status(&format!("failed: {e}"))]);
+            ExitCode::from(1)
+        }
+    }
+}
+
+async fn run(file: &Path, socket: Option<PathBuf>) -> Result<(), String> {
+    let config = config::load(file).map_err(|e| e.to_string())?;
+    let policy = Policy::new(&config).map_err(|e| format!("{}: {e}", file.display()))?;
+    let clients =
+        Clients::resolve(&client_names(&config)).map_err(|e| format!("{}: {e}", file.display()))?;
+    let Some(rc) = config.runner.clone() else {
+        return Err(format!(
+            "{}: there is no [runner] section, so no call could run",
+            file.display()
+        ));
+    };
+    let runner: Arc<dyn Runner> = match rc.backend {
+        Backend::Podman => Arc::new(PodmanRuntime::new(&rc)),
+        Backend::Bwrap => {
+            return Err(format!(
+                "{}: runner.backend = \"bwrap\" is not available in this build; use \"podman\"",
+                file.display()
+            ))
+        }
+    };
+    let backend = match rc.backend {
+        Backend::Podman => "podman",
+        Backend::Bwrap => "bwrap",
+    };
+    let audit_path = config.broker.audit_log.clone();
+    let audit = tokio::task::spawn_blocking(move || Audit::open(&audit_path))
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| format!("{e}; see runbook/audit.md#audit-unwritable"))?;
+
+    // The listener first: a socket-activated client may already be waiting on it.
+    let listener = listener(socket)?;
+
+    // Sweep what a crash of an earlier brokerd left behind.
+    let sweeper = runner.clone();
+    match tokio::task::spawn_blocking(move || sweeper.sweep()).await {
+        Ok(Ok(n)) if n > 0 => tracing::warn!(
+            removed = n,
+            "removed sandboxes and egress directories left by an earlier run"
+        ),
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => tracing::error!("{e}; see runbook/runner.md#runner-unavailable"),
+        Err(e) => tracing::error!("the sweep task failed: {e}"),
+    }
+
+    let grace = Duration::from_secs(config.broker.shutdown_grace_s);
+    let enforce = rc.enforce_limits;
+    let broker = Arc::new(Broker::new(config, policy, runner.clone(), audit, backend));
+    let mut start = format!(
+        "brokerd {} started, backend {backend}",
+        env!("CARGO_PKG_VERSION")
+    );
+    if !enforce {
+        // DESIGN.md "Limits": an operator's explicit choice, logged and audited.
+        start.push_str(
+            "; enforce_limits = false: calls run even where memory and pids limits are ignored",
+        );
+        tracing::warn!(
+            "runner.enforce_limits = false: calls run even where limits would be ignored"
+        );
+    }
+    broker
+        .event(start)
+        .await
+        .map_err(|e| format!("{e}; see runbook/audit.md#audit-unwritable"))?;
+
+    let preflight = broker.preflight().await;
+    if preflight.ok {
+        tracing::info!(detail = preflight.detail, "preflight passed");
+    } else {
+        tracing::error!(
+            detail = preflight.detail,
+            "preflight failed: calls answer unavailable; see runbook/runner.md#runner-unavailable"
+        );
+    }
+    let head = broker.audit_head();
+    tracing::info!(audit_seq = head.seq, audit_hash = head.hash, "ready");
+    let status = if preflight.ok {
+        format!("serving; audit head {} {}", head.seq, head.hash)
+    } else {
+        format!("serving, but the preflight failed: {}", preflight.detail)
+    };
+    let _ = sd_notify::notify(false, &[NotifyState::Ready, NotifyState::Status(&status)]);
+
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let watchdog = start_watchdog();
+    let server = tokio::spawn(server::serve(
+        listener,
+        broker.clone(),
+        Arc::new(clients),
+        stop_rx,
+    ));
+
+    wait_for_stop().await;
+    tracing::info!(
+        "stopping: no new connections; waiting up to {}s for calls in flight",
+        grace.as_secs()
+    );
+    let _ = sd_notify::notify(
+        false,
+        &[NotifyState::Stopping, NotifyState::Status("stopping")],
+    );
+    broker.begin_shutdown();
+    let _ = stop_tx.send(true);
+    let _ = server.await;
+    if !broker.drain(grace).await {
+        tracing::warn!("calls still running after the grace period; removing their sandboxes");
+    }
+    // Whatever remains (calls past the grace, or a runner that lost track) is removed.
+    let sweeper = broker.runner().clone();
+    match tokio::task::spawn_blocking(move || sweeper.sweep()).await {
+        Ok(Ok(n)) if n > 0 => tracing::warn!(removed = n, "removed sandboxes at shutdown"),
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => tracing::error!("{e}; see runbook/runner.md#runner-unavailable"),
+        Err(e) => tracing::error!("the sweep task failed: {e}"),
+    }
+    if let Some(w) = watchdog {
+        w.abort();
+    }
+    let head = broker.audit_head();
+    tracing::info!(audit_seq = head.seq, audit_hash = head.hash, "stopped");
+    Ok(())
+}
+
+/// The socket from systemd (LISTEN_FDS) or `--socket PATH`.
+fn listener(socket: Option<PathBuf>) -> Result<UnixListener, String> {
+    if socket.is_none() {
+        let fds = libsystemd::activation::receive_descriptors(true)
+            .map_err(|e| format!("no socket from systemd ({e}) and no --socket given"))?;
+        let Some(fd) = fds.into_iter().next() else {
+            return Err("systemd passed no socket and no --socket was given".into());
+        };
+        // SAFETY: systemd passed this descriptor to this process for it to own; it is not
+        // used anywhere else.
+        let std_listener =
+            unsafe { std::os::unix::net::UnixListener::from_raw_fd(fd.into_raw_fd()) };
+        std_listener
+            .set_nonblocking(true)
+            .map_err(|e| format!("the systemd socket: {e}"))?;
+        return UnixListener::from_std(std_listener)
+            .map_err(|e| format!("the systemd socket: {e}"));
+    }
+    let path = socket.unwrap_or_default();
+    if let Ok(meta) = std::fs::symlink_metadata(&path) {
+        if meta.file_type().is_socket() {
+            // A socket file left by an earlier run; nothing listens on it any more.
+            std::fs::remove_file(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        } else {
+            return Err(format!(
+                "{} exists and is not a socket; refusing to replace it",
+                path.display()
+            ));
+        }
+    }
+    let listener = UnixListener::bind(&path)
+        .map_err(|e| format!("cannot listen on {}: {e}", path.display()))?;
+    // Peer credentials are the real check; the mode keeps other users from even connecting.
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o660))
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    tracing::info!(socket = %path.display(), "listening");
+    Ok(listener)
+}
+
+/// Pings the systemd watchdog at half its interval, when the unit asks for one.
+fn start_watchdog() -> Option<tokio::task::JoinHandle<()>> {
+    let mut usec = 0u64;
+    if !sd_notify::watchdog_enabled(false, &mut usec) || usec == 0 {
+        return None;
+    }
+    let every = Duration::from_micros(usec / 2);
+    Some(tokio::spawn(async move {
+        let mut tick = tokio::time::interval(every);
+        loop {
+            tick.tick().await;
+            let _ = sd_notify::notify(false, &[NotifyState::Watchdog]);
+        }
+    }))
+}
+
+async fn wait_for_stop() {
+    let term = signal(SignalKind::terminate());
+    let int = signal(SignalKind::interrupt());
+    match (term, int) {
+        (Ok(mut term), Ok(mut int)) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+        }
+        _ => {
+            // Without signal handlers the process cannot stop cleanly; wait for Ctrl-C.
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}

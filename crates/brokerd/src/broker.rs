@@ -1,0 +1,692 @@
+//! The broker: one request in, one answer out (DESIGN.md "Life of a call").
+//!
+//! [`Broker::call`] is the life of a call read top to bottom: identifiers, grant, parse,
+//! decide, approval, audit, run, audit, answer. Every decision is audited, and the record is
+//! synced before the answer leaves; a record that cannot be written makes the call
+//! `unavailable`, so nothing runs unaudited.
+
+use std::collections::{HashSet, VecDeque};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use proto::broker::{AuditHead, Body, Request, Status, ToolSchema, PROTOCOL};
+use proto::tools::ToolName;
+use tokio::sync::{Notify, Semaphore};
+
+use crate::args;
+use crate::audit::{self, Audit, Record, RecordKind};
+use crate::config::Config;
+use crate::policy::{Decision, Plan, Policy};
+use crate::preview::{preview, ResultStore};
+use crate::refusals::{RefusalCounter, Verdict};
+use crate::runner::{RunError, RunOutput, RunSpec, Runner, Unavailable};
+use crate::tickets::{Binding, Tickets};
+
+/// How many calls may wait for a slot, per running slot, before new ones are answered busy.
+pub const QUEUE_PER_SLOT: usize = 8;
+/// The most bytes of full outputs kept for `result` paging.
+pub const RESULT_STORE_BYTES: usize = 256 * 1024 * 1024;
+/// The most sessions remembered as having seen the runner unavailable.
+const MAX_UNAVAILABLE_SESSIONS: usize = 10_000;
+/// Characters in one `result_page`.
+pub const PAGE_CHARS: usize = 50_000;
+
+/// Who is asking (from SO_PEERCRED).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Peer {
+    pub uid: u32,
+    pub pid: Option<i32>,
+}
+
+/// Protocol errors (answered `error`, no decision made).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProtocolError {
+    #[error("{0} must be 1 to 64 of A-Za-z0-9_.- and not . or ..")]
+    BadIdent(&'static str),
+    #[error("unknown grant {0:?}")]
+    UnknownGrant(String),
+    #[error("unknown or expired result_id {0:?}")]
+    UnknownResult(String),
+    #[error("unknown, used or expired ticket")]
+    UnknownTicket,
+    #[error("busy: too many calls are waiting; try again shortly")]
+    Busy,
+    #[error("brokerd is shutting down")]
+    ShuttingDown,
+}
+
+/// The outcome of the start-up preflight, cached for the life of the process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Preflight {
+    pub ok: bool,
+    pub detail: String,
+}
+
+struct State {
+    tickets: Tickets,
+    refusals: RefusalCounter,
+    results: ResultStore,
+    /// Sessions that saw the runner unavailable: their later writes are refused (seed 000
+    /// 5.1.5), bounded, oldest forgotten first.
+    unavailable: HashSet<String>,
+    unavailable_order: VecDeque<String>,
+}
+
+pub struct Broker {
+    config: Config,
+    policy: Policy,
+    runner: Arc<dyn Runner>,
+    audit: Arc<Mutex<Audit>>,
+    state: Mutex<State>,
+    slots: Arc<Semaphore>,
+    waiting: AtomicUsize,
+    queue_cap: usize,
+    in_flight: AtomicUsize,
+    idle: Notify,
+    preflight: Mutex<Option<Preflight>>,
+    backend: String,
+    shutting_down: std::sync::atomic::AtomicBool,
+}
+
+/// A decrement that runs however the call ends.
+struct Counted<'a>(&'a AtomicUsize, Option<&'a Notify>);
+impl Drop for Counted<'_> {
+    fn drop(&mut self) {
+        if self.0.fetch_sub(1, Ordering::SeqCst) == 1 {
+            if let Some(n) = self.1 {
+                n.notify_waiters();
+            }
+        }
+    }
+}
+
+impl Broker {
+    pub fn new(
+        config: Config,
+        policy: Policy,
+        runner: Arc<dyn Runner>,
+        audit: Audit,
+        backend: &str,
+    ) -> Broker {
+        let b = &config.broker;
+        let state = State {
+            tickets: Tickets::new(Duration::from_secs(b.ticket_ttl_s)),
+            refusals: RefusalCounter::new(b.refusal_repeats),
+            results: ResultStore::new(Duration::from_secs(b.result_ttl_s), RESULT_STORE_BYTES),
+            unavailable: HashSet::new(),
+            unavailable_order: VecDeque::new(),
+        };
+        let slots = b.max_concurrent_calls.max(1);
+        Broker {
+            slots: Arc::new(Semaphore::new(slots)),
+            queue_cap: slots * QUEUE_PER_SLOT,
+            waiting: AtomicUsize::new(0),
+            in_flight: AtomicUsize::new(0),
+            idle: Notify::new(),
+            policy,
+            runner,
+            audit: Arc::new(Mutex::new(audit)),
+            state: Mutex::new(state),
+            preflight: Mutex::new(None),
+            backend: backend.to_string(),
+            shutting_down: std::sync::atomic::AtomicBool::new(false),
+            config,
+        }
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock leaves plain data behind; keep serving.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Runs the backend's preflight once and caches it: a real minimal sandbox (seed 000
+    /// 5.1.6). A failed preflight makes every call `unavailable` without probing again.
+    pub async fn preflight(&self) -> Preflight {
+        if let Some(p) = self
+            .preflight
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+        {
+            return p;
+        }
+        let runner = self.runner.clone();
+        let rc = self.config.runner.as_ref();
+        let limit = Duration::from_millis(rc.map_or(30_000, |r| r.shell_ms));
+        // With enforce_limits the sandbox reads its own limits back (cgroup v2 files): where
+        // they would be ignored, the files are absent or say "max", and calls stay unavailable.
+        let limits = rc.filter(|r| r.enforce_limits).map(|r| {
+            (
+                r.pids.to_string(),
+                crate::config::memory_bytes(&r.memory)
+                    .unwrap_or(0)
+                    .to_string(),
+            )
+        });
+        let mut command = String::from("pwd && test -w /tmp && echo tmp-writable");
+        let mut expected = String::from("/tmp\ntmp-writable\n");
+        if let Some((pids, memory)) = &limits {
+            command.push_str(" && cat /sys/fs/cgroup/pids.max /sys/fs/cgroup/memory.max");
+            expected.push_str(&format!("{pids}\n{memory}\n"));
+        }
+        let input =
+            serde_json::to_vec(&proto::tools::ShellArgs { command, cwd: None }).unwrap_or_default();
+        let spec = RunSpec {
+            session: "preflight".into(),
+            call: "preflight".into(),
+            tool: ToolName::Shell,
+            input,
+            mounts: Vec::new(),
+            egress: None,
+            timeout: limit,
+        };
+        let outcome = tokio::task::spawn_blocking(move || runner.run(&spec)).await;
+        let p = match outcome {
+            Ok(Ok(RunOutput { content, .. })) if content.starts_with(&expected) => Preflight {
+                ok: true,
+                detail: match limits {
+                    Some(_) => "a sandbox ran in /tmp with a writable /tmp and read back its pids and memory limits".into(),
+                    None => "a sandbox ran in /tmp with a writable /tmp (limits not enforced)".into(),
+                },
+            },
+            Ok(Ok(RunOutput { content, .. })) => Preflight {
+                ok: false,
+                detail: format!(
+                    "the preflight sandbox answered {:?}, expected it to start with {expected:?}",
+                    audit::summary(&content)
+                ),
+            },
+            Ok(Err(e)) => Preflight { ok: false, detail: format!("the preflight sandbox failed: {e}") },
+            Err(e) => Preflight { ok: false, detail: format!("the preflight task failed: {e}") },
+        };
+        *self.preflight.lock().unwrap_or_else(|p| p.into_inner()) = Some(p.clone());
+        p
+    }
+
+    /// Marks the broker as stopping: new calls are refused with an error.
+    pub fn begin_shutdown(&self) {
+        self.shutting_down.store(true, Ordering::SeqCst);
+    }
+
+    /// Waits until no call is in flight, or `grace` has passed; true if none remain.
+    pub async fn drain(&self, grace: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + grace;
+        loop {
+            let notified = self.idle.notified();
+            if self.in_flight.load(Ordering::SeqCst) == 0 {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return self.in_flight.load(Ordering::SeqCst) == 0;
+            }
+        }
+    }
+
+    pub fn runner(&self) -> &Arc<dyn Runner> {
+        &self.runner
+    }
+
+    /// Appends one record, synced, off the async threads.
+    async fn record(&self, rec: Record) -> Result<audit::Head, String> {
+        let audit = self.audit.clone();
+        let written = tokio::task::spawn_blocking(move || {
+            let mut a = audit.lock().unwrap_or_else(|p| p.into_inner());
+            a.append(rec).map_err(|e| e.to_string())
+        })
+        .await;
+        match written {
+            Ok(r) => r,
+            Err(e) => Err(format!("the audit task failed: {e}")),
+        }
+    }
+
+    /// Appends a service event (start, an operator's choice).
+    pub async fn event(&self, reason: String) -> Result<audit::Head, String> {
+        self.record(Record {
+            kind: RecordKind::Event,
+            reason: Some(reason),
+            ..Record::default()
+        })
+        .await
+    }
+
+    pub fn audit_head(&self) -> audit::Head {
+        self.audit.lock().unwrap_or_else(|p| p.into_inner()).head()
+    }
+
+    pub async fn handle(&self, req: Request, _peer: Peer) -> proto::broker::Answer {
+        let id = Some(req.id().to_string());
+        let body = match req {
+            Request::Call {
+                session,
+                call,
+                grant,
+                tool,
+                arguments,
+                approval,
+                ..
+            } => {
+                self.call(session, call, grant, tool, arguments, approval)
+                    .await
+            }
+            Request::Tools { grant, .. } => self.tools(&grant),
+            Request::Result {
+                result_id, offset, ..
+            } => self.result(&result_id, offset),
+            Request::Decline { ticket, .. } => self.decline(&ticket).await,
+            Request::EndSession { session, .. } => self.end_session(&session),
+            Request::Status { .. } => self.status().await,
+        };
+        proto::broker::Answer::new(id, body)
+    }
+
+    /// The life of one call.
+    async fn call(
+        &self,
+        session: String,
+        call: String,
+        grant_name: String,
+        tool: String,
+        arguments: String,
+        approval: Option<String>,
+    ) -> Body {
+        // 1. Protocol checks: no decision is made on a malformed request.
+        if !proto::broker::valid_ident(&session) {
+            return error(ProtocolError::BadIdent("session"));
+        }
+        if !proto::broker::valid_ident(&call) {
+            return error(ProtocolError::BadIdent("call"));
+        }
+        if self.shutting_down.load(Ordering::SeqCst) {
+            return error(ProtocolError::ShuttingDown);
+        }
+        let Some(grant) = self.policy.grant(&grant_name) else {
+            return error(ProtocolError::UnknownGrant(grant_name));
+        };
+        let mut rec = Record {
+            kind: RecordKind::Call,
+            session: Some(session.clone()),
+            call: Some(call.clone()),
+            grant: Some(grant_name.clone()),
+            tool: Some(audit::summary(&tool)),
+            ..Record::default()
+        };
+
+        // 2. Parse the model's arguments; a call that does not parse is refused.
+        let parsed = match args::parse(&tool, &arguments) {
+            Ok(a) => a,
+            Err(e) => return self.refused(rec, &session, &tool, "", e.to_string()).await,
+        };
+        let target = match &parsed {
+            args::ToolArgs::ReadFile(a) => audit::summary(&a.path),
+            args::ToolArgs::WriteFile(a) => audit::summary(&a.path),
+            args::ToolArgs::Shell(a) => {
+                let (exe, target) = audit::command_summary(&a.command);
+                rec.executable = exe;
+                target
+            }
+            args::ToolArgs::HttpFetch(u) => audit::summary(&audit::redact(u.url())),
+        };
+        rec.target = Some(target);
+
+        // 3. Decide.
+        let plan = match self.policy.decide(grant, &parsed) {
+            Decision::Allow(plan) => plan,
+            Decision::Refuse(r) => {
+                return self
+                    .refused(rec, &session, &tool, &r.target, r.reason)
+                    .await
+            }
+            Decision::Ask(plan, question) => {
+                let binding = Binding {
+                    session: session.clone(),
+                    call: call.clone(),
+                    grant: grant_name.clone(),
+                    tool: tool.clone(),
+                    arguments: arguments.clone(),
+                };
+                rec.class = plan.class.map(|c| c.as_str().to_string());
+                match approval {
+                    None => {
+                        let ticket = self.state().tickets.issue(binding, Instant::now());
+                        rec.decision = Some("ask".into());
+                        rec.reason = Some(question.clone());
+                        if let Err(e) = self.record(rec).await {
+                            return self.audit_failed(&e);
+                        }
+                        return Body::Ask { question, ticket };
+                    }
+                    Some(ticket) => {
+                        let redeemed =
+                            self.state()
+                                .tickets
+                                .redeem(&ticket, &binding, Instant::now());
+                        if let Err(e) = redeemed {
+                            return self
+                                .refused(rec, &session, &tool, "approval", e.to_string())
+                                .await;
+                        }
+                        rec.decision = Some("approved".into());
+                        plan
+                    }
+                }
+            }
+        };
+        rec.class = plan.class.map(|c| c.as_str().to_string());
+        if rec.decision.is_none() {
+            rec.decision = Some("allow".into());
+        }
+
+        // 4. A session that saw the runner unavailable writes nothing more (seed 000 5.1.5).
+        if plan.writes && self.state().unavailable.contains(&session) {
+            let reason = format!(
+                "{tool}: the sandbox was unavailable earlier in this session, so writes are refused rather than attempted; nothing was changed"
+            );
+            return self
+                .refused(rec, &session, &tool, "unavailable", reason)
+                .await;
+        }
+        let preflight_ok = self
+            .preflight
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .is_none_or(|p| p.ok);
+
+        // 5. Audit the decision before anything runs.
+        if let Err(e) = self.record(rec.clone()).await {
+            return self.audit_failed(&e);
+        }
+
+        // 6. Run.
+        let started = Instant::now();
+        let outcome = if preflight_ok {
+            self.run(&session, &call, plan).await
+        } else {
+            tracing::error!(
+                session,
+                call,
+                "the preflight failed; see runbook/runner.md#runner-unavailable"
+            );
+            Ok(Err(RunError::Unavailable(Unavailable::RunnerUnavailable)))
+        };
+        let outcome = match outcome {
+            Ok(o) => o,
+            Err(Busy) => {
+                rec.status = Some("busy".into());
+                let _ = self.record(outcome_record(rec, started)).await;
+                return error(ProtocolError::Busy);
+            }
+        };
+
+        // 7. Audit the outcome, then answer.
+        let label = format!("{grant_name}/{tool}");
+        let (status, body) = match outcome {
+            Ok(out) => ("result", self.result_body(out, label)),
+            Err(RunError::Failed(f)) => (
+                "failed",
+                Body::Failed {
+                    message: f.to_string(),
+                },
+            ),
+            Err(RunError::Unavailable(u)) => {
+                self.mark_unavailable(&session);
+                tracing::error!(
+                    session,
+                    call,
+                    tool,
+                    status = "unavailable",
+                    "{u}; see {}",
+                    u.runbook()
+                );
+                (
+                    "unavailable",
+                    Body::Unavailable {
+                        message: u.to_string(),
+                    },
+                )
+            }
+        };
+        rec.status = Some(status.into());
+        tracing::info!(
+            session,
+            call,
+            grant = grant_name,
+            tool,
+            status,
+            duration_ms = started.elapsed().as_millis() as u64,
+            "call"
+        );
+        if let Err(e) = self.record(outcome_record(rec, started)).await {
+            return self.audit_failed(&e);
+        }
+        body
+    }
+
+    async fn run(
+        &self,
+        session: &str,
+        call: &str,
+        plan: Plan,
+    ) -> Result<Result<RunOutput, RunError>, Busy> {
+        // The bounded queue: past it, busy.
+        if self.waiting.fetch_add(1, Ordering::SeqCst) >= self.queue_cap {
+            self.waiting.fetch_sub(1, Ordering::SeqCst);
+            return Err(Busy);
+        }
+        let waiting = Counted(&self.waiting, None);
+        let permit = self.slots.clone().acquire_owned().await;
+        drop(waiting);
+        let Ok(permit) = permit else {
+            return Err(Busy);
+        };
+        self.in_flight.fetch_add(1, Ordering::SeqCst);
+        let _in_flight = Counted(&self.in_flight, Some(&self.idle));
+        let timeout = self
+            .config
+            .runner
+            .as_ref()
+            .map_or(Duration::from_secs(30), |r| r.time_limit(plan.tool));
+        let spec = RunSpec {
+            session: session.to_string(),
+            call: call.to_string(),
+            tool: plan.tool,
+            input: plan.input,
+            mounts: plan.mounts,
+            egress: plan.egress,
+            timeout,
+        };
+        let runner = self.runner.clone();
+        let joined = tokio::task::spawn_blocking(move || {
+            let r = runner.run(&spec);
+            drop(permit);
+            r
+        })
+        .await;
+        Ok(match joined {
+            Ok(r) => r,
+            Err(e) => {
+                // The runner panicked: its own guards cleaned up; the model gets a fixed sentence.
+                tracing::error!(error = %e, "the runner task failed; see runbook/runner.md#runner-unavailable");
+                Err(RunError::Unavailable(Unavailable::RunnerUnavailable))
+            }
+        })
+    }
+
+    fn result_body(&self, out: RunOutput, label: String) -> Body {
+        let max = self.config.broker.preview_chars;
+        let (content, cut) = preview(&out.content, max);
+        let result_id = self.state().results.put(out.content).unwrap_or_default();
+        Body::Result {
+            content,
+            truncated: out.truncated || cut,
+            label,
+            result_id,
+        }
+    }
+
+    /// A refusal, or from the Nth same refusal in a session on, a stop; audited either way.
+    async fn refused(
+        &self,
+        mut rec: Record,
+        session: &str,
+        tool: &str,
+        target: &str,
+        reason: String,
+    ) -> Body {
+        let verdict = self.state().refusals.record(session, tool, target, &reason);
+        let body = match verdict {
+            Verdict::Refuse => {
+                rec.decision = Some("refused".into());
+                Body::Refused {
+                    reason: reason.clone(),
+                }
+            }
+            Verdict::Stop => {
+                rec.decision = Some("stopped".into());
+                Body::Stopped {
+                    reason: format!(
+                        "stopped: the same refusal was asked for {} times in this session, and asking again cannot change it: {reason}",
+                        self.config.broker.refusal_repeats
+                    ),
+                }
+            }
+        };
+        rec.reason = Some(audit::summary(&audit::redact(&reason)));
+        match self.record(rec).await {
+            Ok(_) => body,
+            Err(e) => self.audit_failed(&e),
+        }
+    }
+
+    fn audit_failed(&self, e: &str) -> Body {
+        tracing::error!(
+            error = e,
+            "an audit record could not be written; see runbook/audit.md#audit-unwritable"
+        );
+        Body::Unavailable {
+            message: AUDIT_UNAVAILABLE.into(),
+        }
+    }
+
+    fn mark_unavailable(&self, session: &str) {
+        let mut st = self.state();
+        if st.unavailable.insert(session.to_string()) {
+            st.unavailable_order.push_back(session.to_string());
+            while st.unavailable_order.len() > MAX_UNAVAILABLE_SESSIONS {
+                if let Some(old) = st.unavailable_order.pop_front() {
+                    st.unavailable.remove(&old);
+                }
+            }
+        }
+    }
+
+    fn tools(&self, grant: &str) -> Body {
+        let Some(g) = self.policy.grant(grant) else {
+            return error(ProtocolError::UnknownGrant(grant.to_string()));
+        };
+        let tools = self
+            .policy
+            .offered(g)
+            .into_iter()
+            .map(|t| ToolSchema {
+                name: t.as_str().into(),
+                description: t.description().into(),
+                parameters: t.parameters(),
+            })
+            .collect();
+        Body::Tools { tools }
+    }
+
+    fn result(&self, result_id: &str, offset: usize) -> Body {
+        match self.state().results.page(result_id, offset, PAGE_CHARS) {
+            Some((content, next_offset)) => Body::ResultPage {
+                content,
+                offset,
+                next_offset,
+            },
+            None => error(ProtocolError::UnknownResult(result_id.to_string())),
+        }
+    }
+
+    async fn decline(&self, ticket: &str) -> Body {
+        let Some(b) = self.state().tickets.decline(ticket, Instant::now()) else {
+            return error(ProtocolError::UnknownTicket);
+        };
+        let rec = Record {
+            kind: RecordKind::Call,
+            session: Some(b.session),
+            call: Some(b.call),
+            grant: Some(b.grant),
+            tool: Some(b.tool),
+            decision: Some("declined".into()),
+            status: Some("cancelled".into()),
+            ..Record::default()
+        };
+        match self.record(rec).await {
+            Ok(_) => Body::Declined {},
+            Err(e) => self.audit_failed(&e),
+        }
+    }
+
+    fn end_session(&self, session: &str) -> Body {
+        if !proto::broker::valid_ident(session) {
+            return error(ProtocolError::BadIdent("session"));
+        }
+        let mut st = self.state();
+        st.refusals.end_session(session);
+        st.tickets.end_session(session);
+        if st.unavailable.remove(session) {
+            st.unavailable_order.retain(|s| s != session);
+        }
+        Body::Ended {}
+    }
+
+    async fn status(&self) -> Body {
+        let preflight = match self
+            .preflight
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+        {
+            Some(p) => serde_json::json!({ "ok": p.ok, "detail": p.detail }),
+            None => serde_json::json!({ "ok": null, "detail": "not run yet" }),
+        };
+        let head = self.audit_head();
+        Body::Status(Status {
+            protocol: PROTOCOL,
+            version: env!("CARGO_PKG_VERSION").into(),
+            backend: self.backend.clone(),
+            enforce_limits: self.config.runner.as_ref().is_none_or(|r| r.enforce_limits),
+            preflight,
+            poisoned: self.runner.poisoned(),
+            audit_head: AuditHead {
+                seq: head.seq,
+                hash: head.hash,
+            },
+        })
+    }
+}
+
+/// What the model reads when its call's audit record cannot be written.
+pub const AUDIT_UNAVAILABLE: &str = "the call could not be audited, so it was not answered";
+
+/// No slot and no room in the queue.
+struct Busy;
+
+fn outcome_record(mut rec: Record, started: Instant) -> Record {
+    rec.decision = Some("ran".into());
+    rec.duration_ms = Some(started.elapsed().as_millis() as u64);
+    rec
+}
+
+fn error(e: ProtocolError) -> Body {
+    Body::Error {
+        message: e.to_string(),
+    }
+}
