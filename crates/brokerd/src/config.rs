@@ -22,7 +22,6 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
 
@@ -153,159 +152,7 @@ pub struct GrantPath {
     pub write: bool,
 }
 
-/// An address range, `addr/prefix` with no host bits set. Displayed in that canonical form.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Cidr {
-    addr: IpAddr,
-    prefix: u8,
-}
-
-impl Cidr {
-    pub fn addr(&self) -> IpAddr {
-        self.addr
-    }
-
-    pub fn prefix(&self) -> u8 {
-        self.prefix
-    }
-
-    /// `a.b.c.d/n`, `x::y/n`, or a bare address (one host).
-    fn parse(s: &str) -> Result<Cidr, Problem> {
-        let bad = || Problem::Cidr(s.to_owned());
-        let (addr, prefix) = match s.split_once('/') {
-            Some((a, p)) => {
-                let digits_only = !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit());
-                let prefix: u8 = if digits_only {
-                    p.parse().map_err(|_| bad())?
-                } else {
-                    return Err(bad());
-                };
-                (a.parse::<IpAddr>().map_err(|_| bad())?, Some(prefix))
-            }
-            None => (s.parse::<IpAddr>().map_err(|_| bad())?, None),
-        };
-        let max = if addr.is_ipv4() { 32 } else { 128 };
-        let prefix = prefix.unwrap_or(max);
-        if prefix > max {
-            return Err(bad());
-        }
-        let cidr = Cidr { addr, prefix };
-        let network = cidr.network();
-        if network != cidr {
-            return Err(Problem::CidrHostBits(s.to_owned(), network.to_string()));
-        }
-        Ok(cidr)
-    }
-
-    fn bits(&self) -> (u128, u8) {
-        match self.addr {
-            IpAddr::V4(a) => (u128::from(u32::from(a)), 32),
-            IpAddr::V6(a) => (u128::from(a), 128),
-        }
-    }
-
-    fn masked(&self, prefix: u8) -> u128 {
-        let (bits, max) = self.bits();
-        let host_bits = u32::from(max - prefix.min(max));
-        if host_bits >= 128 {
-            0
-        } else {
-            bits & !((1u128 << host_bits) - 1)
-        }
-    }
-
-    fn network(&self) -> Cidr {
-        let bits = self.masked(self.prefix);
-        let addr = match self.addr {
-            // The masked value of an IPv4 range fits in 32 bits.
-            IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::from(bits as u32)),
-            IpAddr::V6(_) => IpAddr::V6(Ipv6Addr::from(bits)),
-        };
-        Cidr {
-            addr,
-            prefix: self.prefix,
-        }
-    }
-
-    /// Whether the two ranges share an address.
-    pub fn overlaps(&self, other: &Cidr) -> bool {
-        if self.addr.is_ipv4() != other.addr.is_ipv4() {
-            return false;
-        }
-        let p = self.prefix.min(other.prefix);
-        self.masked(p) == other.masked(p)
-    }
-}
-
-impl fmt::Display for Cidr {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.addr, self.prefix)
-    }
-}
-
-/// Ranges `allow_addresses` may never touch (DESIGN.md "Config"), with the name an operator
-/// reads. IPv4 ranges also count in their IPv6 spellings (mapped, NAT64, compatible), which the
-/// proxy reads by their IPv4 part (seed 003 section 5).
-const FORBIDDEN_V4: [(Ipv4Addr, u8, &str); 5] = [
-    (Ipv4Addr::new(0, 0, 0, 0), 8, "0.0.0.0/8 (this network)"),
-    (Ipv4Addr::new(127, 0, 0, 0), 8, "127.0.0.0/8 (loopback)"),
-    (
-        Ipv4Addr::new(169, 254, 0, 0),
-        16,
-        "169.254.0.0/16 (link-local, cloud metadata)",
-    ),
-    (
-        Ipv4Addr::new(100, 64, 0, 0),
-        10,
-        "100.64.0.0/10 (the tailnet)",
-    ),
-    (Ipv4Addr::new(224, 0, 0, 0), 4, "224.0.0.0/4 (multicast)"),
-];
-const FORBIDDEN_V6: [(Ipv6Addr, u8, &str); 4] = [
-    (Ipv6Addr::UNSPECIFIED, 128, "::/128 (unspecified)"),
-    (Ipv6Addr::LOCALHOST, 128, "::1/128 (loopback)"),
-    (
-        Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 0),
-        10,
-        "fe80::/10 (link-local)",
-    ),
-    (
-        Ipv6Addr::new(0xff00, 0, 0, 0, 0, 0, 0, 0),
-        8,
-        "ff00::/8 (multicast)",
-    ),
-];
-/// Where an IPv4 address can hide in an IPv6 one: mapped, NAT64, and the old compatible form.
-const V4_IN_V6: [u128; 3] = [0xffff_0000_0000, 0x0064_ff9b << 96, 0];
-
-/// The forbidden range `cidr` overlaps, by name.
-fn forbidden_overlap(cidr: &Cidr) -> Option<&'static str> {
-    for (addr, prefix, name) in FORBIDDEN_V4 {
-        let v4 = Cidr {
-            addr: IpAddr::V4(addr),
-            prefix,
-        };
-        if cidr.overlaps(&v4) {
-            return Some(name);
-        }
-        for base in V4_IN_V6 {
-            let v6 = Cidr {
-                addr: IpAddr::V6(Ipv6Addr::from(base | u128::from(u32::from(addr)))),
-                prefix: 96 + prefix,
-            };
-            if cidr.overlaps(&v6) {
-                return Some(name);
-            }
-        }
-    }
-    FORBIDDEN_V6.into_iter().find_map(|(addr, prefix, name)| {
-        let f = Cidr {
-            addr: IpAddr::V6(addr),
-            prefix,
-        };
-        cidr.overlaps(&f).then_some(name)
-    })
-}
+pub use proto::addr::Cidr;
 
 /// What is wrong with a value.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -346,12 +193,9 @@ pub enum Problem {
     NoTools,
     #[error("{0:?} is not a mode: use safe, ask or auto")]
     Mode(String),
-    #[error("{0:?} is not an address range like 192.168.1.0/24, 2001:db8::/32 or one address")]
-    Cidr(String),
-    #[error("{0:?} has bits set past its prefix; did you mean {1}?")]
-    CidrHostBits(String, String),
-    #[error("{0:?} overlaps {1}, which http_fetch may never reach")]
-    CidrForbidden(String, &'static str),
+    /// The same rule the egress proxy applies to its `--allow-address` flags.
+    #[error("{0}")]
+    AllowAddress(proto::addr::CidrError),
     #[error("must name at least one client")]
     NoClients,
     #[error("{0} is not a client: a user name, a uid, or \"@\" and a group name")]
@@ -844,12 +688,8 @@ impl Checker<'_> {
         let mut allow_addresses = Vec::new();
         for a in &g.allow_addresses {
             let span = Some(a.span());
-            let cidr = Cidr::parse(a.get_ref())
-                .or_else(|p| self.err(span.clone(), &key("allow_addresses"), p))?;
-            if let Some(range) = forbidden_overlap(&cidr) {
-                let problem = Problem::CidrForbidden(a.get_ref().clone(), range);
-                return self.err(span, &key("allow_addresses"), problem);
-            }
+            let cidr = proto::addr::parse_allow_address(a.get_ref())
+                .or_else(|e| self.err(span, &key("allow_addresses"), Problem::AllowAddress(e)))?;
             allow_addresses.push(cidr);
         }
 
@@ -1239,10 +1079,10 @@ tools = ["read_file"]
             (grant(&format!("paths = [{{ path = \"{d}\", mode = \"rw\" }}]")), "c.toml:3:".to_string()),
             (grant("hosts = [\"*.com\"]"), "c.toml:3:10: grants.g.hosts: \"*.com\" is not a host pattern: a host name like docs.example.org, or *. and a name like *.example.net".into()),
             (grant("hosts = [\"10.0.0.1\"]"), "c.toml:3:10: grants.g.hosts: \"10.0.0.1\" is not a host pattern: a host name like docs.example.org, or *. and a name like *.example.net".into()),
-            (grant("allow_addresses = [\"10.1.2.3/8\"]"), "c.toml:3:20: grants.g.allow_addresses: \"10.1.2.3/8\" has bits set past its prefix; did you mean 10.0.0.0/8?".into()),
-            (grant("allow_addresses = [\"10.0.0.0/33\"]"), "c.toml:3:20: grants.g.allow_addresses: \"10.0.0.0/33\" is not an address range like 192.168.1.0/24, 2001:db8::/32 or one address".into()),
-            (grant("allow_addresses = [\"example.com\"]"), "c.toml:3:20: grants.g.allow_addresses: \"example.com\" is not an address range like 192.168.1.0/24, 2001:db8::/32 or one address".into()),
-            (grant("allow_addresses = [\"127.0.0.1\"]"), "c.toml:3:20: grants.g.allow_addresses: \"127.0.0.1\" overlaps 127.0.0.0/8 (loopback), which http_fetch may never reach".into()),
+            (grant("allow_addresses = [\"10.1.2.3/8\"]"), "c.toml:3:20: grants.g.allow_addresses: \"10.1.2.3/8\" has address bits set past its prefix length; write 10.0.0.0/8".into()),
+            (grant("allow_addresses = [\"10.0.0.0/33\"]"), "c.toml:3:20: grants.g.allow_addresses: \"10.0.0.0/33\" has a prefix length longer than the address".into()),
+            (grant("allow_addresses = [\"example.com\"]"), "c.toml:3:20: grants.g.allow_addresses: \"example.com\" is not an address or a CIDR such as 192.0.2.0/24".into()),
+            (grant("allow_addresses = [\"127.0.0.1\"]"), "c.toml:3:20: grants.g.allow_addresses: 127.0.0.1/32 overlaps 127.0.0.0/8, which is never allowed (loopback, link-local, the tailnet, 0/8, multicast)".into()),
         ];
         for (text, want) in cases {
             let got = parse(&text, "c.toml")
@@ -1302,8 +1142,7 @@ tools = ["read_file"]
             ("::ffff:192.168.1.1", true),
         ];
         for (s, allowed) in cases {
-            let cidr = Cidr::parse(s).unwrap_or_else(|p| panic!("{s}: {p}"));
-            assert_eq!(forbidden_overlap(&cidr).is_none(), allowed, "{s}");
+            assert_eq!(proto::addr::parse_allow_address(s).is_ok(), allowed, "{s}");
         }
     }
 

@@ -2,11 +2,14 @@
 //!
 //! - [`tools`]: the argument structs of the four tools. brokerd parses the model's arguments
 //!   with them and writes them to the sandbox's standard input; toolkit reads them back.
+//! - [`addr`]: which addresses http_fetch may reach. brokerd checks a grant's
+//!   `allow_addresses` with it; the egress proxy checks every address it dials.
 //! - [`hosts`]: host names and host patterns. brokerd checks grants and URLs with them; the
 //!   egress proxy checks every connection with the same functions.
 //!
 //! No I/O and no async runtime live here.
 
+pub mod addr;
 pub mod broker;
 pub mod hosts;
 pub mod tools;
