@@ -294,10 +294,13 @@ fn is_regular(path: &Path) -> bool {
 }
 
 fn open_append(path: &Path) -> io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    // Metadata only, but still the owner's business: readable by the service user alone.
     OpenOptions::new()
         .create(true)
         .append(true)
         .read(true)
+        .mode(0o600)
         .open(path)
 }
 
