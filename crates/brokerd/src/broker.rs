@@ -539,7 +539,13 @@ impl Broker {
         target: &str,
         reason: String,
     ) -> Body {
-        let verdict = self.state().refusals.record(session, tool, target, &reason);
+        // The reason names the target as written; count it with the target set aside the same
+        // way, or `x`, `./x` and `x/` would be three refusals (seed 000 5.1.4).
+        let same = match target {
+            "" => reason.clone(),
+            t => reason.replace(t, &crate::refusals::normalise(t)),
+        };
+        let verdict = self.state().refusals.record(session, tool, target, &same);
         let body = match verdict {
             Verdict::Refuse => {
                 rec.decision = Some("refused".into());
