@@ -1,0 +1,1542 @@
+//! brokerd end to end with a fake runner: the real `server::serve` on a Unix socket in a
+//! tempdir, a `Broker` built from a config text whose grants point at tempdirs, and plain
+//! `std::os::unix::net::UnixStream` lines (DESIGN.md "Protocol (v1)", issue 4 "Bad input").
+//!
+//! The fake runner records every `RunSpec` and acts on a word in the call's target (the shell
+//! command or the file path): `FAIL`, `UNAVAIL`, `PANIC`, `BIG`, `HOLD` (block until the test
+//! releases it). Anything else answers `ran <tool>`. Every answer line is parsed strictly as
+//! `proto::broker::Answer`, and every test ends by verifying the audit chain.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use brokerd::audit::{self, Audit};
+use brokerd::broker::{Broker, AUDIT_UNAVAILABLE};
+use brokerd::policy::Policy;
+use brokerd::runner::{Failure, RunError, RunOutput, RunSpec, Runner, Unavailable};
+use brokerd::server::{self, Clients};
+use proto::broker::{Answer, Body};
+use proto::tools::ToolName;
+use serde_json::{json, Value};
+use tokio::sync::watch;
+
+/// How long any one answer may take before the test calls it hung.
+const PATIENCE: Duration = Duration::from_secs(60);
+const BIG_CHARS: usize = 120_000;
+
+// ---------------------------------------------------------------------------------------------
+// The fake runner.
+
+#[derive(Default)]
+struct Gate {
+    open: Mutex<bool>,
+    cv: Condvar,
+}
+
+#[derive(Default)]
+struct FakeRunner {
+    specs: Mutex<Vec<RunSpec>>,
+    /// Runs that have started (including held ones).
+    started: AtomicUsize,
+    gate: Gate,
+    /// Answer the start-up preflight as a working sandbox would.
+    preflight_ok: std::sync::atomic::AtomicBool,
+}
+
+impl FakeRunner {
+    fn specs(&self) -> Vec<RunSpec> {
+        self.specs.lock().unwrap().clone()
+    }
+
+    fn calls(&self) -> usize {
+        self.specs.lock().unwrap().len()
+    }
+
+    fn release(&self) {
+        *self.gate.open.lock().unwrap() = true;
+        self.gate.cv.notify_all();
+    }
+
+    /// Waits until `n` runs have started.
+    fn wait_started(&self, n: usize) {
+        let deadline = Instant::now() + PATIENCE;
+        while self.started.load(Ordering::SeqCst) < n {
+            assert!(Instant::now() < deadline, "{n} runs never started");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+/// The word in the call that says what the fake does: the shell command, or the file path.
+fn target_of(spec: &RunSpec) -> String {
+    let v: Value = serde_json::from_slice(&spec.input).expect("runner input is JSON");
+    ["command", "path", "url"]
+        .iter()
+        .find_map(|k| v.get(*k).and_then(Value::as_str))
+        .unwrap_or_default()
+        .to_string()
+}
+
+impl Runner for FakeRunner {
+    fn run(&self, spec: &RunSpec) -> Result<RunOutput, RunError> {
+        self.specs.lock().unwrap().push(spec.clone());
+        self.started.fetch_add(1, Ordering::SeqCst);
+        let t = target_of(spec);
+        if t.contains("HOLD") {
+            let mut open = self.gate.open.lock().unwrap();
+            while !*open {
+                open = self.gate.cv.wait(open).unwrap();
+            }
+        }
+        if t.contains("PANIC") {
+            panic!("the fake runner panics, as asked");
+        }
+        if t.contains("FAIL") {
+            return Err(RunError::Failed(Failure::TimedOut));
+        }
+        if t.contains("UNAVAIL") {
+            return Err(RunError::Unavailable(Unavailable::RunnerUnavailable));
+        }
+        let content = if spec.session == "preflight" && self.preflight_ok.load(Ordering::SeqCst) {
+            let memory = brokerd::config::memory_bytes("512m").unwrap();
+            format!("/tmp\ntmp-writable\n128\n{memory}\n")
+        } else if t.contains("BIG") {
+            (0..BIG_CHARS)
+                .map(|i| char::from(b'a' + (i % 26) as u8))
+                .collect()
+        } else {
+            format!("ran {}", spec.tool)
+        };
+        Ok(RunOutput {
+            content,
+            truncated: false,
+        })
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The service under test.
+
+struct Opts {
+    clients: Option<Clients>,
+    /// Audit at this path instead of `<dir>/audit.jsonl`.
+    audit: Option<PathBuf>,
+    max_concurrent_calls: usize,
+    refusal_repeats: u32,
+}
+
+impl Default for Opts {
+    fn default() -> Self {
+        Opts {
+            clients: None,
+            audit: None,
+            max_concurrent_calls: 4,
+            refusal_repeats: 5,
+        }
+    }
+}
+
+struct Service {
+    dir: tempfile::TempDir,
+    socket: PathBuf,
+    audit: PathBuf,
+    rw: PathBuf,
+    ro: PathBuf,
+    runner: Arc<FakeRunner>,
+    broker: Arc<Broker>,
+    stop: watch::Sender<bool>,
+    rt: tokio::runtime::Runtime,
+    verify_audit: bool,
+}
+
+fn me() -> u32 {
+    nix::unistd::getuid().as_raw()
+}
+
+impl Service {
+    fn start() -> Service {
+        Service::with(Opts::default())
+    }
+
+    fn with(opts: Opts) -> Service {
+        Service::in_dir(tempfile::tempdir().expect("tempdir"), opts)
+    }
+
+    fn in_dir(dir: tempfile::TempDir, opts: Opts) -> Service {
+        let base = std::fs::canonicalize(dir.path()).expect("canonical tempdir");
+        let rw = base.join("notes");
+        let ro = base.join("ref");
+        std::fs::create_dir_all(&rw).unwrap();
+        std::fs::create_dir_all(&ro).unwrap();
+        std::fs::write(rw.join("a.txt"), "a").unwrap();
+        std::fs::write(ro.join("r.txt"), "r").unwrap();
+        let audit = opts
+            .audit
+            .clone()
+            .unwrap_or_else(|| base.join("audit.jsonl"));
+        let text = format!(
+            r#"
+[broker]
+clients = [{uid}]
+audit_log = "{audit}"
+refusal_repeats = {repeats}
+preview_chars = 200
+max_concurrent_calls = {slots}
+
+[runner]
+image = "sha256:{hex}"
+home = "{home}"
+
+[grants.auto]
+mode = "auto"
+tools = ["read_file", "write_file", "shell", "http_fetch"]
+paths = [{{ path = "{rw}", write = true }}, {{ path = "{ro}" }}]
+hosts = ["docs.example.org"]
+
+[grants.ask]
+mode = "ask"
+tools = ["read_file", "write_file", "shell", "http_fetch"]
+paths = [{{ path = "{rw}", write = true }}, {{ path = "{ro}" }}]
+hosts = ["docs.example.org"]
+
+[grants.safe]
+mode = "safe"
+tools = ["read_file", "write_file", "shell", "http_fetch"]
+paths = [{{ path = "{rw}", write = true }}, {{ path = "{ro}" }}]
+hosts = ["docs.example.org"]
+
+[grants.readonly]
+mode = "auto"
+tools = ["read_file", "write_file", "shell"]
+paths = [{{ path = "{ro}" }}]
+"#,
+            uid = me(),
+            audit = audit.display(),
+            repeats = opts.refusal_repeats,
+            slots = opts.max_concurrent_calls,
+            hex = "a".repeat(64),
+            home = base.display(),
+            rw = rw.display(),
+            ro = ro.display(),
+        );
+        let config =
+            brokerd::config::parse(&text, "service.toml").unwrap_or_else(|e| panic!("{e}"));
+        let policy = Policy::new(&config).expect("policy");
+        let runner = Arc::new(FakeRunner::default());
+        let log = Audit::open(&config.broker.audit_log).expect("audit");
+        let broker = Arc::new(Broker::new(config, policy, runner.clone(), log, "fake"));
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let socket = base.join("broker.sock");
+        let listener = {
+            let _in_rt = rt.enter();
+            tokio::net::UnixListener::bind(&socket).expect("bind")
+        };
+        let clients = opts.clients.unwrap_or_else(|| Clients::of_uids([me()]));
+        let (stop, stop_rx) = watch::channel(false);
+        rt.spawn(server::serve(
+            listener,
+            broker.clone(),
+            Arc::new(clients),
+            stop_rx,
+        ));
+        Service {
+            dir,
+            socket,
+            verify_audit: opts.audit.is_none(),
+            audit,
+            rw,
+            ro,
+            runner,
+            broker,
+            stop,
+            rt,
+        }
+    }
+
+    fn connect(&self) -> Client {
+        let s = UnixStream::connect(&self.socket).expect("connect");
+        s.set_read_timeout(Some(PATIENCE)).unwrap();
+        Client {
+            r: BufReader::new(s.try_clone().unwrap()),
+            w: s,
+        }
+    }
+
+    /// The audit records so far, after checking the chain.
+    fn records(&self) -> Vec<Value> {
+        let text = std::fs::read_to_string(&self.audit).unwrap_or_default();
+        if text.is_empty() {
+            return Vec::new();
+        }
+        audit::verify(&self.audit).unwrap_or_else(|e| panic!("audit chain: {e}"));
+        text.lines()
+            .map(|l| serde_json::from_str(l).expect("audit line is JSON"))
+            .collect()
+    }
+
+    /// The (session, call, decision, status) of every call record.
+    fn decisions(&self) -> Vec<(String, String, String, String)> {
+        let s = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+        self.records()
+            .iter()
+            .filter(|r| r["kind"] == "call")
+            .map(|r| {
+                (
+                    s(r, "session"),
+                    s(r, "call"),
+                    s(r, "decision"),
+                    s(r, "status"),
+                )
+            })
+            .collect()
+    }
+
+    /// Waits until the audit holds `n` call records.
+    fn wait_records(&self, n: usize) {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let have = std::fs::read_to_string(&self.audit)
+                .unwrap_or_default()
+                .lines()
+                .filter(|l| l.contains(r#""kind":"call""#))
+                .count();
+            if have >= n {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "only {have} of {n} audit records"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
+        self.runner.release();
+        if self.verify_audit && !std::thread::panicking() {
+            if let Ok(text) = std::fs::read_to_string(&self.audit) {
+                if !text.is_empty() {
+                    audit::verify(&self.audit).unwrap_or_else(|e| panic!("audit chain: {e}"));
+                }
+            }
+        }
+        let _ = &self.dir;
+    }
+}
+
+struct Client {
+    r: BufReader<UnixStream>,
+    w: UnixStream,
+}
+
+impl Client {
+    fn send_raw(&mut self, line: &[u8]) {
+        self.w.write_all(line).expect("write");
+        self.w.write_all(b"\n").expect("write newline");
+    }
+
+    /// Reads one answer line; it must parse as an `Answer`.
+    fn answer(&mut self) -> Answer {
+        let mut line = String::new();
+        let n = self.r.read_line(&mut line).expect("read answer");
+        assert!(n > 0, "the connection closed instead of answering");
+        assert!(
+            line.ends_with('\n'),
+            "an answer line ends in a newline: {line:?}"
+        );
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("not an Answer ({e}): {line}"))
+    }
+
+    fn raw(&mut self, line: &[u8]) -> Answer {
+        self.send_raw(line);
+        self.answer()
+    }
+
+    fn req(&mut self, v: Value) -> Answer {
+        let a = self.raw(v.to_string().as_bytes());
+        assert_eq!(a.id.as_deref(), v["id"].as_str(), "the id is echoed");
+        a
+    }
+
+    fn call(&mut self, session: &str, call: &str, grant: &str, tool: &str, args: Value) -> Answer {
+        self.req(call_req(session, call, grant, tool, &args, None))
+    }
+
+    fn status(&mut self) -> proto::broker::Status {
+        match self.req(json!({"op": "status", "id": "st"})).body {
+            Body::Status(s) => s,
+            other => panic!("status answered {other:?}"),
+        }
+    }
+
+    /// True when the server closed the connection (end of file or a reset).
+    fn closed(&mut self) -> bool {
+        let mut buf = [0u8; 1];
+        // A reset is a close too: the server closed with our request unread.
+        match self.r.read(&mut buf) {
+            Ok(n) => n == 0,
+            Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
+        }
+    }
+}
+
+fn call_req(
+    session: &str,
+    call: &str,
+    grant: &str,
+    tool: &str,
+    args: &Value,
+    approval: Option<&str>,
+) -> Value {
+    let mut v = json!({
+        "op": "call", "id": format!("id-{call}"), "session": session, "call": call,
+        "grant": grant, "tool": tool, "arguments": args.to_string(),
+    });
+    if let Some(t) = approval {
+        v["approval"] = json!(t);
+    }
+    v
+}
+
+fn path(p: &Path, name: &str) -> String {
+    p.join(name).display().to_string()
+}
+
+fn kind(a: &Answer) -> &'static str {
+    a.kind()
+}
+
+fn message(a: &Answer) -> String {
+    match &a.body {
+        Body::Refused { reason } | Body::Stopped { reason } => reason.clone(),
+        Body::Failed { message } | Body::Unavailable { message } | Body::Error { message } => {
+            message.clone()
+        }
+        Body::Ask { question, .. } => question.clone(),
+        other => format!("{other:?}"),
+    }
+}
+
+fn ticket(a: &Answer) -> String {
+    match &a.body {
+        Body::Ask { ticket, .. } => ticket.clone(),
+        other => panic!("expected ask, got {other:?}"),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The tests.
+
+/// Each kind of call answer, with what the runner got and what the audit says.
+#[test]
+fn call_answers_by_kind() {
+    let svc = Service::start();
+    let mut c = svc.connect();
+    let a_txt = path(&svc.rw, "a.txt");
+    // (call, grant, tool, arguments, kind, text the answer contains, runner called)
+    let cases: Vec<(&str, &str, &str, Value, &str, String, bool)> = vec![
+        (
+            "c1",
+            "auto",
+            "read_file",
+            json!({"path": a_txt}),
+            "result",
+            "ran read_file".into(),
+            true,
+        ),
+        (
+            "c2",
+            "auto",
+            "read_file",
+            json!({"path": "a.txt"}),
+            "result",
+            "ran read_file".into(),
+            true,
+        ),
+        (
+            "c3",
+            "auto",
+            "write_file",
+            json!({"path": "new.txt", "content": "x"}),
+            "result",
+            "ran write_file".into(),
+            true,
+        ),
+        (
+            "c4",
+            "auto",
+            "shell",
+            json!({"command": "ls -la"}),
+            "result",
+            "ran shell".into(),
+            true,
+        ),
+        (
+            "c5",
+            "auto",
+            "http_fetch",
+            json!({"url": "https://docs.example.org/x"}),
+            "result",
+            "ran http_fetch".into(),
+            true,
+        ),
+        (
+            "c6",
+            "auto",
+            "shell",
+            json!({"command": "cat FAIL"}),
+            "failed",
+            Failure::TimedOut.to_string(),
+            true,
+        ),
+        (
+            "c7",
+            "auto",
+            "shell",
+            json!({"command": "cat UNAVAIL"}),
+            "unavailable",
+            Unavailable::RunnerUnavailable.to_string(),
+            true,
+        ),
+        (
+            "c8",
+            "auto",
+            "shell",
+            json!({"command": "cat PANIC"}),
+            "unavailable",
+            Unavailable::RunnerUnavailable.to_string(),
+            true,
+        ),
+        (
+            "c9",
+            "auto",
+            "read_file",
+            json!({"path": "/etc/passwd"}),
+            "refused",
+            "outside the grant's directories".into(),
+            false,
+        ),
+        (
+            "c10",
+            "auto",
+            "http_fetch",
+            json!({"url": "https://evil.example.com/"}),
+            "refused",
+            "not one of the grant's hosts".into(),
+            false,
+        ),
+        (
+            "c11",
+            "auto",
+            "http_fetch",
+            json!({"url": "http://docs.example.org/"}),
+            "refused",
+            "https".into(),
+            false,
+        ),
+        (
+            "c12",
+            "auto",
+            "read_file",
+            json!({"nope": 1}),
+            "refused",
+            "".into(),
+            false,
+        ),
+        (
+            "c13",
+            "auto",
+            "teleport",
+            json!({}),
+            "refused",
+            "".into(),
+            false,
+        ),
+        (
+            "c14",
+            "readonly",
+            "write_file",
+            json!({"path": path(&svc.ro, "x"), "content": ""}),
+            "refused",
+            "".into(),
+            false,
+        ),
+        (
+            "c15",
+            "safe",
+            "shell",
+            json!({"command": "rm a.txt"}),
+            "refused",
+            "safe mode".into(),
+            false,
+        ),
+        (
+            "c16",
+            "ask",
+            "shell",
+            json!({"command": "rm a.txt"}),
+            "ask",
+            "Allow grant ask to".into(),
+            false,
+        ),
+        (
+            "c17",
+            "auto",
+            "shell",
+            json!({"command": "rm -rf /"}),
+            "ask",
+            "dangerous".into(),
+            false,
+        ),
+    ];
+    for (i, (call, grant, tool, args, want, text, runs)) in cases.iter().enumerate() {
+        let before = svc.runner.calls();
+        let session = format!("s{i}");
+        let a = c.call(&session, call, grant, tool, args.clone());
+        assert_eq!(kind(&a), *want, "{call}: {a:?}");
+        assert!(
+            message_or_content(&a).contains(text.as_str()),
+            "{call}: {a:?} lacks {text:?}"
+        );
+        assert_eq!(
+            svc.runner.calls() - before,
+            usize::from(*runs),
+            "{call}: runner calls"
+        );
+        if let Body::Result {
+            label,
+            result_id,
+            truncated,
+            ..
+        } = &a.body
+        {
+            assert_eq!(label, &format!("{grant}/{tool}"), "{call}");
+            assert!(!result_id.is_empty(), "{call}: a result_id");
+            assert!(!truncated);
+        }
+    }
+    // What reached the runner.
+    let specs = svc.runner.specs();
+    let by_call: BTreeMap<&str, &RunSpec> = specs.iter().map(|s| (s.call.as_str(), s)).collect();
+    let input = |c: &str| -> Value { serde_json::from_slice(&by_call[c].input).unwrap() };
+    assert_eq!(input("c1")["path"], json!(a_txt));
+    assert_eq!(
+        input("c2")["path"],
+        json!(a_txt),
+        "relative to the first directory"
+    );
+    assert_eq!(input("c3")["path"], json!(path(&svc.rw, "new.txt")));
+    assert_eq!(by_call["c1"].tool, ToolName::ReadFile);
+    assert!(
+        by_call["c1"].mounts.iter().all(|m| !m.write),
+        "a read mounts read-only"
+    );
+    assert!(by_call["c3"].mounts[0].write && !by_call["c3"].mounts[1].write);
+    assert_eq!(by_call["c3"].mounts[0].path, svc.rw);
+    assert!(by_call["c4"].egress.is_none());
+    assert_eq!(
+        by_call["c5"].egress.as_ref().map(|e| e.hosts.clone()),
+        Some(vec!["docs.example.org".to_string()])
+    );
+    assert_eq!(by_call["c1"].session, "s0");
+    // The audit: a decision and an outcome for what ran, a decision for the rest.
+    let d = svc.decisions();
+    let of = |call: &str| -> Vec<(String, String)> {
+        d.iter()
+            .filter(|r| r.1 == call)
+            .map(|r| (r.2.clone(), r.3.clone()))
+            .collect()
+    };
+    let pair = |a: &str, b: &str| (a.to_string(), b.to_string());
+    assert_eq!(of("c1"), vec![pair("allow", ""), pair("ran", "result")]);
+    assert_eq!(of("c6"), vec![pair("allow", ""), pair("ran", "failed")]);
+    assert_eq!(
+        of("c7"),
+        vec![pair("allow", ""), pair("ran", "unavailable")]
+    );
+    assert_eq!(
+        of("c8"),
+        vec![pair("allow", ""), pair("ran", "unavailable")]
+    );
+    assert_eq!(of("c9"), vec![pair("refused", "")]);
+    assert_eq!(of("c13"), vec![pair("refused", "")]);
+    assert_eq!(of("c16"), vec![pair("ask", "")]);
+    // The daemon survived the panic.
+    assert_eq!(c.status().protocol, 1);
+}
+
+fn message_or_content(a: &Answer) -> String {
+    match &a.body {
+        Body::Result { content, .. } => content.clone(),
+        _ => message(a),
+    }
+}
+
+/// A long output: a preview within preview_chars, the whole by pages with next_offset.
+#[test]
+fn result_paging() {
+    let svc = Service::start();
+    let mut c = svc.connect();
+    let a = c.call("s", "big", "auto", "shell", json!({"command": "cat BIG"}));
+    let Body::Result {
+        content,
+        truncated,
+        result_id,
+        ..
+    } = a.body
+    else {
+        panic!("{a:?}");
+    };
+    assert!(truncated, "cut to the preview");
+    assert!(content.chars().count() <= 200, "{}", content.len());
+    assert!(content.starts_with("abc") && content.contains("characters cut"));
+    let mut whole = String::new();
+    let mut offset = Some(0);
+    let mut offsets = Vec::new();
+    while let Some(o) = offset {
+        offsets.push(o);
+        let p = c.req(
+            json!({"op": "result", "id": format!("p{o}"), "result_id": result_id, "offset": o}),
+        );
+        let Body::ResultPage {
+            content,
+            offset: got,
+            next_offset,
+        } = p.body
+        else {
+            panic!("{p:?}");
+        };
+        assert_eq!(got, o);
+        whole.push_str(&content);
+        offset = next_offset;
+    }
+    assert_eq!(offsets, vec![0, 50_000, 100_000]);
+    assert_eq!(whole.len(), BIG_CHARS);
+    assert!(whole.starts_with("abcdefghijklmnopqrstuvwxyzabc"));
+    // Without an offset: the first page. Past the end, an unknown id: answers, no crash.
+    let p = c.req(json!({"op": "result", "id": "p", "result_id": result_id}));
+    assert!(
+        matches!(
+            p.body,
+            Body::ResultPage {
+                offset: 0,
+                next_offset: Some(50_000),
+                ..
+            }
+        ),
+        "{p:?}"
+    );
+    let p =
+        c.req(json!({"op": "result", "id": "past", "result_id": result_id, "offset": 10_000_000}));
+    assert!(matches!(p.kind(), "result_page" | "error"), "{p:?}");
+    let p = c.req(json!({"op": "result", "id": "u", "result_id": "r-nope"}));
+    assert_eq!(p.kind(), "error");
+    assert!(
+        message(&p).contains("unknown or expired result_id"),
+        "{p:?}"
+    );
+}
+
+/// ask → approval → result; the ticket is single use, bound to the exact call, and cannot
+/// be forged; decline is answered declined and audited as cancelled.
+#[test]
+fn tickets() {
+    let svc = Service::start();
+    let mut c = svc.connect();
+    let w = json!({"path": "w.txt", "content": "hello"});
+    let ask = c.call("s", "w1", "ask", "write_file", w.clone());
+    assert_eq!(kind(&ask), "ask", "{ask:?}");
+    assert!(message(&ask).contains("write 5 bytes to"), "{ask:?}");
+    let t = ticket(&ask);
+    assert_eq!(svc.runner.calls(), 0, "nothing runs on ask");
+
+    let approved = c.req(call_req("s", "w1", "ask", "write_file", &w, Some(&t)));
+    assert_eq!(kind(&approved), "result", "{approved:?}");
+    assert_eq!(svc.runner.calls(), 1);
+    let spec = &svc.runner.specs()[0];
+    assert!(
+        spec.mounts[0].write,
+        "the approved write mounts its directory writable"
+    );
+
+    // (what is re-sent with the ticket, why it is refused). These are the same refusal of
+    // the same tool in one session, so the fifth is a stop.
+    let t2 = ticket(&c.call("s", "w2", "ask", "write_file", w.clone()));
+    let t3 = ticket(&c.call("s", "w3", "ask", "write_file", w.clone()));
+    let other = json!({"path": "w.txt", "content": "HELLO"});
+    let cases: Vec<(Value, &str)> = vec![
+        (
+            call_req("s", "w1", "ask", "write_file", &w, Some(&t)),
+            "unknown, already used",
+        ),
+        (
+            call_req("s", "w2", "ask", "write_file", &other, Some(&t2)),
+            "different call",
+        ),
+        // A mismatch consumes the ticket, so it cannot be probed.
+        (
+            call_req("s", "w2", "ask", "write_file", &w, Some(&t2)),
+            "unknown, already used",
+        ),
+        (
+            call_req("s2", "w3", "ask", "write_file", &w, Some(&t3)),
+            "different call",
+        ),
+        (
+            call_req("s", "w4", "ask", "write_file", &w, Some(&"0".repeat(32))),
+            "unknown",
+        ),
+        (
+            call_req("s", "w4", "ask", "write_file", &w, Some("forged")),
+            "unknown",
+        ),
+        (
+            call_req("s", "w4", "ask", "write_file", &w, Some("")),
+            "unknown",
+        ),
+    ];
+    for (i, (req, why)) in cases.into_iter().enumerate() {
+        let a = c.req(req.clone());
+        // The fifth "unknown ticket" refusal of write_file in session s is a stop.
+        let want = if i == 6 { "stopped" } else { "refused" };
+        assert_eq!(kind(&a), want, "{req}: {a:?}");
+        assert!(message(&a).contains(why), "{req}: {a:?}");
+    }
+    assert_eq!(svc.runner.calls(), 1, "no refused approval ran");
+
+    // A ticket on a call that needs none is irrelevant: a read runs.
+    let r = c.req(call_req(
+        "s",
+        "r1",
+        "ask",
+        "read_file",
+        &json!({"path": "a.txt"}),
+        Some("x"),
+    ));
+    assert_eq!(kind(&r), "result", "{r:?}");
+
+    // Decline.
+    let t5 = ticket(&c.call("s", "w5", "ask", "write_file", w.clone()));
+    let d = c.req(json!({"op": "decline", "id": "d1", "ticket": t5}));
+    assert_eq!(kind(&d), "declined", "{d:?}");
+    let again = c.req(json!({"op": "decline", "id": "d2", "ticket": t5}));
+    assert_eq!(kind(&again), "error", "{again:?}");
+    let used = c.req(call_req("s3", "w5", "ask", "write_file", &w, Some(&t5)));
+    assert_eq!(
+        kind(&used),
+        "refused",
+        "a declined ticket approves nothing: {used:?}"
+    );
+    let forged = c.req(json!({"op": "decline", "id": "d3", "ticket": "nope"}));
+    assert_eq!(kind(&forged), "error");
+
+    // end_session forgets the session's tickets.
+    let t6 = ticket(&c.call("s4", "w6", "ask", "write_file", w.clone()));
+    assert_eq!(
+        kind(&c.req(json!({"op": "end_session", "id": "e", "session": "s4"}))),
+        "ended"
+    );
+    let gone = c.req(call_req("s4", "w6", "ask", "write_file", &w, Some(&t6)));
+    assert_eq!(kind(&gone), "refused", "{gone:?}");
+
+    let d = svc.decisions();
+    assert!(
+        d.contains(&("s".into(), "w1".into(), "approved".into(), "".into())),
+        "{d:?}"
+    );
+    assert!(
+        d.contains(&(
+            "s".into(),
+            "w5".into(),
+            "declined".into(),
+            "cancelled".into()
+        )),
+        "{d:?}"
+    );
+    assert_eq!(svc.runner.calls(), 2);
+}
+
+/// The same refusal asked for refusal_repeats times in a session is stopped, whatever the
+/// spacing, quoting, ./ and trailing slashes; end_session starts the count again.
+#[test]
+fn repeated_refusals_stop() {
+    let svc = Service::start();
+    let mut c = svc.connect();
+    // Each table row: one refusal written five ways; the fifth is stopped.
+    let rows: Vec<(&str, &str, Vec<Value>)> = vec![
+        (
+            "safe",
+            "shell",
+            vec![
+                json!({"command": "rm notes/x"}),
+                json!({"command": "rm   notes/x"}),
+                json!({"command": "rm 'notes/x'"}),
+                json!({"command": "rm \"./notes/x\""}),
+                json!({"command": "rm notes/x/"}),
+            ],
+        ),
+        (
+            "auto",
+            "read_file",
+            vec![
+                json!({"path": "/etc/passwd"}),
+                json!({"path": "/etc/passwd/"}),
+                json!({"path": "/etc/passwd"}),
+                json!({"path": "/etc/passwd"}),
+                json!({"path": "/etc/passwd//"}),
+            ],
+        ),
+        (
+            "readonly",
+            "write_file",
+            vec![
+                json!({"path": "x.txt", "content": ""}),
+                json!({"path": "./x.txt", "content": ""}),
+                json!({"path": "././x.txt", "content": "other"}),
+                json!({"path": "x.txt", "content": "x"}),
+                json!({"path": "./x.txt", "content": ""}),
+            ],
+        ),
+    ];
+    for (r, (grant, tool, variants)) in rows.iter().enumerate() {
+        let session = format!("rep{r}");
+        for (i, args) in variants.iter().enumerate() {
+            let a = c.call(&session, &format!("c{i}"), grant, tool, args.clone());
+            let want = if i + 1 < 5 { "refused" } else { "stopped" };
+            assert_eq!(kind(&a), want, "{grant} {tool} #{} {args}: {a:?}", i + 1);
+        }
+        let a = c.call(&session, "c5", grant, tool, variants[0].clone());
+        assert_eq!(kind(&a), "stopped", "stays stopped");
+        assert!(message(&a).contains("5 times"), "{a:?}");
+        // Another session is not affected.
+        let other = c.call(
+            &format!("{session}-other"),
+            "c0",
+            grant,
+            tool,
+            variants[0].clone(),
+        );
+        assert_eq!(kind(&other), "refused");
+        assert_eq!(
+            kind(&c.req(json!({"op": "end_session", "id": "e", "session": session}))),
+            "ended"
+        );
+        let a = c.call(&session, "c6", grant, tool, variants[0].clone());
+        assert_eq!(kind(&a), "refused", "end_session resets the count: {a:?}");
+    }
+    // A different refusal in the same session counts on its own.
+    let mut s = Vec::new();
+    for i in 0..4 {
+        s.push(kind(&c.call(
+            "mix",
+            &format!("a{i}"),
+            "safe",
+            "shell",
+            json!({"command": "rm one"}),
+        )));
+        s.push(kind(&c.call(
+            "mix",
+            &format!("b{i}"),
+            "safe",
+            "shell",
+            json!({"command": "rm two"}),
+        )));
+    }
+    assert!(s.iter().all(|k| *k == "refused"), "{s:?}");
+    assert_eq!(svc.runner.calls(), 0);
+    let stops = svc.decisions().iter().filter(|d| d.2 == "stopped").count();
+    assert_eq!(stops, 6, "each stop is audited");
+}
+
+/// A decline is not a refusal: declining five times does not stop the session.
+#[test]
+fn declines_do_not_count_as_refusals() {
+    let svc = Service::with(Opts {
+        refusal_repeats: 2,
+        ..Opts::default()
+    });
+    let mut c = svc.connect();
+    for i in 0..4 {
+        let t = ticket(&c.call(
+            "s",
+            &format!("w{i}"),
+            "ask",
+            "shell",
+            json!({"command": "rm a.txt"}),
+        ));
+        assert_eq!(
+            kind(&c.req(json!({"op": "decline", "id": "d", "ticket": t}))),
+            "declined"
+        );
+    }
+    let a = c.call("s", "w9", "ask", "shell", json!({"command": "rm a.txt"}));
+    assert_eq!(kind(&a), "ask", "{a:?}");
+}
+
+/// `tools` offers what the grant can use in its mode, with a JSON Schema each.
+#[test]
+fn tools_per_mode() {
+    let svc = Service::start();
+    let mut c = svc.connect();
+    let cases: Vec<(&str, Vec<&str>)> = vec![
+        (
+            "auto",
+            vec!["read_file", "write_file", "shell", "http_fetch"],
+        ),
+        (
+            "ask",
+            vec!["read_file", "write_file", "shell", "http_fetch"],
+        ),
+        ("safe", vec!["read_file", "shell", "http_fetch"]),
+        ("readonly", vec!["read_file", "shell"]),
+    ];
+    for (grant, want) in cases {
+        let a = c.req(json!({"op": "tools", "id": grant, "grant": grant}));
+        let Body::Tools { tools } = a.body else {
+            panic!("{grant}: {a:?}");
+        };
+        let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, want, "{grant}");
+        for t in &tools {
+            assert_eq!(t.parameters["type"], "object", "{grant} {}", t.name);
+            assert!(!t.description.is_empty());
+        }
+    }
+    let a = c.req(json!({"op": "tools", "id": "x", "grant": "nope"}));
+    assert_eq!(kind(&a), "error");
+    assert!(message(&a).contains("unknown grant"), "{a:?}");
+}
+
+/// `status` reports the protocol, backend, preflight, poisoning and the audit head.
+#[test]
+fn status_fields() {
+    let svc = Service::start();
+    let mut c = svc.connect();
+    let s = c.status();
+    assert_eq!(s.protocol, 1);
+    assert_eq!(s.backend, "fake");
+    assert_eq!(s.version, env!("CARGO_PKG_VERSION"));
+    assert!(!s.poisoned);
+    assert!(s.enforce_limits);
+    assert_eq!(s.preflight["ok"], Value::Null, "not run yet");
+    assert_eq!(s.audit_head.seq, 0);
+    assert_eq!(s.audit_head.hash, audit::GENESIS);
+    c.call("s", "c1", "auto", "shell", json!({"command": "ls"}));
+    c.call(
+        "s",
+        "c2",
+        "auto",
+        "read_file",
+        json!({"path": "/etc/shadow"}),
+    );
+    let s = c.status();
+    let head = audit::verify(&svc.audit).expect("chain");
+    assert_eq!((s.audit_head.seq, s.audit_head.hash), (head.seq, head.hash));
+    assert_eq!(s.audit_head.seq, 3, "allow, ran, refused");
+    // Status reads no state that a call changes: v:1 is accepted.
+    let a = c.req(json!({"op": "status", "id": "v1", "v": 1}));
+    assert_eq!(kind(&a), "status");
+}
+
+/// Malformed requests: an error each, echoing the id when it can be read, no decision made,
+/// and the connection keeps working.
+#[test]
+fn protocol_errors() {
+    let svc = Service::start();
+    let mut c = svc.connect();
+    let long = "a".repeat(65);
+    let call = |session: &str, call: &str, grant: &str| {
+        json!({"op": "call", "id": "q", "session": session, "call": call, "grant": grant,
+               "tool": "shell", "arguments": "{\"command\":\"ls\"}"})
+        .to_string()
+    };
+    // (line, id echoed, message contains)
+    let cases: Vec<(Vec<u8>, Option<&str>, &str)> = vec![
+        (b"not json".to_vec(), None, "not a valid request"),
+        (b"{".to_vec(), None, "not a valid request"),
+        (b"[]".to_vec(), None, "not a valid request"),
+        (b"\xff\xfe{}".to_vec(), None, "not UTF-8"),
+        (br#"{"op":"launch","id":"7"}"#.to_vec(), Some("7"), "not a valid request"),
+        (br#"{"op":"status"}"#.to_vec(), None, "not a valid request"),
+        (br#"{"op":"status","id":5}"#.to_vec(), None, "not a valid request"),
+        (br#"{"op":"status","id":"8","extra":1}"#.to_vec(), Some("8"), "not a valid request"),
+        (br#"{"op":"status","id":"9","v":2}"#.to_vec(), Some("9"), "protocol version 2"),
+        (br#"{"op":"call","id":"10","v":2,"session":"s","call":"c","grant":"auto","tool":"shell","arguments":"{}"}"#.to_vec(), Some("10"), "protocol version 2"),
+        (br#"{"op":"call","id":"11","session":"s","call":"c","grant":"auto","tool":"shell","arguments":{"command":"ls"}}"#.to_vec(), Some("11"), "not a valid request"),
+        (br#"{"op":"call","id":"12","session":"s","grant":"auto","tool":"shell","arguments":"{}"}"#.to_vec(), Some("12"), "not a valid request"),
+        (call(&long, "c", "auto").into_bytes(), Some("q"), "session must be 1 to 64"),
+        (call("s", &long, "auto").into_bytes(), Some("q"), "call must be 1 to 64"),
+        (call("..", "c", "auto").into_bytes(), Some("q"), "session must be"),
+        (call(".", "c", "auto").into_bytes(), Some("q"), "session must be"),
+        (call("s", "..", "auto").into_bytes(), Some("q"), "call must be"),
+        (call("a/b", "c", "auto").into_bytes(), Some("q"), "session must be"),
+        (call("s", "a/b", "auto").into_bytes(), Some("q"), "call must be"),
+        (call("", "c", "auto").into_bytes(), Some("q"), "session must be"),
+        (call("s p", "c", "auto").into_bytes(), Some("q"), "session must be"),
+        (call("s", "c", "nope").into_bytes(), Some("q"), "unknown grant"),
+        (call("s", "c", "").into_bytes(), Some("q"), "unknown grant"),
+        (br#"{"op":"end_session","id":"13","session":"../x"}"#.to_vec(), Some("13"), "session must be"),
+        (br#"{"op":"result","id":"14","result_id":"r1","offset":-1}"#.to_vec(), Some("14"), "not a valid request"),
+    ];
+    for (line, id, msg) in &cases {
+        let a = c.raw(line);
+        let shown = String::from_utf8_lossy(line);
+        assert_eq!(kind(&a), "error", "{shown}: {a:?}");
+        assert_eq!(a.id.as_deref(), *id, "{shown}");
+        assert!(message(&a).contains(msg), "{shown}: {a:?} lacks {msg:?}");
+    }
+    // Empty lines are skipped, not answered; the next request is answered in order.
+    c.send_raw(b"");
+    c.send_raw(b"   ");
+    assert_eq!(c.status().protocol, 1);
+    assert_eq!(svc.runner.calls(), 0);
+    assert!(
+        svc.decisions().is_empty(),
+        "no decision was made on a malformed request"
+    );
+    // Arguments that do not parse are a decision: refused and audited.
+    let a = c.raw(
+        json!({"op":"call","id":"p","session":"s","call":"c","grant":"auto","tool":"shell","arguments":"{not json"})
+            .to_string()
+            .as_bytes(),
+    );
+    assert_eq!(kind(&a), "refused", "{a:?}");
+    assert_eq!(svc.decisions().len(), 1);
+}
+
+/// A line over 4 MiB is answered with an error (id null) and skipped; the connection still
+/// works, and so does a line of exactly the limit's size that holds a valid request.
+#[test]
+fn over_long_line() {
+    let svc = Service::start();
+    let mut c = svc.connect();
+    let mut big = br#"{"op":"status","id":"big","pad":""#.to_vec();
+    big.resize(proto::broker::MAX_LINE + 1, b'x');
+    // Written from a thread: the server answers after reading the whole line.
+    let mut w = c.w.try_clone().unwrap();
+    let writer = std::thread::spawn(move || {
+        w.write_all(&big).unwrap();
+        w.write_all(b"\n").unwrap();
+    });
+    let a = c.answer();
+    writer.join().unwrap();
+    assert_eq!(kind(&a), "error");
+    assert_eq!(a.id, None);
+    assert!(message(&a).contains("longer than 4 MiB"), "{a:?}");
+    assert_eq!(c.status().protocol, 1, "the connection is still in step");
+
+    // A call whose line is just under the limit is read and decided.
+    let content = "y".repeat(proto::broker::MAX_LINE - 400);
+    let req = call_req(
+        "s",
+        "w",
+        "auto",
+        "write_file",
+        &json!({"path": "big.txt", "content": content}),
+        None,
+    );
+    let line = req.to_string();
+    assert!(line.len() <= proto::broker::MAX_LINE, "{}", line.len());
+    let mut w = c.w.try_clone().unwrap();
+    let writer = std::thread::spawn(move || {
+        w.write_all(line.as_bytes()).unwrap();
+        w.write_all(b"\n").unwrap();
+    });
+    let a = c.answer();
+    writer.join().unwrap();
+    assert_eq!(kind(&a), "result", "{}", message(&a));
+    assert_eq!(svc.runner.calls(), 1);
+}
+
+/// A peer not in `clients` gets one error line and is closed; nothing is decided.
+#[test]
+fn peer_not_in_clients() {
+    let svc = Service::with(Opts {
+        clients: Some(Clients::of_uids([me().wrapping_add(4242)])),
+        ..Opts::default()
+    });
+    for _ in 0..3 {
+        let mut c = svc.connect();
+        // Whatever it sends, it gets the refusal and a close.
+        let _ = c.w.write_all(b"{\"op\":\"status\",\"id\":\"1\"}\n");
+        let a = c.answer();
+        assert_eq!(kind(&a), "error");
+        assert_eq!(a.id, None);
+        assert!(message(&a).contains("not allowed"), "{a:?}");
+        assert!(c.closed(), "closed after the error line");
+    }
+    assert!(!svc.audit.exists() || svc.decisions().is_empty());
+}
+
+/// A client that vanishes mid-call: the call still finishes and is audited, and the daemon
+/// keeps serving. A client that connects and says nothing does not block anyone.
+#[test]
+fn client_vanishes_mid_call() {
+    let svc = Service::start();
+    let silent = svc.connect();
+    {
+        let mut c = svc.connect();
+        c.send_raw(
+            call_req(
+                "s",
+                "gone",
+                "auto",
+                "shell",
+                &json!({"command": "cat HOLD"}),
+                None,
+            )
+            .to_string()
+            .as_bytes(),
+        );
+        svc.runner.wait_started(1);
+        // Drop both halves: the client is gone.
+    }
+    svc.runner.release();
+    svc.wait_records(2);
+    let d = svc.decisions();
+    assert_eq!(
+        d,
+        vec![
+            ("s".into(), "gone".into(), "allow".into(), "".into()),
+            ("s".into(), "gone".into(), "ran".into(), "result".into()),
+        ]
+    );
+    let mut c = svc.connect();
+    assert_eq!(
+        kind(&c.call("s", "next", "auto", "shell", json!({"command": "ls"}))),
+        "result"
+    );
+    // A half-written line from a vanished client is not a request.
+    {
+        let mut half = svc.connect();
+        half.w
+            .write_all(br#"{"op":"call","id":"h","session":"s","#)
+            .unwrap();
+    }
+    assert_eq!(c.status().protocol, 1);
+    drop(silent);
+}
+
+/// 20,000 new session ids, each with a refusal: every one is answered, the daemon keeps
+/// serving, and the oldest sessions' counts are forgotten (session state is bounded).
+#[test]
+fn flood_of_sessions_stays_bounded() {
+    // Audit on tmpfs when there is one: 20,000 synced records on a disk take minutes.
+    let dir = match Path::new("/dev/shm").is_dir() {
+        true => tempfile::tempdir_in("/dev/shm").unwrap_or_else(|_| tempfile::tempdir().unwrap()),
+        false => tempfile::tempdir().unwrap(),
+    };
+    let svc = Service::in_dir(dir, Opts::default());
+    let mut c = svc.connect();
+    let refused = json!({"command": "rm x"});
+    for i in 0..4 {
+        assert_eq!(
+            kind(&c.call("first", &format!("c{i}"), "safe", "shell", refused.clone())),
+            "refused"
+        );
+    }
+    let started = Instant::now();
+    const N: usize = 20_000;
+    const THREADS: usize = 8;
+    let workers: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let mut c = svc.connect();
+            let refused = refused.clone();
+            std::thread::spawn(move || {
+                for i in (t..N).step_by(THREADS) {
+                    let a = c.call(&format!("flood-{i}"), "c", "safe", "shell", refused.clone());
+                    assert_eq!(kind(&a), "refused", "{a:?}");
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().expect("flood worker");
+    }
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(300), "the flood took {took:?}");
+    // "first" was the least recently used: its four refusals are forgotten, so a fifth is a
+    // refusal again, not a stop.
+    let a = c.call("first", "c4", "safe", "shell", refused.clone());
+    assert_eq!(kind(&a), "refused", "{a:?}");
+    // A recent session is still remembered.
+    let recent = format!("flood-{}", N - 1);
+    for i in 0..3 {
+        assert_eq!(
+            kind(&c.call(&recent, &format!("r{i}"), "safe", "shell", refused.clone())),
+            "refused"
+        );
+    }
+    assert_eq!(
+        kind(&c.call(&recent, "r3", "safe", "shell", refused.clone())),
+        "stopped"
+    );
+    assert_eq!(c.status().audit_head.seq as usize, 4 + N + 1 + 4);
+    assert_eq!(svc.runner.calls(), 0);
+    eprintln!("flood of {N} sessions: {took:?}");
+}
+
+/// With every slot taken and the queue full, a new call is answered busy (and audited);
+/// the queued calls still run once the slots free up.
+#[test]
+fn busy_when_the_queue_is_full() {
+    let svc = Service::with(Opts {
+        max_concurrent_calls: 1,
+        ..Opts::default()
+    });
+    let queue = brokerd::broker::QUEUE_PER_SLOT;
+    let mut held: Vec<Client> = (0..=queue).map(|_| svc.connect()).collect();
+    for (i, c) in held.iter_mut().enumerate() {
+        c.send_raw(
+            call_req(
+                "s",
+                &format!("h{i}"),
+                "auto",
+                "shell",
+                &json!({"command": "cat HOLD"}),
+                None,
+            )
+            .to_string()
+            .as_bytes(),
+        );
+    }
+    svc.runner.wait_started(1);
+    // Each call audits its decision before it queues; then give it a moment to queue.
+    svc.wait_records(queue + 1);
+    std::thread::sleep(Duration::from_millis(300));
+    let mut late = svc.connect();
+    let a = late.call("s", "late", "auto", "shell", json!({"command": "ls"}));
+    assert_eq!(kind(&a), "error", "{a:?}");
+    assert!(message(&a).contains("busy"), "{a:?}");
+    // Reads that need no slot are still answered at once.
+    assert_eq!(late.status().protocol, 1);
+    assert_eq!(svc.runner.calls(), 1, "only the first is running");
+    svc.runner.release();
+    for c in held.iter_mut() {
+        let a = c.answer();
+        assert_eq!(kind(&a), "result", "{a:?}");
+    }
+    assert_eq!(svc.runner.calls(), queue + 1);
+    let d = svc.decisions();
+    assert!(
+        d.contains(&("s".into(), "late".into(), "ran".into(), "busy".into())),
+        "{d:?}"
+    );
+}
+
+/// After the runner was unavailable in a session, its writes are refused without being
+/// attempted; its reads are still attempted; other sessions are unaffected; end_session
+/// clears it.
+#[test]
+fn unavailable_runner_stops_later_writes() {
+    let svc = Service::start();
+    let mut c = svc.connect();
+    let a = c.call("s", "u", "auto", "shell", json!({"command": "cat UNAVAIL"}));
+    assert_eq!(kind(&a), "unavailable");
+    // (call, tool, arguments, kind)
+    let cases: Vec<(&str, &str, Value, &str)> = vec![
+        (
+            "w1",
+            "write_file",
+            json!({"path": "w.txt", "content": "x"}),
+            "refused",
+        ),
+        ("w2", "shell", json!({"command": "touch b.txt"}), "refused"),
+        ("r1", "read_file", json!({"path": "a.txt"}), "result"),
+        ("r2", "shell", json!({"command": "cat a.txt"}), "result"),
+    ];
+    for (call, tool, args, want) in cases {
+        let before = svc.runner.calls();
+        let a = c.call("s", call, "auto", tool, args.clone());
+        assert_eq!(kind(&a), want, "{call}: {a:?}");
+        if want == "refused" {
+            assert!(
+                message(&a).contains("unavailable earlier in this session"),
+                "{a:?}"
+            );
+            assert_eq!(svc.runner.calls(), before, "{call} not attempted");
+        } else {
+            assert_eq!(svc.runner.calls(), before + 1, "{call} attempted");
+        }
+    }
+    let a = c.call(
+        "other",
+        "w1",
+        "auto",
+        "write_file",
+        json!({"path": "w.txt", "content": "x"}),
+    );
+    assert_eq!(kind(&a), "result", "another session writes: {a:?}");
+    c.req(json!({"op": "end_session", "id": "e", "session": "s"}));
+    let a = c.call(
+        "s",
+        "w3",
+        "auto",
+        "write_file",
+        json!({"path": "w.txt", "content": "x"}),
+    );
+    assert_eq!(kind(&a), "result", "after end_session: {a:?}");
+}
+
+/// An audit log that cannot be written (here /dev/full: every write fails with ENOSPC, even
+/// for root): a call answers unavailable and the runner is never called; the daemon serves on.
+#[test]
+fn unwritable_audit_makes_calls_unavailable() {
+    let svc = Service::with(Opts {
+        audit: Some(PathBuf::from("/dev/full")),
+        ..Opts::default()
+    });
+    let mut c = svc.connect();
+    let cases: Vec<(&str, &str, Value)> = vec![
+        ("auto", "shell", json!({"command": "ls"})),
+        ("auto", "read_file", json!({"path": "a.txt"})),
+        ("auto", "read_file", json!({"path": "/etc/passwd"})),
+        (
+            "ask",
+            "write_file",
+            json!({"path": "w.txt", "content": "x"}),
+        ),
+    ];
+    for (i, (grant, tool, args)) in cases.into_iter().enumerate() {
+        let a = c.call("s", &format!("c{i}"), grant, tool, args);
+        assert_eq!(kind(&a), "unavailable", "{grant} {tool}: {a:?}");
+        assert_eq!(message(&a), AUDIT_UNAVAILABLE);
+    }
+    assert_eq!(svc.runner.calls(), 0, "nothing ran unaudited");
+    assert_eq!(c.status().audit_head.seq, 0);
+}
+
+/// SIGTERM's path: begin_shutdown refuses new calls with an error, a call in flight finishes
+/// and is answered, and drain waits for it.
+#[test]
+fn shutdown_drains_calls_in_flight() {
+    let svc = Service::start();
+    // Nothing in flight: drain returns at once.
+    assert!(svc.rt.block_on(svc.broker.drain(Duration::from_secs(5))));
+    let mut busy = svc.connect();
+    busy.send_raw(
+        call_req(
+            "s",
+            "inflight",
+            "auto",
+            "shell",
+            &json!({"command": "cat HOLD"}),
+            None,
+        )
+        .to_string()
+        .as_bytes(),
+    );
+    svc.runner.wait_started(1);
+    svc.broker.begin_shutdown();
+    let mut c = svc.connect();
+    let a = c.call("s", "new", "auto", "shell", json!({"command": "ls"}));
+    assert_eq!(kind(&a), "error", "{a:?}");
+    assert!(message(&a).contains("shutting down"), "{a:?}");
+    // Held past a short grace: drain says calls remain.
+    assert!(!svc
+        .rt
+        .block_on(svc.broker.drain(Duration::from_millis(100))));
+    let broker = svc.broker.clone();
+    let handle = svc.rt.handle().clone();
+    let drainer =
+        std::thread::spawn(move || handle.block_on(broker.drain(Duration::from_secs(30))));
+    std::thread::sleep(Duration::from_millis(50));
+    svc.runner.release();
+    let a = busy.answer();
+    assert_eq!(kind(&a), "result", "{a:?}");
+    assert!(drainer.join().unwrap(), "drained");
+    // Stopping the server: no new connection is served.
+    let _ = svc.stop.send(true);
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        match UnixStream::connect(&svc.socket) {
+            Err(_) => break,
+            Ok(s) => {
+                s.set_read_timeout(Some(Duration::from_millis(200)))
+                    .unwrap();
+                let mut r = BufReader::new(s);
+                let mut l = String::new();
+                if matches!(r.read_line(&mut l), Ok(0)) {
+                    break;
+                }
+            }
+        }
+        assert!(Instant::now() < deadline, "the server kept accepting");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let d = svc.decisions();
+    assert_eq!(
+        d.len(),
+        2,
+        "the shutting-down error made no decision: {d:?}"
+    );
+}
+
+/// Many connections at once, each answered in order.
+#[test]
+fn concurrent_connections_answer_in_order() {
+    let svc = Service::start();
+    let workers: Vec<_> = (0..16)
+        .map(|t| {
+            let mut c = svc.connect();
+            std::thread::spawn(move || {
+                for i in 0..20 {
+                    let a = c.call(
+                        &format!("s{t}"),
+                        &format!("c{i}"),
+                        "auto",
+                        "shell",
+                        json!({"command": "ls"}),
+                    );
+                    assert_eq!(a.id.as_deref(), Some(format!("id-c{i}").as_str()));
+                    assert_eq!(kind(&a), "result");
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().unwrap();
+    }
+    assert_eq!(svc.runner.calls(), 320);
+    assert_eq!(svc.decisions().len(), 640);
+}
+
+/// The preflight runs a sandbox once: when it fails, status says so and every call answers
+/// unavailable without reaching the runner; when it passes, calls run.
+#[test]
+fn preflight() {
+    for ok in [true, false] {
+        let svc = Service::start();
+        svc.runner.preflight_ok.store(ok, Ordering::SeqCst);
+        let p = svc.rt.block_on(svc.broker.preflight());
+        assert_eq!(p.ok, ok, "{p:?}");
+        assert_eq!(svc.runner.calls(), 1);
+        let spec = &svc.runner.specs()[0];
+        assert_eq!(
+            (spec.session.as_str(), spec.tool),
+            ("preflight", ToolName::Shell)
+        );
+        assert!(target_of(spec).contains("pids.max"), "limits are read back");
+        // Cached: a second preflight runs nothing.
+        assert_eq!(svc.rt.block_on(svc.broker.preflight()), p);
+        assert_eq!(svc.runner.calls(), 1);
+        let mut c = svc.connect();
+        assert_eq!(c.status().preflight["ok"], json!(ok));
+        let a = c.call("s", "c", "auto", "shell", json!({"command": "ls"}));
+        let want = if ok { "result" } else { "unavailable" };
+        assert_eq!(kind(&a), want, "{a:?}");
+        assert_eq!(svc.runner.calls(), 1 + usize::from(ok));
+    }
+}
