@@ -1,0 +1,329 @@
+//! brokerd's own cost per call (framing, decision, audit sync) against a no-op runner, and its
+//! resident memory idle and with 32 calls in flight (issue 4, "Done when").
+//!
+//! `cargo run --release -p brokerd --example overhead [-- N]`
+//!
+//! The example starts itself again as the server (`overhead serve CONFIG SOCKET`): the real
+//! `server::serve` and `Broker` with a runner that does nothing (or sleeps 500 ms for a command
+//! that says `SLOW`), so the memory figures are the server process's alone. The client sends
+//! plain NDJSON lines over the Unix socket and times each answer.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use brokerd::audit::Audit;
+use brokerd::broker::Broker;
+use brokerd::policy::Policy;
+use brokerd::runner::{RunError, RunOutput, RunSpec, Runner};
+use brokerd::server::{self, Clients};
+use serde_json::{json, Value};
+
+const IN_FLIGHT: usize = 32;
+const SLOW: Duration = Duration::from_millis(500);
+
+/// One row's request, by its number.
+type Request = Box<dyn Fn(usize) -> Value>;
+
+struct NoopRunner;
+
+impl Runner for NoopRunner {
+    fn run(&self, spec: &RunSpec) -> Result<RunOutput, RunError> {
+        if spec.input.windows(4).any(|w| w == b"SLOW") {
+            std::thread::sleep(SLOW);
+        }
+        Ok(RunOutput {
+            content: "ok\n".into(),
+            truncated: false,
+        })
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("serve") {
+        serve(Path::new(&args[2]), Path::new(&args[3]));
+        return;
+    }
+    let n: usize = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(2000);
+    let work = tempfile::tempdir().expect("tempdir");
+    let grant = std::fs::canonicalize(work.path()).unwrap().join("notes");
+    std::fs::create_dir_all(&grant).unwrap();
+    std::fs::write(grant.join("a.txt"), "a").unwrap();
+
+    let mut places: Vec<(&str, PathBuf)> = vec![("disk", work.path().to_path_buf())];
+    let shm = Path::new("/dev/shm")
+        .is_dir()
+        .then(|| tempfile::tempdir_in("/dev/shm").ok())
+        .flatten();
+    if let Some(d) = &shm {
+        places.push(("tmpfs", d.path().to_path_buf()));
+    }
+    println!(
+        "brokerd overhead: {n} sequential calls per row over the real socket, no-op runner\n\
+         audit on disk: {} ({}); tmpfs: /dev/shm\n",
+        work.path().display(),
+        fs_type(work.path())
+    );
+    println!(
+        "{:<6} {:<28} {:>9} {:>9} {:>9} {:>9}",
+        "audit", "request", "p50 µs", "p95 µs", "p99 µs", "mean µs"
+    );
+    let mut memory = None;
+    for (label, dir) in &places {
+        let srv = Server::start(dir, &grant);
+        let mut c = srv.connect();
+        // Warm up: the classifier, the allocator, the page cache.
+        for i in 0..50 {
+            c.ask(&call(
+                "warm",
+                &format!("w{i}"),
+                "shell",
+                json!({"command": "ls"}),
+            ));
+        }
+        let rows: Vec<(&str, Request)> = vec![
+            (
+                "status (framing only)",
+                Box::new(|i| json!({"op": "status", "id": i.to_string()})),
+            ),
+            (
+                "refused read_file (1 record)",
+                Box::new(|i| {
+                    // A session each, so that no refusal repeats into a stop.
+                    call(
+                        &format!("r{i}"),
+                        "r",
+                        "read_file",
+                        json!({"path": "/etc/x"}),
+                    )
+                }),
+            ),
+            (
+                "read_file (2 records)",
+                Box::new(|i| call("s", &format!("a{i}"), "read_file", json!({"path": "a.txt"}))),
+            ),
+            (
+                "shell `ls -la` (2 records)",
+                Box::new(|i| call("s", &format!("b{i}"), "shell", json!({"command": "ls -la"}))),
+            ),
+        ];
+        for (name, req) in rows {
+            let mut t: Vec<Duration> = (0..n).map(|i| c.ask(&req(i))).collect();
+            t.sort();
+            let us = |d: Duration| d.as_secs_f64() * 1e6;
+            let mean = t.iter().sum::<Duration>() / n as u32;
+            println!(
+                "{label:<6} {name:<28} {:>9.0} {:>9.0} {:>9.0} {:>9.0}",
+                us(t[n / 2]),
+                us(t[n * 95 / 100]),
+                us(t[n * 99 / 100]),
+                us(mean)
+            );
+        }
+        if *label == "disk" {
+            memory = Some((srv.fresh_kib, srv.memory()));
+        }
+        srv.stop();
+    }
+    if let Some((fresh, (idle, busy, busy_hwm, took))) = memory {
+        println!("\nresident memory of the server process (VmRSS), audit on disk:");
+        println!("  idle, right after start-up:       {fresh:>7} KiB");
+        println!("  idle, after the rows above:       {:>7} KiB", idle.0);
+        println!(
+            "  {IN_FLIGHT} calls in flight (runner sleeps):  {:>7} KiB  (peak VmHWM {busy_hwm} KiB)",
+            busy
+        );
+        println!("  idle again, after those calls:    {:>7} KiB", idle.1);
+        println!(
+            "  the {IN_FLIGHT} concurrent {}ms calls took {:?} in all",
+            SLOW.as_millis(),
+            took
+        );
+    }
+}
+
+fn call(session: &str, id: &str, tool: &str, args: Value) -> Value {
+    json!({"op": "call", "id": id, "session": session, "call": id.replace(' ', "_"), "grant": "notes",
+           "tool": tool, "arguments": args.to_string()})
+}
+
+fn fs_type(p: &Path) -> String {
+    Command::new("stat")
+        .args(["-f", "-c", "%T"])
+        .arg(p)
+        .output()
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_else(|| "?".into())
+}
+
+struct Server {
+    child: Child,
+    socket: PathBuf,
+    /// VmRSS right after start-up, before any call.
+    fresh_kib: u64,
+}
+
+struct Client {
+    r: BufReader<UnixStream>,
+    w: UnixStream,
+}
+
+impl Client {
+    /// Sends one request and times its answer.
+    fn ask(&mut self, req: &Value) -> Duration {
+        let mut line = req.to_string();
+        line.push('\n');
+        let t = Instant::now();
+        self.w.write_all(line.as_bytes()).expect("write");
+        let mut answer = String::new();
+        self.r.read_line(&mut answer).expect("read");
+        let took = t.elapsed();
+        let a: proto::broker::Answer = serde_json::from_str(&answer).expect("an answer");
+        assert!(
+            matches!(a.kind(), "result" | "refused" | "status"),
+            "{answer}"
+        );
+        took
+    }
+}
+
+impl Server {
+    fn start(audit_dir: &Path, grant: &Path) -> Server {
+        let socket = audit_dir.join("broker.sock");
+        let config = audit_dir.join("brokerd.toml");
+        std::fs::write(
+            &config,
+            format!(
+                r#"
+[broker]
+clients = [{uid}]
+audit_log = "{audit}"
+max_concurrent_calls = {IN_FLIGHT}
+
+[runner]
+image = "sha256:{hex}"
+home = "{home}"
+
+[grants.notes]
+mode = "auto"
+tools = ["read_file", "write_file", "shell"]
+paths = [{{ path = "{grant}", write = true }}]
+"#,
+                uid = nix::unistd::getuid().as_raw(),
+                audit = audit_dir.join("audit.jsonl").display(),
+                hex = "a".repeat(64),
+                home = audit_dir.display(),
+                grant = grant.display(),
+            ),
+        )
+        .unwrap();
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .arg("serve")
+            .arg(&config)
+            .arg(&socket)
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start the server");
+        let mut ready = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut ready)
+            .unwrap();
+        assert_eq!(ready.trim(), "ready");
+        let mut s = Server {
+            child,
+            socket,
+            fresh_kib: 0,
+        };
+        std::thread::sleep(Duration::from_millis(200));
+        s.fresh_kib = s.status_kib("VmRSS:");
+        s
+    }
+
+    fn connect(&self) -> Client {
+        let s = UnixStream::connect(&self.socket).expect("connect");
+        Client {
+            r: BufReader::new(s.try_clone().unwrap()),
+            w: s,
+        }
+    }
+
+    fn status_kib(&self, key: &str) -> u64 {
+        let text = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        text.lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// (idle before, idle after), in flight, peak, and how long the concurrent calls took.
+    fn memory(&self) -> ((u64, u64), u64, u64, Duration) {
+        std::thread::sleep(Duration::from_millis(200));
+        let idle = self.status_kib("VmRSS:");
+        let t = Instant::now();
+        let workers: Vec<_> = (0..IN_FLIGHT)
+            .map(|i| {
+                let mut c = self.connect();
+                std::thread::spawn(move || {
+                    c.ask(&call(
+                        &format!("m{i}"),
+                        "slow",
+                        "shell",
+                        json!({"command": "cat SLOW"}),
+                    ))
+                })
+            })
+            .collect();
+        // Sample while the calls sleep in the runner.
+        std::thread::sleep(SLOW / 2);
+        let busy = self.status_kib("VmRSS:");
+        for w in workers {
+            w.join().unwrap();
+        }
+        let took = t.elapsed();
+        let hwm = self.status_kib("VmHWM:");
+        std::thread::sleep(Duration::from_millis(200));
+        let after = self.status_kib("VmRSS:");
+        ((idle, after), busy, hwm, took)
+    }
+
+    fn stop(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The server half: the real listener and broker with the no-op runner.
+fn serve(config: &Path, socket: &Path) {
+    let config = brokerd::config::load(config).expect("config");
+    let policy = Policy::new(&config).expect("policy");
+    let audit = Audit::open(&config.broker.audit_log).expect("audit");
+    let broker = Arc::new(Broker::new(
+        config,
+        policy,
+        Arc::new(NoopRunner),
+        audit,
+        "noop",
+    ));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let listener = tokio::net::UnixListener::bind(socket).expect("bind");
+        let (_stop, stop_rx) = tokio::sync::watch::channel(false);
+        println!("ready");
+        std::io::stdout().flush().unwrap();
+        server::serve(
+            listener,
+            broker,
+            Arc::new(Clients::of_uids([nix::unistd::getuid().as_raw()])),
+            stop_rx,
+        )
+        .await;
+    });
+}
