@@ -1,0 +1,74 @@
+# boxmaker's Rust workspace as one buildRustPackage. Called three ways (flake.nix, and the
+# defaults of nixos/module.nix):
+#   pkgs.callPackage ./boxmaker.nix { }                        brokerd and boxctl; runs the
+#                                                              workspace's tests (checkPhase)
+#   pkgs.pkgsStatic.callPackage ./boxmaker.nix { crates = [ "toolkit" ]; ... }
+#                                                              the static musl toolkit
+#   pkgs.pkgsStatic.callPackage ./boxmaker.nix { crates = [ "boxmaker-e2e" ]; ... }
+{
+  lib,
+  rustPlatform,
+  buildPackages,
+  pname ? "boxmaker",
+  # The workspace packages (cargo -p) whose binaries are built and installed.
+  crates ? [
+    "brokerd"
+    "boxctl"
+  ],
+  # Run `cargo test --workspace` in the check phase: the crate tests.
+  runTests ? true,
+  # Fail the build unless every installed binary is static (no INTERP, no NEEDED).
+  requireStatic ? false,
+}:
+let
+  root = ../..;
+  workspace = lib.importTOML (root + "/Cargo.toml");
+  fs = lib.fileset;
+in
+rustPlatform.buildRustPackage {
+  inherit pname;
+  version = workspace.workspace.package.version;
+
+  # Only what cargo reads, so a change to docs or Nix files does not rebuild the binaries.
+  src = fs.toSource {
+    inherit root;
+    fileset = fs.unions [
+      (root + "/Cargo.toml")
+      (root + "/Cargo.lock")
+      (root + "/crates")
+      (fs.maybeMissing (root + "/tests/e2e"))
+    ];
+  };
+  cargoLock.lockFile = root + "/Cargo.lock";
+
+  cargoBuildFlags = lib.concatMap (c: [
+    "-p"
+    c
+  ]) crates;
+
+  doCheck = runTests;
+  cargoTestFlags = [ "--workspace" ];
+  # The fake podman of the runtime tests is a bash script; the build sandbox has no /bin/bash.
+  postPatch = ''
+    if [ -f crates/brokerd/tests/podman_runtime.rs ]; then
+      sed -i 's|#!/bin/bash|#!${buildPackages.bash}/bin/bash|' crates/brokerd/tests/podman_runtime.rs
+    fi
+  '';
+
+  # The same check as `make static-check` (scripts/static-check.sh), on what is installed.
+  postInstall = lib.optionalString requireStatic ''
+    for bin in $out/bin/*; do
+      PATH=${buildPackages.binutils-unwrapped}/bin:$PATH bash ${root + "/scripts/static-check.sh"} "$bin"
+    done
+  '';
+
+  meta = {
+    description = "boxmaker: ${lib.concatStringsSep ", " crates}";
+    license = with lib.licenses; [
+      mit
+      asl20
+    ];
+    platforms = lib.platforms.linux;
+    mainProgram = lib.head crates;
+  };
+}

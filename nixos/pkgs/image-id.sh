@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Prints the image ID Podman will give a docker-archive image once it is loaded: the sha256 of
+# the config JSON that the archive's manifest.json names ("Config"). Podman keeps that ID
+# through `podman load` and `podman save`, so it can be computed when the image is built and
+# pinned in [runner] image (DESIGN.md "Config"); a RepoDigest is made at load time and is not.
+#
+#   image-id.sh ARCHIVE      ARCHIVE: a .tar or a compressed tar (buildLayeredImage's .tar.gz)
+# Needs tar (and gzip for .tar.gz), jq and sha256sum.
+set -euo pipefail
+archive=${1:?usage: image-id.sh ARCHIVE}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+tar -xf "$archive" -C "$work" manifest.json
+count=$(jq 'length' "$work/manifest.json")
+if [ "$count" != 1 ]; then
+    echo "image-id: $archive holds $count images; expected exactly one" >&2
+    exit 1
+fi
+config=$(jq -r '.[0].Config' "$work/manifest.json")
+case "$config" in
+    "" | null | /* | *..*) echo "image-id: manifest.json names no usable Config ($config)" >&2; exit 1 ;;
+esac
+tar -xf "$archive" -C "$work" "$config"
+sum=$(sha256sum "$work/$config" | cut -d' ' -f1)
+# Archives name the config by its digest (<hex>.json, or blobs/sha256/<hex>): a mismatch means
+# the archive is damaged.
+name=$(basename "$config" .json)
+if [ "${#name}" = 64 ] && [ "$name" != "$sum" ]; then
+    echo "image-id: $config does not hash to its own name (sha256 $sum)" >&2
+    exit 1
+fi
+echo "sha256:$sum"
