@@ -1,0 +1,63 @@
+# The tools image, built by Nix (seed 003 section 7; DESIGN.md "Deployment"). The same layout
+# as images/build-tools-image.sh, the builder without Nix:
+#
+#   /bin/toolkit                        the static musl toolkit
+#   /bin/busybox, /bin/sh -> busybox    static busybox, with its applets beside it in /bin
+#   /bin/curl                           static curl (socks5h:// over a Unix socket)
+#   /etc/ssl/certs/ca-certificates.crt  the CA bundle, plus extraCaCerts for the test variant
+#   /etc/passwd, /etc/group, /etc/hosts, /etc/resolv.conf, /tmp (1777), /run, /proc, /dev, /sys
+#
+# Reproducible: `created` keeps buildLayeredImage's fixed default and the tag is derived from
+# the inputs, so the same inputs give the same image ID (nixos/pkgs/image-id.nix computes it).
+# Uncompressed, because some Podman versions (Debian's 4.3) cannot load a compressed
+# docker-archive; the image is small.
+{
+  lib,
+  dockerTools,
+  pkgsStatic,
+  runCommand,
+  # The static toolkit (flake.nix's packages.toolkit).
+  toolkit,
+  # PEM files appended to the CA bundle: the end-to-end suite's test CA for the test variant.
+  extraCaCerts ? [ ],
+  name ? "boxmaker-tools",
+}:
+let
+  caBundle =
+    if extraCaCerts == [ ] then
+      dockerTools.caCertificates
+    else
+      runCommand "boxmaker-ca-bundle" { } ''
+        mkdir -p $out/etc/ssl/certs
+        cat ${dockerTools.caCertificates}/etc/ssl/certs/ca-certificates.crt \
+          ${lib.escapeShellArgs extraCaCerts} > $out/etc/ssl/certs/ca-certificates.crt
+      '';
+in
+dockerTools.buildLayeredImage {
+  inherit name;
+  compressor = "none";
+  contents = [
+    toolkit
+    pkgsStatic.busybox
+    (lib.getBin pkgsStatic.curl)
+    caBundle
+  ];
+  # Runs in the image's root directory (the customisation layer).
+  extraCommands = ''
+    mkdir -p etc tmp run proc dev sys
+    chmod 1777 tmp
+    printf 'root:x:0:0:root:/:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/sh\n' > etc/passwd
+    printf 'root:x:0:\nnobody:x:65534:\n' > etc/group
+    : > etc/hosts
+    : > etc/resolv.conf
+    for f in bin/toolkit bin/busybox bin/sh bin/curl etc/ssl/certs/ca-certificates.crt; do
+      if [ ! -e "$f" ]; then
+        echo "tools-image: $f is missing from the image" >&2
+        exit 1
+      fi
+    done
+  '';
+  config = {
+    Cmd = [ "/bin/sh" ];
+  };
+}
