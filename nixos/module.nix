@@ -1,0 +1,557 @@
+# services.boxmaker: brokerd as a socket-activated system service whose tool calls run in the
+# service user's rootless Podman (DESIGN.md "Service", "Deployment").
+#
+# The unit settings come from ./units.json, the one definition that dist/systemd/generate.py
+# also turns into the units for hosts without NixOS; the reasons for every hardening option
+# the unit leaves out are written there (its "omitted" table) and in the generated
+# dist/systemd/boxmaker.service. This file adds only what is NixOS's own: the paths, PATH with
+# /run/wrappers/bin, the image loading step and restart triggers.
+{
+  config,
+  lib,
+  pkgs,
+  ...
+}:
+let
+  inherit (lib)
+    mkOption
+    mkEnableOption
+    mkIf
+    types
+    literalExpression
+    ;
+
+  cfg = config.services.boxmaker;
+  units = lib.importJSON ./units.json;
+  tomlFormat = pkgs.formats.toml { };
+
+  toolNames = [
+    "read_file"
+    "write_file"
+    "shell"
+    "http_fetch"
+  ];
+  modes = [
+    "safe"
+    "ask"
+    "auto"
+  ];
+  imageIdRegex = "sha256:[0-9a-f]{64}";
+  # An image ID, or name@sha256:<hex> (brokerd's own rule, crates/brokerd/src/config.rs).
+  pinnedRegex = "(sha256:[0-9a-f]{64}|[^@[:space:]]+@sha256:[0-9a-f]{64})";
+  # Client names as brokerd parses them: a user, a uid, or @group.
+  clientRegex = "(@?[a-z_][a-z0-9_-]{0,31}|[0-9]+)";
+  # Written into the config where the image ID goes when it is computed at build time.
+  imageIdPlaceholder = "@BOXMAKER_IMAGE_ID@";
+
+  # --- packages (defaults) --------------------------------------------------------------------
+  defaultToolkit = pkgs.pkgsStatic.callPackage ./pkgs/boxmaker.nix {
+    pname = "boxmaker-toolkit";
+    crates = [ "toolkit" ];
+    runTests = false;
+    requireStatic = true;
+  };
+
+  imageIdFile =
+    if cfg.toolsImageId != null then
+      pkgs.writeText "boxmaker-tools-image-id" cfg.toolsImageId
+    else
+      "${pkgs.callPackage ./pkgs/image-id.nix { image = cfg.toolsImage; }}/image-id";
+
+  # --- the config file ------------------------------------------------------------------------
+  # settings, with the image ID left as a placeholder when it is only known at build time.
+  finalSettings = cfg.settings;
+
+  # What brokerd check-config can check inside the build sandbox: clients are looked up in
+  # /etc/passwd and grant directories must exist, neither of which holds there. So this copy
+  # names uid 0 as its client, and each grant directory under a placeholder root that the
+  # build fills with empty directories. The assertions below check the clients' form, and
+  # brokerd checks the real values when it starts.
+  sandboxRoot = "@BOXMAKER_SANDBOX_ROOT@";
+  sandboxSettings = finalSettings // {
+    broker = finalSettings.broker // {
+      clients = [ 0 ];
+    };
+    grants = lib.mapAttrs (
+      _: g:
+      g
+      // lib.optionalAttrs (g ? paths && lib.isList g.paths) {
+        paths = map (p: if lib.isAttrs p && p ? path then p // { path = sandboxRoot + p.path; } else p) g.paths;
+      }
+    ) finalSettings.grants;
+  };
+  grantDirs = lib.concatMap (
+    g: map (p: p.path) (lib.filter (p: lib.isAttrs p && lib.isString (p.path or null)) (g.paths or [ ]))
+  ) (lib.attrValues finalSettings.grants);
+
+  fillImageId =
+    name: settings:
+    pkgs.runCommand name { } ''
+      id=$(cat ${imageIdFile})
+      substitute ${tomlFormat.generate "${name}.in" settings} $out \
+        --replace-quiet '${imageIdPlaceholder}' "$id"
+    '';
+
+  # The config, checked by brokerd itself at build time: a bad value fails nixos-rebuild, with
+  # brokerd's own message (file, line, column, key, what to do).
+  configFile = pkgs.runCommand "brokerd.toml" {
+    # For inspection (nix eval) and for nixos/checks: what went into the two files.
+    passthru = {
+      settings = finalSettings;
+      inherit sandboxSettings;
+    };
+  } ''
+    cp ${fillImageId "brokerd.toml" finalSettings} $out
+    root=$PWD/grant-dirs
+    mkdir -p "$root" ${lib.concatMapStringsSep " " (d: "\"$root\"${lib.escapeShellArg d}") grantDirs}
+    substitute ${fillImageId "brokerd-sandbox.toml" sandboxSettings} sandbox.toml \
+      --replace-quiet '${sandboxRoot}' "$root"
+    ${lib.getExe' cfg.package "brokerd"} check-config sandbox.toml
+  '';
+
+  # --- the units, from units.json -------------------------------------------------------------
+  placeholders = {
+    sh = "${pkgs.runtimeShell}";
+    brokerd = lib.getExe' cfg.package "brokerd";
+    config = "/etc/boxmaker/brokerd.toml";
+    user = cfg.user;
+    group = cfg.group;
+    client_group = cfg.clientGroup;
+    socket_path = cfg.socketPath;
+    timeout_stop_s = toString (cfg.settings.broker.shutdown_grace_s + units.timeout_stop_margin_s);
+  };
+  fill =
+    v:
+    if lib.isString v then
+      lib.replaceStrings (map (k: "@${k}@") (lib.attrNames placeholders)) (lib.attrValues placeholders) v
+    else if lib.isList v then
+      map fill v
+    else
+      v;
+  fillSection = lib.mapAttrs (_: fill);
+
+  loadImage = pkgs.writeShellScript "boxmaker-load-image" ''
+    export PATH=${
+      lib.makeBinPath [
+        pkgs.coreutils
+        pkgs.gzip
+        pkgs.zstd
+      ]
+    }:$PATH
+    export PODMAN=${lib.getExe config.virtualisation.podman.package}
+    exec ${pkgs.bash}/bin/bash ${./pkgs/load-image.sh} ${cfg.toolsImage} ${imageIdFile} ${cfg.toolsImageName}
+  '';
+
+  # --- option types ---------------------------------------------------------------------------
+  grantType = types.submodule {
+    options = {
+      mode = mkOption {
+        type = types.enum modes;
+        default = "safe";
+        description = "safe (reading only), ask (mutations ask first) or auto.";
+      };
+      tools = mkOption {
+        type = types.nonEmptyListOf (types.enum toolNames);
+        description = "The tools this grant offers.";
+      };
+      paths = mkOption {
+        type = types.listOf (
+          types.submodule {
+            options = {
+              path = mkOption {
+                type = types.str;
+                description = "An absolute directory, readable by the service user.";
+              };
+              write = mkOption {
+                type = types.bool;
+                default = false;
+                description = "Mounted read-write (the service user must be able to write it).";
+              };
+            };
+          }
+        );
+        default = [ ];
+        description = "The directories the sandbox sees, each read-only unless write = true.";
+      };
+      hosts = mkOption {
+        type = types.listOf types.str;
+        default = [ ];
+        example = [
+          "docs.example.org"
+          "*.example.net"
+        ];
+        description = "Host patterns http_fetch may reach (port 443, public addresses).";
+      };
+      allowAddresses = mkOption {
+        type = types.listOf types.str;
+        default = [ ];
+        description = ''
+          Address ranges http_fetch may reach although not public (never loopback, link-local,
+          100.64.0.0/10, 0.0.0.0/8 or multicast).
+        '';
+      };
+    };
+  };
+
+  settingsType = types.submodule {
+    freeformType = tomlFormat.type;
+    options = {
+      broker = mkOption {
+        default = { };
+        description = "The [broker] table.";
+        type = types.submodule {
+          freeformType = tomlFormat.type;
+          options = {
+            clients = mkOption {
+              type = types.listOf (types.either types.str types.ints.unsigned);
+              default = [ "@${cfg.clientGroup}" ];
+              defaultText = literalExpression ''[ "@''${config.services.boxmaker.clientGroup}" ]'';
+              description = "Who is served: user names, uids, or \"@group\". Root is not implied.";
+            };
+            audit_log = mkOption {
+              type = types.str;
+              default = "${cfg.home}/audit.jsonl";
+              defaultText = literalExpression ''"''${config.services.boxmaker.home}/audit.jsonl"'';
+              description = "The audit log (JSON lines, hash-chained).";
+            };
+            timeout_ms = mkOption {
+              type = types.ints.positive;
+              default = 120000;
+              description = "The agent loop's broker timeout; every tool limit must stay under it.";
+            };
+            shutdown_grace_s = mkOption {
+              type = types.ints.unsigned;
+              default = 30;
+              description = "How long calls in flight may finish on stop; TimeoutStopSec follows it.";
+            };
+          };
+        };
+      };
+      runner = mkOption {
+        default = { };
+        description = "The [runner] table.";
+        type = types.submodule {
+          freeformType = tomlFormat.type;
+          options = {
+            backend = mkOption {
+              type = types.enum [
+                "podman"
+                "bwrap"
+              ];
+              default = "podman";
+              description = "The sandbox backend; this module runs rootless Podman.";
+            };
+            image = mkOption {
+              type = types.str;
+              default = if cfg.toolsImageId != null then cfg.toolsImageId else imageIdPlaceholder;
+              defaultText = literalExpression "the image ID of services.boxmaker.toolsImage, computed at build time";
+              description = "The tools image pinned by content: sha256:<64 hex> or name@sha256:<64 hex>.";
+            };
+            podman = mkOption {
+              type = types.str;
+              default = lib.getExe config.virtualisation.podman.package;
+              defaultText = literalExpression "lib.getExe config.virtualisation.podman.package";
+              description = "The podman program.";
+            };
+            home = mkOption {
+              type = types.str;
+              default = cfg.home;
+              defaultText = literalExpression "config.services.boxmaker.home";
+              description = "The service user's home; egress directories live under <home>/run/egress/.";
+            };
+            read_file_ms = mkOption {
+              type = types.ints.positive;
+              default = 30000;
+              description = "read_file's time limit.";
+            };
+            write_file_ms = mkOption {
+              type = types.ints.positive;
+              default = 30000;
+              description = "write_file's time limit.";
+            };
+            shell_ms = mkOption {
+              type = types.ints.positive;
+              default = 100000;
+              description = "shell's time limit.";
+            };
+            http_fetch_ms = mkOption {
+              type = types.ints.positive;
+              default = 60000;
+              description = "http_fetch's time limit.";
+            };
+            egress_start_ms = mkOption {
+              type = types.ints.positive;
+              default = 5000;
+              description = "How long brokerd waits for the egress proxy's socket.";
+            };
+          };
+        };
+      };
+      grants = mkOption {
+        type = types.attrsOf tomlFormat.type;
+        default = { };
+        description = "[grants.NAME] tables as brokerd reads them; see also services.boxmaker.grants.";
+      };
+    };
+  };
+
+  # --- assertions -----------------------------------------------------------------------------
+  s = cfg.settings;
+  limits = lib.filterAttrs (k: _: lib.elem k [
+    "read_file_ms"
+    "write_file_ms"
+    "shell_ms"
+    "http_fetch_ms"
+    "egress_start_ms"
+  ]) s.runner;
+  matches = re: v: lib.isString v && builtins.match re v != null;
+  grantAssertions = lib.concatLists (
+    lib.mapAttrsToList (
+      name: g:
+      let
+        at = "services.boxmaker.settings.grants.${name}";
+        paths = g.paths or [ ];
+        pathOf = p: if lib.isAttrs p then p.path or null else null;
+      in
+      [
+        {
+          assertion = builtins.match "[A-Za-z0-9_.-]{1,64}" name != null && name != "." && name != "..";
+          message = "${at}: the grant name \"${name}\" must be 1 to 64 of A-Z a-z 0-9 _ . - (and not . or ..): it ends up in container names and labels.";
+        }
+        {
+          assertion = g ? tools && lib.isList g.tools && g.tools != [ ] && lib.all (t: lib.elem t toolNames) g.tools;
+          message = "${at}.tools: list at least one of ${lib.concatStringsSep ", " toolNames}.";
+        }
+        {
+          assertion = !(g ? mode) || lib.elem g.mode modes;
+          message = "${at}.mode: use safe, ask or auto.";
+        }
+      ]
+      ++ map (p: {
+        assertion = matches "/[^:,]*" (pathOf p) && builtins.match ".*/\\.{1,2}(/.*)?" (pathOf p) == null;
+        message = "${at}.paths: ${builtins.toJSON p}: each entry is { path = \"/absolute/dir\"; write = true|false; } with an absolute path without . or .. components, ':' or ',' (Podman's --volume syntax cannot carry them).";
+      }) paths
+    ) s.grants
+  );
+in
+{
+  options.services.boxmaker = {
+    enable = mkEnableOption "boxmaker's brokerd, which runs an agent's tool calls in rootless Podman sandboxes";
+
+    package = mkOption {
+      type = types.package;
+      default = pkgs.callPackage ./pkgs/boxmaker.nix { };
+      defaultText = literalExpression "brokerd and boxctl, built from this repository";
+      description = "The package with bin/brokerd and bin/boxctl.";
+    };
+
+    toolsImage = mkOption {
+      type = types.package;
+      default = pkgs.callPackage ../images/tools-image.nix { toolkit = defaultToolkit; };
+      defaultText = literalExpression "images/tools-image.nix with the static toolkit";
+      description = "The tools image (a docker-archive from dockerTools.buildLayeredImage), loaded into the service user's Podman before brokerd starts.";
+    };
+
+    toolsImageName = mkOption {
+      type = types.str;
+      default = "boxmaker-tools";
+      description = "The tools image's name; older images of this name are removed after a new one is loaded.";
+    };
+
+    toolsImageId = mkOption {
+      type = types.nullOr (types.strMatching imageIdRegex);
+      default = null;
+      example = "sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
+      description = ''
+        The ID Podman gives toolsImage. null (the default) computes it from the image at build
+        time. Either way the loaded image is checked against it before brokerd starts.
+      '';
+    };
+
+    user = mkOption {
+      type = types.str;
+      default = "boxmaker";
+      description = "The service user, created by this module; its rootless Podman runs the sandboxes.";
+    };
+
+    group = mkOption {
+      type = types.str;
+      default = "boxmaker";
+      description = "The service user's primary group.";
+    };
+
+    clientGroup = mkOption {
+      type = types.str;
+      default = "boxmaker-clients";
+      description = ''
+        The group that owns the socket (mode 0660): its members may connect. Who is served is
+        settings.broker.clients, which defaults to this group.
+      '';
+    };
+
+    home = mkOption {
+      type = types.str;
+      default = "/var/lib/boxmaker";
+      description = "The service user's home: Podman's storage, the audit log, egress directories.";
+    };
+
+    socketPath = mkOption {
+      type = types.str;
+      default = "/run/boxmaker/broker.sock";
+      description = "Where systemd listens for the agent loop.";
+    };
+
+    subIdRange = mkOption {
+      type = types.nullOr (
+        types.submodule {
+          options = {
+            start = mkOption {
+              type = types.ints.positive;
+              description = "The first subordinate uid and gid.";
+            };
+            count = mkOption {
+              type = types.ints.positive;
+              default = 65536;
+              description = "How many.";
+            };
+          };
+        }
+      );
+      default = null;
+      description = "The service user's subordinate ID range; null allocates one (autoSubUidGidRange).";
+    };
+
+    settings = mkOption {
+      type = settingsType;
+      default = { };
+      description = ''
+        brokerd's config (DESIGN.md "Config"), written as TOML to /etc/boxmaker/brokerd.toml and
+        checked with `brokerd check-config` at build time. runner.image defaults to the image ID
+        of toolsImage.
+      '';
+    };
+
+    grants = mkOption {
+      type = types.attrsOf grantType;
+      default = { };
+      example = literalExpression ''
+        {
+          notes = {
+            mode = "auto";
+            tools = [ "read_file" "write_file" "shell" "http_fetch" ];
+            paths = [ { path = "/srv/notes"; write = true; } { path = "/srv/ref"; } ];
+            hosts = [ "docs.example.org" ];
+          };
+        }
+      '';
+      description = "Grants, written to settings.grants.NAME.";
+    };
+  };
+
+  config = mkIf cfg.enable {
+    services.boxmaker.settings.grants = lib.mapAttrs (_: g: {
+      inherit (g) mode tools hosts;
+      paths = map (p: { inherit (p) path write; }) g.paths;
+      allow_addresses = g.allowAddresses;
+    }) cfg.grants;
+
+    assertions = [
+      {
+        assertion = cfg.user != "root";
+        message = "services.boxmaker.user: brokerd runs Podman rootless; name an unprivileged user, not root.";
+      }
+      {
+        assertion = s.runner.backend == "podman";
+        message = "services.boxmaker.settings.runner.backend: this module runs the podman backend; remove backend = \"${s.runner.backend}\".";
+      }
+      {
+        assertion = s.runner.image == imageIdPlaceholder || matches pinnedRegex s.runner.image;
+        message = "services.boxmaker.settings.runner.image: \"${s.runner.image}\" is not pinned by content; use sha256:<64 lowercase hex> or name@sha256:<64 lowercase hex>, or leave it unset to use the ID of services.boxmaker.toolsImage.";
+      }
+      {
+        assertion = lib.hasPrefix "/" cfg.socketPath && lib.stringLength cfg.socketPath <= 107;
+        message = "services.boxmaker.socketPath: \"${cfg.socketPath}\" must be an absolute path of at most 107 bytes (a Unix socket address).";
+      }
+      {
+        assertion = lib.all (c: lib.isInt c || matches clientRegex c) s.broker.clients && s.broker.clients != [ ];
+        message = "services.boxmaker.settings.broker.clients: ${builtins.toJSON s.broker.clients}: name at least one client, each a user name, a uid, or \"@\" and a group name.";
+      }
+      {
+        assertion = lib.hasPrefix "/" s.broker.audit_log && lib.hasPrefix "/" s.runner.home;
+        message = "services.boxmaker.settings: broker.audit_log and runner.home must be absolute paths.";
+      }
+      {
+        assertion = s.runner.http_fetch_ms + s.runner.egress_start_ms < s.broker.timeout_ms;
+        message = "services.boxmaker.settings.runner.http_fetch_ms: http_fetch_ms + egress_start_ms (${toString (s.runner.http_fetch_ms + s.runner.egress_start_ms)} ms) must stay under broker.timeout_ms (${toString s.broker.timeout_ms} ms): the agent loop waits for the proxy's start too. Lower it or raise timeout_ms.";
+      }
+    ]
+    ++ lib.mapAttrsToList (k: v: {
+      assertion = v < s.broker.timeout_ms;
+      message = "services.boxmaker.settings.runner.${k}: ${toString v} ms is not under broker.timeout_ms (${toString s.broker.timeout_ms} ms): the agent loop stops waiting then. Lower it, or raise both.";
+    }) limits
+    ++ grantAssertions;
+
+    users.users.${cfg.user} = {
+      isSystemUser = true;
+      group = cfg.group;
+      description = "boxmaker broker";
+      home = cfg.home;
+      createHome = true;
+      homeMode = "700";
+      # The user's systemd instance runs without a login: rootless Podman gets its cgroup
+      # delegation from it, so the memory and pids limits apply.
+      linger = true;
+    }
+    // (
+      if cfg.subIdRange == null then
+        { autoSubUidGidRange = true; }
+      else
+        {
+          subUidRanges = [
+            {
+              startUid = cfg.subIdRange.start;
+              inherit (cfg.subIdRange) count;
+            }
+          ];
+          subGidRanges = [
+            {
+              startGid = cfg.subIdRange.start;
+              inherit (cfg.subIdRange) count;
+            }
+          ];
+        }
+    );
+    users.groups = {
+      ${cfg.group} = { };
+      ${cfg.clientGroup} = { };
+    };
+
+    virtualisation.podman.enable = true;
+    environment.systemPackages = [ cfg.package ];
+    environment.etc."boxmaker/brokerd.toml".source = configFile;
+
+    systemd.sockets.boxmaker = {
+      unitConfig = fillSection units.socket.Unit;
+      socketConfig = fillSection units.socket.Socket;
+      wantedBy = units.socket.Install.WantedBy;
+    };
+
+    systemd.services.boxmaker = {
+      unitConfig = fillSection units.service.Unit;
+      serviceConfig = fillSection units.service.Service // {
+        # The shared steps first (units.json), then the image: loaded as the service user and
+        # checked against the pinned ID, older ones pruned.
+        ExecStartPre = fill units.service.Service.ExecStartPre ++ [ "${loadImage}" ];
+      };
+      # /run/wrappers/bin first: newuidmap and newgidmap are setuid wrappers there.
+      path = [
+        "/run/wrappers"
+        config.virtualisation.podman.package
+      ];
+      restartTriggers = [
+        configFile
+        cfg.toolsImage
+      ];
+    };
+  };
+}
