@@ -3,7 +3,7 @@ SHELL := /bin/bash
 MUSL := x86_64-unknown-linux-musl
 TOOLKIT := target/$(MUSL)/release/toolkit
 
-.PHONY: demo test unit static-check toolchain fmt-check clippy
+.PHONY: demo test unit static-check toolchain fmt-check clippy nix-check
 
 toolchain:
 	scripts/setup.sh toolchain
@@ -20,8 +20,13 @@ unit: toolchain
 fmt-check:
 	cargo fmt --all -- --check
 
+# The Nix side without a Nix build (nixos/checks/nix-check.sh; NIXPKGS_LIB adds the module's
+# evaluation).
+nix-check:
+	nixos/checks/nix-check.sh
+
 # The whole suite, as CI runs it.
-test: fmt-check static-check unit
+test: fmt-check static-check unit nix-check
 
 demo: $(TOOLKIT)
 	scripts/demo.sh

@@ -1,0 +1,262 @@
+#!/usr/bin/env python3
+"""The Nix side's checks that run without a Nix build (make nix-check):
+
+    check.py lock FLAKE-INPUTS-JSON      flake.lock is JSON version 7, its root inputs are
+                                         flake.nix's, each locked node complete
+    check.py outputs OUTPUTS-JSON        flake.nix's output names (evaluated against a stub
+                                         nixpkgs) are the ones the issue asks for
+    check.py scripts                     nixos/pkgs/image-id.sh and load-image.sh against a
+                                         synthetic archive and a recording fake podman
+    check.py module EVAL-JSON [BROKERD]  the evalModules results of eval-module.nix; with a
+                                         brokerd binary, `brokerd check-config` on the configs
+                                         the module would check at build time
+"""
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+UNITS = json.loads((ROOT / "nixos/units.json").read_text())
+PLACEHOLDER = "@BOXMAKER_IMAGE_ID@"
+FAILED = []
+
+
+def check(ok, what):
+    if not ok:
+        FAILED.append(what)
+        print(f"  FAIL {what}")
+
+
+def lock(inputs_json):
+    inputs = json.loads(Path(inputs_json).read_text())
+    data = json.loads((ROOT / "flake.lock").read_text())
+    check(data.get("version") == 7, "flake.lock: version is 7")
+    root = data.get("root")
+    nodes = data.get("nodes", {})
+    check(root in nodes, f"flake.lock: root node {root!r} exists")
+    root_inputs = nodes.get(root, {}).get("inputs", {})
+    check(sorted(root_inputs) == sorted(inputs),
+          f"flake.lock: root inputs {sorted(root_inputs)} are flake.nix's {sorted(inputs)}")
+    for name, spec in inputs.items():
+        node = nodes.get(root_inputs.get(name), {})
+        locked, original = node.get("locked", {}), node.get("original", {})
+        m = re.fullmatch(r"github:([^/]+)/([^/]+)(?:/([^?]+))?", spec.get("url", ""))
+        check(m is not None, f"flake.nix: input {name} is a github: URL")
+        if m:
+            want = {"type": "github", "owner": m[1], "repo": m[2]}
+            if m[3]:
+                want["ref"] = m[3]
+            check(original == want, f"flake.lock: {name}.original {original} is flake.nix's {want}")
+        check(locked.get("type") == "github" and locked.get("owner") == original.get("owner")
+              and locked.get("repo") == original.get("repo"),
+              f"flake.lock: {name}.locked names the same repository")
+        check(re.fullmatch(r"[0-9a-f]{40}", locked.get("rev", "")) is not None,
+              f"flake.lock: {name}.locked.rev is 40 hex digits")
+        check(re.fullmatch(r"sha256-[A-Za-z0-9+/]{43}=", locked.get("narHash", "")) is not None,
+              f"flake.lock: {name}.locked.narHash is an SRI sha256")
+        check(isinstance(locked.get("lastModified"), int), f"flake.lock: {name}.locked.lastModified")
+    print(f"lock: flake.lock version 7, inputs {sorted(inputs)}")
+
+
+def outputs(outputs_json):
+    o = json.loads(Path(outputs_json).read_text())
+    for system in ("x86_64-linux", "aarch64-linux"):
+        pk = set(o["packages"][system])
+        for want in ("brokerd", "boxctl", "toolkit", "tools-image", "tools-image-id", "default"):
+            check(want in pk, f"flake: packages.{system}.{want}")
+        ch = set(o["checks"][system])
+        for want in ("crate-tests", "toolkit-static", "tools-image-id", "units"):
+            check(want in ch, f"flake: checks.{system}.{want}")
+        if "e2e" in pk:
+            check("vm-boxmaker" in ch, f"flake: checks.{system}.vm-boxmaker (packages.e2e exists)")
+        check("default" in o["devShells"][system], f"flake: devShells.{system}.default")
+    check("default" in o["nixosModules"], "flake: nixosModules.default")
+    print(f"outputs: packages {sorted(o['packages']['x86_64-linux'])}; "
+          f"checks {sorted(o['checks']['x86_64-linux'])}")
+
+
+def run(cmd, **kw):
+    return subprocess.run(cmd, capture_output=True, text=True, **kw)
+
+
+def scripts():
+    pkgs = ROOT / "nixos/pkgs"
+    with tempfile.TemporaryDirectory() as d:
+        d = Path(d)
+        ids = {}
+        for name in ("old", "new"):
+            out = run([sys.executable, str(ROOT / "nixos/checks/synthetic_image.py"),
+                       str(d / f"{name}.tar.gz"), name, name])
+            ids[name] = out.stdout.strip()
+            (d / f"{name}.id").write_text(ids[name] + "\n")
+            got = run(["bash", str(pkgs / "image-id.sh"), str(d / f"{name}.tar.gz")])
+            check(got.returncode == 0 and got.stdout.strip() == ids[name],
+                  f"image-id.sh gives the config's sha256 ({got.stdout.strip()} {got.stderr.strip()})")
+
+        # A fake podman: the image store is a file of IDs; every call is recorded.
+        store, calls = d / "store", d / "calls"
+        fake = d / "podman"
+        fake.write_text(f"""#!/usr/bin/env bash
+echo "$*" >> {calls}
+case "$1 $2" in
+  "image exists") grep -qx "$3" {store} ;;
+  "load --quiet") cat > /dev/null; echo "$LOADS" >> {store} ;;
+  "image inspect") grep -x "${{@: -1}}" {store} ;;
+  "images --noheading") sed 's/^/sha256:/' {store} ;;
+  "image rm") grep -vx "${{3#sha256:}}" {store} > {store}.new; mv {store}.new {store} ;;
+  *) echo "fake podman: $*" >&2; exit 125 ;;
+esac
+""")
+        fake.chmod(0o755)
+
+        def load(archive, idfile, loads):
+            env = dict(os.environ, PODMAN=str(fake), LOADS=loads, XDG_RUNTIME_DIR=str(d))
+            return run(["bash", str(pkgs / "load-image.sh"), str(d / archive), str(d / idfile),
+                        "boxmaker-tools"], env=env)
+
+        hex_old, hex_new = ids["old"][7:], ids["new"][7:]
+        store.write_text(hex_old + "\n")
+        r = load("new.tar.gz", "new.id", hex_new)
+        check(r.returncode == 0, f"load-image.sh loads and accepts the pinned image ({r.stderr.strip()})")
+        check(store.read_text().split() == [hex_new], "load-image.sh prunes the older image")
+        calls.write_text("")
+        r = load("new.tar.gz", "new.id", hex_new)
+        check(r.returncode == 0 and "load" not in calls.read_text().split(),
+              "load-image.sh does not load an image that is already there")
+        store.write_text("")
+        r = load("new.tar.gz", "old.id", hex_new)
+        check(r.returncode == 1 and "did not load as the pinned image" in r.stderr
+              and "runbook/runner.md#runner-unavailable" in r.stderr,
+              "load-image.sh refuses an image whose ID is not the pinned one")
+        (d / "bad.id").write_text("boxmaker-tools:latest\n")
+        r = load("new.tar.gz", "bad.id", hex_new)
+        check(r.returncode == 1 and "is not sha256:<64 hex>" in r.stderr,
+              "load-image.sh refuses a pin that is not an image ID")
+    print("scripts: image-id.sh and load-image.sh")
+
+
+def fill(v, vals):
+    if isinstance(v, str):
+        for k, x in vals.items():
+            v = v.replace(f"@{k}@", x)
+        return v
+    if isinstance(v, list):
+        return [fill(x, vals) for x in v]
+    return v
+
+
+def toml_value(v):
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return str(v)
+    if isinstance(v, str):
+        return json.dumps(v)
+    if isinstance(v, list):
+        return "[" + ", ".join(toml_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{ " + ", ".join(f"{json.dumps(k)} = {toml_value(x)}" for k, x in v.items()) + " }"
+    raise TypeError(v)
+
+
+def to_toml(settings):
+    out = []
+    for table in ("broker", "runner", "bwrap"):
+        if table in settings:
+            out.append(f"[{table}]")
+            out += [f"{k} = {toml_value(v)}" for k, v in settings[table].items()]
+    for name, grant in settings.get("grants", {}).items():
+        out.append(f"[grants.{json.dumps(name)}]")
+        out += [f"{k} = {toml_value(v)}" for k, v in grant.items()]
+    return "\n".join(out) + "\n"
+
+
+def module(eval_json, brokerd=None):
+    r = json.loads(Path(eval_json).read_text())
+    for name in ("minimal", "full"):
+        c = r[name]
+        check(c["failedAssertions"] == [], f"module/{name}: no assertion fails {c['failedAssertions']}")
+        svc, sock = c["service"]["serviceConfig"], c["socket"]
+        brokerd_path = svc["ExecStart"].split("' ", 1)[1].split()[0]
+        vals = {
+            "user": svc["User"], "group": svc["Group"],
+            "client_group": sock["socketConfig"]["SocketGroup"],
+            "socket_path": sock["socketConfig"]["ListenStream"],
+            "sh": svc["ExecStart"].split()[0], "brokerd": brokerd_path,
+            "config": "/etc/boxmaker/brokerd.toml",
+            "timeout_stop_s": str(c["settings"]["broker"]["shutdown_grace_s"]
+                                  + UNITS["timeout_stop_margin_s"]),
+        }
+        # Every setting of units.json reaches the NixOS units unchanged (filled in).
+        for unit, got in (("socket", {"Unit": sock["unitConfig"], "Socket": sock["socketConfig"]}),
+                          ("service", {"Unit": c["service"]["unitConfig"], "Service": svc})):
+            for section, settings in UNITS[unit].items():
+                if section == "Install":
+                    check(sock["wantedBy"] == settings["WantedBy"], f"module/{name}: socket WantedBy")
+                    continue
+                for key, want in settings.items():
+                    want = fill(want, vals)
+                    have = got[section].get(key)
+                    if key == "ExecStartPre":
+                        have = have[: len(want)]
+                    check(have == want, f"module/{name}: {unit} [{section}] {key} = {have!r}, units.json says {want!r}")
+        check(svc["ExecStartPre"][-1].endswith("-boxmaker-load-image"),
+              f"module/{name}: the image is loaded and checked before start")
+        check(c["service"]["path"][0] == "/run/wrappers", f"module/{name}: /run/wrappers/bin first on PATH")
+        check(c["podman"] is True, f"module/{name}: rootless Podman enabled")
+        check(" check-config " in c["configScript"], f"module/{name}: brokerd check-config runs at build time")
+        u = c["user"]
+        check(u["isSystemUser"] and u["home"] == "/var/lib/boxmaker" and u["linger"] is True
+              and u["createHome"], f"module/{name}: the system user, its home and lingering")
+        check(u["autoSubUidGidRange"] or (u["subUidRanges"] and u["subGidRanges"]),
+              f"module/{name}: subordinate ID ranges")
+        check(sock["socketConfig"]["SocketMode"] == "0660", f"module/{name}: socket mode 0660")
+    check(r["minimal"]["settings"]["runner"]["image"] == PLACEHOLDER,
+          "module/minimal: the image ID is filled in at build time")
+    check(r["full"]["user"]["subUidRanges"] == [{"startUid": 200000, "count": 65536}],
+          "module/full: explicit subordinate range")
+    check(r["full"]["service"]["serviceConfig"]["TimeoutStopSec"] == "75",
+          "module/full: TimeoutStopSec follows shutdown_grace_s")
+    check(r["disabled"] == {"failedAssertions": [], "services": []}, "module/disabled: nothing")
+    for name, b in r["bad"].items():
+        check(any(b["expect"] in m for m in b["failed"]),
+              f"module/bad/{name}: an assertion says {b['expect']!r} (got {b['failed']})")
+    print(f"module: minimal and full evaluate; {len(r['bad'])} bad configurations are refused")
+
+    if not brokerd:
+        print("module: no brokerd binary given; brokerd check-config of the generated configs skipped")
+        return
+    # As the build does (nixos/module.nix, configFile): the image ID filled in, and every grant
+    # directory made empty under a root that stands for the placeholder.
+    fake_id = "sha256:" + "0" * 64
+    for name in ("minimal", "full"):
+        with tempfile.TemporaryDirectory() as d:
+            root = Path(d) / "grant-dirs"
+            root.mkdir()
+            for g in r[name]["settings"].get("grants", {}).values():
+                for p in g.get("paths", []):
+                    (root / p["path"].lstrip("/")).mkdir(parents=True, exist_ok=True)
+            text = (to_toml(r[name]["sandboxSettings"]).replace(PLACEHOLDER, fake_id)
+                    .replace("@BOXMAKER_SANDBOX_ROOT@", str(root)))
+            (Path(d) / "sandbox.toml").write_text(text)
+            res = run([brokerd, "check-config", str(Path(d) / "sandbox.toml")])
+            check(res.returncode == 0,
+                  f"module/{name}: brokerd check-config accepts the build-time config: {res.stderr.strip()}\n{text}")
+    print("module: brokerd check-config accepts the configs the module checks at build time")
+
+
+def main(argv):
+    cmd, args = argv[1], argv[2:]
+    {"lock": lock, "outputs": outputs, "scripts": scripts, "module": module}[cmd](*args)
+    if FAILED:
+        print(f"{cmd}: {len(FAILED)} check(s) failed", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

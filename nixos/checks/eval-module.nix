@@ -1,0 +1,390 @@
+# Evaluates nixos/module.nix with lib.evalModules against stub declarations of the NixOS
+# options it touches, without nixpkgs' package set (not available here). Run by
+# nixos/checks/nix-check.sh when NIXPKGS_LIB points at nixpkgs' lib/:
+#
+#   nix-instantiate --eval --strict --json nixos/checks/eval-module.nix --arg lib 'import $NIXPKGS_LIB'
+#
+# The stubs declare each option with the name and a type close to NixOS's, so a misspelt
+# option or a value of the wrong shape fails here. Derivations are stand-ins that keep their
+# build script, so the result can show what the module would build.
+{ lib }:
+let
+  inherit (lib) mkOption types;
+
+  fakeDrv =
+    name: extra:
+    {
+      type = "derivation";
+      inherit name;
+      outPath = "/nix/store/00000000000000000000000000000000-${name}";
+    }
+    // extra;
+
+  # A JSON-like value type, as TOML settings are.
+  tomlValue = types.nullOr (
+    types.oneOf [
+      types.bool
+      types.int
+      types.float
+      types.str
+      types.path
+      (types.attrsOf tomlValue)
+      (types.listOf tomlValue)
+    ]
+  );
+
+  pkgs = {
+    runtimeShell = "/nix/store/00000000000000000000000000000000-bash/bin/bash";
+    bash = fakeDrv "bash" { };
+    coreutils = fakeDrv "coreutils" { };
+    gzip = fakeDrv "gzip" { };
+    zstd = fakeDrv "zstd" { };
+    writeText = name: text: fakeDrv name { inherit text; };
+    writeShellScript = name: text: fakeDrv name { inherit text; };
+    runCommand = name: env: script: fakeDrv name ({ inherit script; } // (env.passthru or { }));
+    callPackage = path: args: fakeDrv "callPackage-${baseNameOf (toString path)}" { inherit args; };
+    pkgsStatic.callPackage = path: args: fakeDrv "static-${baseNameOf (toString path)}" { inherit args; };
+    formats.toml = _: {
+      type = types.attrsOf tomlValue;
+      generate = name: value: fakeDrv name { json = builtins.toJSON value; };
+    };
+  };
+
+  # The NixOS options module.nix sets or reads, declared as NixOS declares them (names, and
+  # types close enough to reject a wrong shape).
+  nixosStubs =
+    { config, ... }:
+    {
+      options = {
+        assertions = mkOption {
+          type = types.listOf (
+            types.submodule {
+              options.assertion = mkOption { type = types.bool; };
+              options.message = mkOption { type = types.str; };
+            }
+          );
+          default = [ ];
+        };
+        warnings = mkOption {
+          type = types.listOf types.str;
+          default = [ ];
+        };
+        users.users = mkOption {
+          default = { };
+          type = types.attrsOf (
+            types.submodule {
+              options = {
+                isSystemUser = mkOption {
+                  type = types.bool;
+                  default = false;
+                };
+                group = mkOption { type = types.str; };
+                description = mkOption {
+                  type = types.str;
+                  default = "";
+                };
+                home = mkOption { type = types.str; };
+                createHome = mkOption {
+                  type = types.bool;
+                  default = false;
+                };
+                homeMode = mkOption {
+                  type = types.strMatching "[0-7]{1,5}";
+                  default = "700";
+                };
+                linger = mkOption {
+                  type = types.nullOr types.bool;
+                  default = null;
+                };
+                autoSubUidGidRange = mkOption {
+                  type = types.bool;
+                  default = false;
+                };
+                subUidRanges = mkOption {
+                  type = types.listOf (
+                    types.submodule {
+                      options.startUid = mkOption { type = types.int; };
+                      options.count = mkOption { type = types.int; };
+                    }
+                  );
+                  default = [ ];
+                };
+                subGidRanges = mkOption {
+                  type = types.listOf (
+                    types.submodule {
+                      options.startGid = mkOption { type = types.int; };
+                      options.count = mkOption { type = types.int; };
+                    }
+                  );
+                  default = [ ];
+                };
+              };
+            }
+          );
+        };
+        users.groups = mkOption {
+          default = { };
+          type = types.attrsOf (types.submodule { });
+        };
+        virtualisation.podman.enable = mkOption {
+          type = types.bool;
+          default = false;
+        };
+        virtualisation.podman.package = mkOption {
+          type = types.package;
+          default = fakeDrv "podman" { meta.mainProgram = "podman"; };
+        };
+        environment.systemPackages = mkOption {
+          type = types.listOf types.package;
+          default = [ ];
+        };
+        environment.etc = mkOption {
+          default = { };
+          type = types.attrsOf (types.submodule { options.source = mkOption { type = types.path; }; });
+        };
+        systemd.sockets = mkOption {
+          default = { };
+          type = types.attrsOf (
+            types.submodule {
+              options = {
+                unitConfig = mkOption {
+                  type = types.attrsOf unitValue;
+                  default = { };
+                };
+                socketConfig = mkOption {
+                  type = types.attrsOf unitValue;
+                  default = { };
+                };
+                wantedBy = mkOption {
+                  type = types.listOf types.str;
+                  default = [ ];
+                };
+              };
+            }
+          );
+        };
+        systemd.services = mkOption {
+          default = { };
+          type = types.attrsOf (
+            types.submodule {
+              options = {
+                unitConfig = mkOption {
+                  type = types.attrsOf unitValue;
+                  default = { };
+                };
+                serviceConfig = mkOption {
+                  type = types.attrsOf unitValue;
+                  default = { };
+                };
+                path = mkOption {
+                  type = types.listOf (types.either types.package types.str);
+                  default = [ ];
+                };
+                restartTriggers = mkOption {
+                  type = types.listOf types.unspecified;
+                  default = [ ];
+                };
+              };
+            }
+          );
+        };
+      };
+    };
+
+  # NixOS's unitOption: a scalar or a list of them.
+  unitScalar = types.oneOf [
+    types.bool
+    types.int
+    types.str
+    types.path
+  ];
+  unitValue = types.either unitScalar (types.listOf unitScalar);
+
+  eval =
+    cfg:
+    (lib.evalModules {
+      modules = [
+        nixosStubs
+        ../module.nix
+        { services.boxmaker = cfg; }
+      ];
+      specialArgs = { inherit pkgs; };
+    }).config;
+
+  failed = config: map (a: a.message) (lib.filter (a: !a.assertion) config.assertions);
+
+  # What the check prints and nixos/checks/nix-check.sh asserts on.
+  summary =
+    config:
+    let
+      svc = config.systemd.services.boxmaker;
+      sock = config.systemd.sockets.boxmaker;
+      toml = config.environment.etc."boxmaker/brokerd.toml".source;
+    in
+    {
+      failedAssertions = failed config;
+      user = config.users.users.boxmaker or null;
+      groups = lib.attrNames config.users.groups;
+      podman = config.virtualisation.podman.enable;
+      socket = {
+        inherit (sock) unitConfig socketConfig wantedBy;
+      };
+      service = {
+        inherit (svc) unitConfig serviceConfig;
+        path = map toString svc.path;
+      };
+      configScript = toml.script;
+      settings = toml.settings;
+      sandboxSettings = toml.sandboxSettings;
+    };
+
+  minimal = {
+    enable = true;
+  };
+
+  full = {
+    enable = true;
+    toolsImageId = "sha256:${lib.concatStrings (lib.genList (_: "ab") 32)}";
+    clientGroup = "agents";
+    socketPath = "/run/boxmaker/agents.sock";
+    subIdRange = {
+      start = 200000;
+      count = 65536;
+    };
+    settings = {
+      broker = {
+        clients = [
+          "loopd"
+          1001
+          "@agents"
+        ];
+        timeout_ms = 200000;
+        shutdown_grace_s = 45;
+        max_concurrent_calls = 2;
+      };
+      runner = {
+        shell_ms = 150000;
+        memory = "1g";
+        pids = 64;
+        egress_network = "pasta";
+      };
+      grants.raw = {
+        tools = [ "read_file" ];
+        paths = [ { path = "/srv/ref"; } ];
+      };
+    };
+    grants.notes = {
+      mode = "auto";
+      tools = [
+        "read_file"
+        "write_file"
+        "shell"
+        "http_fetch"
+      ];
+      paths = [
+        {
+          path = "/srv/notes";
+          write = true;
+        }
+        { path = "/srv/ref"; }
+      ];
+      hosts = [
+        "docs.example.org"
+        "*.example.net"
+      ];
+      allowAddresses = [ "192.168.1.0/24" ];
+    };
+  };
+
+  # Each must fail at least the assertion whose message contains the given text.
+  bad = {
+    tag = {
+      cfg = {
+        enable = true;
+        settings.runner.image = "boxmaker-tools:latest";
+      };
+      expect = "is not pinned by content";
+    };
+    limit = {
+      cfg = {
+        enable = true;
+        settings.runner.shell_ms = 120000;
+      };
+      expect = "runner.shell_ms: 120000 ms is not under broker.timeout_ms";
+    };
+    fetch = {
+      cfg = {
+        enable = true;
+        settings.runner.http_fetch_ms = 116000;
+      };
+      expect = "http_fetch_ms + egress_start_ms (121000 ms)";
+    };
+    relativePath = {
+      cfg = {
+        enable = true;
+        grants.g = {
+          tools = [ "read_file" ];
+          paths = [ { path = "srv/notes"; } ];
+        };
+      };
+      expect = "grants.g.paths";
+    };
+    commaPath = {
+      cfg = {
+        enable = true;
+        settings.grants.g = {
+          tools = [ "shell" ];
+          paths = [ { path = "/srv/a,b"; } ];
+        };
+      };
+      expect = "grants.g.paths";
+    };
+    root = {
+      cfg = {
+        enable = true;
+        user = "root";
+      };
+      expect = "not root";
+    };
+    bwrap = {
+      cfg = {
+        enable = true;
+        settings.runner.backend = "bwrap";
+      };
+      expect = "runs the podman backend";
+    };
+    client = {
+      cfg = {
+        enable = true;
+        settings.broker.clients = [ "Bad User" ];
+      };
+      expect = "broker.clients";
+    };
+    grantName = {
+      cfg = {
+        enable = true;
+        settings.grants."a b".tools = [ "shell" ];
+      };
+      expect = "the grant name \"a b\" must be 1 to 64";
+    };
+    unknownTool = {
+      cfg = {
+        enable = true;
+        settings.grants.g.tools = [ "exec" ];
+      };
+      expect = "grants.g.tools";
+    };
+  };
+in
+{
+  minimal = summary (eval minimal);
+  full = summary (eval full);
+  disabled = {
+    failedAssertions = failed (eval { enable = false; });
+    services = lib.attrNames (eval { enable = false; }).systemd.services;
+  };
+  bad = lib.mapAttrs (_: b: {
+    inherit (b) expect;
+    failed = failed (eval b.cfg);
+  }) bad;
+}

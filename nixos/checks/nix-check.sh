@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# `make nix-check`: what can be checked of the Nix side without a Nix build (no binary cache,
+# no nixpkgs here). With Debian's nix-bin (installed when missing, which needs root):
+#   1. every .nix file parses (nix-instantiate --parse)
+#   2. flake.lock is JSON version 7 whose root inputs are flake.nix's
+#   3. dist/systemd's units are what nixos/units.json generates (and systemd-analyze verify
+#      accepts them, where it is installed)
+#   4. nixos/pkgs/image-id.sh and load-image.sh against a synthetic image and a fake podman
+#   5. with NIXPKGS_LIB=/path/to/nixpkgs/lib: flake.nix's output names, and nixos/module.nix
+#      through lib.evalModules against stubs of the NixOS options it touches (a minimal and a
+#      full configuration, and bad ones that must fail); with a brokerd binary (BROKERD, or
+#      target/{debug,release}/brokerd) the configs the module checks at build time go through
+#      `brokerd check-config`
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+say() { printf 'nix-check: %s\n' "$*"; }
+
+if ! command -v nix-instantiate >/dev/null 2>&1; then
+    if [ "$(id -u)" -ne 0 ]; then
+        echo "nix-check: nix-instantiate is missing; install nix-bin (apt-get install nix-bin) or run as root" >&2
+        exit 1
+    fi
+    say "installing nix-bin"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nix-bin >/dev/null
+fi
+# No daemon and no store writes: evaluation only, as any user.
+nixi() { nix-instantiate --store dummy:// --readonly-mode "$@"; }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# 1
+n=0
+while IFS= read -r -d '' f; do
+    nixi --parse "$f" >/dev/null || { echo "nix-check: $f does not parse" >&2; exit 1; }
+    n=$((n + 1))
+done < <(find . -name '*.nix' -not -path './target/*' -not -path './build/*' -not -path './.git/*' -print0)
+say "$n .nix files parse"
+
+# 2
+nixi --eval --strict --json nixos/checks/flake-outputs.nix -A inputs >"$tmp/inputs.json"
+python3 nixos/checks/check.py lock "$tmp/inputs.json"
+
+# 3
+python3 dist/systemd/generate.py --check
+if command -v systemd-analyze >/dev/null 2>&1; then
+    (cd "$tmp" && systemd-analyze verify "$OLDPWD/dist/systemd/boxmaker.socket" "$OLDPWD/dist/systemd/boxmaker.service")
+    say "systemd-analyze verify accepts dist/systemd's units"
+fi
+
+# 4
+python3 nixos/checks/check.py scripts
+
+# 5
+if [ -z "${NIXPKGS_LIB:-}" ]; then
+    say "SKIPPED the flake outputs and the module evaluation: set NIXPKGS_LIB to nixpkgs' lib/ directory (a checkout of NixOS/nixpkgs or nix-community/nixpkgs.lib) to run them"
+    exit 0
+fi
+[ -f "$NIXPKGS_LIB/default.nix" ] || { echo "nix-check: NIXPKGS_LIB=$NIXPKGS_LIB has no default.nix" >&2; exit 1; }
+lib="import $(cd "$NIXPKGS_LIB" && pwd)"
+nixi --eval --strict --json nixos/checks/flake-outputs.nix --arg lib "$lib" >"$tmp/outputs.json"
+python3 nixos/checks/check.py outputs "$tmp/outputs.json"
+nixi --eval --strict --json nixos/checks/eval-module.nix --arg lib "$lib" >"$tmp/eval.json"
+brokerd=${BROKERD:-}
+for b in target/debug/brokerd target/release/brokerd; do
+    [ -n "$brokerd" ] || { [ -x "$b" ] && brokerd=$b; } || true
+done
+python3 nixos/checks/check.py module "$tmp/eval.json" ${brokerd:+"$brokerd"}
+say "all passed"
