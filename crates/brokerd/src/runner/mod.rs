@@ -9,6 +9,11 @@ use std::time::Duration;
 
 use proto::tools::ToolName;
 
+pub mod cgroup;
+pub mod egress;
+pub mod limits;
+pub mod output;
+pub mod pidfd;
 pub mod podman;
 
 /// One directory of the grant, mounted at the same path inside the sandbox.
@@ -110,3 +115,36 @@ pub trait Runner: Send + Sync {
 #[derive(Debug, thiserror::Error)]
 #[error("the sweep of leftover sandboxes failed: {0}")]
 pub struct SweepError(pub String);
+
+/// DESIGN.md "Protocol": 1 to 64 of `A-Za-z0-9_.-`, not `.` or `..`. They become container,
+/// directory and cgroup names, so the runners check them again.
+pub(crate) fn valid_id(s: &str) -> bool {
+    (1..=64).contains(&s.len())
+        && s != "."
+        && s != ".."
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identifiers() {
+        let cases = [
+            ("s1", true),
+            ("a.b_c-d", true),
+            (".", false),
+            ("..", false),
+            ("", false),
+            ("a/b", false),
+            ("a b", false),
+        ];
+        for (s, ok) in cases {
+            assert_eq!(valid_id(s), ok, "{s:?}");
+        }
+        assert!(valid_id(&"a".repeat(64)));
+        assert!(!valid_id(&"a".repeat(65)));
+    }
+}

@@ -11,32 +11,27 @@
 //! "Runners", containment poisoning).
 
 use std::ffi::OsString;
-use std::io::{ErrorKind, Read, Write};
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::io::{ErrorKind, Write};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use super::{Egress, Failure, RunError, RunOutput, RunSpec, Runner, SweepError, Unavailable};
+use super::egress::{self, make_private_dir, EGRESS_MOUNT};
+pub use super::output::STDERR_KEEP;
+use super::output::{decode, verdict, Capture, Verdict, DRAIN_GRACE};
+use super::{
+    valid_id, Egress, Failure, RunError, RunOutput, RunSpec, Runner, SweepError, Unavailable,
+};
 use crate::args::check_grant_path;
 use crate::config::RunnerConfig;
 
 /// How long a podman `kill` or `rm` may take before brokerd gives up on it.
 pub const HELPER_TIMEOUT: Duration = Duration::from_secs(10);
-/// How much of podman's standard error is kept for the log (seed 003 section 6).
-pub const STDERR_KEEP: usize = 4096;
 /// How often a running container is looked at.
 const POLL: Duration = Duration::from_millis(10);
-/// How long to wait for the last output once podman has exited: a process that inherited the
-/// pipe must not hold the answer.
-const DRAIN_GRACE: Duration = Duration::from_secs(2);
-/// Where the egress directory appears inside both containers, and the socket in it.
-const EGRESS_MOUNT: &str = "/run/egress";
-const EGRESS_SOCKET: &str = "egress.sock";
 
 /// Numbers the containers of this brokerd process (the `<n>` of seed 003 section 6).
 static CONTAINERS: AtomicU64 = AtomicU64::new(0);
@@ -108,7 +103,7 @@ impl PodmanRuntime {
 
     /// `<home>/run/egress/<name>/`
     pub fn egress_dir(&self, name: &str) -> PathBuf {
-        self.home.join("run").join("egress").join(name)
+        egress::egress_dir(&self.home, name)
     }
 
     /// The tool container's `podman` arguments, in seed 003 section 6's order.
@@ -165,7 +160,7 @@ impl PodmanRuntime {
             "/bin/toolkit".into(),
             "egress-proxy".into(),
             "--socket".into(),
-            format!("{EGRESS_MOUNT}/{EGRESS_SOCKET}").into(),
+            format!("{EGRESS_MOUNT}/{}", egress::EGRESS_SOCKET).into(),
             "--allow".into(),
             egress.hosts.join(",").into(),
         ];
@@ -306,21 +301,15 @@ impl PodmanRuntime {
         }
         // Only wait for the socket to exist: its host path can exceed the 108 bytes of a
         // socket address, so brokerd never connects to it (DESIGN.md "Runners").
-        let socket = guard.dir.join(EGRESS_SOCKET);
-        loop {
-            if socket.symlink_metadata().is_ok() {
-                return Ok(guard);
-            }
-            if Instant::now() >= deadline {
-                let detail = format!(
-                    "{} did not appear within {:?}",
-                    socket.display(),
-                    self.egress_start
-                );
-                return Err(self.unavailable(spec, Trouble::ProxySocket, &detail));
-            }
-            thread::sleep(POLL);
+        if egress::wait_for_socket(&guard.dir, deadline, POLL, || false) {
+            return Ok(guard);
         }
+        let detail = format!(
+            "{} did not appear within {:?}",
+            guard.dir.join(egress::EGRESS_SOCKET).display(),
+            self.egress_start
+        );
+        Err(self.unavailable(spec, Trouble::ProxySocket, &detail))
     }
 
     /// Runs the tool container and answers by the exit-code table of seed 003 section 6.
@@ -378,22 +367,13 @@ impl PodmanRuntime {
         stdout.wait_done(Instant::now() + DRAIN_GRACE);
         stderr.wait_done(Instant::now() + POLL * 10);
         let truncated = stdout.overflowed();
-        let answer = match (status.code(), status.signal()) {
-            (Some(0 | 1), _) => Ok(RunOutput {
-                content: decode(stdout.bytes(), truncated),
-                truncated,
-            }),
-            _ if truncated => Ok(RunOutput {
-                content: decode(stdout.bytes(), true),
-                truncated,
-            }),
-            (Some(2), _) => Err(RunError::Failed(Failure::CouldNotRun)),
-            (Some(125..=127), _) => {
+        let answer = match verdict(status, stdout.bytes(), truncated) {
+            Verdict::Output(out) => Ok(out),
+            Verdict::Failed(f) => Err(RunError::Failed(f)),
+            Verdict::RunnerFailed => {
                 let detail = format!("podman exited with {status}: {}", stderr.text());
                 Err(self.unavailable(spec, Trouble::PodmanFailed, &detail))
             }
-            (Some(137), _) | (None, Some(libc::SIGKILL)) => Err(RunError::Failed(Failure::Killed)),
-            _ => Err(RunError::Failed(Failure::UnexpectedStatus)),
         };
         if answer.is_err() && !matches!(answer, Err(RunError::Unavailable(_))) {
             tracing::info!(
@@ -489,15 +469,9 @@ impl Runner for PodmanRuntime {
                 Helper::NotStarted(e) => failed.push(format!("{name}: {e}")),
             }
         }
-        let egress_root = self.home.join("run").join("egress");
-        if let Ok(entries) = std::fs::read_dir(&egress_root) {
-            for entry in entries.flatten() {
-                match std::fs::remove_dir_all(entry.path()) {
-                    Ok(()) => removed += 1,
-                    Err(e) => failed.push(format!("{}: {e}", entry.path().display())),
-                }
-            }
-        }
+        let (dirs, dir_failures) = egress::sweep(&self.home);
+        removed += dirs;
+        failed.extend(dir_failures);
         if failed.is_empty() {
             Ok(removed)
         } else {
@@ -578,84 +552,6 @@ enum Helper {
     NotStarted(String),
 }
 
-/// A pipe read from its own thread: the first `keep` bytes are kept. With `stop_at_more` the
-/// reading stops at the first byte past `keep` (standard output and its cap); without, the
-/// rest is drained so that the writer never blocks (standard error).
-struct Capture {
-    state: Arc<(Mutex<Vec<u8>>, AtomicBool, AtomicBool)>,
-}
-
-impl Capture {
-    fn start<R: Read + Send + 'static>(
-        pipe: Option<R>,
-        keep: usize,
-        stop_at_more: bool,
-    ) -> Capture {
-        let state = Arc::new((
-            Mutex::new(Vec::new()),
-            AtomicBool::new(false),
-            AtomicBool::new(false),
-        ));
-        let Some(mut pipe) = pipe else {
-            state.2.store(true, Ordering::SeqCst);
-            return Capture { state };
-        };
-        let shared = Arc::clone(&state);
-        thread::spawn(move || {
-            let (buf, more, done) = &*shared;
-            let mut chunk = vec![0u8; 16 * 1024];
-            loop {
-                let kept = lock(buf).len();
-                // One byte past the cap is enough to know the output was truncated.
-                let want = if stop_at_more {
-                    (keep - kept + 1).min(chunk.len())
-                } else {
-                    chunk.len()
-                };
-                match pipe.read(&mut chunk[..want]) {
-                    Ok(0) => break,
-                    Ok(n) => {
-                        let room = keep - kept;
-                        lock(buf).extend_from_slice(&chunk[..n.min(room)]);
-                        if n > room {
-                            more.store(true, Ordering::SeqCst);
-                            if stop_at_more {
-                                break;
-                            }
-                        }
-                    }
-                    Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                    Err(_) => break,
-                }
-            }
-            done.store(true, Ordering::SeqCst);
-        });
-        Capture { state }
-    }
-
-    fn overflowed(&self) -> bool {
-        self.state.1.load(Ordering::SeqCst)
-    }
-
-    fn wait_done(&self, until: Instant) {
-        while !self.state.2.load(Ordering::SeqCst) && Instant::now() < until {
-            thread::sleep(Duration::from_millis(2));
-        }
-    }
-
-    fn bytes(&self) -> Vec<u8> {
-        lock(&self.state.0).clone()
-    }
-
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.bytes()).into_owned()
-    }
-}
-
-fn lock(m: &Mutex<Vec<u8>>) -> std::sync::MutexGuard<'_, Vec<u8>> {
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
 /// The process's status once it exits, or `None` at `deadline`.
 fn wait_until(child: &mut Child, deadline: Instant) -> Option<ExitStatus> {
     loop {
@@ -688,31 +584,6 @@ fn kill_group(child: &mut Child) {
     let _ = wait_until(child, Instant::now() + Duration::from_secs(1));
 }
 
-/// The tool's output as the model sees it: UTF-8 with replacement. A truncated output loses
-/// the partial character the cap cut through, rather than ending in a replacement character.
-fn decode(mut bytes: Vec<u8>, truncated: bool) -> String {
-    if truncated {
-        let n = bytes.len();
-        for back in 1..=n.min(3) {
-            let b = bytes[n - back];
-            if b & 0xC0 == 0x80 {
-                continue;
-            }
-            let len = match b {
-                0xF0.. => 4,
-                0xE0.. => 3,
-                0xC0.. => 2,
-                _ => 1,
-            };
-            if len > back {
-                bytes.truncate(n - back);
-            }
-            break;
-        }
-    }
-    String::from_utf8_lossy(&bytes).into_owned()
-}
-
 /// `--volume=<host>:<inside>:<mode>`, built from bytes so any path survives.
 fn volume(host: &Path, inside: &Path, mode: &str) -> OsString {
     let mut v = OsString::from("--volume=");
@@ -724,85 +595,13 @@ fn volume(host: &Path, inside: &Path, mode: &str) -> OsString {
     v
 }
 
-/// Makes `dir` with mode 0700 (its parents too), replacing what a crashed brokerd left there.
-fn make_private_dir(dir: &Path) -> std::io::Result<()> {
-    if let Some(parent) = dir.parent() {
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(parent)?;
-    }
-    match std::fs::remove_dir_all(dir) {
-        Err(e) if e.kind() != ErrorKind::NotFound => return Err(e),
-        _ => {}
-    }
-    std::fs::DirBuilder::new().mode(0o700).create(dir)?;
-    // The umask may have taken more than it should; the proxy (same uid) needs rwx.
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
-}
-
-/// DESIGN.md "Protocol": 1 to 64 of `A-Za-z0-9_.-`, not `.` or `..`. They become container
-/// names and directory names, so the runner checks them again.
-fn valid_id(s: &str) -> bool {
-    (1..=64).contains(&s.len())
-        && s != "."
-        && s != ".."
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn decode_table() {
-        // (bytes, truncated, content)
-        let cases: [(&[u8], bool, &str); 7] = [
-            (b"plain", false, "plain"),
-            (b"a\xffb", false, "a\u{FFFD}b"),
-            ("ü".as_bytes(), true, "ü"),
-            (b"x\xc3", true, "x"),
-            (b"x\xe2\x82", true, "x"),
-            (b"x\xf0\x9f\x98", true, "x"),
-            (b"x\xc3", false, "x\u{FFFD}"),
-        ];
-        for (bytes, truncated, want) in cases {
-            assert_eq!(decode(bytes.to_vec(), truncated), want, "{bytes:?}");
-        }
-    }
-
-    #[test]
-    fn identifiers() {
-        let cases = [
-            ("s1", true),
-            ("a.b_c-d", true),
-            (".", false),
-            ("..", false),
-            ("", false),
-            ("a/b", false),
-            ("a b", false),
-        ];
-        for (s, ok) in cases {
-            assert_eq!(valid_id(s), ok, "{s:?}");
-        }
-        assert!(valid_id(&"a".repeat(64)));
-        assert!(!valid_id(&"a".repeat(65)));
-    }
-
-    #[test]
-    fn egress_dir_is_private_and_replaces_leftovers() {
-        let home = tempfile::tempdir().expect("tempdir");
-        let dir = home.path().join("run/egress/boxmaker-s-c-1");
-        std::fs::create_dir_all(dir.join("junk")).expect("leftover");
-        std::fs::write(dir.join(EGRESS_SOCKET), "").expect("stale socket");
-        make_private_dir(&dir).expect("made");
-        assert_eq!(std::fs::read_dir(&dir).expect("read").count(), 0);
-        let fresh = home.path().join("fresh/run/egress/boxmaker-s-c-2");
-        make_private_dir(&fresh).expect("made with parents");
-        for d in [&dir, &fresh, &home.path().join("fresh/run/egress")] {
-            let mode = std::fs::metadata(d).expect("stat").permissions().mode() & 0o777;
-            assert_eq!(mode, 0o700, "{}", d.display());
-        }
+    fn volumes_keep_any_path() {
+        let v = volume(Path::new("/srv/a b"), Path::new("/srv/a b"), "ro");
+        assert_eq!(v, OsString::from("--volume=/srv/a b:/srv/a b:ro"));
     }
 }

@@ -1,0 +1,129 @@
+//! The per-call egress directory both backends share (seed 003 section 6): made private
+//! before the proxy starts, watched for the proxy's socket, removed afterwards, swept at
+//! start-up.
+
+use std::io::ErrorKind;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// Where the egress directory appears inside both sandboxes.
+pub const EGRESS_MOUNT: &str = "/run/egress";
+/// The proxy's socket in that directory.
+pub const EGRESS_SOCKET: &str = "egress.sock";
+
+/// `<home>/run/egress/`
+pub fn egress_root(home: &Path) -> PathBuf {
+    home.join("run").join("egress")
+}
+
+/// `<home>/run/egress/<name>/`
+pub fn egress_dir(home: &Path, name: &str) -> PathBuf {
+    egress_root(home).join(name)
+}
+
+/// Makes `dir` with mode 0700 (its parents too), replacing what a crashed brokerd left there.
+pub fn make_private_dir(dir: &Path) -> std::io::Result<()> {
+    if let Some(parent) = dir.parent() {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(parent)?;
+    }
+    match std::fs::remove_dir_all(dir) {
+        Err(e) if e.kind() != ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    std::fs::DirBuilder::new().mode(0o700).create(dir)?;
+    // The umask may have taken more than it should; the proxy (same uid) needs rwx.
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+}
+
+/// Removes a call's egress directory; a missing one is fine.
+pub fn remove_dir(dir: &Path) -> std::io::Result<()> {
+    match std::fs::remove_dir_all(dir) {
+        Err(e) if e.kind() != ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
+}
+
+/// Waits until the proxy's socket exists in `dir`, or `deadline`, or `gone()` says the proxy
+/// is no longer there to make it. Only existence is checked: the host path can exceed the 108
+/// bytes of a socket address, so brokerd never connects to it (DESIGN.md "Runners").
+pub fn wait_for_socket(
+    dir: &Path,
+    deadline: Instant,
+    step: Duration,
+    mut gone: impl FnMut() -> bool,
+) -> bool {
+    let socket = dir.join(EGRESS_SOCKET);
+    loop {
+        if socket.symlink_metadata().is_ok() {
+            return true;
+        }
+        if Instant::now() >= deadline || gone() {
+            return false;
+        }
+        thread::sleep(step);
+    }
+}
+
+/// Removes every directory under `<home>/run/egress/` (the start-up and shutdown sweep);
+/// returns how many went and what could not be removed.
+pub fn sweep(home: &Path) -> (usize, Vec<String>) {
+    let mut removed = 0;
+    let mut failed = Vec::new();
+    if let Ok(entries) = std::fs::read_dir(egress_root(home)) {
+        for entry in entries.flatten() {
+            match std::fs::remove_dir_all(entry.path()) {
+                Ok(()) => removed += 1,
+                Err(e) => failed.push(format!("{}: {e}", entry.path().display())),
+            }
+        }
+    }
+    (removed, failed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn egress_dir_is_private_and_replaces_leftovers() {
+        let home = tempfile::tempdir().expect("tempdir");
+        let dir = home.path().join("run/egress/boxmaker-s-c-1");
+        std::fs::create_dir_all(dir.join("junk")).expect("leftover");
+        std::fs::write(dir.join(EGRESS_SOCKET), "").expect("stale socket");
+        make_private_dir(&dir).expect("made");
+        assert_eq!(std::fs::read_dir(&dir).expect("read").count(), 0);
+        let fresh = home.path().join("fresh/run/egress/boxmaker-s-c-2");
+        make_private_dir(&fresh).expect("made with parents");
+        for d in [&dir, &fresh, &home.path().join("fresh/run/egress")] {
+            let mode = std::fs::metadata(d).expect("stat").permissions().mode() & 0o777;
+            assert_eq!(mode, 0o700, "{}", d.display());
+        }
+    }
+
+    #[test]
+    fn socket_wait_stops_when_the_proxy_is_gone() {
+        let home = tempfile::tempdir().expect("tempdir");
+        let dir = egress_dir(home.path(), "n");
+        make_private_dir(&dir).expect("made");
+        let far = Instant::now() + Duration::from_secs(30);
+        let started = Instant::now();
+        assert!(!wait_for_socket(
+            &dir,
+            far,
+            Duration::from_millis(1),
+            || true
+        ));
+        assert!(started.elapsed() < Duration::from_secs(5));
+        std::fs::write(dir.join(EGRESS_SOCKET), "").expect("socket stand-in");
+        assert!(wait_for_socket(&dir, far, Duration::from_millis(1), || {
+            false
+        }));
+        assert_eq!(sweep(home.path()), (1, Vec::new()));
+        assert!(!dir.exists());
+    }
+}

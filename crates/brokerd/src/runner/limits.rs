@@ -1,0 +1,117 @@
+//! `ResourceLimits`, the first of seed 000's two resource contracts (5.1.3.3): setrlimit(2)
+//! in the sandbox's first process, after fork and before exec, so bwrap and everything it
+//! starts inherit them. They hold on any host, cgroups or not; the cgroup contract
+//! ([`super::cgroup`]) bounds the sandbox as a whole, which rlimits cannot (they count per
+//! process, or per user for processes).
+
+use std::io;
+use std::time::Duration;
+
+/// Largest file a sandbox may write (RLIMIT_FSIZE): above the 64 MiB `/tmp` and far above
+/// anything a tool should write into a workspace in one call.
+pub const FILE_SIZE: u64 = 256 * 1024 * 1024;
+/// Open descriptors per process (RLIMIT_NOFILE): toolkit and busybox need a handful; the
+/// egress proxy needs two per connection and serves at most 8.
+pub const OPEN_FILES: u64 = 1024;
+
+/// One sandbox's rlimits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ResourceLimits {
+    /// RLIMIT_AS, from `memory`: address space per process.
+    pub address_space: u64,
+    /// RLIMIT_NPROC, from `pids`. The kernel counts it per user, so it bounds the service
+    /// user's processes as seen from inside the sandbox's user namespace too.
+    pub processes: u64,
+    /// RLIMIT_FSIZE.
+    pub file_size: u64,
+    /// RLIMIT_NOFILE.
+    pub open_files: u64,
+    /// RLIMIT_CPU in seconds: never more than the call's time limit, rounded up; a backstop
+    /// behind the wall-clock limit, for work that escapes the pidfd's kill.
+    pub cpu_seconds: u64,
+}
+
+impl ResourceLimits {
+    pub fn new(memory: u64, pids: u32, time_limit: Duration) -> ResourceLimits {
+        let secs = time_limit.as_secs() + u64::from(time_limit.subsec_nanos() > 0);
+        ResourceLimits {
+            address_space: memory,
+            processes: u64::from(pids),
+            file_size: FILE_SIZE,
+            open_files: OPEN_FILES,
+            cpu_seconds: secs.max(1),
+        }
+    }
+
+    /// The (resource, value) pairs in the order they are set.
+    pub fn table(&self) -> [(libc::__rlimit_resource_t, u64); 5] {
+        [
+            (libc::RLIMIT_AS, self.address_space),
+            (libc::RLIMIT_NPROC, self.processes),
+            (libc::RLIMIT_FSIZE, self.file_size),
+            (libc::RLIMIT_NOFILE, self.open_files),
+            (libc::RLIMIT_CPU, self.cpu_seconds),
+        ]
+    }
+
+    /// Sets every limit, soft and hard, on the calling process. Async-signal-safe (only
+    /// setrlimit), so it may run in a `pre_exec` hook between fork and exec.
+    pub fn apply(&self) -> io::Result<()> {
+        for (resource, value) in self.table() {
+            let lim = libc::rlimit {
+                rlim_cur: value as libc::rlim_t,
+                rlim_max: value as libc::rlim_t,
+            };
+            // SAFETY: setrlimit reads one valid rlimit struct; it is async-signal-safe.
+            if unsafe { libc::setrlimit(resource, &lim) } != 0 {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::process::CommandExt;
+    use std::process::Command;
+
+    #[test]
+    fn cpu_seconds_round_up_and_never_reach_zero() {
+        let table = [(0, 1), (999, 1), (1000, 1), (1001, 2), (30_000, 30)];
+        for (ms, secs) in table {
+            let l = ResourceLimits::new(1 << 29, 128, Duration::from_millis(ms));
+            assert_eq!(l.cpu_seconds, secs, "{ms} ms");
+        }
+    }
+
+    #[test]
+    fn a_child_sees_its_limits() {
+        let limits = ResourceLimits::new(512 << 20, 128, Duration::from_secs(30));
+        let mut cmd = Command::new("cat");
+        cmd.arg("/proc/self/limits");
+        // SAFETY: apply only calls setrlimit, which is async-signal-safe.
+        unsafe {
+            cmd.pre_exec(move || limits.apply());
+        }
+        let out = cmd.output().expect("cat");
+        let text = String::from_utf8_lossy(&out.stdout);
+        // (row of /proc/self/limits, soft and hard value)
+        let want = [
+            ("Max address space", (512u64 << 20).to_string()),
+            ("Max processes", "128".into()),
+            ("Max open files", "1024".into()),
+            ("Max cpu time", "30".into()),
+            ("Max file size", FILE_SIZE.to_string()),
+        ];
+        for (row, value) in want {
+            let line = text
+                .lines()
+                .find(|l| l.starts_with(row))
+                .unwrap_or_else(|| panic!("{row} missing in {text}"));
+            let fields: Vec<&str> = line[row.len()..].split_whitespace().collect();
+            assert_eq!(&fields[..2], [value.as_str(), value.as_str()], "{line}");
+        }
+    }
+}

@@ -1,0 +1,213 @@
+//! What both backends do with a finished sandbox: read its standard output up to the cap,
+//! decode it, and turn its exit status into an answer by seed 003 section 6's table.
+//!
+//! Podman and bwrap report a tool's exit the same way (the tool's own code, or 128 + the
+//! signal that killed it), so one table serves both; only what "the runner itself failed"
+//! looks like differs, and each backend decides that before asking [`verdict`].
+
+use std::io::{ErrorKind, Read};
+use std::process::ExitStatus;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use std::os::unix::process::ExitStatusExt;
+
+use super::{Failure, RunOutput};
+
+/// How much of a runner's standard error is kept for the log (seed 003 section 6).
+pub const STDERR_KEEP: usize = 4096;
+/// How long to wait for the last output once the sandbox has exited: a process that inherited
+/// the pipe must not hold the answer.
+pub const DRAIN_GRACE: Duration = Duration::from_secs(2);
+
+/// What an exit status means (seed 003 section 6), before the backend adds its own reading
+/// of "the runner failed".
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Exit 0 or 1, or any exit once the output was truncated: the output is the answer.
+    Output(RunOutput),
+    /// Exit 2, 137 (or killed by SIGKILL), or anything else: a fixed sentence.
+    Failed(Failure),
+    /// Exit 125, 126 or 127: the runner could not start the sandbox.
+    RunnerFailed,
+}
+
+/// Seed 003 section 6's table, shared by every backend.
+pub fn verdict(status: ExitStatus, stdout: Vec<u8>, truncated: bool) -> Verdict {
+    match (status.code(), status.signal()) {
+        (Some(0 | 1), _) => Verdict::Output(RunOutput {
+            content: decode(stdout, truncated),
+            truncated,
+        }),
+        // DESIGN.md "Output": once the cap was passed, the capped output is the answer.
+        _ if truncated => Verdict::Output(RunOutput {
+            content: decode(stdout, true),
+            truncated,
+        }),
+        (Some(2), _) => Verdict::Failed(Failure::CouldNotRun),
+        (Some(125..=127), _) => Verdict::RunnerFailed,
+        (Some(137), _) | (None, Some(libc::SIGKILL)) => Verdict::Failed(Failure::Killed),
+        _ => Verdict::Failed(Failure::UnexpectedStatus),
+    }
+}
+
+/// A pipe read from its own thread: the first `keep` bytes are kept. With `stop_at_more` the
+/// reading stops at the first byte past `keep` (standard output and its cap); without, the
+/// rest is drained so that the writer never blocks (standard error).
+pub struct Capture {
+    state: Arc<(Mutex<Vec<u8>>, AtomicBool, AtomicBool)>,
+}
+
+impl Capture {
+    pub fn start<R: Read + Send + 'static>(
+        pipe: Option<R>,
+        keep: usize,
+        stop_at_more: bool,
+    ) -> Capture {
+        let state = Arc::new((
+            Mutex::new(Vec::new()),
+            AtomicBool::new(false),
+            AtomicBool::new(false),
+        ));
+        let Some(mut pipe) = pipe else {
+            state.2.store(true, Ordering::SeqCst);
+            return Capture { state };
+        };
+        let shared = Arc::clone(&state);
+        thread::spawn(move || {
+            let (buf, more, done) = &*shared;
+            let mut chunk = vec![0u8; 16 * 1024];
+            loop {
+                let kept = lock(buf).len();
+                // One byte past the cap is enough to know the output was truncated.
+                let want = if stop_at_more {
+                    (keep - kept + 1).min(chunk.len())
+                } else {
+                    chunk.len()
+                };
+                match pipe.read(&mut chunk[..want]) {
+                    Ok(0) => break,
+                    Ok(n) => {
+                        let room = keep - kept;
+                        lock(buf).extend_from_slice(&chunk[..n.min(room)]);
+                        if n > room {
+                            more.store(true, Ordering::SeqCst);
+                            if stop_at_more {
+                                break;
+                            }
+                        }
+                    }
+                    Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                    Err(_) => break,
+                }
+            }
+            done.store(true, Ordering::SeqCst);
+        });
+        Capture { state }
+    }
+
+    /// One byte more than `keep` arrived.
+    pub fn overflowed(&self) -> bool {
+        self.state.1.load(Ordering::SeqCst)
+    }
+
+    /// Waits until the pipe reached its end (or the cap), at most until `until`.
+    pub fn wait_done(&self, until: Instant) {
+        while !self.state.2.load(Ordering::SeqCst) && Instant::now() < until {
+            thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    pub fn bytes(&self) -> Vec<u8> {
+        lock(&self.state.0).clone()
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.bytes()).into_owned()
+    }
+}
+
+fn lock(m: &Mutex<Vec<u8>>) -> std::sync::MutexGuard<'_, Vec<u8>> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// The tool's output as the model sees it: UTF-8 with replacement. A truncated output loses
+/// the partial character the cap cut through, rather than ending in a replacement character.
+pub fn decode(mut bytes: Vec<u8>, truncated: bool) -> String {
+    if truncated {
+        let n = bytes.len();
+        for back in 1..=n.min(3) {
+            let b = bytes[n - back];
+            if b & 0xC0 == 0x80 {
+                continue;
+            }
+            let len = match b {
+                0xF0.. => 4,
+                0xE0.. => 3,
+                0xC0.. => 2,
+                _ => 1,
+            };
+            if len > back {
+                bytes.truncate(n - back);
+            }
+            break;
+        }
+    }
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decode_table() {
+        // (bytes, truncated, content)
+        let cases: [(&[u8], bool, &str); 7] = [
+            (b"plain", false, "plain"),
+            (b"a\xffb", false, "a\u{FFFD}b"),
+            ("ü".as_bytes(), true, "ü"),
+            (b"x\xc3", true, "x"),
+            (b"x\xe2\x82", true, "x"),
+            (b"x\xf0\x9f\x98", true, "x"),
+            (b"x\xc3", false, "x\u{FFFD}"),
+        ];
+        for (bytes, truncated, want) in cases {
+            assert_eq!(decode(bytes.to_vec(), truncated), want, "{bytes:?}");
+        }
+    }
+
+    #[test]
+    fn exit_table() {
+        let out = |s: &str, t: bool| {
+            Verdict::Output(RunOutput {
+                content: s.into(),
+                truncated: t,
+            })
+        };
+        // (raw wait status, truncated, verdict): exit n is n << 8, a signal is its number.
+        let cases = [
+            (0, false, out("x", false)),
+            (1 << 8, false, out("x", false)),
+            (2 << 8, false, Verdict::Failed(Failure::CouldNotRun)),
+            (2 << 8, true, out("x", true)),
+            (125 << 8, false, Verdict::RunnerFailed),
+            (126 << 8, false, Verdict::RunnerFailed),
+            (127 << 8, false, Verdict::RunnerFailed),
+            (137 << 8, false, Verdict::Failed(Failure::Killed)),
+            (libc::SIGKILL, false, Verdict::Failed(Failure::Killed)),
+            (
+                libc::SIGSEGV,
+                false,
+                Verdict::Failed(Failure::UnexpectedStatus),
+            ),
+            (3 << 8, false, Verdict::Failed(Failure::UnexpectedStatus)),
+        ];
+        for (raw, truncated, want) in cases {
+            let got = verdict(ExitStatus::from_raw(raw), b"x".to_vec(), truncated);
+            assert_eq!(got, want, "status {raw:#x}, truncated {truncated}");
+        }
+    }
+}
