@@ -12,6 +12,7 @@ use brokerd::audit::Audit;
 use brokerd::broker::Broker;
 use brokerd::config::{self, Backend, Config};
 use brokerd::policy::Policy;
+use brokerd::runner::bwrap::BwrapRuntime;
 use brokerd::runner::podman::PodmanRuntime;
 use brokerd::runner::Runner;
 use brokerd::server::{self, Clients};
@@ -136,12 +137,16 @@ async fn run(file: &Path, socket: Option<PathBuf>) -> Result<(), String> {
     };
     let runner: Arc<dyn Runner> = match rc.backend {
         Backend::Podman => Arc::new(PodmanRuntime::new(&rc)),
-        Backend::Bwrap => {
-            return Err(format!(
-                "{}: runner.backend = \"bwrap\" is not available in this build; use \"podman\"",
-                file.display()
-            ))
-        }
+        // config::load gives [bwrap] (with its defaults) exactly when backend = "bwrap".
+        Backend::Bwrap => match &config.bwrap {
+            Some(b) => Arc::new(BwrapRuntime::new(&rc, b)),
+            None => {
+                return Err(format!(
+                    "{}: backend = \"bwrap\" without [bwrap]",
+                    file.display()
+                ))
+            }
+        },
     };
     let backend = match rc.backend {
         Backend::Podman => "podman",

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use proto::tools::ToolName;
 
+pub mod bwrap;
 pub mod cgroup;
 pub mod egress;
 pub mod limits;

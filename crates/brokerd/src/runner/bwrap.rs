@@ -1,0 +1,956 @@
+//! The bubblewrap runtime (seed 000 5.1.3.3, BubblewrapSandbox; DESIGN.md "Runners"): the
+//! same calls, the same answers as Podman, in a sandbox that starts in milliseconds.
+//!
+//! The sandbox's `/` is a tmpfs bwrap makes, holding the tools root's top-level entries
+//! bound read-only and remounted read-only as a whole at the end. Binding the tools root
+//! itself at `/` would leave no way to create the mount points a grant needs (`/srv/notes`)
+//! on a read-only tree; the result is the same: the tools root's files, read-only, as `/`.
+//!
+//! Every process brokerd starts here is held by a pidfd and stopped through it (seed 000
+//! 5.1.8); a stop that cannot be confirmed poisons network work (5.1.7). Limits are applied
+//! by [`super::limits`] always and by [`super::cgroup`] when a cgroup mechanism exists;
+//! with `enforce_limits` a missing mechanism makes calls `unavailable`, never unlimited.
+
+use std::ffi::{OsStr, OsString};
+use std::io::{self, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use super::cgroup::{self, CgroupLimits, CgroupUnavailable, ChildGroup, Mechanism};
+use super::egress::{self, make_private_dir, EGRESS_MOUNT, EGRESS_SOCKET};
+use super::limits::ResourceLimits;
+use super::output::{verdict, Capture, Verdict, DRAIN_GRACE, STDERR_KEEP};
+use super::pidfd::{Pidfd, Stopped, KILL_CONFIRM};
+use super::{
+    valid_id, Egress, Failure, RunError, RunOutput, RunSpec, Runner, SweepError, Unavailable,
+};
+use crate::args::check_grant_path;
+use crate::config::{memory_bytes, BwrapConfig, CgroupMode, RunnerConfig};
+
+/// The runbook entry every `unavailable` line of this runtime ends with.
+pub const RUNBOOK: &str = "runbook/runner.md#bwrap-unavailable";
+/// The size of the sandbox's `/tmp`, as Podman's `--tmpfs=/tmp:...,size=64m`.
+pub const TMP_SIZE: u64 = 64 * 1024 * 1024;
+/// The egress proxy's limits, as Podman's `--memory=128m --pids-limit=64`.
+pub const PROXY_MEMORY: u64 = 128 * 1024 * 1024;
+pub const PROXY_PIDS: u32 = 64;
+/// Used only if `memory` somehow does not parse (config::load rejects that).
+const FALLBACK_MEMORY: u64 = 512 * 1024 * 1024;
+/// How often a running sandbox is looked at (the pidfd wakes the wait at once on exit).
+const POLL: Duration = Duration::from_millis(5);
+/// Entries of the tools root the sandbox makes for itself: mount points, empty in the image.
+const OWN_MOUNTS: [&str; 5] = ["dev", "proc", "run", "sys", "tmp"];
+/// The host file the proxy resolves names with (seed 003 section 5, step 4).
+const RESOLV_CONF: &str = "/etc/resolv.conf";
+
+/// Numbers the sandboxes of this brokerd process (the `<n>` of seed 003 section 6).
+static SANDBOXES: AtomicU64 = AtomicU64::new(0);
+
+/// One entry of the tools root's top level, as the sandbox's `/` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RootEntry {
+    /// A directory or file, bound read-only at `/<name>`.
+    Bound(OsString),
+    /// A symlink, made again with the same target (bwrap would follow it on the host).
+    Symlink(OsString, PathBuf),
+}
+
+/// The tools root's top level, read once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RootLayout(pub Vec<RootEntry>);
+
+impl RootLayout {
+    /// Lists `root`, sorted by name, leaving out the mount points the sandbox makes itself.
+    pub fn read(root: &Path) -> io::Result<RootLayout> {
+        let mut entries = Vec::new();
+        for entry in std::fs::read_dir(root)? {
+            let entry = entry?;
+            let name = entry.file_name();
+            if OWN_MOUNTS.iter().any(|m| OsStr::new(m) == name) {
+                continue;
+            }
+            let kind = entry.file_type()?;
+            if kind.is_symlink() {
+                entries.push(RootEntry::Symlink(name, std::fs::read_link(entry.path())?));
+            } else if kind.is_dir() || kind.is_file() {
+                entries.push(RootEntry::Bound(name));
+            }
+            // Sockets, devices and FIFOs at the top of an image have no place in a sandbox.
+        }
+        entries.sort_by(|a, b| entry_name(a).cmp(entry_name(b)));
+        Ok(RootLayout(entries))
+    }
+}
+
+fn entry_name(e: &RootEntry) -> &OsStr {
+    match e {
+        RootEntry::Bound(n) | RootEntry::Symlink(n, _) => n,
+    }
+}
+
+/// Why a sandbox can never start on this host as configured (seed 000 5.1.6): remembered, so
+/// later calls answer `unavailable` without probing again.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Terminal {
+    #[error("bwrap is absent: {0}")]
+    Absent(String),
+    #[error("bwrap is not executable: {0}")]
+    Inexecutable(String),
+    #[error("the kernel refused bwrap a user namespace: {0}")]
+    Refused(String),
+    #[error("this kernel has no pidfd_open, so sandboxes could not be stopped safely: {0}")]
+    NoPidfd(String),
+}
+
+/// What brokerd's log says when nothing could run; each line ends with [`RUNBOOK`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum Trouble {
+    #[error("bwrap cannot run here")]
+    Terminal(Terminal),
+    #[error("bwrap could not be started")]
+    Spawn,
+    #[error("bwrap could not build the sandbox")]
+    Setup,
+    #[error("the tools root could not be read")]
+    ToolsRoot,
+    #[error("the sandbox's limits cannot take effect")]
+    Limits,
+    #[error("the egress directory could not be made")]
+    EgressDir,
+    #[error("the egress proxy did not start")]
+    ProxyFailed,
+    #[error("the egress proxy's socket did not appear in time")]
+    ProxySocket,
+    #[error("a sandbox brokerd stopped earlier could not be confirmed dead, so http_fetch is off until restart")]
+    Poisoned,
+}
+
+/// Runs calls in bubblewrap sandboxes.
+pub struct BwrapRuntime {
+    bwrap: PathBuf,
+    tools_root: PathBuf,
+    cgroup_mode: CgroupMode,
+    enforce_limits: bool,
+    output_cap: usize,
+    memory: u64,
+    pids: u32,
+    home: PathBuf,
+    egress_start: Duration,
+    kill_confirm: Duration,
+    resolv_conf: PathBuf,
+    layout: Mutex<Option<RootLayout>>,
+    mechanism: OnceLock<Result<Mechanism, CgroupUnavailable>>,
+    terminal: Mutex<Option<Terminal>>,
+    poisoned: AtomicBool,
+}
+
+/// Where a sandbox's limits live, for its argument list and its start.
+enum Placement {
+    /// rlimits only (`enforce_limits = false` on a host without a mechanism).
+    Plain,
+    /// A child group of the delegated subtree, bound at /sys/fs/cgroup.
+    Group(ChildGroup),
+    /// A transient scope; its group appears at `dir` once systemd made it.
+    Scope { prefix: Vec<OsString>, dir: PathBuf },
+}
+
+impl Placement {
+    fn cgroup_view(&self) -> Option<&Path> {
+        match self {
+            Placement::Plain => None,
+            Placement::Group(g) => Some(g.dir()),
+            Placement::Scope { dir, .. } => Some(dir),
+        }
+    }
+}
+
+impl BwrapRuntime {
+    pub fn new(config: &RunnerConfig, bwrap: &BwrapConfig) -> BwrapRuntime {
+        BwrapRuntime {
+            bwrap: PathBuf::from("bwrap"),
+            tools_root: bwrap.tools_root.clone(),
+            cgroup_mode: bwrap.cgroup,
+            enforce_limits: config.enforce_limits,
+            output_cap: config.output_cap,
+            memory: memory_bytes(&config.memory).unwrap_or(FALLBACK_MEMORY),
+            pids: config.pids,
+            home: config.home.clone(),
+            egress_start: Duration::from_millis(config.egress_start_ms),
+            kill_confirm: KILL_CONFIRM,
+            resolv_conf: PathBuf::from(RESOLV_CONF),
+            layout: Mutex::new(None),
+            mechanism: OnceLock::new(),
+            terminal: Mutex::new(None),
+            poisoned: AtomicBool::new(false),
+        }
+    }
+
+    /// Another bwrap program (a bare name is looked up in PATH).
+    pub fn with_program(mut self, bwrap: impl Into<PathBuf>) -> BwrapRuntime {
+        self.bwrap = bwrap.into();
+        self
+    }
+
+    /// A fixed tools-root layout instead of reading the directory (golden tests).
+    pub fn with_layout(self, layout: RootLayout) -> BwrapRuntime {
+        *lock(&self.layout) = Some(layout);
+        self
+    }
+
+    /// Another resolver file for the proxy (tests: a nameserver of their own).
+    pub fn with_resolv_conf(mut self, path: impl Into<PathBuf>) -> BwrapRuntime {
+        self.resolv_conf = path.into();
+        self
+    }
+
+    /// Whether a sandbox or proxy that brokerd stopped could not be confirmed dead.
+    pub fn poisoned(&self) -> bool {
+        self.poisoned.load(Ordering::SeqCst)
+    }
+
+    /// The remembered terminal failure, if any.
+    pub fn terminal(&self) -> Option<Terminal> {
+        lock(&self.terminal).clone()
+    }
+
+    /// `boxmaker-<session>-<call>-<n>`, n counting sandboxes in this process.
+    pub fn sandbox_name(spec: &RunSpec) -> String {
+        let n = SANDBOXES.fetch_add(1, Ordering::SeqCst) + 1;
+        format!("boxmaker-{}-{}-{n}", spec.session, spec.call)
+    }
+
+    /// `<home>/run/egress/<name>/`
+    pub fn egress_dir(&self, name: &str) -> PathBuf {
+        egress::egress_dir(&self.home, name)
+    }
+
+    /// The options every sandbox starts with: every namespace unshared (the network too),
+    /// a user namespace that cannot make more, no capabilities, a clean environment, the
+    /// tools root, a fresh /proc, a minimal /dev.
+    fn common_args(&self, layout: &RootLayout, share_net: bool, etc: bool) -> Vec<OsString> {
+        let mut a: Vec<OsString> = vec![
+            "--unshare-all".into(),
+            // Explicit, so the namespace is made even for root and --disable-userns applies.
+            "--unshare-user".into(),
+            "--disable-userns".into(),
+        ];
+        if share_net {
+            a.push("--share-net".into());
+        }
+        a.extend(
+            [
+                "--die-with-parent",
+                "--new-session",
+                "--cap-drop",
+                "ALL",
+                "--clearenv",
+            ]
+            .map(OsString::from),
+        );
+        for entry in &layout.0 {
+            match entry {
+                RootEntry::Bound(name) if !etc && name == "etc" => {}
+                RootEntry::Bound(name) => {
+                    a.push("--ro-bind".into());
+                    a.push(self.tools_root.join(name).into_os_string());
+                    a.push(inside(name));
+                }
+                RootEntry::Symlink(name, target) => {
+                    a.push("--symlink".into());
+                    a.push(target.clone().into_os_string());
+                    a.push(inside(name));
+                }
+            }
+        }
+        a.extend(["--proc", "/proc", "--dev", "/dev"].map(OsString::from));
+        a
+    }
+
+    /// The tool sandbox's `bwrap` arguments (the program not included), in a fixed order:
+    /// golden files under `tests/fixtures/bwrap/` hold them byte for byte.
+    pub fn build_argv(
+        &self,
+        spec: &RunSpec,
+        name: &str,
+        layout: &RootLayout,
+        cgroup_view: Option<&Path>,
+    ) -> Vec<OsString> {
+        let mut a = self.common_args(layout, false, true);
+        a.extend(
+            [
+                "--setenv", "HOME", "/tmp", "--setenv", "TMPDIR", "/tmp", "--setenv", "PATH",
+                "/bin", "--size",
+            ]
+            .map(OsString::from),
+        );
+        a.push(TMP_SIZE.to_string().into());
+        a.extend(["--perms", "1777", "--tmpfs", "/tmp"].map(OsString::from));
+        // After /tmp, so a grant under /tmp is not hidden by it; as Podman's --volume list.
+        for m in &spec.mounts {
+            a.push(if m.write { "--bind" } else { "--ro-bind" }.into());
+            a.push(m.path.clone().into_os_string());
+            a.push(m.path.clone().into_os_string());
+        }
+        if spec.egress.is_some() {
+            a.push("--bind".into());
+            a.push(self.egress_dir(name).into_os_string());
+            a.push(EGRESS_MOUNT.into());
+        }
+        if let Some(dir) = cgroup_view {
+            // The sandbox reads its own limits where cgroup v2 puts them (the preflight).
+            a.push("--ro-bind".into());
+            a.push(dir.as_os_str().to_owned());
+            a.push(cgroup::CGROUP_ROOT.into());
+        }
+        a.extend(
+            [
+                "--remount-ro",
+                "/",
+                "--chdir",
+                "/tmp",
+                "/bin/toolkit",
+                spec.tool.as_str(),
+            ]
+            .map(OsString::from),
+        );
+        a
+    }
+
+    /// The egress proxy's `bwrap` arguments: everything unshared but the network; only
+    /// toolkit, the host's resolver file, and the call's egress directory.
+    pub fn proxy_argv(
+        &self,
+        egress: &Egress,
+        name: &str,
+        layout: &RootLayout,
+        cgroup_view: Option<&Path>,
+    ) -> Vec<OsString> {
+        let mut a = self.common_args(layout, true, false);
+        a.extend(["--setenv", "PATH", "/bin", "--size"].map(OsString::from));
+        a.push((1024 * 1024).to_string().into());
+        a.extend(["--tmpfs", "/tmp", "--ro-bind"].map(OsString::from));
+        a.push(self.resolv_conf.clone().into_os_string());
+        a.push(RESOLV_CONF.into());
+        a.push("--bind".into());
+        a.push(self.egress_dir(name).into_os_string());
+        a.push(EGRESS_MOUNT.into());
+        if let Some(dir) = cgroup_view {
+            a.push("--ro-bind".into());
+            a.push(dir.as_os_str().to_owned());
+            a.push(cgroup::CGROUP_ROOT.into());
+        }
+        a.extend(
+            [
+                "--remount-ro",
+                "/",
+                "--chdir",
+                "/",
+                "/bin/toolkit",
+                "egress-proxy",
+                "--socket",
+            ]
+            .map(OsString::from),
+        );
+        a.push(format!("{EGRESS_MOUNT}/{EGRESS_SOCKET}").into());
+        a.push("--allow".into());
+        a.push(egress.hosts.join(",").into());
+        for cidr in &egress.allow_addresses {
+            a.push("--allow-address".into());
+            a.push(cidr.into());
+        }
+        a
+    }
+
+    /// Writes the log line of an `unavailable` answer, ending with the runbook pointer.
+    fn unavailable(&self, spec: &RunSpec, trouble: Trouble, detail: &str) -> RunError {
+        let what = match &trouble {
+            Trouble::Terminal(t) => format!("{trouble}: {t}"),
+            _ => trouble.to_string(),
+        };
+        tracing::error!(
+            session = %spec.session,
+            call = %spec.call,
+            tool = %spec.tool,
+            status = "unavailable",
+            "{what}: {}; see {RUNBOOK}",
+            detail.trim_end(),
+        );
+        RunError::Unavailable(Unavailable::RunnerUnavailable)
+    }
+
+    fn malformed(&self, spec: &RunSpec, what: &str) -> RunError {
+        tracing::error!(
+            session = %spec.session,
+            call = %spec.call,
+            tool = %spec.tool,
+            status = "failed",
+            "refusing to run a malformed RunSpec: {what}"
+        );
+        RunError::Failed(Failure::CouldNotRun)
+    }
+
+    fn remember(&self, t: Terminal) {
+        lock(&self.terminal).get_or_insert(t);
+    }
+
+    fn layout(&self) -> io::Result<RootLayout> {
+        let mut cached = lock(&self.layout);
+        if let Some(l) = cached.as_ref() {
+            return Ok(l.clone());
+        }
+        let l = RootLayout::read(&self.tools_root)?;
+        if !l.0.iter().any(|e| entry_name(e) == "bin") {
+            return Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                "it has no bin (toolkit is run as /bin/toolkit)",
+            ));
+        }
+        *cached = Some(l.clone());
+        Ok(l)
+    }
+
+    fn mechanism(&self) -> &Result<Mechanism, CgroupUnavailable> {
+        self.mechanism.get_or_init(|| {
+            let m = Mechanism::probe(self.cgroup_mode);
+            if let Err(e) = &m {
+                if self.enforce_limits {
+                    tracing::error!("cgroup limits are unavailable: {e}; calls answer unavailable; see {RUNBOOK}");
+                } else {
+                    tracing::warn!("cgroup limits are unavailable ({e}); enforce_limits = false, so sandboxes run with rlimits only");
+                }
+            }
+            m
+        })
+    }
+
+    /// The sandbox's cgroup, as the configured mechanism and `enforce_limits` say.
+    fn placement(&self, group_name: &str, limits: CgroupLimits) -> Result<Placement, String> {
+        match self.mechanism() {
+            Ok(Mechanism::Delegated { root }) => {
+                match ChildGroup::create(root, group_name, &limits) {
+                    Ok(g) => Ok(Placement::Group(g)),
+                    Err(e) if self.enforce_limits => Err(format!(
+                        "could not make the sandbox's cgroup under {}: {e}",
+                        root.display()
+                    )),
+                    Err(e) => {
+                        tracing::warn!("could not make the sandbox's cgroup under {}: {e}; running with rlimits only (enforce_limits = false)", root.display());
+                        Ok(Placement::Plain)
+                    }
+                }
+            }
+            Ok(Mechanism::SystemdScope { systemd_run, uid }) => Ok(Placement::Scope {
+                prefix: cgroup::scope_prefix(systemd_run, group_name, &limits),
+                dir: cgroup::scope_dir(*uid, group_name),
+            }),
+            Err(e) if self.enforce_limits => Err(e.to_string()),
+            Err(_) => Ok(Placement::Plain),
+        }
+    }
+
+    /// Starts bwrap (inside a scope where configured) with the rlimits set and the cgroup
+    /// joined between fork and exec, and takes its pidfd.
+    fn start(
+        &self,
+        spec: &RunSpec,
+        argv: Vec<OsString>,
+        placement: Placement,
+        rlimits: ResourceLimits,
+        stdio: [Stdio; 3],
+    ) -> Result<Sandbox<'_>, RunError> {
+        let mut cmd = match &placement {
+            Placement::Scope { prefix, .. } => match prefix.split_first() {
+                Some((program, rest)) => {
+                    let mut c = Command::new(program);
+                    c.args(rest).arg(&self.bwrap);
+                    c
+                }
+                None => Command::new(&self.bwrap),
+            },
+            _ => Command::new(&self.bwrap),
+        };
+        let [stdin, stdout, stderr] = stdio;
+        cmd.args(&argv).stdin(stdin).stdout(stdout).stderr(stderr);
+        let procs_fd = match &placement {
+            Placement::Group(g) => Some(g.procs_fd()),
+            _ => None,
+        };
+        // SAFETY: the hook calls only setrlimit and write(2), both async-signal-safe; the fd
+        // it writes to stays open in brokerd until the Sandbox (holding the group) is dropped.
+        unsafe {
+            cmd.pre_exec(move || {
+                rlimits.apply()?;
+                if let Some(fd) = procs_fd {
+                    cgroup::join_from_child(fd)?;
+                }
+                Ok(())
+            });
+        }
+        let child = match cmd.spawn() {
+            Ok(c) => c,
+            Err(e) => {
+                let detail = format!("{}: {e}", self.bwrap.display());
+                let terminal = match (e.kind(), e.raw_os_error()) {
+                    (io::ErrorKind::NotFound, _) => Some(Terminal::Absent(detail.clone())),
+                    (io::ErrorKind::PermissionDenied, _) | (_, Some(libc::ENOEXEC)) => {
+                        Some(Terminal::Inexecutable(detail.clone()))
+                    }
+                    _ => None,
+                };
+                drop_placement(placement, &self.poisoned);
+                return Err(match terminal {
+                    // Only bwrap's own absence is terminal, not a scope helper's.
+                    Some(t) if !cmd_is_scope(&cmd) => {
+                        self.remember(t.clone());
+                        self.unavailable(spec, Trouble::Terminal(t), "remembered until restart")
+                    }
+                    _ => self.unavailable(spec, Trouble::Spawn, &detail),
+                });
+            }
+        };
+        let pidfd = match Pidfd::of_child(&child) {
+            Ok(p) => p,
+            Err(e) => {
+                // The child is not reaped, so its PID still names it; this is the one place
+                // a PID is used, because no pidfd could be had (EMFILE or a pre-5.3 kernel).
+                let mut child = child;
+                let _ = child.kill();
+                let _ = child.wait();
+                drop_placement(placement, &self.poisoned);
+                if e.raw_os_error() == Some(libc::ENOSYS) {
+                    let t = Terminal::NoPidfd(e.to_string());
+                    self.remember(t.clone());
+                    return Err(self.unavailable(
+                        spec,
+                        Trouble::Terminal(t),
+                        "remembered until restart",
+                    ));
+                }
+                return Err(self.unavailable(spec, Trouble::Spawn, &format!("pidfd_open: {e}")));
+            }
+        };
+        Ok(Sandbox {
+            child,
+            pidfd,
+            placement: Some(placement),
+            reaped: false,
+            kill_confirm: self.kill_confirm,
+            poisoned: &self.poisoned,
+        })
+    }
+
+    /// Reads bwrap's own refusal: exit 1, nothing on standard output (toolkit's exit 1
+    /// always prints its line there), and bwrap's `bwrap: ` message on standard error.
+    fn setup_failure(
+        &self,
+        status: std::process::ExitStatus,
+        stdout: &[u8],
+        stderr: &str,
+    ) -> Option<Option<Terminal>> {
+        if status.code() != Some(1) || !stdout.is_empty() || !stderr.starts_with("bwrap: ") {
+            return None;
+        }
+        let refused = stderr.contains("namespace")
+            && (stderr.contains("No permissions")
+                || stderr.contains("Operation not permitted")
+                || stderr.contains("failed"))
+            || stderr.contains("uid map")
+            || stderr.contains("setting up uid");
+        Some(refused.then(|| Terminal::Refused(stderr.trim_end().to_string())))
+    }
+
+    /// Makes the egress directory and starts the proxy sandbox; the guard stops the proxy
+    /// and removes the directory on every path.
+    fn start_egress<'a>(
+        &'a self,
+        spec: &'a RunSpec,
+        egress: &Egress,
+        name: &str,
+        layout: &RootLayout,
+    ) -> Result<ProxyGuard<'a>, RunError> {
+        let dir = self.egress_dir(name);
+        if let Err(e) = make_private_dir(&dir) {
+            let detail = format!("{}: {e}", dir.display());
+            return Err(self.unavailable(spec, Trouble::EgressDir, &detail));
+        }
+        let mut guard = ProxyGuard {
+            spec,
+            dir,
+            sandbox: None,
+        };
+        let deadline = Instant::now() + self.egress_start;
+        let placement = self
+            .placement(
+                &format!("{name}-egress"),
+                CgroupLimits::new(PROXY_MEMORY, PROXY_PIDS),
+            )
+            .map_err(|e| self.unavailable(spec, Trouble::Limits, &e))?;
+        let argv = self.proxy_argv(egress, name, layout, placement.cgroup_view());
+        // The proxy's CPU is bounded by the whole call's time, the socket wait included.
+        let rlimits =
+            ResourceLimits::new(PROXY_MEMORY, self.pids, spec.timeout + self.egress_start);
+        let mut sandbox = self.start(
+            spec,
+            argv,
+            placement,
+            rlimits,
+            [Stdio::null(), Stdio::null(), Stdio::piped()],
+        )?;
+        let stderr = Capture::start(sandbox.child.stderr.take(), STDERR_KEEP, false);
+        guard.sandbox = Some(sandbox);
+        let pidfd = guard.sandbox.as_ref().map(|s| &s.pidfd);
+        let appeared = egress::wait_for_socket(&guard.dir, deadline, POLL, || {
+            pidfd.is_some_and(|p| p.wait_exit(Duration::ZERO))
+        });
+        if appeared {
+            return Ok(guard);
+        }
+        let exited = pidfd.is_some_and(|p| p.wait_exit(Duration::ZERO));
+        if exited {
+            stderr.wait_done(Instant::now() + POLL * 20);
+            let detail = format!("the proxy sandbox exited: {}", stderr.text());
+            return Err(self.unavailable(spec, Trouble::ProxyFailed, &detail));
+        }
+        let detail = format!(
+            "{} did not appear within {:?}",
+            guard.dir.join(EGRESS_SOCKET).display(),
+            self.egress_start
+        );
+        Err(self.unavailable(spec, Trouble::ProxySocket, &detail))
+    }
+
+    /// Runs the tool sandbox and answers by seed 003 section 6's table.
+    fn run_tool(
+        &self,
+        spec: &RunSpec,
+        name: &str,
+        layout: &RootLayout,
+    ) -> Result<RunOutput, RunError> {
+        let placement = self
+            .placement(name, CgroupLimits::new(self.memory, self.pids))
+            .map_err(|e| self.unavailable(spec, Trouble::Limits, &e))?;
+        let argv = self.build_argv(spec, name, layout, placement.cgroup_view());
+        let rlimits = ResourceLimits::new(self.memory, self.pids, spec.timeout);
+        let deadline = Instant::now() + spec.timeout;
+        let mut sandbox = self.start(
+            spec,
+            argv,
+            placement,
+            rlimits,
+            [Stdio::piped(), Stdio::piped(), Stdio::piped()],
+        )?;
+        if let Some(mut stdin) = sandbox.child.stdin.take() {
+            // From a thread: a sandbox that never reads must not block brokerd. Dropping the
+            // pipe closes it, which is the tool's end of input.
+            let input = spec.input.clone();
+            thread::spawn(move || {
+                let _ = stdin.write_all(&input);
+            });
+        }
+        let stdout = Capture::start(sandbox.child.stdout.take(), self.output_cap, true);
+        let stderr = Capture::start(sandbox.child.stderr.take(), STDERR_KEEP, false);
+        let status = loop {
+            if stdout.overflowed() {
+                // DESIGN.md "Output": the capped output is the answer, not a time-out.
+                sandbox.stop();
+                return Ok(RunOutput {
+                    content: super::output::decode(stdout.bytes(), true),
+                    truncated: true,
+                });
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if sandbox.pidfd.wait_exit(left.min(POLL)) {
+                match sandbox.reap() {
+                    Ok(status) => break status,
+                    Err(e) => {
+                        tracing::error!(session = %spec.session, call = %spec.call, "reaping bwrap failed: {e}");
+                        sandbox.stop();
+                        return Err(RunError::Failed(Failure::UnexpectedStatus));
+                    }
+                }
+            }
+            if Instant::now() >= deadline {
+                sandbox.stop();
+                return Err(RunError::Failed(Failure::TimedOut));
+            }
+        };
+        // bwrap has exited, so the sandbox's PID namespace is gone and the pipes end at once.
+        stdout.wait_done(Instant::now() + DRAIN_GRACE);
+        stderr.wait_done(Instant::now() + POLL * 20);
+        sandbox.stop();
+        let err = stderr.text();
+        if let Some(terminal) = self.setup_failure(status, &stdout.bytes(), &err) {
+            return Err(match terminal {
+                Some(t) => {
+                    self.remember(t.clone());
+                    self.unavailable(spec, Trouble::Terminal(t), "remembered until restart")
+                }
+                None => self.unavailable(spec, Trouble::Setup, &err),
+            });
+        }
+        let truncated = stdout.overflowed();
+        match verdict(status, stdout.bytes(), truncated) {
+            Verdict::Output(out) => Ok(out),
+            Verdict::RunnerFailed => {
+                let detail = format!("bwrap exited with {status}: {err}");
+                Err(self.unavailable(spec, Trouble::Setup, &detail))
+            }
+            Verdict::Failed(f) => {
+                tracing::info!(
+                    session = %spec.session,
+                    call = %spec.call,
+                    tool = %spec.tool,
+                    "bwrap exited with {status}; its standard error: {}",
+                    err.trim_end()
+                );
+                Err(RunError::Failed(f))
+            }
+        }
+    }
+}
+
+fn cmd_is_scope(cmd: &Command) -> bool {
+    cmd.get_program().as_bytes().ends_with(b"systemd-run")
+}
+
+impl Runner for BwrapRuntime {
+    fn poisoned(&self) -> bool {
+        BwrapRuntime::poisoned(self)
+    }
+
+    /// Removes every egress directory and every sandbox cgroup a crashed brokerd left.
+    fn sweep(&self) -> Result<usize, SweepError> {
+        let (mut removed, mut failed) = egress::sweep(&self.home);
+        // Probing here also prepares the delegated subtree once, at start-up.
+        if let Ok(Mechanism::Delegated { root }) = self.mechanism() {
+            let (groups, group_failures) = cgroup::sweep(root);
+            removed += groups;
+            failed.extend(group_failures);
+        }
+        if failed.is_empty() {
+            Ok(removed)
+        } else {
+            Err(SweepError(failed.join("; ")))
+        }
+    }
+
+    fn run(&self, spec: &RunSpec) -> Result<RunOutput, RunError> {
+        let started = Instant::now();
+        if !valid_id(&spec.session) || !valid_id(&spec.call) {
+            return Err(self.malformed(spec, "session or call is not an identifier"));
+        }
+        if let Some(m) = spec
+            .mounts
+            .iter()
+            .find(|m| check_grant_path(&m.path).is_err() || !m.path.is_absolute())
+        {
+            return Err(self.malformed(spec, &format!("{:?} cannot be mounted", m.path)));
+        }
+        if let Some(t) = self.terminal() {
+            return Err(self.unavailable(
+                spec,
+                Trouble::Terminal(t),
+                "remembered from an earlier call",
+            ));
+        }
+        if spec.egress.is_some() && self.poisoned() {
+            return Err(self.unavailable(spec, Trouble::Poisoned, "http_fetch is off"));
+        }
+        let layout = match self.layout() {
+            Ok(l) => l,
+            Err(e) => {
+                let detail = format!("{}: {e}", self.tools_root.display());
+                return Err(self.unavailable(spec, Trouble::ToolsRoot, &detail));
+            }
+        };
+        let name = BwrapRuntime::sandbox_name(spec);
+        let answer = match &spec.egress {
+            Some(egress) => self
+                .start_egress(spec, egress, &name, &layout)
+                .and_then(|_guard| self.run_tool(spec, &name, &layout)),
+            None => self.run_tool(spec, &name, &layout),
+        };
+        let status = match &answer {
+            Ok(out) if out.truncated => "result (truncated)",
+            Ok(_) => "result",
+            Err(RunError::Failed(_)) => "failed",
+            Err(RunError::Unavailable(_)) => "unavailable",
+        };
+        tracing::info!(
+            session = %spec.session,
+            call = %spec.call,
+            tool = %spec.tool,
+            sandbox = %name,
+            status,
+            duration_ms = started.elapsed().as_millis() as u64,
+            "call finished"
+        );
+        answer
+    }
+}
+
+/// A started bwrap, held by its pidfd. Dropping it stops it (SIGKILL through the pidfd,
+/// confirmed) and removes its cgroup; whatever cannot be confirmed poisons the runtime.
+struct Sandbox<'a> {
+    child: Child,
+    pidfd: Pidfd,
+    placement: Option<Placement>,
+    reaped: bool,
+    kill_confirm: Duration,
+    poisoned: &'a AtomicBool,
+}
+
+impl Sandbox<'_> {
+    fn reap(&mut self) -> io::Result<std::process::ExitStatus> {
+        let status = self.pidfd.reap()?;
+        self.reaped = true;
+        Ok(status)
+    }
+
+    /// Kills bwrap (and with it the sandbox's PID namespace) through the pidfd, waits to see
+    /// it die, then empties and removes the cgroup. Idempotent.
+    fn stop(&mut self) {
+        if !self.reaped {
+            match self.pidfd.kill_and_reap(self.kill_confirm) {
+                Stopped::Confirmed(_) => self.reaped = true,
+                Stopped::Unconfirmed => {
+                    self.poisoned.store(true, Ordering::SeqCst);
+                    tracing::error!(
+                        "bwrap (pid {}) did not die after two SIGKILLs through its pidfd; {}; see {RUNBOOK}",
+                        self.child.id(),
+                        Trouble::Poisoned
+                    );
+                }
+            }
+        }
+        if let Some(p) = self.placement.take() {
+            drop_placement(p, self.poisoned);
+        }
+    }
+}
+
+impl Drop for Sandbox<'_> {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Removes a sandbox's child cgroup (a scope goes by itself once empty, `--collect`).
+fn drop_placement(p: Placement, poisoned: &AtomicBool) {
+    if let Placement::Group(g) = p {
+        let dir = g.dir().to_path_buf();
+        if !g.remove() {
+            poisoned.store(true, Ordering::SeqCst);
+            tracing::error!(
+                "the sandbox cgroup {} could not be confirmed empty and removed; {}; see {RUNBOOK}",
+                dir.display(),
+                Trouble::Poisoned
+            );
+        }
+    }
+}
+
+/// Stops the proxy and removes the egress directory when the call ends, however it ends:
+/// no proxy outlives its call (seed 003 section 1).
+struct ProxyGuard<'a> {
+    spec: &'a RunSpec,
+    dir: PathBuf,
+    sandbox: Option<Sandbox<'a>>,
+}
+
+impl Drop for ProxyGuard<'_> {
+    fn drop(&mut self) {
+        if let Some(mut s) = self.sandbox.take() {
+            s.stop();
+        }
+        if let Err(e) = egress::remove_dir(&self.dir) {
+            tracing::warn!(
+                session = %self.spec.session,
+                call = %self.spec.call,
+                "could not remove {}: {e}",
+                self.dir.display()
+            );
+        }
+    }
+}
+
+/// `/<name>`
+fn inside(name: &OsStr) -> OsString {
+    let mut s = OsString::from("/");
+    s.push(name);
+    s
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_layout_leaves_out_the_sandbox_s_own_mount_points() {
+        let root = tempfile::tempdir().expect("tempdir");
+        for d in ["bin", "etc", "proc", "dev", "tmp", "run", "sys", "nix"] {
+            std::fs::create_dir(root.path().join(d)).expect("dir");
+        }
+        std::fs::write(root.path().join("init"), "").expect("file");
+        std::os::unix::fs::symlink("usr/lib", root.path().join("lib")).expect("link");
+        let got = RootLayout::read(root.path()).expect("read");
+        assert_eq!(
+            got,
+            RootLayout(vec![
+                RootEntry::Bound("bin".into()),
+                RootEntry::Bound("etc".into()),
+                RootEntry::Bound("init".into()),
+                RootEntry::Symlink("lib".into(), "usr/lib".into()),
+                RootEntry::Bound("nix".into()),
+            ])
+        );
+    }
+
+    #[test]
+    fn bwrap_s_own_refusals_are_told_from_a_tool_s_exit_1() {
+        let cfg = crate::config::parse(
+            "[runner]\nbackend = \"bwrap\"\nenforce_limits = false\n",
+            "t.toml",
+        )
+        .expect("config");
+        let rt = BwrapRuntime::new(
+            cfg.runner.as_ref().expect("runner"),
+            cfg.bwrap.as_ref().expect("bwrap"),
+        );
+        use std::os::unix::process::ExitStatusExt;
+        let one = std::process::ExitStatus::from_raw(1 << 8);
+        let zero = std::process::ExitStatus::from_raw(0);
+        let userns = "bwrap: No permissions to create new namespace, likely because the kernel does not allow non-privileged user namespaces.\n";
+        let cases: [(std::process::ExitStatus, &[u8], &str, Option<bool>); 5] = [
+            (one, b"", userns, Some(true)),
+            (
+                one,
+                b"",
+                "bwrap: setting up uid map: Permission denied\n",
+                Some(true),
+            ),
+            (
+                one,
+                b"",
+                "bwrap: Can't find source path /srv/x: No such file or directory\n",
+                Some(false),
+            ),
+            (one, b"read_file: /x: no such file\n", "", None),
+            (zero, b"", "bwrap: whatever\n", None),
+        ];
+        for (status, out, err, want) in cases {
+            let got = rt.setup_failure(status, out, err).map(|t| t.is_some());
+            assert_eq!(got, want, "{err}");
+        }
+    }
+}

@@ -1,0 +1,148 @@
+//! The bwrap argument lists (DESIGN.md "Runners", seed 000 5.1.3.3), byte for byte against the
+//! golden files in `tests/fixtures/bwrap/` (one argument a line). A change here is a change of
+//! the sandbox: review the file's diff flag by flag.
+//!
+//! Set `BLESS=1` to rewrite the files from the code (then read the diff before committing).
+
+use std::ffi::OsString;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use brokerd::config;
+use brokerd::runner::bwrap::{BwrapRuntime, RootEntry, RootLayout};
+use brokerd::runner::{Egress, Mount, RunSpec};
+use proto::tools::ToolName;
+
+/// A fixed name, so the files do not depend on the per-process counter.
+const NAME: &str = "boxmaker-s1-c1-7";
+const CGROUP: &str = "/sys/fs/cgroup/system.slice/boxmaker.service/sandbox-boxmaker-s1-c1-7";
+
+/// The layout of images/build-tools-image.sh's tree (its mount points left out), plus a
+/// top-level symlink as a Nix image has them.
+fn layout() -> RootLayout {
+    RootLayout(vec![
+        RootEntry::Bound("bin".into()),
+        RootEntry::Bound("etc".into()),
+        RootEntry::Bound("lib".into()),
+        RootEntry::Symlink("lib64".into(), "usr/lib64".into()),
+        RootEntry::Bound("usr".into()),
+    ])
+}
+
+fn runtime() -> BwrapRuntime {
+    let text = "[runner]\nbackend = \"bwrap\"\nhome = \"/var/lib/boxmaker\"\n\n[bwrap]\ntools_root = \"/var/lib/boxmaker/tools-root\"\n";
+    let cfg = config::parse(text, "golden.toml").expect("config");
+    BwrapRuntime::new(
+        cfg.runner.as_ref().expect("runner"),
+        cfg.bwrap.as_ref().expect("bwrap"),
+    )
+    .with_layout(layout())
+}
+
+fn mount(path: &str, write: bool) -> Mount {
+    Mount {
+        path: PathBuf::from(path),
+        write,
+    }
+}
+
+fn spec(tool: ToolName, mounts: Vec<Mount>, egress: Option<Egress>) -> RunSpec {
+    RunSpec {
+        session: "s1".into(),
+        call: "c1".into(),
+        tool,
+        input: b"{}".to_vec(),
+        mounts,
+        egress,
+        timeout: Duration::from_secs(30),
+    }
+}
+
+fn egress() -> Egress {
+    Egress {
+        hosts: vec!["docs.example.org".into(), "*.example.net".into()],
+        allow_addresses: vec!["192.0.2.0/24".into(), "2001:db8::/32".into()],
+    }
+}
+
+fn assert_golden(file: &str, args: &[OsString]) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/bwrap")
+        .join(file);
+    let mut got = Vec::new();
+    for a in args {
+        got.extend_from_slice(a.as_bytes());
+        got.push(b'\n');
+    }
+    if std::env::var_os("BLESS").is_some() {
+        std::fs::write(&path, &got).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    }
+    let want = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    assert_eq!(
+        String::from_utf8_lossy(&got),
+        String::from_utf8_lossy(&want),
+        "{file}"
+    );
+    assert_eq!(got, want, "{file}: bytes differ");
+}
+
+#[test]
+fn tool_argument_lists() {
+    let rt = runtime();
+    let l = layout();
+    let notes_ro = || vec![mount("/srv/notes", false), mount("/srv/ref", false)];
+    let notes_rw = || vec![mount("/srv/notes", true), mount("/srv/ref", false)];
+    let cases = [
+        (
+            "read_file.args",
+            spec(ToolName::ReadFile, notes_ro(), None),
+            None,
+        ),
+        (
+            "write_file.args",
+            spec(ToolName::WriteFile, notes_rw(), None),
+            None,
+        ),
+        ("shell.args", spec(ToolName::Shell, notes_rw(), None), None),
+        (
+            "http_fetch.args",
+            spec(ToolName::HttpFetch, Vec::new(), Some(egress())),
+            None,
+        ),
+        (
+            "shell-cgroup.args",
+            spec(ToolName::Shell, notes_ro(), None),
+            Some(Path::new(CGROUP)),
+        ),
+    ];
+    for (file, spec, cgroup) in cases {
+        assert_golden(file, &rt.build_argv(&spec, NAME, &l, cgroup));
+    }
+}
+
+#[test]
+fn egress_proxy_argument_list() {
+    let rt = runtime();
+    let l = layout();
+    assert_golden("egress.args", &rt.proxy_argv(&egress(), NAME, &l, None));
+}
+
+#[test]
+fn any_path_survives_as_one_argument() {
+    let rt = runtime();
+    let l = layout();
+    let odd = "/srv/a b/\u{e9}t\u{e9} -- --bind";
+    let args = rt.build_argv(
+        &spec(ToolName::ReadFile, vec![mount(odd, false)], None),
+        NAME,
+        &l,
+        None,
+    );
+    let at = args
+        .iter()
+        .position(|a| a == odd)
+        .expect("the path is one argument");
+    assert_eq!(args[at - 1], "--ro-bind");
+    assert_eq!(args[at + 1], odd);
+}
