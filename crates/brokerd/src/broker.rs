@@ -419,7 +419,7 @@ impl Broker {
             Ok(o) => o,
             Err(Busy) => {
                 rec.status = Some("busy".into());
-                let _ = self.record(outcome_record(rec, started)).await;
+                let _ = self.record(outcome_record(rec, "not_run", started)).await;
                 return error(ProtocolError::Busy);
             }
         };
@@ -462,7 +462,7 @@ impl Broker {
             duration_ms = started.elapsed().as_millis() as u64,
             "call"
         );
-        if let Err(e) = self.record(outcome_record(rec, started)).await {
+        if let Err(e) = self.record(outcome_record(rec, "ran", started)).await {
             return self.audit_failed(&e);
         }
         body
@@ -685,8 +685,9 @@ pub const AUDIT_UNAVAILABLE: &str = "the call could not be audited, so it was no
 /// No slot and no room in the queue.
 struct Busy;
 
-fn outcome_record(mut rec: Record, started: Instant) -> Record {
-    rec.decision = Some("ran".into());
+/// The second record of an allowed call: whether it ran, how it ended, how long it took.
+fn outcome_record(mut rec: Record, decision: &str, started: Instant) -> Record {
+    rec.decision = Some(decision.into());
     rec.duration_ms = Some(started.elapsed().as_millis() as u64);
     rec
 }
