@@ -111,10 +111,7 @@ fn doctor(cfg: &Config) -> u8 {
         return 2;
     };
     if rc.backend == Backend::Bwrap {
-        r.check(
-            "backend",
-            Err("backend = \"bwrap\" is not available in this build; use \"podman\"".into()),
-        );
+        return doctor_bwrap(cfg, rc, r);
     }
     r.check(
         "podman",
@@ -175,6 +172,106 @@ fn doctor(cfg: &Config) -> u8 {
         );
     } else {
         r.check("egress network", Ok(rc.egress_network.clone()));
+    }
+    r.check(
+        "poisoned",
+        Ok("only a running brokerd knows; see `boxctl status`".into()),
+    );
+    for (name, g) in &cfg.grants {
+        for p in &g.paths {
+            r.check(
+                &format!("grant {name}: {}", p.path.display()),
+                reachable(&p.path, p.write),
+            );
+        }
+    }
+    if r.failed == 0 {
+        0
+    } else {
+        2
+    }
+}
+
+/// The bwrap backend's checks (runbook/runner.md#bwrap-unavailable): bwrap is there, the
+/// kernel gives it a user namespace, the tools root holds toolkit, and the cgroup mechanism
+/// exists where limits are enforced. Read-only: nothing is prepared or moved.
+fn doctor_bwrap(cfg: &Config, rc: &config::RunnerConfig, mut r: Report) -> u8 {
+    use brokerd::runner::cgroup;
+    let hint = "see runbook/runner.md#bwrap-unavailable";
+    let version = Command::new("bwrap")
+        .arg("--version")
+        .stdin(Stdio::null())
+        .output();
+    r.check(
+        "bwrap",
+        match version {
+            Ok(o) if o.status.success() => {
+                Ok(String::from_utf8_lossy(&o.stdout).trim().to_string())
+            }
+            Ok(o) => Err(format!("bwrap --version exited with {}; {hint}", o.status)),
+            Err(e) => Err(format!(
+                "{e}; install bubblewrap (Debian: apt-get install bubblewrap); {hint}"
+            )),
+        },
+    );
+    let userns = Command::new("bwrap")
+        .args([
+            "--unshare-user",
+            "--unshare-all",
+            "--ro-bind",
+            "/",
+            "/",
+            "true",
+        ])
+        .stdin(Stdio::null())
+        .output();
+    r.check(
+        "user namespaces",
+        match userns {
+            Ok(o) if o.status.success() => {
+                Ok("bwrap made a user namespace with every namespace unshared".into())
+            }
+            Ok(o) => Err(format!(
+                "{}; allow unprivileged user namespaces for the service user; {hint}",
+                String::from_utf8_lossy(&o.stderr).trim()
+            )),
+            Err(e) => Err(format!("{e}; {hint}")),
+        },
+    );
+    if let Some(b) = &cfg.bwrap {
+        let toolkit = b.tools_root.join("bin/toolkit");
+        r.check(
+            "tools root",
+            if toolkit.is_file() {
+                Ok(format!("{} present", toolkit.display()))
+            } else {
+                Err(format!(
+                    "{} is missing: build it with images/build-tools-image.sh; {hint}",
+                    toolkit.display()
+                ))
+            },
+        );
+        let mechanism = match b.cgroup {
+            config::CgroupMode::Delegated => std::fs::read_to_string("/proc/self/cgroup")
+                .ok()
+                .and_then(|t| cgroup::own_group(&t))
+                .map(|own| Path::new(cgroup::CGROUP_ROOT).join(own.strip_prefix("/").unwrap_or(&own)))
+                .and_then(|dir| std::fs::read_to_string(dir.join("cgroup.controllers")).ok().map(|c| (dir, c)))
+                .filter(|(_, c)| c.contains("memory") && c.contains("pids"))
+                .map(|(dir, c)| format!("delegated group {} with {}", dir.display(), c.trim()))
+                .ok_or_else(|| "no delegated cgroup v2 group with memory and pids (run doctor inside the unit, Delegate=yes)".to_string()),
+            config::CgroupMode::SystemdScope => cgroup::find_in_path("systemd-run")
+                .map(|p| format!("systemd-run at {}", p.display()))
+                .ok_or_else(|| "systemd-run is not in PATH".to_string()),
+        };
+        r.check(
+            "cgroup limits",
+            match (mechanism, rc.enforce_limits) {
+                (Ok(m), _) => Ok(m),
+                (Err(e), false) => Ok(format!("limits are NOT enforced here ({e}); enforce_limits = false accepts that, rlimits still apply")),
+                (Err(e), true) => Err(format!("{e}: calls answer unavailable; {hint}")),
+            },
+        );
     }
     r.check(
         "poisoned",
