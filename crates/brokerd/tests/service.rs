@@ -1331,7 +1331,7 @@ fn busy_when_the_queue_is_full() {
     assert_eq!(svc.runner.calls(), queue + 1);
     let d = svc.decisions();
     assert!(
-        d.contains(&("s".into(), "late".into(), "ran".into(), "busy".into())),
+        d.contains(&("s".into(), "late".into(), "not_run".into(), "busy".into())),
         "{d:?}"
     );
 }
