@@ -457,6 +457,11 @@ impl Runner for PodmanRuntime {
         let mut removed = 0;
         let mut failed = Vec::new();
         for name in &names {
+            // A running container's PID 1 (toolkit) ignores SIGTERM, so a bare `rm -f` waits
+            // out podman's 10 s stop timeout, as long as the helper's own limit: kill first, as
+            // `remove` does. A container that is not running makes `kill` fail; `rm -f` decides.
+            let kill: Vec<OsString> = vec!["kill".into(), name.into()];
+            let _ = self.helper(&kill, self.helper_timeout);
             let args: Vec<OsString> = vec!["rm".into(), "-f".into(), name.into()];
             match self.helper(&args, self.helper_timeout) {
                 Helper::Exited(status, _) if status.success() => removed += 1,
