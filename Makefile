@@ -3,7 +3,7 @@ SHELL := /bin/bash
 MUSL := x86_64-unknown-linux-musl
 TOOLKIT := target/$(MUSL)/release/toolkit
 
-.PHONY: demo test unit static-check toolchain fmt-check clippy nix-check
+.PHONY: demo test unit static-check toolchain fmt-check clippy nix-check guest-test
 
 toolchain:
 	scripts/setup.sh toolchain
@@ -24,6 +24,14 @@ fmt-check:
 # evaluation).
 nix-check:
 	nixos/checks/nix-check.sh
+
+# The QEMU guest (vm-tests/guest/run.sh, as root): systemd, cgroup v2 and the limits enforced,
+# brokerd from dist/systemd/, and the scenario suite when it builds.
+guest-test: $(TOOLKIT)
+	cargo build --release --locked -p brokerd -p boxctl
+	if cargo metadata --no-deps --format-version 1 | grep -q '"name":"boxmaker-e2e"'; then \
+		cargo build --release --locked --target $(MUSL) -p boxmaker-e2e; fi
+	vm-tests/guest/run.sh
 
 # The whole suite, as CI runs it.
 test: fmt-check static-check unit nix-check

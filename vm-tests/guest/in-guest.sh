@@ -27,6 +27,10 @@ PIDS=32
 SHELL_MS=150000
 TIMEOUT_MS=200000
 GRACE_S=5
+# The scenario suite's bound, and what run.sh passes it (e.g. --only NAME ...), from guest.env.
+E2E_TIMEOUT_S=1200
+E2E_ARGS=""
+[ -f "$(dirname "$0")/guest.env" ] && . "$(dirname "$0")/guest.env"
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 export LC_ALL=C.UTF-8
 
@@ -309,7 +313,9 @@ wait_for_container() {
 }
 
 # --- stopping the service: drain, then nothing left ---------------------------------------------
-call g2 long shell "$(shell_args 'sleep 90')" >"$RESULTS/stop-call.txt" &
+# The calls below sleep far longer than the check waits: a container that goes away did not just
+# finish its work.
+call g2 long shell "$(shell_args 'sleep 600')" >"$RESULTS/stop-call.txt" &
 call_pid=$!
 if name=$(wait_for_container); then
     t=$(date +%s)
@@ -317,10 +323,13 @@ if name=$(wait_for_container); then
     t_stop=$(( $(date +%s) - t ))
     wait "$call_pid"
     left=$(leftovers)
-    if [ -z "$left" ] && [ -z "$(egress_left)" ] && [ "$(state ActiveState)" != active ]; then
+    stopped=$(state ActiveState)/$(state Result)
+    if [ -z "$left" ] && [ -z "$(egress_left)" ] && [ "$stopped" = inactive/success ]; then
         ok stop-leaves-nothing "$name removed; stop took ${t_stop}s (grace ${GRACE_S}s); the caller got $(head -c 200 "$RESULTS/stop-call.txt")"
     else
-        fail stop-leaves-nothing "after stop: service $(state ActiveState), left: $left $(egress_left)"
+        sleep 20
+        fail stop-leaves-nothing "after a stop of ${t_stop}s the service is $stopped, left: '$left' $(egress_left); 20s later: '$(leftovers)'"
+        note "$(journalctl -b --no-pager -o cat -u "$service_unit" | tail -n 15)"
     fi
 else
     kill "$call_pid" 2>/dev/null
@@ -329,27 +338,29 @@ fi
 
 # --- a crash during a call, and the restart's sweep -----------------------------------------------
 client status >/dev/null
-call g3 crash shell "$(shell_args 'sleep 120')" >"$RESULTS/crash-call.txt" &
+call g3 crash shell "$(shell_args 'sleep 600')" >"$RESULTS/crash-call.txt" &
 call_pid=$!
 if name=$(wait_for_container); then
     pid=$(state MainPID)
+    cursor=$(journalctl -n 0 --show-cursor --no-pager | sed -n 's/^-- cursor: //p')
     systemctl kill -s KILL "$service_unit"
-    for _ in $(seq 60); do [ "$(state ActiveState)" != active ] && break; sleep 0.5; done
+    for _ in $(seq 60); do [ "$(state MainPID)" != "$pid" ] && break; sleep 0.5; done
     wait "$call_pid"
-    crashed=$(state ActiveState)/$(state Result)
+    crashed=$(state ActiveState)/$(state SubState)/$(state Result)
     left_by_crash=$(leftovers)
     t=$(date +%s)
+    # The next connection (or Restart=) starts brokerd again; its answer comes after the sweep.
     restarted=$(client status)
-    for _ in $(seq 60); do [ -z "$(leftovers)" ] && break; sleep 1; done
     t_sweep=$(( $(date +%s) - t ))
     left=$(leftovers)
-    swept=$(journalctl -b --no-pager -o cat -u "$service_unit" | grep -c 'left by an earlier run')
+    swept=$(journalctl --no-pager -o cat -u "$service_unit" ${cursor:+--after-cursor="$cursor"} | grep -c 'left by an earlier run')
     if [ -z "$left_by_crash" ]; then
         fail crash-sweep "nothing was left after the SIGKILL of pid $pid ($crashed), so the sweep was not exercised"
     elif [ -z "$left" ] && [ -z "$(egress_left)" ] && [ "$(jq -r .kind <<<"$restarted")" = status ] && [ "$swept" -ge 1 ]; then
-        ok crash-sweep "SIGKILL of pid $pid ($crashed) left '$left_by_crash'; the restart removed it within ${t_sweep}s"
+        ok crash-sweep "SIGKILL of pid $pid ($crashed) left '$left_by_crash'; brokerd answered again ${t_sweep}s later, having removed it"
     else
-        fail crash-sweep "after the restart ($restarted): left '$left' $(egress_left); sweep log lines: $swept"
+        fail crash-sweep "after the restart ($restarted, ${t_sweep}s): left '$left' $(egress_left); sweep log lines since the crash: $swept"
+        note "$(journalctl -b --no-pager -o cat -u "$service_unit" | tail -n 15)"
     fi
 else
     kill "$call_pid" 2>/dev/null
@@ -364,11 +375,42 @@ else
 fi
 
 # --- the scenario suite ---------------------------------------------------------------------------
-e2e_run=$PAYLOAD/src/tests/e2e/run.sh
-if [ -x "$PAYLOAD/bin/boxmaker-e2e" ] && [ -f "$e2e_run" ]; then
-    skip scenario-suite "the suite's binary is here, but its guest invocation is not wired yet"
+# tests/e2e/run.sh, as on a host: it makes the test image (with its test CA), the network
+# namespace with the suite's hosts, and runs `boxmaker-e2e run` with a brokerd of its own. It
+# expects a checkout with built binaries; the guest has no Rust toolchain, so the binaries built
+# on the host are laid out where it looks, and a no-op `cargo` stands in for its build step.
+run_scenarios() {
+    local repo=/opt/boxmaker-e2e-repo musl=x86_64-unknown-linux-musl rc=0 t line
+    mkdir -p "$repo/tests/e2e" "$repo/target/release" "$repo/target/$musl/release" "$repo/.guest-bin"
+    ln -sfn "$PAYLOAD/src/images" "$repo/images"
+    ln -sfn "$PAYLOAD/src/scripts" "$repo/scripts"
+    cp "$PAYLOAD/src/tests/e2e/run.sh" "$repo/tests/e2e/run.sh"
+    cp "$PAYLOAD/bin/brokerd" "$PAYLOAD/bin/boxctl" "$repo/target/release/"
+    cp "$PAYLOAD/bin/toolkit" "$PAYLOAD/bin/boxmaker-e2e" "$repo/target/$musl/release/"
+    printf '#!/bin/sh\n# The guest has no Rust toolchain: the binaries were built on the host.\nexit 0\n' >"$repo/.guest-bin/cargo"
+    chmod 0755 "$repo/.guest-bin/cargo"
+    t=$(date +%s)
+    (cd "$repo" && PATH=$repo/.guest-bin:$PATH E2E_SKIP_SETUP=1 CARGO_TARGET_DIR=$repo/target \
+        timeout "$E2E_TIMEOUT_S" bash tests/e2e/run.sh "$@") >"$RESULTS/e2e.txt" 2>&1 || rc=$?
+    while IFS= read -r line; do
+        case "$line" in
+            "ok "*) ok "e2e/${line#ok }" ;;
+            "FAIL "*) name=${line#FAIL }; fail "e2e/${name%%:*}" "${name#*: }" ;;
+        esac
+    done <"$RESULTS/e2e.txt"
+    out "timing scenarios $(( $(date +%s) - t ))s (tests/e2e/run.sh in the guest, exit $rc)"
+    if [ "$rc" -ne 0 ] && ! grep -q '^FAIL ' "$RESULTS/e2e.txt"; then
+        fail scenario-suite "tests/e2e/run.sh exited with $rc without a failed scenario"
+        note "$(tail -n 15 "$RESULTS/e2e.txt")"
+    fi
+}
+if [ -x "$PAYLOAD/bin/boxmaker-e2e" ] && [ -f "$PAYLOAD/src/tests/e2e/run.sh" ]; then
+    # The service's brokerd must not run beside the suite's own.
+    systemctl stop "$service_unit" "$socket_unit"
+    # shellcheck disable=SC2086
+    run_scenarios $E2E_ARGS
 else
-    skip scenario-suite "boxmaker-e2e was not built"
+    skip scenario-suite "boxmaker-e2e or tests/e2e/run.sh was not in the payload"
 fi
 
 # --- at the very end: stop, and nothing may remain -------------------------------------------------

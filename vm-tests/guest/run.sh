@@ -153,6 +153,8 @@ if [ -x "$E2E_BIN" ] && [ -f "$E2E_RUN" ]; then
 else
     say "no scenario suite ($E2E_BIN, $E2E_RUN): the guest skips it"
 fi
+# What the guest's checks take from this run's environment.
+printf 'E2E_ARGS=%q\n' "${GUEST_E2E_ARGS:-}" >"$p/guest.env"
 payload=$work/payload.img
 truncate -s "$(( $(du -sm "$p" | cut -f1) + 512 ))M" "$payload"
 mkfs.ext4 -q -F -L bxpayload -d "$p" "$payload"
@@ -185,7 +187,7 @@ qemu-system-x86_64 "${accel[@]}" -smp "$GUEST_CPUS" -m "$GUEST_MEM" -machine q35
     </dev/null >"$serial" 2>&1 &
 qemu_pid=$!
 # The serial console as it comes, for whoever watches (CI logs).
-tail -n +1 -F --pid="$qemu_pid" "$serial" 2>/dev/null | tr -d '\r' | sed -u 's/^/guest| /' >&2 &
+tail -n +1 -F --pid="$qemu_pid" "$serial" 2>/dev/null | sed -u 's/\r$//; s/^/guest| /' >&2 &
 tail_pid=$!
 timed_out=0
 deadline=$(( $(date +%s) + GUEST_TIMEOUT ))
