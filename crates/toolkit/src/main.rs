@@ -8,6 +8,7 @@ use toolkit::tools::{self, Exit, Misuse};
 const USAGE: &str = "usage: toolkit read_file | write_file | shell | http_fetch   (arguments as JSON on standard input)\n       toolkit egress-proxy --socket <path> --allow <pattern>[,<pattern>...] [--allow-address <cidr>]...";
 
 fn main() -> ExitCode {
+    exit_on_sigterm();
     let args: Vec<String> = match std::env::args_os()
         .skip(1)
         .map(|a| a.into_string())
@@ -41,6 +42,26 @@ fn main() -> ExitCode {
     match outcome {
         Ok(exit) => ExitCode::from(exit as u8),
         Err(e) => misused(&format!("{sub}: {e}")),
+    }
+}
+
+/// toolkit is the first process of its container, and the kernel drops a signal whose action
+/// is the default when it is sent to a PID namespace's first process: SIGTERM from `podman rm
+/// -f` or `podman stop` would be ignored and podman would wait out its 10 s grace before
+/// SIGKILL, longer than brokerd waits for a clean-up step. So SIGTERM ends toolkit at once; the
+/// kernel then kills the rest of the container. (Programs toolkit starts get the default action
+/// back when they exec.)
+fn exit_on_sigterm() {
+    extern "C" fn on_term(_: libc::c_int) {
+        // SAFETY: _exit is async-signal-safe and touches no state of this process.
+        unsafe { libc::_exit(128 + libc::SIGTERM) }
+    }
+    // SAFETY: the handler only calls an async-signal-safe function.
+    unsafe {
+        libc::signal(
+            libc::SIGTERM,
+            on_term as extern "C" fn(libc::c_int) as libc::sighandler_t,
+        );
     }
 }
 
