@@ -1,14 +1,29 @@
 #!/usr/bin/env bash
 # boxmaker's setup for Debian 12 and other non-NixOS hosts. Idempotent: each step checks
-# before it changes anything and says what it changed.
+# before it changes anything and says what it changed (a step that changed nothing says so).
 #
 #   scripts/setup.sh toolchain   Rust's musl target (the toolkit is static) and build packages
-#   scripts/setup.sh undo        remove what `toolchain` added (the packages stay: other
-#                                software may use them)
+#   scripts/setup.sh packages    what brokerd and the tools image need at run time
+#   scripts/setup.sh user        the service user `boxmaker` for rootless Podman: home,
+#                                subordinate IDs, its Podman configuration, lingering, a runtime
+#                                directory
+#   scripts/setup.sh all         toolchain, packages, user
+#   scripts/setup.sh undo        remove the service user with its files (its containers and
+#                                images go with it) and what `toolchain` added; the packages
+#                                stay: other software may use them
 set -euo pipefail
 
 # Packages the build and the tests need on a fresh Debian 12 machine.
 BUILD_PACKAGES=(build-essential musl-tools pkg-config binutils)
+# What brokerd, rootless Podman on this kind of host and the no-Nix tools image need.
+# containernetworking-plugins: without it (or netavark) podman's dependencies do not configure.
+RUN_PACKAGES=(podman uidmap slirp4netns runc containernetworking-plugins fuse-overlayfs
+    busybox-static curl iproute2 ca-certificates)
+
+SERVICE_USER=boxmaker
+SERVICE_HOME=/var/lib/boxmaker
+# Subordinate IDs for the user's containers (the whole 16-bit range a container may use).
+SUBID_COUNT=65536
 
 say() { printf 'setup: %s\n' "$*"; }
 
@@ -30,7 +45,7 @@ install_packages() {
     local missing
     missing=$(missing_packages "$@")
     if [ -z "$missing" ]; then
-        return 0
+        return 1
     fi
     need_root
     say "installing packages: $(echo $missing)"
@@ -40,7 +55,8 @@ install_packages() {
 }
 
 toolchain() {
-    install_packages "${BUILD_PACKAGES[@]}"
+    local changed=0
+    install_packages "${BUILD_PACKAGES[@]}" && changed=1
     if ! command -v cargo >/dev/null 2>&1; then
         echo "setup: cargo is not on PATH; install Rust with rustup (Debian's rustc is too old)" >&2
         exit 1
@@ -48,21 +64,215 @@ toolchain() {
     if ! rustup target list --installed 2>/dev/null | grep -qx x86_64-unknown-linux-musl; then
         say "adding the Rust target x86_64-unknown-linux-musl"
         rustup target add x86_64-unknown-linux-musl >/dev/null
+        changed=1
+    fi
+    [ "$changed" = 1 ] || say "toolchain: nothing to change"
+}
+
+packages() {
+    install_packages "${RUN_PACKAGES[@]}" || say "packages: nothing to change"
+}
+
+# --- the service user ----------------------------------------------------------------------
+
+systemd_is_init() { [ "$(ps -p 1 -o comm= 2>/dev/null)" = systemd ]; }
+
+# cgroup v2 alone ("unified") is the only layout where rootless containers get limits and crun
+# works; on hybrid or v1 hosts Debian's crun fails to start containers, runc does not.
+cgroup_v2_only() { [ "$(stat -fc %T /sys/fs/cgroup 2>/dev/null)" = cgroup2fs ]; }
+
+service_uid() { id -u "$SERVICE_USER"; }
+
+runtime_dir() { echo "/run/user/$(service_uid)"; }
+
+# Writes $2 to $1 (owned by the service user) unless it already holds exactly that; says so.
+write_user_file() {
+    local file=$1 content=$2
+    if [ -f "$file" ] && [ "$(cat "$file")" = "$content" ]; then
+        return 1
+    fi
+    runuser -u "$SERVICE_USER" -- mkdir -p "$(dirname "$file")"
+    printf '%s\n' "$content" >"$file"
+    chown "$SERVICE_USER:$SERVICE_USER" "$file"
+    say "wrote $file"
+}
+
+# The first ID past every range in /etc/subuid and /etc/subgid, at least 100000.
+next_subid_start() {
+    cat /etc/subuid /etc/subgid 2>/dev/null |
+        awk -F: 'BEGIN { n = 100000 } NF == 3 { e = $2 + $3; if (e > n) n = e } END { print n }'
+}
+
+add_subids() {
+    local file=$1 start=$2
+    if grep -q "^$SERVICE_USER:" "$file" 2>/dev/null || grep -q "^$(service_uid):" "$file" 2>/dev/null; then
+        return 1
+    fi
+    echo "$SERVICE_USER:$start:$SUBID_COUNT" >>"$file"
+    say "added $SERVICE_USER:$start:$SUBID_COUNT to $file"
+}
+
+# Whether the kernel lets an unprivileged user mount overlayfs in a user namespace (5.11+, and
+# not on every backing file system): then Podman's native overlay driver works rootless.
+native_overlay_works() {
+    local t rc=1
+    t=$(runuser -u "$SERVICE_USER" -- mktemp -d "$SERVICE_HOME/.overlay-probe.XXXXXX")
+    runuser -u "$SERVICE_USER" -- mkdir "$t/l" "$t/u" "$t/w" "$t/m"
+    if runuser -u "$SERVICE_USER" -- unshare --user --map-root-user --mount \
+        mount -t overlay overlay -o "lowerdir=$t/l,upperdir=$t/u,workdir=$t/w" "$t/m" 2>/dev/null; then
+        rc=0
+    fi
+    rm -rf "$t"
+    return $rc
+}
+
+# Every command of the service user's Podman, from root: scripts/as-boxmaker.
+as_user() { "$(dirname "$0")/as-boxmaker" "$@"; }
+
+user() {
+    need_root
+    local changed=0 uid start conf storage driver_conf
+    if ! id "$SERVICE_USER" >/dev/null 2>&1; then
+        useradd --system --user-group --home-dir "$SERVICE_HOME" --create-home \
+            --shell /usr/sbin/nologin --comment "boxmaker broker" "$SERVICE_USER"
+        say "created the system user $SERVICE_USER (home $SERVICE_HOME)"
+        changed=1
+    fi
+    uid=$(service_uid)
+    if [ ! -d "$SERVICE_HOME" ]; then
+        install -d -o "$SERVICE_USER" -g "$SERVICE_USER" -m 0750 "$SERVICE_HOME"
+        say "made $SERVICE_HOME"
+        changed=1
+    fi
+    # Where egress directories live (seed 003 section 6: <home>/run/egress/).
+    if [ ! -d "$SERVICE_HOME/run/egress" ]; then
+        install -d -o "$SERVICE_USER" -g "$SERVICE_USER" -m 0700 "$SERVICE_HOME/run" "$SERVICE_HOME/run/egress"
+        say "made $SERVICE_HOME/run/egress"
+        changed=1
+    fi
+    touch /etc/subuid /etc/subgid
+    start=$(next_subid_start)
+    add_subids /etc/subuid "$start" && changed=1
+    add_subids /etc/subgid "$start" && changed=1
+
+    # Podman's engine settings for this host.
+    conf="[engine]"
+    if ! cgroup_v2_only; then
+        conf+=$'\n# This host has a hybrid or v1 cgroup hierarchy: crun fails there, runc works.\nruntime = "runc"'
+    fi
+    if ! systemd_is_init; then
+        conf+=$'\n# No systemd: no user session to manage cgroups or take events.\ncgroup_manager = "cgroupfs"\nevents_logger = "file"'
+    fi
+    write_user_file "$SERVICE_HOME/.config/containers/containers.conf" "$conf" && changed=1
+
+    # Storage: overlay, never the slow vfs, where the kernel allows.
+    storage="$SERVICE_HOME/.config/containers/storage.conf"
+    driver_conf=""
+    if native_overlay_works; then
+        driver_conf=$'[storage]\ndriver = "overlay"'
+    elif command -v fuse-overlayfs >/dev/null 2>&1; then
+        driver_conf=$'[storage]\ndriver = "overlay"\n\n[storage.options.overlay]\nmount_program = "/usr/bin/fuse-overlayfs"'
+    fi
+    if [ -n "$driver_conf" ]; then
+        if [ -d "$SERVICE_HOME/.local/share/containers/storage" ] && ! grep -qs 'driver = "overlay"' "$storage"; then
+            say "note: $SERVICE_USER's existing Podman storage was made with another driver; run 'scripts/as-boxmaker podman system reset' if podman complains"
+        fi
+        write_user_file "$storage" "$driver_conf" && changed=1
+    else
+        say "note: neither native overlay nor fuse-overlayfs is available: Podman keeps its default storage driver"
+    fi
+
+    # Lingering keeps the user's runtime directory and services when nobody is logged in.
+    if systemd_is_init; then
+        if [ ! -e "/var/lib/systemd/linger/$SERVICE_USER" ]; then
+            loginctl enable-linger "$SERVICE_USER"
+            say "enabled lingering for $SERVICE_USER"
+            changed=1
+        fi
+    fi
+    # XDG_RUNTIME_DIR for running Podman as the user from root; systemd-logind makes it with
+    # lingering, otherwise it is made here (and again by scripts/as-boxmaker after a reboot).
+    if [ ! -d "$(runtime_dir)" ]; then
+        install -d -m 0755 /run/user
+        install -d -o "$SERVICE_USER" -g "$SERVICE_USER" -m 0700 "$(runtime_dir)"
+        say "made $(runtime_dir)"
+        changed=1
+    fi
+    if ! as_user podman info --format '{{.Store.GraphDriverName}} {{.Host.OCIRuntime.Name}}' >/dev/null 2>&1; then
+        echo "setup: podman does not work as $SERVICE_USER; try: scripts/as-boxmaker podman info" >&2
+        exit 1
+    fi
+    [ "$changed" = 1 ] || say "user: nothing to change"
+    say "$SERVICE_USER's podman: $(as_user podman info --format 'storage {{.Store.GraphDriverName}}, runtime {{.Host.OCIRuntime.Name}}, cgroups {{.Host.CgroupsVersion}}')"
+}
+
+undo_user() {
+    if ! id "$SERVICE_USER" >/dev/null 2>&1; then
+        return 1
+    fi
+    need_root
+    local uid
+    uid=$(service_uid)
+    # Its containers, images and pause process first, so nothing holds its files.
+    as_user podman system reset --force >/dev/null 2>&1 || true
+    pkill_user_processes "$uid"
+    if [ -e "/var/lib/systemd/linger/$SERVICE_USER" ]; then
+        loginctl disable-linger "$SERVICE_USER" || true
+        say "disabled lingering for $SERVICE_USER"
+    fi
+    sed -i "/^$SERVICE_USER:/d;/^$uid:/d" /etc/subuid /etc/subgid
+    say "removed $SERVICE_USER's ranges from /etc/subuid and /etc/subgid"
+    # Rootless storage holds files owned by subordinate IDs: remove them from inside.
+    if [ -d "$SERVICE_HOME" ]; then
+        rm -rf --one-file-system "$SERVICE_HOME"
+        say "removed $SERVICE_HOME"
+    fi
+    if [ -d "/run/user/$uid" ] && ! systemd_is_init; then
+        rm -rf --one-file-system "/run/user/$uid"
+        say "removed /run/user/$uid"
+    fi
+    userdel "$SERVICE_USER"
+    say "removed the user $SERVICE_USER"
+}
+
+# Processes of the service user (its Podman pause process, a brokerd started by hand), by the
+# ids that /proc lists for that uid.
+pkill_user_processes() {
+    local uid=$1 pids
+    pids=$(ps -o pid= -u "$uid" 2>/dev/null || true)
+    if [ -n "$pids" ]; then
+        # shellcheck disable=SC2086
+        kill $pids 2>/dev/null || true
+        sleep 1
+        # shellcheck disable=SC2086
+        kill -9 $pids 2>/dev/null || true
+        say "stopped $SERVICE_USER's processes: $(echo $pids)"
     fi
 }
 
 undo() {
+    local changed=0
+    undo_user && changed=1
     if rustup target list --installed 2>/dev/null | grep -qx x86_64-unknown-linux-musl; then
         say "removing the Rust target x86_64-unknown-linux-musl"
         rustup target remove x86_64-unknown-linux-musl >/dev/null
+        changed=1
     fi
+    [ "$changed" = 1 ] || say "undo: nothing to change"
 }
 
 case "${1:-}" in
     toolchain) toolchain ;;
+    packages) packages ;;
+    user) user ;;
+    all)
+        toolchain
+        packages
+        user
+        ;;
     undo) undo ;;
     *)
-        echo "usage: scripts/setup.sh toolchain | undo" >&2
+        echo "usage: scripts/setup.sh toolchain | packages | user | all | undo" >&2
         exit 2
         ;;
 esac
