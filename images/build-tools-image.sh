@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# The tools image without Nix (DESIGN.md "Layout": images/), with the layout of the Nix image:
+#
+#   /bin/toolkit                       the static musl toolkit
+#   /bin/busybox, /bin/sh -> busybox   Debian's busybox-static
+#   /bin/curl                          Debian's curl and every library ldd names (it speaks
+#                                      socks5h:// to a Unix socket, which the egress design needs)
+#   /etc/ssl/certs/ca-certificates.crt the system CA bundle, plus --extra-ca for the test variant
+#
+# The tree is kept as a directory (the bwrap backend mounts it as /), imported into the service
+# user's rootless Podman, and the image ID that [runner] image must name is printed last, alone
+# on its line: sha256:<64 hex>.
+#
+#   images/build-tools-image.sh [--toolkit FILE] [--out DIR] [--name NAME] [--extra-ca PEM]
+#                               [--user USER]
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")/.." && pwd)
+toolkit=$here/target/x86_64-unknown-linux-musl/release/toolkit
+out=$here/build/tools-root
+name=localhost/boxmaker-tools
+extra_ca=""
+user=boxmaker
+
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --toolkit) toolkit=$2; shift 2 ;;
+        --out) out=$2; shift 2 ;;
+        --name) name=$2; shift 2 ;;
+        --extra-ca) extra_ca=$2; shift 2 ;;
+        --user) user=$2; shift 2 ;;
+        *) echo "usage: $0 [--toolkit FILE] [--out DIR] [--name NAME] [--extra-ca PEM] [--user USER]" >&2; exit 2 ;;
+    esac
+done
+
+say() { printf 'tools-image: %s\n' "$*" >&2; }
+die() { printf 'tools-image: %s\n' "$*" >&2; exit 1; }
+
+[ "$(id -u)" -eq 0 ] || die "run as root: the image goes into $user's rootless Podman"
+[ -x "$toolkit" ] || die "$toolkit is missing; build it: cargo build --release --target x86_64-unknown-linux-musl -p toolkit"
+"$here/scripts/static-check.sh" "$toolkit" >/dev/null || die "$toolkit is not static"
+[ -x /bin/busybox ] && ! ldd /bin/busybox >/dev/null 2>&1 || die "/bin/busybox is missing or not static; install busybox-static"
+[ -x /usr/bin/curl ] || die "/usr/bin/curl is missing; install curl"
+[ -f /etc/ssl/certs/ca-certificates.crt ] || die "/etc/ssl/certs/ca-certificates.crt is missing; install ca-certificates"
+[ -z "$extra_ca" ] || [ -f "$extra_ca" ] || die "$extra_ca does not exist"
+case "$out" in /*) ;; *) out=$PWD/$out ;; esac
+
+# Build next to the result and swap at the end, so a failed build leaves the old tree.
+new=$(mktemp -d "$(dirname "$out")/.tools-root.XXXXXX" 2>/dev/null || { mkdir -p "$(dirname "$out")" && mktemp -d "$(dirname "$out")/.tools-root.XXXXXX"; })
+trap 'rm -rf "$new"' EXIT
+install -d -m 0755 "$new/bin" "$new/etc/ssl/certs" "$new/tmp" "$new/run" "$new/proc" "$new/dev" "$new/sys"
+chmod 1777 "$new/tmp"
+install -m 0755 "$toolkit" "$new/bin/toolkit"
+install -m 0755 /bin/busybox "$new/bin/busybox"
+ln -s busybox "$new/bin/sh"
+install -m 0755 /usr/bin/curl "$new/bin/curl"
+
+# curl's libraries at the paths the dynamic loader looks for them (the loader itself included).
+libs=$(ldd /usr/bin/curl | awk '/=> \// { print $3 } /^\t\// { print $1 }' | sort -u)
+n=0
+for lib in $libs; do
+    real=$(readlink -f "$lib")
+    install -D -m 0755 "$real" "$new$lib"
+    n=$((n + 1))
+done
+# An empty ld.so.cache: the loader then searches its default directories, where the copies are.
+cat /etc/ssl/certs/ca-certificates.crt >"$new/etc/ssl/certs/ca-certificates.crt"
+if [ -n "$extra_ca" ]; then
+    cat "$extra_ca" >>"$new/etc/ssl/certs/ca-certificates.crt"
+    say "appended the extra CA $extra_ca to the bundle"
+fi
+chmod 0644 "$new/etc/ssl/certs/ca-certificates.crt"
+# Files Podman bind-mounts over; present so a read-only root needs no new entries.
+: >"$new/etc/hosts"
+: >"$new/etc/resolv.conf"
+printf 'root:x:0:0:root:/:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/sh\n' >"$new/etc/passwd"
+printf 'root:x:0:\nnobody:x:65534:\n' >"$new/etc/group"
+
+# Prove the tree works before importing it: curl must start with only the copied libraries.
+chroot "$new" /bin/curl --version >/dev/null 2>&1 ||
+    die "curl does not start inside the tree ($new); a library is missing"
+chroot "$new" /bin/sh -c 'echo ok' >/dev/null || die "/bin/sh does not start inside the tree"
+
+rm -rf "$out.old"
+[ -e "$out" ] && mv "$out" "$out.old"
+mv "$new" "$out"
+rm -rf "$out.old"
+trap - EXIT
+say "tree $out: toolkit, busybox, curl and $n libraries, $(du -sh "$out" | cut -f1)"
+
+# Into the service user's Podman. The tar is made by root (files owned by root, mode kept) and
+# read by the user's podman from standard input. A fixed mtime keeps the layer reproducible.
+as_user() { "$here/scripts/as-boxmaker" "$@"; }
+id "$user" >/dev/null 2>&1 || die "no user $user; run scripts/setup.sh user"
+old=$(as_user podman image inspect --format '{{.Id}}' "$name" 2>/dev/null || true)
+tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -C "$out" -c . |
+    as_user podman import --quiet --change 'CMD ["/bin/sh"]' - "$name" >/dev/null
+id=$(as_user podman image inspect --format '{{.Id}}' "$name")
+if [ -n "$old" ] && [ "$old" != "$id" ]; then
+    # The old image loses its tag; remove it unless something still uses it.
+    as_user podman image rm "$old" >/dev/null 2>&1 || true
+fi
+say "imported into $user's podman as $name"
+echo "sha256:$id"
