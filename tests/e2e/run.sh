@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# The end-to-end suite on this machine (as root): setup, builds, the test variant of the tools
+# image (its CA bundle also holds the suite's test CA), a network namespace with the suite's own
+# hosts, then `boxmaker-e2e run` against a real brokerd and real rootless Podman inside it.
+#
+# The namespace has no route out: only lo and a dummy interface holding the test hosts'
+# addresses (192.0.2.1 ok.test, 192.0.2.2 other.test, 192.0.2.53 the nameserver,
+# 100.100.100.100 the fake tailnet host). slirp4netns, started by Podman inside it, connects
+# from inside it too, so no packet of the suite leaves it. Everything made here is removed on
+# exit, whatever happens.
+#
+#   tests/e2e/run.sh [--bench N] [--only SCENARIO]...     (E2E_SKIP_SETUP=1 skips setup.sh)
+set -euo pipefail
+
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$repo"
+MUSL=x86_64-unknown-linux-musl
+target=${CARGO_TARGET_DIR:-$repo/target}
+e2e=$target/$MUSL/release/boxmaker-e2e
+brokerd=$target/release/brokerd
+ns=bmx-e2e-$$
+work=/srv/boxmaker-e2e-$$
+image_name=localhost/boxmaker-tools-e2e
+tree=$repo/build/tools-root-e2e
+serve_pid=""
+
+say() { printf 'e2e: %s\n' "$*" >&2; }
+
+[ "$(id -u)" -eq 0 ] || { echo "e2e: run as root (it makes a network namespace and the service user)" >&2; exit 2; }
+
+cleanup() {
+    set +e
+    if [ -f "$work/state/brokerd.pid" ]; then
+        kill -9 "$(cat "$work/state/brokerd.pid")" 2>/dev/null
+    fi
+    [ -n "$serve_pid" ] && kill "$serve_pid" 2>/dev/null && wait "$serve_pid" 2>/dev/null
+    if id boxmaker >/dev/null 2>&1; then
+        ids=$(scripts/as-boxmaker podman ps -aq --filter label=boxmaker 2>/dev/null)
+        [ -n "$ids" ] && scripts/as-boxmaker podman rm -f $ids >/dev/null 2>&1
+        scripts/as-boxmaker podman rm -f boxmaker-e2e-control >/dev/null 2>&1
+        find /var/lib/boxmaker/run/egress -mindepth 1 -maxdepth 1 -exec rm -rf {} + 2>/dev/null
+        scripts/as-boxmaker podman image rm "$image_name" >/dev/null 2>&1
+        # The user's Podman pause process was started inside the namespace (and would keep it
+        # and its resolv.conf): stop it, Podman starts a fresh one on its next command.
+        scripts/as-boxmaker podman system migrate >/dev/null 2>&1
+    fi
+    ip netns del "$ns" 2>/dev/null
+    rm -rf "/etc/netns/$ns" "$work" "$tree"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+if [ "${E2E_SKIP_SETUP:-}" != 1 ]; then
+    scripts/setup.sh all
+fi
+say "building brokerd, toolkit and boxmaker-e2e"
+cargo build --release --locked -p brokerd -p boxctl
+cargo build --release --locked --target $MUSL -p toolkit -p boxmaker-e2e
+scripts/static-check.sh "$target/$MUSL/release/toolkit"
+scripts/static-check.sh "$e2e"
+
+install -d -m 0755 "$work"
+"$e2e" ca --out "$work/ca" >/dev/null
+image=$(images/build-tools-image.sh --toolkit "$target/$MUSL/release/toolkit" --out "$tree" \
+    --name "$image_name" --extra-ca "$work/ca/ca.pem" | tail -n 1)
+say "test image $image"
+
+say "network namespace $ns"
+ip netns add "$ns"
+ip -n "$ns" link set lo up
+# A dummy interface where the kernel has the module, else the namespace's own lo.
+dev=bmx0
+if ! ip -n "$ns" link add "$dev" type dummy 2>/dev/null; then
+    dev=lo
+fi
+ip -n "$ns" link set "$dev" up
+for a in 192.0.2.1/32 192.0.2.2/32 192.0.2.53/32 100.100.100.100/32; do
+    ip -n "$ns" addr add "$a" dev "$dev"
+done
+if ip -n "$ns" route show default | grep -q .; then
+    echo "e2e: the namespace has a default route; refusing to run" >&2
+    exit 2
+fi
+install -d "/etc/netns/$ns"
+echo "nameserver 192.0.2.53" >"/etc/netns/$ns/resolv.conf"
+
+# Becomes a command in the namespace with its resolv.conf. Not `ip netns exec`: that remounts
+# /sys, which hides /sys/fs/cgroup, and runc then cannot create a container.
+exec_in_ns() {
+    exec nsenter --net="/run/netns/$ns" unshare --mount --propagation private -- \
+        sh -c 'mount --bind "$0" /etc/resolv.conf && exec "$@"' "/etc/netns/$ns/resolv.conf" "$@"
+}
+
+(exec_in_ns "$e2e" serve --ca "$work/ca" \
+    --https 192.0.2.1:443 --https 192.0.2.2:443 --dns 192.0.2.53:53 \
+    --tailnet 100.100.100.100:80 --tailnet 100.100.100.100:443 \
+    --tailnet-log "$work/tailnet.log" --ready "$work/ready") &
+serve_pid=$!
+for _ in $(seq 100); do
+    [ -f "$work/ready" ] && break
+    sleep 0.1
+done
+[ -f "$work/ready" ] || { echo "e2e: the test hosts did not start" >&2; exit 2; }
+
+# The user's Podman must set up its namespaces from inside this one (resolv.conf above).
+scripts/as-boxmaker podman system migrate >/dev/null 2>&1 || true
+
+say "running the scenarios"
+rc=0
+(exec_in_ns "$e2e" run --brokerd "$brokerd" --image "$image" --work "$work" \
+    --tailnet-log "$work/tailnet.log" "$@") || rc=$?
+if [ "$rc" -ne 0 ] && [ -f "$work/state/brokerd.log" ]; then
+    say "brokerd's log (last 40 lines):"
+    tail -n 40 "$work/state/brokerd.log" >&2
+fi
+exit "$rc"

@@ -1,0 +1,50 @@
+//! The test zone's nameserver: A records for the suite's own names, nothing else.
+//!
+//! A name of the zone with no address of the asked type gets an empty answer (AAAA, say); any
+//! other name gets REFUSED, so a lookup that strays out of the zone fails at once and is never
+//! passed on.
+
+use std::collections::BTreeMap;
+use std::net::{Ipv4Addr, UdpSocket};
+
+use hickory_proto::op::{Message, MessageType, OpCode, ResponseCode};
+use hickory_proto::rr::rdata::A;
+use hickory_proto::rr::{RData, Record, RecordType};
+
+/// Serves `zone` (lower-case names without a trailing dot) on `socket` until the process ends.
+pub fn serve(socket: UdpSocket, zone: BTreeMap<String, Ipv4Addr>) {
+    let mut buf = [0u8; 4096];
+    loop {
+        let Ok((n, from)) = socket.recv_from(&mut buf) else {
+            continue;
+        };
+        let Ok(query) = Message::from_vec(&buf[..n]) else {
+            continue;
+        };
+        if query.metadata.message_type != MessageType::Query {
+            continue;
+        }
+        if let Some(answer) = answer(&query, &zone) {
+            let _ = socket.send_to(&answer, from);
+        }
+    }
+}
+
+fn answer(query: &Message, zone: &BTreeMap<String, Ipv4Addr>) -> Option<Vec<u8>> {
+    let mut m = Message::response(query.metadata.id, OpCode::Query);
+    m.metadata.recursion_desired = query.metadata.recursion_desired;
+    m.metadata.authoritative = true;
+    m.add_queries(query.queries.iter().cloned());
+    m.metadata.response_code = ResponseCode::Refused;
+    if let [q] = query.queries.as_slice() {
+        let name = q.name().to_lowercase().to_string();
+        let name = name.strip_suffix('.').unwrap_or(&name);
+        if let Some(ip) = zone.get(name) {
+            m.metadata.response_code = ResponseCode::NoError;
+            if q.query_type() == RecordType::A {
+                m.add_answer(Record::from_rdata(q.name().clone(), 60, RData::A(A(*ip))));
+            }
+        }
+    }
+    m.to_vec().ok()
+}

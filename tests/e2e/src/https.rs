@@ -1,0 +1,111 @@
+//! The HTTPS test host: one TLS server (the leaf covers every test name) answering
+//!
+//! | path              | answer                                         |
+//! |-------------------|------------------------------------------------|
+//! | `/`               | 200 `hello from ok.test`                       |
+//! | `/redirect-other` | 302 to `https://other.test/`                   |
+//! | `/big`            | 200 and [`BIG`] bytes of `x`                   |
+//! | `/slow`           | nothing for [`SLOW`], then 200 `slow`          |
+//! | anything else     | 404                                            |
+//!
+//! and a plain TCP "tailnet host" that greets every connection and counts them in a file, so
+//! the suite can tell that nothing but its own control reached it.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use rustls::{ServerConfig, ServerConnection, StreamOwned};
+
+pub const HELLO: &str = "hello from ok.test";
+pub const BIG: usize = 1 << 20;
+pub const SLOW: Duration = Duration::from_secs(40);
+pub const TAILNET_GREETING: &str = "tailnet host here";
+
+pub fn tls_config(leaf: Vec<u8>, key: Vec<u8>, ca: Vec<u8>) -> Result<Arc<ServerConfig>, String> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![CertificateDer::from(leaf), CertificateDer::from(ca)],
+            PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key)),
+        )
+        .map_err(|e| e.to_string())?;
+    Ok(Arc::new(config))
+}
+
+pub fn serve(listener: TcpListener, config: Arc<ServerConfig>) {
+    for stream in listener.incoming().flatten() {
+        let config = config.clone();
+        std::thread::spawn(move || {
+            let _ = handle(stream, config);
+        });
+    }
+}
+
+fn handle(stream: TcpStream, config: Arc<ServerConfig>) -> std::io::Result<()> {
+    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let conn = ServerConnection::new(config).map_err(std::io::Error::other)?;
+    let mut tls = StreamOwned::new(conn, stream);
+    let mut request = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+        let n = tls.read(&mut buf)?;
+        if n == 0 || request.len() > 16 * 1024 {
+            return Ok(());
+        }
+        request.extend_from_slice(&buf[..n]);
+    }
+    let line = String::from_utf8_lossy(&request);
+    let path = line.split_whitespace().nth(1).unwrap_or("/").to_string();
+    let (status, extra, body): (&str, &str, Vec<u8>) = match path.as_str() {
+        "/" => ("200 OK", "", HELLO.as_bytes().to_vec()),
+        "/redirect-other" => ("302 Found", "Location: https://other.test/\r\n", Vec::new()),
+        "/big" => ("200 OK", "", vec![b'x'; BIG]),
+        "/slow" => {
+            std::thread::sleep(SLOW);
+            ("200 OK", "", b"slow".to_vec())
+        }
+        _ => ("404 Not Found", "", b"not found".to_vec()),
+    };
+    let head = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n{extra}Connection: close\r\n\r\n",
+        body.len()
+    );
+    tls.write_all(head.as_bytes())?;
+    tls.write_all(&body)?;
+    tls.conn.send_close_notify();
+    tls.flush()
+}
+
+/// The fake tailnet host: greets, then closes; each connection adds a line to `log`.
+pub fn serve_tailnet(listener: TcpListener, log: Option<PathBuf>) {
+    for mut stream in listener.incoming().flatten() {
+        if let Some(log) = &log {
+            let peer = stream
+                .peer_addr()
+                .map(|a| a.to_string())
+                .unwrap_or_default();
+            if let Ok(mut f) = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(log)
+            {
+                let _ = writeln!(
+                    f,
+                    "{peer} -> {}",
+                    stream
+                        .local_addr()
+                        .map(|a| a.to_string())
+                        .unwrap_or_default()
+                );
+            }
+        }
+        let _ = stream.write_all(format!("{TAILNET_GREETING}\n").as_bytes());
+    }
+}

@@ -1,0 +1,187 @@
+//! `boxmaker-e2e`: the end-to-end scenario suite in one static binary (DESIGN.md "Testing").
+//!
+//! ```text
+//! boxmaker-e2e ca --out DIR
+//!     a new test CA: DIR/ca.pem (for the test image's bundle) and DIR/ca-key.pem
+//! boxmaker-e2e serve --ca DIR [--https ADDR]... [--dns ADDR] [--tailnet ADDR]...
+//!                    [--tailnet-log FILE] [--record NAME=IPV4]... [--ready FILE]
+//!     the test hosts, until killed; --ready is written once every socket listens
+//! boxmaker-e2e run --brokerd FILE --image ID --work DIR [--user NAME] [--podman PROG]
+//!                  [--tailnet-log FILE] [--only NAME]... [--bench N]
+//!     the scenarios against a brokerd this process starts as the service user
+//! ```
+//!
+//! `run` prints `ok <name>` or `FAIL <name>: <why>` for each scenario, then `N passed, M
+//! failed` alone on a line, and exits 1 if any failed (2 for bad usage or a setup failure).
+
+mod ca;
+mod dns;
+mod https;
+mod scenarios;
+mod system;
+
+use std::collections::BTreeMap;
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, UdpSocket};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// The suite's zone when no --record is given: the HTTPS host under two names, another host,
+/// and names under the granted `*.ok.test` that point where the proxy must never connect.
+pub const DEFAULT_ZONE: &[(&str, Ipv4Addr)] = &[
+    ("ok.test", Ipv4Addr::new(192, 0, 2, 1)),
+    ("www.ok.test", Ipv4Addr::new(192, 0, 2, 1)),
+    ("other.test", Ipv4Addr::new(192, 0, 2, 2)),
+    ("tailnet.ok.test", Ipv4Addr::new(100, 100, 100, 100)),
+    ("cgnat.ok.test", Ipv4Addr::new(100, 64, 0, 5)),
+    ("loop.ok.test", Ipv4Addr::new(127, 0, 0, 1)),
+    ("meta.ok.test", Ipv4Addr::new(169, 254, 169, 254)),
+];
+
+/// The names the HTTPS host's certificate covers.
+pub const CERT_NAMES: &[&str] = &["ok.test", "*.ok.test", "other.test"];
+
+const USAGE: &str = "usage: boxmaker-e2e ca --out DIR
+       boxmaker-e2e serve --ca DIR [--https ADDR]... [--dns ADDR] [--tailnet ADDR]... [--tailnet-log FILE] [--record NAME=IPV4]... [--ready FILE]
+       boxmaker-e2e run --brokerd FILE --image ID --work DIR [--user NAME] [--podman PROG] [--tailnet-log FILE] [--only NAME]... [--bench N]";
+
+/// Options as (name, value) pairs, in order; every option takes a value.
+pub struct Opts(Vec<(String, String)>);
+
+impl Opts {
+    fn parse(args: &[String]) -> Result<Opts, String> {
+        let mut out = Vec::new();
+        let mut it = args.iter();
+        while let Some(a) = it.next() {
+            if !a.starts_with("--") {
+                return Err(format!("unexpected argument {a:?}\n{USAGE}"));
+            }
+            let v = it
+                .next()
+                .ok_or_else(|| format!("{a} needs a value\n{USAGE}"))?;
+            out.push((a[2..].to_string(), v.clone()));
+        }
+        Ok(Opts(out))
+    }
+
+    pub fn all(&self, name: &str) -> Vec<String> {
+        self.0
+            .iter()
+            .filter(|(n, _)| n == name)
+            .map(|(_, v)| v.clone())
+            .collect()
+    }
+
+    pub fn one(&self, name: &str) -> Option<String> {
+        self.all(name).pop()
+    }
+
+    pub fn required(&self, name: &str) -> Result<String, String> {
+        self.one(name)
+            .ok_or_else(|| format!("--{name} is required"))
+    }
+
+    fn check(&self, known: &[&str]) -> Result<(), String> {
+        match self.0.iter().find(|(n, _)| !known.contains(&n.as_str())) {
+            Some((n, _)) => Err(format!("unknown option --{n}\n{USAGE}")),
+            None => Ok(()),
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let Some((cmd, rest)) = args.split_first() else {
+        eprintln!("{USAGE}");
+        return ExitCode::from(2);
+    };
+    let outcome = Opts::parse(rest).and_then(|opts| match cmd.as_str() {
+        "ca" => {
+            opts.check(&["out"])?;
+            let out = PathBuf::from(opts.required("out")?);
+            ca::create(&out).map_err(|e| e.to_string())?;
+            println!("{}", out.join(ca::CA_CERT).display());
+            Ok(ExitCode::SUCCESS)
+        }
+        "serve" => {
+            opts.check(&[
+                "ca",
+                "https",
+                "dns",
+                "tailnet",
+                "tailnet-log",
+                "record",
+                "ready",
+            ])?;
+            serve(&opts).map(|()| ExitCode::SUCCESS)
+        }
+        "run" => {
+            opts.check(&[
+                "brokerd",
+                "image",
+                "work",
+                "user",
+                "podman",
+                "tailnet-log",
+                "only",
+                "bench",
+            ])?;
+            scenarios::run(&opts)
+        }
+        _ => Err(format!("unknown command {cmd:?}\n{USAGE}")),
+    });
+    match outcome {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("boxmaker-e2e: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn serve(opts: &Opts) -> Result<(), String> {
+    let ca = ca::load(&PathBuf::from(opts.required("ca")?)).map_err(|e| e.to_string())?;
+    let names: Vec<String> = CERT_NAMES.iter().map(|s| s.to_string()).collect();
+    let (leaf, key) = ca::leaf(&ca, &names).map_err(|e| e.to_string())?;
+    let tls = https::tls_config(leaf, key, ca.cert.der().to_vec())?;
+    let mut zone = BTreeMap::new();
+    for r in opts.all("record") {
+        let (name, ip) = r
+            .split_once('=')
+            .and_then(|(n, ip)| Some((n.to_ascii_lowercase(), ip.parse::<Ipv4Addr>().ok()?)))
+            .ok_or_else(|| format!("--record {r:?} is not NAME=IPV4"))?;
+        zone.insert(name, ip);
+    }
+    if zone.is_empty() {
+        zone = DEFAULT_ZONE
+            .iter()
+            .map(|(n, ip)| (n.to_string(), *ip))
+            .collect();
+    }
+    let addr = |s: &str| s.parse::<SocketAddr>().map_err(|e| format!("{s:?}: {e}"));
+    let mut threads = Vec::new();
+    for a in opts.all("https") {
+        let l = TcpListener::bind(addr(&a)?).map_err(|e| format!("https {a}: {e}"))?;
+        let tls = tls.clone();
+        threads.push(std::thread::spawn(move || https::serve(l, tls)));
+    }
+    if let Some(a) = opts.one("dns") {
+        let s = UdpSocket::bind(addr(&a)?).map_err(|e| format!("dns {a}: {e}"))?;
+        threads.push(std::thread::spawn(move || dns::serve(s, zone)));
+    }
+    let log = opts.one("tailnet-log").map(PathBuf::from);
+    for a in opts.all("tailnet") {
+        let l = TcpListener::bind(addr(&a)?).map_err(|e| format!("tailnet {a}: {e}"))?;
+        let log = log.clone();
+        threads.push(std::thread::spawn(move || https::serve_tailnet(l, log)));
+    }
+    if threads.is_empty() {
+        return Err("nothing to serve: give --https, --dns or --tailnet".into());
+    }
+    if let Some(ready) = opts.one("ready") {
+        std::fs::write(&ready, "ready\n").map_err(|e| format!("{ready}: {e}"))?;
+    }
+    for t in threads {
+        let _ = t.join();
+    }
+    Ok(())
+}

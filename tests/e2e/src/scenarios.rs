@@ -1,0 +1,1128 @@
+//! The scenarios (issue 5 item 3), each an assertion on what the model would see, against a
+//! real brokerd that this process starts as the service user, with real rootless Podman.
+//!
+//! After every scenario no container labelled `boxmaker` may exist and no egress directory may
+//! be left (`<home>/run/egress/`), whatever the scenario's own result.
+
+use std::fs::File;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+use boxctl::{Body, Client, Request};
+use serde_json::{json, Value};
+
+use crate::https::{BIG, HELLO, TAILNET_GREETING};
+use crate::system::{self, User};
+
+const RO_TEXT: &str = "hello from the read-only directory\n";
+const SHELL_MS: u64 = 4000;
+const OUTPUT_CAP: usize = 65536;
+const GRANT: &str = "e2e";
+const ASK_GRANT: &str = "e2e-ask";
+/// The runner's fixed sentences (seed 003 section 6), as the model reads them.
+const TIMED_OUT: &str = "the tool ran past its time limit";
+
+type Outcome = Result<(), String>;
+
+struct Suite {
+    user: User,
+    podman: String,
+    brokerd: PathBuf,
+    config: PathBuf,
+    socket: PathBuf,
+    log: PathBuf,
+    pid_file: PathBuf,
+    work: PathBuf,
+    rw: PathBuf,
+    ro: PathBuf,
+    egress_root: PathBuf,
+    image: String,
+    tailnet_log: Option<PathBuf>,
+    child: Option<Child>,
+    session: String,
+    calls: u32,
+    control_connections: usize,
+}
+
+pub fn run(opts: &crate::Opts) -> Result<ExitCode, String> {
+    let user = User::lookup(&opts.one("user").unwrap_or_else(|| "boxmaker".into()))?;
+    let work = PathBuf::from(opts.required("work")?);
+    let mut suite = Suite::prepare(user, &work, opts)?;
+    let only = opts.all("only");
+    let bench: usize = match opts.one("bench") {
+        Some(n) => n
+            .parse()
+            .map_err(|_| format!("--bench {n:?} is not a number"))?,
+        None => 0,
+    };
+    let pre = suite.leftovers()?;
+    if !pre.is_empty() {
+        return Err(format!(
+            "the service user already has boxmaker containers or egress directories: {}",
+            pre.join(", ")
+        ));
+    }
+    suite.start_brokerd()?;
+
+    let scenarios: Vec<(&str, fn(&mut Suite) -> Outcome)> = vec![
+        ("read_file-works", Suite::read_file_works),
+        ("write_file-works", Suite::write_file_works),
+        ("shell-works", Suite::shell_works),
+        ("http_fetch-works", Suite::http_fetch_works),
+        (
+            "only-granted-dirs-visible",
+            Suite::only_granted_dirs_visible,
+        ),
+        ("read-only-mount-honoured", Suite::read_only_mount_honoured),
+        (
+            "read-write-mount-honoured",
+            Suite::read_write_mount_honoured,
+        ),
+        (
+            "control-slirp4netns-reaches-tailnet",
+            Suite::control_slirp_reaches_tailnet,
+        ),
+        (
+            "shell-cannot-reach-tailnet",
+            Suite::shell_cannot_reach_tailnet,
+        ),
+        (
+            "shell-cannot-reach-host-addresses",
+            Suite::shell_cannot_reach_host,
+        ),
+        ("shell-has-no-network", Suite::shell_has_no_network),
+        ("http_fetch-refuses-other-host", Suite::fetch_other_host),
+        (
+            "http_fetch-refuses-redirect-to-other-host",
+            Suite::fetch_redirect,
+        ),
+        ("http_fetch-refuses-non-443-port", Suite::fetch_port),
+        (
+            "http_fetch-allowed-name-public-path",
+            Suite::fetch_allowed_subdomain,
+        ),
+        (
+            "http_fetch-refuses-name-in-tailnet",
+            Suite::fetch_tailnet_name,
+        ),
+        ("http_fetch-refuses-name-in-cgnat", Suite::fetch_cgnat_name),
+        (
+            "http_fetch-refuses-name-on-loopback",
+            Suite::fetch_loopback_name,
+        ),
+        (
+            "http_fetch-refuses-name-on-link-local",
+            Suite::fetch_metadata_name,
+        ),
+        ("time-limit-kills-and-removes", Suite::time_limit),
+        ("output-cap-truncates-shell", Suite::output_cap_shell),
+        ("output-cap-truncates-http_fetch", Suite::output_cap_fetch),
+        ("ask-then-approve", Suite::ask_then_approve),
+        ("refusal-outside-grant", Suite::refusal_outside_grant),
+        ("crash-during-shell-is-swept", Suite::crash_during_shell),
+        (
+            "crash-during-http_fetch-is-swept",
+            Suite::crash_during_fetch,
+        ),
+        (
+            "tailnet-host-saw-only-the-control",
+            Suite::tailnet_untouched,
+        ),
+        ("sigterm-stops-cleanly", Suite::sigterm),
+    ];
+    let (mut passed, mut failed) = (0, 0);
+    for (name, scenario) in scenarios {
+        if !only.is_empty() && !only.iter().any(|o| o == name) && name != "sigterm-stops-cleanly" {
+            continue;
+        }
+        if bench > 0 && name == "sigterm-stops-cleanly" {
+            if let Err(e) = suite.bench(bench) {
+                println!("bench: {e}");
+            }
+        }
+        suite.session = format!("s-{name}");
+        let started = Instant::now();
+        let mut outcome = if suite.child.is_none() && name != "sigterm-stops-cleanly" {
+            Err("brokerd is not running".to_string())
+        } else {
+            scenario(&mut suite)
+        };
+        if let Ok(left) = suite.leftovers() {
+            if !left.is_empty() {
+                let why = format!("left behind after the scenario: {}", left.join(", "));
+                outcome = match outcome {
+                    Ok(()) => Err(why),
+                    Err(e) => Err(format!("{e}; {why}")),
+                };
+                suite.clean_up_after_failure();
+            }
+        } else if let Err(e) = suite.leftovers() {
+            outcome = Err(format!("cannot list leftovers: {e}"));
+        }
+        let ms = started.elapsed().as_millis();
+        match outcome {
+            Ok(()) => {
+                passed += 1;
+                println!("ok {name}");
+            }
+            Err(why) => {
+                failed += 1;
+                println!("FAIL {name}: {why}");
+            }
+        }
+        eprintln!("  ({name}: {ms} ms)");
+    }
+    suite.stop_brokerd();
+    println!("{passed} passed, {failed} failed");
+    Ok(if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+fn check(cond: bool, why: impl FnOnce() -> String) -> Outcome {
+    if cond {
+        Ok(())
+    } else {
+        Err(why())
+    }
+}
+
+/// A short, one-line rendering of what the model saw, for failure messages.
+fn show(body: &Body) -> String {
+    let s = serde_json::to_string(body).unwrap_or_default();
+    if s.len() > 600 {
+        format!(
+            "{}…",
+            &s[..s.char_indices().take(600).last().map_or(0, |(i, _)| i)]
+        )
+    } else {
+        s
+    }
+}
+
+impl Suite {
+    fn prepare(user: User, work: &Path, opts: &crate::Opts) -> Result<Suite, String> {
+        let image = opts.required("image")?;
+        let brokerd = PathBuf::from(opts.required("brokerd")?);
+        let podman = opts.one("podman").unwrap_or_else(|| "podman".into());
+        let mk = |p: &Path, mode: u32| -> Result<(), String> {
+            std::fs::create_dir_all(p).map_err(|e| format!("{}: {e}", p.display()))?;
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode))
+                .map_err(|e| format!("{}: {e}", p.display()))
+        };
+        let (rw, ro, state) = (work.join("rw"), work.join("ro"), work.join("state"));
+        mk(work, 0o755)?;
+        mk(&ro, 0o755)?;
+        mk(&rw, 0o755)?;
+        mk(&state, 0o750)?;
+        user.chown(&rw)?;
+        user.chown(&state)?;
+        let hello = ro.join("hello.txt");
+        std::fs::write(&hello, RO_TEXT).map_err(|e| format!("{}: {e}", hello.display()))?;
+        let config = state.join("brokerd.toml");
+        let text = format!(
+            r#"# Written by boxmaker-e2e for one run of the suite.
+[broker]
+clients = [0]
+audit_log = "{state}/audit.jsonl"
+timeout_ms = 60000
+refusal_repeats = 50
+shutdown_grace_s = 5
+
+[runner]
+backend = "podman"
+podman = "{podman}"
+image = "{image}"
+egress_network = "slirp4netns"
+# This host's rootless Podman cannot enforce memory and pids limits (cgroup v1).
+enforce_limits = false
+output_cap = {OUTPUT_CAP}
+shell_ms = {SHELL_MS}
+read_file_ms = 10000
+write_file_ms = 10000
+http_fetch_ms = 20000
+egress_start_ms = 5000
+home = "{home}"
+
+[grants.{GRANT}]
+mode = "auto"
+tools = ["read_file", "write_file", "shell", "http_fetch"]
+paths = [ {{ path = "{rw}", write = true }}, {{ path = "{ro}" }} ]
+hosts = ["ok.test", "*.ok.test"]
+allow_addresses = ["192.0.2.0/24"]
+
+[grants.{ASK_GRANT}]
+mode = "ask"
+tools = ["read_file", "write_file", "shell"]
+paths = [ {{ path = "{rw}", write = true }} ]
+"#,
+            state = state.display(),
+            home = user.home.display(),
+            rw = rw.display(),
+            ro = ro.display(),
+        );
+        std::fs::write(&config, text).map_err(|e| format!("{}: {e}", config.display()))?;
+        Ok(Suite {
+            egress_root: user.home.join("run").join("egress"),
+            socket: state.join("broker.sock"),
+            log: state.join("brokerd.log"),
+            pid_file: state.join("brokerd.pid"),
+            tailnet_log: opts.one("tailnet-log").map(PathBuf::from),
+            user,
+            podman,
+            brokerd,
+            config,
+            work: work.to_path_buf(),
+            rw,
+            ro,
+            image,
+            child: None,
+            session: String::new(),
+            calls: 0,
+            control_connections: 0,
+        })
+    }
+
+    // --- brokerd -----------------------------------------------------------------------------
+
+    fn start_brokerd(&mut self) -> Outcome {
+        let log = File::options()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .map_err(|e| format!("{}: {e}", self.log.display()))?;
+        let err = log.try_clone().map_err(|e| e.to_string())?;
+        let mut c = self.user.command(&self.brokerd);
+        c.arg("--config")
+            .arg(&self.config)
+            .arg("--socket")
+            .arg(&self.socket)
+            .env("BROKERD_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(err)
+            .process_group(0);
+        let child = c
+            .spawn()
+            .map_err(|e| format!("cannot start {}: {e}", self.brokerd.display()))?;
+        let _ = std::fs::write(&self.pid_file, format!("{}\n", child.id()));
+        self.child = Some(child);
+        let until = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(child) = self.child.as_mut() {
+                if let Ok(Some(status)) = child.try_wait() {
+                    self.child = None;
+                    return Err(format!(
+                        "brokerd exited with {status} at start; see {}",
+                        self.log.display()
+                    ));
+                }
+            }
+            if let Ok(mut client) = Client::connect(&self.socket) {
+                let _ = client.set_timeout(Some(Duration::from_secs(10)));
+                let req = Request::Status {
+                    id: client.next_id(),
+                    v: None,
+                };
+                if let Ok(answer) = client.request(&req) {
+                    return match answer.body {
+                        Body::Status(s) if s.preflight.get("ok") == Some(&Value::Bool(true)) => {
+                            Ok(())
+                        }
+                        other => Err(format!("brokerd is not ready: {}", show(&other))),
+                    };
+                }
+            }
+            if Instant::now() >= until {
+                return Err("brokerd did not answer status within 30 s".into());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn stop_brokerd(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            system::signal(&child, libc::SIGTERM);
+            if system::wait(&mut child, Duration::from_secs(20)).is_none() {
+                system::signal(&child, libc::SIGKILL);
+                let _ = child.wait();
+            }
+        }
+        let _ = std::fs::remove_file(&self.pid_file);
+    }
+
+    // --- calls -------------------------------------------------------------------------------
+
+    fn call_as(
+        &mut self,
+        grant: &str,
+        tool: &str,
+        args: Value,
+        approval: Option<String>,
+    ) -> Result<Body, String> {
+        // An approval re-sends exactly the call that was asked about, call id included.
+        if approval.is_none() {
+            self.calls += 1;
+        }
+        call_on(
+            &self.socket,
+            &self.session,
+            &format!("c{}", self.calls),
+            grant,
+            tool,
+            args,
+            approval,
+        )
+    }
+
+    /// A call of the `e2e` grant; an `ask` (a command the auto mode deems dangerous) is
+    /// approved, since these scenarios test what runs, not the question.
+    fn call(&mut self, tool: &str, args: Value) -> Result<Body, String> {
+        let body = self.call_as(GRANT, tool, args.clone(), None)?;
+        match body {
+            Body::Ask { ticket, .. } => self.call_as(GRANT, tool, args, Some(ticket)),
+            other => Ok(other),
+        }
+    }
+
+    /// A call that must give a result: (content, truncated).
+    fn result(&mut self, tool: &str, args: Value) -> Result<(String, bool), String> {
+        match self.call(tool, args)? {
+            Body::Result {
+                content,
+                truncated,
+                label,
+                ..
+            } => {
+                check(label == format!("{GRANT}/{tool}"), || {
+                    format!("the label is {label:?}, not {GRANT}/{tool}")
+                })?;
+                Ok((content, truncated))
+            }
+            other => Err(format!("expected a result, got {}", show(&other))),
+        }
+    }
+
+    fn shell(&mut self, command: &str) -> Result<String, String> {
+        self.result("shell", json!({ "command": command }))
+            .map(|(c, _)| c)
+    }
+
+    fn fetch(&mut self, url: &str) -> Result<Body, String> {
+        self.call("http_fetch", json!({ "url": url }))
+    }
+
+    // --- clean-up checks ---------------------------------------------------------------------
+
+    /// Containers labelled `boxmaker` and egress directories of the service user.
+    fn leftovers(&self) -> Result<Vec<String>, String> {
+        let mut c = self.user.command(&self.podman);
+        c.args([
+            "ps",
+            "-a",
+            "--filter",
+            "label=boxmaker",
+            "--format",
+            "{{.Names}}",
+        ]);
+        let (code, out) = system::output(c, Duration::from_secs(30))?;
+        if code != 0 {
+            return Err(format!("podman ps exited {code}: {out}"));
+        }
+        let mut left: Vec<String> = out
+            .lines()
+            .filter(|l| !l.trim().is_empty() && !l.starts_with("time="))
+            .map(|l| format!("container {}", l.trim()))
+            .collect();
+        if let Ok(entries) = std::fs::read_dir(&self.egress_root) {
+            for e in entries.flatten() {
+                left.push(format!("egress dir {}", e.path().display()));
+            }
+        }
+        Ok(left)
+    }
+
+    fn clean_up_after_failure(&self) {
+        let mut c = self.user.command(&self.podman);
+        c.args(["ps", "-aq", "--filter", "label=boxmaker"]);
+        if let Ok((0, ids)) = system::output(c, Duration::from_secs(30)) {
+            for id in ids.split_whitespace() {
+                let mut rm = self.user.command(&self.podman);
+                rm.args(["rm", "-f", id]);
+                let _ = system::output(rm, Duration::from_secs(30));
+            }
+        }
+        if let Ok(entries) = std::fs::read_dir(&self.egress_root) {
+            for e in entries.flatten() {
+                let _ = std::fs::remove_dir_all(e.path());
+            }
+        }
+    }
+
+    /// Names of the running containers of this scenario's session.
+    fn session_containers(&self) -> Vec<String> {
+        let mut c = self.user.command(&self.podman);
+        c.args(["ps", "--filter", "label=boxmaker", "--format", "{{.Names}}"]);
+        let prefix = format!("boxmaker-{}-", self.session);
+        match system::output(c, Duration::from_secs(30)) {
+            Ok((0, out)) => out
+                .lines()
+                .map(str::trim)
+                .filter(|l| l.starts_with(&prefix))
+                .map(str::to_string)
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    // --- each tool on granted directories ------------------------------------------------------
+
+    fn read_file_works(&mut self) -> Outcome {
+        let path = self.ro.join("hello.txt");
+        let (content, _) = self.result("read_file", json!({ "path": path }))?;
+        check(content == RO_TEXT, || format!("read {content:?}"))
+    }
+
+    fn write_file_works(&mut self) -> Outcome {
+        let path = self.rw.join("written.txt");
+        let text = "written through brokerd\n";
+        let (content, _) = self.result("write_file", json!({ "path": path, "content": text }))?;
+        let want = format!("wrote {} bytes to {}", text.len(), path.display());
+        check(content.trim_end() == want, || {
+            format!("answer {content:?}, want {want:?}")
+        })?;
+        let on_disk = std::fs::read_to_string(&path).map_err(|e| format!("on the host: {e}"))?;
+        check(on_disk == text, || {
+            format!("the host file holds {on_disk:?}")
+        })?;
+        let uid = std::fs::metadata(&path).map_err(|e| e.to_string())?.uid();
+        check(uid == self.user.uid, || {
+            format!("the file is owned by uid {uid}, not the service user (--userns=keep-id)")
+        })
+    }
+
+    fn shell_works(&mut self) -> Outcome {
+        let cmd = format!("cd {} && pwd && cat hello.txt && id -u", self.ro.display());
+        let out = self.shell(&cmd)?;
+        let want = format!(
+            "{}\n{RO_TEXT}{}\n\n[exit 0]",
+            self.ro.display(),
+            self.user.uid
+        );
+        check(out == want, || format!("output {out:?}, want {want:?}"))
+    }
+
+    fn http_fetch_works(&mut self) -> Outcome {
+        match self.fetch("https://ok.test/")? {
+            Body::Result { content, .. } => {
+                check(content == format!("{HELLO}\n[http 200]"), || {
+                    format!("content {content:?}")
+                })
+            }
+            other => Err(format!("expected a result, got {}", show(&other))),
+        }
+    }
+
+    fn only_granted_dirs_visible(&mut self) -> Outcome {
+        let cmd = format!(
+            "ls {work}; ls /var/lib/boxmaker /root /home 2>&1; ls /",
+            work = self.work.display()
+        );
+        let out = self.shell(&cmd)?;
+        check(out.starts_with("ro\nrw\n"), || {
+            format!("the work directory shows more than the two granted ones: {out:?}")
+        })?;
+        check(!out.contains("state") && !out.contains("audit"), || {
+            format!("an ungranted directory is visible: {out:?}")
+        })?;
+        check(
+            out.matches("No such file or directory").count() == 3,
+            || format!("a host directory is visible: {out:?}"),
+        )
+    }
+
+    fn read_only_mount_honoured(&mut self) -> Outcome {
+        let target = self.ro.join("from-shell.txt");
+        let cmd = format!("echo x > {}; echo \"rc=$?\"", target.display());
+        let out = self.shell(&cmd)?;
+        check(
+            out.contains("Read-only file system") && out.contains("rc=1"),
+            || format!("the write was not stopped by the mount: {out:?}"),
+        )?;
+        check(!target.exists(), || "the file exists on the host".into())?;
+        // write_file on the read-only directory is refused before anything runs.
+        let path = self.ro.join("from-write_file.txt");
+        match self.call("write_file", json!({ "path": path, "content": "x" }))? {
+            Body::Refused { .. } => check(!path.exists(), || "the file exists".into()),
+            other => Err(format!("write_file to the ro dir: {}", show(&other))),
+        }
+    }
+
+    fn read_write_mount_honoured(&mut self) -> Outcome {
+        let target = self.rw.join("from-shell.txt");
+        let cmd = format!("echo from-shell > {t} && cat {t}", t = target.display());
+        let out = self.shell(&cmd)?;
+        check(out.starts_with("from-shell\n"), || {
+            format!("output {out:?}")
+        })?;
+        let on_disk = std::fs::read_to_string(&target).map_err(|e| format!("host: {e}"))?;
+        check(on_disk == "from-shell\n", || {
+            format!("host file {on_disk:?}")
+        })
+    }
+
+    // --- shell and the network ---------------------------------------------------------------
+
+    /// Without the sandbox's `--network=none`, a container in this namespace does reach the
+    /// fake tailnet host: so the refusals below are the sandbox's doing, not a missing host.
+    fn control_slirp_reaches_tailnet(&mut self) -> Outcome {
+        let mut c = self.user.command(&self.podman);
+        c.args([
+            "run",
+            "--rm",
+            "--name=boxmaker-e2e-control",
+            "--network=slirp4netns",
+            &self.image,
+            "/bin/busybox",
+            "timeout",
+            "5",
+            "/bin/busybox",
+            "nc",
+            "100.100.100.100",
+            "80",
+        ]);
+        let (code, out) = system::output(c, Duration::from_secs(30))?;
+        self.control_connections += 1;
+        check(out.contains(TAILNET_GREETING), || {
+            format!("the control container did not reach 100.100.100.100:80 (exit {code}): {out}")
+        })
+    }
+
+    /// `nc` to each target from the sandbox: each must fail to connect, with a reason, and
+    /// neither crash nor reach anything.
+    fn nc_fails(&mut self, targets: &[&str]) -> Outcome {
+        let mut cmd = String::new();
+        for t in targets {
+            let (host, port) = t.split_once(':').unwrap_or((t, "80"));
+            cmd.push_str(&format!(
+                "echo '== {t}'; timeout 5 nc {host} {port} </dev/null 2>&1; echo \"rc=$?\"; "
+            ));
+        }
+        let out = self.shell(&cmd)?;
+        for t in targets {
+            let section = out
+                .split("== ")
+                .find(|s| s.starts_with(&format!("{t}\n")))
+                .ok_or_else(|| format!("no output for {t}: {out:?}"))?;
+            check(!section.contains(TAILNET_GREETING), || {
+                format!("{t} was reached: {section:?}")
+            })?;
+            check(
+                section.contains("rc=1") && section.contains("can't connect"),
+                || {
+                    format!("{t}: nc did not fail to connect as expected (a crash or a hang is not a refusal): {section:?}")
+                },
+            )?;
+        }
+        Ok(())
+    }
+
+    fn shell_cannot_reach_tailnet(&mut self) -> Outcome {
+        self.nc_fails(&["100.100.100.100:80", "100.100.100.100:443"])
+    }
+
+    fn shell_cannot_reach_host(&mut self) -> Outcome {
+        // The namespace's own addresses: the HTTPS host, the nameserver (TCP), slirp4netns's
+        // gateway and DNS addresses.
+        self.nc_fails(&[
+            "192.0.2.1:443",
+            "192.0.2.2:443",
+            "192.0.2.53:53",
+            "10.0.2.2:80",
+            "10.0.2.3:53",
+        ])
+    }
+
+    fn shell_has_no_network(&mut self) -> Outcome {
+        let out = self.shell(
+            "ls /sys/class/net; echo '== route'; cat /proc/net/route; echo '== resolv'; cat /etc/resolv.conf; \
+             echo '== wget'; timeout 5 wget -q -O- https://ok.test/ 2>&1; echo \"rc=$?\"; \
+             echo '== dns'; timeout 5 nslookup ok.test 192.0.2.53 2>&1; echo \"rc=$?\"",
+        )?;
+        check(out.starts_with("lo\n== route\n"), || {
+            format!("the sandbox has an interface besides lo: {out:?}")
+        })?;
+        let route = out.split("== route\n").nth(1).unwrap_or("");
+        let route_lines = route
+            .split("== resolv")
+            .next()
+            .unwrap_or("")
+            .lines()
+            .count();
+        check(route_lines <= 1, || {
+            format!("the sandbox has routes: {route:?}")
+        })?;
+        let wget = out.split("== wget\n").nth(1).unwrap_or("");
+        let wget = wget.split("== dns").next().unwrap_or("");
+        check(!wget.contains(HELLO), || {
+            format!("wget reached ok.test: {wget:?}")
+        })?;
+        check(
+            wget.contains("rc=1") && wget.contains("bad address"),
+            || {
+                format!(
+                    "wget did not fail to resolve (a crash or a hang is not a refusal): {wget:?}"
+                )
+            },
+        )?;
+        let dns = out.split("== dns\n").nth(1).unwrap_or("");
+        check(
+            !dns.contains("192.0.2.1") && !dns.contains("rc=0") && !dns.contains("rc=139"),
+            || format!("nslookup got an answer or crashed: {dns:?}"),
+        )
+    }
+
+    // --- http_fetch --------------------------------------------------------------------------
+
+    fn fetch_other_host(&mut self) -> Outcome {
+        match self.fetch("https://other.test/")? {
+            Body::Refused { reason } => check(
+                reason.contains("other.test is not one of the grant's hosts"),
+                || format!("reason {reason:?}"),
+            ),
+            other => Err(format!("expected a refusal, got {}", show(&other))),
+        }
+    }
+
+    /// What the model sees when curl fails: a result that is one `http_fetch: <url>: ...`
+    /// line (seed 003 section 4), with no body.
+    fn fetch_fails_in_curl(&mut self, url: &str, want: &[&str]) -> Outcome {
+        match self.fetch(url)? {
+            Body::Result { content, .. } => {
+                let prefix = format!("http_fetch: {url}: ");
+                check(
+                    content.starts_with(&prefix) && content.trim_end().lines().count() == 1,
+                    || format!("content {content:?} is not one {prefix:?} line"),
+                )?;
+                check(
+                    !content.contains(HELLO) && !content.contains("[http"),
+                    || format!("a body came back: {content:?}"),
+                )?;
+                check(want.iter().any(|w| content.contains(w)), || {
+                    format!("content {content:?} names none of {want:?}")
+                })
+            }
+            other => Err(format!(
+                "expected a result with curl's error, got {}",
+                show(&other)
+            )),
+        }
+    }
+
+    fn fetch_redirect(&mut self) -> Outcome {
+        // The proxy answers 2 (not allowed) for other.test.
+        self.fetch_fails_in_curl("https://ok.test/redirect-other", &["SOCKS5", "other.test"])
+    }
+
+    fn fetch_port(&mut self) -> Outcome {
+        match self.fetch("https://ok.test:8443/")? {
+            Body::Refused { reason } => {
+                check(reason.contains("443"), || format!("reason {reason:?}"))
+            }
+            other => Err(format!("expected a refusal, got {}", show(&other))),
+        }
+    }
+
+    /// The contrast for the four below: another name of the same pattern that resolves into
+    /// allow_addresses is fetched.
+    fn fetch_allowed_subdomain(&mut self) -> Outcome {
+        match self.fetch("https://www.ok.test/")? {
+            Body::Result { content, .. } => {
+                check(content == format!("{HELLO}\n[http 200]"), || {
+                    format!("content {content:?}")
+                })
+            }
+            other => Err(format!("expected a result, got {}", show(&other))),
+        }
+    }
+
+    fn fetch_tailnet_name(&mut self) -> Outcome {
+        self.fetch_fails_in_curl("https://tailnet.ok.test/", &["SOCKS5"])
+    }
+
+    fn fetch_cgnat_name(&mut self) -> Outcome {
+        self.fetch_fails_in_curl("https://cgnat.ok.test/", &["SOCKS5"])
+    }
+
+    fn fetch_loopback_name(&mut self) -> Outcome {
+        self.fetch_fails_in_curl("https://loop.ok.test/", &["SOCKS5"])
+    }
+
+    fn fetch_metadata_name(&mut self) -> Outcome {
+        self.fetch_fails_in_curl("https://meta.ok.test/", &["SOCKS5"])
+    }
+
+    // --- limits ------------------------------------------------------------------------------
+
+    fn time_limit(&mut self) -> Outcome {
+        let started = Instant::now();
+        let body = self.call("shell", json!({ "command": "sleep 30" }))?;
+        let took = started.elapsed();
+        match body {
+            Body::Failed { message } => {
+                check(message == TIMED_OUT, || format!("message {message:?}"))?
+            }
+            other => return Err(format!("expected failed, got {}", show(&other))),
+        }
+        let limit = Duration::from_millis(SHELL_MS);
+        check(
+            took >= limit && took < limit + Duration::from_secs(15),
+            || format!("the answer came after {took:?} for a {limit:?} limit"),
+        )
+    }
+
+    fn output_cap_shell(&mut self) -> Outcome {
+        let (content, truncated) = self.result(
+            "shell",
+            json!({ "command": "yes 0123456789 | head -c 1000000" }),
+        )?;
+        check(truncated, || "truncated is false".into())?;
+        check(content.starts_with("0123456789\n"), || {
+            format!("content starts {:?}", &content[..content.len().min(40)])
+        })
+    }
+
+    fn output_cap_fetch(&mut self) -> Outcome {
+        match self.fetch("https://ok.test/big")? {
+            Body::Result {
+                content, truncated, ..
+            } => {
+                check(truncated, || "truncated is false".into())?;
+                check(content.starts_with("xxxx") && content.len() < BIG, || {
+                    format!("content of {} bytes", content.len())
+                })
+            }
+            other => Err(format!("expected a result, got {}", show(&other))),
+        }
+    }
+
+    // --- decisions ---------------------------------------------------------------------------
+
+    fn ask_then_approve(&mut self) -> Outcome {
+        let path = self.rw.join("asked.txt");
+        let args = json!({ "path": path, "content": "approved\n" });
+        let ticket = match self.call_as(ASK_GRANT, "write_file", args.clone(), None)? {
+            Body::Ask { ticket, question } => {
+                check(question.contains(&path.display().to_string()), || {
+                    format!("the question does not name the file: {question:?}")
+                })?;
+                ticket
+            }
+            other => return Err(format!("expected ask, got {}", show(&other))),
+        };
+        check(!path.exists(), || {
+            "the file was written before approval".into()
+        })?;
+        match self.call_as(ASK_GRANT, "write_file", args.clone(), Some(ticket.clone()))? {
+            Body::Result { content, .. } => check(content.starts_with("wrote 9 bytes"), || {
+                format!("content {content:?}")
+            })?,
+            other => return Err(format!("the approved call: {}", show(&other))),
+        }
+        check(
+            std::fs::read_to_string(&path).ok().as_deref() == Some("approved\n"),
+            || "the approved write is not on the host".into(),
+        )?;
+        // A ticket is good for one call.
+        match self.call_as(ASK_GRANT, "write_file", args, Some(ticket))? {
+            Body::Refused { .. } | Body::Ask { .. } => Ok(()),
+            other => Err(format!(
+                "a used ticket was accepted again: {}",
+                show(&other)
+            )),
+        }
+    }
+
+    fn refusal_outside_grant(&mut self) -> Outcome {
+        match self.call("read_file", json!({ "path": "/etc/passwd" }))? {
+            Body::Refused { reason } => check(reason.contains("/etc/passwd"), || {
+                format!("reason {reason:?}")
+            }),
+            other => Err(format!("expected a refusal, got {}", show(&other))),
+        }
+    }
+
+    // --- crashes -----------------------------------------------------------------------------
+
+    /// Starts a call on another thread, waits until `ready` says the sandbox is up, kills
+    /// brokerd with SIGKILL, starts it again and lets the clean-up check judge.
+    fn crash_during(
+        &mut self,
+        tool: &str,
+        args: Value,
+        ready: fn(&Suite, &[String]) -> bool,
+    ) -> Outcome {
+        self.calls += 1;
+        let (socket, session, call) = (
+            self.socket.clone(),
+            self.session.clone(),
+            format!("c{}", self.calls),
+        );
+        let tool = tool.to_string();
+        let caller =
+            std::thread::spawn(move || call_on(&socket, &session, &call, GRANT, &tool, args, None));
+        let until = Instant::now() + Duration::from_secs(15);
+        let seen = loop {
+            let names = self.session_containers();
+            if ready(self, &names) {
+                break names;
+            }
+            if Instant::now() >= until {
+                return Err(format!(
+                    "the sandbox did not come up within 15 s (saw {names:?})"
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        let Some(mut child) = self.child.take() else {
+            return Err("brokerd is not running".into());
+        };
+        system::signal(&child, libc::SIGKILL);
+        let _ = child.wait();
+        let answer = caller
+            .join()
+            .map_err(|_| "the calling thread panicked".to_string())?;
+        check(answer.is_err(), || {
+            format!("the call was answered although brokerd was killed: {answer:?}")
+        })?;
+        let left = self.leftovers()?;
+        check(!left.is_empty(), || {
+            format!("nothing was left to sweep after the kill (saw {seen:?} before it)")
+        })?;
+        eprintln!("  left by the crash: {}", left.join(", "));
+        self.start_brokerd()
+            .map_err(|e| format!("brokerd did not start again: {e}"))
+    }
+
+    fn crash_during_shell(&mut self) -> Outcome {
+        self.crash_during("shell", json!({ "command": "sleep 30" }), |_, names| {
+            !names.is_empty()
+        })
+    }
+
+    fn crash_during_fetch(&mut self) -> Outcome {
+        // /slow keeps the fetch open, with its proxy container and egress directory.
+        self.crash_during(
+            "http_fetch",
+            json!({ "url": "https://ok.test/slow" }),
+            |s, names| {
+                names.iter().any(|n| n.ends_with("-egress"))
+                    && names.iter().any(|n| !n.ends_with("-egress"))
+                    && std::fs::read_dir(&s.egress_root)
+                        .map(|d| d.count() > 0)
+                        .unwrap_or(false)
+            },
+        )
+    }
+
+    /// Every connection the fake tailnet host saw came from the control container.
+    fn tailnet_untouched(&mut self) -> Outcome {
+        let Some(log) = &self.tailnet_log else {
+            return Ok(());
+        };
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        let n = text.lines().count();
+        check(n == self.control_connections, || {
+            format!(
+                "the tailnet host saw {n} connection(s), the control made {}: {text}",
+                self.control_connections
+            )
+        })
+    }
+
+    fn sigterm(&mut self) -> Outcome {
+        let Some(mut child) = self.child.take() else {
+            return Err("brokerd is not running".into());
+        };
+        system::signal(&child, libc::SIGTERM);
+        let status = system::wait(&mut child, Duration::from_secs(20));
+        let _ = std::fs::remove_file(&self.pid_file);
+        match status {
+            Some(s) if s.success() => Ok(()),
+            Some(s) => Err(format!("brokerd exited with {s} on SIGTERM")),
+            None => {
+                system::signal(&child, libc::SIGKILL);
+                let _ = child.wait();
+                Err("brokerd did not stop within 20 s of SIGTERM".into())
+            }
+        }
+    }
+}
+
+/// One call on a fresh connection.
+fn call_on(
+    socket: &Path,
+    session: &str,
+    call: &str,
+    grant: &str,
+    tool: &str,
+    args: Value,
+    approval: Option<String>,
+) -> Result<Body, String> {
+    let mut client = Client::connect(socket).map_err(|e| e.to_string())?;
+    client
+        .set_timeout(Some(Duration::from_secs(90)))
+        .map_err(|e| e.to_string())?;
+    let req = Request::Call {
+        id: client.next_id(),
+        v: None,
+        session: session.to_string(),
+        call: call.to_string(),
+        grant: grant.to_string(),
+        tool: tool.to_string(),
+        arguments: args.to_string(),
+        approval,
+    };
+    client
+        .request(&req)
+        .map(|a| a.body)
+        .map_err(|e| e.to_string())
+}
+
+impl Suite {
+    /// Wall time per call of each tool through brokerd, next to a bare `podman run` of the
+    /// argument list brokerd builds (`PodmanRuntime::tool_args`, and for http_fetch the proxy's
+    /// `egress_args` around it).
+    fn bench(&mut self, n: usize) -> Outcome {
+        use brokerd::runner::podman::PodmanRuntime;
+        use brokerd::runner::{Egress, Mount, RunSpec};
+        use proto::tools::ToolName;
+        let config = brokerd::config::load(&self.config).map_err(|e| e.to_string())?;
+        let rc = config.runner.clone().ok_or("no [runner]")?;
+        let runtime = PodmanRuntime::new(&rc);
+        let grant = &config.grants[GRANT];
+        let cases: Vec<(ToolName, Value)> = vec![
+            (
+                ToolName::ReadFile,
+                json!({ "path": self.ro.join("hello.txt") }),
+            ),
+            (
+                ToolName::WriteFile,
+                json!({ "path": self.rw.join("bench.txt"), "content": "bench\n" }),
+            ),
+            (ToolName::Shell, json!({ "command": "echo hi" })),
+            (ToolName::HttpFetch, json!({ "url": "https://ok.test/" })),
+        ];
+        for (tool, args) in cases {
+            let mut through = Vec::new();
+            for _ in 0..n {
+                let t = Instant::now();
+                let (_, _) = self.result(tool.as_str(), args.clone())?;
+                through.push(t.elapsed());
+            }
+            let mut bare = Vec::new();
+            for i in 0..n {
+                let spec = RunSpec {
+                    session: "bench".into(),
+                    call: format!("{}-{i}", tool.as_str().replace('_', "-")),
+                    tool,
+                    input: serde_json::to_vec(&args).unwrap_or_default(),
+                    mounts: grant
+                        .paths
+                        .iter()
+                        .map(|p| Mount {
+                            path: p.path.clone(),
+                            write: p.write && tool != ToolName::ReadFile,
+                        })
+                        .collect(),
+                    egress: (tool == ToolName::HttpFetch).then(|| Egress {
+                        hosts: grant.hosts.clone(),
+                        allow_addresses: grant
+                            .allow_addresses
+                            .iter()
+                            .map(|c| c.to_string())
+                            .collect(),
+                    }),
+                    timeout: Duration::from_secs(30),
+                };
+                let name = format!("boxmaker-bench-{}-{i}", spec.call);
+                let t = Instant::now();
+                self.bare_run(&runtime, &spec, &name)?;
+                bare.push(t.elapsed());
+            }
+            println!(
+                "bench {}: through brokerd {} ; bare podman run {}",
+                tool.as_str(),
+                stats(&mut through),
+                stats(&mut bare)
+            );
+        }
+        Ok(())
+    }
+
+    fn bare_run(
+        &self,
+        runtime: &brokerd::runner::podman::PodmanRuntime,
+        spec: &brokerd::runner::RunSpec,
+        name: &str,
+    ) -> Outcome {
+        use std::io::Write;
+        let mut proxy = None;
+        if let Some(egress) = &spec.egress {
+            let dir = runtime.egress_dir(name);
+            std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+            self.user.chown(&dir)?;
+            let mut c = self.user.command(&self.podman);
+            c.args(runtime.egress_args(egress, name));
+            let (code, out) = system::output(c, Duration::from_secs(30))?;
+            check(code == 0, || format!("proxy: {out}"))?;
+            let sock = dir.join("egress.sock");
+            let until = Instant::now() + Duration::from_secs(5);
+            while !sock.exists() && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            proxy = Some((format!("{name}-egress"), dir));
+        }
+        let mut c = self.user.command(&self.podman);
+        c.args(runtime.tool_args(spec, name))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        let mut child = c.spawn().map_err(|e| e.to_string())?;
+        if let Some(mut stdin) = child.stdin.take() {
+            let _ = stdin.write_all(&spec.input);
+        }
+        let out = child.wait_with_output().map_err(|e| e.to_string())?;
+        if let Some((container, dir)) = proxy {
+            let mut rm = self.user.command(&self.podman);
+            rm.args(["rm", "-f", &container]);
+            let _ = system::output(rm, Duration::from_secs(30));
+            let _ = std::fs::remove_dir_all(dir);
+        }
+        check(out.status.code() == Some(0), || {
+            format!(
+                "bare run of {name}: {} {}",
+                out.status,
+                String::from_utf8_lossy(&out.stdout)
+            )
+        })
+    }
+}
+
+/// `median X ms (min Y, max Z, n N)`
+fn stats(v: &mut [Duration]) -> String {
+    v.sort();
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    format!(
+        "median {:.0} ms (min {:.0}, max {:.0}, n {})",
+        ms(v[v.len() / 2]),
+        ms(v[0]),
+        ms(v[v.len() - 1]),
+        v.len()
+    )
+}

@@ -1,0 +1,128 @@
+//! The service user, its Podman and the brokerd this suite runs as that user.
+
+use std::ffi::CString;
+use std::fs::File;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The service user, as the passwd database has it.
+#[derive(Debug, Clone)]
+pub struct User {
+    pub name: String,
+    pub uid: u32,
+    pub gid: u32,
+    pub home: PathBuf,
+}
+
+impl User {
+    pub fn lookup(name: &str) -> Result<User, String> {
+        let c = CString::new(name).map_err(|_| format!("{name:?} is not a user name"))?;
+        // SAFETY: getpwnam returns a pointer into static storage or null; it is read at once,
+        // before any other passwd call, in this single-threaded start of the program.
+        unsafe {
+            let pw = libc::getpwnam(c.as_ptr());
+            if pw.is_null() {
+                return Err(format!("no user {name}; run scripts/setup.sh user"));
+            }
+            let home = std::ffi::CStr::from_ptr((*pw).pw_dir)
+                .to_string_lossy()
+                .into_owned();
+            Ok(User {
+                name: name.to_string(),
+                uid: (*pw).pw_uid,
+                gid: (*pw).pw_gid,
+                home: PathBuf::from(home),
+            })
+        }
+    }
+
+    pub fn runtime_dir(&self) -> PathBuf {
+        PathBuf::from(format!("/run/user/{}", self.uid))
+    }
+
+    /// A command that runs as this user with what rootless Podman needs, and nothing else
+    /// from this process's environment.
+    pub fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
+        let mut c = Command::new(program);
+        c.env_clear()
+            .env("HOME", &self.home)
+            .env("USER", &self.name)
+            .env("LOGNAME", &self.name)
+            .env("XDG_RUNTIME_DIR", self.runtime_dir())
+            .env(
+                "PATH",
+                "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            )
+            .current_dir(&self.home)
+            .uid(self.uid)
+            .gid(self.gid);
+        c
+    }
+
+    pub fn chown(&self, path: &Path) -> Result<(), String> {
+        std::os::unix::fs::chown(path, Some(self.uid), Some(self.gid))
+            .map_err(|e| format!("chown {}: {e}", path.display()))
+    }
+}
+
+/// Runs a command to its end within `limit`: (exit code, standard output and error).
+pub fn output(mut c: Command, limit: Duration) -> Result<(i32, String), String> {
+    let dir = std::env::temp_dir().join(format!("boxmaker-e2e-out-{}", std::process::id()));
+    let file = File::create(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let err = file.try_clone().map_err(|e| e.to_string())?;
+    let mut child = c
+        .stdin(Stdio::null())
+        .stdout(file)
+        .stderr(err)
+        .process_group(0)
+        .spawn()
+        .map_err(|e| format!("cannot start {:?}: {e}", c.get_program()))?;
+    let status = wait(&mut child, limit);
+    let text = std::fs::read_to_string(&dir).unwrap_or_default();
+    let _ = std::fs::remove_file(&dir);
+    match status {
+        Some(s) => Ok((s.code().unwrap_or(-1), text)),
+        None => {
+            kill_group(&child);
+            let _ = child.wait();
+            Err(format!(
+                "{:?} did not finish within {limit:?}: {text}",
+                c.get_program()
+            ))
+        }
+    }
+}
+
+pub fn wait(child: &mut Child, limit: Duration) -> Option<std::process::ExitStatus> {
+    let until = Instant::now() + limit;
+    loop {
+        if let Ok(Some(s)) = child.try_wait() {
+            return Some(s);
+        }
+        if Instant::now() >= until {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+pub fn signal(child: &Child, sig: libc::c_int) {
+    if let Ok(pid) = libc::pid_t::try_from(child.id()) {
+        // SAFETY: kill(2) on the pid of a child this process has not reaped yet.
+        unsafe {
+            libc::kill(pid, sig);
+        }
+    }
+}
+
+fn kill_group(child: &Child) {
+    if let Ok(pid) = libc::pid_t::try_from(child.id()) {
+        // SAFETY: the child was started in its own process group (process_group(0)) and is not
+        // reaped yet, so the group id is still its.
+        unsafe {
+            libc::kill(-pid, libc::SIGKILL);
+        }
+    }
+}
