@@ -3,7 +3,7 @@ SHELL := /bin/bash
 MUSL := x86_64-unknown-linux-musl
 TOOLKIT := target/$(MUSL)/release/toolkit
 
-.PHONY: demo test unit static-check toolchain fmt-check clippy nix-check guest-test
+.PHONY: demo test unit static-check toolchain fmt-check clippy nix-check guest-test e2e
 
 toolchain:
 	scripts/setup.sh toolchain
@@ -33,8 +33,13 @@ guest-test: $(TOOLKIT)
 		cargo build --release --locked --target $(MUSL) -p boxmaker-e2e; fi
 	vm-tests/guest/run.sh
 
+# The end-to-end scenario suite (tests/e2e/run.sh, as root): real brokerd, real rootless
+# Podman, the suite's own hosts in a network namespace it makes and removes.
+e2e: toolchain
+	tests/e2e/run.sh
+
 # The whole suite, as CI runs it.
-test: fmt-check static-check unit nix-check
+test: fmt-check static-check unit nix-check e2e
 
 demo: $(TOOLKIT)
 	scripts/demo.sh

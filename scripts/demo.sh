@@ -1,0 +1,154 @@
+#!/usr/bin/env bash
+# `make demo`: boxmaker for real on a fresh Debian 12 machine (as root). Installs what is
+# missing, builds, makes the tools image and the service user, starts brokerd as that user with
+# an example config, runs a short scripted session through boxctl (each tool, a refusal, an ask
+# and its approval), shows the audit records, stops brokerd with SIGTERM and checks that no
+# container is left.
+#
+# No network is used by the session: http_fetch is shown only as a refusal (a host outside the
+# grant), which brokerd decides before anything runs. The end-to-end suite (make e2e) fetches
+# from its own hosts inside a network namespace.
+set -euo pipefail
+
+repo=$(cd "$(dirname "$0")/.." && pwd)
+cd "$repo"
+MUSL=x86_64-unknown-linux-musl
+demo=/srv/boxmaker-demo
+state=/var/lib/boxmaker/demo
+sock_dir=/run/boxmaker-demo
+socket=$sock_dir/broker.sock
+brokerd_pid=""
+
+[ "$(id -u)" -eq 0 ] || { echo "demo: run as root (it installs packages and makes the service user)" >&2; exit 2; }
+export PATH="$HOME/.cargo/bin:$PATH"
+
+step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+show() { printf '$ %s\n' "$*"; }
+
+stop_brokerd() {
+    if [ -n "$brokerd_pid" ] && kill -0 "$brokerd_pid" 2>/dev/null; then
+        kill -TERM "$brokerd_pid"
+        wait "$brokerd_pid" || true
+    fi
+    brokerd_pid=""
+}
+trap stop_brokerd EXIT
+
+step "setup: packages, Rust's musl target, the service user boxmaker"
+scripts/setup.sh all
+
+step "build: brokerd and boxctl, the static toolkit"
+cargo build --release --locked -p brokerd -p boxctl
+cargo build --release --locked --target $MUSL -p toolkit
+scripts/static-check.sh target/$MUSL/release/toolkit
+
+step "the tools image, in boxmaker's rootless Podman"
+image=$(images/build-tools-image.sh | tail -n 1)
+echo "image $image"
+
+step "an example config: $state/brokerd.toml"
+install -d -m 0755 "$demo" "$demo/ref"
+install -d -o boxmaker -g boxmaker -m 0755 "$demo/notes"
+install -d -o boxmaker -g boxmaker -m 0750 "$state"
+install -d -o boxmaker -g root -m 0750 "$sock_dir"
+printf 'boxmaker runs every tool call in a fresh container.\nThis directory is granted read-only.\n' >"$demo/ref/README.txt"
+chmod 0644 "$demo/ref/README.txt"
+cat >"$state/brokerd.toml" <<CONF
+[broker]
+clients = ["root"]                  # this demo's boxctl runs as root
+audit_log = "$state/audit.jsonl"
+shutdown_grace_s = 5
+
+[runner]
+backend = "podman"
+image = "$image"
+egress_network = "slirp4netns"      # Debian's Podman 4.3 has no pasta
+enforce_limits = false              # rootless Podman cannot apply limits on cgroup v1
+shell_ms = 30000
+
+[grants.notes]                      # auto: reads, writes and plain commands run
+mode = "auto"
+tools = ["read_file", "write_file", "shell", "http_fetch"]
+paths = [ { path = "$demo/notes", write = true }, { path = "$demo/ref" } ]
+hosts = ["docs.example.org"]
+
+[grants.review]                     # ask: every change waits for the owner
+mode = "ask"
+tools = ["read_file", "write_file"]
+paths = [ { path = "$demo/notes", write = true } ]
+CONF
+chown boxmaker:boxmaker "$state/brokerd.toml"
+cat "$state/brokerd.toml"
+scripts/as-boxmaker "$repo/target/release/brokerd" check-config "$state/brokerd.toml"
+
+step "start brokerd as boxmaker on $socket"
+rm -f "$socket"
+BROKERD_LOG=info scripts/as-boxmaker "$repo/target/release/brokerd" --config "$state/brokerd.toml" \
+    --socket "$socket" 2>"$state/brokerd.log" &
+brokerd_pid=$!
+for _ in $(seq 100); do
+    target/release/boxctl --socket "$socket" status >/dev/null 2>&1 && break
+    kill -0 "$brokerd_pid" 2>/dev/null || { cat "$state/brokerd.log" >&2; exit 1; }
+    sleep 0.1
+done
+target/release/boxctl --socket "$socket" status
+
+# One call through boxctl: shows the command line, the answer and boxctl's exit code.
+n=0
+call() {
+    local grant=$1 tool=$2 args=$3
+    shift 3
+    n=$((n + 1))
+    local t0 t1 out code=0
+    show "boxctl call --session demo --call c$n --grant $grant $* $tool '$args'"
+    t0=$(date +%s%N)
+    out=$(target/release/boxctl --socket "$socket" call --session demo --call "c$n" --grant "$grant" "$@" "$tool" "$args") || code=$?
+    t1=$(date +%s%N)
+    echo "$out"
+    echo "(exit $code, $(((t1 - t0) / 1000000)) ms)"
+    last=$out
+}
+
+step "read_file: a file in the read-only directory"
+call notes read_file "{\"path\":\"$demo/ref/README.txt\"}"
+
+step "write_file: the notes directory is writable, and the grant is in auto mode"
+call notes write_file "{\"path\":\"$demo/notes/todo.txt\",\"content\":\"1. try boxmaker\\n\"}"
+echo "on the host: $(ls -l "$demo/notes/todo.txt")"
+
+step "shell: a fresh container that sees only the granted directories and has no network"
+call notes shell "{\"command\":\"cat todo.txt; ls /srv; ls /sys/class/net\",\"cwd\":\"$demo/notes\"}"
+
+step "a refusal: a path outside the grant (nothing runs)"
+call notes read_file '{"path":"/etc/shadow"}' || true
+
+step "another refusal: http_fetch of a host the grant does not list (nothing runs, no packet)"
+call notes http_fetch '{"url":"https://example.com/"}' || true
+
+step "ask: the review grant asks before any change"
+rm -f "$demo/notes/review.txt"
+args="{\"path\":\"$demo/notes/review.txt\",\"content\":\"approved by the owner\\n\"}"
+call review write_file "$args"
+ticket=$(printf '%s' "$last" | sed -n 's/.*"ticket":"\([^"]*\)".*/\1/p')
+[ -n "$ticket" ] || { echo "demo: no ticket in the answer" >&2; exit 1; }
+echo "nothing written yet: $(ls "$demo/notes")"
+
+step "the owner approves: the same call again, with the ticket"
+n=$((n - 1))
+call review write_file "$args" --approval "$ticket"
+echo "on the host: $(cat "$demo/notes/review.txt")"
+
+step "the audit log: one hash-chained record per decision (metadata only)"
+show "tail -n 4 $state/audit.jsonl"
+tail -n 4 "$state/audit.jsonl"
+target/release/boxctl audit verify "$state/audit.jsonl" || true
+
+step "stop brokerd (SIGTERM) and check that nothing is left"
+stop_brokerd
+tail -n 2 "$state/brokerd.log"
+left=$(scripts/as-boxmaker podman ps -a --filter label=boxmaker --format '{{.Names}}' 2>/dev/null)
+if [ -n "$left" ]; then
+    echo "demo: containers left: $left" >&2
+    exit 1
+fi
+echo "no boxmaker container is left; the demo's files are in $demo and $state"
