@@ -14,6 +14,13 @@ pub const FILE_SIZE: u64 = 256 * 1024 * 1024;
 /// egress proxy needs two per connection and serves at most 8.
 pub const OPEN_FILES: u64 = 1024;
 
+/// setrlimit(2)'s resource type: glibc's own `__rlimit_resource_t`, a plain int elsewhere
+/// (musl, which boxctl and the end-to-end suite are built with).
+#[cfg(target_env = "gnu")]
+pub type Resource = libc::__rlimit_resource_t;
+#[cfg(not(target_env = "gnu"))]
+pub type Resource = libc::c_int;
+
 /// One sandbox's rlimits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ResourceLimits {
@@ -44,7 +51,7 @@ impl ResourceLimits {
     }
 
     /// The (resource, value) pairs in the order they are set.
-    pub fn table(&self) -> [(libc::__rlimit_resource_t, u64); 5] {
+    pub fn table(&self) -> [(Resource, u64); 5] {
         [
             (libc::RLIMIT_AS, self.address_space),
             (libc::RLIMIT_NPROC, self.processes),
