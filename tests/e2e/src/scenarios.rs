@@ -26,6 +26,7 @@ const ASK_GRANT: &str = "e2e-ask";
 const TIMED_OUT: &str = "the tool ran past its time limit";
 
 type Outcome = Result<(), String>;
+type Scenario = fn(&mut Suite) -> Outcome;
 
 struct Suite {
     user: User,
@@ -67,7 +68,7 @@ pub fn run(opts: &crate::Opts) -> Result<ExitCode, String> {
     }
     suite.start_brokerd()?;
 
-    let scenarios: Vec<(&str, fn(&mut Suite) -> Outcome)> = vec![
+    let scenarios: Vec<(&str, Scenario)> = vec![
         ("read_file-works", Suite::read_file_works),
         ("write_file-works", Suite::write_file_works),
         ("shell-works", Suite::shell_works),
@@ -150,8 +151,8 @@ pub fn run(opts: &crate::Opts) -> Result<ExitCode, String> {
         } else {
             scenario(&mut suite)
         };
-        if let Ok(left) = suite.leftovers() {
-            if !left.is_empty() {
+        match suite.leftovers() {
+            Ok(left) if !left.is_empty() => {
                 let why = format!("left behind after the scenario: {}", left.join(", "));
                 outcome = match outcome {
                     Ok(()) => Err(why),
@@ -159,8 +160,8 @@ pub fn run(opts: &crate::Opts) -> Result<ExitCode, String> {
                 };
                 suite.clean_up_after_failure();
             }
-        } else if let Err(e) = suite.leftovers() {
-            outcome = Err(format!("cannot list leftovers: {e}"));
+            Ok(_) => {}
+            Err(e) => outcome = Err(format!("cannot list leftovers: {e}")),
         }
         let ms = started.elapsed().as_millis();
         match outcome {
