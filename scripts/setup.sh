@@ -13,8 +13,9 @@
 #                                stay: other software may use them
 set -euo pipefail
 
-# Packages the build and the tests need on a fresh Debian 12 machine.
-BUILD_PACKAGES=(build-essential musl-tools pkg-config binutils)
+# Packages the build and the tests need on a fresh Debian 12 machine (bubblewrap and
+# busybox-static: the bwrap runner's tests run real sandboxes over a busybox root).
+BUILD_PACKAGES=(build-essential musl-tools pkg-config binutils bubblewrap busybox-static)
 # What brokerd, rootless Podman on this kind of host and the no-Nix tools image need.
 # containernetworking-plugins: without it (or netavark) podman's dependencies do not configure.
 RUN_PACKAGES=(podman uidmap slirp4netns runc containernetworking-plugins fuse-overlayfs

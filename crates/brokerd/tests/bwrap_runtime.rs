@@ -19,8 +19,18 @@ use brokerd::runner::bwrap::{BwrapRuntime, Terminal};
 use brokerd::runner::{Egress, Failure, Mount, RunError, RunOutput, RunSpec, Runner, Unavailable};
 use proto::tools::ToolName;
 
-/// Whether bwrap can make a user namespace here; prints why not.
+/// Whether bwrap can make a user namespace here; prints why not. Under CI (`CI` set) a host
+/// that cannot is a failure, not a skip: CI installs bubblewrap and must run these tests.
 fn bwrap_works() -> bool {
+    let works = bwrap_probe();
+    assert!(
+        works || std::env::var_os("CI").is_none(),
+        "CI must be able to run bwrap (scripts/setup.sh toolchain installs it)"
+    );
+    works
+}
+
+fn bwrap_probe() -> bool {
     let out = Command::new("bwrap")
         .args([
             "--unshare-user",
