@@ -83,6 +83,8 @@ chroot "$new" /bin/sh -c 'echo ok' >/dev/null || die "/bin/sh does not start ins
 
 rm -rf "$out.old"
 [ -e "$out" ] && mv "$out" "$out.old"
+# mktemp made it 0700: the tree is the bwrap backend's /, read by the service user.
+chmod 0755 "$new"
 mv "$new" "$out"
 rm -rf "$out.old"
 trap - EXIT
