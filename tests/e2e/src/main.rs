@@ -6,13 +6,16 @@
 //! boxmaker-e2e serve --ca DIR [--https ADDR]... [--dns ADDR] [--tailnet ADDR]...
 //!                    [--tailnet-log FILE] [--record NAME=IPV4]... [--ready FILE]
 //!     the test hosts, until killed; --ready is written once every socket listens
-//! boxmaker-e2e run --brokerd FILE --image ID --work DIR [--user NAME] [--podman PROG]
-//!                  [--tailnet-log FILE] [--only NAME]... [--bench N]
-//!     the scenarios against a brokerd this process starts as the service user
+//! boxmaker-e2e run --brokerd FILE --work DIR [--backend podman|bwrap] [--image ID]
+//!                  [--tools-root DIR] [--user NAME] [--podman PROG] [--tailnet-log FILE]
+//!                  [--only NAME]... [--bench N]
+//!     the scenarios against a brokerd this process starts as the service user, on Podman
+//!     (the default; --image is required) or bwrap (--tools-root is required)
 //! ```
 //!
-//! `run` prints `ok <name>` or `FAIL <name>: <why>` for each scenario, then `N passed, M
-//! failed` alone on a line, and exits 1 if any failed (2 for bad usage or a setup failure).
+//! `run` prints `ok <backend>/<name>` or `FAIL <backend>/<name>: <why>` for each scenario,
+//! then `<backend>: N passed, M failed` alone on a line, and exits 1 if any failed (2 for bad
+//! usage or a setup failure).
 
 mod ca;
 mod dns;
@@ -42,7 +45,7 @@ pub const CERT_NAMES: &[&str] = &["ok.test", "*.ok.test", "other.test"];
 
 const USAGE: &str = "usage: boxmaker-e2e ca --out DIR
        boxmaker-e2e serve --ca DIR [--https ADDR]... [--dns ADDR] [--tailnet ADDR]... [--tailnet-log FILE] [--record NAME=IPV4]... [--ready FILE]
-       boxmaker-e2e run --brokerd FILE --image ID --work DIR [--user NAME] [--podman PROG] [--tailnet-log FILE] [--only NAME]... [--bench N]";
+       boxmaker-e2e run --brokerd FILE --work DIR [--backend podman|bwrap] [--image ID] [--tools-root DIR] [--user NAME] [--podman PROG] [--tailnet-log FILE] [--only NAME]... [--bench N]";
 
 /// Options as (name, value) pairs, in order; every option takes a value.
 pub struct Opts(Vec<(String, String)>);
@@ -117,7 +120,9 @@ fn main() -> ExitCode {
         "run" => {
             opts.check(&[
                 "brokerd",
+                "backend",
                 "image",
+                "tools-root",
                 "work",
                 "user",
                 "podman",

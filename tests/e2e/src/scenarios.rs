@@ -1,8 +1,11 @@
 //! The scenarios (issue 5 item 3), each an assertion on what the model would see, against a
-//! real brokerd that this process starts as the service user, with real rootless Podman.
+//! real brokerd that this process starts as the service user, on one backend: real rootless
+//! Podman or bubblewrap over the tools image's tree (issue 8 item 6). What the model sees is
+//! asserted identically on both; only the checks of what is left behind differ.
 //!
-//! After every scenario no container labelled `boxmaker` may exist and no egress directory may
-//! be left (`<home>/run/egress/`), whatever the scenario's own result.
+//! After every scenario no egress directory may be left (`<home>/run/egress/`), and no
+//! sandbox: with Podman no container labelled `boxmaker`, with bwrap no `bwrap` process of the
+//! service user and nothing of it in another PID namespace, whatever the scenario's own result.
 
 use std::fs::File;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -25,10 +28,41 @@ const ASK_GRANT: &str = "e2e-ask";
 /// The runner's fixed sentences (seed 003 section 6), as the model reads them.
 const TIMED_OUT: &str = "the tool ran past its time limit";
 
+/// How long a bwrap sandbox's inner processes may outlive the answer: brokerd confirms the
+/// death of the bwrap it started through its pidfd; the sandbox's PID 1 gets its
+/// `--die-with-parent` SIGKILL a moment later.
+const SETTLE: Duration = Duration::from_secs(2);
+
 type Outcome = Result<(), String>;
 type Scenario = fn(&mut Suite) -> Outcome;
 
+/// The runner brokerd is configured with for this run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Podman,
+    Bwrap,
+}
+
+impl Backend {
+    fn parse(s: &str) -> Result<Backend, String> {
+        match s {
+            "podman" => Ok(Backend::Podman),
+            "bwrap" => Ok(Backend::Bwrap),
+            _ => Err(format!("--backend {s:?} is not podman or bwrap")),
+        }
+    }
+
+    fn as_str(self) -> &'static str {
+        match self {
+            Backend::Podman => "podman",
+            Backend::Bwrap => "bwrap",
+        }
+    }
+}
+
 struct Suite {
+    backend: Backend,
+    tools_root: Option<PathBuf>,
     user: User,
     podman: String,
     brokerd: PathBuf,
@@ -42,6 +76,8 @@ struct Suite {
     egress_root: PathBuf,
     image: String,
     tailnet_log: Option<PathBuf>,
+    /// Lines in the tailnet log before this run (another backend's run may have written some).
+    tailnet_before: usize,
     child: Option<Child>,
     session: String,
     calls: u32,
@@ -51,7 +87,8 @@ struct Suite {
 pub fn run(opts: &crate::Opts) -> Result<ExitCode, String> {
     let user = User::lookup(&opts.one("user").unwrap_or_else(|| "boxmaker".into()))?;
     let work = PathBuf::from(opts.required("work")?);
-    let mut suite = Suite::prepare(user, &work, opts)?;
+    let backend = Backend::parse(&opts.one("backend").unwrap_or_else(|| "podman".into()))?;
+    let mut suite = Suite::prepare(backend, user, &work, opts)?;
     let only = opts.all("only");
     let bench: usize = match opts.one("bench") {
         Some(n) => n
@@ -62,7 +99,7 @@ pub fn run(opts: &crate::Opts) -> Result<ExitCode, String> {
     let pre = suite.leftovers()?;
     if !pre.is_empty() {
         return Err(format!(
-            "the service user already has boxmaker containers or egress directories: {}",
+            "the service user already has sandboxes or egress directories: {}",
             pre.join(", ")
         ));
     }
@@ -82,10 +119,16 @@ pub fn run(opts: &crate::Opts) -> Result<ExitCode, String> {
             "read-write-mount-honoured",
             Suite::read_write_mount_honoured,
         ),
-        (
-            "control-slirp4netns-reaches-tailnet",
-            Suite::control_slirp_reaches_tailnet,
-        ),
+        match backend {
+            Backend::Podman => (
+                "control-slirp4netns-reaches-tailnet",
+                Suite::control_slirp_reaches_tailnet as Scenario,
+            ),
+            Backend::Bwrap => (
+                "control-bwrap-share-net-reaches-tailnet",
+                Suite::control_share_net_reaches_tailnet as Scenario,
+            ),
+        },
         (
             "shell-cannot-reach-tailnet",
             Suite::shell_cannot_reach_tailnet,
@@ -135,6 +178,7 @@ pub fn run(opts: &crate::Opts) -> Result<ExitCode, String> {
         ("sigterm-stops-cleanly", Suite::sigterm),
     ];
     let (mut passed, mut failed) = (0, 0);
+    let b = backend.as_str();
     for (name, scenario) in scenarios {
         if !only.is_empty() && !only.iter().any(|o| o == name) && name != "sigterm-stops-cleanly" {
             continue;
@@ -151,7 +195,7 @@ pub fn run(opts: &crate::Opts) -> Result<ExitCode, String> {
         } else {
             scenario(&mut suite)
         };
-        match suite.leftovers() {
+        match suite.settled_leftovers() {
             Ok(left) if !left.is_empty() => {
                 let why = format!("left behind after the scenario: {}", left.join(", "));
                 outcome = match outcome {
@@ -167,17 +211,18 @@ pub fn run(opts: &crate::Opts) -> Result<ExitCode, String> {
         match outcome {
             Ok(()) => {
                 passed += 1;
-                println!("ok {name}");
+                println!("ok {b}/{name}");
             }
             Err(why) => {
                 failed += 1;
-                println!("FAIL {name}: {why}");
+                println!("FAIL {b}/{name}: {why}");
             }
         }
-        eprintln!("  ({name}: {ms} ms)");
+        eprintln!("  ({b}/{name}: {ms} ms)");
     }
     suite.stop_brokerd();
-    println!("{passed} passed, {failed} failed");
+    // `WORD: N passed, M failed`: run.sh runs each backend and prints the total last.
+    println!("{b}: {passed} passed, {failed} failed");
     Ok(if failed == 0 {
         ExitCode::SUCCESS
     } else {
@@ -207,8 +252,19 @@ fn show(body: &Body) -> String {
 }
 
 impl Suite {
-    fn prepare(user: User, work: &Path, opts: &crate::Opts) -> Result<Suite, String> {
-        let image = opts.required("image")?;
+    fn prepare(
+        backend: Backend,
+        user: User,
+        work: &Path,
+        opts: &crate::Opts,
+    ) -> Result<Suite, String> {
+        let (image, tools_root) = match backend {
+            Backend::Podman => (opts.required("image")?, None),
+            Backend::Bwrap => (
+                opts.one("image").unwrap_or_default(),
+                Some(PathBuf::from(opts.required("tools-root")?)),
+            ),
+        };
         let brokerd = PathBuf::from(opts.required("brokerd")?);
         let podman = opts.one("podman").unwrap_or_else(|| "podman".into());
         let mk = |p: &Path, mode: u32| -> Result<(), String> {
@@ -226,6 +282,20 @@ impl Suite {
         let hello = ro.join("hello.txt");
         std::fs::write(&hello, RO_TEXT).map_err(|e| format!("{}: {e}", hello.display()))?;
         let config = state.join("brokerd.toml");
+        let backend_keys = match &tools_root {
+            None => format!(
+                "backend = \"podman\"\npodman = \"{podman}\"\nimage = \"{image}\"\negress_network = \"slirp4netns\"\n\
+                 # This host's rootless Podman cannot enforce memory and pids limits (cgroup v1).\n"
+            ),
+            Some(_) => "backend = \"bwrap\"\n\
+                 # No cgroup v2 delegation on this host: rlimits only (runbook/runner.md#bwrap-unavailable).\n"
+                .to_string(),
+        };
+        let bwrap_section = match &tools_root {
+            None => String::new(),
+            // The test variant's tree: its CA bundle also holds the suite's test CA.
+            Some(root) => format!("\n[bwrap]\ntools_root = \"{}\"\n", root.display()),
+        };
         let text = format!(
             r#"# Written by boxmaker-e2e for one run of the suite.
 [broker]
@@ -236,12 +306,7 @@ refusal_repeats = 50
 shutdown_grace_s = 5
 
 [runner]
-backend = "podman"
-podman = "{podman}"
-image = "{image}"
-egress_network = "slirp4netns"
-# This host's rootless Podman cannot enforce memory and pids limits (cgroup v1).
-enforce_limits = false
+{backend_keys}enforce_limits = false
 output_cap = {OUTPUT_CAP}
 shell_ms = {SHELL_MS}
 read_file_ms = 10000
@@ -261,19 +326,30 @@ allow_addresses = ["192.0.2.0/24"]
 mode = "ask"
 tools = ["read_file", "write_file", "shell"]
 paths = [ {{ path = "{rw}", write = true }} ]
-"#,
+{bwrap_section}"#,
             state = state.display(),
             home = user.home.display(),
             rw = rw.display(),
             ro = ro.display(),
         );
         std::fs::write(&config, text).map_err(|e| format!("{}: {e}", config.display()))?;
+        let tailnet_log = opts.one("tailnet-log").map(PathBuf::from);
+        // The test hosts outlive one backend's run: only connections from now on are this run's.
+        let tailnet_before = tailnet_log.as_ref().map_or(0, |l| {
+            std::fs::read_to_string(l)
+                .unwrap_or_default()
+                .lines()
+                .count()
+        });
         Ok(Suite {
+            backend,
+            tools_root,
             egress_root: user.home.join("run").join("egress"),
             socket: state.join("broker.sock"),
             log: state.join("brokerd.log"),
             pid_file: state.join("brokerd.pid"),
-            tailnet_log: opts.one("tailnet-log").map(PathBuf::from),
+            tailnet_log,
+            tailnet_before,
             user,
             podman,
             brokerd,
@@ -420,26 +496,34 @@ paths = [ {{ path = "{rw}", write = true }} ]
 
     // --- clean-up checks ---------------------------------------------------------------------
 
-    /// Containers labelled `boxmaker` and egress directories of the service user.
+    /// The service user's sandboxes (containers labelled `boxmaker`, or bwrap sandbox
+    /// processes) and egress directories, as they are now.
     fn leftovers(&self) -> Result<Vec<String>, String> {
-        let mut c = self.user.command(&self.podman);
-        c.args([
-            "ps",
-            "-a",
-            "--filter",
-            "label=boxmaker",
-            "--format",
-            "{{.Names}}",
-        ]);
-        let (code, out) = system::output(c, Duration::from_secs(30))?;
-        if code != 0 {
-            return Err(format!("podman ps exited {code}: {out}"));
-        }
-        let mut left: Vec<String> = out
-            .lines()
-            .filter(|l| !l.trim().is_empty() && !l.starts_with("time="))
-            .map(|l| format!("container {}", l.trim()))
-            .collect();
+        let mut left = match self.backend {
+            Backend::Podman => {
+                let mut c = self.user.command(&self.podman);
+                c.args([
+                    "ps",
+                    "-a",
+                    "--filter",
+                    "label=boxmaker",
+                    "--format",
+                    "{{.Names}}",
+                ]);
+                let (code, out) = system::output(c, Duration::from_secs(30))?;
+                if code != 0 {
+                    return Err(format!("podman ps exited {code}: {out}"));
+                }
+                out.lines()
+                    .filter(|l| !l.trim().is_empty() && !l.starts_with("time="))
+                    .map(|l| format!("container {}", l.trim()))
+                    .collect()
+            }
+            Backend::Bwrap => system::sandbox_processes(&self.user)
+                .iter()
+                .map(|p| format!("sandbox {p}"))
+                .collect::<Vec<_>>(),
+        };
         if let Ok(entries) = std::fs::read_dir(&self.egress_root) {
             for e in entries.flatten() {
                 left.push(format!("egress dir {}", e.path().display()));
@@ -448,14 +532,46 @@ paths = [ {{ path = "{rw}", write = true }} ]
         Ok(left)
     }
 
+    /// [`Self::leftovers`], once bwrap sandbox processes had [`SETTLE`] to die after the bwrap
+    /// brokerd killed and reaped (egress directories are not waited for).
+    fn settled_leftovers(&self) -> Result<Vec<String>, String> {
+        let started = Instant::now();
+        let mut first: Option<Vec<String>> = None;
+        loop {
+            let left = self.leftovers()?;
+            let waiting = left.iter().any(|l| l.starts_with("sandbox "));
+            if !waiting || started.elapsed() >= SETTLE {
+                if let Some(first) = first {
+                    eprintln!(
+                        "  sandbox processes were still there for {} ms: {}",
+                        started.elapsed().as_millis(),
+                        first.join(", ")
+                    );
+                }
+                return Ok(left);
+            }
+            first.get_or_insert(left);
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     fn clean_up_after_failure(&self) {
-        let mut c = self.user.command(&self.podman);
-        c.args(["ps", "-aq", "--filter", "label=boxmaker"]);
-        if let Ok((0, ids)) = system::output(c, Duration::from_secs(30)) {
-            for id in ids.split_whitespace() {
-                let mut rm = self.user.command(&self.podman);
-                rm.args(["rm", "-f", id]);
-                let _ = system::output(rm, Duration::from_secs(30));
+        match self.backend {
+            Backend::Podman => {
+                let mut c = self.user.command(&self.podman);
+                c.args(["ps", "-aq", "--filter", "label=boxmaker"]);
+                if let Ok((0, ids)) = system::output(c, Duration::from_secs(30)) {
+                    for id in ids.split_whitespace() {
+                        let mut rm = self.user.command(&self.podman);
+                        rm.args(["rm", "-f", id]);
+                        let _ = system::output(rm, Duration::from_secs(30));
+                    }
+                }
+            }
+            Backend::Bwrap => {
+                for p in system::sandbox_processes(&self.user) {
+                    system::kill_pid(p.pid);
+                }
             }
         }
         if let Ok(entries) = std::fs::read_dir(&self.egress_root) {
@@ -465,8 +581,20 @@ paths = [ {{ path = "{rw}", write = true }} ]
         }
     }
 
-    /// Names of the running containers of this scenario's session.
-    fn session_containers(&self) -> Vec<String> {
+    /// The running sandboxes of this scenario's session: container names with Podman; with
+    /// bwrap, `<tool>` or `egress-proxy` for each bwrap process (one call runs at a time, so
+    /// every sandbox is this session's).
+    fn session_sandboxes(&self) -> Vec<String> {
+        if self.backend == Backend::Bwrap {
+            return system::sandbox_processes(&self.user)
+                .into_iter()
+                .filter(|p| p.cmdline.starts_with("bwrap "))
+                .map(|p| {
+                    let what = p.cmdline.split(" /bin/toolkit ").nth(1).unwrap_or("");
+                    what.split(' ').next().unwrap_or("").to_string()
+                })
+                .collect();
+        }
         let mut c = self.user.command(&self.podman);
         c.args(["ps", "--filter", "label=boxmaker", "--format", "{{.Names}}"]);
         let prefix = format!("boxmaker-{}-", self.session);
@@ -503,7 +631,7 @@ paths = [ {{ path = "{rw}", write = true }} ]
         })?;
         let uid = std::fs::metadata(&path).map_err(|e| e.to_string())?.uid();
         check(uid == self.user.uid, || {
-            format!("the file is owned by uid {uid}, not the service user (--userns=keep-id)")
+            format!("the file is owned by uid {uid}, not the service user's")
         })
     }
 
@@ -604,6 +732,40 @@ paths = [ {{ path = "{rw}", write = true }} ]
         })
     }
 
+    /// The same for bwrap: a bare `bwrap --share-net` over the same tools root, as the service
+    /// user, reaches the fake tailnet host; the tool sandbox differs from it by the network
+    /// namespace brokerd's argument list unshares.
+    fn control_share_net_reaches_tailnet(&mut self) -> Outcome {
+        let root = self.tools_root.clone().ok_or("no tools root")?;
+        let mut c = self.user.command("bwrap");
+        c.args([
+            "--unshare-all",
+            "--share-net",
+            "--die-with-parent",
+            "--ro-bind",
+        ])
+        .arg(&root)
+        .args([
+            "/",
+            "--proc",
+            "/proc",
+            "--dev",
+            "/dev",
+            "/bin/busybox",
+            "timeout",
+            "5",
+            "/bin/busybox",
+            "nc",
+            "100.100.100.100",
+            "80",
+        ]);
+        let (code, out) = system::output(c, Duration::from_secs(30))?;
+        self.control_connections += 1;
+        check(out.contains(TAILNET_GREETING), || {
+            format!("the control sandbox did not reach 100.100.100.100:80 (exit {code}): {out}")
+        })
+    }
+
     /// `nc` to each target from the sandbox: each must fail to connect, with a reason, and
     /// neither crash nor reach anything.
     fn nc_fails(&mut self, targets: &[&str]) -> Outcome {
@@ -651,7 +813,7 @@ paths = [ {{ path = "{rw}", write = true }} ]
 
     fn shell_has_no_network(&mut self) -> Outcome {
         let out = self.shell(
-            "ls /sys/class/net; echo '== route'; cat /proc/net/route; echo '== resolv'; cat /etc/resolv.conf; \
+            "sed 1,2d /proc/net/dev | cut -d: -f1 | tr -d ' '; echo '== route'; cat /proc/net/route; echo '== resolv'; cat /etc/resolv.conf; \
              echo '== wget'; timeout 5 wget -q -O- https://ok.test/ 2>&1; echo \"rc=$?\"; \
              echo '== dns'; timeout 5 nslookup ok.test 192.0.2.53 2>&1; echo \"rc=$?\"",
         )?;
@@ -861,12 +1023,15 @@ paths = [ {{ path = "{rw}", write = true }} ]
     // --- crashes -----------------------------------------------------------------------------
 
     /// Starts a call on another thread, waits until `ready` says the sandbox is up, kills
-    /// brokerd with SIGKILL, starts it again and lets the clean-up check judge.
+    /// brokerd with SIGKILL, starts it again and lets the clean-up check judge. With Podman
+    /// the containers outlive brokerd for its restart to sweep; with bwrap the sandboxes must
+    /// die with it and only the egress directory (`want_dir_left`) stays for the sweep.
     fn crash_during(
         &mut self,
         tool: &str,
         args: Value,
         ready: fn(&Suite, &[String]) -> bool,
+        want_dir_left: bool,
     ) -> Outcome {
         self.calls += 1;
         let (socket, session, call) = (
@@ -879,7 +1044,7 @@ paths = [ {{ path = "{rw}", write = true }} ]
             std::thread::spawn(move || call_on(&socket, &session, &call, GRANT, &tool, args, None));
         let until = Instant::now() + Duration::from_secs(15);
         let seen = loop {
-            let names = self.session_containers();
+            let names = self.session_sandboxes();
             if ready(self, &names) {
                 break names;
             }
@@ -901,19 +1066,42 @@ paths = [ {{ path = "{rw}", write = true }} ]
         check(answer.is_err(), || {
             format!("the call was answered although brokerd was killed: {answer:?}")
         })?;
-        let left = self.leftovers()?;
-        check(!left.is_empty(), || {
-            format!("nothing was left to sweep after the kill (saw {seen:?} before it)")
-        })?;
+        let left = match self.backend {
+            Backend::Podman => {
+                let left = self.leftovers()?;
+                check(!left.is_empty(), || {
+                    format!("nothing was left to sweep after the kill (saw {seen:?} before it)")
+                })?;
+                left
+            }
+            // Every sandbox dies with brokerd (--die-with-parent); only the egress directory
+            // of an http_fetch stays for the restart's sweep.
+            Backend::Bwrap => {
+                let left = self.settled_leftovers()?;
+                check(!left.iter().any(|l| l.starts_with("sandbox ")), || {
+                    format!(
+                        "sandboxes outlived the killed brokerd by {SETTLE:?}: {}",
+                        left.join(", ")
+                    )
+                })?;
+                check(left.is_empty() != want_dir_left, || {
+                    format!("after the kill, left: {left:?} (saw {seen:?} before it)")
+                })?;
+                left
+            }
+        };
         eprintln!("  left by the crash: {}", left.join(", "));
         self.start_brokerd()
             .map_err(|e| format!("brokerd did not start again: {e}"))
     }
 
     fn crash_during_shell(&mut self) -> Outcome {
-        self.crash_during("shell", json!({ "command": "sleep 30" }), |_, names| {
-            !names.is_empty()
-        })
+        self.crash_during(
+            "shell",
+            json!({ "command": "sleep 30" }),
+            |_, names| !names.is_empty(),
+            false,
+        )
     }
 
     fn crash_during_fetch(&mut self) -> Outcome {
@@ -922,12 +1110,14 @@ paths = [ {{ path = "{rw}", write = true }} ]
             "http_fetch",
             json!({ "url": "https://ok.test/slow" }),
             |s, names| {
-                names.iter().any(|n| n.ends_with("-egress"))
-                    && names.iter().any(|n| !n.ends_with("-egress"))
+                let proxy = |n: &String| n.ends_with("-egress") || n == "egress-proxy";
+                names.iter().any(proxy)
+                    && names.iter().any(|n| !proxy(n))
                     && std::fs::read_dir(&s.egress_root)
                         .map(|d| d.count() > 0)
                         .unwrap_or(false)
             },
+            true,
         )
     }
 
@@ -937,6 +1127,11 @@ paths = [ {{ path = "{rw}", write = true }} ]
             return Ok(());
         };
         let text = std::fs::read_to_string(log).unwrap_or_default();
+        let text = text
+            .lines()
+            .skip(self.tailnet_before)
+            .collect::<Vec<_>>()
+            .join("\n");
         let n = text.lines().count();
         check(n == self.control_connections, || {
             format!(
@@ -995,17 +1190,41 @@ fn call_on(
         .map_err(|e| e.to_string())
 }
 
+/// The bare command a bench compares brokerd with, built by brokerd's own code.
+enum BareRunner {
+    Podman(brokerd::runner::podman::PodmanRuntime),
+    Bwrap(
+        brokerd::runner::bwrap::BwrapRuntime,
+        brokerd::runner::bwrap::RootLayout,
+    ),
+}
+
 impl Suite {
-    /// Wall time per call of each tool through brokerd, next to a bare `podman run` of the
-    /// argument list brokerd builds (`PodmanRuntime::tool_args`, and for http_fetch the proxy's
-    /// `egress_args` around it).
+    /// Wall time per call of each tool through brokerd, next to the bare command of the
+    /// argument list brokerd builds for the same call: `podman run` of
+    /// `PodmanRuntime::tool_args` (for http_fetch the proxy's `egress_args` around it), or
+    /// `bwrap` of `BwrapRuntime::build_argv` (and `proxy_argv`), as the service user. The
+    /// bare side has no rlimits, no pidfd and no output capture beyond reading stdout.
     fn bench(&mut self, n: usize) -> Outcome {
+        use brokerd::runner::bwrap::{BwrapRuntime, RootLayout};
         use brokerd::runner::podman::PodmanRuntime;
         use brokerd::runner::{Egress, Mount, RunSpec};
         use proto::tools::ToolName;
         let config = brokerd::config::load(&self.config).map_err(|e| e.to_string())?;
         let rc = config.runner.clone().ok_or("no [runner]")?;
-        let runtime = PodmanRuntime::new(&rc);
+        let bare_runner = match self.backend {
+            Backend::Podman => BareRunner::Podman(PodmanRuntime::new(&rc)),
+            Backend::Bwrap => {
+                let bc = config.bwrap.clone().ok_or("no [bwrap]")?;
+                let layout = RootLayout::read(&bc.tools_root)
+                    .map_err(|e| format!("{}: {e}", bc.tools_root.display()))?;
+                BareRunner::Bwrap(BwrapRuntime::new(&rc, &bc), layout)
+            }
+        };
+        let bare_name = match self.backend {
+            Backend::Podman => "bare podman run",
+            Backend::Bwrap => "bare bwrap",
+        };
         let grant = &config.grants[GRANT];
         let cases: Vec<(ToolName, Value)> = vec![
             (
@@ -1019,7 +1238,10 @@ impl Suite {
             (ToolName::Shell, json!({ "command": "echo hi" })),
             (ToolName::HttpFetch, json!({ "url": "https://ok.test/" })),
         ];
+        let b = self.backend.as_str();
         for (tool, args) in cases {
+            // One warm-up of each side, so the page cache holds what both start.
+            self.result(tool.as_str(), args.clone())?;
             let mut through = Vec::new();
             for _ in 0..n {
                 let t = Instant::now();
@@ -1027,7 +1249,7 @@ impl Suite {
                 through.push(t.elapsed());
             }
             let mut bare = Vec::new();
-            for i in 0..n {
+            for i in 0..=n {
                 let spec = RunSpec {
                     session: "bench".into(),
                     call: format!("{}-{i}", tool.as_str().replace('_', "-")),
@@ -1053,26 +1275,32 @@ impl Suite {
                 };
                 let name = format!("boxmaker-bench-{}-{i}", spec.call);
                 let t = Instant::now();
-                self.bare_run(&runtime, &spec, &name)?;
-                bare.push(t.elapsed());
+                match &bare_runner {
+                    BareRunner::Podman(rt) => self.bare_podman(rt, &spec, &name)?,
+                    BareRunner::Bwrap(rt, layout) => self.bare_bwrap(rt, layout, &spec, &name)?,
+                }
+                if i > 0 {
+                    bare.push(t.elapsed());
+                }
             }
+            let (tp50, tp95) = percentiles(&mut through);
+            let (bp50, bp95) = percentiles(&mut bare);
             println!(
-                "bench {}: through brokerd {} ; bare podman run {}",
+                "bench {b} {:<10} through brokerd p50 {tp50:>7.1} ms p95 {tp95:>7.1} ms ; \
+                 {bare_name} p50 {bp50:>7.1} ms p95 {bp95:>7.1} ms ; ratio p50 {:.2} (n {n})",
                 tool.as_str(),
-                stats(&mut through),
-                stats(&mut bare)
+                tp50 / bp50,
             );
         }
         Ok(())
     }
 
-    fn bare_run(
+    fn bare_podman(
         &self,
         runtime: &brokerd::runner::podman::PodmanRuntime,
         spec: &brokerd::runner::RunSpec,
         name: &str,
     ) -> Outcome {
-        use std::io::Write;
         let mut proxy = None;
         if let Some(egress) = &spec.egress {
             let dir = runtime.egress_dir(name);
@@ -1082,29 +1310,19 @@ impl Suite {
             c.args(runtime.egress_args(egress, name));
             let (code, out) = system::output(c, Duration::from_secs(30))?;
             check(code == 0, || format!("proxy: {out}"))?;
-            let sock = dir.join("egress.sock");
-            let until = Instant::now() + Duration::from_secs(5);
-            while !sock.exists() && Instant::now() < until {
-                std::thread::sleep(Duration::from_millis(10));
-            }
+            wait_for_socket(&dir);
             proxy = Some((format!("{name}-egress"), dir));
         }
         let mut c = self.user.command(&self.podman);
-        c.args(runtime.tool_args(spec, name))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null());
-        let mut child = c.spawn().map_err(|e| e.to_string())?;
-        if let Some(mut stdin) = child.stdin.take() {
-            let _ = stdin.write_all(&spec.input);
-        }
-        let out = child.wait_with_output().map_err(|e| e.to_string())?;
+        c.args(runtime.tool_args(spec, name));
+        let out = run_with_input(c, &spec.input);
         if let Some((container, dir)) = proxy {
             let mut rm = self.user.command(&self.podman);
             rm.args(["rm", "-f", &container]);
             let _ = system::output(rm, Duration::from_secs(30));
             let _ = std::fs::remove_dir_all(dir);
         }
+        let out = out?;
         check(out.status.code() == Some(0), || {
             format!(
                 "bare run of {name}: {} {}",
@@ -1113,17 +1331,78 @@ impl Suite {
             )
         })
     }
+
+    fn bare_bwrap(
+        &self,
+        runtime: &brokerd::runner::bwrap::BwrapRuntime,
+        layout: &brokerd::runner::bwrap::RootLayout,
+        spec: &brokerd::runner::RunSpec,
+        name: &str,
+    ) -> Outcome {
+        let mut proxy = None;
+        if let Some(egress) = &spec.egress {
+            let dir = runtime.egress_dir(name);
+            std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))
+                .map_err(|e| e.to_string())?;
+            self.user.chown(&dir)?;
+            let mut c = self.user.command("bwrap");
+            c.args(runtime.proxy_argv(egress, name, layout, None))
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null());
+            let child = c.spawn().map_err(|e| format!("proxy: {e}"))?;
+            proxy = Some((child, dir.clone()));
+            wait_for_socket(&dir);
+        }
+        let mut c = self.user.command("bwrap");
+        c.args(runtime.build_argv(spec, name, layout, None));
+        let out = run_with_input(c, &spec.input);
+        if let Some((mut child, dir)) = proxy {
+            let _ = child.kill();
+            let _ = child.wait();
+            let _ = std::fs::remove_dir_all(dir);
+        }
+        let out = out?;
+        check(out.status.code() == Some(0), || {
+            format!(
+                "bare bwrap of {name}: {} {}",
+                out.status,
+                String::from_utf8_lossy(&out.stdout)
+            )
+        })
+    }
 }
 
-/// `median X ms (min Y, max Z, n N)`
-fn stats(v: &mut [Duration]) -> String {
+/// Up to 5 s for a proxy's socket to appear in its egress directory.
+fn wait_for_socket(dir: &Path) {
+    let sock = dir.join("egress.sock");
+    let until = Instant::now() + Duration::from_secs(5);
+    while !sock.exists() && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Runs `c` with `input` on its standard input, standard output read to the end.
+fn run_with_input(
+    mut c: std::process::Command,
+    input: &[u8],
+) -> Result<std::process::Output, String> {
+    use std::io::Write;
+    c.stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    let mut child = c.spawn().map_err(|e| e.to_string())?;
+    if let Some(mut stdin) = child.stdin.take() {
+        let _ = stdin.write_all(input);
+    }
+    child.wait_with_output().map_err(|e| e.to_string())
+}
+
+/// (p50, p95) in milliseconds, nearest rank.
+fn percentiles(v: &mut [Duration]) -> (f64, f64) {
     v.sort();
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
-    format!(
-        "median {:.0} ms (min {:.0}, max {:.0}, n {})",
-        ms(v[v.len() / 2]),
-        ms(v[0]),
-        ms(v[v.len() - 1]),
-        v.len()
-    )
+    let at = |q: f64| ms(v[((v.len() as f64 - 1.0) * q).round() as usize]);
+    (at(0.50), at(0.95))
 }

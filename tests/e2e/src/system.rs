@@ -126,3 +126,85 @@ fn kill_group(child: &Child) {
         }
     }
 }
+
+/// A live process of the service user that lives in a sandbox: `bwrap` itself, or anything in
+/// a PID namespace other than this process's (the sandbox's toolkit, shell, curl, ...).
+/// Zombies are dead and not counted: a sandbox's inner bwrap (its PID 1) is orphaned when the
+/// outer one exits and is reaped by this host's PID 1, which here takes a second or two.
+#[derive(Debug, Clone)]
+pub struct SandboxProcess {
+    pub pid: u32,
+    /// `/proc/<pid>/cmdline`, arguments joined by spaces.
+    pub cmdline: String,
+}
+
+impl std::fmt::Display for SandboxProcess {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut c = self.cmdline.clone();
+        if c.len() > 160 {
+            let cut = c.char_indices().take(160).last().map_or(0, |(i, _)| i);
+            c.truncate(cut);
+            c.push('…');
+        }
+        write!(f, "process {} ({c})", self.pid)
+    }
+}
+
+/// The service user's sandbox processes, read from /proc.
+pub fn sandbox_processes(user: &User) -> Vec<SandboxProcess> {
+    let own_ns = std::fs::read_link("/proc/self/ns/pid").ok();
+    let mut found = Vec::new();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return found;
+    };
+    for e in entries.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        let dir = e.path();
+        let Ok(status) = std::fs::read_to_string(dir.join("status")) else {
+            continue;
+        };
+        let uid = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Uid:"))
+            .and_then(|l| l.split_whitespace().next())
+            .and_then(|u| u.parse::<u32>().ok());
+        let state = status
+            .lines()
+            .find_map(|l| l.strip_prefix("State:"))
+            .map(str::trim_start)
+            .unwrap_or("");
+        if uid != Some(user.uid) || state.starts_with('Z') || state.starts_with('X') {
+            continue;
+        }
+        let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
+        let ns = std::fs::read_link(dir.join("ns/pid")).ok();
+        if comm.trim_end() != "bwrap" && (ns.is_none() || ns == own_ns) {
+            continue;
+        }
+        let cmdline = std::fs::read(dir.join("cmdline"))
+            .map(|b| {
+                b.split(|&c| c == 0)
+                    .filter(|a| !a.is_empty())
+                    .map(|a| String::from_utf8_lossy(a).into_owned())
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+            .unwrap_or_default();
+        found.push(SandboxProcess { pid, cmdline });
+    }
+    found
+}
+
+/// SIGKILL to one process by its id (the clean-up after a failed scenario, for sandboxes of the
+/// brokerd this suite started).
+pub fn kill_pid(pid: u32) {
+    if let Ok(pid) = libc::pid_t::try_from(pid) {
+        // SAFETY: kill(2) with a pid just read from /proc; at worst it names a process that has
+        // exited, and the call fails with ESRCH.
+        unsafe {
+            libc::kill(pid, libc::SIGKILL);
+        }
+    }
+}
