@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The end-to-end suite on this machine (as root): setup, builds, the test variant of the tools
-# image (its CA bundle also holds the suite's test CA), a network namespace with the suite's own
-# hosts, then `boxmaker-e2e run` against a real brokerd and real rootless Podman inside it.
+# image (its CA bundle also holds the suite's test CA) and its tree, a network namespace with the
+# suite's own hosts, then `boxmaker-e2e run` against a real brokerd inside it, once per backend:
+# real rootless Podman, then bubblewrap over the tree. Each run prints `<backend>: N passed, M
+# failed`; the last line is the total, `N passed, M failed`.
 #
 # The namespace has no route out: only lo and a dummy interface holding the test hosts'
 # addresses (192.0.2.1 ok.test, 192.0.2.2 other.test, 192.0.2.53 the nameserver,
@@ -9,7 +11,8 @@
 # from inside it too, so no packet of the suite leaves it. Everything made here is removed on
 # exit, whatever happens.
 #
-#   tests/e2e/run.sh [--bench N] [--only SCENARIO]...     (E2E_SKIP_SETUP=1 skips setup.sh)
+#   tests/e2e/run.sh [--bench N] [--only SCENARIO]...     (E2E_SKIP_SETUP=1 skips setup.sh;
+#                                                         E2E_BACKENDS="podman bwrap" by default)
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/../.." && pwd)
@@ -23,6 +26,7 @@ work=/srv/boxmaker-e2e-$$
 image_name=localhost/boxmaker-tools-e2e
 tree=$repo/build/tools-root-e2e
 serve_pid=""
+backends=${E2E_BACKENDS:-podman bwrap}
 
 say() { printf 'e2e: %s\n' "$*" >&2; }
 
@@ -30,9 +34,11 @@ say() { printf 'e2e: %s\n' "$*" >&2; }
 
 cleanup() {
     set +e
-    if [ -f "$work/state/brokerd.pid" ]; then
-        kill -9 "$(cat "$work/state/brokerd.pid")" 2>/dev/null
-    fi
+    for b in $backends; do
+        if [ -f "$work/$b/state/brokerd.pid" ]; then
+            kill -9 "$(cat "$work/$b/state/brokerd.pid")" 2>/dev/null
+        fi
+    done
     [ -n "$serve_pid" ] && kill "$serve_pid" 2>/dev/null && wait "$serve_pid" 2>/dev/null
     if id boxmaker >/dev/null 2>&1; then
         ids=$(scripts/as-boxmaker podman ps -aq --filter label=boxmaker 2>/dev/null)
@@ -105,12 +111,32 @@ done
 # The user's Podman must set up its namespaces from inside this one (resolv.conf above).
 scripts/as-boxmaker podman system migrate >/dev/null 2>&1 || true
 
-say "running the scenarios"
 rc=0
-(exec_in_ns "$e2e" run --brokerd "$brokerd" --image "$image" --work "$work" \
-    --tailnet-log "$work/tailnet.log" "$@") || rc=$?
-if [ "$rc" -ne 0 ] && [ -f "$work/state/brokerd.log" ]; then
-    say "brokerd's log (last 40 lines):"
-    tail -n 40 "$work/state/brokerd.log" >&2
-fi
+total_passed=0
+total_failed=0
+for b in $backends; do
+    say "running the scenarios on $b"
+    brc=0
+    (exec_in_ns "$e2e" run --backend "$b" --brokerd "$brokerd" --image "$image" \
+        --tools-root "$tree" --work "$work/$b" --tailnet-log "$work/tailnet.log" "$@") 2>&1 |
+        tee "$work/$b.out" || brc=$?    # pipefail: the suite's status unless tee failed
+    summary=$(grep -E "^$b: [0-9]+ passed, [0-9]+ failed\$" "$work/$b.out" | tail -n 1 || true)
+    if [ -n "$summary" ]; then
+        p=${summary#"$b: "}; p=${p%% *}
+        f=${summary%" failed"}; f=${f##* }
+        total_passed=$((total_passed + p))
+        total_failed=$((total_failed + f))
+    else
+        total_failed=$((total_failed + 1))
+        echo "FAIL $b/suite: boxmaker-e2e run exited with $brc without a summary"
+    fi
+    if [ "$brc" -ne 0 ]; then
+        rc=1
+        if [ -f "$work/$b/state/brokerd.log" ]; then
+            say "brokerd's log on $b (last 40 lines):"
+            tail -n 40 "$work/$b/state/brokerd.log" >&2
+        fi
+    fi
+done
+echo "$total_passed passed, $total_failed failed"
 exit "$rc"
