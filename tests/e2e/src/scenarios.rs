@@ -1240,6 +1240,7 @@ impl Suite {
         ];
         let b = self.backend.as_str();
         for (tool, args) in cases {
+            self.await_reaped_zombies();
             // One warm-up of each side, so the page cache holds what both start.
             self.result(tool.as_str(), args.clone())?;
             let mut through = Vec::new();
@@ -1248,6 +1249,7 @@ impl Suite {
                 let (_, _) = self.result(tool.as_str(), args.clone())?;
                 through.push(t.elapsed());
             }
+            self.await_reaped_zombies();
             let mut bare = Vec::new();
             for i in 0..=n {
                 let spec = RunSpec {
@@ -1293,6 +1295,28 @@ impl Suite {
             );
         }
         Ok(())
+    }
+
+    /// Each bwrap call leaves an orphaned zombie (the sandbox's inner bwrap) that this host's
+    /// PID 1 reaps a second or two later; in a burst they reach the user's RLIMIT_NPROC
+    /// (`pids`) and bwrap cannot fork ("Can't fork for pid 1"), so brokerd answers
+    /// unavailable. The bench lets them go between series and says how long that took.
+    fn await_reaped_zombies(&self) {
+        if self.backend != Backend::Bwrap {
+            return;
+        }
+        let started = Instant::now();
+        let before = system::zombies(&self.user);
+        while system::zombies(&self.user) > 0 && started.elapsed() < Duration::from_secs(15) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        if before > 0 {
+            println!(
+                "bench note: waited {} ms for {before} orphaned bwrap zombies to be reaped ({} left)",
+                started.elapsed().as_millis(),
+                system::zombies(&self.user)
+            );
+        }
     }
 
     fn bare_podman(

@@ -165,17 +165,7 @@ pub fn sandbox_processes(user: &User) -> Vec<SandboxProcess> {
         let Ok(status) = std::fs::read_to_string(dir.join("status")) else {
             continue;
         };
-        let uid = status
-            .lines()
-            .find_map(|l| l.strip_prefix("Uid:"))
-            .and_then(|l| l.split_whitespace().next())
-            .and_then(|u| u.parse::<u32>().ok());
-        let state = status
-            .lines()
-            .find_map(|l| l.strip_prefix("State:"))
-            .map(str::trim_start)
-            .unwrap_or("");
-        if uid != Some(user.uid) || state.starts_with('Z') || state.starts_with('X') {
+        if uid_and_state(&status) != Some((user.uid, true)) {
             continue;
         }
         let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
@@ -207,4 +197,33 @@ pub fn kill_pid(pid: u32) {
             libc::kill(pid, libc::SIGKILL);
         }
     }
+}
+
+/// (real uid, alive) from `/proc/<pid>/status`; zombies and dying processes are not alive.
+fn uid_and_state(status: &str) -> Option<(u32, bool)> {
+    let uid = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|l| l.split_whitespace().next())
+        .and_then(|u| u.parse::<u32>().ok())?;
+    let state = status
+        .lines()
+        .find_map(|l| l.strip_prefix("State:"))
+        .map(str::trim_start)
+        .unwrap_or("");
+    Some((uid, !state.starts_with('Z') && !state.starts_with('X')))
+}
+
+/// How many zombies of the service user there are: a bwrap sandbox's inner bwrap, orphaned
+/// when the outer one exits, stays one until this host's PID 1 reaps it, and counts against
+/// the user's RLIMIT_NPROC until then.
+pub fn zombies(user: &User) -> usize {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .filter_map(|e| std::fs::read_to_string(e.path().join("status")).ok())
+        .filter(|s| uid_and_state(s) == Some((user.uid, false)))
+        .count()
 }
