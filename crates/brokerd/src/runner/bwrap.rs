@@ -28,7 +28,8 @@ use super::limits::ResourceLimits;
 use super::output::{verdict, Capture, Verdict, DRAIN_GRACE, STDERR_KEEP};
 use super::pidfd::{Pidfd, Stopped, KILL_CONFIRM};
 use super::{
-    valid_id, Egress, Failure, RunError, RunOutput, RunSpec, Runner, SweepError, Unavailable,
+    log_finished, valid_id, Egress, Failure, RunError, RunOutput, RunSpec, Runner, SweepError,
+    Unavailable,
 };
 use crate::args::check_grant_path;
 use crate::config::{memory_bytes, BwrapConfig, CgroupMode, RunnerConfig};
@@ -776,21 +777,7 @@ impl Runner for BwrapRuntime {
                 .and_then(|_guard| self.run_tool(spec, &name, &layout)),
             None => self.run_tool(spec, &name, &layout),
         };
-        let status = match &answer {
-            Ok(out) if out.truncated => "result (truncated)",
-            Ok(_) => "result",
-            Err(RunError::Failed(_)) => "failed",
-            Err(RunError::Unavailable(_)) => "unavailable",
-        };
-        tracing::info!(
-            session = %spec.session,
-            call = %spec.call,
-            tool = %spec.tool,
-            sandbox = %name,
-            status,
-            duration_ms = started.elapsed().as_millis() as u64,
-            "call finished"
-        );
+        log_finished(spec, &name, &answer, started);
         answer
     }
 }

@@ -149,3 +149,28 @@ mod tests {
         assert!(!valid_id(&"a".repeat(65)));
     }
 }
+
+/// One log line per finished call, the same for every backend (`sandbox` is the container or
+/// sandbox name).
+pub(crate) fn log_finished(
+    spec: &RunSpec,
+    sandbox: &str,
+    answer: &Result<RunOutput, RunError>,
+    started: std::time::Instant,
+) {
+    let status = match answer {
+        Ok(out) if out.truncated => "result (truncated)",
+        Ok(_) => "result",
+        Err(RunError::Failed(_)) => "failed",
+        Err(RunError::Unavailable(_)) => "unavailable",
+    };
+    tracing::info!(
+        session = %spec.session,
+        call = %spec.call,
+        tool = %spec.tool,
+        sandbox,
+        status,
+        duration_ms = started.elapsed().as_millis() as u64,
+        "call finished"
+    );
+}

@@ -23,7 +23,8 @@ use super::egress::{self, make_private_dir, EGRESS_MOUNT};
 pub use super::output::STDERR_KEEP;
 use super::output::{decode, verdict, Capture, Verdict, DRAIN_GRACE};
 use super::{
-    valid_id, Egress, Failure, RunError, RunOutput, RunSpec, Runner, SweepError, Unavailable,
+    log_finished, valid_id, Egress, Failure, RunError, RunOutput, RunSpec, Runner, SweepError,
+    Unavailable,
 };
 use crate::args::check_grant_path;
 use crate::config::RunnerConfig;
@@ -506,21 +507,7 @@ impl Runner for PodmanRuntime {
                 .and_then(|_guard| self.run_tool(spec, &name)),
             None => self.run_tool(spec, &name),
         };
-        let status = match &answer {
-            Ok(out) if out.truncated => "result (truncated)",
-            Ok(_) => "result",
-            Err(RunError::Failed(_)) => "failed",
-            Err(RunError::Unavailable(_)) => "unavailable",
-        };
-        tracing::info!(
-            session = %spec.session,
-            call = %spec.call,
-            tool = %spec.tool,
-            container = %name,
-            status,
-            duration_ms = started.elapsed().as_millis() as u64,
-            "call finished"
-        );
+        log_finished(spec, &name, &answer, started);
         answer
     }
 }
