@@ -5,11 +5,9 @@
 # real rootless Podman, then bubblewrap over the tree. Each run prints `<backend>: N passed, M
 # failed`; the last line is the total, `N passed, M failed`.
 #
-# The namespace has no route out: only lo and a dummy interface holding the test hosts'
-# addresses (192.0.2.1 ok.test, 192.0.2.2 other.test, 192.0.2.53 the nameserver,
-# 100.100.100.100 the fake tailnet host). slirp4netns, started by Podman inside it, connects
-# from inside it too, so no packet of the suite leaves it. Everything made here is removed on
-# exit, whatever happens.
+# The part from the namespace on is tests/e2e/in-netns.sh, which the NixOS VM test runs too;
+# it says what the namespace holds (no route out, so no packet of the suite leaves it).
+# Everything made here is removed on exit, whatever happens.
 #
 #   tests/e2e/run.sh [--bench N] [--only SCENARIO]...     (E2E_SKIP_SETUP=1 skips setup.sh;
 #                                                         E2E_BACKENDS="podman bwrap" by default)
@@ -21,11 +19,10 @@ MUSL=x86_64-unknown-linux-musl
 target=${CARGO_TARGET_DIR:-$repo/target}
 e2e=$target/$MUSL/release/boxmaker-e2e
 brokerd=$target/release/brokerd
-ns=bmx-e2e-$$
 work=/srv/boxmaker-e2e-$$
+ca=/srv/boxmaker-e2e-ca-$$
 image_name=localhost/boxmaker-tools-e2e
 tree=$repo/build/tools-root-e2e
-serve_pid=""
 backends=${E2E_BACKENDS:-podman bwrap}
 
 say() { printf 'e2e: %s\n' "$*" >&2; }
@@ -34,24 +31,11 @@ say() { printf 'e2e: %s\n' "$*" >&2; }
 
 cleanup() {
     set +e
-    for b in $backends; do
-        if [ -f "$work/$b/state/brokerd.pid" ]; then
-            kill -9 "$(cat "$work/$b/state/brokerd.pid")" 2>/dev/null
-        fi
-    done
-    [ -n "$serve_pid" ] && kill "$serve_pid" 2>/dev/null && wait "$serve_pid" 2>/dev/null
     if id boxmaker >/dev/null 2>&1; then
-        ids=$(scripts/as-boxmaker podman ps -aq --filter label=boxmaker 2>/dev/null)
-        [ -n "$ids" ] && scripts/as-boxmaker podman rm -f $ids >/dev/null 2>&1
-        scripts/as-boxmaker podman rm -f boxmaker-e2e-control >/dev/null 2>&1
-        find /var/lib/boxmaker/run/egress -mindepth 1 -maxdepth 1 -exec rm -rf {} + 2>/dev/null
         scripts/as-boxmaker podman image rm "$image_name" >/dev/null 2>&1
-        # The user's Podman pause process was started inside the namespace (and would keep it
-        # and its resolv.conf): stop it, Podman starts a fresh one on its next command.
         scripts/as-boxmaker podman system migrate >/dev/null 2>&1
     fi
-    ip netns del "$ns" 2>/dev/null
-    rm -rf "/etc/netns/$ns" "$work" "$tree"
+    rm -rf "$ca" "$tree"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -65,78 +49,14 @@ cargo build --release --locked --target $MUSL -p toolkit -p boxmaker-e2e
 scripts/static-check.sh "$target/$MUSL/release/toolkit"
 scripts/static-check.sh "$e2e"
 
-install -d -m 0755 "$work"
-"$e2e" ca --out "$work/ca" >/dev/null
+install -d -m 0755 "$ca"
+"$e2e" ca --out "$ca" >/dev/null
 image=$(images/build-tools-image.sh --toolkit "$target/$MUSL/release/toolkit" --out "$tree" \
-    --name "$image_name" --extra-ca "$work/ca/ca.pem" | tail -n 1)
+    --name "$image_name" --extra-ca "$ca/ca.pem" | tail -n 1)
 say "test image $image"
 
-say "network namespace $ns"
-ip netns add "$ns"
-ip -n "$ns" link set lo up
-# A dummy interface where the kernel has the module, else the namespace's own lo.
-dev=bmx0
-if ! ip -n "$ns" link add "$dev" type dummy 2>/dev/null; then
-    dev=lo
-fi
-ip -n "$ns" link set "$dev" up
-for a in 192.0.2.1/32 192.0.2.2/32 192.0.2.53/32 100.100.100.100/32; do
-    ip -n "$ns" addr add "$a" dev "$dev"
-done
-if ip -n "$ns" route show default | grep -q .; then
-    echo "e2e: the namespace has a default route; refusing to run" >&2
-    exit 2
-fi
-install -d "/etc/netns/$ns"
-echo "nameserver 192.0.2.53" >"/etc/netns/$ns/resolv.conf"
-
-# Becomes a command in the namespace with its resolv.conf. Not `ip netns exec`: that remounts
-# /sys, which hides /sys/fs/cgroup, and runc then cannot create a container.
-exec_in_ns() {
-    exec nsenter --net="/run/netns/$ns" unshare --mount --propagation private -- \
-        sh -c 'mount --bind "$0" /etc/resolv.conf && exec "$@"' "/etc/netns/$ns/resolv.conf" "$@"
-}
-
-(exec_in_ns "$e2e" serve --ca "$work/ca" \
-    --https 192.0.2.1:443 --https 192.0.2.2:443 --dns 192.0.2.53:53 \
-    --tailnet 100.100.100.100:80 --tailnet 100.100.100.100:443 \
-    --tailnet-log "$work/tailnet.log" --ready "$work/ready") &
-serve_pid=$!
-for _ in $(seq 100); do
-    [ -f "$work/ready" ] && break
-    sleep 0.1
-done
-[ -f "$work/ready" ] || { echo "e2e: the test hosts did not start" >&2; exit 2; }
-
-# The user's Podman must set up its namespaces from inside this one (resolv.conf above).
-scripts/as-boxmaker podman system migrate >/dev/null 2>&1 || true
-
+# The namespace, the test hosts and the suite per backend, as the NixOS VM test runs them too.
 rc=0
-total_passed=0
-total_failed=0
-for b in $backends; do
-    say "running the scenarios on $b"
-    brc=0
-    (exec_in_ns "$e2e" run --backend "$b" --brokerd "$brokerd" --image "$image" \
-        --tools-root "$tree" --work "$work/$b" --tailnet-log "$work/tailnet.log" "$@") 2>&1 |
-        tee "$work/$b.out" || brc=$?    # pipefail: the suite's status unless tee failed
-    summary=$(grep -E "^$b: [0-9]+ passed, [0-9]+ failed\$" "$work/$b.out" | tail -n 1 || true)
-    if [ -n "$summary" ]; then
-        p=${summary#"$b: "}; p=${p%% *}
-        f=${summary%" failed"}; f=${f##* }
-        total_passed=$((total_passed + p))
-        total_failed=$((total_failed + f))
-    else
-        total_failed=$((total_failed + 1))
-        echo "FAIL $b/suite: boxmaker-e2e run exited with $brc without a summary"
-    fi
-    if [ "$brc" -ne 0 ]; then
-        rc=1
-        if [ -f "$work/$b/state/brokerd.log" ]; then
-            say "brokerd's log on $b (last 40 lines):"
-            tail -n 40 "$work/$b/state/brokerd.log" >&2
-        fi
-    fi
-done
-echo "$total_passed passed, $total_failed failed"
+tests/e2e/in-netns.sh --e2e "$e2e" --brokerd "$brokerd" --ca "$ca" --work "$work" \
+    --image "$image" --tools-root "$tree" --backends "$backends" -- "$@" || rc=$?
 exit "$rc"
