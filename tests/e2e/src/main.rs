@@ -8,9 +8,10 @@
 //!     the test hosts, until killed; --ready is written once every socket listens
 //! boxmaker-e2e run --brokerd FILE --work DIR [--backend podman|bwrap] [--image ID]
 //!                  [--tools-root DIR] [--user NAME] [--podman PROG] [--tailnet-log FILE]
-//!                  [--only NAME]... [--bench N]
+//!                  [--only NAME]... [--bench N] [--enforce-limits true|false]
 //!     the scenarios against a brokerd this process starts as the service user, on Podman
-//!     (the default; --image is required) or bwrap (--tools-root is required)
+//!     (the default; --image is required) or bwrap (--tools-root is required); its config has
+//!     enforce_limits = false unless --enforce-limits true (a host with cgroup v2 delegation)
 //! ```
 //!
 //! `run` prints `ok <backend>/<name>` or `FAIL <backend>/<name>: <why>` for each scenario,
@@ -45,7 +46,7 @@ pub const CERT_NAMES: &[&str] = &["ok.test", "*.ok.test", "other.test"];
 
 const USAGE: &str = "usage: boxmaker-e2e ca --out DIR
        boxmaker-e2e serve --ca DIR [--https ADDR]... [--dns ADDR] [--tailnet ADDR]... [--tailnet-log FILE] [--record NAME=IPV4]... [--ready FILE]
-       boxmaker-e2e run --brokerd FILE --work DIR [--backend podman|bwrap] [--image ID] [--tools-root DIR] [--user NAME] [--podman PROG] [--tailnet-log FILE] [--only NAME]... [--bench N]";
+       boxmaker-e2e run --brokerd FILE --work DIR [--backend podman|bwrap] [--image ID] [--tools-root DIR] [--user NAME] [--podman PROG] [--tailnet-log FILE] [--only NAME]... [--bench N] [--enforce-limits true|false]";
 
 /// Options as (name, value) pairs, in order; every option takes a value.
 pub struct Opts(Vec<(String, String)>);
@@ -129,6 +130,7 @@ fn main() -> ExitCode {
                 "tailnet-log",
                 "only",
                 "bench",
+                "enforce-limits",
             ])?;
             scenarios::run(&opts)
         }

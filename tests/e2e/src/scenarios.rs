@@ -282,14 +282,23 @@ impl Suite {
         let hello = ro.join("hello.txt");
         std::fs::write(&hello, RO_TEXT).map_err(|e| format!("{}: {e}", hello.display()))?;
         let config = state.join("brokerd.toml");
+        // Off unless asked for: CI's host cannot enforce them (cgroup v1 for Podman, no cgroup
+        // v2 delegation for bwrap). With it on, brokerd's preflight reads the limits back.
+        let enforce_limits = match opts.one("enforce-limits").as_deref() {
+            None | Some("false") => false,
+            Some("true") => true,
+            Some(v) => return Err(format!("--enforce-limits {v:?} is not true or false")),
+        };
+        let limits_note = match (enforce_limits, &tools_root) {
+            (true, _) => "# Limits enforced (--enforce-limits true): the preflight reads them back.\n",
+            (false, None) => "# This host's rootless Podman cannot enforce memory and pids limits (cgroup v1).\n",
+            (false, Some(_)) => "# No cgroup v2 delegation on this host: rlimits only (runbook/runner.md#bwrap-unavailable).\n",
+        };
         let backend_keys = match &tools_root {
             None => format!(
-                "backend = \"podman\"\npodman = \"{podman}\"\nimage = \"{image}\"\negress_network = \"slirp4netns\"\n\
-                 # This host's rootless Podman cannot enforce memory and pids limits (cgroup v1).\n"
+                "backend = \"podman\"\npodman = \"{podman}\"\nimage = \"{image}\"\negress_network = \"slirp4netns\"\n{limits_note}"
             ),
-            Some(_) => "backend = \"bwrap\"\n\
-                 # No cgroup v2 delegation on this host: rlimits only (runbook/runner.md#bwrap-unavailable).\n"
-                .to_string(),
+            Some(_) => format!("backend = \"bwrap\"\n{limits_note}"),
         };
         let bwrap_section = match &tools_root {
             None => String::new(),
@@ -306,7 +315,7 @@ refusal_repeats = 50
 shutdown_grace_s = 5
 
 [runner]
-{backend_keys}enforce_limits = false
+{backend_keys}enforce_limits = {enforce_limits}
 output_cap = {OUTPUT_CAP}
 shell_ms = {SHELL_MS}
 read_file_ms = 10000

@@ -2,10 +2,16 @@
 
 use std::ffi::CString;
 use std::fs::File;
+use std::os::unix::fs::FileTypeExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+/// The service user's PATH, as scripts/as-boxmaker gives it: the usual directories, with
+/// NixOS's setuid wrappers (newuidmap, newgidmap) first and its system profile last; neither
+/// exists on Debian.
+const USER_PATH: &str = "/run/wrappers/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/run/current-system/sw/bin";
 
 /// The service user, as the passwd database has it.
 #[derive(Debug, Clone)]
@@ -51,13 +57,19 @@ impl User {
             .env("USER", &self.name)
             .env("LOGNAME", &self.name)
             .env("XDG_RUNTIME_DIR", self.runtime_dir())
-            .env(
-                "PATH",
-                "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-            )
+            .env("PATH", USER_PATH)
             .current_dir(&self.home)
             .uid(self.uid)
             .gid(self.gid);
+        // The user's systemd instance, where there is one (a lingering user on NixOS): rootless
+        // Podman places containers in cgroups through it, which enforced limits need.
+        let bus = self.runtime_dir().join("bus");
+        if std::fs::symlink_metadata(&bus).is_ok_and(|m| m.file_type().is_socket()) {
+            c.env(
+                "DBUS_SESSION_BUS_ADDRESS",
+                format!("unix:path={}", bus.display()),
+            );
+        }
         c
     }
 
