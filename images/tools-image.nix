@@ -32,18 +32,8 @@ let
         cat ${dockerTools.caCertificates}/etc/ssl/certs/ca-certificates.crt \
           ${lib.escapeShellArgs extraCaCerts} > $out/etc/ssl/certs/ca-certificates.crt
       '';
-in
-dockerTools.buildLayeredImage {
-  inherit name;
-  compressor = "none";
-  contents = [
-    toolkit
-    pkgsStatic.busybox
-    (lib.getBin pkgsStatic.curl)
-    caBundle
-  ];
-  # Runs in the image's root directory (the customisation layer).
-  extraCommands = ''
+  # The files every variant has beside the contents' (run in the root directory).
+  layout = ''
     mkdir -p etc tmp run proc dev sys
     chmod 1777 tmp
     printf 'root:x:0:0:root:/:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/sh\n' > etc/passwd
@@ -57,7 +47,39 @@ dockerTools.buildLayeredImage {
       fi
     done
   '';
+  curl = lib.getBin pkgsStatic.curl;
+  # The same files as a plain tree, the bwrap backend's tools root ([bwrap] tools_root): real
+  # files, not links into /nix/store (the sandbox has no store), and the tree layout of
+  # images/build-tools-image.sh (busybox's applets other than sh are left out, as there). The
+  # store makes it read-only and /tmp not sticky; the bwrap sandbox mounts its own /tmp.
+  root = runCommand "${name}-root" { } ''
+    mkdir -p $out/bin $out/etc/ssl/certs
+    cp ${toolkit}/bin/toolkit $out/bin/toolkit
+    cp ${pkgsStatic.busybox}/bin/busybox $out/bin/busybox
+    ln -s busybox $out/bin/sh
+    cp ${curl}/bin/curl $out/bin/curl
+    chmod 0755 $out/bin/*
+    cat ${caBundle}/etc/ssl/certs/ca-certificates.crt > $out/etc/ssl/certs/ca-certificates.crt
+    cd $out
+    ${layout}
+  '';
+in
+dockerTools.buildLayeredImage {
+  inherit name;
+  compressor = "none";
+  contents = [
+    toolkit
+    pkgsStatic.busybox
+    curl
+    caBundle
+  ];
+  # Runs in the image's root directory (the customisation layer).
+  extraCommands = layout;
   config = {
     Cmd = [ "/bin/sh" ];
   };
+}
+// {
+  # passthru would change the image's derivation; an attribute beside it does not.
+  inherit root;
 }
