@@ -1,54 +1,62 @@
-# A straylight-like host running services.boxmaker, and a `web` node serving the suite's zone
-# over DNS and HTTPS with a tailnet address, 100.100.100.100. The host runs the end-to-end
+# A straylight-like host running services.boxmaker with the limits enforced (the VM has cgroup
+# v2 and the module's lingering user), checked for what is the module's own: the socket's owner
+# and mode, activation on the first connection as the service user, a preflight that read its
+# limits back, the pinned image, and no container left after a stop. Then the end-to-end
 # scenario suite (network denial, tailnet refusal, redirect refusal, limits, container
-# clean-up) through the socket the module declares; this file adds only what is the module's
-# own: the socket's owner and mode, activation on the first connection as the service user,
-# the pinned image, and no container left after the suite or after a stop.
+# clean-up, crashes) runs on this host exactly as CI runs it, through vm-tests/e2e.nix: in a
+# network namespace of its own with the suite's own test hosts, so no second node is needed.
+#
+# The suite starts its own brokerd as the same service user (it must: the crash scenarios kill
+# it), so the module's socket and service are stopped first: two brokerds of one user would
+# sweep each other's containers. The suite's brokerd uses the image the module loaded.
 { pkgs, packages }:
 let
-  suite = pkgs.callPackage ./e2e.nix { inherit (packages) e2e; };
+  suite = pkgs.callPackage ./e2e.nix { inherit (packages) e2e toolkit; };
   socket = "/run/boxmaker/broker.sock";
-  # The tools image the suite needs: the same expression, with the test CA in its bundle.
-  testImage = pkgs.callPackage ../images/tools-image.nix {
-    inherit (packages) toolkit;
-    extraCaCerts = [ "${suite.testCa}/ca.pem" ];
-  };
-  testImageId = pkgs.callPackage ../nixos/pkgs/image-id.nix { image = testImage; };
+  brokerd = "${packages.boxmaker}/bin/brokerd";
+  roDir = "/srv/vm/ro";
+  # The suite per backend, as scripts the test script runs.
+  onPodman = pkgs.writeShellScript "boxmaker-e2e-podman" (
+    suite.run {
+      inherit brokerd;
+      backends = [ "podman" ];
+      work = "/srv/e2e-podman";
+      runArgs = [
+        "--enforce-limits"
+        "true"
+      ];
+    }
+  );
+  # The suite's brokerd runs outside any delegated cgroup (started from the test shell, not by
+  # systemd), so bwrap's cgroup limits cannot apply there: rlimits only, as in CI.
+  onBwrap = pkgs.writeShellScript "boxmaker-e2e-bwrap" (
+    suite.run {
+      inherit brokerd;
+      backends = [ "bwrap" ];
+      work = "/srv/e2e-bwrap";
+    }
+  );
 in
 {
   name = "boxmaker";
 
-  nodes.web =
-    { ... }:
-    {
-      networking.firewall.enable = false;
-      systemd.services.boxmaker-e2e-web = {
-        wantedBy = [ "multi-user.target" ];
-        after = [ "network-online.target" ];
-        wants = [ "network-online.target" ];
-        # The tailnet stand-in: an address on lo that the host reaches through a route.
-        preStart = "${pkgs.iproute2}/bin/ip addr replace ${suite.tailnet}/32 dev lo";
-        script = suite.serve { listen = "0.0.0.0"; };
-      };
-    };
-
   nodes.host =
-    { nodes, ... }:
-    let
-      webIp = nodes.web.networking.primaryIPAddress;
-    in
+    { ... }:
     {
       imports = [ ../nixos/module.nix ];
       virtualisation.memorySize = 2048;
       virtualisation.diskSize = 4096;
-      # Names in the suite's zone come from the web node.
-      networking.nameservers = [ webIp ];
       services.boxmaker = {
         enable = true;
         package = packages.boxmaker;
-        toolsImage = testImage;
+        toolsImage = suite.testImage;
         settings.runner.enforce_limits = true;
-        grants.${suite.grantName} = suite.grant "${webIp}/32";
+        # A grant of the module's own brokerd, so its config has one as a real one would.
+        grants.vm = {
+          mode = "safe";
+          tools = [ "read_file" ];
+          paths = [ { path = roDir; } ];
+        };
       };
       users.users.loopd = {
         isNormalUser = true;
@@ -56,71 +64,90 @@ in
       };
       users.users.stranger.isNormalUser = true;
       systemd.tmpfiles.rules = [
-        "d ${suite.rwDir} 0750 boxmaker boxmaker -"
-        "d ${suite.roDir} 0750 boxmaker boxmaker -"
-        "f ${suite.roDir}/hello.txt 0640 boxmaker boxmaker - hello"
+        "d /srv/vm 0755 root root -"
+        "d ${roDir} 0750 boxmaker boxmaker -"
       ];
-      environment.systemPackages = [ packages.e2e ];
+      # What tests/e2e/in-netns.sh and the suite use besides the module's Podman: bwrap for
+      # the bwrap backend and its control, ip and the util-linux tools for the namespace.
+      environment.systemPackages = [
+        packages.e2e
+        pkgs.bubblewrap
+        pkgs.iproute2
+        pkgs.util-linux
+      ];
     };
 
-  testScript =
-    { nodes, ... }:
-    let
-      webIp = nodes.web.networking.primaryIPAddress;
-    in
-    ''
-      import json
+  testScript = ''
+    import json
 
-      def as_boxmaker(cmd):
-          uid = host.succeed("id -u boxmaker").strip()
-          return host.succeed(
-              f"runuser -u boxmaker -- env XDG_RUNTIME_DIR=/run/user/{uid} "
-              f"DBUS_SESSION_BUS_ADDRESS=unix:path=/run/user/{uid}/bus {cmd}"
-          )
+    def as_boxmaker(cmd):
+        uid = host.succeed("id -u boxmaker").strip()
+        return host.succeed(
+            f"runuser -u boxmaker -- env XDG_RUNTIME_DIR=/run/user/{uid} "
+            f"DBUS_SESSION_BUS_ADDRESS=unix:path=/run/user/{uid}/bus {cmd}"
+        )
 
-      def no_containers_left(when):
-          left = as_boxmaker("podman ps -a --filter label=boxmaker --format '{{.Names}}'").strip()
-          assert left == "", f"containers left {when}: {left}"
-          host.succeed("test -z \"$(ls -A /var/lib/boxmaker/run/egress 2>/dev/null)\"")
+    def no_containers_left(when):
+        left = as_boxmaker("podman ps -a --filter label=boxmaker --format '{{.Names}}'").strip()
+        assert left == "", f"containers left {when}: {left}"
+        host.succeed("test -z \"$(ls -A /var/lib/boxmaker/run/egress 2>/dev/null)\"")
 
-      start_all()
-      web.wait_for_unit("boxmaker-e2e-web.service")
-      web.wait_for_open_port(443)
-      host.wait_for_unit("multi-user.target")
-      host.succeed("ip route replace ${suite.tailnet}/32 via ${webIp}")
+    def suite(cmd):
+        out = host.succeed(cmd + " 2>&1")
+        for line in out.splitlines():
+            if line.startswith(("FAIL ", "podman: ", "bwrap: ")) or line.endswith(" failed"):
+                print(line)
+        return out
 
-      with subtest("the socket waits, owned by root:boxmaker-clients with mode 0660"):
-          host.wait_for_unit("boxmaker.socket")
-          host.succeed("test \"$(stat -c '%a %U %G' ${socket})\" = '660 root boxmaker-clients'")
-          host.fail("systemctl is-active boxmaker.service")
+    start_all()
+    host.wait_for_unit("multi-user.target")
 
-      with subtest("a user outside the client group cannot connect"):
-          host.fail("runuser -u stranger -- boxctl --socket ${socket} status")
+    with subtest("the socket waits, owned by root:boxmaker-clients with mode 0660"):
+        host.wait_for_unit("boxmaker.socket")
+        host.succeed("test \"$(stat -c '%a %U %G' ${socket})\" = '660 root boxmaker-clients'")
+        host.fail("systemctl is-active boxmaker.service")
 
-      with subtest("the first connection starts brokerd as boxmaker, ready after its preflight"):
-          status = json.loads(host.succeed("runuser -u loopd -- boxctl --socket ${socket} status"))
-          host.succeed("systemctl is-active boxmaker.service")
-          pid = host.succeed("systemctl show -p MainPID --value boxmaker.service").strip()
-          host.succeed(f"test \"$(ps -o user= -p {pid})\" = boxmaker")
-          assert status["kind"] == "status", status
-          assert status["backend"] == "podman", status
-          assert status["poisoned"] is False, status
-          assert status["preflight"].get("ok") is True, status
+    with subtest("a user outside the client group cannot connect"):
+        host.fail("runuser -u stranger -- boxctl --socket ${socket} status")
 
-      with subtest("the loaded image is the one pinned at build time"):
-          want = host.succeed("cat ${testImageId}/image-id").strip()
-          got = as_boxmaker(f"podman image inspect --format '{{{{.Id}}}}' {want.removeprefix('sha256:')}").strip()
-          assert "sha256:" + got.removeprefix("sha256:") == want, (got, want)
-          host.succeed(f"grep -qx 'image = \"{want}\"' /etc/boxmaker/brokerd.toml")
+    with subtest("the first connection starts brokerd as boxmaker, ready after a preflight that read its limits back"):
+        status = json.loads(host.succeed("runuser -u loopd -- boxctl --socket ${socket} status"))
+        host.succeed("systemctl is-active boxmaker.service")
+        pid = host.succeed("systemctl show -p MainPID --value boxmaker.service").strip()
+        host.succeed(f"test \"$(ps -o user= -p {pid})\" = boxmaker")
+        assert status["kind"] == "status", status
+        assert status["backend"] == "podman", status
+        assert status["poisoned"] is False, status
+        assert status["preflight"].get("ok") is True, status
+        assert "limits" in status["preflight"].get("detail", ""), status
+        assert "not enforced" not in status["preflight"].get("detail", ""), status
+        host.succeed("grep -qx 'enforce_limits = true' /etc/boxmaker/brokerd.toml")
 
-      with subtest("the end-to-end scenario suite"):
-          host.succeed("runuser -u loopd -- ${suite.run { inherit socket; web = webIp; }}")
-          no_containers_left("after the suite")
+    with subtest("the loaded image is the one pinned at build time"):
+        want = host.succeed("cat ${suite.testImageId}/image-id").strip()
+        got = as_boxmaker(f"podman image inspect --format '{{{{.Id}}}}' {want.removeprefix('sha256:')}").strip()
+        assert "sha256:" + got.removeprefix("sha256:") == want, (got, want)
+        host.succeed(f"grep -qx 'image = \"{want}\"' /etc/boxmaker/brokerd.toml")
 
-      with subtest("stopping the service leaves no container, and the socket starts it again"):
-          host.succeed("systemctl stop boxmaker.service")
-          no_containers_left("after a stop")
-          host.succeed("runuser -u loopd -- boxctl --socket ${socket} status")
-          host.succeed("systemctl is-active boxmaker.service")
-    '';
+    with subtest("stopping the service leaves no container"):
+        # The socket too: the suite's own brokerd must be the service user's only one.
+        host.succeed("systemctl stop boxmaker.socket boxmaker.service")
+        no_containers_left("after a stop")
+
+    with subtest("the end-to-end scenario suite on Podman, limits enforced"):
+        suite("${onPodman}")
+        no_containers_left("after the suite on Podman")
+
+    with subtest("the end-to-end scenario suite on bwrap, rlimits only"):
+        suite("${onBwrap}")
+        no_containers_left("after the suite on bwrap")
+
+    with subtest("the socket starts the module's brokerd again, and a stop leaves no container"):
+        host.succeed("systemctl start boxmaker.socket")
+        status = json.loads(host.succeed("runuser -u loopd -- boxctl --socket ${socket} status"))
+        assert status["preflight"].get("ok") is True, status
+        host.succeed("systemctl is-active boxmaker.service")
+        host.succeed("systemctl stop boxmaker.service")
+        no_containers_left("after a stop")
+  '';
 }

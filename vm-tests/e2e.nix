@@ -1,61 +1,79 @@
 # The one place that says how the NixOS VM tests drive the end-to-end scenario suite
-# (tests/e2e, the static binary `boxmaker-e2e`): the same suite CI runs on Debian and in the
-# QEMU guest, not a copy of it. If the suite's command line changes, change it here only.
+# (tests/e2e, the static binary `boxmaker-e2e`): the same suite CI runs on Debian, through the
+# same script, tests/e2e/in-netns.sh, which tests/e2e/run.sh calls after its builds. It makes a
+# network namespace holding the suite's own hosts (192.0.2.1 ok.test, 192.0.2.2 other.test,
+# 192.0.2.53 the nameserver, 100.100.100.100 the fake tailnet host; no route out), runs
+# `boxmaker-e2e serve` in it and `boxmaker-e2e run` once per backend, each starting its own
+# brokerd as the service user. If the suite's command line changes, change it here only.
 #
-# What this file assumes of boxmaker-e2e (to agree with tests/e2e):
-#   boxmaker-e2e serve --listen ADDR --tailnet ADDR --ca-cert PEM --ca-key PEM
-#       serves the suite's zone over DNS (ADDR:53) and HTTPS (ADDR:443, and a host on the
-#       tailnet address), with leaf certificates signed by the given CA
-#   boxmaker-e2e run --socket PATH --grant NAME --web ADDR --tailnet ADDR --rw DIR --ro DIR
-#       runs every scenario against a brokerd that is already serving PATH, with the grant
-#       below; exits non-zero when one fails
+# What comes from Nix here rather than from run.sh's builds: the test CA (made at build time by
+# `boxmaker-e2e ca`, so its files are what `serve --ca` reads), the test variant of the tools
+# image (the CA in its bundle) with its image ID, and the same files as a plain tree for the
+# bwrap backend.
 {
+  lib,
   runCommand,
-  openssl,
+  callPackage,
+  # flake.nix's packages.<system>.e2e and .toolkit.
   e2e,
+  toolkit,
 }:
 rec {
-  # A CA made at build time: the web node signs with it and the test image trusts it.
-  testCa = runCommand "boxmaker-e2e-test-ca" { nativeBuildInputs = [ openssl ]; } ''
-    mkdir -p $out
-    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes \
-      -keyout $out/ca.key -out $out/ca.pem -days 3650 \
-      -subj '/CN=boxmaker end-to-end test CA' \
-      -addext 'basicConstraints=critical,CA:TRUE' \
-      -addext 'keyUsage=critical,keyCertSign,cRLSign'
+  # ca.pem (the image trusts it) and ca-key.pem (serve signs its leaf certificates with it).
+  testCa = runCommand "boxmaker-e2e-test-ca" { } ''
+    ${e2e}/bin/boxmaker-e2e ca --out $out >/dev/null
+    test -s $out/ca.pem && test -s $out/ca-key.pem
   '';
 
-  tailnet = "100.100.100.100";
-  grantName = "e2e";
-  rwDir = "/srv/e2e/rw";
-  roDir = "/srv/e2e/ro";
+  # The tools image the suite needs: the same expression, with the test CA in its bundle.
+  testImage = callPackage ../images/tools-image.nix {
+    inherit toolkit;
+    extraCaCerts = [ "${testCa}/ca.pem" ];
+  };
+  # $out/image-id: sha256:<64 hex>, what the module pins and what `run --image` names.
+  testImageId = callPackage ../nixos/pkgs/image-id.nix { image = testImage; };
+  # The bwrap backend's tools root ([bwrap] tools_root): the test image's files as a tree.
+  toolsRoot = testImage.root;
 
-  # The grant the suite runs under (services.boxmaker.grants.<grantName>).
-  grant = webNet: {
-    mode = "auto";
-    tools = [
-      "read_file"
-      "write_file"
-      "shell"
-      "http_fetch"
+  # in-netns.sh with scripts/as-boxmaker at its path relative to it, as in the repository.
+  driver = lib.fileset.toSource {
+    root = ../.;
+    fileset = lib.fileset.unions [
+      ../tests/e2e/in-netns.sh
+      ../scripts/as-boxmaker
     ];
-    paths = [
-      {
-        path = rwDir;
-        write = true;
-      }
-      { path = roDir; }
-    ];
-    hosts = [ "*.test" ];
-    # The test network is private; the tailnet stays refused whatever this says.
-    allowAddresses = [ webNet ];
   };
 
-  serve =
-    { listen }:
-    "${e2e}/bin/boxmaker-e2e serve --listen ${listen} --tailnet ${tailnet} --ca-cert ${testCa}/ca.pem --ca-key ${testCa}/ca.key";
-
+  # A shell command (run as root on a host with the service user `boxmaker`, its Podman and
+  # bwrap) that runs the suite on `backends` against `brokerd`; it prints the scenario lines,
+  # `<backend>: N passed, M failed` per backend and the total last, and fails if one failed.
+  # `work` must not exist; `runArgs` go to every `boxmaker-e2e run` (e.g. --enforce-limits true).
   run =
-    { socket, web }:
-    "${e2e}/bin/boxmaker-e2e run --socket ${socket} --grant ${grantName} --web ${web} --tailnet ${tailnet} --rw ${rwDir} --ro ${roDir}";
+    {
+      brokerd,
+      backends,
+      work,
+      runArgs ? [ ],
+    }:
+    lib.escapeShellArgs (
+      [
+        "bash"
+        "${driver}/tests/e2e/in-netns.sh"
+        "--e2e"
+        "${e2e}/bin/boxmaker-e2e"
+        "--brokerd"
+        brokerd
+        "--ca"
+        "${testCa}"
+        "--work"
+        work
+        "--tools-root"
+        "${toolsRoot}"
+        "--backends"
+        (lib.concatStringsSep " " backends)
+      ]
+    )
+    # The image ID is known only once testImageId is built: read at run time.
+    + " --image \"$(cat ${testImageId}/image-id)\" -- "
+    + lib.escapeShellArgs runArgs;
 }
