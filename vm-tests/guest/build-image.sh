@@ -20,8 +20,8 @@ debs=${4:-}
 # What the guest needs. containernetworking-plugins: without it (or netavark) podman's
 # dependencies do not configure. curl, ca-certificates and binutils (readelf) are what
 # images/build-tools-image.sh needs to make the tools image inside the guest; jq reads
-# brokerd's answers.
-PACKAGES=systemd,systemd-sysv,dbus,dbus-user-session,libpam-systemd,podman,containernetworking-plugins,crun,uidmap,slirp4netns,passt,iproute2,busybox-static,fuse-overlayfs,kmod,udev,procps,catatonit,iptables,curl,ca-certificates,binutils,jq,e2fsprogs
+# brokerd's answers; bubblewrap is for the scenario suite's bwrap half (tests/e2e/run.sh).
+PACKAGES=bubblewrap,systemd,systemd-sysv,dbus,dbus-user-session,libpam-systemd,podman,containernetworking-plugins,crun,uidmap,slirp4netns,passt,iproute2,busybox-static,fuse-overlayfs,kmod,udev,procps,catatonit,iptables,curl,ca-certificates,binutils,jq,e2fsprogs
 SUITE=bookworm
 IMAGE_SIZE=4G
 SERVICE_USER=boxmaker
