@@ -127,29 +127,6 @@ pub(crate) fn valid_id(s: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn identifiers() {
-        let cases = [
-            ("s1", true),
-            ("a.b_c-d", true),
-            (".", false),
-            ("..", false),
-            ("", false),
-            ("a/b", false),
-            ("a b", false),
-        ];
-        for (s, ok) in cases {
-            assert_eq!(valid_id(s), ok, "{s:?}");
-        }
-        assert!(valid_id(&"a".repeat(64)));
-        assert!(!valid_id(&"a".repeat(65)));
-    }
-}
-
 /// One log line per finished call, the same for every backend (`sandbox` is the container or
 /// sandbox name).
 pub(crate) fn log_finished(
@@ -173,4 +150,27 @@ pub(crate) fn log_finished(
         duration_ms = started.elapsed().as_millis() as u64,
         "call finished"
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identifiers() {
+        let cases = [
+            ("s1", true),
+            ("a.b_c-d", true),
+            (".", false),
+            ("..", false),
+            ("", false),
+            ("a/b", false),
+            ("a b", false),
+        ];
+        for (s, ok) in cases {
+            assert_eq!(valid_id(s), ok, "{s:?}");
+        }
+        assert!(valid_id(&"a".repeat(64)));
+        assert!(!valid_id(&"a".repeat(65)));
+    }
 }
