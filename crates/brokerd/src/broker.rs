@@ -213,7 +213,14 @@ impl Broker {
         self.shutting_down.store(true, Ordering::SeqCst);
     }
 
-    /// Waits until no call is in flight, or `grace` has passed; true if none remain.
+    /// Marks a request as in flight until the guard is dropped: the server holds it from the
+    /// request until its answer is written, so a drain waits for answers, not just for runs.
+    pub fn answering(&self) -> impl Drop + '_ {
+        self.in_flight.fetch_add(1, Ordering::SeqCst);
+        Counted(&self.in_flight, Some(&self.idle))
+    }
+
+    /// Waits until no request is in flight, or `grace` has passed; true if none remain.
     pub async fn drain(&self, grace: Duration) -> bool {
         let deadline = tokio::time::Instant::now() + grace;
         loop {
@@ -485,8 +492,6 @@ impl Broker {
         let Ok(permit) = permit else {
             return Err(Busy);
         };
-        self.in_flight.fetch_add(1, Ordering::SeqCst);
-        let _in_flight = Counted(&self.in_flight, Some(&self.idle));
         let timeout = self
             .config
             .runner

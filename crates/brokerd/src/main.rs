@@ -114,7 +114,11 @@ fn serve(file: &Path, socket: Option<PathBuf>) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    match runtime.block_on(run(file, socket)) {
+    let outcome = runtime.block_on(run(file, socket));
+    // A runner thread still blocked in a sandbox that would not die must not keep the process
+    // past systemd's stop timeout: its sandbox has been swept already.
+    runtime.shutdown_timeout(Duration::from_secs(5));
+    match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e}");
@@ -233,7 +237,8 @@ async fn run(file: &Path, socket: Option<PathBuf>) -> Result<(), String> {
     broker.begin_shutdown();
     let _ = stop_tx.send(true);
     let _ = server.await;
-    if !broker.drain(grace).await {
+    let drained = broker.drain(grace).await;
+    if !drained {
         tracing::warn!("calls still running after the grace period; removing their sandboxes");
     }
     // Whatever remains (calls past the grace, or a runner that lost track) is removed.
@@ -243,6 +248,11 @@ async fn run(file: &Path, socket: Option<PathBuf>) -> Result<(), String> {
         Ok(Ok(_)) => {}
         Ok(Err(e)) => tracing::error!("{e}; see runbook/runner.md#runner-unavailable"),
         Err(e) => tracing::error!("the sweep task failed: {e}"),
+    }
+    if !drained {
+        // The calls whose sandboxes were just removed end now: let their answers (the fixed
+        // sentences) reach their clients before the process exits.
+        broker.drain(Duration::from_secs(5)).await;
     }
     if let Some(w) = watchdog {
         w.abort();

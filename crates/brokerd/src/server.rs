@@ -254,17 +254,24 @@ async fn connection(
             _ = tokio::time::sleep(IDLE_TIMEOUT) => return,
             _ = shutdown.changed() => return,
         };
+        // Held until the answer is written, so a shutdown's drain waits for it.
+        let mut answering = None;
         let answer = match frame {
             // An empty line is not a request: skip it quietly, like a keep-alive.
             Ok(Frame::Line(l)) if l.iter().all(u8::is_ascii_whitespace) => continue,
             Ok(Frame::Line(l)) => match parse_request(&l) {
-                Ok(req) => broker.handle(req, peer).await.to_line(),
+                Ok(req) => {
+                    answering = Some(broker.answering());
+                    broker.handle(req, peer).await.to_line()
+                }
                 Err((id, e)) => error_line(id, &e),
             },
             Ok(Frame::TooLong) => error_line(None, &FrameError::TooLong),
             Ok(Frame::Eof) | Err(_) => return,
         };
-        if write.write_all(answer.as_bytes()).await.is_err() {
+        let written = write.write_all(answer.as_bytes()).await;
+        drop(answering);
+        if written.is_err() {
             // The client vanished; whatever ran has been audited already.
             return;
         }
