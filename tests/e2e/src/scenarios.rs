@@ -33,6 +33,22 @@ const TIMED_OUT: &str = "the tool ran past its time limit";
 /// `--die-with-parent` SIGKILL a moment later.
 const SETTLE: Duration = Duration::from_secs(2);
 
+/// How long the suite waits for a call's answer (longer than any tool's time limit).
+const CALL_WAIT: Duration = Duration::from_secs(90);
+
+/// `--time-scale N` (an integer of at least 1; 1 when absent).
+fn time_scale(opts: &crate::Opts) -> Result<u32, String> {
+    match opts.one("time-scale") {
+        None => Ok(1),
+        Some(v) => match v.parse::<u32>() {
+            Ok(n) if (1..=1000).contains(&n) => Ok(n),
+            _ => Err(format!(
+                "--time-scale {v:?} is not a whole number from 1 to 1000"
+            )),
+        },
+    }
+}
+
 type Outcome = Result<(), String>;
 type Scenario = fn(&mut Suite) -> Outcome;
 
@@ -78,6 +94,9 @@ struct Suite {
     tailnet_log: Option<PathBuf>,
     /// Lines in the tailnet log before this run (another backend's run may have written some).
     tailnet_before: usize,
+    /// `--time-scale`: every time limit in brokerd's config and every wait of the suite is
+    /// multiplied by it (a slow host, e.g. a guest under QEMU's TCG).
+    scale: u32,
     child: Option<Child>,
     session: String,
     calls: u32,
@@ -289,6 +308,8 @@ impl Suite {
             Some("true") => true,
             Some(v) => return Err(format!("--enforce-limits {v:?} is not true or false")),
         };
+        let scale = time_scale(opts)?;
+        let ms = |v: u64| v * u64::from(scale);
         let limits_note = match (enforce_limits, &tools_root) {
             (true, _) => "# Limits enforced (--enforce-limits true): the preflight reads them back.\n",
             (false, None) => "# This host's rootless Podman cannot enforce memory and pids limits (cgroup v1).\n",
@@ -310,18 +331,18 @@ impl Suite {
 [broker]
 clients = [0]
 audit_log = "{state}/audit.jsonl"
-timeout_ms = 60000
+timeout_ms = {timeout_ms}
 refusal_repeats = 50
-shutdown_grace_s = 5
+shutdown_grace_s = {grace_s}
 
 [runner]
 {backend_keys}enforce_limits = {enforce_limits}
 output_cap = {OUTPUT_CAP}
-shell_ms = {SHELL_MS}
-read_file_ms = 10000
-write_file_ms = 10000
-http_fetch_ms = 20000
-egress_start_ms = 5000
+shell_ms = {shell_ms}
+read_file_ms = {read_file_ms}
+write_file_ms = {write_file_ms}
+http_fetch_ms = {http_fetch_ms}
+egress_start_ms = {egress_start_ms}
 home = "{home}"
 
 [grants.{GRANT}]
@@ -340,6 +361,13 @@ paths = [ {{ path = "{rw}", write = true }} ]
             home = user.home.display(),
             rw = rw.display(),
             ro = ro.display(),
+            timeout_ms = ms(60000),
+            grace_s = ms(5),
+            shell_ms = ms(SHELL_MS),
+            read_file_ms = ms(10000),
+            write_file_ms = ms(10000),
+            http_fetch_ms = ms(20000),
+            egress_start_ms = ms(5000),
         );
         std::fs::write(&config, text).map_err(|e| format!("{}: {e}", config.display()))?;
         let tailnet_log = opts.one("tailnet-log").map(PathBuf::from);
@@ -359,6 +387,7 @@ paths = [ {{ path = "{rw}", write = true }} ]
             pid_file: state.join("brokerd.pid"),
             tailnet_log,
             tailnet_before,
+            scale,
             user,
             podman,
             brokerd,
@@ -372,6 +401,16 @@ paths = [ {{ path = "{rw}", write = true }} ]
             calls: 0,
             control_connections: 0,
         })
+    }
+
+    /// `d`, times `--time-scale`.
+    fn t(&self, d: Duration) -> Duration {
+        d * self.scale
+    }
+
+    /// Whole seconds, times `--time-scale` (for commands run in a sandbox).
+    fn secs(&self, s: u64) -> u64 {
+        s * u64::from(self.scale)
     }
 
     // --- brokerd -----------------------------------------------------------------------------
@@ -398,7 +437,8 @@ paths = [ {{ path = "{rw}", write = true }} ]
             .map_err(|e| format!("cannot start {}: {e}", self.brokerd.display()))?;
         let _ = std::fs::write(&self.pid_file, format!("{}\n", child.id()));
         self.child = Some(child);
-        let until = Instant::now() + Duration::from_secs(30);
+        let ready_within = self.t(Duration::from_secs(30));
+        let until = Instant::now() + ready_within;
         loop {
             if let Some(child) = self.child.as_mut() {
                 if let Ok(Some(status)) = child.try_wait() {
@@ -410,7 +450,7 @@ paths = [ {{ path = "{rw}", write = true }} ]
                 }
             }
             if let Ok(mut client) = Client::connect(&self.socket) {
-                let _ = client.set_timeout(Some(Duration::from_secs(10)));
+                let _ = client.set_timeout(Some(self.t(Duration::from_secs(10))));
                 let req = Request::Status {
                     id: client.next_id(),
                     v: None,
@@ -425,7 +465,9 @@ paths = [ {{ path = "{rw}", write = true }} ]
                 }
             }
             if Instant::now() >= until {
-                return Err("brokerd did not answer status within 30 s".into());
+                return Err(format!(
+                    "brokerd did not answer status within {ready_within:?}"
+                ));
             }
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -434,7 +476,8 @@ paths = [ {{ path = "{rw}", write = true }} ]
     fn stop_brokerd(&mut self) {
         if let Some(mut child) = self.child.take() {
             system::signal(&child, libc::SIGTERM);
-            if system::wait(&mut child, Duration::from_secs(20)).is_none() {
+            let limit = self.t(Duration::from_secs(20));
+            if system::wait(&mut child, limit).is_none() {
                 system::signal(&child, libc::SIGKILL);
                 let _ = child.wait();
             }
@@ -457,6 +500,7 @@ paths = [ {{ path = "{rw}", write = true }} ]
         }
         call_on(
             &self.socket,
+            self.t(CALL_WAIT),
             &self.session,
             &format!("c{}", self.calls),
             grant,
@@ -519,7 +563,7 @@ paths = [ {{ path = "{rw}", write = true }} ]
                     "--format",
                     "{{.Names}}",
                 ]);
-                let (code, out) = system::output(c, Duration::from_secs(30))?;
+                let (code, out) = system::output(c, self.t(Duration::from_secs(30)))?;
                 if code != 0 {
                     return Err(format!("podman ps exited {code}: {out}"));
                 }
@@ -549,7 +593,7 @@ paths = [ {{ path = "{rw}", write = true }} ]
         loop {
             let left = self.leftovers()?;
             let waiting = left.iter().any(|l| l.starts_with("sandbox "));
-            if !waiting || started.elapsed() >= SETTLE {
+            if !waiting || started.elapsed() >= self.t(SETTLE) {
                 if let Some(first) = first {
                     eprintln!(
                         "  sandbox processes were still there for {} ms: {}",
@@ -569,11 +613,11 @@ paths = [ {{ path = "{rw}", write = true }} ]
             Backend::Podman => {
                 let mut c = self.user.command(&self.podman);
                 c.args(["ps", "-aq", "--filter", "label=boxmaker"]);
-                if let Ok((0, ids)) = system::output(c, Duration::from_secs(30)) {
+                if let Ok((0, ids)) = system::output(c, self.t(Duration::from_secs(30))) {
                     for id in ids.split_whitespace() {
                         let mut rm = self.user.command(&self.podman);
                         rm.args(["rm", "-f", id]);
-                        let _ = system::output(rm, Duration::from_secs(30));
+                        let _ = system::output(rm, self.t(Duration::from_secs(30)));
                     }
                 }
             }
@@ -607,7 +651,7 @@ paths = [ {{ path = "{rw}", write = true }} ]
         let mut c = self.user.command(&self.podman);
         c.args(["ps", "--filter", "label=boxmaker", "--format", "{{.Names}}"]);
         let prefix = format!("boxmaker-{}-", self.session);
-        match system::output(c, Duration::from_secs(30)) {
+        match system::output(c, self.t(Duration::from_secs(30))) {
             Ok((0, out)) => out
                 .lines()
                 .map(str::trim)
@@ -719,6 +763,7 @@ paths = [ {{ path = "{rw}", write = true }} ]
     /// Without the sandbox's `--network=none`, a container in this namespace does reach the
     /// fake tailnet host: so the refusals below are the sandbox's doing, not a missing host.
     fn control_slirp_reaches_tailnet(&mut self) -> Outcome {
+        let nc_s = self.secs(5).to_string();
         let mut c = self.user.command(&self.podman);
         c.args([
             "run",
@@ -728,13 +773,13 @@ paths = [ {{ path = "{rw}", write = true }} ]
             &self.image,
             "/bin/busybox",
             "timeout",
-            "5",
+            &nc_s,
             "/bin/busybox",
             "nc",
             "100.100.100.100",
             "80",
         ]);
-        let (code, out) = system::output(c, Duration::from_secs(30))?;
+        let (code, out) = system::output(c, self.t(Duration::from_secs(30)))?;
         self.control_connections += 1;
         check(out.contains(TAILNET_GREETING), || {
             format!("the control container did not reach 100.100.100.100:80 (exit {code}): {out}")
@@ -746,6 +791,7 @@ paths = [ {{ path = "{rw}", write = true }} ]
     /// namespace brokerd's argument list unshares.
     fn control_share_net_reaches_tailnet(&mut self) -> Outcome {
         let root = self.tools_root.clone().ok_or("no tools root")?;
+        let nc_s = self.secs(5).to_string();
         let mut c = self.user.command("bwrap");
         c.args([
             "--unshare-all",
@@ -762,13 +808,13 @@ paths = [ {{ path = "{rw}", write = true }} ]
             "/dev",
             "/bin/busybox",
             "timeout",
-            "5",
+            &nc_s,
             "/bin/busybox",
             "nc",
             "100.100.100.100",
             "80",
         ]);
-        let (code, out) = system::output(c, Duration::from_secs(30))?;
+        let (code, out) = system::output(c, self.t(Duration::from_secs(30)))?;
         self.control_connections += 1;
         check(out.contains(TAILNET_GREETING), || {
             format!("the control sandbox did not reach 100.100.100.100:80 (exit {code}): {out}")
@@ -779,10 +825,11 @@ paths = [ {{ path = "{rw}", write = true }} ]
     /// neither crash nor reach anything.
     fn nc_fails(&mut self, targets: &[&str]) -> Outcome {
         let mut cmd = String::new();
+        let nc_s = self.secs(5);
         for t in targets {
             let (host, port) = t.split_once(':').unwrap_or((t, "80"));
             cmd.push_str(&format!(
-                "echo '== {t}'; timeout 5 nc {host} {port} </dev/null 2>&1; echo \"rc=$?\"; "
+                "echo '== {t}'; timeout {nc_s} nc {host} {port} </dev/null 2>&1; echo \"rc=$?\"; "
             ));
         }
         let out = self.shell(&cmd)?;
@@ -821,11 +868,12 @@ paths = [ {{ path = "{rw}", write = true }} ]
     }
 
     fn shell_has_no_network(&mut self) -> Outcome {
-        let out = self.shell(
+        let w = self.secs(5);
+        let out = self.shell(&format!(
             "sed 1,2d /proc/net/dev | cut -d: -f1 | tr -d ' '; echo '== route'; cat /proc/net/route; echo '== resolv'; cat /etc/resolv.conf; \
-             echo '== wget'; timeout 5 wget -q -O- https://ok.test/ 2>&1; echo \"rc=$?\"; \
-             echo '== dns'; timeout 5 nslookup ok.test 192.0.2.53 2>&1; echo \"rc=$?\"",
-        )?;
+             echo '== wget'; timeout {w} wget -q -O- https://ok.test/ 2>&1; echo \"rc=$?\"; \
+             echo '== dns'; timeout {w} nslookup ok.test 192.0.2.53 2>&1; echo \"rc=$?\""
+        ))?;
         check(out.starts_with("lo\n== route\n"), || {
             format!("the sandbox has an interface besides lo: {out:?}")
         })?;
@@ -942,8 +990,10 @@ paths = [ {{ path = "{rw}", write = true }} ]
     // --- limits ------------------------------------------------------------------------------
 
     fn time_limit(&mut self) -> Outcome {
+        // The command outlives the limit by far: an answer near the limit is the kill's.
         let started = Instant::now();
-        let body = self.call("shell", json!({ "command": "sleep 30" }))?;
+        let command = format!("sleep {}", self.secs(30));
+        let body = self.call("shell", json!({ "command": command }))?;
         let took = started.elapsed();
         match body {
             Body::Failed { message } => {
@@ -951,11 +1001,11 @@ paths = [ {{ path = "{rw}", write = true }} ]
             }
             other => return Err(format!("expected failed, got {}", show(&other))),
         }
-        let limit = Duration::from_millis(SHELL_MS);
-        check(
-            took >= limit && took < limit + Duration::from_secs(15),
-            || format!("the answer came after {took:?} for a {limit:?} limit"),
-        )
+        let limit = self.t(Duration::from_millis(SHELL_MS));
+        let slack = self.t(Duration::from_secs(15));
+        check(took >= limit && took < limit + slack, || {
+            format!("the answer came after {took:?} for a {limit:?} limit")
+        })
     }
 
     fn output_cap_shell(&mut self) -> Outcome {
@@ -1049,9 +1099,12 @@ paths = [ {{ path = "{rw}", write = true }} ]
             format!("c{}", self.calls),
         );
         let tool = tool.to_string();
-        let caller =
-            std::thread::spawn(move || call_on(&socket, &session, &call, GRANT, &tool, args, None));
-        let until = Instant::now() + Duration::from_secs(15);
+        let wait = self.t(CALL_WAIT);
+        let caller = std::thread::spawn(move || {
+            call_on(&socket, wait, &session, &call, GRANT, &tool, args, None)
+        });
+        let up_within = self.t(Duration::from_secs(15));
+        let until = Instant::now() + up_within;
         let seen = loop {
             let names = self.session_sandboxes();
             if ready(self, &names) {
@@ -1059,7 +1112,7 @@ paths = [ {{ path = "{rw}", write = true }} ]
             }
             if Instant::now() >= until {
                 return Err(format!(
-                    "the sandbox did not come up within 15 s (saw {names:?})"
+                    "the sandbox did not come up within {up_within:?} (saw {names:?})"
                 ));
             }
             std::thread::sleep(Duration::from_millis(100));
@@ -1089,7 +1142,8 @@ paths = [ {{ path = "{rw}", write = true }} ]
                 let left = self.settled_leftovers()?;
                 check(!left.iter().any(|l| l.starts_with("sandbox ")), || {
                     format!(
-                        "sandboxes outlived the killed brokerd by {SETTLE:?}: {}",
+                        "sandboxes outlived the killed brokerd by {:?}: {}",
+                        self.t(SETTLE),
                         left.join(", ")
                     )
                 })?;
@@ -1105,9 +1159,10 @@ paths = [ {{ path = "{rw}", write = true }} ]
     }
 
     fn crash_during_shell(&mut self) -> Outcome {
+        let command = format!("sleep {}", self.secs(30));
         self.crash_during(
             "shell",
-            json!({ "command": "sleep 30" }),
+            json!({ "command": command }),
             |_, names| !names.is_empty(),
             false,
         )
@@ -1155,7 +1210,8 @@ paths = [ {{ path = "{rw}", write = true }} ]
             return Err("brokerd is not running".into());
         };
         system::signal(&child, libc::SIGTERM);
-        let status = system::wait(&mut child, Duration::from_secs(20));
+        let limit = self.t(Duration::from_secs(20));
+        let status = system::wait(&mut child, limit);
         let _ = std::fs::remove_file(&self.pid_file);
         match status {
             Some(s) if s.success() => Ok(()),
@@ -1163,15 +1219,17 @@ paths = [ {{ path = "{rw}", write = true }} ]
             None => {
                 system::signal(&child, libc::SIGKILL);
                 let _ = child.wait();
-                Err("brokerd did not stop within 20 s of SIGTERM".into())
+                Err(format!("brokerd did not stop within {limit:?} of SIGTERM"))
             }
         }
     }
 }
 
 /// One call on a fresh connection.
+#[allow(clippy::too_many_arguments)]
 fn call_on(
     socket: &Path,
+    wait: Duration,
     session: &str,
     call: &str,
     grant: &str,
@@ -1180,9 +1238,7 @@ fn call_on(
     approval: Option<String>,
 ) -> Result<Body, String> {
     let mut client = Client::connect(socket).map_err(|e| e.to_string())?;
-    client
-        .set_timeout(Some(Duration::from_secs(90)))
-        .map_err(|e| e.to_string())?;
+    client.set_timeout(Some(wait)).map_err(|e| e.to_string())?;
     let req = Request::Call {
         id: client.next_id(),
         v: None,
@@ -1282,7 +1338,7 @@ impl Suite {
                             .map(|c| c.to_string())
                             .collect(),
                     }),
-                    timeout: Duration::from_secs(30),
+                    timeout: self.t(Duration::from_secs(30)),
                 };
                 let name = format!("boxmaker-bench-{}-{i}", spec.call);
                 let t = Instant::now();
@@ -1316,7 +1372,8 @@ impl Suite {
         }
         let started = Instant::now();
         let before = system::zombies(&self.user);
-        while system::zombies(&self.user) > 0 && started.elapsed() < Duration::from_secs(15) {
+        let limit = self.t(Duration::from_secs(15));
+        while system::zombies(&self.user) > 0 && started.elapsed() < limit {
             std::thread::sleep(Duration::from_millis(50));
         }
         if before > 0 {
@@ -1341,9 +1398,9 @@ impl Suite {
             self.user.chown(&dir)?;
             let mut c = self.user.command(&self.podman);
             c.args(runtime.egress_args(egress, name));
-            let (code, out) = system::output(c, Duration::from_secs(30))?;
+            let (code, out) = system::output(c, self.t(Duration::from_secs(30)))?;
             check(code == 0, || format!("proxy: {out}"))?;
-            wait_for_socket(&dir);
+            wait_for_socket(&dir, self.t(Duration::from_secs(5)));
             proxy = Some((format!("{name}-egress"), dir));
         }
         let mut c = self.user.command(&self.podman);
@@ -1352,7 +1409,7 @@ impl Suite {
         if let Some((container, dir)) = proxy {
             let mut rm = self.user.command(&self.podman);
             rm.args(["rm", "-f", &container]);
-            let _ = system::output(rm, Duration::from_secs(30));
+            let _ = system::output(rm, self.t(Duration::from_secs(30)));
             let _ = std::fs::remove_dir_all(dir);
         }
         let out = out?;
@@ -1386,7 +1443,7 @@ impl Suite {
                 .stderr(Stdio::null());
             let child = c.spawn().map_err(|e| format!("proxy: {e}"))?;
             proxy = Some((child, dir.clone()));
-            wait_for_socket(&dir);
+            wait_for_socket(&dir, self.t(Duration::from_secs(5)));
         }
         let mut c = self.user.command("bwrap");
         c.args(runtime.build_argv(spec, name, layout, None));
@@ -1407,10 +1464,11 @@ impl Suite {
     }
 }
 
-/// Up to 5 s for a proxy's socket to appear in its egress directory.
-fn wait_for_socket(dir: &Path) {
+/// Up to `limit` (5 s, times --time-scale) for a proxy's socket to appear in its egress
+/// directory.
+fn wait_for_socket(dir: &Path, limit: Duration) {
     let sock = dir.join("egress.sock");
-    let until = Instant::now() + Duration::from_secs(5);
+    let until = Instant::now() + limit;
     while !sock.exists() && Instant::now() < until {
         std::thread::sleep(Duration::from_millis(1));
     }
