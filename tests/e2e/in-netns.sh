@@ -18,7 +18,7 @@
 #
 # --work must not exist yet (it is made here and removed on exit). --image is needed for
 # podman, --tools-root for bwrap. The RUN-ARGs go to every `boxmaker-e2e run` (--only NAME,
-# --bench N, --enforce-limits true, ...). The service user's commands go through
+# --bench N, --enforce-limits true, --time-scale N, ...). The service user's commands go through
 # scripts/as-boxmaker beside this file in the repository layout.
 set -euo pipefail
 
