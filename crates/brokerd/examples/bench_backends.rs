@@ -92,13 +92,14 @@ fn main() -> Result<(), String> {
 
 /// bwrap with the runtime's argument list, the JSON on standard input, output read to the end.
 fn bare(argv: &[std::ffi::OsString], input: &[u8]) -> Result<(), String> {
-    let mut child = Command::new("bwrap")
-        .args(argv)
+    let mut cmd = Command::new("bwrap");
+    cmd.args(argv)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("bwrap: {e}"))?;
+        .stderr(Stdio::piped());
+    // The argument list says `--seccomp 3`: the bare run gets the same filter.
+    let _filter = brokerd::runner::seccomp::pass_to(&mut cmd).map_err(|e| e.to_string())?;
+    let mut child = cmd.spawn().map_err(|e| format!("bwrap: {e}"))?;
     if let Some(mut stdin) = child.stdin.take() {
         stdin.write_all(input).map_err(|e| e.to_string())?;
     }

@@ -27,6 +27,7 @@ use super::egress::{self, make_private_dir, EGRESS_MOUNT, EGRESS_SOCKET};
 use super::limits::ResourceLimits;
 use super::output::{verdict, Capture, Verdict, DRAIN_GRACE, STDERR_KEEP};
 use super::pidfd::{Pidfd, Stopped, KILL_CONFIRM};
+use super::seccomp;
 use super::{
     log_finished, valid_id, Egress, Failure, RunError, RunOutput, RunSpec, Runner, SweepError,
     Unavailable,
@@ -254,6 +255,11 @@ impl BwrapRuntime {
             ]
             .map(OsString::from),
         );
+        if seccomp::program().is_some() {
+            // The filter arrives on this descriptor (see `start`).
+            a.push("--seccomp".into());
+            a.push(seccomp::FD.to_string().into());
+        }
         for entry in &layout.0 {
             match entry {
                 RootEntry::Bound(name) if !etc && name == "etc" => {}
@@ -493,6 +499,18 @@ impl BwrapRuntime {
                 Ok(())
             });
         }
+        // After the cgroup hook, which may use the descriptor number the filter goes to.
+        let _filter = match seccomp::pass_to(&mut cmd) {
+            Ok(f) => f,
+            Err(e) => {
+                drop_placement(placement, &self.poisoned);
+                return Err(self.unavailable(
+                    spec,
+                    Trouble::Spawn,
+                    &format!("seccomp filter: {e}"),
+                ));
+            }
+        };
         let child = match cmd.spawn() {
             Ok(c) => c,
             Err(e) => {

@@ -16,6 +16,7 @@ pub mod limits;
 pub mod output;
 pub mod pidfd;
 pub mod podman;
+pub mod seccomp;
 
 /// One directory of the grant, mounted at the same path inside the sandbox.
 #[derive(Debug, Clone, PartialEq, Eq)]
