@@ -1441,12 +1441,15 @@ impl Suite {
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(Stdio::null());
+            // The argument list says `--seccomp 3`: the bare run gets the same filter.
+            let _filter = brokerd::runner::seccomp::pass_to(&mut c).map_err(|e| e.to_string())?;
             let child = c.spawn().map_err(|e| format!("proxy: {e}"))?;
             proxy = Some((child, dir.clone()));
             wait_for_socket(&dir, self.t(Duration::from_secs(5)));
         }
         let mut c = self.user.command("bwrap");
         c.args(runtime.build_argv(spec, name, layout, None));
+        let _filter = brokerd::runner::seccomp::pass_to(&mut c).map_err(|e| e.to_string())?;
         let out = run_with_input(c, &spec.input);
         if let Some((mut child, dir)) = proxy {
             let _ = child.kill();
