@@ -1,7 +1,7 @@
 {
   description = "boxmaker: an agent's tool calls in fresh rootless Podman sandboxes, decided by the owner's grants";
 
-  # Pinned in flake.lock to the nixos-26.05 revision of /work/shared/nix-pins.md.
+  # Pinned in flake.lock to a nixos-26.05 revision.
   inputs.nixpkgs.url = "github:NixOS/nixpkgs/nixos-26.05";
 
   outputs =
