@@ -1,5 +1,5 @@
 //! brokerd's own cost per call (framing, decision, audit sync) against a no-op runner, and its
-//! resident memory idle and with 32 calls in flight (issue 4, "Done when").
+//! resident memory idle and with 32 calls in flight.
 //!
 //! `cargo run --release -p brokerd --example overhead [-- N]`
 //!

@@ -1,6 +1,6 @@
 //! brokerd end to end with a fake runner: the real `server::serve` on a Unix socket in a
 //! tempdir, a `Broker` built from a config text whose grants point at tempdirs, and plain
-//! `std::os::unix::net::UnixStream` lines (DESIGN.md "Protocol (v1)", issue 4 "Bad input").
+//! `std::os::unix::net::UnixStream` lines (DESIGN.md "Protocol (v1)", and every kind of bad input).
 //!
 //! The fake runner records every `RunSpec` and acts on a word in the call's target (the shell
 //! command or the file path): `FAIL`, `UNAVAIL`, `PANIC`, `BIG`, `HOLD` (block until the test

@@ -1,6 +1,6 @@
-//! The bwrap sandboxes' seccomp filter (issue: "a seccomp filter is welcome where it blocks
-//! what a tool never needs"). Podman applies its own default profile; bwrap applies none, so
-//! brokerd hands it a classic BPF program through `--seccomp FD`.
+//! The bwrap sandboxes' seccomp filter: it blocks what a tool never needs. Podman applies its
+//! own default profile; bwrap applies none, so brokerd hands it a classic BPF program through
+//! `--seccomp FD`.
 //!
 //! The program allows everything except a short deny list of calls no tool needs and that
 //! widen the kernel surface a sandboxed process can reach: tracing other processes, the key
