@@ -1,6 +1,6 @@
-//! The scenarios (issue 5 item 3), each an assertion on what the model would see, against a
+//! The scenarios, each an assertion on what the model would see, against a
 //! real brokerd that this process starts as the service user, on one backend: real rootless
-//! Podman or bubblewrap over the tools image's tree (issue 8 item 6). What the model sees is
+//! Podman or bubblewrap over the tools image's tree. What the model sees is
 //! asserted identically on both; only the checks of what is left behind differ.
 //!
 //! After every scenario no egress directory may be left (`<home>/run/egress/`), and no
