@@ -27,9 +27,14 @@ PIDS=32
 SHELL_MS=150000
 TIMEOUT_MS=200000
 GRACE_S=5
-# The scenario suite's bound, and what run.sh passes it (e.g. --only NAME ...), from guest.env.
-E2E_TIMEOUT_S=1200
+# The scenario suite: whether to run it, its bound per backend, its time scale and what run.sh
+# passes it (e.g. --only NAME ...), from guest.env.
+E2E=1
+E2E_TIMEOUT_S=1500
+E2E_TIME_SCALE=5
 E2E_ARGS=""
+E2E_CA=/var/lib/boxmaker-guest/e2e-ca
+E2E_TREE=/var/lib/boxmaker-guest/tools-root-e2e
 [ -f "$(dirname "$0")/guest.env" ] && . "$(dirname "$0")/guest.env"
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 export LC_ALL=C.UTF-8
@@ -378,42 +383,71 @@ else
 fi
 
 # --- the scenario suite ---------------------------------------------------------------------------
-# tests/e2e/run.sh, as on a host: it makes the test image (with its test CA), the network
-# namespace with the suite's hosts, and runs `boxmaker-e2e run` with a brokerd of its own. It
-# expects a checkout with built binaries; the guest has no Rust toolchain, so the binaries built
-# on the host are laid out where it looks, and a no-op `cargo` stands in for its build step.
-run_scenarios() {
-    local repo=/opt/boxmaker-e2e-repo musl=x86_64-unknown-linux-musl rc=0 t line
-    mkdir -p "$repo/tests/e2e" "$repo/target/release" "$repo/target/$musl/release" "$repo/.guest-bin"
-    ln -sfn "$PAYLOAD/src/images" "$repo/images"
-    ln -sfn "$PAYLOAD/src/scripts" "$repo/scripts"
-    cp "$PAYLOAD/src/tests/e2e/run.sh" "$repo/tests/e2e/run.sh"
-    cp "$PAYLOAD/bin/brokerd" "$PAYLOAD/bin/boxctl" "$repo/target/release/"
-    cp "$PAYLOAD/bin/toolkit" "$PAYLOAD/bin/boxmaker-e2e" "$repo/target/$musl/release/"
-    printf '#!/bin/sh\n# The guest has no Rust toolchain: the binaries were built on the host.\nexit 0\n' >"$repo/.guest-bin/cargo"
-    chmod 0755 "$repo/.guest-bin/cargo"
-    t=$(date +%s)
-    (cd "$repo" && PATH=$repo/.guest-bin:$PATH E2E_SKIP_SETUP=1 CARGO_TARGET_DIR=$repo/target \
-        timeout "$E2E_TIMEOUT_S" bash tests/e2e/run.sh "$@") >"$RESULTS/e2e.txt" 2>&1 || rc=$?
+# tests/e2e/in-netns.sh, as CI's Debian run and the NixOS VM test call it: a network namespace
+# with the suite's own hosts (the guest has no NIC anyway), then `boxmaker-e2e run` against a
+# brokerd of its own, per backend. What it takes is made here: the test CA, the test variant of
+# the tools image (its bundle also holds that CA) and its tree. Podman runs with its limits
+# enforced (the guest has cgroup v2 and the user's systemd); bwrap with rlimits only, since the
+# suite's brokerd runs outside any delegated cgroup. Every time limit and wait of the suite is
+# multiplied by E2E_TIME_SCALE: a container starts in 5-9 s under TCG.
+run_backend() {
+    local b=$1 rc=0 line name
+    shift
+    # shellcheck disable=SC2086
+    timeout "$E2E_TIMEOUT_S" bash "$PAYLOAD/src/tests/e2e/in-netns.sh" --e2e "$PAYLOAD/bin/boxmaker-e2e" \
+        --brokerd "$brokerd_path" --ca "$E2E_CA" --work "/srv/boxmaker-e2e-$b" --image "$e2e_image" \
+        --tools-root "$E2E_TREE" --backends "$b" -- --time-scale "$E2E_TIME_SCALE" "$@" $E2E_ARGS \
+        >"$RESULTS/e2e-$b.txt" 2>&1 || rc=$?
     while IFS= read -r line; do
         case "$line" in
             "ok "*) ok "e2e/${line#ok }" ;;
             "FAIL "*) name=${line#FAIL }; fail "e2e/${name%%:*}" "${name#*: }" ;;
         esac
-    done <"$RESULTS/e2e.txt"
-    out "timing scenarios $(( $(date +%s) - t ))s (tests/e2e/run.sh in the guest, exit $rc)"
-    if [ "$rc" -ne 0 ] && ! grep -q '^FAIL ' "$RESULTS/e2e.txt"; then
-        fail scenario-suite "tests/e2e/run.sh exited with $rc without a failed scenario"
-        note "$(tail -n 15 "$RESULTS/e2e.txt")"
+    done <"$RESULTS/e2e-$b.txt"
+    grep -E '^  \(' "$RESULTS/e2e-$b.txt" >>"$RESULTS/e2e-times.txt" || true
+    if [ "$rc" -ne 0 ] && ! grep -q '^FAIL ' "$RESULTS/e2e-$b.txt"; then
+        fail "e2e/$b" "tests/e2e/in-netns.sh exited with $rc without a failed scenario"
+        note "$(tail -n 25 "$RESULTS/e2e-$b.txt")"
     fi
+    note "$b: $(grep -E "^$b: [0-9]+ passed" "$RESULTS/e2e-$b.txt" | tail -n 1), exit $rc"
 }
-if [ -x "$PAYLOAD/bin/boxmaker-e2e" ] && [ -f "$PAYLOAD/src/tests/e2e/run.sh" ]; then
+run_scenarios() {
+    local t
+    t=$(date +%s)
+    rm -rf "$E2E_CA" "$E2E_TREE"
+    install -d -m 0755 "$E2E_CA"
+    if ! "$PAYLOAD/bin/boxmaker-e2e" ca --out "$E2E_CA" >/dev/null 2>"$RESULTS/e2e-ca.err"; then
+        fail e2e/setup "boxmaker-e2e ca: $(cat "$RESULTS/e2e-ca.err")"
+        return
+    fi
+    e2e_image=$(bash "$builder" --toolkit "$PAYLOAD/bin/toolkit" --out "$E2E_TREE" \
+        --name localhost/boxmaker-tools-e2e --extra-ca "$E2E_CA/ca.pem" 2>"$RESULTS/e2e-image.err" | tail -n 1)
+    if ! [[ "$e2e_image" =~ ^sha256:[0-9a-f]{64}$ ]]; then
+        fail e2e/setup "the test image: builder printed '$e2e_image'"
+        note "$(tail -n 20 "$RESULTS/e2e-image.err")"
+        return
+    fi
+    out "timing e2e-setup $(( $(date +%s) - t ))s (test CA, test image and tree)"
+    t=$(date +%s)
+    run_backend podman --enforce-limits true
+    out "timing scenarios-podman $(( $(date +%s) - t ))s"
+    t=$(date +%s)
+    if command -v bwrap >/dev/null; then
+        run_backend bwrap
+        out "timing scenarios-bwrap $(( $(date +%s) - t ))s"
+    else
+        skip e2e/bwrap "no bwrap in the guest"
+    fi
+    as_svc podman image rm localhost/boxmaker-tools-e2e >/dev/null 2>&1 || true
+}
+if [ "$E2E" != 1 ]; then
+    skip scenario-suite "not asked for (GUEST_E2E=1 runs it)"
+elif [ -x "$PAYLOAD/bin/boxmaker-e2e" ] && [ -f "$PAYLOAD/src/tests/e2e/in-netns.sh" ]; then
     # The service's brokerd must not run beside the suite's own.
     systemctl stop "$service_unit" "$socket_unit"
-    # shellcheck disable=SC2086
-    run_scenarios $E2E_ARGS
+    run_scenarios
 else
-    skip scenario-suite "boxmaker-e2e or tests/e2e/run.sh was not in the payload"
+    skip scenario-suite "boxmaker-e2e or tests/e2e/in-netns.sh was not in the payload"
 fi
 
 # --- at the very end: stop, and nothing may remain -------------------------------------------------

@@ -25,9 +25,11 @@ REPO=$(cd "$HERE/../.." && pwd)
 BROKERD=${BROKERD:-$REPO/target/release/brokerd}
 BOXCTL=${BOXCTL:-$REPO/target/release/boxctl}
 TOOLKIT=${TOOLKIT:-$REPO/target/x86_64-unknown-linux-musl/release/toolkit}
-# The scenario suite (issue 5) and its runner; both optional: without them the suite is skipped.
+# The scenario suite (issue 5) and the script that runs it in its own network namespace (it
+# finds scripts/as-boxmaker as ../../scripts/ from itself); both optional: without them the
+# suite is skipped.
 E2E_BIN=${E2E_BIN:-$REPO/target/x86_64-unknown-linux-musl/release/boxmaker-e2e}
-E2E_RUN=${E2E_RUN:-$REPO/tests/e2e/run.sh}
+E2E_RUN=${E2E_RUN:-$REPO/tests/e2e/in-netns.sh}
 # Builds the tools image inside the guest, into the guest's boxmaker Podman, and prints its ID.
 TOOLS_IMAGE_BUILDER=${TOOLS_IMAGE_BUILDER:-$REPO/images/build-tools-image.sh}
 # The files that builder calls (it finds them as ../scripts/ from itself).
@@ -41,7 +43,7 @@ CACHE_DIR=${BOXMAKER_GUEST_CACHE:-/var/cache/boxmaker-guest}
 GUEST_CPUS=${GUEST_CPUS:-2}
 GUEST_MEM=${GUEST_MEM:-2048}
 # The whole guest run, boot to power-off, before QEMU is stopped.
-GUEST_TIMEOUT=${GUEST_TIMEOUT:-1800}
+GUEST_TIMEOUT=${GUEST_TIMEOUT:-2700}
 
 no_cache=0
 keep=0
@@ -148,13 +150,17 @@ else
 fi
 if [ -x "$E2E_BIN" ] && [ -f "$E2E_RUN" ]; then
     install -m 0755 "$E2E_BIN" "$p/bin/"
-    install -m 0755 "$E2E_RUN" "$p/src/tests/e2e/run.sh"
+    install -m 0755 "$E2E_RUN" "$p/src/tests/e2e/in-netns.sh"
     say "the scenario suite goes in: $E2E_BIN"
 else
     say "no scenario suite ($E2E_BIN, $E2E_RUN): the guest skips it"
 fi
 # What the guest's checks take from this run's environment.
-printf 'E2E_ARGS=%q\n' "${GUEST_E2E_ARGS:-}" >"$p/guest.env"
+{
+    printf 'E2E=%q\n' "${GUEST_E2E:-1}"
+    printf 'E2E_TIME_SCALE=%q\n' "${GUEST_E2E_TIME_SCALE:-5}"
+    printf 'E2E_ARGS=%q\n' "${GUEST_E2E_ARGS:-}"
+} >"$p/guest.env"
 payload=$work/payload.img
 truncate -s "$(( $(du -sm "$p" | cut -f1) + 512 ))M" "$payload"
 mkfs.ext4 -q -F -L bxpayload -d "$p" "$payload"
