@@ -39,7 +39,7 @@ e2e: toolchain
 	tests/e2e/run.sh
 
 # The whole suite, as CI runs it.
-test: fmt-check static-check unit nix-check e2e
+test: fmt-check static-check unit nix-check e2e guest-test
 
 demo: $(TOOLKIT)
 	scripts/demo.sh
