@@ -4,7 +4,7 @@
 # or `skip NAME: why` per check and `N passed, M failed` last, on the serial console and into
 # results/checks.log on the payload disk, which run.sh reads back.
 #
-# What it proves, on a systemd host with cgroup v2 (issue 7): brokerd is started by its socket
+# What it proves, on a systemd host with cgroup v2: brokerd is started by its socket
 # on the first connection, as the service user, and reaches READY with enforce_limits = true;
 # the limits hold (a fork loop meets --pids-limit, a memory hog is OOM-killed); stopping the
 # service leaves no container; a crash (SIGKILL) during a call and the restart that follows

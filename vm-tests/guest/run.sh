@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The guest test (issue 7): boxmaker on a host like the real one, under QEMU. A Debian 12 guest
+# The guest test: boxmaker on a host like the real one, under QEMU. A Debian 12 guest
 # with systemd as PID 1 and cgroup v2, rootless Podman with its limits enforced, brokerd
 # socket-activated from the dist/systemd/ units, and the checks of in-guest.sh (and the
 # end-to-end suite when its binary is built). The guest has no network device at all.
@@ -25,7 +25,7 @@ REPO=$(cd "$HERE/../.." && pwd)
 BROKERD=${BROKERD:-$REPO/target/release/brokerd}
 BOXCTL=${BOXCTL:-$REPO/target/release/boxctl}
 TOOLKIT=${TOOLKIT:-$REPO/target/x86_64-unknown-linux-musl/release/toolkit}
-# The scenario suite (issue 5) and the script that runs it in its own network namespace (it
+# The scenario suite (tests/e2e) and the script that runs it in its own network namespace (it
 # finds scripts/as-boxmaker as ../../scripts/ from itself); both optional: without them the
 # suite is skipped.
 E2E_BIN=${E2E_BIN:-$REPO/target/x86_64-unknown-linux-musl/release/boxmaker-e2e}
