@@ -29,10 +29,8 @@ use super::output::{verdict, Capture, Verdict, DRAIN_GRACE, STDERR_KEEP};
 use super::pidfd::{Pidfd, Stopped, KILL_CONFIRM};
 use super::seccomp;
 use super::{
-    log_finished, valid_id, Egress, Failure, RunError, RunOutput, RunSpec, Runner, SweepError,
-    Unavailable,
+    log_finished, Egress, Failure, RunError, RunOutput, RunSpec, Runner, SweepError, Unavailable,
 };
-use crate::args::check_grant_path;
 use crate::config::{memory_bytes, BwrapConfig, CgroupMode, RunnerConfig};
 
 /// The runbook entry every `unavailable` line of this runtime ends with.
@@ -761,15 +759,8 @@ impl Runner for BwrapRuntime {
 
     fn run(&self, spec: &RunSpec) -> Result<RunOutput, RunError> {
         let started = Instant::now();
-        if !valid_id(&spec.session) || !valid_id(&spec.call) {
-            return Err(self.malformed(spec, "session or call is not an identifier"));
-        }
-        if let Some(m) = spec
-            .mounts
-            .iter()
-            .find(|m| check_grant_path(&m.path).is_err() || !m.path.is_absolute())
-        {
-            return Err(self.malformed(spec, &format!("{:?} cannot be mounted", m.path)));
+        if let Some(what) = spec.malformation() {
+            return Err(self.malformed(spec, &what));
         }
         if let Some(t) = self.terminal() {
             return Err(self.unavailable(

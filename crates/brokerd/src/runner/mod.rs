@@ -50,6 +50,22 @@ pub struct RunSpec {
     pub timeout: Duration,
 }
 
+impl RunSpec {
+    /// What makes this spec unrunnable, if anything: identifiers that could not name a
+    /// sandbox, or a mount that is not absolute or holds `:` or `,` (a relative `--volume`
+    /// source would be a named volume). The protocol and the policy rule these out before a
+    /// spec exists; every runner checks again before it starts anything.
+    pub fn malformation(&self) -> Option<String> {
+        if !valid_id(&self.session) || !valid_id(&self.call) {
+            return Some("session or call is not an identifier".into());
+        }
+        self.mounts
+            .iter()
+            .find(|m| crate::args::check_grant_path(&m.path).is_err() || !m.path.is_absolute())
+            .map(|m| format!("{:?} cannot be mounted", m.path))
+    }
+}
+
 /// What the tool printed, as the model will see it (before the preview is cut).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunOutput {

@@ -26,7 +26,6 @@ use super::{
     log_finished, valid_id, Egress, Failure, RunError, RunOutput, RunSpec, Runner, SweepError,
     Unavailable,
 };
-use crate::args::check_grant_path;
 use crate::config::RunnerConfig;
 
 /// How long a podman `kill` or `rm` may take before brokerd gives up on it.
@@ -487,15 +486,8 @@ impl Runner for PodmanRuntime {
 
     fn run(&self, spec: &RunSpec) -> Result<RunOutput, RunError> {
         let started = Instant::now();
-        if !valid_id(&spec.session) || !valid_id(&spec.call) {
-            return Err(self.malformed(spec, "session or call is not an identifier"));
-        }
-        if let Some(m) = spec
-            .mounts
-            .iter()
-            .find(|m| check_grant_path(&m.path).is_err())
-        {
-            return Err(self.malformed(spec, &format!("{:?} cannot be mounted", m.path)));
+        if let Some(what) = spec.malformation() {
+            return Err(self.malformed(spec, &what));
         }
         if spec.egress.is_some() && self.poisoned() {
             return Err(self.unavailable(spec, Trouble::Poisoned, "http_fetch is off"));
