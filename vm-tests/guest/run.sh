@@ -160,6 +160,8 @@ fi
     printf 'E2E=%q\n' "${GUEST_E2E:-1}"
     printf 'E2E_TIME_SCALE=%q\n' "${GUEST_E2E_TIME_SCALE:-5}"
     printf 'E2E_ARGS=%q\n' "${GUEST_E2E_ARGS:-}"
+    # Which backends the suite runs on in the guest; bwrap is opt-in (see in-guest.sh).
+    printf 'E2E_BACKENDS=%q\n' "${GUEST_E2E_BACKENDS:-podman}"
 } >"$p/guest.env"
 payload=$work/payload.img
 truncate -s "$(( $(du -sm "$p" | cut -f1) + 512 ))M" "$payload"
