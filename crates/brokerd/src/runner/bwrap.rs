@@ -750,11 +750,7 @@ impl Runner for BwrapRuntime {
             removed += groups;
             failed.extend(group_failures);
         }
-        if failed.is_empty() {
-            Ok(removed)
-        } else {
-            Err(SweepError(failed.join("; ")))
-        }
+        SweepError::outcome(removed, failed)
     }
 
     fn run(&self, spec: &RunSpec) -> Result<RunOutput, RunError> {

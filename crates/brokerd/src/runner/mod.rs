@@ -134,6 +134,17 @@ pub trait Runner: Send + Sync {
 #[error("the sweep of leftover sandboxes failed: {0}")]
 pub struct SweepError(pub String);
 
+impl SweepError {
+    /// A sweep's answer: how many things it removed, or every removal that failed.
+    pub fn outcome(removed: usize, failed: Vec<String>) -> Result<usize, SweepError> {
+        if failed.is_empty() {
+            Ok(removed)
+        } else {
+            Err(SweepError(failed.join("; ")))
+        }
+    }
+}
+
 /// DESIGN.md "Protocol": 1 to 64 of `A-Za-z0-9_.-`, not `.` or `..`. They become container,
 /// directory and cgroup names, so the runners check them again.
 pub(crate) fn valid_id(s: &str) -> bool {

@@ -477,11 +477,7 @@ impl Runner for PodmanRuntime {
         let (dirs, dir_failures) = egress::sweep(&self.home);
         removed += dirs;
         failed.extend(dir_failures);
-        if failed.is_empty() {
-            Ok(removed)
-        } else {
-            Err(SweepError(failed.join("; ")))
-        }
+        SweepError::outcome(removed, failed)
     }
 
     fn run(&self, spec: &RunSpec) -> Result<RunOutput, RunError> {
