@@ -10,10 +10,15 @@
     check.py module EVAL-JSON [BROKERD]  the evalModules results of eval-module.nix; with a
                                          brokerd binary, `brokerd check-config` on the configs
                                          the module would check at build time
+    check.py units                       systemd-analyze verify on dist/systemd's units, alone
+                                         and with the bwrap drop-in (any warning about them
+                                         fails), and `systemd-analyze security --offline` shows
+                                         the drop-in in effect (where systemd has it)
 """
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -249,9 +254,66 @@ def module(eval_json, brokerd=None):
     print("module: brokerd check-config accepts the configs the module checks at build time")
 
 
+def units():
+    """The dist units as systemd reads them: in a directory of their own, as they are installed
+    (systemd-analyze loads <dir>/boxmaker.service.d/*.conf with the service)."""
+    if shutil.which("systemd-analyze") is None:
+        print("units: no systemd-analyze here; verify skipped")
+        return
+    dist = ROOT / "dist/systemd"
+    dropin = UNITS["bwrap"]["dropin"]
+    with tempfile.TemporaryDirectory() as d:
+        d = Path(d)
+        for name in ("boxmaker.socket", "boxmaker.service"):
+            shutil.copy(dist / name, d / name)
+        paths = [str(d / "boxmaker.socket"), str(d / "boxmaker.service")]
+
+        def verify(what):
+            # Unknown keys and bad values are only warnings (exit 0): any line naming our
+            # files fails the check; other lines are the host's own.
+            r = run(["systemd-analyze", "verify", *paths], cwd=d)
+            ours = [l for l in (r.stdout + r.stderr).splitlines() if str(d) in l or "boxmaker" in l]
+            check(r.returncode == 0 and not ours,
+                  f"units: systemd-analyze verify accepts {what} (exit {r.returncode}): {ours or r.stderr.strip()}")
+
+        def security():
+            r = run(["systemd-analyze", "security", "--offline=true", "--json=short",
+                     str(d / "boxmaker.service")], cwd=d)
+            if r.returncode != 0 or not r.stdout.startswith("["):
+                return None
+            return {x["json_field"]: x["set"] for x in json.loads(r.stdout)}
+
+        verify("boxmaker.socket and boxmaker.service")
+        podman = security()
+        (d / dropin).parent.mkdir()
+        shutil.copy(dist / dropin, d / dropin)
+        verify(f"boxmaker.service with {dropin}")
+        bwrap = security()
+        if podman is None or bwrap is None:
+            print("units: systemd-analyze verify accepts the units and the drop-in "
+                  "(this systemd has no security --offline: the drop-in's effect is not shown)")
+            return
+        # "set" is True where the unit is safe in that respect.
+        want = {
+            "NoNewPrivileges": (False, True),
+            "Delegate": (True, False),
+            "CapabilityBoundingSet_CAP_SET_UID_GID_PCAP": (False, True),
+            "CapabilityBoundingSet_CAP_SYS_ADMIN": (True, True),
+            "RestrictNamespaces_user": (False, False),
+            "PrivateUsers": (False, False),
+        }
+        for field, (p, b) in want.items():
+            check(podman.get(field) == p, f"units: boxmaker.service alone: {field} is {podman.get(field)}, want {p}")
+            check(bwrap.get(field) == b, f"units: with {dropin}: {field} is {bwrap.get(field)}, want {b}")
+    if FAILED:
+        return
+    print(f"units: systemd-analyze verify accepts the units alone and with {dropin}; "
+          f"security --offline shows the drop-in in effect ({', '.join(want)})")
+
+
 def main(argv):
     cmd, args = argv[1], argv[2:]
-    {"lock": lock, "outputs": outputs, "scripts": scripts, "module": module}[cmd](*args)
+    {"lock": lock, "outputs": outputs, "scripts": scripts, "module": module, "units": units}[cmd](*args)
     if FAILED:
         print(f"{cmd}: {len(FAILED)} check(s) failed", file=sys.stderr)
         return 1
