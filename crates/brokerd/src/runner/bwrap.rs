@@ -29,7 +29,8 @@ use super::output::{verdict, Capture, Verdict, DRAIN_GRACE, STDERR_KEEP};
 use super::pidfd::{Pidfd, Stopped, KILL_CONFIRM};
 use super::seccomp;
 use super::{
-    log_finished, Egress, Failure, RunError, RunOutput, RunSpec, Runner, SweepError, Unavailable,
+    dies_with_brokerd, log_finished, Egress, Failure, RunError, RunOutput, RunSpec, Runner,
+    SweepError, Unavailable,
 };
 use crate::config::{memory_bytes, BwrapConfig, CgroupMode, RunnerConfig};
 
@@ -481,6 +482,7 @@ impl BwrapRuntime {
             _ => Command::new(&self.bwrap),
         };
         let [stdin, stdout, stderr] = stdio;
+        dies_with_brokerd(&mut cmd);
         cmd.args(&argv).stdin(stdin).stdout(stdout).stderr(stderr);
         let procs_fd = match &placement {
             Placement::Group(g) => Some(g.procs_fd()),
@@ -732,6 +734,67 @@ impl BwrapRuntime {
     }
 }
 
+/// Kills the sandboxes a crashed brokerd left running. Each dies with brokerd once it is
+/// set up, but a sandbox killed while bwrap was still building it can outlive it: the
+/// process bwrap clones sets its own parent-death signal only when its mounts are made.
+/// Such a process runs as this user with the same program and tools root as every sandbox
+/// brokerd starts, which is how it is recognised (one brokerd per service user); it is
+/// stopped through a pidfd opened before it was judged.
+fn sweep_sandboxes(bwrap: &Path, tools_root: &Path) -> (usize, Vec<String>) {
+    let mut removed = 0;
+    let mut failed = Vec::new();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return (0, failed);
+    };
+    // SAFETY: getuid and getpid have no preconditions.
+    let (uid, me) = unsafe { (libc::getuid(), libc::getpid()) };
+    let marker = tools_root.join("bin");
+    for entry in entries.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<libc::pid_t>().ok())
+        else {
+            continue;
+        };
+        if pid == me {
+            continue;
+        }
+        let dir = entry.path();
+        let is_it = || {
+            let status = std::fs::read_to_string(dir.join("status")).unwrap_or_default();
+            let cmdline = std::fs::read(dir.join("cmdline")).unwrap_or_default();
+            is_left_sandbox(&status, &cmdline, uid, bwrap, &marker)
+        };
+        let Some(pidfd) = Pidfd::open_if(pid, is_it) else {
+            continue;
+        };
+        if pidfd.kill_foreign(KILL_CONFIRM) {
+            tracing::warn!("killed a sandbox left by an earlier brokerd (process {pid})");
+            removed += 1;
+        } else {
+            failed.push(format!("sandbox process {pid} did not die on SIGKILL"));
+        }
+    }
+    (removed, failed)
+}
+
+/// Whether a process (its /proc `status` and `cmdline`) is a bwrap sandbox of this service:
+/// its real user, `bwrap` as started, the tools root's `bin` among its arguments.
+fn is_left_sandbox(status: &str, cmdline: &[u8], uid: u32, bwrap: &Path, marker: &Path) -> bool {
+    let real_uid = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|ids| ids.split_whitespace().next())
+        .and_then(|id| id.parse::<u32>().ok());
+    if real_uid != Some(uid) {
+        return false;
+    }
+    let mut args = cmdline.split(|&b| b == 0);
+    args.next() == Some(bwrap.as_os_str().as_bytes())
+        && args.any(|a| a == marker.as_os_str().as_bytes())
+}
+
 fn cmd_is_scope(cmd: &Command) -> bool {
     cmd.get_program().as_bytes().ends_with(b"systemd-run")
 }
@@ -741,9 +804,12 @@ impl Runner for BwrapRuntime {
         BwrapRuntime::poisoned(self)
     }
 
-    /// Removes every egress directory and every sandbox cgroup a crashed brokerd left.
+    /// Removes every sandbox, egress directory and sandbox cgroup a crashed brokerd left.
     fn sweep(&self) -> Result<usize, SweepError> {
-        let (mut removed, mut failed) = egress::sweep(&self.home);
+        let (mut removed, mut failed) = sweep_sandboxes(&self.bwrap, &self.tools_root);
+        let (dirs, dir_failures) = egress::sweep(&self.home);
+        removed += dirs;
+        failed.extend(dir_failures);
         // Probing here also prepares the delegated subtree once, at start-up.
         if let Ok(Mechanism::Delegated { root }) = self.mechanism() {
             let (groups, group_failures) = cgroup::sweep(root);
@@ -886,6 +952,70 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_left_sandbox_is_told_by_user_program_and_tools_root() {
+        let bwrap = Path::new("/usr/bin/bwrap");
+        let marker = Path::new("/var/lib/boxmaker/tools-root/bin");
+        let status = |uid: &str| format!("Name:\tbwrap\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\n");
+        let ours =
+            b"/usr/bin/bwrap\0--unshare-all\0--ro-bind\0/var/lib/boxmaker/tools-root/bin\0/bin\0";
+        assert!(is_left_sandbox(&status("990"), ours, 990, bwrap, marker));
+        // Another user's, another program, another tools root, the marker as argv[0], nothing.
+        assert!(!is_left_sandbox(&status("1000"), ours, 990, bwrap, marker));
+        let other_program = b"/bin/bwrap\0--ro-bind\0/var/lib/boxmaker/tools-root/bin\0/bin\0";
+        assert!(!is_left_sandbox(
+            &status("990"),
+            other_program,
+            990,
+            bwrap,
+            marker
+        ));
+        let other_root = b"/usr/bin/bwrap\0--ro-bind\0/opt/root/bin\0/bin\0";
+        assert!(!is_left_sandbox(
+            &status("990"),
+            other_root,
+            990,
+            bwrap,
+            marker
+        ));
+        let prefix_only = b"/usr/bin/bwrap\0--ro-bind\0/var/lib/boxmaker/tools-root/bin/x\0";
+        assert!(!is_left_sandbox(
+            &status("990"),
+            prefix_only,
+            990,
+            bwrap,
+            marker
+        ));
+        assert!(!is_left_sandbox("", ours, 990, bwrap, marker));
+        assert!(!is_left_sandbox(&status("990"), b"", 990, bwrap, marker));
+    }
+
+    #[test]
+    #[allow(clippy::zombie_processes)]
+    fn the_sweep_kills_a_left_sandbox_and_nothing_else() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let fake = dir.path().join("bwrap");
+        let root = dir.path().join("tools-root");
+        let start = |marker: &Path| {
+            std::process::Command::new("/bin/sh")
+                .arg0(&fake)
+                .args(["-c", "sleep 30; :", "sh"])
+                .arg(marker)
+                .stdin(Stdio::null())
+                .spawn()
+                .expect("sh")
+        };
+        let mut left = start(&root.join("bin"));
+        let mut other = start(&dir.path().join("elsewhere/bin"));
+        let (removed, failed) = sweep_sandboxes(&fake, &root);
+        assert_eq!((removed, failed), (1, Vec::<String>::new()));
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(left.wait().expect("wait").signal(), Some(libc::SIGKILL));
+        assert_eq!(other.try_wait().expect("try_wait"), None);
+        let _ = other.kill();
+        let _ = other.wait();
+    }
 
     #[test]
     fn the_layout_leaves_out_the_sandbox_s_own_mount_points() {

@@ -4,7 +4,10 @@
 //! Every text a runner gives the model is one of the fixed sentences below; whatever the tool
 //! or podman printed on standard error goes to brokerd's log only.
 
+use std::io;
+use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
+use std::process::Command;
 use std::time::Duration;
 
 use proto::tools::ToolName;
@@ -17,6 +20,29 @@ pub mod output;
 pub mod pidfd;
 pub mod podman;
 pub mod seccomp;
+
+/// Makes `cmd`'s process get SIGKILL when the brokerd thread that starts it dies, from its
+/// first instruction on: bwrap's own `--die-with-parent` is set only once its namespaces are
+/// made, and a `podman run` orphaned by a crash would go on creating its container after the
+/// restart's sweep has looked. A child whose parent died before the setting took effect exits
+/// before exec. The starting thread must wait for the child (every runner does).
+pub fn dies_with_brokerd(cmd: &mut Command) -> &mut Command {
+    // SAFETY: getpid has no preconditions.
+    let brokerd = unsafe { libc::getpid() };
+    // SAFETY: the hook calls prctl and getppid, both async-signal-safe, and touches no memory
+    // shared with the parent.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            if libc::getppid() != brokerd {
+                return Err(io::Error::from_raw_os_error(libc::ESRCH));
+            }
+            Ok(())
+        })
+    }
+}
 
 /// One directory of the grant, mounted at the same path inside the sandbox.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -200,5 +226,27 @@ mod tests {
         }
         assert!(valid_id(&"a".repeat(64)));
         assert!(!valid_id(&"a".repeat(65)));
+    }
+
+    /// The parent-death signal is tied to the starting thread: when it ends, so does the
+    /// child (what a crashed brokerd's sandboxes see), and one still waited for lives on.
+    #[test]
+    #[allow(clippy::zombie_processes)]
+    fn a_child_dies_with_the_thread_that_started_it() {
+        use std::os::unix::process::ExitStatusExt;
+        let start = || {
+            dies_with_brokerd(&mut Command::new("sleep"))
+                .arg("30")
+                .spawn()
+                .expect("sleep")
+        };
+        let mut orphaned = std::thread::spawn(start).join().expect("thread");
+        let status = orphaned.wait().expect("wait");
+        assert_eq!(status.signal(), Some(libc::SIGKILL));
+        let mut kept = start();
+        std::thread::sleep(Duration::from_millis(100));
+        assert_eq!(kept.try_wait().expect("try_wait"), None);
+        let _ = kept.kill();
+        let _ = kept.wait();
     }
 }

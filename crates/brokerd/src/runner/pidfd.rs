@@ -57,6 +57,30 @@ impl Pidfd {
         })
     }
 
+    /// The pidfd of a process that is not brokerd's child, found by `pid` in /proc (a sweep
+    /// after a crash). The pidfd is opened first and `is_it` judges the process afterwards, by
+    /// its /proc entry; the judgement counts only if the pinned process is still alive once it
+    /// is made, because a PID cannot be reused while its process lives. `None`: not it, or gone.
+    pub fn open_if(pid: libc::pid_t, is_it: impl FnOnce() -> bool) -> Option<Pidfd> {
+        let pidfd = Pidfd::open(pid).ok()?;
+        if !is_it() || pidfd.wait_exit(Duration::ZERO) {
+            return None;
+        }
+        Some(pidfd)
+    }
+
+    /// SIGKILL through the pidfd to a process brokerd did not start, confirmed by its exit
+    /// (its own parent reaps it); once more if the first was not seen to work.
+    pub fn kill_foreign(&self, confirm: Duration) -> bool {
+        for _ in 0..2 {
+            let _ = self.signal(libc::SIGKILL);
+            if self.wait_exit(confirm) {
+                return true;
+            }
+        }
+        false
+    }
+
     /// Whether this kernel has pidfd_open (Linux 5.3): checked once, on brokerd itself.
     pub fn supported() -> io::Result<()> {
         // SAFETY: getpid has no preconditions.

@@ -23,8 +23,8 @@ use super::egress::{self, make_private_dir, EGRESS_MOUNT};
 pub use super::output::STDERR_KEEP;
 use super::output::{decode, verdict, Capture, Verdict, DRAIN_GRACE};
 use super::{
-    log_finished, valid_id, Egress, Failure, RunError, RunOutput, RunSpec, Runner, SweepError,
-    Unavailable,
+    dies_with_brokerd, log_finished, valid_id, Egress, Failure, RunError, RunOutput, RunSpec,
+    Runner, SweepError, Unavailable,
 };
 use crate::config::RunnerConfig;
 
@@ -201,7 +201,7 @@ impl PodmanRuntime {
 
     /// Runs a podman `kill`, `rm` or `run -d`, giving up after `limit`.
     fn helper(&self, args: &[OsString], limit: Duration) -> Helper {
-        let spawned = Command::new(&self.podman)
+        let spawned = dies_with_brokerd(&mut Command::new(&self.podman))
             .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -314,7 +314,7 @@ impl PodmanRuntime {
 
     /// Runs the tool container and answers by the exit-code table of seed 003 section 6.
     fn run_tool(&self, spec: &RunSpec, name: &str) -> Result<RunOutput, RunError> {
-        let spawned = Command::new(&self.podman)
+        let spawned = dies_with_brokerd(&mut Command::new(&self.podman))
             .args(self.tool_args(spec, name))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -408,7 +408,7 @@ impl PodmanRuntime {
         .into_iter()
         .map(OsString::from)
         .collect();
-        let spawned = Command::new(&self.podman)
+        let spawned = dies_with_brokerd(&mut Command::new(&self.podman))
             .args(&args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
