@@ -185,6 +185,10 @@ pub fn run(opts: &crate::Opts) -> Result<ExitCode, String> {
         ("output-cap-truncates-http_fetch", Suite::output_cap_fetch),
         ("ask-then-approve", Suite::ask_then_approve),
         ("refusal-outside-grant", Suite::refusal_outside_grant),
+        (
+            "crash-while-a-sandbox-starts-is-swept",
+            Suite::crash_while_starting,
+        ),
         ("crash-during-shell-is-swept", Suite::crash_during_shell),
         (
             "crash-during-http_fetch-is-swept",
@@ -1081,17 +1085,14 @@ paths = [ {{ path = "{rw}", write = true }} ]
 
     // --- crashes -----------------------------------------------------------------------------
 
-    /// Starts a call on another thread, waits until `ready` says the sandbox is up, kills
-    /// brokerd with SIGKILL, starts it again and lets the clean-up check judge. With Podman
-    /// the containers outlive brokerd for its restart to sweep; with bwrap the sandboxes must
-    /// die with it and only the egress directory (`want_dir_left`) stays for the sweep.
-    fn crash_during(
+    /// Starts a call on another thread, waits until `ready` says so, kills brokerd with
+    /// SIGKILL and checks the call was not answered. Returns what `ready` last saw.
+    fn kill_brokerd_when(
         &mut self,
         tool: &str,
         args: Value,
-        ready: fn(&Suite, &[String]) -> bool,
-        want_dir_left: bool,
-    ) -> Outcome {
+        ready: fn(&Suite) -> Option<Vec<String>>,
+    ) -> Result<Vec<String>, String> {
         self.calls += 1;
         let (socket, session, call) = (
             self.socket.clone(),
@@ -1106,16 +1107,16 @@ paths = [ {{ path = "{rw}", write = true }} ]
         let up_within = self.t(Duration::from_secs(15));
         let until = Instant::now() + up_within;
         let seen = loop {
-            let names = self.session_sandboxes();
-            if ready(self, &names) {
-                break names;
+            if let Some(seen) = ready(self) {
+                break seen;
             }
             if Instant::now() >= until {
                 return Err(format!(
-                    "the sandbox did not come up within {up_within:?} (saw {names:?})"
+                    "the sandbox did not come up within {up_within:?} (saw {:?})",
+                    self.session_sandboxes()
                 ));
             }
-            std::thread::sleep(Duration::from_millis(100));
+            std::thread::sleep(Duration::from_millis(20));
         };
         let Some(mut child) = self.child.take() else {
             return Err("brokerd is not running".into());
@@ -1128,6 +1129,20 @@ paths = [ {{ path = "{rw}", write = true }} ]
         check(answer.is_err(), || {
             format!("the call was answered although brokerd was killed: {answer:?}")
         })?;
+        Ok(seen)
+    }
+
+    /// Kills brokerd while the tool runs, starts it again and lets the clean-up check judge.
+    /// With Podman the containers outlive brokerd for its restart to sweep; with bwrap the
+    /// sandboxes must die with it and only the egress directory (`want_dir_left`) stays.
+    fn crash_during(
+        &mut self,
+        tool: &str,
+        args: Value,
+        ready: fn(&Suite) -> Option<Vec<String>>,
+        want_dir_left: bool,
+    ) -> Outcome {
+        let seen = self.kill_brokerd_when(tool, args, ready)?;
         let left = match self.backend {
             Backend::Podman => {
                 let left = self.leftovers()?;
@@ -1136,8 +1151,8 @@ paths = [ {{ path = "{rw}", write = true }} ]
                 })?;
                 left
             }
-            // Every sandbox dies with brokerd (--die-with-parent); only the egress directory
-            // of an http_fetch stays for the restart's sweep.
+            // A sandbox that is up dies with brokerd (brokerd's parent-death signal for bwrap,
+            // bwrap's --die-with-parent inside); only an http_fetch's egress directory stays.
             Backend::Bwrap => {
                 let left = self.settled_leftovers()?;
                 check(!left.iter().any(|l| l.starts_with("sandbox ")), || {
@@ -1163,26 +1178,84 @@ paths = [ {{ path = "{rw}", write = true }} ]
         self.crash_during(
             "shell",
             json!({ "command": command }),
-            |_, names| !names.is_empty(),
+            |s| match s.backend {
+                // The sandbox is up once its tool's `sleep` runs.
+                Backend::Bwrap => {
+                    let p = system::sandbox_processes(&s.user);
+                    p.iter()
+                        .any(|p| p.cmdline.starts_with("sleep "))
+                        .then(|| s.session_sandboxes())
+                }
+                Backend::Podman => Some(s.session_sandboxes()).filter(|n| !n.is_empty()),
+            },
             false,
         )
     }
 
     fn crash_during_fetch(&mut self) -> Outcome {
-        // /slow keeps the fetch open, with its proxy container and egress directory.
+        // /slow keeps the fetch open, with its proxy and egress directory.
         self.crash_during(
             "http_fetch",
             json!({ "url": "https://ok.test/slow" }),
-            |s, names| {
+            |s| {
+                let names = s.session_sandboxes();
                 let proxy = |n: &String| n.ends_with("-egress") || n == "egress-proxy";
-                names.iter().any(proxy)
-                    && names.iter().any(|n| !proxy(n))
-                    && std::fs::read_dir(&s.egress_root)
-                        .map(|d| d.count() > 0)
-                        .unwrap_or(false)
+                let dir = std::fs::read_dir(&s.egress_root).is_ok_and(|mut d| d.next().is_some());
+                let up = match s.backend {
+                    // Both sandboxes are up once the proxy and the tool's curl run in them.
+                    Backend::Bwrap => {
+                        let p = system::sandbox_processes(&s.user);
+                        p.iter().any(|p| p.cmdline.starts_with("/bin/curl "))
+                            && p.iter().any(|p| {
+                                !p.cmdline.starts_with("bwrap ")
+                                    && p.cmdline.contains("egress-proxy")
+                            })
+                    }
+                    Backend::Podman => names.iter().any(proxy) && names.iter().any(|n| !proxy(n)),
+                };
+                (up && dir).then_some(names)
             },
             true,
         )
+    }
+
+    /// Kills brokerd at the first sign of a call's sandbox (bwrap just started, or the
+    /// `podman run` process there before its container), when nothing of it is set to die
+    /// with brokerd yet. Whatever that leaves must be gone once brokerd has started again
+    /// (its sweep), and stay gone: no orphaned `podman run` may create its container later.
+    fn crash_while_starting(&mut self) -> Outcome {
+        let command = format!("sleep {}", self.secs(30));
+        let seen = self.kill_brokerd_when("shell", json!({ "command": command }), |s| {
+            let seen = match s.backend {
+                Backend::Bwrap => s.session_sandboxes(),
+                Backend::Podman => {
+                    let name = format!("--name=boxmaker-{}-", s.session);
+                    system::podman_processes(&s.user)
+                        .into_iter()
+                        .filter(|p| p.cmdline.contains(&name))
+                        .map(|p| p.to_string())
+                        .collect()
+                }
+            };
+            Some(seen).filter(|s| !s.is_empty())
+        })?;
+        let before = self.leftovers()?;
+        eprintln!(
+            "  killed on seeing {}; left before the restart: {}",
+            seen.join(", "),
+            if before.is_empty() {
+                "nothing".to_string()
+            } else {
+                before.join(", ")
+            }
+        );
+        self.start_brokerd()
+            .map_err(|e| format!("brokerd did not start again: {e}"))?;
+        std::thread::sleep(self.t(SETTLE));
+        let left = self.leftovers()?;
+        check(left.is_empty(), || {
+            format!("left after the restart's sweep: {}", left.join(", "))
+        })
     }
 
     /// Every connection the fake tailnet host saw came from the control container.

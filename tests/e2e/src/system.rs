@@ -165,6 +165,18 @@ impl std::fmt::Display for SandboxProcess {
 /// The service user's sandbox processes, read from /proc.
 pub fn sandbox_processes(user: &User) -> Vec<SandboxProcess> {
     let own_ns = std::fs::read_link("/proc/self/ns/pid").ok();
+    user_processes(user, |comm, ns| {
+        comm == "bwrap" || (ns.is_some() && ns != own_ns.as_deref())
+    })
+}
+
+/// The service user's live `podman` processes (a `podman run` brokerd started, for one).
+pub fn podman_processes(user: &User) -> Vec<SandboxProcess> {
+    user_processes(user, |comm, _| comm == "podman")
+}
+
+/// The service user's live processes that `keep` accepts by name (`comm`) and PID namespace.
+fn user_processes(user: &User, keep: impl Fn(&str, Option<&Path>) -> bool) -> Vec<SandboxProcess> {
     let mut found = Vec::new();
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return found;
@@ -182,7 +194,7 @@ pub fn sandbox_processes(user: &User) -> Vec<SandboxProcess> {
         }
         let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
         let ns = std::fs::read_link(dir.join("ns/pid")).ok();
-        if comm.trim_end() != "bwrap" && (ns.is_none() || ns == own_ns) {
+        if !keep(comm.trim_end(), ns.as_deref()) {
             continue;
         }
         let cmdline = std::fs::read(dir.join("cmdline"))
