@@ -1,11 +1,14 @@
 # services.boxmaker: brokerd as a socket-activated system service whose tool calls run in the
-# service user's rootless Podman (DESIGN.md "Service", "Deployment").
+# service user's rootless Podman, or with settings.runner.backend = "bwrap" in bubblewrap
+# sandboxes over the tools image's file tree (DESIGN.md "Service", "Deployment", "Runners").
 #
 # The unit settings come from ./units.json, the one definition that dist/systemd/generate.py
-# also turns into the units for hosts without NixOS; the reasons for every hardening option
-# the unit leaves out are written there (its "omitted" table) and in the generated
-# dist/systemd/boxmaker.service. This file adds only what is NixOS's own: the paths, PATH with
-# /run/wrappers/bin, the image loading step and restart triggers.
+# also turns into the units for hosts without NixOS; its "bwrap" section is laid over the
+# service for the bwrap backend (the dist drop-in boxmaker.service.d/bwrap.conf). The reasons
+# for every hardening option the unit leaves out are written there (the "omitted" tables) and
+# in the generated dist/systemd files. This file adds only what is NixOS's own: the paths, PATH
+# (/run/wrappers/bin and Podman, or bubblewrap), the image loading step, what only one
+# backend needs (Podman, subordinate IDs, the user's manager) and restart triggers.
 {
   config,
   lib,
@@ -52,6 +55,13 @@ let
     requireStatic = true;
   };
 
+  # --- the backend -----------------------------------------------------------------------------
+  isBwrap = cfg.settings.runner.backend == "bwrap";
+  # The service user's systemd instance: rootless Podman's cgroup delegation, and the
+  # transient scopes of [bwrap] cgroup = "systemd-scope". With "delegated" nothing uses it, so
+  # the unit neither starts it nor keeps it lingering (units.json, bwrap.kept.ExecStartPre).
+  needsUserManager = !isBwrap || (cfg.settings.bwrap.cgroup or null) == "systemd-scope";
+
   imageIdFile =
     if cfg.toolsImageId != null then
       pkgs.writeText "boxmaker-tools-image-id" cfg.toolsImageId
@@ -60,7 +70,12 @@ let
 
   # --- the config file ------------------------------------------------------------------------
   # settings, with the image ID left as a placeholder when it is only known at build time.
-  finalSettings = cfg.settings;
+  # TOML has no null: a key or table that is null (runner.image and runner.podman on bwrap,
+  # [bwrap] on Podman) is left out, and brokerd applies its default or has no use for it.
+  dropNulls = lib.filterAttrs (_: v: v != null);
+  finalSettings = lib.mapAttrs (_: v: if lib.isAttrs v then dropNulls v else v) (dropNulls cfg.settings);
+  # Only the Podman image's ID is computed; the bwrap backend never builds the image itself.
+  needsImageId = (finalSettings.runner.image or null) == imageIdPlaceholder;
 
   # What brokerd check-config can check inside the build sandbox: clients are looked up in
   # /etc/passwd and grant directories must exist, neither of which holds there. So this copy
@@ -86,11 +101,14 @@ let
 
   fillImageId =
     name: settings:
-    pkgs.runCommand name { } ''
-      id=$(cat ${imageIdFile})
-      substitute ${tomlFormat.generate "${name}.in" settings} $out \
-        --replace-quiet '${imageIdPlaceholder}' "$id"
-    '';
+    if needsImageId then
+      pkgs.runCommand name { } ''
+        id=$(cat ${imageIdFile})
+        substitute ${tomlFormat.generate "${name}.in" settings} $out \
+          --replace-quiet '${imageIdPlaceholder}' "$id"
+      ''
+    else
+      tomlFormat.generate name settings;
 
   # The config, checked by brokerd itself at build time: a bad value fails nixos-rebuild, with
   # brokerd's own message (file, line, column, key, what to do).
@@ -193,7 +211,7 @@ let
     };
   };
 
-  settingsType = types.submodule {
+  settingsType = types.submodule (settings: {
     freeformType = tomlFormat.type;
     options = {
       broker = mkOption {
@@ -230,7 +248,7 @@ let
       runner = mkOption {
         default = { };
         description = "The [runner] table.";
-        type = types.submodule {
+        type = types.submodule (runner: {
           freeformType = tomlFormat.type;
           options = {
             backend = mkOption {
@@ -239,19 +257,30 @@ let
                 "bwrap"
               ];
               default = "podman";
-              description = "The sandbox backend; this module runs rootless Podman.";
+              description = ''
+                The sandbox backend: rootless Podman, or bubblewrap over the tools image's file
+                tree (services.boxmaker.bwrap), which needs no Podman, subordinate IDs or image
+                loading.
+              '';
             };
             image = mkOption {
-              type = types.str;
-              default = if cfg.toolsImageId != null then cfg.toolsImageId else imageIdPlaceholder;
-              defaultText = literalExpression "the image ID of services.boxmaker.toolsImage, computed at build time";
-              description = "The tools image pinned by content: sha256:<64 hex> or name@sha256:<64 hex>.";
+              type = types.nullOr types.str;
+              default =
+                if runner.config.backend == "bwrap" then
+                  null
+                else if cfg.toolsImageId != null then
+                  cfg.toolsImageId
+                else
+                  imageIdPlaceholder;
+              defaultText = literalExpression "the image ID of services.boxmaker.toolsImage, computed at build time; null (left out) with the bwrap backend";
+              description = "The tools image pinned by content: sha256:<64 hex> or name@sha256:<64 hex>. Podman only; null leaves the key out.";
             };
             podman = mkOption {
-              type = types.str;
-              default = lib.getExe config.virtualisation.podman.package;
-              defaultText = literalExpression "lib.getExe config.virtualisation.podman.package";
-              description = "The podman program.";
+              type = types.nullOr types.str;
+              default =
+                if runner.config.backend == "bwrap" then null else lib.getExe config.virtualisation.podman.package;
+              defaultText = literalExpression "lib.getExe config.virtualisation.podman.package; null (left out) with the bwrap backend";
+              description = "The podman program. Podman only; null leaves the key out.";
             };
             home = mkOption {
               type = types.str;
@@ -285,7 +314,38 @@ let
               description = "How long brokerd waits for the egress proxy's socket.";
             };
           };
-        };
+        });
+      };
+      bwrap = mkOption {
+        type = types.nullOr (
+          types.submodule {
+            options = {
+              tools_root = mkOption {
+                type = types.nullOr types.str;
+                # toString: a package keeps its context (the tree is built and kept), a
+                # path is the host's directory as written, not copied into the store.
+                default = if cfg.bwrap.toolsRoot == null then null else toString cfg.bwrap.toolsRoot;
+                defaultText = literalExpression "config.services.boxmaker.bwrap.toolsRoot";
+                description = "The tools root mounted read-only as the sandbox's /.";
+              };
+              cgroup = mkOption {
+                type = types.enum [
+                  "delegated"
+                  "systemd-scope"
+                ];
+                default = cfg.bwrap.cgroup;
+                defaultText = literalExpression "config.services.boxmaker.bwrap.cgroup";
+                description = "How sandboxes get their cgroup limits.";
+              };
+            };
+          }
+        );
+        default = if settings.config.runner.backend == "bwrap" then { } else null;
+        defaultText = literalExpression "from services.boxmaker.bwrap when runner.backend = \"bwrap\", else null (no [bwrap] table)";
+        description = ''
+          The [bwrap] table, written only with runner.backend = "bwrap" (brokerd refuses it
+          otherwise). Set it through services.boxmaker.bwrap.
+        '';
       };
       grants = mkOption {
         type = types.attrsOf tomlFormat.type;
@@ -293,7 +353,7 @@ let
         description = "[grants.NAME] tables as brokerd reads them; see also services.boxmaker.grants.";
       };
     };
-  };
+  });
 
   # --- assertions -----------------------------------------------------------------------------
   s = cfg.settings;
@@ -336,7 +396,7 @@ let
 in
 {
   options.services.boxmaker = {
-    enable = mkEnableOption "boxmaker's brokerd, which runs an agent's tool calls in rootless Podman sandboxes";
+    enable = mkEnableOption "boxmaker's brokerd, which runs an agent's tool calls in rootless Podman or bubblewrap sandboxes";
 
     package = mkOption {
       type = types.package;
@@ -349,7 +409,38 @@ in
       type = types.package;
       default = pkgs.callPackage ../images/tools-image.nix { toolkit = defaultToolkit; };
       defaultText = literalExpression "images/tools-image.nix with the static toolkit";
-      description = "The tools image (a docker-archive from dockerTools.buildLayeredImage), loaded into the service user's Podman before brokerd starts.";
+      description = "The tools image (a docker-archive from dockerTools.buildLayeredImage), loaded into the service user's Podman before brokerd starts (Podman backend). Its .root, the same files as a plain tree, is the bwrap backend's default tools root.";
+    };
+
+    bwrap = {
+      toolsRoot = mkOption {
+        type = types.nullOr types.path;
+        default = cfg.toolsImage.root or null;
+        defaultText = literalExpression "config.services.boxmaker.toolsImage.root";
+        example = literalExpression ''boxmaker.packages.''${pkgs.system}.tools-image.root'';
+        description = ''
+          The bwrap backend's tools root ([bwrap] tools_root): the tools image's files as a
+          plain directory tree (/bin/toolkit, /bin/sh, /bin/curl, the CA bundle), mounted
+          read-only as each sandbox's /. A package (the default: the .root of toolsImage,
+          built from the same inputs as the image) or the absolute path of a directory on the
+          host that the service user can read, e.g. "/var/lib/boxmaker/tools-root" (used as
+          written, not copied into the store). null is refused with the bwrap backend.
+        '';
+      };
+      cgroup = mkOption {
+        type = types.enum [
+          "delegated"
+          "systemd-scope"
+        ];
+        default = "delegated";
+        description = ''
+          How the bwrap backend bounds a sandbox's memory, processes and CPU ([bwrap] cgroup).
+          "delegated": child groups of the unit's own cgroup v2 group, which the unit gets with
+          Delegate=yes (needs a cgroup v2 host). "systemd-scope": a transient scope per
+          sandbox in the service user's systemd instance (systemd-run --user --scope), which the
+          unit then starts and keeps lingering.
+        '';
+      };
     };
 
     toolsImageName = mkOption {
@@ -371,7 +462,7 @@ in
     user = mkOption {
       type = types.str;
       default = "boxmaker";
-      description = "The service user, created by this module; its rootless Podman runs the sandboxes.";
+      description = "The service user, created by this module; the sandboxes run as this user (its rootless Podman, or bubblewrap).";
     };
 
     group = mkOption {
@@ -392,7 +483,7 @@ in
     home = mkOption {
       type = types.str;
       default = "/var/lib/boxmaker";
-      description = "The service user's home: Podman's storage, the audit log, egress directories.";
+      description = "The service user's home: Podman's storage (Podman backend), the audit log, egress directories.";
     };
 
     socketPath = mkOption {
@@ -418,7 +509,7 @@ in
         }
       );
       default = null;
-      description = "The service user's subordinate ID range; null allocates one (autoSubUidGidRange).";
+      description = "The service user's subordinate ID range; null allocates one (autoSubUidGidRange). Podman backend only: bwrap maps the service user alone.";
     };
 
     settings = mkOption {
@@ -458,15 +549,31 @@ in
     assertions = [
       {
         assertion = cfg.user != "root";
-        message = "services.boxmaker.user: brokerd runs Podman rootless; name an unprivileged user, not root.";
+        message = "services.boxmaker.user: brokerd runs its sandboxes unprivileged (rootless Podman or bubblewrap); name an unprivileged user, not root.";
       }
       {
-        assertion = s.runner.backend == "podman";
-        message = "services.boxmaker.settings.runner.backend: this module runs the podman backend; remove backend = \"${s.runner.backend}\".";
+        assertion = config.security.allowUserNamespaces;
+        message = "services.boxmaker: the ${s.runner.backend} backend makes every sandbox in an unprivileged user namespace, and security.allowUserNamespaces = false forbids them; allow them or do not enable boxmaker.";
       }
       {
-        assertion = s.runner.image == imageIdPlaceholder || matches pinnedRegex s.runner.image;
-        message = "services.boxmaker.settings.runner.image: \"${s.runner.image}\" is not pinned by content; use sha256:<64 lowercase hex> or name@sha256:<64 lowercase hex>, or leave it unset to use the ID of services.boxmaker.toolsImage.";
+        assertion = isBwrap || s.runner.image != null;
+        message = "services.boxmaker.settings.runner.image: the podman backend needs the tools image pinned by content; leave it unset to use the ID of services.boxmaker.toolsImage.";
+      }
+      {
+        assertion = s.runner.image == null || s.runner.image == imageIdPlaceholder || matches pinnedRegex s.runner.image;
+        message = "services.boxmaker.settings.runner.image: \"${toString s.runner.image}\" is not pinned by content; use sha256:<64 lowercase hex> or name@sha256:<64 lowercase hex>, or leave it unset to use the ID of services.boxmaker.toolsImage.";
+      }
+      {
+        assertion = isBwrap || s.bwrap == null;
+        message = "services.boxmaker.settings.bwrap: brokerd accepts [bwrap] only with settings.runner.backend = \"bwrap\"; set that backend, or remove settings.bwrap.";
+      }
+      {
+        assertion = !isBwrap || s.bwrap.tools_root != null;
+        message = "services.boxmaker.bwrap.toolsRoot: the bwrap backend mounts the tools image's files, as a directory tree, as each sandbox's /; it is null (services.boxmaker.toolsImage has no .root to default to), so set it to a package or an absolute directory, e.g. boxmaker.packages.<system>.tools-image.root.";
+      }
+      {
+        assertion = !isBwrap || s.bwrap.tools_root == null || lib.hasPrefix "/" s.bwrap.tools_root;
+        message = "services.boxmaker.settings.bwrap.tools_root: \"${toString (s.bwrap.tools_root or "")}\" must be an absolute path.";
       }
       {
         assertion = lib.hasPrefix "/" cfg.socketPath && lib.stringLength cfg.socketPath <= 107;
@@ -499,35 +606,33 @@ in
       createHome = true;
       homeMode = "700";
       # The user's systemd instance runs without a login: rootless Podman gets its cgroup
-      # delegation from it, so the memory and pids limits apply.
-      linger = true;
-    }
-    // (
-      if cfg.subIdRange == null then
-        { autoSubUidGidRange = true; }
-      else
+      # delegation from it, so the memory and pids limits apply; cgroup = "systemd-scope"
+      # makes its scopes there.
+      linger = mkIf needsUserManager true;
+      # Rootless Podman maps these ranges into its containers; bwrap maps the service user
+      # alone and needs none.
+      autoSubUidGidRange = mkIf (!isBwrap && cfg.subIdRange == null) true;
+      subUidRanges = mkIf (!isBwrap && cfg.subIdRange != null) [
         {
-          subUidRanges = [
-            {
-              startUid = cfg.subIdRange.start;
-              inherit (cfg.subIdRange) count;
-            }
-          ];
-          subGidRanges = [
-            {
-              startGid = cfg.subIdRange.start;
-              inherit (cfg.subIdRange) count;
-            }
-          ];
+          startUid = cfg.subIdRange.start;
+          inherit (cfg.subIdRange) count;
         }
-    );
+      ];
+      subGidRanges = mkIf (!isBwrap && cfg.subIdRange != null) [
+        {
+          startGid = cfg.subIdRange.start;
+          inherit (cfg.subIdRange) count;
+        }
+      ];
+    };
     users.groups = {
       ${cfg.group} = { };
       ${cfg.clientGroup} = { };
     };
 
-    virtualisation.podman.enable = true;
-    environment.systemPackages = [ cfg.package ];
+    virtualisation.podman.enable = mkIf (!isBwrap) true;
+    # bwrap too, for the runbook's checks as the service user (the unit has it on its PATH).
+    environment.systemPackages = [ cfg.package ] ++ lib.optional isBwrap pkgs.bubblewrap;
     environment.etc."boxmaker/brokerd.toml".source = configFile;
 
     systemd.sockets.boxmaker = {
@@ -537,21 +642,33 @@ in
     };
 
     systemd.services.boxmaker = {
-      unitConfig = fillSection units.service.Unit;
-      serviceConfig = fillSection units.service.Service // {
-        # The shared steps first (units.json), then the image: loaded as the service user and
-        # checked against the pinned ID, older ones pruned.
-        ExecStartPre = fill units.service.Service.ExecStartPre ++ [ "${loadImage}" ];
-      };
-      # /run/wrappers/bin first: newuidmap and newgidmap are setuid wrappers there.
-      path = [
-        "/run/wrappers"
-        config.virtualisation.podman.package
-      ];
-      restartTriggers = [
-        configFile
-        cfg.toolsImage
-      ];
+      # The bwrap variant is units.json's "bwrap" section laid over the service, as the dist
+      # drop-in lays it over the dist unit.
+      unitConfig = fillSection units.service.Unit // lib.optionalAttrs isBwrap (fillSection units.bwrap.service.Unit);
+      serviceConfig =
+        fillSection units.service.Service
+        // lib.optionalAttrs isBwrap (fillSection units.bwrap.service.Service)
+        // {
+          # The shared steps first (units.json): the start of the user's manager, where Podman
+          # or systemd-scope needs it. Then, for Podman, the image: loaded as the service user
+          # and checked against the pinned ID, older ones pruned.
+          ExecStartPre =
+            lib.optionals needsUserManager (fill units.service.Service.ExecStartPre)
+            ++ lib.optional (!isBwrap) "${loadImage}";
+        };
+      # Podman: /run/wrappers/bin first, where newuidmap and newgidmap are setuid wrappers.
+      # bwrap: the plain, unprivileged bwrap, and no wrappers (nothing setuid is wanted under
+      # NoNewPrivileges). NixOS adds systemd itself (systemd-run) to every service's PATH.
+      path =
+        if isBwrap then
+          [ pkgs.bubblewrap ]
+        else
+          [
+            "/run/wrappers"
+            config.virtualisation.podman.package
+          ];
+      # The config names the tools root, so a new tree restarts brokerd through it.
+      restartTriggers = [ configFile ] ++ lib.optional (!isBwrap) cfg.toolsImage;
     };
   };
 }

@@ -180,9 +180,27 @@ def to_toml(settings):
     return "\n".join(out) + "\n"
 
 
+# The evaluated configurations: their backend and, for bwrap, the cgroup mode.
+CONFIGS = {
+    "minimal": ("podman", None),
+    "full": ("podman", None),
+    "bwrap": ("bwrap", "delegated"),
+    "bwrapScope": ("bwrap", "systemd-scope"),
+}
+
+
+def expected_units(backend):
+    """units.json's socket and service, with the bwrap section laid over the service."""
+    service = {section: dict(settings) for section, settings in UNITS["service"].items()}
+    if backend == "bwrap":
+        for section, settings in UNITS["bwrap"]["service"].items():
+            service.setdefault(section, {}).update(settings)
+    return {"socket": UNITS["socket"], "service": service}
+
+
 def module(eval_json, brokerd=None):
     r = json.loads(Path(eval_json).read_text())
-    for name in ("minimal", "full"):
+    for name, (backend, cgroup) in CONFIGS.items():
         c = r[name]
         check(c["failedAssertions"] == [], f"module/{name}: no assertion fails {c['failedAssertions']}")
         svc, sock = c["service"]["serviceConfig"], c["socket"]
@@ -196,10 +214,12 @@ def module(eval_json, brokerd=None):
             "timeout_stop_s": str(c["settings"]["broker"]["shutdown_grace_s"]
                                   + UNITS["timeout_stop_margin_s"]),
         }
+        # The user's manager: Podman's cgroup delegation, or systemd-scope's scopes.
+        manager = backend == "podman" or cgroup == "systemd-scope"
         # Every setting of units.json reaches the NixOS units unchanged (filled in).
         for unit, got in (("socket", {"Unit": sock["unitConfig"], "Socket": sock["socketConfig"]}),
                           ("service", {"Unit": c["service"]["unitConfig"], "Service": svc})):
-            for section, settings in UNITS[unit].items():
+            for section, settings in expected_units(backend)[unit].items():
                 if section == "Install":
                     check(sock["wantedBy"] == settings["WantedBy"], f"module/{name}: socket WantedBy")
                     continue
@@ -208,29 +228,60 @@ def module(eval_json, brokerd=None):
                     have = got[section].get(key)
                     if key == "ExecStartPre":
                         have = have[: len(want)]
+                        if not manager:
+                            want = []
                     check(have == want, f"module/{name}: {unit} [{section}] {key} = {have!r}, units.json says {want!r}")
-        check(svc["ExecStartPre"][-1].endswith("-boxmaker-load-image"),
-              f"module/{name}: the image is loaded and checked before start")
-        check(c["service"]["path"][0] == "/run/wrappers", f"module/{name}: /run/wrappers/bin first on PATH")
-        check(c["podman"] is True, f"module/{name}: rootless Podman enabled")
-        check(" check-config " in c["configScript"], f"module/{name}: brokerd check-config runs at build time")
+        pre = svc["ExecStartPre"]
+        path = c["service"]["path"]
         u = c["user"]
-        check(u["isSystemUser"] and u["home"] == "/var/lib/boxmaker" and u["linger"] is True
-              and u["createHome"], f"module/{name}: the system user, its home and lingering")
-        check(u["autoSubUidGidRange"] or (u["subUidRanges"] and u["subGidRanges"]),
-              f"module/{name}: subordinate ID ranges")
+        check(" check-config " in c["configScript"], f"module/{name}: brokerd check-config runs at build time")
+        check(u["isSystemUser"] and u["home"] == "/var/lib/boxmaker" and u["createHome"],
+              f"module/{name}: the system user and its home")
+        check((u["linger"] is True) == manager,
+              f"module/{name}: lingering exactly where the user's manager is used ({u['linger']})")
         check(sock["socketConfig"]["SocketMode"] == "0660", f"module/{name}: socket mode 0660")
+        runner = c["settings"]["runner"]
+        if backend == "podman":
+            check(pre[-1].endswith("-boxmaker-load-image"),
+                  f"module/{name}: the image is loaded and checked before start")
+            check(path[0] == "/run/wrappers", f"module/{name}: /run/wrappers/bin first on PATH")
+            check(c["podman"] is True, f"module/{name}: rootless Podman enabled")
+            check(u["autoSubUidGidRange"] or (u["subUidRanges"] and u["subGidRanges"]),
+                  f"module/{name}: subordinate ID ranges")
+            check("bwrap" not in c["settings"], f"module/{name}: no [bwrap] table")
+            check(any(t.endswith("-callPackage-tools-image.nix") for t in c["service"]["restartTriggers"]),
+                  f"module/{name}: a new image restarts brokerd")
+        else:
+            check(not any("load-image" in x for x in pre), f"module/{name}: no image loading")
+            check(len(path) == 1 and path[0].endswith("-bubblewrap"),
+                  f"module/{name}: bubblewrap alone on the unit's PATH, no wrappers, no Podman ({path})")
+            check("bubblewrap" in c["systemPackages"], f"module/{name}: bwrap for the runbook's checks")
+            check(c["podman"] is False, f"module/{name}: Podman not enabled")
+            check(not u["autoSubUidGidRange"] and not u["subUidRanges"] and not u["subGidRanges"],
+                  f"module/{name}: no subordinate ID ranges")
+            check("image" not in runner and "podman" not in runner,
+                  f"module/{name}: no runner.image or runner.podman in the config ({sorted(runner)})")
+            check(c["settings"].get("bwrap", {}).get("cgroup") == cgroup
+                  and c["settings"]["bwrap"].get("tools_root", "").startswith("/"),
+                  f"module/{name}: [bwrap] tools_root and cgroup = {cgroup!r} ({c['settings'].get('bwrap')})")
+            check(len(c["service"]["restartTriggers"]) == 1,
+                  f"module/{name}: only the config restarts brokerd (it names the tools root)")
+            check("image-id" not in c["configScript"], f"module/{name}: no image ID computed")
     check(r["minimal"]["settings"]["runner"]["image"] == PLACEHOLDER,
           "module/minimal: the image ID is filled in at build time")
     check(r["full"]["user"]["subUidRanges"] == [{"startUid": 200000, "count": 65536}],
           "module/full: explicit subordinate range")
     check(r["full"]["service"]["serviceConfig"]["TimeoutStopSec"] == "75",
           "module/full: TimeoutStopSec follows shutdown_grace_s")
+    check(r["bwrap"]["settings"]["bwrap"]["tools_root"].endswith("-callPackage-tools-image.nix-root"),
+          "module/bwrap: the tools root defaults to the tools image's .root")
+    check(r["bwrapScope"]["settings"]["bwrap"]["tools_root"] == "/var/lib/boxmaker/tools-root",
+          "module/bwrapScope: an operator's tools root")
     check(r["disabled"] == {"failedAssertions": [], "services": []}, "module/disabled: nothing")
     for name, b in r["bad"].items():
         check(any(b["expect"] in m for m in b["failed"]),
               f"module/bad/{name}: an assertion says {b['expect']!r} (got {b['failed']})")
-    print(f"module: minimal and full evaluate; {len(r['bad'])} bad configurations are refused")
+    print(f"module: {', '.join(CONFIGS)} evaluate; {len(r['bad'])} bad configurations are refused")
 
     if not brokerd:
         print("module: no brokerd binary given; brokerd check-config of the generated configs skipped")
@@ -238,7 +289,7 @@ def module(eval_json, brokerd=None):
     # As the build does (nixos/module.nix, configFile): the image ID filled in, and every grant
     # directory made empty under a root that stands for the placeholder.
     fake_id = "sha256:" + "0" * 64
-    for name in ("minimal", "full"):
+    for name in CONFIGS:
         with tempfile.TemporaryDirectory() as d:
             root = Path(d) / "grant-dirs"
             root.mkdir()
@@ -251,7 +302,7 @@ def module(eval_json, brokerd=None):
             res = run([brokerd, "check-config", str(Path(d) / "sandbox.toml")])
             check(res.returncode == 0,
                   f"module/{name}: brokerd check-config accepts the build-time config: {res.stderr.strip()}\n{text}")
-    print("module: brokerd check-config accepts the configs the module checks at build time")
+    print(f"module: brokerd check-config accepts the configs the module checks at build time ({', '.join(CONFIGS)})")
 
 
 def units():

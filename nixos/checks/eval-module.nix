@@ -39,10 +39,19 @@ let
     coreutils = fakeDrv "coreutils" { };
     gzip = fakeDrv "gzip" { };
     zstd = fakeDrv "zstd" { };
+    bubblewrap = fakeDrv "bubblewrap" { meta.mainProgram = "bwrap"; };
     writeText = name: text: fakeDrv name { inherit text; };
     writeShellScript = name: text: fakeDrv name { inherit text; };
     runCommand = name: env: script: fakeDrv name ({ inherit script; } // (env.passthru or { }));
-    callPackage = path: args: fakeDrv "callPackage-${baseNameOf (toString path)}" { inherit args; };
+    # The tools image carries its file tree beside it as .root (images/tools-image.nix).
+    callPackage =
+      path: args:
+      let
+        name = "callPackage-${baseNameOf (toString path)}";
+      in
+      fakeDrv name (
+        { inherit args; } // lib.optionalAttrs (baseNameOf (toString path) == "tools-image.nix") { root = fakeDrv "${name}-root" { }; }
+      );
     pkgsStatic.callPackage = path: args: fakeDrv "static-${baseNameOf (toString path)}" { inherit args; };
     formats.toml = _: {
       type = types.attrsOf tomlValue;
@@ -68,6 +77,10 @@ let
         warnings = mkOption {
           type = types.listOf types.str;
           default = [ ];
+        };
+        security.allowUserNamespaces = mkOption {
+          type = types.bool;
+          default = true;
         };
         users.users = mkOption {
           default = { };
@@ -200,16 +213,19 @@ let
   ];
   unitValue = types.either unitScalar (types.listOf unitScalar);
 
-  eval =
-    cfg:
+  # services.boxmaker = cfg, and `nixos` for the rest of the host.
+  evalWith =
+    cfg: nixos:
     (lib.evalModules {
       modules = [
         nixosStubs
         ../module.nix
         { services.boxmaker = cfg; }
+        nixos
       ];
       specialArgs = { inherit pkgs; };
     }).config;
+  eval = cfg: evalWith cfg { };
 
   failed = config: map (a: a.message) (lib.filter (a: !a.assertion) config.assertions);
 
@@ -226,12 +242,14 @@ let
       user = config.users.users.boxmaker or null;
       groups = lib.attrNames config.users.groups;
       podman = config.virtualisation.podman.enable;
+      systemPackages = map (p: p.name) config.environment.systemPackages;
       socket = {
         inherit (sock) unitConfig socketConfig wantedBy;
       };
       service = {
         inherit (svc) unitConfig serviceConfig;
         path = map toString svc.path;
+        restartTriggers = map toString svc.restartTriggers;
       };
       configScript = toml.script;
       settings = toml.settings;
@@ -296,6 +314,50 @@ let
     };
   };
 
+  # The bwrap backend with every default: the tools image's .root, cgroup = "delegated".
+  bwrap = {
+    enable = true;
+    settings.runner.backend = "bwrap";
+    grants.notes = {
+      mode = "auto";
+      tools = [
+        "read_file"
+        "write_file"
+        "shell"
+        "http_fetch"
+      ];
+      paths = [
+        {
+          path = "/srv/notes";
+          write = true;
+        }
+      ];
+      hosts = [ "docs.example.org" ];
+    };
+  };
+
+  # bwrap with systemd scopes, a tools root of the operator's, and subIdRange (ignored).
+  bwrapScope = {
+    enable = true;
+    bwrap = {
+      toolsRoot = "/var/lib/boxmaker/tools-root";
+      cgroup = "systemd-scope";
+    };
+    subIdRange.start = 300000;
+    settings = {
+      broker.clients = [ "loopd" ];
+      runner = {
+        backend = "bwrap";
+        enforce_limits = true;
+        memory = "256m";
+      };
+      grants.ref = {
+        tools = [ "read_file" ];
+        paths = [ { path = "/srv/ref"; } ];
+      };
+    };
+  };
+
   # Each must fail at least the assertion whose message contains the given text.
   bad = {
     tag = {
@@ -346,12 +408,51 @@ let
       };
       expect = "not root";
     };
-    bwrap = {
+    bwrapRoot = {
+      cfg = {
+        enable = true;
+        settings.runner.backend = "bwrap";
+        user = "root";
+      };
+      expect = "not root";
+    };
+    bwrapNoRoot = {
+      cfg = {
+        enable = true;
+        settings.runner.backend = "bwrap";
+        bwrap.toolsRoot = null;
+      };
+      expect = "services.boxmaker.bwrap.toolsRoot: the bwrap backend mounts the tools image's files";
+    };
+    bwrapRelativeRoot = {
+      cfg = {
+        enable = true;
+        settings.runner.backend = "bwrap";
+        settings.bwrap.tools_root = "tools-root";
+      };
+      expect = "settings.bwrap.tools_root: \"tools-root\" must be an absolute path";
+    };
+    bwrapTableOnPodman = {
+      cfg = {
+        enable = true;
+        settings.bwrap.cgroup = "systemd-scope";
+      };
+      expect = "brokerd accepts [bwrap] only with settings.runner.backend = \"bwrap\"";
+    };
+    bwrapNoUserns = {
       cfg = {
         enable = true;
         settings.runner.backend = "bwrap";
       };
-      expect = "runs the podman backend";
+      nixos.security.allowUserNamespaces = false;
+      expect = "the bwrap backend makes every sandbox in an unprivileged user namespace";
+    };
+    podmanNoImage = {
+      cfg = {
+        enable = true;
+        settings.runner.image = null;
+      };
+      expect = "the podman backend needs the tools image pinned by content";
     };
     client = {
       cfg = {
@@ -379,12 +480,14 @@ in
 {
   minimal = summary (eval minimal);
   full = summary (eval full);
+  bwrap = summary (eval bwrap);
+  bwrapScope = summary (eval bwrapScope);
   disabled = {
     failedAssertions = failed (eval { enable = false; });
     services = lib.attrNames (eval { enable = false; }).systemd.services;
   };
   bad = lib.mapAttrs (_: b: {
     inherit (b) expect;
-    failed = failed (eval b.cfg);
+    failed = failed (evalWith b.cfg (b.nixos or { }));
   }) bad;
 }

@@ -7,11 +7,12 @@
 #      where systemd-analyze is installed, it accepts them (the service alone and with the
 #      drop-in) and shows the drop-in in effect
 #   4. nixos/pkgs/image-id.sh and load-image.sh against a synthetic image and a fake podman
-#   5. with NIXPKGS_LIB=/path/to/nixpkgs/lib: flake.nix's output names, and nixos/module.nix
-#      through lib.evalModules against stubs of the NixOS options it touches (a minimal and a
-#      full configuration, and bad ones that must fail); with a brokerd binary (BROKERD, or
-#      target/{debug,release}/brokerd) the configs the module checks at build time go through
-#      `brokerd check-config`
+#   5. with NIXPKGS_LIB=/path/to/nixpkgs/lib (or a checkout holding lib/, or its git
+#      directory): flake.nix's output names, and nixos/module.nix through lib.evalModules
+#      against stubs of the NixOS options it touches (a minimal and a full Podman
+#      configuration, bwrap with cgroup = "delegated" and with "systemd-scope", and bad ones
+#      that must fail); with a brokerd binary (BROKERD, or target/{debug,release}/brokerd) the
+#      configs the module checks at build time go through `brokerd check-config`
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 say() { printf 'nix-check: %s\n' "$*"; }
@@ -54,7 +55,18 @@ if [ -z "${NIXPKGS_LIB:-}" ]; then
     say "SKIPPED the flake outputs and the module evaluation: set NIXPKGS_LIB to nixpkgs' lib/ directory (a checkout of NixOS/nixpkgs or nix-community/nixpkgs.lib) to run them"
     exit 0
 fi
-[ -f "$NIXPKGS_LIB/default.nix" ] || { echo "nix-check: NIXPKGS_LIB=$NIXPKGS_LIB has no default.nix" >&2; exit 1; }
+# nixpkgs' lib/ itself, a checkout that holds it (NixOS/nixpkgs, nix-community/nixpkgs.lib), or
+# such a repository's git directory, whose committed lib/ is taken.
+if [ ! -f "$NIXPKGS_LIB/default.nix" ] && [ -f "$NIXPKGS_LIB/lib/default.nix" ]; then
+    NIXPKGS_LIB=$NIXPKGS_LIB/lib
+elif [ ! -f "$NIXPKGS_LIB/default.nix" ] &&
+    git --git-dir="$NIXPKGS_LIB" cat-file -e HEAD:lib/default.nix 2>/dev/null; then
+    mkdir "$tmp/nixpkgs"
+    git --git-dir="$NIXPKGS_LIB" archive HEAD lib | tar -x -C "$tmp/nixpkgs"
+    say "nixpkgs lib from the git directory $NIXPKGS_LIB at $(git --git-dir="$NIXPKGS_LIB" rev-parse --short HEAD)"
+    NIXPKGS_LIB=$tmp/nixpkgs/lib
+fi
+[ -f "$NIXPKGS_LIB/default.nix" ] || { echo "nix-check: NIXPKGS_LIB=$NIXPKGS_LIB has no default.nix (nor lib/default.nix)" >&2; exit 1; }
 lib="import $(cd "$NIXPKGS_LIB" && pwd)"
 nixi --eval --strict --json nixos/checks/flake-outputs.nix --arg lib "$lib" >"$tmp/outputs.json"
 python3 nixos/checks/check.py outputs "$tmp/outputs.json"
