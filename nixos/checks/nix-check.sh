@@ -52,7 +52,7 @@ python3 nixos/checks/check.py scripts
 
 # 5
 if [ -z "${NIXPKGS_LIB:-}" ]; then
-    say "SKIPPED the flake outputs and the module evaluation: set NIXPKGS_LIB to nixpkgs' lib/ directory (a checkout of NixOS/nixpkgs or nix-community/nixpkgs.lib) to run them"
+    say "SKIPPED the flake outputs and the module evaluation: set NIXPKGS_LIB to nixpkgs' lib/ directory, a checkout holding it (NixOS/nixpkgs, nix-community/nixpkgs.lib) or its git directory, to run them"
     exit 0
 fi
 # nixpkgs' lib/ itself, a checkout that holds it (NixOS/nixpkgs, nix-community/nixpkgs.lib), or
