@@ -14,7 +14,7 @@ use brokerd::config::{self, Backend, Config};
 use brokerd::policy::Policy;
 use brokerd::runner::bwrap::BwrapRuntime;
 use brokerd::runner::podman::PodmanRuntime;
-use brokerd::runner::Runner;
+use brokerd::runner::{reaper, Runner};
 use brokerd::server::{self, Clients};
 use sd_notify::NotifyState;
 use tokio::net::UnixListener;
@@ -143,7 +143,10 @@ async fn run(file: &Path, socket: Option<PathBuf>) -> Result<(), String> {
         Backend::Podman => Arc::new(PodmanRuntime::new(&rc)),
         // config::load gives [bwrap] (with its defaults) exactly when backend = "bwrap".
         Backend::Bwrap => match &config.bwrap {
-            Some(b) => Arc::new(BwrapRuntime::new(&rc, b)),
+            Some(b) => {
+                adopt_sandbox_orphans()?;
+                Arc::new(BwrapRuntime::new(&rc, b))
+            }
             None => {
                 return Err(format!(
                     "{}: backend = \"bwrap\" without [bwrap]",
@@ -332,4 +335,18 @@ async fn wait_for_stop() {
             let _ = tokio::signal::ctrl_c().await;
         }
     }
+}
+
+/// With bwrap, brokerd adopts and reaps the PID 1 each sandbox leaves behind
+/// (`runner::reaper`): before each sandbox starts, and here, whenever SIGCHLD arrives.
+fn adopt_sandbox_orphans() -> Result<(), String> {
+    reaper::adopt_orphans().map_err(|e| format!("prctl(PR_SET_CHILD_SUBREAPER): {e}"))?;
+    let mut chld =
+        signal(SignalKind::child()).map_err(|e| format!("cannot watch for SIGCHLD: {e}"))?;
+    tokio::spawn(async move {
+        while chld.recv().await.is_some() {
+            let _ = tokio::task::spawn_blocking(reaper::reap_orphans).await;
+        }
+    });
+    Ok(())
 }

@@ -27,11 +27,11 @@ use super::egress::{self, make_private_dir, EGRESS_MOUNT, EGRESS_SOCKET};
 use super::limits::ResourceLimits;
 use super::output::{verdict, Capture, Verdict, DRAIN_GRACE, STDERR_KEEP};
 use super::pidfd::{Pidfd, Stopped, KILL_CONFIRM};
-use super::seccomp;
 use super::{
     dies_with_brokerd, log_finished, Egress, Failure, RunError, RunOutput, RunSpec, Runner,
     SweepError, Unavailable,
 };
+use super::{reaper, seccomp};
 use crate::config::{memory_bytes, BwrapConfig, CgroupMode, RunnerConfig};
 
 /// The runbook entry every `unavailable` line of this runtime ends with.
@@ -841,6 +841,8 @@ impl Runner for BwrapRuntime {
                 return Err(self.unavailable(spec, Trouble::ToolsRoot, &detail));
             }
         };
+        // What earlier sandboxes left must not count against this one's process limit.
+        reaper::reap_orphans();
         let name = BwrapRuntime::sandbox_name(spec);
         let answer = match &spec.egress {
             Some(egress) => self

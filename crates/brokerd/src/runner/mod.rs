@@ -19,6 +19,7 @@ pub mod limits;
 pub mod output;
 pub mod pidfd;
 pub mod podman;
+pub mod reaper;
 pub mod seccomp;
 
 /// Makes `cmd`'s process get SIGKILL when the brokerd thread that starts it dies, from its

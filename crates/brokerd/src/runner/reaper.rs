@@ -1,0 +1,102 @@
+//! The orphans bwrap leaves. bwrap's outer process exits as soon as the sandbox's PID 1 tells
+//! it the tool's status, before that PID 1 has been reaped; the PID 1 is then adopted by the
+//! nearest child subreaper, or by the host's init. Until someone reaps it, it counts against
+//! the service user's process limit (RLIMIT_NPROC, which every sandbox gets), so a burst of
+//! calls on a host whose init reaps slowly (a container's) fails with "cannot fork".
+//!
+//! With the bwrap backend brokerd is the subreaper ([`adopt_orphans`]) and reaps them itself
+//! ([`reap_orphans`]) before each sandbox starts and whenever SIGCHLD arrives. It reaps only
+//! what it adopted: an exited child of brokerd that was the PID 1 of a PID namespace of its
+//! own. Every process brokerd starts lives in brokerd's namespace and is reaped by the code
+//! that started it, through its pidfd, so neither can take the other's exit status.
+
+use std::io;
+
+/// Makes brokerd the child subreaper of everything it starts (prctl PR_SET_CHILD_SUBREAPER).
+pub fn adopt_orphans() -> io::Result<()> {
+    // SAFETY: prctl with PR_SET_CHILD_SUBREAPER takes one integer and touches no memory.
+    if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Reaps every adopted sandbox PID 1 that has exited; returns how many. Cheap: it reads the
+/// children lists of brokerd's threads and the status of each child.
+pub fn reap_orphans() -> usize {
+    let mut reaped = 0;
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return 0;
+    };
+    for task in tasks.flatten() {
+        let Ok(children) = std::fs::read_to_string(task.path().join("children")) else {
+            continue;
+        };
+        for pid in children
+            .split_whitespace()
+            .filter_map(|p| p.parse::<libc::pid_t>().ok())
+        {
+            let status = std::fs::read_to_string(format!("/proc/{pid}/status"));
+            if status.is_ok_and(|s| is_exited_namespace_init(&s)) && reap(pid) {
+                reaped += 1;
+            }
+        }
+    }
+    reaped
+}
+
+/// Whether a process (its /proc `status`) has exited and was PID 1 of a namespace below
+/// brokerd's: a zombie whose `NSpid` line names it in more than one namespace, as 1 last.
+fn is_exited_namespace_init(status: &str) -> bool {
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .map(str::trim)
+    };
+    let zombie = field("State:").is_some_and(|s| s.starts_with('Z'));
+    let ns_pids: Vec<&str> = field("NSpid:")
+        .map(|l| l.split_whitespace().collect())
+        .unwrap_or_default();
+    zombie && ns_pids.len() >= 2 && ns_pids.last() == Some(&"1")
+}
+
+/// waitid for one exited child, without blocking. A zombie child's PID cannot be reused before
+/// it is reaped, and only brokerd can reap its child, so the PID still names the same process.
+fn reap(pid: libc::pid_t) -> bool {
+    let Ok(id) = libc::id_t::try_from(pid) else {
+        return false;
+    };
+    // SAFETY: siginfo_t is plain data; zeroed is a valid value for waitid to overwrite.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    // SAFETY: waitid writes one siginfo_t through the valid pointer.
+    let r = unsafe { libc::waitid(libc::P_PID, id, &mut info, libc::WEXITED | libc::WNOHANG) };
+    // SAFETY: after a successful waitid with WNOHANG, si_pid is 0 when nothing was reaped.
+    r == 0 && unsafe { info.si_pid() } == pid
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_an_exited_namespace_init_is_reaped() {
+        let status = |state: &str, nspid: &str| {
+            format!("Name:\tbwrap\nState:\t{state}\nPid:\t4242\nNSpid:\t{nspid}\n")
+        };
+        assert!(is_exited_namespace_init(&status("Z (zombie)", "4242\t1")));
+        assert!(is_exited_namespace_init(&status(
+            "Z (zombie)",
+            "4242\t17\t1"
+        )));
+        // Running; brokerd's own child (one namespace); a process inside, not its PID 1.
+        assert!(!is_exited_namespace_init(&status(
+            "S (sleeping)",
+            "4242\t1"
+        )));
+        assert!(!is_exited_namespace_init(&status("Z (zombie)", "4242")));
+        assert!(!is_exited_namespace_init(&status("Z (zombie)", "4242\t2")));
+        assert!(!is_exited_namespace_init("State:\tZ (zombie)\n"));
+        assert!(!is_exited_namespace_init(""));
+    }
+}
