@@ -9,12 +9,13 @@
 //! boxmaker-e2e run --brokerd FILE --work DIR [--backend podman|bwrap] [--image ID]
 //!                  [--tools-root DIR] [--user NAME] [--podman PROG] [--tailnet-log FILE]
 //!                  [--only NAME]... [--bench N] [--enforce-limits true|false]
-//!                  [--time-scale N]
+//!                  [--time-scale N] [--bwrap-cgroup delegated|systemd-scope]
 //!     the scenarios against a brokerd this process starts as the service user, on Podman
 //!     (the default; --image is required) or bwrap (--tools-root is required); its config has
 //!     enforce_limits = false unless --enforce-limits true (a host with cgroup v2 delegation);
 //!     --time-scale N (default 1) multiplies every time limit in that config and every wait of
-//!     the suite, for a slow host (a guest under QEMU's TCG)
+//!     the suite, for a slow host (a guest under QEMU's TCG); --bwrap-cgroup sets
+//!     `[bwrap] cgroup` (brokerd's default, "delegated", when not given)
 //! ```
 //!
 //! `run` prints `ok <backend>/<name>` or `FAIL <backend>/<name>: <why>` for each scenario,
@@ -49,7 +50,7 @@ pub const CERT_NAMES: &[&str] = &["ok.test", "*.ok.test", "other.test"];
 
 const USAGE: &str = "usage: boxmaker-e2e ca --out DIR
        boxmaker-e2e serve --ca DIR [--https ADDR]... [--dns ADDR] [--tailnet ADDR]... [--tailnet-log FILE] [--record NAME=IPV4]... [--ready FILE]
-       boxmaker-e2e run --brokerd FILE --work DIR [--backend podman|bwrap] [--image ID] [--tools-root DIR] [--user NAME] [--podman PROG] [--tailnet-log FILE] [--only NAME]... [--bench N] [--enforce-limits true|false] [--time-scale N]";
+       boxmaker-e2e run --brokerd FILE --work DIR [--backend podman|bwrap] [--image ID] [--tools-root DIR] [--user NAME] [--podman PROG] [--tailnet-log FILE] [--only NAME]... [--bench N] [--enforce-limits true|false] [--time-scale N] [--bwrap-cgroup delegated|systemd-scope]";
 
 /// Options as (name, value) pairs, in order; every option takes a value.
 pub struct Opts(Vec<(String, String)>);
@@ -135,6 +136,7 @@ fn main() -> ExitCode {
                 "bench",
                 "enforce-limits",
                 "time-scale",
+                "bwrap-cgroup",
             ])?;
             scenarios::run(&opts)
         }
