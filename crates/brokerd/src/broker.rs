@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use proto::broker::{AuditHead, Body, Request, Status, ToolSchema, PROTOCOL};
 use proto::tools::ToolName;
-use tokio::sync::{Notify, Semaphore};
+use tokio::sync::{Notify, OnceCell, Semaphore};
 
 use crate::args;
 use crate::audit::{self, Audit, Record, RecordKind};
@@ -20,7 +20,7 @@ use crate::config::Config;
 use crate::policy::{Decision, Plan, Policy};
 use crate::preview::{preview, ResultStore};
 use crate::refusals::{RefusalCounter, Verdict};
-use crate::runner::{RunError, RunOutput, RunSpec, Runner, Unavailable};
+use crate::runner::{Egress, Mount, RunError, RunOutput, RunSpec, Runner, Unavailable};
 use crate::tickets::{Binding, Tickets};
 
 /// How many calls may wait for a slot, per running slot, before new ones are answered busy.
@@ -85,6 +85,8 @@ pub struct Broker {
     in_flight: AtomicUsize,
     idle: Notify,
     preflight: Mutex<Option<Preflight>>,
+    /// The proxy path's preflight, run before the first http_fetch and kept.
+    network_preflight: OnceCell<Preflight>,
     backend: String,
     shutting_down: std::sync::atomic::AtomicBool,
 }
@@ -129,6 +131,7 @@ impl Broker {
             audit: Arc::new(Mutex::new(audit)),
             state: Mutex::new(state),
             preflight: Mutex::new(None),
+            network_preflight: OnceCell::new(),
             backend: backend.to_string(),
             shutting_down: std::sync::atomic::AtomicBool::new(false),
             config,
@@ -170,6 +173,18 @@ impl Broker {
         });
         let mut command = String::from("pwd && test -w /tmp && echo tmp-writable");
         let mut expected = String::from("/tmp\ntmp-writable\n");
+        // bwrap's argument list sets the environment; Podman's (seed 003 section 6) sets none.
+        if self.backend == "bwrap" {
+            command.push_str(" && echo \"home=$HOME tmpdir=$TMPDIR\"");
+            expected.push_str("home=/tmp tmpdir=/tmp\n");
+        }
+        // Every directory a grant may write, mounted as a call would mount it.
+        let workspaces = self.writable_grant_dirs();
+        for dir in &workspaces {
+            let quoted = shell_quote(&dir.path.to_string_lossy());
+            command.push_str(&format!(" && test -w {quoted} && echo writable"));
+            expected.push_str("writable\n");
+        }
         if let Some((pids, memory)) = &limits {
             command.push_str(" && cat /sys/fs/cgroup/pids.max /sys/fs/cgroup/memory.max");
             expected.push_str(&format!("{pids}\n{memory}\n"));
@@ -181,7 +196,7 @@ impl Broker {
             call: "preflight".into(),
             tool: ToolName::Shell,
             input,
-            mounts: Vec::new(),
+            mounts: workspaces.clone(),
             egress: None,
             timeout: limit,
         };
@@ -189,10 +204,25 @@ impl Broker {
         let p = match outcome {
             Ok(Ok(RunOutput { content, .. })) if content.starts_with(&expected) => Preflight {
                 ok: true,
-                detail: match limits {
-                    Some(_) => "a sandbox ran in /tmp with a writable /tmp and read back its pids and memory limits".into(),
-                    None => "a sandbox ran in /tmp with a writable /tmp (limits not enforced)".into(),
-                },
+                detail: format!(
+                    "a sandbox ran in /tmp with a writable /tmp{}{}{}",
+                    if self.backend == "bwrap" {
+                        ", HOME and TMPDIR /tmp"
+                    } else {
+                        ""
+                    },
+                    match workspaces.len() {
+                        0 => String::new(),
+                        n => format!(
+                            ", {n} writable grant director{}",
+                            if n == 1 { "y" } else { "ies" }
+                        ),
+                    },
+                    match limits {
+                        Some(_) => " and read back its pids and memory limits",
+                        None => " (limits not enforced)",
+                    }
+                ),
             },
             Ok(Ok(RunOutput { content, .. })) => Preflight {
                 ok: false,
@@ -201,11 +231,106 @@ impl Broker {
                     audit::summary(&content)
                 ),
             },
-            Ok(Err(e)) => Preflight { ok: false, detail: format!("the preflight sandbox failed: {e}") },
-            Err(e) => Preflight { ok: false, detail: format!("the preflight task failed: {e}") },
+            Ok(Err(e)) => Preflight {
+                ok: false,
+                detail: format!("the preflight sandbox failed: {e}"),
+            },
+            Err(e) => Preflight {
+                ok: false,
+                detail: format!("the preflight task failed: {e}"),
+            },
         };
         *self.preflight.lock().unwrap_or_else(|p| p.into_inner()) = Some(p.clone());
         p
+    }
+
+    /// Every directory some grant may write, once each, in config order.
+    fn writable_grant_dirs(&self) -> Vec<Mount> {
+        let mut dirs: Vec<Mount> = Vec::new();
+        for grant in self.config.grants.values() {
+            for p in grant.paths.iter().filter(|p| p.write) {
+                if !dirs.iter().any(|d| d.path == p.path) {
+                    dirs.push(Mount {
+                        path: p.path.clone(),
+                        write: true,
+                    });
+                }
+            }
+        }
+        dirs
+    }
+
+    /// The proxy path, proven once before the first http_fetch runs (seed 000 5.1.6): a proxy
+    /// sandbox allowed only `allowed.invalid`, and a fetch of `preflight.invalid` through it,
+    /// which the proxy must refuse by name. That needs the proxy started, its socket in the
+    /// tool sandbox and the SOCKS5 exchange working; no name is resolved and no packet leaves.
+    /// Kept for the life of the process, failed or not.
+    pub async fn network_preflight(&self) -> Preflight {
+        self.network_preflight
+            .get_or_init(|| async {
+                let url = NETWORK_PREFLIGHT_URL;
+                let input = serde_json::to_vec(&proto::tools::HttpFetchArgs { url: url.into() })
+                    .unwrap_or_default();
+                let limit = self
+                    .config
+                    .runner
+                    .as_ref()
+                    .map_or(Duration::from_secs(30), |r| r.time_limit(ToolName::HttpFetch));
+                let spec = RunSpec {
+                    session: "preflight".into(),
+                    call: "network".into(),
+                    tool: ToolName::HttpFetch,
+                    input,
+                    mounts: Vec::new(),
+                    egress: Some(Egress {
+                        hosts: vec!["allowed.invalid".into()],
+                        allow_addresses: Vec::new(),
+                    }),
+                    timeout: limit,
+                };
+                let runner = self.runner.clone();
+                let outcome = tokio::task::spawn_blocking(move || runner.run(&spec)).await;
+                let prefix = format!("http_fetch: {url}: ");
+                let p = match outcome {
+                    Ok(Ok(RunOutput { content, .. }))
+                        if content.starts_with(&prefix) && content.contains("SOCKS") =>
+                    {
+                        Preflight {
+                            ok: true,
+                            detail: format!(
+                                "the egress proxy refused a host it was not given: {}",
+                                content.trim_end()
+                            ),
+                        }
+                    }
+                    Ok(Ok(RunOutput { content, .. })) => Preflight {
+                        ok: false,
+                        detail: format!(
+                            "the proxy path answered {:?}, not the proxy's refusal",
+                            audit::summary(&content)
+                        ),
+                    },
+                    Ok(Err(e)) => Preflight {
+                        ok: false,
+                        detail: format!("the proxy path failed: {e}"),
+                    },
+                    Err(e) => Preflight {
+                        ok: false,
+                        detail: format!("the network preflight task failed: {e}"),
+                    },
+                };
+                if p.ok {
+                    tracing::info!(detail = p.detail, "network preflight passed");
+                } else {
+                    tracing::error!(
+                        detail = p.detail,
+                        "network preflight failed: http_fetch answers unavailable; see runbook/runner.md#runner-unavailable"
+                    );
+                }
+                p
+            })
+            .await
+            .clone()
     }
 
     /// Marks the broker as stopping: new calls are refused with an error.
@@ -412,8 +537,16 @@ impl Broker {
 
         // 6. Run.
         let started = Instant::now();
-        let outcome = if preflight_ok {
+        let network_ok = plan.egress.is_none() || self.network_preflight().await.ok;
+        let outcome = if preflight_ok && network_ok {
             self.run(&session, &call, plan).await
+        } else if preflight_ok {
+            tracing::error!(
+                session,
+                call,
+                "the network preflight failed; see runbook/runner.md#runner-unavailable"
+            );
+            Ok(Err(RunError::Unavailable(Unavailable::RunnerUnavailable)))
         } else {
             tracing::error!(
                 session,
@@ -668,6 +801,11 @@ impl Broker {
             Some(p) => serde_json::json!({ "ok": p.ok, "detail": p.detail }),
             None => serde_json::json!({ "ok": null, "detail": "not run yet" }),
         };
+        let mut preflight = preflight;
+        preflight["network"] = match self.network_preflight.get() {
+            Some(p) => serde_json::json!({ "ok": p.ok, "detail": p.detail }),
+            None => serde_json::json!({ "ok": null, "detail": "runs before the first http_fetch" }),
+        };
         let head = self.audit_head();
         Body::Status(Status {
             protocol: PROTOCOL,
@@ -682,6 +820,14 @@ impl Broker {
             },
         })
     }
+}
+
+/// What the network preflight fetches: a name under `.invalid` (RFC 6761), never resolved.
+pub const NETWORK_PREFLIGHT_URL: &str = "https://preflight.invalid/";
+
+/// `s` in single quotes for sh, each `'` written as `'\''`.
+fn shell_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "'\\''"))
 }
 
 /// What the model reads when its call's audit record cannot be written.

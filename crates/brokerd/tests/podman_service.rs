@@ -41,6 +41,11 @@ case "$1" in
       echo "0123456789abcdef"
     else
       cat > "$log/$name.stdin"
+      if grep -q 'preflight.invalid' "$log/$name.stdin"; then
+        # brokerd's network preflight: what toolkit prints when the proxy refuses the name.
+        printf "http_fetch: https://preflight.invalid/: curl: (97) Can't complete SOCKS5 connection to preflight.invalid. (2)\n"
+        exit 1
+      fi
       printf 'hello from podman\n'
     fi ;;
   *) printf '%s\n' "$*" >> "$log/other" ;;

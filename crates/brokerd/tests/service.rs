@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use brokerd::audit::{self, Audit};
 use brokerd::broker::{Broker, AUDIT_UNAVAILABLE};
 use brokerd::policy::Policy;
-use brokerd::runner::{Failure, RunError, RunOutput, RunSpec, Runner, Unavailable};
+use brokerd::runner::{Failure, Mount, RunError, RunOutput, RunSpec, Runner, Unavailable};
 use brokerd::server::{self, Clients};
 use proto::broker::{Answer, Body};
 use proto::tools::ToolName;
@@ -46,6 +46,8 @@ struct FakeRunner {
     gate: Gate,
     /// Answer the start-up preflight as a working sandbox would.
     preflight_ok: std::sync::atomic::AtomicBool,
+    /// Answer the network preflight as a broken proxy path would (curl finds no proxy).
+    network_broken: std::sync::atomic::AtomicBool,
 }
 
 impl FakeRunner {
@@ -55,6 +57,12 @@ impl FakeRunner {
 
     fn calls(&self) -> usize {
         self.specs.lock().unwrap().len()
+    }
+
+    /// Runs that were calls, not brokerd's own preflights.
+    fn tool_calls(&self) -> usize {
+        let specs = self.specs.lock().unwrap();
+        specs.iter().filter(|s| s.session != "preflight").count()
     }
 
     fn release(&self) {
@@ -102,9 +110,17 @@ impl Runner for FakeRunner {
         if t.contains("UNAVAIL") {
             return Err(RunError::Unavailable(Unavailable::RunnerUnavailable));
         }
-        let content = if spec.session == "preflight" && self.preflight_ok.load(Ordering::SeqCst) {
+        let content = if spec.session == "preflight" && spec.call == "network" {
+            if self.network_broken.load(Ordering::SeqCst) {
+                format!("http_fetch: {t}: curl: (7) Failed to connect to localhost/run/egress/egress.sock port 1080 after 0 ms: Couldn't connect to server\n")
+            } else {
+                format!("http_fetch: {t}: curl: (97) Can't complete SOCKS5 connection to preflight.invalid. (2)\n")
+            }
+        } else if spec.session == "preflight" && self.preflight_ok.load(Ordering::SeqCst) {
             let memory = brokerd::config::memory_bytes("512m").unwrap();
-            format!("/tmp\ntmp-writable\n128\n{memory}\n")
+            // One line for each writable directory the command tests, as sh would print.
+            let writable = "writable\n".repeat(t.matches("test -w '").count());
+            format!("/tmp\ntmp-writable\n{writable}128\n{memory}\n")
         } else if t.contains("BIG") {
             (0..BIG_CHARS)
                 .map(|i| char::from(b'a' + (i % 26) as u8))
@@ -602,7 +618,7 @@ fn call_answers_by_kind() {
         ),
     ];
     for (i, (call, grant, tool, args, want, text, runs)) in cases.iter().enumerate() {
-        let before = svc.runner.calls();
+        let before = svc.runner.tool_calls();
         let session = format!("s{i}");
         let a = c.call(&session, call, grant, tool, args.clone());
         assert_eq!(kind(&a), *want, "{call}: {a:?}");
@@ -611,7 +627,7 @@ fn call_answers_by_kind() {
             "{call}: {a:?} lacks {text:?}"
         );
         assert_eq!(
-            svc.runner.calls() - before,
+            svc.runner.tool_calls() - before,
             usize::from(*runs),
             "{call}: runner calls"
         );
@@ -1529,6 +1545,19 @@ fn preflight() {
             ("preflight", ToolName::Shell)
         );
         assert!(target_of(spec).contains("pids.max"), "limits are read back");
+        // The grants' one writable directory, mounted writable and tested.
+        let rw = svc.dir.path().join("notes");
+        assert_eq!(
+            spec.mounts,
+            vec![Mount {
+                path: rw.clone(),
+                write: true
+            }]
+        );
+        assert!(
+            target_of(spec).contains(&format!("test -w '{}'", rw.display())),
+            "{spec:?}"
+        );
         // Cached: a second preflight runs nothing.
         assert_eq!(svc.rt.block_on(svc.broker.preflight()), p);
         assert_eq!(svc.runner.calls(), 1);
@@ -1538,5 +1567,51 @@ fn preflight() {
         let want = if ok { "result" } else { "unavailable" };
         assert_eq!(kind(&a), want, "{a:?}");
         assert_eq!(svc.runner.calls(), 1 + usize::from(ok));
+    }
+}
+
+/// The proxy path is proven once, before the first http_fetch: a fetch of a name the proxy
+/// was not given, through a proxy and a tool sandbox, which must come back as the proxy's
+/// refusal. Broken, http_fetch answers unavailable without another try; other tools run.
+#[test]
+fn network_preflight() {
+    for broken in [false, true] {
+        let svc = Service::start();
+        svc.runner.network_broken.store(broken, Ordering::SeqCst);
+        let mut c = svc.connect();
+        assert_eq!(c.status().preflight["network"]["ok"], Value::Null);
+        let fetch = json!({"url": "https://docs.example.org/x"});
+        let a = c.call("s1", "c1", "auto", "http_fetch", fetch.clone());
+        let want = if broken { "unavailable" } else { "result" };
+        assert_eq!(kind(&a), want, "{a:?}");
+        let specs = svc.runner.specs();
+        let probe = &specs[0];
+        assert_eq!(
+            (probe.session.as_str(), probe.call.as_str()),
+            ("preflight", "network")
+        );
+        assert_eq!(target_of(probe), brokerd::broker::NETWORK_PREFLIGHT_URL);
+        let egress = probe.egress.as_ref().expect("the probe has a proxy");
+        assert!(!egress.hosts.iter().any(|h| h == "preflight.invalid"));
+        assert!(probe.mounts.is_empty());
+        assert_eq!(svc.runner.calls(), 1 + usize::from(!broken));
+        let status = c.status();
+        assert_eq!(
+            status.preflight["network"]["ok"],
+            json!(!broken),
+            "{status:?}"
+        );
+        // Kept: the next fetch does not probe again.
+        let a = c.call("s2", "c2", "auto", "http_fetch", fetch);
+        assert_eq!(kind(&a), want, "{a:?}");
+        let probes = svc
+            .runner
+            .specs()
+            .iter()
+            .filter(|s| s.call == "network")
+            .count();
+        assert_eq!(probes, 1);
+        let a = c.call("s3", "c3", "auto", "shell", json!({"command": "ls"}));
+        assert_eq!(kind(&a), "result", "{a:?}");
     }
 }
