@@ -655,7 +655,7 @@ paths = [ {{ path = "{rw}", write = true }} ]
         if self.backend == Backend::Bwrap {
             return system::sandbox_processes(&self.user)
                 .into_iter()
-                .filter(|p| p.cmdline.starts_with("bwrap "))
+                .filter(|p| p.is_bwrap())
                 .map(|p| {
                     let what = p.cmdline.split(" /bin/toolkit ").nth(1).unwrap_or("");
                     what.split(' ').next().unwrap_or("").to_string()
@@ -713,14 +713,32 @@ paths = [ {{ path = "{rw}", write = true }} ]
         check(out == want, || format!("output {out:?}, want {want:?}"))
     }
 
+    /// The page arrives; before it, brokerd proved the proxy path once (its network
+    /// preflight), which `status` reports.
     fn http_fetch_works(&mut self) -> Outcome {
         match self.fetch("https://ok.test/")? {
             Body::Result { content, .. } => {
                 check(content == format!("{HELLO}\n[http 200]"), || {
                     format!("content {content:?}")
+                })?
+            }
+            other => return Err(format!("expected a result, got {}", show(&other))),
+        }
+        let mut client = Client::connect(&self.socket).map_err(|e| e.to_string())?;
+        let _ = client.set_timeout(Some(self.t(Duration::from_secs(10))));
+        let req = Request::Status {
+            id: client.next_id(),
+            v: None,
+        };
+        match client.request(&req).map_err(|e| e.to_string())?.body {
+            Body::Status(s) => {
+                let network = &s.preflight["network"];
+                eprintln!("  network preflight: {network}");
+                check(network["ok"] == Value::Bool(true), || {
+                    format!("the network preflight is {network}")
                 })
             }
-            other => Err(format!("expected a result, got {}", show(&other))),
+            other => Err(format!("status answered {}", show(&other))),
         }
     }
 
@@ -1216,10 +1234,8 @@ paths = [ {{ path = "{rw}", write = true }} ]
                     Backend::Bwrap => {
                         let p = system::sandbox_processes(&s.user);
                         p.iter().any(|p| p.cmdline.starts_with("/bin/curl "))
-                            && p.iter().any(|p| {
-                                !p.cmdline.starts_with("bwrap ")
-                                    && p.cmdline.contains("egress-proxy")
-                            })
+                            && p.iter()
+                                .any(|p| !p.is_bwrap() && p.cmdline.contains("egress-proxy"))
                     }
                     Backend::Podman => names.iter().any(proxy) && names.iter().any(|n| !proxy(n)),
                 };

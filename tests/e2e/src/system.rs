@@ -142,12 +142,22 @@ fn kill_group(child: &Child) {
 /// A live process of the service user that lives in a sandbox: `bwrap` itself, or anything in
 /// a PID namespace other than this process's (the sandbox's toolkit, shell, curl, ...).
 /// Zombies are dead and not counted: a sandbox's inner bwrap (its PID 1) is orphaned when the
-/// outer one exits and is reaped by this host's PID 1, which here takes a second or two.
+/// outer one exits and is reaped by brokerd (its subreaper) or, for the bench's bare bwrap, by
+/// this host's PID 1, which here takes a second or two.
 #[derive(Debug, Clone)]
 pub struct SandboxProcess {
     pub pid: u32,
     /// `/proc/<pid>/cmdline`, arguments joined by spaces.
     pub cmdline: String,
+}
+
+impl SandboxProcess {
+    /// Whether it is bwrap itself: as brokerd started it (`bwrap`), or as systemd-run found
+    /// it in PATH for a scope (`/usr/bin/bwrap`).
+    pub fn is_bwrap(&self) -> bool {
+        let program = self.cmdline.split(' ').next().unwrap_or("");
+        program.rsplit('/').next() == Some("bwrap")
+    }
 }
 
 impl std::fmt::Display for SandboxProcess {
@@ -239,8 +249,8 @@ fn uid_and_state(status: &str) -> Option<(u32, bool)> {
 }
 
 /// How many zombies of the service user there are: a bwrap sandbox's inner bwrap, orphaned
-/// when the outer one exits, stays one until this host's PID 1 reaps it, and counts against
-/// the user's RLIMIT_NPROC until then.
+/// when the outer one exits, stays one until it is reaped (by brokerd, or for a bare bwrap
+/// by this host's PID 1), and counts against the user's RLIMIT_NPROC until then.
 pub fn zombies(user: &User) -> usize {
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return 0;

@@ -791,8 +791,12 @@ fn is_left_sandbox(status: &str, cmdline: &[u8], uid: u32, bwrap: &Path, marker:
         return false;
     }
     let mut args = cmdline.split(|&b| b == 0);
-    args.next() == Some(bwrap.as_os_str().as_bytes())
-        && args.any(|a| a == marker.as_os_str().as_bytes())
+    // As started, or as systemd-run found it in PATH for a scope (`bwrap`, `/usr/bin/bwrap`).
+    let program = args.next().unwrap_or_default();
+    let named = program == bwrap.as_os_str().as_bytes()
+        || (!bwrap.as_os_str().as_bytes().contains(&b'/')
+            && Path::new(OsStr::from_bytes(program)).file_name() == Some(bwrap.as_os_str()));
+    named && args.any(|a| a == marker.as_os_str().as_bytes())
 }
 
 fn cmd_is_scope(cmd: &Command) -> bool {
@@ -971,6 +975,23 @@ mod tests {
             other_program,
             990,
             bwrap,
+            marker
+        ));
+        // A bare name configured: found in PATH by systemd-run for a scope.
+        let bare = Path::new("bwrap");
+        assert!(is_left_sandbox(
+            &status("990"),
+            other_program,
+            990,
+            bare,
+            marker
+        ));
+        let not_bwrap = b"/bin/bwrapper\0--ro-bind\0/var/lib/boxmaker/tools-root/bin\0";
+        assert!(!is_left_sandbox(
+            &status("990"),
+            not_bwrap,
+            990,
+            bare,
             marker
         ));
         let other_root = b"/usr/bin/bwrap\0--ro-bind\0/opt/root/bin\0/bin\0";
