@@ -8,7 +8,9 @@
 # on the first connection, as the service user, and reaches READY with enforce_limits = true;
 # the limits hold (a fork loop meets --pids-limit, a memory hog is OOM-killed); stopping the
 # service leaves no container; a crash (SIGKILL) during a call and the restart that follows
-# sweep what the crash left. Then the scenario suite, when its binary came along.
+# sweep what the crash left. Then the same units with the bwrap drop-in: a delegated subtree,
+# each sandbox in a group of its own with its limits, the limits holding, a crash, nothing left.
+# Then the scenario suite on both backends, when its binary came along.
 set -uo pipefail
 
 PAYLOAD=$(cd "$(dirname "$0")" && pwd)
@@ -33,7 +35,7 @@ E2E=1
 E2E_TIMEOUT_S=1500
 E2E_TIME_SCALE=5
 E2E_ARGS=""
-E2E_BACKENDS=podman
+E2E_BACKENDS="podman bwrap"
 E2E_CA=/var/lib/boxmaker-guest/e2e-ca
 E2E_TREE=/var/lib/boxmaker-guest/tools-root-e2e
 [ -f "$(dirname "$0")/guest.env" ] && . "$(dirname "$0")/guest.env"
@@ -383,13 +385,121 @@ else
     fail audit-verify "$msg"
 fi
 
+# --- the bwrap variant: the dist drop-in, a delegated cgroup v2 subtree, limits enforced ----------
+# The same units with dist/systemd/boxmaker.service.d/bwrap.conf (Delegate=yes), the same config
+# with backend = "bwrap" over the tools image's tree and cgroup = "delegated": each sandbox gets a
+# sandbox-<name> group of the service's own cgroup, with memory.max and pids.max written before
+# anything runs in it.
+sandbox_groups() { find "/sys/fs/cgroup$1" -mindepth 1 -maxdepth 1 -type d -name 'sandbox-*' 2>/dev/null; }
+svc_procs() { pgrep -u "$SVC_USER" -x "$1" 2>/dev/null | tr '\n' ' '; }
+bwrap_variant() {
+    local dropin=$units/$service_unit.d/bwrap.conf cg group a content kmsg pid left
+    if ! command -v bwrap >/dev/null; then
+        skip bwrap-unit "no bwrap in the guest"
+        return
+    elif [ ! -f "$dropin" ]; then
+        fail bwrap-unit "the units came without $service_unit.d/bwrap.conf"
+        return
+    fi
+    systemctl stop "$service_unit"
+    install -D -m 0644 "$dropin" "/etc/systemd/system/$service_unit.d/bwrap.conf"
+    sed -i -e 's/^backend = "podman"$/backend = "bwrap"/' -e '/^podman = /d' -e '/^image = /d' \
+        -e '/^egress_network = /d' "$config_path"
+    printf '\n[bwrap]\ntools_root = "%s"\ncgroup = "delegated"\n' "$TOOLS_ROOT" >>"$config_path"
+    if ! msg=$(runuser -u "$SVC_USER" -- "$brokerd_path" check-config "$config_path" 2>&1); then
+        fail bwrap-unit "check-config: $msg"
+        return
+    fi
+    systemctl daemon-reload
+    status=$(client status)
+    cg=$(state ControlGroup)
+    if [ "$(state Delegate)" = yes ] && [ "$(jq -r .backend <<<"$status")" = bwrap ] &&
+        [ "$(jq -r .preflight.ok <<<"$status")" = true ] && [ "$(jq -r .enforce_limits <<<"$status")" = true ]; then
+        ok bwrap-unit "Delegate=yes, $cg; preflight: $(jq -r .preflight.detail <<<"$status")"
+    else
+        fail bwrap-unit "Delegate=$(state Delegate), status answer $status"
+        note "$(journalctl -b --no-pager -o cat -u "$service_unit" | tail -n 15)"
+        return
+    fi
+
+    # While a call sleeps: its group, the limits in it, its processes in it.
+    call b1 long shell "$(shell_args 'sleep 600')" >"$RESULTS/bwrap-crash-call.txt" &
+    local call_pid=$!
+    group=
+    for _ in $(seq 120); do
+        group=$(sandbox_groups "$cg" | head -n 1)
+        [ -n "$group" ] && [ -n "$(svc_procs sleep)" ] && break
+        sleep 0.5
+    done
+    if [ -n "$group" ] && [ "$(cat "$group/memory.max")" = $((64 * 1024 * 1024)) ] && [ "$(cat "$group/pids.max")" = "$PIDS" ] &&
+        grep -qx "$(pgrep -u "$SVC_USER" -x sleep | head -n 1)" "$group/cgroup.procs"; then
+        ok bwrap-cgroup "${group#/sys/fs/cgroup}: memory.max $(cat "$group/memory.max"), pids.max $(cat "$group/pids.max"), cpu.max '$(cat "$group/cpu.max" 2>/dev/null)', $(wc -l <"$group/cgroup.procs") processes, the tool's sleep among them"
+    else
+        fail bwrap-cgroup "group '${group}' ($(cat "$group/memory.max" "$group/pids.max" 2>/dev/null | tr '\n' ' ')); sleep: $(svc_procs sleep); groups: $(sandbox_groups "$cg" | tr '\n' ' ')"
+    fi
+
+    # A crash with the sandbox up (SIGKILL to brokerd alone): nothing of the sandbox outlives
+    # it (brokerd's parent-death signal, or systemd stopping the rest of the unit); the restart
+    # removes the group.
+    pid=$(state MainPID)
+    systemctl kill --kill-who=main -s KILL "$service_unit"
+    for _ in $(seq 60); do [ "$(state MainPID)" != "$pid" ] && break; sleep 0.5; done
+    wait "$call_pid"
+    sleep 2
+    left=$(svc_procs sleep)$(svc_procs bwrap)
+    status=$(client status)
+    if [ -z "$left" ] && [ "$(jq -r .kind <<<"$status")" = status ] && [ -z "$(sandbox_groups "$cg")" ]; then
+        ok bwrap-crash "SIGKILL of pid $pid: no sandbox process outlived it; the restart left no sandbox group"
+    else
+        fail bwrap-crash "left after the kill: '$left'; after the restart: $(sandbox_groups "$cg" | tr '\n' ' ') (status $status)"
+    fi
+
+    # A fork loop, as for Podman.
+    kmsg=$(dmesg | wc -l)
+    a=$(call b1 forks shell "$(shell_args 'i=0; while [ $i -lt 100 ]; do sleep 10 & i=$((i+1)); done; echo all-forked')")
+    content=$(jq -r '.content // .message // empty' <<<"$a")
+    if [ "$(jq -r .kind <<<"$a")" = result ] && grep -qiE "can't fork|fork.*(resource|again)|Resource temporarily unavailable" <<<"$content" &&
+        ! grep -q all-forked <<<"$content"; then
+        ok bwrap-pids-limit "$(grep -m1 -iE "fork|resource" <<<"$content")"
+    else
+        fail bwrap-pids-limit "answer $a"
+    fi
+    note "kernel: $(dmesg | tail -n +"$((kmsg + 1))" | grep -m1 'fork rejected by pids controller' || echo 'no pids controller message (the RLIMIT_NPROC backstop may have met the loop first)')"
+
+    # Three processes of 40 MB each, every one under the per-process address-space rlimit, 120 MB
+    # together against memory.max 64m: only the cgroup can stop them, with an OOM kill in it.
+    kmsg=$(dmesg | wc -l)
+    a=$(call b1 hog shell "$(shell_args 'for i in 1 2 3; do dd if=/dev/zero bs=40M count=1 2>/dev/null | sleep 10 & done; wait; echo done')")
+    content=$(dmesg | tail -n +"$((kmsg + 1))" | grep -m1 -E 'oom-kill:.*oom_memcg=[^,]*/sandbox-')
+    if [ "$(jq -r .kind <<<"$a")" = result ] && [ -n "$content" ]; then
+        ok bwrap-memory-limit "kernel: ${content:0:300}"
+    else
+        fail bwrap-memory-limit "answer $a; kernel: $(dmesg | tail -n +"$((kmsg + 1))" | grep -m2 -iE 'oom|memory' || echo 'no OOM message')"
+    fi
+
+    left=$(sandbox_groups "$cg")$(svc_procs bwrap)$(svc_procs sleep)$(egress_left)
+    if [ -z "$left" ]; then
+        ok bwrap-clean "no sandbox group, no sandbox process, no egress directory"
+    else
+        fail bwrap-clean "left: $left"
+    fi
+    systemctl stop "$service_unit"
+    if msg=$(as_svc "$boxctl" audit verify "$SVC_HOME/audit.jsonl" 2>&1); then
+        ok bwrap-audit-verify "$(tail -n 1 <<<"$msg")"
+    else
+        fail bwrap-audit-verify "$msg"
+    fi
+}
+bwrap_variant
+
 # --- the scenario suite ---------------------------------------------------------------------------
 # tests/e2e/in-netns.sh, as CI's Debian run and the NixOS VM test call it: a network namespace
 # with the suite's own hosts (the guest has no NIC anyway), then `boxmaker-e2e run` against a
 # brokerd of its own, per backend. What it takes is made here: the test CA, the test variant of
-# the tools image (its bundle also holds that CA) and its tree. Podman runs with its limits
-# enforced (the guest has cgroup v2 and the user's systemd); bwrap with rlimits only, since the
-# suite's brokerd runs outside any delegated cgroup. Every time limit and wait of the suite is
+# the tools image (its bundle also holds that CA) and its tree. Both backends run with their
+# limits enforced (the guest has cgroup v2 and the user's systemd): Podman's through its own
+# cgroups, bwrap's through cgroup = "systemd-scope" (the suite's brokerd is not a unit, so it has
+# no delegated group; the checks above prove "delegated"). Every time limit and wait of the suite is
 # multiplied by E2E_TIME_SCALE: a container starts in 5-9 s under TCG.
 run_backend() {
     local b=$1 rc=0 line name
@@ -433,12 +543,10 @@ run_scenarios() {
     run_backend podman --enforce-limits true
     out "timing scenarios-podman $(( $(date +%s) - t ))s"
     t=$(date +%s)
-    # bwrap in the guest is opt-in until its crash scenario is reliable here: in one of three
-    # runs the sandboxes of a SIGKILLed brokerd outlived it (--die-with-parent did not fire).
     if [[ " $E2E_BACKENDS " != *" bwrap "* ]]; then
-        skip e2e/bwrap "opt-in (GUEST_E2E_BACKENDS=\"podman bwrap\"): its crash scenario is not yet reliable in the guest"
+        skip e2e/bwrap "not asked for (GUEST_E2E_BACKENDS=\"$E2E_BACKENDS\")"
     elif command -v bwrap >/dev/null; then
-        run_backend bwrap
+        run_backend bwrap --enforce-limits true --bwrap-cgroup systemd-scope
         out "timing scenarios-bwrap $(( $(date +%s) - t ))s"
     else
         skip e2e/bwrap "no bwrap in the guest"

@@ -143,7 +143,7 @@ for f in "${TOOLS_IMAGE_HELPERS[@]}"; do
     install -m 0755 "$f" "$p/src/scripts/"
 done
 if [ -d "$UNITS_DIR" ] && ls "$UNITS_DIR"/*.socket >/dev/null 2>&1; then
-    cp "$UNITS_DIR"/* "$p/units/"
+    cp -r "$UNITS_DIR"/. "$p/units/"
     say "units from $UNITS_DIR: $(cd "$p/units" && echo *)"
 else
     say "no units in $UNITS_DIR: the guest uses its stand-in units and says so"
@@ -160,8 +160,8 @@ fi
     printf 'E2E=%q\n' "${GUEST_E2E:-1}"
     printf 'E2E_TIME_SCALE=%q\n' "${GUEST_E2E_TIME_SCALE:-5}"
     printf 'E2E_ARGS=%q\n' "${GUEST_E2E_ARGS:-}"
-    # Which backends the suite runs on in the guest; bwrap is opt-in (see in-guest.sh).
-    printf 'E2E_BACKENDS=%q\n' "${GUEST_E2E_BACKENDS:-podman}"
+    # Which backends the suite runs on in the guest (both unless told otherwise).
+    printf 'E2E_BACKENDS=%q\n' "${GUEST_E2E_BACKENDS:-podman bwrap}"
 } >"$p/guest.env"
 payload=$work/payload.img
 truncate -s "$(( $(du -sm "$p" | cut -f1) + 512 ))M" "$payload"
@@ -227,7 +227,7 @@ if [ ! -s "$results" ]; then
     say "no results file on the payload disk; reading the serial log"
     tr -d '\r' <"$serial" >"$results"
 fi
-for f in journal.txt boxmaker.journal.txt; do
+for f in journal.txt boxmaker.journal.txt e2e-podman.txt e2e-bwrap.txt; do
     debugfs -R "cat /results/$f" "$payload" >"$work/$f" 2>/dev/null || true
 done
 
@@ -260,6 +260,13 @@ if [ "$rc" -ne 0 ]; then
         echo "=== brokerd's journal in the guest (last 60 lines) ==="
         tail -n 60 "$work/boxmaker.journal.txt"
     fi
+    for b in podman bwrap; do
+        if grep -q '^FAIL ' "$work/e2e-$b.txt" 2>/dev/null; then
+            echo "=== the scenario suite on $b in the guest (its failures and brokerd's last lines) ==="
+            grep -E '^FAIL ' "$work/e2e-$b.txt"
+            tail -n 40 "$work/e2e-$b.txt"
+        fi
+    done
     if [ -s "$work/journal.txt" ] && [ -z "$summary" ]; then
         echo "=== the guest's journal (last 60 lines) ==="
         tail -n 60 "$work/journal.txt"
