@@ -537,23 +537,23 @@ impl Broker {
 
         // 6. Run.
         let started = Instant::now();
-        let network_ok = plan.egress.is_none() || self.network_preflight().await.ok;
-        let outcome = if preflight_ok && network_ok {
-            self.run(&session, &call, plan).await
-        } else if preflight_ok {
-            tracing::error!(
-                session,
-                call,
-                "the network preflight failed; see runbook/runner.md#runner-unavailable"
-            );
-            Ok(Err(RunError::Unavailable(Unavailable::RunnerUnavailable)))
+        let failed_preflight = if !preflight_ok {
+            Some("the preflight failed")
+        } else if plan.egress.is_some() && !self.network_preflight().await.ok {
+            Some("the network preflight failed")
         } else {
-            tracing::error!(
-                session,
-                call,
-                "the preflight failed; see runbook/runner.md#runner-unavailable"
-            );
-            Ok(Err(RunError::Unavailable(Unavailable::RunnerUnavailable)))
+            None
+        };
+        let outcome = match failed_preflight {
+            None => self.run(&session, &call, plan).await,
+            Some(which) => {
+                tracing::error!(
+                    session,
+                    call,
+                    "{which}; see runbook/runner.md#runner-unavailable"
+                );
+                Ok(Err(RunError::Unavailable(Unavailable::RunnerUnavailable)))
+            }
         };
         let outcome = match outcome {
             Ok(o) => o,
@@ -792,7 +792,7 @@ impl Broker {
     }
 
     async fn status(&self) -> Body {
-        let preflight = match self
+        let mut preflight = match self
             .preflight
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -801,7 +801,6 @@ impl Broker {
             Some(p) => serde_json::json!({ "ok": p.ok, "detail": p.detail }),
             None => serde_json::json!({ "ok": null, "detail": "not run yet" }),
         };
-        let mut preflight = preflight;
         preflight["network"] = match self.network_preflight.get() {
             Some(p) => serde_json::json!({ "ok": p.ok, "detail": p.detail }),
             None => serde_json::json!({ "ok": null, "detail": "runs before the first http_fetch" }),

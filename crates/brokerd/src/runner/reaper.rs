@@ -11,6 +11,7 @@
 //! that started it, through its pidfd, so neither can take the other's exit status.
 
 use std::io;
+use std::sync::Mutex;
 
 /// Makes brokerd the child subreaper of everything it starts (prctl PR_SET_CHILD_SUBREAPER).
 pub fn adopt_orphans() -> io::Result<()> {
@@ -21,9 +22,14 @@ pub fn adopt_orphans() -> io::Result<()> {
     Ok(())
 }
 
+/// One reaper at a time: a zombie seen by one must not be reaped by another before the first
+/// calls waitid on its PID, which could by then name a new child of brokerd.
+static REAPING: Mutex<()> = Mutex::new(());
+
 /// Reaps every adopted sandbox PID 1 that has exited; returns how many. Cheap: it reads the
 /// children lists of brokerd's threads and the status of each child.
 pub fn reap_orphans() -> usize {
+    let _one = REAPING.lock().unwrap_or_else(|p| p.into_inner());
     let mut reaped = 0;
     let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
         return 0;
@@ -62,7 +68,8 @@ fn is_exited_namespace_init(status: &str) -> bool {
 }
 
 /// waitid for one exited child, without blocking. A zombie child's PID cannot be reused before
-/// it is reaped, and only brokerd can reap its child, so the PID still names the same process.
+/// it is reaped; brokerd's other code reaps only its own children through their pidfds, never
+/// a namespace's PID 1, and reapers take turns, so the PID still names the same process.
 fn reap(pid: libc::pid_t) -> bool {
     let Ok(id) = libc::id_t::try_from(pid) else {
         return false;
