@@ -51,10 +51,7 @@ fn main() -> Result<(), String> {
         tool: ToolName::ReadFile,
         input: serde_json::to_vec(&serde_json::json!({ "path": file }))
             .map_err(|e| e.to_string())?,
-        mounts: vec![Mount {
-            path: work.clone(),
-            write: false,
-        }],
+        mounts: vec![Mount::at(&work, false).map_err(|e| e.to_string())?],
         egress: None,
         timeout: Duration::from_secs(30),
     };
@@ -63,7 +60,7 @@ fn main() -> Result<(), String> {
 
     // One warm-up of each, so the page cache holds bwrap, toolkit and busybox.
     rt.run(&spec).map_err(|e| format!("runtime: {e}"))?;
-    bare(&argv, &spec.input)?;
+    bare(&argv, &spec)?;
 
     let mut runtime_ms = Vec::with_capacity(n);
     let mut bare_ms = Vec::with_capacity(n);
@@ -72,7 +69,7 @@ fn main() -> Result<(), String> {
         rt.run(&spec).map_err(|e| format!("runtime: {e}"))?;
         runtime_ms.push(t.elapsed().as_secs_f64() * 1e3);
         let t = Instant::now();
-        bare(&argv, &spec.input)?;
+        bare(&argv, &spec)?;
         bare_ms.push(t.elapsed().as_secs_f64() * 1e3);
     }
     let (rp50, rp95) = percentiles(&mut runtime_ms);
@@ -91,7 +88,8 @@ fn main() -> Result<(), String> {
 }
 
 /// bwrap with the runtime's argument list, the JSON on standard input, output read to the end.
-fn bare(argv: &[std::ffi::OsString], input: &[u8]) -> Result<(), String> {
+fn bare(argv: &[std::ffi::OsString], spec: &RunSpec) -> Result<(), String> {
+    let input = &spec.input;
     let mut cmd = Command::new("bwrap");
     cmd.args(argv)
         .stdin(Stdio::piped())
@@ -99,6 +97,9 @@ fn bare(argv: &[std::ffi::OsString], input: &[u8]) -> Result<(), String> {
         .stderr(Stdio::piped());
     // The argument list says `--seccomp 3`: the bare run gets the same filter.
     let _filter = brokerd::runner::seccomp::pass_to(&mut cmd).map_err(|e| e.to_string())?;
+    // The grant's directories by descriptor, as the argument list binds them.
+    let fds = brokerd::runner::mounts::open_mounts(&spec.mounts).map_err(|e| e.to_string())?;
+    let _mounts = brokerd::runner::mounts::pass_to(&mut cmd, fds).map_err(|e| e.to_string())?;
     let mut child = cmd.spawn().map_err(|e| format!("bwrap: {e}"))?;
     if let Some(mut stdin) = child.stdin.take() {
         stdin.write_all(input).map_err(|e| e.to_string())?;

@@ -247,12 +247,13 @@ impl Broker {
     /// Every directory some grant may write, once each, in config order.
     fn writable_grant_dirs(&self) -> Vec<Mount> {
         let mut dirs: Vec<Mount> = Vec::new();
-        for grant in self.config.grants.values() {
-            for p in grant.paths.iter().filter(|p| p.write) {
-                if !dirs.iter().any(|d| d.path == p.path) {
+        for grant in self.policy.grants() {
+            for r in grant.workspace.roots().iter().filter(|r| r.write) {
+                if !dirs.iter().any(|d| d.path == r.path) {
                     dirs.push(Mount {
-                        path: p.path.clone(),
+                        path: r.path.clone(),
                         write: true,
+                        id: r.id,
                     });
                 }
             }
@@ -572,6 +573,13 @@ impl Broker {
                 "failed",
                 Body::Failed {
                     message: f.to_string(),
+                },
+            ),
+            // The runner logged it for the operator; the model reads which directory.
+            Err(RunError::MountChanged(e)) => (
+                "refused",
+                Body::Refused {
+                    reason: e.to_string(),
                 },
             ),
             Err(RunError::Unavailable(u)) => {

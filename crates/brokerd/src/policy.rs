@@ -108,6 +108,11 @@ impl Policy {
         self.grants.get(name)
     }
 
+    /// Every grant, by name.
+    pub fn grants(&self) -> impl Iterator<Item = &GrantPolicy> {
+        self.grants.values()
+    }
+
     /// The tools a grant offers in its mode: a tool the grant cannot use is not offered.
     pub fn offered(&self, g: &GrantPolicy) -> Vec<ToolName> {
         let caps = Capabilities::for_mode(g.grant.mode);
@@ -269,6 +274,7 @@ impl Policy {
             .map(|r| Mount {
                 path: r.path.clone(),
                 write: r.write && writable,
+                id: r.id,
             })
             .collect::<Vec<_>>();
         let writes = mounts.iter().any(|m| m.write);
@@ -568,14 +574,8 @@ paths = [{{ path = "{ro}" }}]
         assert_eq!(
             plan.mounts,
             vec![
-                Mount {
-                    path: f.rw.clone(),
-                    write: true
-                },
-                Mount {
-                    path: f.ro.clone(),
-                    write: false
-                }
+                Mount::at(&f.rw, true).unwrap(),
+                Mount::at(&f.ro, false).unwrap(),
             ]
         );
         assert!(plan.writes);

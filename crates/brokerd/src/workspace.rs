@@ -14,6 +14,8 @@ use std::path::{Component, Path, PathBuf};
 
 use proto::tools::ToolName;
 
+use crate::runner::mounts::{self, DirId};
+
 /// Longest path accepted (Linux PATH_MAX).
 pub const MAX_PATH_BYTES: usize = 4096;
 /// Longest single name (Linux NAME_MAX).
@@ -21,11 +23,20 @@ const MAX_NAME_BYTES: usize = 255;
 /// Symlinks followed in one resolution before it counts as a loop (Linux MAXSYMLINKS).
 const MAX_LINKS: usize = 40;
 
-/// One grant directory.
+/// One grant directory, as the config names it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Root {
     pub path: PathBuf,
     pub write: bool,
+}
+
+/// One grant directory, resolved: canonical, and the directory it was at start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResolvedRoot {
+    pub path: PathBuf,
+    pub write: bool,
+    /// Every sandbox of the grant mounts this directory and no other.
+    pub id: DirId,
 }
 
 /// A path that resolved inside the grant.
@@ -52,6 +63,12 @@ pub enum WorkspaceError {
     Unusable { path: PathBuf, source: io::Error },
     #[error("grant directory {0} is not a directory")]
     NotADirectory(PathBuf),
+    #[error("grant directory {path} ({canonical}) {why}")]
+    Unopenable {
+        path: PathBuf,
+        canonical: PathBuf,
+        why: mounts::MountTrouble,
+    },
 }
 
 /// Why a tool path was refused; the text tells the model what to do instead.
@@ -136,7 +153,7 @@ impl std::error::Error for PathRefusal {}
 /// The grant's directories, canonical.
 #[derive(Debug, Clone)]
 pub struct Workspace {
-    roots: Vec<Root>,
+    roots: Vec<ResolvedRoot>,
 }
 
 impl Workspace {
@@ -162,15 +179,27 @@ impl Workspace {
             if !canonical.is_dir() {
                 return Err(WorkspaceError::NotADirectory(r.path));
             }
-            out.push(Root {
+            // The directory the sandboxes will mount, from now on and no other.
+            let id = match mounts::open_dir(&canonical) {
+                Ok((_, id)) => id,
+                Err(why) => {
+                    return Err(WorkspaceError::Unopenable {
+                        path: r.path,
+                        canonical,
+                        why,
+                    })
+                }
+            };
+            out.push(ResolvedRoot {
                 path: canonical,
                 write: r.write,
+                id,
             });
         }
         Ok(Workspace { roots: out })
     }
 
-    pub fn roots(&self) -> &[Root] {
+    pub fn roots(&self) -> &[ResolvedRoot] {
         &self.roots
     }
 

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use brokerd::config;
 use brokerd::runner::bwrap::{BwrapRuntime, RootEntry, RootLayout};
-use brokerd::runner::{Egress, Mount, RunSpec};
+use brokerd::runner::{DirId, Egress, Mount, RunSpec};
 use proto::tools::ToolName;
 
 /// A fixed name, so the files do not depend on the per-process counter.
@@ -41,9 +41,11 @@ fn runtime() -> BwrapRuntime {
 }
 
 fn mount(path: &str, write: bool) -> Mount {
+    // The argument list binds descriptors; which directory they are is checked at run time.
     Mount {
         path: PathBuf::from(path),
         write,
+        id: DirId { dev: 0, ino: 0 },
     }
 }
 
@@ -110,6 +112,17 @@ fn tool_argument_lists() {
             spec(ToolName::HttpFetch, Vec::new(), Some(egress())),
             None,
         ),
+        // A read-only child listed before its writable parent is still bound after it, so
+        // the parent does not cover it; each descriptor keeps its number in grant order.
+        (
+            "shell-nested.args",
+            spec(
+                ToolName::Shell,
+                vec![mount("/srv/p/ro", false), mount("/srv/p", true)],
+                None,
+            ),
+            None,
+        ),
         (
             "shell-cgroup.args",
             spec(ToolName::Shell, notes_ro(), None),
@@ -143,6 +156,11 @@ fn any_path_survives_as_one_argument() {
         .iter()
         .position(|a| a == odd)
         .expect("the path is one argument");
-    assert_eq!(args[at - 1], "--ro-bind");
-    assert_eq!(args[at + 1], odd);
+    assert_eq!(args[at - 1], "10");
+    assert_eq!(args[at - 2], "--ro-bind-fd");
+    assert_eq!(
+        args.iter().filter(|a| *a == odd).count(),
+        1,
+        "only the destination"
+    );
 }

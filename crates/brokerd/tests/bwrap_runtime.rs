@@ -16,7 +16,10 @@ use std::time::{Duration, Instant};
 
 use brokerd::config;
 use brokerd::runner::bwrap::{BwrapRuntime, Terminal};
-use brokerd::runner::{Egress, Failure, Mount, RunError, RunOutput, RunSpec, Runner, Unavailable};
+use brokerd::runner::mounts::MountTrouble;
+use brokerd::runner::{
+    DirId, Egress, Failure, Mount, MountChanged, RunError, RunOutput, RunSpec, Runner, Unavailable,
+};
 use proto::tools::ToolName;
 
 /// Whether bwrap can make a user namespace here; prints why not. Under CI (`CI` set) a host
@@ -135,17 +138,11 @@ fn shell(command: &str, mounts: Vec<Mount>) -> RunSpec {
 }
 
 fn ro(p: &Path) -> Vec<Mount> {
-    vec![Mount {
-        path: p.to_path_buf(),
-        write: false,
-    }]
+    vec![Mount::at(p, false).expect("a directory")]
 }
 
 fn rw(p: &Path) -> Vec<Mount> {
-    vec![Mount {
-        path: p.to_path_buf(),
-        write: true,
-    }]
+    vec![Mount::at(p, true).expect("a directory")]
 }
 
 fn content(r: Result<RunOutput, RunError>) -> String {
@@ -298,11 +295,20 @@ fn exit_code_table() {
             shell("kill -TERM $PPID; sleep 5", Vec::new()),
             Err(RunError::Failed(Failure::UnexpectedStatus)),
         ),
-        // bwrap cannot build the sandbox (a grant directory that is gone): not the tool's
-        // exit 1, and not remembered.
+        // A grant directory that is gone: a refusal that names it, and not remembered.
         (
-            shell("true", ro(Path::new("/nonexistent/grant"))),
-            Err(RunError::Unavailable(Unavailable::RunnerUnavailable)),
+            shell(
+                "true",
+                vec![Mount {
+                    path: PathBuf::from("/nonexistent/grant"),
+                    write: false,
+                    id: DirId { dev: 1, ino: 1 },
+                }],
+            ),
+            Err(RunError::MountChanged(MountChanged {
+                path: PathBuf::from("/nonexistent/grant"),
+                why: MountTrouble::Gone,
+            })),
         ),
     ];
     for (s, want) in cases {
@@ -495,4 +501,107 @@ fn enforced_limits_without_a_cgroup_mechanism_answer_unavailable() {
         Err(RunError::Unavailable(Unavailable::RunnerUnavailable))
     );
     assert!(!marker.exists(), "the sandbox ran without its limits");
+}
+
+/// A grant directory swapped for a symlink (or another directory) between two calls: the next
+/// sandbox is refused with the directory's name and never sees what the link points to.
+#[test]
+fn a_swapped_grant_directory_is_refused_by_name() {
+    if !bwrap_works() {
+        return;
+    }
+    let w = world();
+    let rt = runtime(&w, "");
+    let inner = w.work.join("inner");
+    std::fs::create_dir(&inner).expect("inner");
+    std::fs::write(inner.join("mine.txt"), "granted\n").expect("file");
+    let mounts = ro(&inner);
+    let cmd = format!("cat {}/mine.txt; ls {}", inner.display(), inner.display());
+    assert!(content(rt.run(&shell(&cmd, mounts.clone()))).contains("granted"));
+
+    let away = w.work.join("away");
+    std::fs::rename(&inner, &away).expect("move away");
+    std::os::unix::fs::symlink("/", &inner).expect("link to /");
+    let swapped = rt.run(&shell(&cmd, mounts.clone()));
+    assert_eq!(
+        swapped.map(|o| o.content),
+        Err(RunError::MountChanged(MountChanged {
+            path: inner.clone(),
+            why: MountTrouble::Symlink,
+        }))
+    );
+    // A link back to the very same directory is refused too: no path is followed.
+    std::fs::remove_file(&inner).expect("unlink");
+    std::os::unix::fs::symlink(&away, &inner).expect("link to the same dir");
+    assert!(matches!(
+        rt.run(&shell(&cmd, mounts.clone())),
+        Err(RunError::MountChanged(MountChanged {
+            why: MountTrouble::Symlink,
+            ..
+        }))
+    ));
+    std::fs::remove_file(&inner).expect("unlink");
+    std::fs::create_dir(&inner).expect("a new directory");
+    assert!(matches!(
+        rt.run(&shell(&cmd, mounts.clone())),
+        Err(RunError::MountChanged(MountChanged {
+            why: MountTrouble::Replaced,
+            ..
+        }))
+    ));
+    // Put back, the same directory runs again.
+    std::fs::remove_dir(&inner).expect("rmdir");
+    std::fs::rename(&away, &inner).expect("move back");
+    assert!(content(rt.run(&shell(&cmd, mounts))).contains("granted"));
+}
+
+/// bwrap binds a parent before its children whatever the grant's order, so a writable parent
+/// never covers a read-only directory inside it.
+#[test]
+fn a_writable_parent_does_not_cover_a_read_only_child() {
+    if !bwrap_works() {
+        return;
+    }
+    let w = world();
+    let rt = runtime(&w, "");
+    let child = w.work.join("ro");
+    std::fs::create_dir(&child).expect("child");
+    let mut mounts = ro(&child);
+    mounts.extend(rw(&w.work));
+    let cmd = format!(
+        "touch {}/x 2>&1; touch {}/y && echo parent-written",
+        child.display(),
+        w.work.display()
+    );
+    let out = content(rt.run(&shell(&cmd, mounts)));
+    assert!(out.contains("/x: Read-only file system"), "{out}");
+    assert!(out.contains("parent-written"), "{out}");
+    assert!(!child.join("x").exists());
+}
+
+/// Nothing of brokerd's environment is readable anywhere in the sandbox: bwrap's own PID 1
+/// in the sandbox keeps the environment bwrap was started with.
+#[test]
+fn the_sandbox_sees_nothing_of_brokerd_s_environment() {
+    if !bwrap_works() {
+        return;
+    }
+    const CANARY: &str = "BOXMAKER_TEST_CANARY";
+    // The test binary stands for brokerd: what it has, bwrap's parent has.
+    std::env::set_var(CANARY, "a-secret-token");
+    let w = world();
+    let rt = runtime(&w, "");
+    let cmd = "for f in /proc/[0-9]*/environ; do echo \"== $f\"; tr '\\0' '\\n' < $f; echo; done";
+    let out = content(rt.run(&shell(cmd, Vec::new())));
+    // The reads work (so the test can fail): bwrap's PID 1 and the tool's own environment.
+    assert!(out.contains("== /proc/1/environ"), "{out}");
+    assert!(out.contains("HOME=/tmp"), "{out}");
+    assert!(
+        !out.contains(CANARY) && !out.contains("a-secret-token"),
+        "{out}"
+    );
+    assert!(
+        !out.contains("PATH=/usr") && !out.contains("USER="),
+        "{out}"
+    );
 }

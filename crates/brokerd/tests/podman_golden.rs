@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use brokerd::config;
 use brokerd::runner::podman::PodmanRuntime;
-use brokerd::runner::{Egress, Mount, RunSpec};
+use brokerd::runner::{DirId, Egress, Mount, RunSpec};
 use proto::tools::ToolName;
 
 const IMAGE: &str = "localhost/boxmaker-tools@sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
@@ -23,9 +23,11 @@ fn runtime() -> PodmanRuntime {
 }
 
 fn mount(path: &str, write: bool) -> Mount {
+    // The argument list names paths; which directory they are is checked at run time.
     Mount {
         path: PathBuf::from(path),
         write,
+        id: DirId { dev: 0, ino: 0 },
     }
 }
 

@@ -483,6 +483,7 @@ fn malformed_specs_never_reach_podman() {
     bad_mount.mounts = vec![brokerd::runner::Mount {
         path: "/srv/a:b".into(),
         write: false,
+        id: brokerd::runner::DirId { dev: 0, ino: 0 },
     }];
     for spec in [bad_session, bad_mount] {
         assert_eq!(rt.run(&spec), failed(Failure::CouldNotRun));

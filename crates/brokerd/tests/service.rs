@@ -1547,13 +1547,7 @@ fn preflight() {
         assert!(target_of(spec).contains("pids.max"), "limits are read back");
         // The grants' one writable directory, mounted writable and tested.
         let rw = svc.dir.path().join("notes");
-        assert_eq!(
-            spec.mounts,
-            vec![Mount {
-                path: rw.clone(),
-                write: true
-            }]
-        );
+        assert_eq!(spec.mounts, vec![Mount::at(&rw, true).expect("rw")]);
         assert!(
             target_of(spec).contains(&format!("test -w '{}'", rw.display())),
             "{spec:?}"

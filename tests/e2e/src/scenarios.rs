@@ -1451,11 +1451,9 @@ impl Suite {
                     mounts: grant
                         .paths
                         .iter()
-                        .map(|p| Mount {
-                            path: p.path.clone(),
-                            write: p.write && tool != ToolName::ReadFile,
-                        })
-                        .collect(),
+                        .map(|p| Mount::at(&p.path, p.write && tool != ToolName::ReadFile))
+                        .collect::<Result<_, _>>()
+                        .map_err(|e| e.to_string())?,
                     egress: (tool == ToolName::HttpFetch).then(|| Egress {
                         hosts: grant.hosts.clone(),
                         allow_addresses: grant
@@ -1576,6 +1574,9 @@ impl Suite {
         let mut c = self.user.command("bwrap");
         c.args(runtime.build_argv(spec, name, layout, None));
         let _filter = brokerd::runner::seccomp::pass_to(&mut c).map_err(|e| e.to_string())?;
+        // The argument list binds the grant's directories by descriptor, as brokerd does.
+        let fds = brokerd::runner::mounts::open_mounts(&spec.mounts).map_err(|e| e.to_string())?;
+        let _mounts = brokerd::runner::mounts::pass_to(&mut c, fds).map_err(|e| e.to_string())?;
         let out = run_with_input(c, &spec.input);
         if let Some((mut child, dir)) = proxy {
             let _ = child.kill();

@@ -13,7 +13,9 @@
 
 use std::ffi::{OsStr, OsString};
 use std::io::{self, Write};
+use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -25,11 +27,12 @@ use std::time::{Duration, Instant};
 use super::cgroup::{self, CgroupLimits, CgroupUnavailable, ChildGroup, Mechanism};
 use super::egress::{self, make_private_dir, EGRESS_MOUNT, EGRESS_SOCKET};
 use super::limits::ResourceLimits;
+use super::mounts::{self, open_mounts};
 use super::output::{verdict, Capture, Verdict, DRAIN_GRACE, STDERR_KEEP};
 use super::pidfd::{Pidfd, Stopped, KILL_CONFIRM};
 use super::{
-    dies_with_brokerd, log_finished, Egress, Failure, RunError, RunOutput, RunSpec, Runner,
-    SweepError, Unavailable,
+    dies_with_brokerd, log_finished, mount_changed, Egress, Failure, RunError, RunOutput, RunSpec,
+    Runner, SweepError, Unavailable,
 };
 use super::{reaper, seccomp};
 use crate::config::{memory_bytes, BwrapConfig, CgroupMode, RunnerConfig};
@@ -297,10 +300,14 @@ impl BwrapRuntime {
         );
         a.push(TMP_SIZE.to_string().into());
         a.extend(["--perms", "1777", "--tmpfs", "/tmp"].map(OsString::from));
-        // After /tmp, so a grant under /tmp is not hidden by it; as Podman's --volume list.
-        for m in &spec.mounts {
-            a.push(if m.write { "--bind" } else { "--ro-bind" }.into());
-            a.push(m.path.clone().into_os_string());
+        // After /tmp, so a grant under /tmp is not hidden by it. Each directory is bound from
+        // the descriptor brokerd opened and checked (`mounts::open_mounts`), never by path,
+        // and parents before their children, so a writable parent cannot cover a read-only
+        // child.
+        for i in mounts::mount_order(&spec.mounts) {
+            let m = &spec.mounts[i];
+            a.push(if m.write { "--bind-fd" } else { "--ro-bind-fd" }.into());
+            a.push((mounts::FIRST_FD + i as i32).to_string().into());
             a.push(m.path.clone().into_os_string());
         }
         if spec.egress.is_some() {
@@ -469,18 +476,36 @@ impl BwrapRuntime {
         placement: Placement,
         rlimits: ResourceLimits,
         stdio: [Stdio; 3],
+        mount_fds: Vec<OwnedFd>,
     ) -> Result<Sandbox<'_>, RunError> {
+        // bwrap's own process in the sandbox (its PID 1) keeps the environment it was started
+        // with (`--clearenv` clears only its child's), and a sandbox can read it in
+        // /proc/1/environ: bwrap starts with nothing of brokerd's. For a scope, systemd-run
+        // keeps what it needs to reach the user's manager and starts bwrap through `env -i`.
+        let bwrap = find_program(&self.bwrap);
         let mut cmd = match &placement {
             Placement::Scope { prefix, .. } => match prefix.split_first() {
                 Some((program, rest)) => {
-                    let mut c = Command::new(program);
-                    c.args(rest).arg(&self.bwrap);
+                    let mut c = Command::new(find_program(Path::new(program)));
+                    c.args(rest)
+                        .arg(find_program(Path::new("env")))
+                        .arg("-i")
+                        .arg(&bwrap);
+                    c.env_clear();
+                    for key in ["XDG_RUNTIME_DIR", "DBUS_SESSION_BUS_ADDRESS"] {
+                        if let Some(v) = std::env::var_os(key) {
+                            c.env(key, v);
+                        }
+                    }
                     c
                 }
-                None => Command::new(&self.bwrap),
+                None => Command::new(&bwrap),
             },
-            _ => Command::new(&self.bwrap),
+            _ => Command::new(&bwrap),
         };
+        if !cmd_is_scope(&cmd) {
+            cmd.env_clear();
+        }
         let [stdin, stdout, stderr] = stdio;
         dies_with_brokerd(&mut cmd);
         cmd.args(&argv).stdin(stdin).stdout(stdout).stderr(stderr);
@@ -508,6 +533,18 @@ impl BwrapRuntime {
                     spec,
                     Trouble::Spawn,
                     &format!("seccomp filter: {e}"),
+                ));
+            }
+        };
+        // Last: it moves the mount descriptors to the numbers the argument list names.
+        let _mounts = match mounts::pass_to(&mut cmd, mount_fds) {
+            Ok(m) => m,
+            Err(e) => {
+                drop_placement(placement, &self.poisoned);
+                return Err(self.unavailable(
+                    spec,
+                    Trouble::Spawn,
+                    &format!("grant directories: {e}"),
                 ));
             }
         };
@@ -620,6 +657,7 @@ impl BwrapRuntime {
             placement,
             rlimits,
             [Stdio::null(), Stdio::null(), Stdio::piped()],
+            Vec::new(),
         )?;
         let stderr = Capture::start(sandbox.child.stderr.take(), STDERR_KEEP, false);
         guard.sandbox = Some(sandbox);
@@ -651,6 +689,8 @@ impl BwrapRuntime {
         name: &str,
         layout: &RootLayout,
     ) -> Result<RunOutput, RunError> {
+        // Right before the sandbox: the directories of the grant and no others.
+        let mount_fds = open_mounts(&spec.mounts).map_err(|e| mount_changed(spec, e))?;
         let placement = self
             .placement(name, CgroupLimits::new(self.memory, self.pids))
             .map_err(|e| self.unavailable(spec, Trouble::Limits, &e))?;
@@ -663,6 +703,7 @@ impl BwrapRuntime {
             placement,
             rlimits,
             [Stdio::piped(), Stdio::piped(), Stdio::piped()],
+            mount_fds,
         )?;
         if let Some(mut stdin) = sandbox.child.stdin.take() {
             // From a thread: a sandbox that never reads must not block brokerd. Dropping the
@@ -797,6 +838,22 @@ fn is_left_sandbox(status: &str, cmdline: &[u8], uid: u32, bwrap: &Path, marker:
         || (!bwrap.as_os_str().as_bytes().contains(&b'/')
             && Path::new(OsStr::from_bytes(program)).file_name() == Some(bwrap.as_os_str()));
     named && args.any(|a| a == marker.as_os_str().as_bytes())
+}
+
+/// `program` as found in brokerd's PATH (a sandbox starts with an empty environment, so the
+/// search cannot be left to exec); as given when it names a path or is not found.
+fn find_program(program: &Path) -> PathBuf {
+    if program.as_os_str().as_bytes().contains(&b'/') {
+        return program.to_path_buf();
+    }
+    std::env::var_os("PATH")
+        .iter()
+        .flat_map(std::env::split_paths)
+        .map(|dir| dir.join(program))
+        .find(|p| {
+            std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+        .unwrap_or_else(|| program.to_path_buf())
 }
 
 fn cmd_is_scope(cmd: &Command) -> bool {

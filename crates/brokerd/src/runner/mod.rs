@@ -12,10 +12,13 @@ use std::time::Duration;
 
 use proto::tools::ToolName;
 
+pub use mounts::{DirId, MountChanged};
+
 pub mod bwrap;
 pub mod cgroup;
 pub mod egress;
 pub mod limits;
+pub mod mounts;
 pub mod output;
 pub mod pidfd;
 pub mod podman;
@@ -48,8 +51,27 @@ pub fn dies_with_brokerd(cmd: &mut Command) -> &mut Command {
 /// One directory of the grant, mounted at the same path inside the sandbox.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Mount {
+    /// Canonical.
     pub path: PathBuf,
     pub write: bool,
+    /// The directory `path` named when the grant was resolved; a sandbox mounts only that one
+    /// (`mounts::open_mounts`).
+    pub id: DirId,
+}
+
+impl Mount {
+    /// The directory at `path` as it is now (no symlink on the path), to be mounted as such.
+    pub fn at(path: &std::path::Path, write: bool) -> Result<Mount, MountChanged> {
+        let (_, id) = mounts::open_dir(path).map_err(|why| MountChanged {
+            path: path.to_path_buf(),
+            why,
+        })?;
+        Ok(Mount {
+            path: path.to_path_buf(),
+            write,
+            id,
+        })
+    }
 }
 
 /// What the egress proxy of an http_fetch call may reach.
@@ -85,6 +107,13 @@ impl RunSpec {
     pub fn malformation(&self) -> Option<String> {
         if !valid_id(&self.session) || !valid_id(&self.call) {
             return Some("session or call is not an identifier".into());
+        }
+        if self.mounts.len() > mounts::MAX_MOUNTS {
+            return Some(format!(
+                "{} directories are more than a sandbox mounts ({})",
+                self.mounts.len(),
+                mounts::MAX_MOUNTS
+            ));
         }
         self.mounts
             .iter()
@@ -130,12 +159,15 @@ impl Unavailable {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RunError {
     #[error("{0}")]
     Failed(Failure),
     #[error("{0}")]
     Unavailable(Unavailable),
+    /// A grant directory is not the one resolved at start: a refusal that names it.
+    #[error("{0}")]
+    MountChanged(MountChanged),
 }
 
 /// A sandbox backend. Blocking: brokerd calls it from a blocking task, and it must return
@@ -182,6 +214,22 @@ pub(crate) fn valid_id(s: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b))
 }
 
+/// Where the operator reads about a grant directory that changed under brokerd.
+pub const MOUNT_CHANGED_RUNBOOK: &str = "runbook/runner.md#grant-directory-changed";
+
+/// The operator's log line for a mount source that changed, and the call's answer.
+pub(crate) fn mount_changed(spec: &RunSpec, e: MountChanged) -> RunError {
+    tracing::error!(
+        session = %spec.session,
+        call = %spec.call,
+        tool = %spec.tool,
+        status = "refused",
+        path = %e.path.display(),
+        "{e}; see {MOUNT_CHANGED_RUNBOOK}"
+    );
+    RunError::MountChanged(e)
+}
+
 /// One log line per finished call, the same for every backend (`sandbox` is the container or
 /// sandbox name).
 pub(crate) fn log_finished(
@@ -195,6 +243,7 @@ pub(crate) fn log_finished(
         Ok(_) => "result",
         Err(RunError::Failed(_)) => "failed",
         Err(RunError::Unavailable(_)) => "unavailable",
+        Err(RunError::MountChanged(_)) => "refused",
     };
     tracing::info!(
         session = %spec.session,

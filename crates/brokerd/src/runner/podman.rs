@@ -20,11 +20,12 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use super::egress::{self, make_private_dir, EGRESS_MOUNT};
+use super::mounts::check_mounts;
 pub use super::output::STDERR_KEEP;
 use super::output::{decode, verdict, Capture, Verdict, DRAIN_GRACE};
 use super::{
-    dies_with_brokerd, log_finished, valid_id, Egress, Failure, RunError, RunOutput, RunSpec,
-    Runner, SweepError, Unavailable,
+    dies_with_brokerd, log_finished, mount_changed, valid_id, Egress, Failure, RunError, RunOutput,
+    RunSpec, Runner, SweepError, Unavailable,
 };
 use crate::config::RunnerConfig;
 
@@ -488,13 +489,23 @@ impl Runner for PodmanRuntime {
         if spec.egress.is_some() && self.poisoned() {
             return Err(self.unavailable(spec, Trouble::Poisoned, "http_fetch is off"));
         }
+        // Podman takes its mount sources as paths (seed 003 section 6) and follows links in
+        // them, so the grant's directories are checked before the run and again after it: a
+        // directory swapped in between makes the call a refusal, and nothing it printed
+        // reaches the model (see `runner::mounts`).
+        if let Err(e) = check_mounts(&spec.mounts) {
+            return Err(mount_changed(spec, e));
+        }
         let name = PodmanRuntime::container_name(spec);
-        let answer = match &spec.egress {
+        let mut answer = match &spec.egress {
             Some(egress) => self
                 .start_egress(spec, egress, &name)
                 .and_then(|_guard| self.run_tool(spec, &name)),
             None => self.run_tool(spec, &name),
         };
+        if let Err(e) = check_mounts(&spec.mounts) {
+            answer = Err(mount_changed(spec, e));
+        }
         log_finished(spec, &name, &answer, started);
         answer
     }
