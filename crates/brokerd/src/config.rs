@@ -206,6 +206,29 @@ pub enum Problem {
     GrantName(String),
     #[error("is accepted only with runner.backend = \"bwrap\"")]
     BwrapUnused,
+    #[error("{0}")]
+    Nested(Box<Nested>),
+    #[error("{0}")]
+    OverlapsState(Box<OverlapsState>),
+}
+
+/// Two grant directories, one inside the other, where either is writable.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{inner:?} lies inside {outer:?} (see also {other}) and one of them is writable: a sandbox could swap the inner directory for a symbolic link between calls; grant directories may nest only when both are read-only")]
+pub struct Nested {
+    pub inner: String,
+    pub outer: String,
+    /// The key of the other directory's grant.
+    pub other: String,
+}
+
+/// A grant directory over one of brokerd's own places.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{path:?} overlaps {place:?}, {what}: no grant may reach brokerd's own state")]
+pub struct OverlapsState {
+    pub path: String,
+    pub place: String,
+    pub what: &'static str,
 }
 
 /// Why a configuration was not accepted.
@@ -244,23 +267,134 @@ impl fmt::Display for Pos {
     }
 }
 
-/// Reads and checks the config at `path`; errors name it by its path.
+/// Reads and checks the config at `path`; errors name it by its path. No grant directory may
+/// hold the file itself.
 pub fn load(path: &Path) -> Result<Config, ConfigError> {
     let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
         path: path.display().to_string(),
         source,
     })?;
-    parse(&text, &path.display().to_string())
+    let origin = path.display().to_string();
+    let file = StatePlace {
+        path: path.to_path_buf(),
+        what: "the config file",
+        file: true,
+    };
+    parse_with(&text, &origin, &[file])
 }
 
 /// Checks a config text; `origin` names it in errors (usually its path).
 pub fn parse(text: &str, origin: &str) -> Result<Config, ConfigError> {
+    parse_with(text, origin, &[])
+}
+
+fn parse_with(text: &str, origin: &str, more: &[StatePlace]) -> Result<Config, ConfigError> {
     let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError::Syntax {
         origin: origin.to_owned(),
         pos: Pos(e.span().map(|s| line_col(text, s.start))),
         message: e.message().trim_end().to_owned(),
     })?;
-    Checker { text, origin }.config(raw)
+    let checker = Checker { text, origin };
+    let config = checker.config(&raw)?;
+    let mut state = state_places(&config);
+    state.extend(more.iter().cloned());
+    checker.grant_overlaps(&raw, &state)?;
+    Ok(config)
+}
+
+/// The directory the service's socket lives in when systemd makes it (`RuntimeDirectory=`).
+pub const RUNTIME_DIR: &str = "/run/boxmaker";
+
+/// One of brokerd's own places, which no grant directory may overlap: a sandbox that could
+/// read or write them could read other calls' sockets, the audit, Podman's storage and
+/// configuration, or change the tools every sandbox runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StatePlace {
+    pub path: PathBuf,
+    /// As the problem text names it.
+    pub what: &'static str,
+    /// A file: only a grant directory holding it overlaps it.
+    pub file: bool,
+}
+
+/// brokerd's own places that a config names (the config file and the socket's directory are
+/// added by whoever knows them).
+pub fn state_places(c: &Config) -> Vec<StatePlace> {
+    let home = c
+        .runner
+        .as_ref()
+        .map_or_else(|| PathBuf::from(DEFAULT_HOME), |r| r.home.clone());
+    let mut places = vec![
+        StatePlace {
+            path: home,
+            what: "the service home (runner.home: Podman's storage and configuration, the egress sockets)",
+            file: false,
+        },
+        StatePlace {
+            path: PathBuf::from(RUNTIME_DIR),
+            what: "brokerd's runtime directory",
+            file: false,
+        },
+        StatePlace {
+            path: c.broker.audit_log.clone(),
+            what: "the audit log (broker.audit_log)",
+            file: true,
+        },
+    ];
+    if let Some(b) = &c.bwrap {
+        places.push(StatePlace {
+            path: b.tools_root.clone(),
+            what: "the sandboxes' tools root (bwrap.tools_root)",
+            file: false,
+        });
+    }
+    places
+}
+
+/// The first grant directory of `c` that overlaps one of `places` (known only once brokerd
+/// runs: the socket's directory), as the problem text of `check-config` words it.
+pub fn grants_clear_of(c: &Config, places: &[StatePlace]) -> Result<(), String> {
+    for (name, g) in &c.grants {
+        for p in &g.paths {
+            let real = real_path(&p.path);
+            if let Some(place) = places.iter().find(|s| overlaps_state(&real, s)) {
+                return Err(format!(
+                    "grants.{name}.paths: {}",
+                    OverlapsState {
+                        path: p.path.display().to_string(),
+                        place: place.path.display().to_string(),
+                        what: place.what,
+                    }
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Whether grant directory `dir` (canonical) overlaps `place`: holds it, is it, or lies
+/// inside it (a directory).
+pub fn overlaps_state(dir: &Path, place: &StatePlace) -> bool {
+    let p = real_path(&place.path);
+    p.starts_with(dir) || (!place.file && dir.starts_with(&p))
+}
+
+/// `p` with every symlink of its longest existing prefix followed (it may not exist yet).
+fn real_path(p: &Path) -> PathBuf {
+    let mut rest = Vec::new();
+    let mut at = p;
+    loop {
+        if let Ok(real) = std::fs::canonicalize(at) {
+            return rest.iter().rev().fold(real, |acc, c| acc.join(c));
+        }
+        match (at.parent(), at.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name.to_owned());
+                at = parent;
+            }
+            _ => return p.to_path_buf(),
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -407,7 +541,50 @@ impl Checker<'_> {
         Ok(v)
     }
 
-    fn config(&self, raw: RawConfig) -> Result<Config, ConfigError> {
+    /// Grant directories against each other and against brokerd's own places, compared as
+    /// the sandboxes will mount them (symlinks followed). A directory strictly inside
+    /// another where either is writable could be swapped for a symlink by a sandbox of the
+    /// outer one; the same directory in several grants is fine.
+    fn grant_overlaps(&self, raw: &RawConfig, state: &[StatePlace]) -> Result<(), ConfigError> {
+        let mut seen: Vec<(String, PathBuf, bool, String)> = Vec::new();
+        for (name, g) in &raw.grants {
+            let key = format!("grants.{}.paths", name.get_ref());
+            for p in &g.paths {
+                let span = Some(p.path.span());
+                let written = p.path.get_ref();
+                let real = real_path(Path::new(written));
+                if let Some(place) = state.iter().find(|s| overlaps_state(&real, s)) {
+                    let problem = Problem::OverlapsState(Box::new(OverlapsState {
+                        path: written.clone(),
+                        place: place.path.display().to_string(),
+                        what: place.what,
+                    }));
+                    return self.err(span, &key, problem);
+                }
+                for (other_key, other, other_write, other_written) in &seen {
+                    let nested =
+                        real != *other && (real.starts_with(other) || other.starts_with(&real));
+                    if nested && (p.write || *other_write) {
+                        let (inner, outer) = if real.starts_with(other) {
+                            (written.clone(), other_written.clone())
+                        } else {
+                            (other_written.clone(), written.clone())
+                        };
+                        let problem = Problem::Nested(Box::new(Nested {
+                            inner,
+                            outer,
+                            other: other_key.clone(),
+                        }));
+                        return self.err(span, &key, problem);
+                    }
+                }
+                seen.push((key.clone(), real, p.write, written.clone()));
+            }
+        }
+        Ok(())
+    }
+
+    fn config(&self, raw: &RawConfig) -> Result<Config, ConfigError> {
         let broker = self.broker(&raw.broker)?;
         let runner = match &raw.runner {
             Some(r) => Some(self.runner(r, &raw.broker)?),
@@ -978,6 +1155,68 @@ tools = ["read_file"]
             vec!["192.168.1.0/24", "10.0.0.7/32", "2001:db8::/32"]
         );
         assert_eq!(c.grants["read.only-1"].mode, Mode::Safe);
+    }
+
+    /// Grant directories nested where either is writable, and grant directories over
+    /// brokerd's own places, are refused with both paths; read-only nesting and the same
+    /// directory in two grants are fine. Symlinks in the config are followed first.
+    #[test]
+    fn grant_directories_stay_apart_from_each_other_and_from_brokerd() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let base = std::fs::canonicalize(dir.path()).expect("canonical");
+        let d = base.display().to_string();
+        for sub in ["p/ro", "q/r", "home/x", "state", "other"] {
+            std::fs::create_dir_all(base.join(sub)).expect("mkdir");
+        }
+        std::os::unix::fs::symlink(base.join("p"), base.join("link")).expect("symlink");
+        let config = base.join("state/brokerd.toml");
+        let head = format!(
+            "[broker]\naudit_log = \"{d}/state/audit.jsonl\"\n[runner]\nbackend = \"bwrap\"\nhome = \"{d}/home\"\n[bwrap]\ntools_root = \"{d}/other/root\"\n"
+        );
+        let grants = |a: &str, b: &str| {
+            format!("{head}[grants.a]\ntools = [\"shell\"]\npaths = [ {a} ]\n[grants.b]\ntools = [\"shell\"]\npaths = [ {b} ]\n")
+        };
+        let nested = |inner: &str, outer: &str, other: &str, line: usize, col: usize| {
+            format!("brokerd.toml:{line}:{col}: grants.b.paths: \"{d}/{inner}\" lies inside \"{d}/{outer}\" (see also grants.a.paths) and one of them is writable: a sandbox could swap the inner directory for a symbolic link between calls; grant directories may nest only when both are read-only{other}")
+        };
+        let state = |path: &str, place: &str, what: &str| {
+            format!("brokerd.toml:13:20: grants.b.paths: \"{path}\" overlaps \"{place}\", {what}: no grant may reach brokerd's own state")
+        };
+        let ok = || Ok(());
+        let cases: Vec<(String, Result<(), String>)> = vec![
+            // (a's paths, b's paths)
+            (grants(&format!("{{ path = \"{d}/p\", write = true }}"), &format!("{{ path = \"{d}/p/ro\" }}")), Err(nested("p/ro", "p", "", 13, 20))),
+            (grants(&format!("{{ path = \"{d}/p/ro\" }}"), &format!("{{ path = \"{d}/p\", write = true }}")), Err(nested("p/ro", "p", "", 13, 20))),
+            (grants(&format!("{{ path = \"{d}/q\" }}"), &format!("{{ path = \"{d}/q/r\", write = true }}")), Err(nested("q/r", "q", "", 13, 20))),
+            // Through a symlink in the config: compared as mounted.
+            (grants(&format!("{{ path = \"{d}/p\", write = true }}"), &format!("{{ path = \"{d}/link/ro\" }}")), Err(nested("link/ro", "p", "", 13, 20))),
+            (grants(&format!("{{ path = \"{d}/q\" }}"), &format!("{{ path = \"{d}/q/r\" }}")), ok()),
+            (grants(&format!("{{ path = \"{d}/p\", write = true }}"), &format!("{{ path = \"{d}/p\" }}")), ok()),
+            (grants(&format!("{{ path = \"{d}/p\", write = true }}"), &format!("{{ path = \"{d}/q\", write = true }}")), ok()),
+            // brokerd's own places.
+            (grants(&format!("{{ path = \"{d}/q\" }}"), &format!("{{ path = \"{d}/home/x\" }}")), Err(state(&format!("{d}/home/x"), &format!("{d}/home"), "the service home (runner.home: Podman's storage and configuration, the egress sockets)"))),
+            (grants(&format!("{{ path = \"{d}/q\" }}"), &format!("{{ path = \"{d}\" }}")), Err(state(&d, &format!("{d}/home"), "the service home (runner.home: Podman's storage and configuration, the egress sockets)"))),
+            (grants(&format!("{{ path = \"{d}/q\" }}"), &format!("{{ path = \"{d}/state\" }}")), Err(state(&format!("{d}/state"), &format!("{d}/state/audit.jsonl"), "the audit log (broker.audit_log)"))),
+            (grants(&format!("{{ path = \"{d}/q\" }}"), &format!("{{ path = \"{d}/other\" }}")), Err(state(&format!("{d}/other"), &format!("{d}/other/root"), "the sandboxes' tools root (bwrap.tools_root)"))),
+            (grants(&format!("{{ path = \"{d}/q\" }}"), "{ path = \"/run\" }"), Err(state("/run", "/run/boxmaker", "brokerd's runtime directory"))),
+        ];
+        for (text, want) in cases {
+            std::fs::write(&config, &text).expect("write");
+            let origin = format!("{d}/state/");
+            let got = load(&config).map(|_| ()).map_err(|e| {
+                let e = e.to_string();
+                e.strip_prefix(&origin).map_or(e.clone(), str::to_owned)
+            });
+            assert_eq!(got, want, "{text}");
+        }
+        // The config file itself, once the audit log is elsewhere.
+        let text = format!("[broker]\naudit_log = \"{d}/q/audit.jsonl\"\n[grants.a]\ntools = [\"shell\"]\npaths = [ {{ path = \"{d}/state\" }} ]\n");
+        std::fs::write(&config, &text).expect("write");
+        let e = load(&config)
+            .expect_err("the config's directory")
+            .to_string();
+        assert!(e.ends_with(&format!("grants.a.paths: \"{d}/state\" overlaps \"{d}/state/brokerd.toml\", the config file: no grant may reach brokerd's own state")), "{e}");
+        assert!(parse(&text, "c.toml").is_ok(), "a text alone names no file");
     }
 
     #[test]

@@ -133,6 +133,19 @@ async fn run(file: &Path, socket: Option<PathBuf>) -> Result<(), String> {
     let policy = Policy::new(&config).map_err(|e| format!("{}: {e}", file.display()))?;
     let clients =
         Clients::resolve(&client_names(&config)).map_err(|e| format!("{}: {e}", file.display()))?;
+    // The socket's directory, known only now (systemd's RuntimeDirectory, or --socket).
+    let socket_dirs: Vec<config::StatePlace> = socket
+        .iter()
+        .filter_map(|s| s.parent().map(Path::to_path_buf))
+        .chain(std::env::var_os("RUNTIME_DIRECTORY").map(PathBuf::from))
+        .map(|path| config::StatePlace {
+            path,
+            what: "the socket's directory",
+            file: false,
+        })
+        .collect();
+    config::grants_clear_of(&config, &socket_dirs)
+        .map_err(|e| format!("{}: {e}", file.display()))?;
     let Some(rc) = config.runner.clone() else {
         return Err(format!(
             "{}: there is no [runner] section, so no call could run",

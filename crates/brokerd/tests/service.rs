@@ -236,7 +236,7 @@ paths = [{{ path = "{ro}" }}]
             repeats = opts.refusal_repeats,
             slots = opts.max_concurrent_calls,
             hex = "a".repeat(64),
-            home = base.display(),
+            home = base.join("home").display(),
             rw = rw.display(),
             ro = ro.display(),
         );
