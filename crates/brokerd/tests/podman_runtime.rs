@@ -490,3 +490,41 @@ fn malformed_specs_never_reach_podman() {
     }
     assert!(case.calls().is_empty());
 }
+
+/// Podman mounts by path, so a grant directory swapped for a symlink is caught before the
+/// container starts (nothing runs) and, if swapped while it ran, after it: the call is a
+/// refusal that names the directory, and what the container printed is dropped.
+#[test]
+fn a_swapped_grant_directory_is_refused_before_and_after_the_run() {
+    use brokerd::runner::mounts::MountTrouble;
+    use brokerd::runner::{Mount, MountChanged};
+    let grants = tempfile::tempdir().expect("tempdir");
+    let base = std::fs::canonicalize(grants.path()).expect("canonical");
+    let (inner, away) = (base.join("inner"), base.join("away"));
+    std::fs::create_dir(&inner).expect("inner");
+    let swap = format!(
+        "mv '{}' '{}'; ln -s / '{}'; echo 'what the link showed'; exit 0",
+        inner.display(),
+        away.display(),
+        inner.display()
+    );
+    let case = Case::new("swapped", &swap);
+    let rt = case.runtime();
+    let mut spec = case.spec(ToolName::Shell);
+    spec.mounts = vec![Mount::at(&inner, false).expect("a directory")];
+    let changed = Err(RunError::MountChanged(MountChanged {
+        path: inner.clone(),
+        why: MountTrouble::Symlink,
+    }));
+    // Swapped while the container ran: the run happened, its output is not the answer.
+    assert_eq!(rt.run(&spec), changed);
+    assert_eq!(case.verbs(), ["run"]);
+    // Still swapped at the next call: podman is not started at all.
+    assert_eq!(rt.run(&spec), changed);
+    assert_eq!(case.verbs(), ["run"]);
+    // Put back: it runs, and the script swaps it again.
+    std::fs::remove_file(&inner).expect("unlink");
+    std::fs::rename(&away, &inner).expect("move back");
+    std::fs::write(case.dir.join("tool.sh"), "echo fine; exit 0").expect("tool.sh");
+    assert_eq!(rt.run(&spec), ok("fine\n", false));
+}

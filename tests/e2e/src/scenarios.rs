@@ -25,6 +25,9 @@ const SHELL_MS: u64 = 4000;
 const OUTPUT_CAP: usize = 65536;
 const GRANT: &str = "e2e";
 const ASK_GRANT: &str = "e2e-ask";
+/// A variable only brokerd's environment has, looked for in every sandbox.
+const CANARY_NAME: &str = "BOXMAKER_E2E_CANARY";
+const CANARY_VALUE: &str = "planted-in-brokerd-s-environment";
 /// The runner's fixed sentences (seed 003 section 6), as the model reads them.
 const TIMED_OUT: &str = "the tool ran past its time limit";
 
@@ -185,6 +188,18 @@ pub fn run(opts: &crate::Opts) -> Result<ExitCode, String> {
         ("output-cap-truncates-http_fetch", Suite::output_cap_fetch),
         ("ask-then-approve", Suite::ask_then_approve),
         ("refusal-outside-grant", Suite::refusal_outside_grant),
+        (
+            "config-refuses-nested-and-state-grants",
+            Suite::config_refuses_nested_grants,
+        ),
+        (
+            "swapped-grant-directory-is-refused",
+            Suite::swapped_grant_directory,
+        ),
+        (
+            "sandbox-sees-nothing-of-brokerd-s-environment",
+            Suite::no_brokerd_environment,
+        ),
         (
             "crash-while-a-sandbox-starts-is-swept",
             Suite::crash_while_starting,
@@ -442,6 +457,8 @@ paths = [ {{ path = "{rw}", write = true }} ]
             .arg("--socket")
             .arg(&self.socket)
             .env("BROKERD_LOG", "info")
+            // Planted for `no_brokerd_environment`: nothing of it may reach a sandbox.
+            .env(CANARY_NAME, CANARY_VALUE)
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(err)
@@ -1109,6 +1126,112 @@ paths = [ {{ path = "{rw}", write = true }} ]
             }),
             other => Err(format!("expected a refusal, got {}", show(&other))),
         }
+    }
+
+    // --- ways out of the sandbox --------------------------------------------------------------
+
+    /// `brokerd check-config` refuses, naming both paths, a grant directory inside a
+    /// writable one (a sandbox of the outer one could swap the inner one for a symlink), the
+    /// same in either order (bwrap used to bind a writable parent over a read-only child),
+    /// and a grant of the service user's home.
+    fn config_refuses_nested_grants(&mut self) -> Outcome {
+        let base = std::fs::read_to_string(&self.config).map_err(|e| e.to_string())?;
+        let (inner, p, p_ro) = (
+            self.rw.join("inner"),
+            self.work.join("p"),
+            self.work.join("p").join("ro"),
+        );
+        for d in [&inner, &p_ro] {
+            std::fs::create_dir_all(d).map_err(|e| format!("{}: {e}", d.display()))?;
+        }
+        let home = self.user.home.clone();
+        let cases = [
+            (
+                format!("[grants.nest]\ntools = [\"shell\"]\npaths = [ {{ path = \"{}\" }} ]\n", inner.display()),
+                format!("{:?} lies inside {:?}", inner.display().to_string(), self.rw.display().to_string()),
+            ),
+            (
+                format!("[grants.p]\ntools = [\"shell\"]\npaths = [ {{ path = \"{}\" }}, {{ path = \"{}\", write = true }} ]\n", p_ro.display(), p.display()),
+                format!("{:?} lies inside {:?}", p_ro.display().to_string(), p.display().to_string()),
+            ),
+            (
+                format!("[grants.h]\ntools = [\"read_file\"]\npaths = [ {{ path = \"{}\" }} ]\n", home.display()),
+                format!("{:?} overlaps {:?}, the service home", home.display().to_string(), home.display().to_string()),
+            ),
+        ];
+        let file = self.work.join("state").join("check.toml");
+        let mut outcome = Ok(());
+        for (grant, want) in cases {
+            std::fs::write(&file, format!("{base}\n{grant}")).map_err(|e| e.to_string())?;
+            let mut c = std::process::Command::new(&self.brokerd);
+            c.arg("check-config").arg(&file);
+            let (code, text) = system::output(c, self.t(Duration::from_secs(30)))?;
+            if code != 1 || !text.contains(&want) {
+                outcome = Err(format!(
+                    "check-config exited {code}, said {text:?}; wanted {want:?}"
+                ));
+                break;
+            }
+        }
+        let _ = std::fs::remove_file(&file);
+        let _ = std::fs::remove_dir_all(&p);
+        let _ = std::fs::remove_dir(&inner);
+        outcome
+    }
+
+    /// A grant directory replaced by a symlink to `/` between calls (by anything on the host):
+    /// the next call is a refusal that names it, the sandbox never starts, the operator's log
+    /// says so; put back, calls run again.
+    fn swapped_grant_directory(&mut self) -> Outcome {
+        let away = self.work.join("ro.away");
+        std::fs::rename(&self.ro, &away).map_err(|e| format!("move ro away: {e}"))?;
+        let linked = std::os::unix::fs::symlink("/", &self.ro);
+        let ro = self.ro.display().to_string();
+        let answer = match linked {
+            Ok(()) => self.call(
+                "shell",
+                json!({ "command": format!("ls {ro}; cat {ro}/etc/passwd") }),
+            ),
+            Err(e) => Err(format!("symlink: {e}")),
+        };
+        let _ = std::fs::remove_file(&self.ro);
+        std::fs::rename(&away, &self.ro).map_err(|e| format!("move ro back: {e}"))?;
+        match answer? {
+            Body::Refused { reason } => check(
+                reason.contains(&format!(
+                    "grant directory {ro} is reached through a symbolic link"
+                )),
+                || format!("reason {reason:?}"),
+            )?,
+            other => return Err(format!("expected a refusal, got {}", show(&other))),
+        }
+        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+        check(
+            log.lines().any(|l| {
+                l.contains(&ro) && l.contains("runbook/runner.md#grant-directory-changed")
+            }),
+            || "brokerd's log has no line for the changed directory".into(),
+        )?;
+        let hello = self.ro.join("hello.txt");
+        let (content, _) = self.result("read_file", json!({ "path": hello }))?;
+        check(content == RO_TEXT, || {
+            format!("after putting it back: {content:?}")
+        })
+    }
+
+    /// Nothing of brokerd's environment is readable in any process of the sandbox (bwrap's own
+    /// PID 1 there used to keep it, in /proc/1/environ).
+    fn no_brokerd_environment(&mut self) -> Outcome {
+        let cmd =
+            "for f in /proc/[0-9]*/environ; do echo \"== $f\"; tr '\\0' '\\n' < \"$f\"; echo; done";
+        let (content, _) = self.result("shell", json!({ "command": cmd }))?;
+        check(content.contains("== /proc/1/environ"), || {
+            format!("the sandbox's PID 1 was not read: {content:?}")
+        })?;
+        check(
+            !content.contains(CANARY_NAME) && !content.contains(CANARY_VALUE),
+            || format!("brokerd's environment is visible in the sandbox: {content:?}"),
+        )
     }
 
     // --- crashes -----------------------------------------------------------------------------
