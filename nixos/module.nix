@@ -393,6 +393,79 @@ let
       }) paths
     ) s.grants
   );
+  # Grant directories against each other and against brokerd's own places, as brokerd checks
+  # them when it starts; here by their text, since Nix cannot follow the host's symlinks.
+  grantEntries = lib.concatLists (
+    lib.mapAttrsToList (
+      name: g:
+      map (p: {
+        grant = name;
+        path = lib.removeSuffix "/" p.path;
+        shown = p.path;
+        write = p.write or false;
+      }) (lib.filter (p: lib.isAttrs p && matches "/.*" (p.path or null)) (g.paths or [ ]))
+    ) s.grants
+  );
+  # Whether `inner` lies strictly inside `outer` (both without a trailing slash; "/" is "").
+  inside = inner: outer: lib.hasPrefix (outer + "/") inner;
+  statePlaces = [
+    {
+      path = s.runner.home;
+      what = "the service home (runner.home: Podman's storage and configuration, the egress sockets)";
+      file = false;
+    }
+    {
+      path = "/run/boxmaker";
+      what = "brokerd's runtime directory";
+      file = false;
+    }
+    {
+      path = dirOf cfg.socketPath;
+      what = "the socket's directory";
+      file = false;
+    }
+    {
+      path = s.broker.audit_log;
+      what = "the audit log (broker.audit_log)";
+      file = true;
+    }
+    {
+      path = "/etc/boxmaker/brokerd.toml";
+      what = "the config file";
+      file = true;
+    }
+    {
+      path = "/nix/store";
+      what = "the Nix store, which holds the config file";
+      file = true;
+    }
+  ]
+  ++ lib.optional (isBwrap && lib.isString (s.bwrap.tools_root or null)) {
+    path = s.bwrap.tools_root;
+    what = "the sandboxes' tools root (bwrap.tools_root)";
+    file = false;
+  };
+  overlapAssertions =
+    lib.concatMap (
+      a:
+      map (b: {
+        assertion = !(inside a.path b.path && (a.write || b.write));
+        message = "services.boxmaker.settings.grants.${a.grant}.paths: \"${a.shown}\" lies inside \"${b.shown}\" (grants.${b.grant}) and one of them is writable: a sandbox could swap the inner directory for a symbolic link between calls; grant directories may nest only when both are read-only.";
+      }) grantEntries
+    ) grantEntries
+    ++ lib.concatMap (
+      a:
+      map (
+        place:
+        let
+          p = lib.removeSuffix "/" (toString place.path);
+        in
+        {
+          assertion = !(p == a.path || inside p a.path || (!place.file && inside a.path p));
+          message = "services.boxmaker.settings.grants.${a.grant}.paths: \"${a.shown}\" overlaps \"${toString place.path}\", ${place.what}: no grant may reach brokerd's own state.";
+        }
+      ) statePlaces
+    ) grantEntries;
 in
 {
   options.services.boxmaker = {
@@ -596,7 +669,8 @@ in
       assertion = v < s.broker.timeout_ms;
       message = "services.boxmaker.settings.runner.${k}: ${toString v} ms is not under broker.timeout_ms (${toString s.broker.timeout_ms} ms): the agent loop stops waiting then. Lower it, or raise both.";
     }) limits
-    ++ grantAssertions;
+    ++ grantAssertions
+    ++ overlapAssertions;
 
     users.users.${cfg.user} = {
       isSystemUser = true;

@@ -468,6 +468,74 @@ let
       };
       expect = "the grant name \"a b\" must be 1 to 64";
     };
+    nestedWritable = {
+      cfg = {
+        enable = true;
+        grants.outer = {
+          tools = [ "shell" ];
+          paths = [ { path = "/srv/p"; write = true; } ];
+        };
+        grants.inner = {
+          tools = [ "shell" ];
+          paths = [ { path = "/srv/p/ro"; } ];
+        };
+      };
+      expect = "grants.inner.paths: \"/srv/p/ro\" lies inside \"/srv/p\" (grants.outer) and one of them is writable";
+    };
+    nestedInOneGrant = {
+      cfg = {
+        enable = true;
+        settings.runner.backend = "bwrap";
+        grants.g = {
+          tools = [ "shell" ];
+          paths = [
+            { path = "/srv/p/ro"; }
+            { path = "/srv/p/"; write = true; }
+          ];
+        };
+      };
+      expect = "grants.g.paths: \"/srv/p/ro\" lies inside \"/srv/p/\" (grants.g)";
+    };
+    grantOverHome = {
+      cfg = {
+        enable = true;
+        grants.g = {
+          tools = [ "read_file" ];
+          paths = [ { path = "/var/lib"; } ];
+        };
+      };
+      expect = "grants.g.paths: \"/var/lib\" overlaps \"/var/lib/boxmaker\", the service home";
+    };
+    grantInsideHome = {
+      cfg = {
+        enable = true;
+        grants.g = {
+          tools = [ "read_file" ];
+          paths = [ { path = "/var/lib/boxmaker/.config"; } ];
+        };
+      };
+      expect = "overlaps \"/var/lib/boxmaker\", the service home";
+    };
+    grantOfRoot = {
+      cfg = {
+        enable = true;
+        grants.g = {
+          tools = [ "read_file" ];
+          paths = [ { path = "/"; } ];
+        };
+      };
+      expect = "grants.g.paths: \"/\" overlaps";
+    };
+    grantOfRuntimeDir = {
+      cfg = {
+        enable = true;
+        grants.g = {
+          tools = [ "read_file" ];
+          paths = [ { path = "/run"; } ];
+        };
+      };
+      expect = "overlaps \"/run/boxmaker\", brokerd's runtime directory";
+    };
     unknownTool = {
       cfg = {
         enable = true;
