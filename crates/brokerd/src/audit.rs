@@ -21,13 +21,16 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use crate::visible::visible;
+
 /// `prev` of the very first record.
 pub const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
 /// Rotate when the file would grow past this many bytes.
 pub const DEFAULT_ROTATE_BYTES: u64 = 64 * 1024 * 1024;
 /// Rotated files kept (`<path>.1` .. `<path>.N`).
 pub const DEFAULT_KEEP: usize = 10;
-/// Longest summary (command, path, URL) kept in a record, in characters.
+/// Longest summary (command, path, URL) kept in a record, in characters of the model's text
+/// (an escape that shows one character counts as one).
 pub const MAX_SUMMARY_CHARS: usize = 1024;
 /// How much of the end of the file is read to find the last record.
 const TAIL_BYTES: u64 = 1024 * 1024;
@@ -614,8 +617,16 @@ pub fn redact(text: &str) -> String {
     out
 }
 
-/// A summary cut to `MAX_SUMMARY_CHARS`, secrets redacted (paths, URLs).
+/// A text from the model (a path, a URL, a command) as a record keeps it: secrets redacted,
+/// cut to `MAX_SUMMARY_CHARS`, and shown visibly (`visible`), since a person reads the log.
 pub fn summary(text: &str) -> String {
+    visible(&cap(&redact(text)))
+}
+
+/// A text already safe to show (a refusal reason or a question, rendered when it was made; a
+/// text shown through `{:?}`) as a record keeps it: secrets redacted, cut to
+/// `MAX_SUMMARY_CHARS`.
+pub fn clip(text: &str) -> String {
     cap(&redact(text))
 }
 
@@ -644,7 +655,7 @@ pub fn command_summary(command: &str) -> (Option<String>, String) {
         .find(|w| !(is_assignment(w) || *w == "env"))
         .map(|w| w.trim_matches(|c| c == '\'' || c == '"'))
         .filter(|w| !w.is_empty())
-        .map(|w| w.chars().take(128).collect::<String>());
+        .map(|w| visible(&w.chars().take(128).collect::<String>()));
     (exe, summary(command))
 }
 
@@ -1059,6 +1070,17 @@ mod tests {
             ("'git' status", Some("git"), "'git' status"),
             ("", None, ""),
             ("X=1", None, "X=1"),
+            // The model's control and bidi characters are kept as escapes: the log is read.
+            (
+                "ls\u{1b}[2J\n\u{202e}txt",
+                Some("ls\\x1b[2J"),
+                "ls\\x1b[2J\\n\\u{202e}txt",
+            ),
+            (
+                "TOKEN=a\u{202e}b cat 'a\\b'",
+                Some("cat"),
+                "TOKEN=[redacted] cat 'a\\\\b'",
+            ),
         ];
         for (cmd, exe, target) in cases {
             let (e, t) = command_summary(cmd);
@@ -1067,6 +1089,18 @@ mod tests {
         }
         let long = "x".repeat(5000);
         assert_eq!(summary(&long).chars().count(), MAX_SUMMARY_CHARS + 1);
+        // The cap counts the model's characters; each is then shown whole.
+        let long = "\u{1b}".repeat(5000);
+        assert_eq!(
+            summary(&long),
+            format!("{}…", "\\x1b".repeat(MAX_SUMMARY_CHARS))
+        );
+        assert_eq!(summary("/srv/a\u{200b}b\r"), "/srv/a\\u{200b}b\\r");
+        // A text rendered when it was made is not rendered again.
+        assert_eq!(
+            clip("read_file: a\\nb is outside"),
+            "read_file: a\\nb is outside"
+        );
     }
 
     #[test]

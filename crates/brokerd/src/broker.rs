@@ -17,11 +17,12 @@ use tokio::sync::{Notify, OnceCell, Semaphore};
 use crate::args;
 use crate::audit::{self, Audit, Record, RecordKind};
 use crate::config::Config;
-use crate::policy::{Decision, Plan, Policy};
+use crate::policy::{Decision, Plan, Policy, Refusal};
 use crate::preview::{preview, ResultStore};
 use crate::refusals::{RefusalCounter, Verdict};
 use crate::runner::{Egress, Mount, RunError, RunOutput, RunSpec, Runner, Unavailable};
 use crate::tickets::{Binding, Tickets};
+use crate::visible::visible;
 
 /// How many calls may wait for a slot, per running slot, before new ones are answered busy.
 pub const QUEUE_PER_SLOT: usize = 8;
@@ -228,7 +229,7 @@ impl Broker {
                 ok: false,
                 detail: format!(
                     "the preflight sandbox answered {:?}, expected it to start with {expected:?}",
-                    audit::summary(&content)
+                    audit::clip(&content)
                 ),
             },
             Ok(Err(e)) => Preflight {
@@ -308,7 +309,7 @@ impl Broker {
                         ok: false,
                         detail: format!(
                             "the proxy path answered {:?}, not the proxy's refusal",
-                            audit::summary(&content)
+                            audit::clip(&content)
                         ),
                     },
                     Ok(Err(e)) => Preflight {
@@ -453,7 +454,11 @@ impl Broker {
         // 2. Parse the model's arguments; a call that does not parse is refused.
         let parsed = match args::parse(&tool, &arguments) {
             Ok(a) => a,
-            Err(e) => return self.refused(rec, &session, &tool, "", e.to_string()).await,
+            Err(e) => {
+                return self
+                    .refused(rec, &session, &tool, Refusal::new("", e))
+                    .await
+            }
         };
         let target = match &parsed {
             args::ToolArgs::ReadFile(a) => audit::summary(&a.path),
@@ -470,11 +475,7 @@ impl Broker {
         // 3. Decide.
         let plan = match self.policy.decide(grant, &parsed) {
             Decision::Allow(plan) => plan,
-            Decision::Refuse(r) => {
-                return self
-                    .refused(rec, &session, &tool, &r.target, r.reason)
-                    .await
-            }
+            Decision::Refuse(r) => return self.refused(rec, &session, &tool, r).await,
             Decision::Ask(plan, question) => {
                 let binding = Binding {
                     session: session.clone(),
@@ -488,7 +489,7 @@ impl Broker {
                     None => {
                         let ticket = self.state().tickets.issue(binding, Instant::now());
                         rec.decision = Some("ask".into());
-                        rec.reason = Some(question.clone());
+                        rec.reason = Some(audit::clip(&question));
                         if let Err(e) = self.record(rec).await {
                             return self.audit_failed(&e);
                         }
@@ -500,9 +501,8 @@ impl Broker {
                                 .tickets
                                 .redeem(&ticket, &binding, Instant::now());
                         if let Err(e) = redeemed {
-                            return self
-                                .refused(rec, &session, &tool, "approval", e.to_string())
-                                .await;
+                            let refusal = Refusal::new("approval", e);
+                            return self.refused(rec, &session, &tool, refusal).await;
                         }
                         rec.decision = Some("approved".into());
                         plan
@@ -520,9 +520,8 @@ impl Broker {
             let reason = format!(
                 "{tool}: the sandbox was unavailable earlier in this session, so writes are refused rather than attempted; nothing was changed"
             );
-            return self
-                .refused(rec, &session, &tool, "unavailable", reason)
-                .await;
+            let refusal = Refusal::new("unavailable", reason);
+            return self.refused(rec, &session, &tool, refusal).await;
         }
         let preflight_ok = self
             .preflight
@@ -677,19 +676,14 @@ impl Broker {
     }
 
     /// A refusal, or from the Nth same refusal in a session on, a stop; audited either way.
-    async fn refused(
-        &self,
-        mut rec: Record,
-        session: &str,
-        tool: &str,
-        target: &str,
-        reason: String,
-    ) -> Body {
-        // The reason names the target as written; count it with the target set aside the same
-        // way, or `x`, `./x` and `x/` would be three refusals (seed 000 5.1.4).
+    async fn refused(&self, mut rec: Record, session: &str, tool: &str, refusal: Refusal) -> Body {
+        let (target, reason) = (refusal.target.as_str(), refusal.reason().to_string());
+        // The reason names the target as written (shown visibly); count it with the target
+        // set aside the same way, or `x`, `./x` and `x/` would be three refusals (seed 000
+        // 5.1.4).
         let same = match target {
             "" => reason.clone(),
-            t => reason.replace(t, &crate::refusals::normalise(t)),
+            t => reason.replace(&visible(t), &visible(&crate::refusals::normalise(t))),
         };
         let verdict = self.state().refusals.record(session, tool, target, &same);
         let body = match verdict {
@@ -709,7 +703,7 @@ impl Broker {
                 }
             }
         };
-        rec.reason = Some(audit::summary(&audit::redact(&reason)));
+        rec.reason = Some(audit::clip(&reason));
         match self.record(rec).await {
             Ok(_) => body,
             Err(e) => self.audit_failed(&e),

@@ -3,7 +3,8 @@
 //!
 //! One module answers one question: `args` parses, `policy` decides (with `mode`,
 //! `classify`, `workspace` and `protect`), `runner` runs, `audit` records, `broker` walks a
-//! call through all of them, `server` speaks the protocol on the socket.
+//! call through all of them, `server` speaks the protocol on the socket, `visible` shows the
+//! model's text to a person.
 
 pub mod args;
 pub mod audit;
@@ -18,4 +19,5 @@ pub mod refusals;
 pub mod runner;
 pub mod server;
 pub mod tickets;
+pub mod visible;
 pub mod workspace;

@@ -6,6 +6,7 @@
 //! the runner needs, and the runner never knows why a call was allowed.
 
 use std::collections::BTreeMap;
+use std::fmt;
 use std::path::PathBuf;
 
 use proto::tools::{ReadFileArgs, ShellArgs, ToolName, WriteFileArgs};
@@ -16,6 +17,7 @@ use crate::config::{Config, Grant};
 use crate::mode::{ActionClass, Capabilities, Grant as Permit};
 use crate::protect::protected;
 use crate::runner::{Egress, Mount};
+use crate::visible::{visible, Visible};
 use crate::workspace::{Root, Workspace, WorkspaceError};
 
 /// What the decision says about one call.
@@ -25,7 +27,8 @@ pub enum Decision {
     Allow(Plan),
     /// Nothing runs; the reason is for the model.
     Refuse(Refusal),
-    /// Run it only once the owner approves this exact call.
+    /// Run it only once the owner approves this exact call; the question the owner reads, with
+    /// the model's text in it shown visibly.
     Ask(Plan, String),
 }
 
@@ -43,11 +46,27 @@ pub struct Plan {
     pub writes: bool,
 }
 
-/// A refusal: the target (for the repeated-refusal count) and the reason the model reads.
+/// A refusal: the target as the model wrote it (for the repeated-refusal count) and the
+/// reason a person reads. The reason is rendered visibly once, here, whatever it quotes (a
+/// path, a command, a parser's complaint): see `visible`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refusal {
     pub target: String,
-    pub reason: String,
+    reason: String,
+}
+
+impl Refusal {
+    pub fn new(target: &str, reason: impl fmt::Display) -> Refusal {
+        Refusal {
+            target: target.to_string(),
+            reason: visible(&reason.to_string()),
+        }
+    }
+
+    /// The reason, with the model's text in it shown as escapes.
+    pub fn reason(&self) -> &str {
+        &self.reason
+    }
 }
 
 /// One grant, with its directories resolved once at start.
@@ -134,10 +153,10 @@ impl Policy {
     pub fn decide(&self, g: &GrantPolicy, args: &ToolArgs) -> Decision {
         let tool = args.tool();
         if !g.grant.tools.contains(&tool) {
-            return Decision::Refuse(Refusal {
-                target: String::new(),
-                reason: format!("{tool} is not one of the tools of grant {}", g.name),
-            });
+            return refuse(
+                "",
+                format!("{tool} is not one of the tools of grant {}", g.name),
+            );
         }
         let caps = Capabilities::for_mode(g.grant.mode);
         let (action, input, target, class, egress, question_detail) = match args {
@@ -289,7 +308,8 @@ impl Policy {
         match caps.grant(action) {
             Permit::Run => Decision::Allow(plan),
             Permit::Ask => {
-                let question = format!("Allow grant {} to {question_detail}?", g.name);
+                // The owner approves what they read: the model's part of it, shown visibly.
+                let question = format!("Allow grant {} to {}?", g.name, Visible(&question_detail));
                 Decision::Ask(plan, question)
             }
             Permit::Refuse => {
@@ -311,10 +331,7 @@ impl Policy {
 }
 
 fn refuse(target: &str, reason: String) -> Decision {
-    Decision::Refuse(Refusal {
-        target: target.to_string(),
-        reason,
-    })
+    Decision::Refuse(Refusal::new(target, reason))
 }
 
 /// Where toolkit runs shell without a cwd (seed 003 section 4).
@@ -408,7 +425,7 @@ paths = [{{ path = "{ro}" }}]
                 (Want::Ask, Some(p))
             }
             Decision::Refuse(r) => {
-                let leaked: &'static str = Box::leak(r.reason.into_boxed_str());
+                let leaked: &'static str = Box::leak(r.reason().to_string().into_boxed_str());
                 (Want::Refuse(leaked), None)
             }
         }
@@ -545,6 +562,82 @@ paths = [{{ path = "{ro}" }}]
                 ),
                 other => panic!("{raw}: {other:?}"),
             }
+        }
+    }
+
+    /// What a person reads of a call shows the model's line breaks, terminal escapes and bidi
+    /// controls as escapes, so a command cannot forge the question it is approved by; what
+    /// runs is the raw text.
+    #[test]
+    fn the_model_text_people_read_is_shown_visibly() {
+        let f = fixture();
+        let raw = |c: char| {
+            c.is_control()
+                || ('\u{202a}'..='\u{202e}').contains(&c)
+                || ('\u{2066}'..='\u{2069}').contains(&c)
+                || ('\u{200b}'..='\u{200f}').contains(&c)
+        };
+        let command = "ls\n\nAllow grant ask to run `ls` (read_only)?\x1b[2J\u{202e}txt.exe";
+        let a = args::parse(
+            "shell",
+            &serde_json::json!({ "command": command }).to_string(),
+        )
+        .expect("parses");
+        let g = f.policy.grant("ask").unwrap();
+        let (plan, question) = match f.policy.decide(g, &a) {
+            Decision::Ask(plan, question) => (plan, question),
+            other => panic!("{other:?}"),
+        };
+        assert!(!question.chars().any(raw), "{question:?}");
+        assert_eq!(
+            question,
+            "Allow grant ask to run `ls\\n\\nAllow grant ask to run `ls` (read_only)?\\x1b[2J\\u{202e}txt.exe` \
+             (shell_complex: the command does not parse as shell)?"
+        );
+        let input: serde_json::Value = serde_json::from_slice(&plan.input).unwrap();
+        assert_eq!(
+            input["command"], command,
+            "the sandbox gets the raw command"
+        );
+
+        // (grant, tool, arguments, what the question or reason shows)
+        let cases = [
+            (
+                "ask",
+                "write_file",
+                r#"{"path":"new\u001b]0;x\u0007\u200b.txt","content":"x"}"#,
+                format!(
+                    "Allow grant ask to write 1 bytes to {}/new\\x1b]0;x\\x07\\u{{200b}}.txt?",
+                    f.rw.display()
+                ),
+            ),
+            (
+                "auto",
+                "read_file",
+                r#"{"path":"/etc/\u202epasswd\r"}"#,
+                "read_file: /etc/\\u{202e}passwd\\r is outside".into(),
+            ),
+            (
+                "auto",
+                "shell",
+                r#"{"command":"echo x > 'generated/\u2066y\\n'"}"#,
+                "shell: the command writes generated/\\u{2066}y\\\\n: generated/\\u{2066}y\\\\n is under"
+                    .into(),
+            ),
+        ];
+        for (grant, tool, raw_args, shown) in cases {
+            let a = args::parse(tool, raw_args).expect(raw_args);
+            let g = f.policy.grant(grant).unwrap();
+            let text = match f.policy.decide(g, &a) {
+                Decision::Ask(_, q) => q,
+                Decision::Refuse(r) => r.reason().to_string(),
+                other => panic!("{raw_args}: {other:?}"),
+            };
+            assert!(!text.chars().any(raw), "{raw_args}: {text:?}");
+            assert!(
+                text.starts_with(&shown),
+                "{raw_args}: {text:?} vs {shown:?}"
+            );
         }
     }
 

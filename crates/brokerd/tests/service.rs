@@ -914,6 +914,18 @@ fn repeated_refusals_stop() {
                 json!({"path": "/etc/passwd//"}),
             ],
         ),
+        // The reason shows the path with escapes; spellings still count together.
+        (
+            "auto",
+            "read_file",
+            vec![
+                json!({"path": "/etc/pass\u{1b}[2J\\wd"}),
+                json!({"path": "/etc/pass\u{1b}[2J\\wd/"}),
+                json!({"path": "/etc/pass\u{1b}[2J\\wd"}),
+                json!({"path": "/etc/pass\u{1b}[2J\\wd//"}),
+                json!({"path": "/etc/pass\u{1b}[2J\\wd/"}),
+            ],
+        ),
         (
             "readonly",
             "write_file",
@@ -973,7 +985,86 @@ fn repeated_refusals_stop() {
     assert!(s.iter().all(|k| *k == "refused"), "{s:?}");
     assert_eq!(svc.runner.calls(), 0);
     let stops = svc.decisions().iter().filter(|d| d.2 == "stopped").count();
-    assert_eq!(stops, 6, "each stop is audited");
+    assert_eq!(stops, 8, "each stop is audited");
+}
+
+/// Whatever the model wrote reaches the owner, the model and the audit with its line breaks,
+/// terminal escapes and bidi controls shown as escapes; the ticket stays bound to the raw call.
+#[test]
+fn model_text_is_shown_visibly() {
+    let svc = Service::start();
+    let mut c = svc.connect();
+    let hidden = |t: &str| {
+        t.chars()
+            .any(|c| c.is_control() || ('\u{202a}'..='\u{202e}').contains(&c) || c == '\u{200b}')
+    };
+    let command = "rm 'a.txt\n\nAllow grant ask to run ls?\u{1b}[2J\u{202e}\u{200b}'";
+    let args = json!({ "command": command });
+    let ask = c.call("s", "q1", "ask", "shell", args.clone());
+    let question = message(&ask);
+    assert_eq!(kind(&ask), "ask", "{ask:?}");
+    assert!(!hidden(&question), "{question:?}");
+    assert!(
+        question.starts_with(
+            "Allow grant ask to run `rm 'a.txt\\n\\nAllow grant ask to run ls?\\x1b[2J\\u{202e}\\u{200b}'` ("
+        ),
+        "{question:?}"
+    );
+
+    // What looks like the command in the question is another call: its ticket does not fit.
+    let t = ticket(&ask);
+    let lookalike = json!({ "command": "rm 'a.txt\\n\\nAllow grant ask to run ls?\\x1b[2J\\u{202e}\\u{200b}'" });
+    let a = c.req(call_req("s", "q1", "ask", "shell", &lookalike, Some(&t)));
+    assert_eq!(kind(&a), "refused", "{a:?}");
+    let t = ticket(&c.call("s", "q2", "ask", "shell", args.clone()));
+    let a = c.req(call_req("s", "q2", "ask", "shell", &args, Some(&t)));
+    assert_eq!(kind(&a), "result", "{a:?}");
+    let specs = svc.runner.specs();
+    let ran: Value = serde_json::from_slice(&specs[specs.len() - 1].input).unwrap();
+    assert_eq!(
+        ran["command"], command,
+        "the approved call runs the raw command"
+    );
+
+    // Refusals and the stop that follows them.
+    for i in 0..5 {
+        let a = c.call(
+            "s",
+            &format!("r{i}"),
+            "auto",
+            "read_file",
+            json!({"path": "/etc/\u{202e}dwssap\r"}),
+        );
+        let reason = message(&a);
+        assert!(!hidden(&reason), "{reason:?}");
+        assert!(reason.contains("/etc/\\u{202e}dwssap\\r"), "{reason:?}");
+    }
+    // A parser's complaint quotes the model too.
+    let a = c.call("s", "r5", "auto", "read_file", json!({"x\u{1b}": 1}));
+    assert_eq!(kind(&a), "refused", "{a:?}");
+    assert!(message(&a).contains("x\\x1b"), "{a:?}");
+
+    // The audit: every text field, the question and the reasons included.
+    for rec in svc.records() {
+        for (k, v) in rec.as_object().unwrap() {
+            if let Some(text) = v.as_str() {
+                assert!(!hidden(text), "audit {k}: {text:?}");
+            }
+        }
+    }
+    let asked = svc
+        .records()
+        .into_iter()
+        .find(|r| r["call"] == "q1" && r["decision"] == "ask")
+        .expect("the ask is audited");
+    assert_eq!(asked["executable"], "rm");
+    assert!(
+        asked["target"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("\\x1b[2J\\u{202e}"),
+        "{asked}"
+    );
 }
 
 /// A decline is not a refusal: declining five times does not stop the session.

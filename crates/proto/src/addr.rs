@@ -2,10 +2,19 @@
 //! `allow_addresses`).
 //!
 //! An address is dialable iff it is public ([`is_public`]), or some `--allow-address` CIDR
-//! contains it and it is not in a range that is never allowed ([`never_allowed`]): loopback,
-//! link-local (cloud metadata), the tailnet, 0/8 and multicast. IPv4-mapped (`::ffff:0:0/96`)
-//! and NAT64 (`64:ff9b::/96`) addresses are judged by their IPv4 part throughout, since a
-//! dual-stack socket or a NAT64 gateway delivers them to that IPv4 address.
+//! opens it and it is not in a range that is never allowed ([`never_allowed`]): loopback,
+//! link-local (cloud metadata), the tailnet, 0/8 and multicast.
+//!
+//! An IPv6 address that carries an IPv4 address is judged by that IPv4 address throughout,
+//! since a dual-stack socket or a NAT64 gateway delivers it there: IPv4-mapped
+//! (`::ffff:0:0/96`) and well-known NAT64 (`64:ff9b::/96`) addresses by their last 32 bits,
+//! as the seed says. The local-use NAT64 prefix `64:ff9b:1::/48` (RFC 8215) is judged too,
+//! although the seed does not name it: an operator may carve a /48, /56, /64 or /96
+//! translation prefix out of it, RFC 6052 section 2.2 puts the IPv4 address in a different
+//! place for each, and nothing here can tell which one a gateway uses. So an address there is
+//! public only if the IPv4 address at every one of those places is public, and never allowed
+//! if any of them is never allowed; `64:ff9b:1::8.8.8.8` is not public, since a /48 gateway
+//! reads it as 0.0.0.0.
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -149,10 +158,68 @@ const NOT_PUBLIC_V6: [Cidr; 5] = [
     Cidr::v6([0x2001, 0xdb8, 0, 0, 0, 0, 0, 0], 32),
 ];
 
-/// IPv6 prefixes whose last 32 bits name an IPv4 address.
-const MAPPED: Cidr = Cidr::v6([0, 0, 0, 0, 0, 0xffff, 0, 0], 96);
-const NAT64: Cidr = Cidr::v6([0x64, 0xff9b, 0, 0, 0, 0, 0, 0], 96);
-const COMPATIBLE: Cidr = Cidr::v6([0, 0, 0, 0, 0, 0, 0, 0], 96);
+/// An IPv6 prefix whose addresses carry an IPv4 address, and the RFC 6052 prefix lengths that
+/// say where it may sit.
+struct Embedding {
+    prefix: Cidr,
+    at: &'static [u8],
+}
+
+/// The IPv6 prefixes a packet leaves through to the IPv4 address it carries: IPv4-mapped
+/// (a dual-stack socket), the well-known NAT64 prefix and the local-use one (module docs).
+static EMBEDDINGS: [Embedding; 3] = [
+    Embedding {
+        prefix: Cidr::v6([0, 0, 0, 0, 0, 0xffff, 0, 0], 96),
+        at: &[96],
+    },
+    Embedding {
+        prefix: Cidr::v6([0x64, 0xff9b, 0, 0, 0, 0, 0, 0], 96),
+        at: &[96],
+    },
+    Embedding {
+        prefix: Cidr::v6([0x64, 0xff9b, 1, 0, 0, 0, 0, 0], 48),
+        at: &[48, 56, 64, 96],
+    },
+];
+
+/// The old IPv4-compatible form (`::a.b.c.d`): never public (it lies in `::/96`), and still no
+/// way to a never-allowed range, for a host that routes it through a tunnel.
+static COMPATIBLE: Embedding = Embedding {
+    prefix: Cidr::v6([0, 0, 0, 0, 0, 0, 0, 0], 96),
+    at: &[96],
+};
+
+impl Embedding {
+    /// The IPv4 addresses `ip` carries: one for each place, none if `ip` is outside the prefix.
+    fn carried(&self, ip: Ipv6Addr) -> impl Iterator<Item = Ipv4Addr> + '_ {
+        let inside = self.prefix.contains(IpAddr::V6(ip));
+        self.at
+            .iter()
+            .filter(move |_| inside)
+            .map(move |&len| v4_at(u128::from(ip), len))
+    }
+}
+
+/// Which bit of an IPv6 address (0 the most significant) holds bit `i` of the IPv4 address
+/// behind an RFC 6052 prefix of `len` bits: the bits follow the prefix, stepping over bits
+/// 64 to 71 (the "u" octet) when they get there.
+fn v6_bit(len: u8, i: u8) -> u8 {
+    let bit = len + i;
+    if len <= 64 && bit >= 64 {
+        bit + 8
+    } else {
+        bit
+    }
+}
+
+/// The IPv4 address behind an RFC 6052 prefix of `len` bits.
+fn v4_at(ip: u128, len: u8) -> Ipv4Addr {
+    let v4 = (0..32).fold(0u32, |v4, i| {
+        let bit = (ip >> (127 - v6_bit(len, i))) & 1;
+        (v4 << 1) | bit as u32
+    });
+    Ipv4Addr::from(v4)
+}
 
 /// Ranges no `--allow-address` may reach (DESIGN.md Config `allow_addresses`): loopback,
 /// link-local (cloud metadata lives there), the tailnet, "this network" and multicast.
@@ -168,68 +235,113 @@ const NEVER_ALLOWED: [Cidr; 9] = [
     Cidr::v6([0xff00, 0, 0, 0, 0, 0, 0, 0], 8),
 ];
 
-/// The IPv4 address inside an IPv4-mapped or NAT64 IPv6 address.
-pub fn embedded_v4(ip: Ipv6Addr) -> Option<Ipv4Addr> {
-    let ip6 = IpAddr::V6(ip);
-    if MAPPED.contains(ip6) || NAT64.contains(ip6) {
-        // The low 32 bits; truncation is the point.
-        Some(Ipv4Addr::from(u128::from(ip) as u32))
-    } else {
-        None
-    }
+/// The IPv4 addresses an IPv4-mapped or NAT64 IPv6 address may be delivered to: one, or for
+/// the local-use NAT64 prefix one for each place RFC 6052 allows; none for other addresses.
+pub fn embedded_v4(ip: Ipv6Addr) -> impl Iterator<Item = Ipv4Addr> {
+    EMBEDDINGS.iter().flat_map(move |e| e.carried(ip))
 }
 
 /// Whether `ip` is a public address, one the proxy may dial without an `--allow-address`
-/// (seed 003 section 5, every range listed there and nothing else).
+/// (seed 003 section 5, every range listed there, and the local-use NAT64 prefix judged as
+/// the module docs say).
 pub fn is_public(ip: IpAddr) -> bool {
     match ip {
         IpAddr::V4(_) => !NOT_PUBLIC_V4.iter().any(|c| c.contains(ip)),
         IpAddr::V6(v6) => {
-            if let Some(v4) = embedded_v4(v6) {
-                return is_public(IpAddr::V4(v4));
-            }
             !NOT_PUBLIC_V6.iter().any(|c| c.contains(ip))
+                && embedded_v4(v6).all(|v4| is_public(IpAddr::V4(v4)))
         }
     }
 }
 
-/// Whether `ip` is in a range no `--allow-address` can open.
+/// Whether `ip` is in a range no `--allow-address` can open, itself or through an IPv4
+/// address it carries.
 pub fn never_allowed(ip: IpAddr) -> bool {
-    let ip = match ip {
-        IpAddr::V6(v6) => embedded_v4(v6).map_or(ip, IpAddr::V4),
-        v4 => v4,
-    };
-    NEVER_ALLOWED.iter().any(|c| c.contains(ip))
+    let direct = |ip: IpAddr| NEVER_ALLOWED.iter().any(|c| c.contains(ip));
+    match ip {
+        IpAddr::V4(_) => direct(ip),
+        IpAddr::V6(v6) => {
+            direct(ip)
+                || embedded_v4(v6)
+                    .chain(COMPATIBLE.carried(v6))
+                    .any(|v4| direct(IpAddr::V4(v4)))
+        }
+    }
 }
 
 /// Parses one `--allow-address` value and refuses any network that overlaps a never-allowed
-/// range, including through the IPv4-mapped and NAT64 prefixes.
+/// range, including through an IPv4 address its addresses carry (at any place).
 pub fn parse_allow_address(s: &str) -> Result<Cidr, CidrError> {
     let cidr: Cidr = s.parse()?;
-    let mut forbidden: Vec<Cidr> = NEVER_ALLOWED.to_vec();
-    for c in NEVER_ALLOWED {
-        if let IpAddr::V4(v4) = c.network {
-            // The old IPv4-compatible form (::a.b.c.d) too: the config refuses it as well.
-            for prefix in [MAPPED, NAT64, COMPATIBLE] {
-                let IpAddr::V6(p) = prefix.network else {
-                    continue;
-                };
-                let v6 = Ipv6Addr::from(u128::from(p) | u128::from(u32::from(v4)));
-                forbidden.push(Cidr {
-                    network: IpAddr::V6(v6),
-                    prefix: 96 + c.prefix,
-                });
+    if let Some(f) = NEVER_ALLOWED.iter().find(|f| f.overlaps(&cidr)) {
+        return Err(CidrError::NeverAllowed(cidr, *f));
+    }
+    for e in EMBEDDINGS.iter().chain([&COMPATIBLE]) {
+        // The networks nest or are apart; where they nest, the longer prefix is the overlap.
+        if !e.prefix.overlaps(&cidr) {
+            continue;
+        }
+        let inside = if cidr.prefix >= e.prefix.prefix {
+            cidr
+        } else {
+            e.prefix
+        };
+        for &len in e.at {
+            let reach = inside.reach(len);
+            if let Some(f) = NEVER_ALLOWED.iter().find(|f| f.overlaps(&reach)) {
+                return Err(CidrError::NeverAllowed(cidr, inside.carrying(e, len, f)));
             }
         }
     }
-    match forbidden.into_iter().find(|f| f.overlaps(&cidr)) {
-        Some(f) => Err(CidrError::NeverAllowed(cidr, f)),
-        None => Ok(cidr),
+    Ok(cidr)
+}
+
+impl Cidr {
+    /// The IPv4 addresses this IPv6 network's addresses carry behind an RFC 6052 prefix of
+    /// `len` bits: those IPv4 bits that lie inside this prefix are fixed, the rest are free,
+    /// and since they keep their order the result is an IPv4 network.
+    fn reach(&self, len: u8) -> Cidr {
+        let IpAddr::V6(net) = self.network else {
+            return *self;
+        };
+        let fixed = (0..32u8)
+            .take_while(|&i| v6_bit(len, i) < self.prefix)
+            .count() as u8;
+        Cidr {
+            network: IpAddr::V4(v4_at(u128::from(net), len)),
+            prefix: fixed,
+        }
+    }
+
+    /// A network that shares an address with this one and whose every address carries an
+    /// address of `f` behind an RFC 6052 prefix of `len` bits: what a refusal names.
+    fn carrying(&self, e: &Embedding, len: u8, f: &Cidr) -> Cidr {
+        let (IpAddr::V6(net), IpAddr::V4(v4)) = (self.network, f.network) else {
+            return *f;
+        };
+        let (mut bits, v4) = (u128::from(net), u32::from(v4));
+        for i in 0..f.prefix {
+            let mask = 1u128 << (127 - v6_bit(len, i));
+            if (v4 >> (31 - i)) & 1 == 1 {
+                bits |= mask;
+            } else {
+                bits &= !mask;
+            }
+        }
+        let prefix = match f.prefix {
+            0 => e.prefix.prefix,
+            n => e.prefix.prefix.max(v6_bit(len, n - 1) + 1),
+        };
+        Cidr {
+            network: IpAddr::V6(Ipv6Addr::from(bits & mask128(prefix))),
+            prefix,
+        }
     }
 }
 
 /// Whether the proxy may dial `ip`: public, or opened by an `--allow-address` and not in a
-/// never-allowed range.
+/// never-allowed range. An address that carries IPv4 addresses is opened by a CIDR holding it,
+/// or when every one of those IPv4 addresses that is not public is held by one.
 pub fn dialable(ip: IpAddr, allow: &[Cidr]) -> bool {
     if is_public(ip) {
         return true;
@@ -237,13 +349,15 @@ pub fn dialable(ip: IpAddr, allow: &[Cidr]) -> bool {
     if never_allowed(ip) {
         return false;
     }
-    let v4 = match ip {
-        IpAddr::V6(v6) => embedded_v4(v6).map(IpAddr::V4),
-        IpAddr::V4(_) => None,
+    let opened = |ip: IpAddr| allow.iter().any(|c| c.contains(ip));
+    if opened(ip) {
+        return true;
+    }
+    let IpAddr::V6(v6) = ip else {
+        return false;
     };
-    allow
-        .iter()
-        .any(|c| c.contains(ip) || v4.is_some_and(|v4| c.contains(v4)))
+    let mut carried = embedded_v4(v6).map(IpAddr::V4).peekable();
+    carried.peek().is_some() && carried.filter(|v4| !is_public(*v4)).all(opened)
 }
 
 #[cfg(test)]
@@ -357,6 +471,32 @@ mod tests {
             ("64:ff9b::1.0.0.0", true),
             ("64:ff9a:ffff:ffff:ffff:ffff:ffff:ffff", true),
             ("64:ff9b:0:0:0:1::", true),
+            // every spelling of the tailnet's 100.100.100.100 through NAT64
+            ("64:ff9b::6464:6464", false),
+            ("64:ff9b::100.100.100.100", false),
+            ("64:ff9b:1::6464:6464", false),
+            ("64:ff9b:1::100.100.100.100", false),
+            ("64:ff9b:1:6464:64:6400::", false),
+            ("64:ff9b:1:64:64:6464::", false),
+            ("64:ff9b:1:0:64:6464:6400:0", false),
+            // 127.0.0.1 and 10.0.0.1 behind a local-use /48, /56, /64 and /96
+            ("64:ff9b:1:7f00:0:100::", false),
+            ("64:ff9b:1:7f:0:1::", false),
+            ("64:ff9b:1:0:7f:0:100:0", false),
+            ("64:ff9b:1::7f00:1", false),
+            ("64:ff9b:1:a00:0:100::", false),
+            ("64:ff9b:1:a:0:1::", false),
+            ("64:ff9b:1:0:a:0:100:0", false),
+            ("64:ff9b:1::a00:1", false),
+            // 64:ff9b:1::/48: public only if 8.8.8.8 is read at every place; a /96 spelling
+            // alone reads 0.0.0.0 behind a /48 gateway
+            ("64:ff9b:1:808:808:808:808:808", true),
+            ("64:ff9b:1:808:8:808:808:808", true),
+            ("64:ff9b:1::8.8.8.8", false),
+            ("64:ff9b:1::", false),
+            ("64:ff9b:1:ffff:ffff:ffff:ffff:ffff", false),
+            ("64:ff9b:0:ffff:ffff:ffff:ffff:ffff", true),
+            ("64:ff9b:2::808:808", true),
             // fc00::/7
             ("fbff:ffff:ffff:ffff:ffff:ffff:ffff:ffff", true),
             ("fc00::", false),
@@ -381,6 +521,182 @@ mod tests {
         ];
         for (addr, public) in cases {
             assert_eq!(is_public(ip(addr)), public, "is_public({addr})");
+        }
+    }
+
+    /// RFC 6052 section 2.4's own examples: 192.0.2.33 behind each prefix length.
+    #[test]
+    fn rfc6052_places() {
+        let cases = [
+            ("2001:db8:c000:221::", 32),
+            ("2001:db8:1c0:2:21::", 40),
+            ("2001:db8:122:c000:2:2100::", 48),
+            ("2001:db8:122:3c0:0:221::", 56),
+            ("2001:db8:122:344:c0:2:2100::", 64),
+            ("2001:db8:122:344::192.0.2.33", 96),
+        ];
+        for (addr, len) in cases {
+            let v6: Ipv6Addr = addr.parse().expect("test address");
+            assert_eq!(
+                v4_at(u128::from(v6), len),
+                Ipv4Addr::new(192, 0, 2, 33),
+                "{addr} /{len}"
+            );
+        }
+    }
+
+    /// In 64:ff9b:1::/48 the IPv4 address at each RFC 6052 place decides alone: in each row
+    /// the address at the place named is the one given, and 8.x.x.x (public) everywhere else.
+    #[test]
+    fn local_use_nat64_is_judged_at_every_place() {
+        let allow = [parse_allow_address("10.0.0.0/8").expect("cidr")];
+        // (address, the IPv4 address it carries at that place, public, never allowed,
+        // dialable with 10.0.0.0/8 allowed)
+        let cases = [
+            (
+                "64:ff9b:1:6464:808:808:808:808",
+                "/48 100.100.8.8",
+                false,
+                true,
+                false,
+            ),
+            (
+                "64:ff9b:1:864:864:808:808:808",
+                "/56 100.100.8.8",
+                false,
+                true,
+                false,
+            ),
+            (
+                "64:ff9b:1:808:864:6408:808:808",
+                "/64 100.100.8.8",
+                false,
+                true,
+                false,
+            ),
+            (
+                "64:ff9b:1:808:808:808:6464:808",
+                "/96 100.100.8.8",
+                false,
+                true,
+                false,
+            ),
+            (
+                "64:ff9b:1:7f08:808:808:808:808",
+                "/48 127.8.8.8",
+                false,
+                true,
+                false,
+            ),
+            (
+                "64:ff9b:1:87f:808:808:808:808",
+                "/56 127.8.8.8",
+                false,
+                true,
+                false,
+            ),
+            (
+                "64:ff9b:1:808:87f:808:808:808",
+                "/64 127.8.8.8",
+                false,
+                true,
+                false,
+            ),
+            (
+                "64:ff9b:1:808:808:808:7f08:808",
+                "/96 127.8.8.8",
+                false,
+                true,
+                false,
+            ),
+            (
+                "64:ff9b:1:a08:808:808:808:808",
+                "/48 10.8.8.8",
+                false,
+                false,
+                true,
+            ),
+            (
+                "64:ff9b:1:80a:808:808:808:808",
+                "/56 10.8.8.8",
+                false,
+                false,
+                true,
+            ),
+            (
+                "64:ff9b:1:808:80a:808:808:808",
+                "/64 10.8.8.8",
+                false,
+                false,
+                true,
+            ),
+            (
+                "64:ff9b:1:808:808:808:a08:808",
+                "/96 10.8.8.8",
+                false,
+                false,
+                true,
+            ),
+            (
+                "64:ff9b:1:808:808:808:808:808",
+                "8.8.8.8 everywhere",
+                true,
+                false,
+                true,
+            ),
+            (
+                "64:ff9b:1:6464:64:6400::",
+                "/48 100.100.100.100",
+                false,
+                true,
+                false,
+            ),
+            (
+                "64:ff9b:1:64:64:6464::",
+                "/56 100.100.100.100",
+                false,
+                true,
+                false,
+            ),
+            (
+                "64:ff9b:1:0:64:6464:6400:0",
+                "/64 100.100.100.100",
+                false,
+                true,
+                false,
+            ),
+            (
+                "64:ff9b:1::6464:6464",
+                "/96 100.100.100.100",
+                false,
+                true,
+                false,
+            ),
+            (
+                "64:ff9b:1:7f00:0:100::",
+                "/48 127.0.0.1",
+                false,
+                true,
+                false,
+            ),
+            ("64:ff9b:1:7f:0:1::", "/56 127.0.0.1", false, true, false),
+            (
+                "64:ff9b:1:0:7f:0:100:0",
+                "/64 127.0.0.1",
+                false,
+                true,
+                false,
+            ),
+            // 10.0.0.1 with zeros around it: another place reads 0/8, never allowed
+            ("64:ff9b:1:a00:0:100::", "/48 10.0.0.1", false, true, false),
+            ("64:ff9b:1:a:0:1::", "/56 10.0.0.1", false, true, false),
+            ("64:ff9b:1:0:a:0:100:0", "/64 10.0.0.1", false, true, false),
+        ];
+        for (addr, what, public, never, dial) in cases {
+            let a = ip(addr);
+            assert_eq!(is_public(a), public, "is_public({addr}) ({what})");
+            assert_eq!(never_allowed(a), never, "never_allowed({addr}) ({what})");
+            assert_eq!(dialable(a, &allow), dial, "dialable({addr}) ({what})");
         }
     }
 
@@ -460,6 +776,18 @@ mod tests {
             "::ffff:169.254.0.0/112",
             "64:ff9b::/96",
             "64:ff9b::100.100.100.100",
+            "64:ff9b::/32",
+            "64:ff9b:1::/48",
+            "64:ff9b:1::6464:6464",
+            "64:ff9b:1::100.100.100.100",
+            "64:ff9b:1:6464:64:6400::",
+            "64:ff9b:1:7f08:808:808:808:808",
+            "64:ff9b:1:808:87f:808:808:808",
+            // every place but one fixed to a public address, the /96 one left open
+            "64:ff9b:1:808:808:808::/96",
+            // 10.0/16 behind a /48, but 0/8 behind a /56
+            "64:ff9b:1:a00::/56",
+            "::7f00:1",
         ];
         for input in refused {
             assert!(
@@ -481,6 +809,10 @@ mod tests {
             "::ffff:192.0.2.0/120",
             "64:ff9b::10.0.0.0/104",
             "100.128.0.0/10",
+            "64:ff9b:1:a08:808:808:808:808",
+            "64:ff9b:1:808:808:808:a00:0/104",
+            "64:ff9b:1:808:808:808:808:0/112",
+            "64:ff9b:2::/48",
         ];
         for input in allowed {
             assert!(
@@ -510,6 +842,11 @@ mod tests {
             ("::1", false),
             ("::ffff:127.0.0.1", false),
             ("fe80::1", false),
+            ("64:ff9b::10.1.2.3", true),
+            ("64:ff9b:1:808:808:808:a01:203", true),
+            ("64:ff9b:1::a01:203", false),
+            ("64:ff9b:1:808:808:808:c0a8:101", false),
+            ("fd00::64:ff9b:1:0", true),
         ];
         for (addr, ok) in cases {
             assert_eq!(dialable(ip(addr), &allow), ok, "dialable({addr})");
@@ -528,6 +865,10 @@ mod tests {
             "ff02::1",
             "::ffff:127.0.0.1",
             "64:ff9b::169.254.169.254",
+            "64:ff9b:1::6464:6464",
+            "64:ff9b:1:7f00:0:100::",
+            "64:ff9b:1:808:808:808:a9fe:a9fe",
+            "::7f00:1",
         ] {
             assert!(!dialable(ip(addr), &bad), "{addr} must never be dialable");
         }
@@ -541,6 +882,25 @@ mod tests {
             e.to_string(),
             "127.0.0.0/8 overlaps 127.0.0.0/8, which is never allowed (loopback, link-local, the tailnet, 0/8, multicast)"
         );
+        // Through a carried IPv4 address, the refusal names a network of such addresses.
+        let cases = [
+            (
+                "::ffff:127.0.0.1",
+                "::ffff:127.0.0.1/128 overlaps ::ffff:127.0.0.0/104",
+            ),
+            (
+                "64:ff9b:1::/48",
+                "64:ff9b:1::/48 overlaps 64:ff9b:1:7f00::/56",
+            ),
+            (
+                "64:ff9b:1:808:808:808::/96",
+                "64:ff9b:1:808:808:808::/96 overlaps 64:ff9b:1:808:808:808:7f00:0/104",
+            ),
+        ];
+        for (input, start) in cases {
+            let e = parse_allow_address(input).expect_err(input);
+            assert!(e.to_string().starts_with(start), "{input}: {e}");
+        }
         let e = parse_allow_address("192.0.2.10/24").expect_err("refused");
         assert!(e.to_string().contains("write 192.0.2.0/24"), "{e}");
     }

@@ -1105,6 +1105,58 @@ mod tests {
         );
     }
 
+    /// Every NAT64 spelling of the tailnet and of loopback is passed over, the local-use
+    /// prefix 64:ff9b:1::/48 at each RFC 6052 place included, even with everything allowed.
+    #[test]
+    fn nat64_spellings_of_forbidden_addresses_are_never_dialed() {
+        let (target, _h) = server(|_s| {});
+        let nat64 = [
+            "64:ff9b::6464:6464",
+            "64:ff9b::100.100.100.100",
+            "64:ff9b:1::6464:6464",
+            "64:ff9b:1:6464:64:6400::",
+            "64:ff9b:1:64:64:6464::",
+            "64:ff9b:1:0:64:6464:6400:0",
+            "64:ff9b:1::7f00:1",
+            "64:ff9b:1:7f00:0:100::",
+            "64:ff9b:1:808:87f:808:808:808",
+            "64:ff9b:1::8.8.8.8",
+        ];
+        let mut names = nat64.to_vec();
+        names.push("64:ff9b:1:808:808:808:808:808");
+        let mut dial = FakeDial::with(&[("example.com", names.as_slice())]);
+        dial.target = Some(target);
+        let (got, _) = exchange(
+            &cat(&[&HELLO, &connect_req(b"example.com", 443)]),
+            true,
+            &policy(),
+            &dial,
+        );
+        assert_eq!(got, cat(&[&OK, &Reply::Succeeded.bytes()]));
+        assert_eq!(
+            dial.connects(),
+            vec!["[64:ff9b:1:808:808:808:808:808]:443"
+                .parse::<SocketAddr>()
+                .expect("addr")]
+        );
+
+        let everything: Vec<Cidr> = ["0.0.0.0/0", "::/0"]
+            .iter()
+            .map(|s| s.parse().expect("cidr"))
+            .collect();
+        let p = Policy::new(vec!["example.com".into()], everything).expect("policy");
+        let dial = FakeDial::with(&[("example.com", &nat64[..9])]);
+        let (got, outcome) = exchange(
+            &cat(&[&HELLO, &connect_req(b"example.com", 443)]),
+            true,
+            &p,
+            &dial,
+        );
+        assert_eq!(got, cat(&[&OK, &Reply::HostUnreachable.bytes()]));
+        assert!(matches!(outcome.reason, Reason::NoDialableAddress(_)));
+        assert!(dial.connects().is_empty());
+    }
+
     #[test]
     fn allow_address_opens_a_range_but_never_the_forbidden_ones() {
         let (target, _h) = server(|_s| {});
