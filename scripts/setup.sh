@@ -199,6 +199,19 @@ user() {
         say "made $(runtime_dir)"
         changed=1
     fi
+    # slirp4netns (the egress proxy's network on this kind of host) opens /dev/net/tun as the
+    # service user. udev makes it 0666; a host without udev (a container, a minimal VM) may
+    # have it 0600 or not at all.
+    if [ ! -e /dev/net/tun ]; then
+        install -d -m 0755 /dev/net
+        mknod -m 0666 /dev/net/tun c 10 200
+        say "made /dev/net/tun (0666, as udev makes it)"
+        changed=1
+    elif [ -c /dev/net/tun ] && [ "$(stat -c %a /dev/net/tun)" != 666 ]; then
+        chmod 0666 /dev/net/tun
+        say "made /dev/net/tun usable by every user (0666, as udev makes it)"
+        changed=1
+    fi
     if ! as_user podman info --format '{{.Store.GraphDriverName}} {{.Host.OCIRuntime.Name}}' >/dev/null 2>&1; then
         echo "setup: podman does not work as $SERVICE_USER; try: scripts/as-boxmaker podman info" >&2
         exit 1
