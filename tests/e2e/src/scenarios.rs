@@ -200,6 +200,7 @@ pub fn run(opts: &crate::Opts) -> Result<ExitCode, String> {
             "sandbox-sees-nothing-of-brokerd-s-environment",
             Suite::no_brokerd_environment,
         ),
+        ("no-nested-user-namespaces", Suite::no_nested_userns),
         (
             "crash-while-a-sandbox-starts-is-swept",
             Suite::crash_while_starting,
@@ -1232,6 +1233,22 @@ paths = [ {{ path = "{rw}", write = true }} ]
             !content.contains(CANARY_NAME) && !content.contains(CANARY_VALUE),
             || format!("brokerd's environment is visible in the sandbox: {content:?}"),
         )
+    }
+
+    /// A sandbox cannot make a user namespace of its own (the usual first step of a kernel
+    /// exploit): bwrap by `--disable-userns`, Podman by the service user's seccomp profile.
+    /// The fork and a thread of an ordinary pipeline still work.
+    fn no_nested_userns(&mut self) -> Outcome {
+        let cmd = "busybox unshare -U -r true 2>&1 && echo nested-userns-made; \
+                   busybox unshare -U true 2>&1 && echo nested-userns-made; \
+                   echo a | cat | wc -c; sleep 0 & wait; echo done";
+        let (content, _) = self.result("shell", json!({ "command": cmd }))?;
+        check(!content.contains("nested-userns-made"), || {
+            format!("the sandbox made a user namespace: {content:?}")
+        })?;
+        check(content.contains("2\ndone\n"), || {
+            format!("an ordinary pipeline failed: {content:?}")
+        })
     }
 
     // --- crashes -----------------------------------------------------------------------------
