@@ -162,7 +162,7 @@ as_user() { "$(dirname "$0")/as-boxmaker" "$@"; }
 
 user() {
     need_root
-    local changed=0 uid start conf storage driver_conf profile
+    local changed=0 uid start conf engine storage driver_conf profile
     if ! id "$SERVICE_USER" >/dev/null 2>&1; then
         useradd --system --user-group --home-dir "$SERVICE_HOME" --create-home \
             --shell /usr/sbin/nologin --comment "boxmaker broker" "$SERVICE_USER"
@@ -187,21 +187,22 @@ user() {
     add_subids /etc/subgid "$start" && changed=1
 
     # Every container of the user gets the seccomp profile that denies nested user namespaces
-    # (brokerd's argument lists stay the seed's). Written before the configuration names it.
+    # (brokerd's argument lists stay as specified). Written before the configuration names it.
     profile=$(nouserns_profile) || exit 1
     write_user_file "$SECCOMP_PROFILE" "$profile" && changed=1
     conf="[containers]"
     conf+=$'\n# Podman\'s default seccomp profile with nested user namespaces denied (seccomp-nouserns.jq).'
     conf+=$'\nseccomp_profile = "'"$SECCOMP_PROFILE"'"'
 
-    # Podman's engine settings for this host.
-    conf+=$'\n\n[engine]'
+    # Podman's engine settings for this host, if it needs any.
+    engine=""
     if ! cgroup_v2_only; then
-        conf+=$'\n# This host has a hybrid or v1 cgroup hierarchy: crun fails there, runc works.\nruntime = "runc"'
+        engine+=$'\n# This host has a hybrid or v1 cgroup hierarchy: crun fails there, runc works.\nruntime = "runc"'
     fi
     if ! systemd_is_init; then
-        conf+=$'\n# No systemd: no user session to manage cgroups or take events.\ncgroup_manager = "cgroupfs"\nevents_logger = "file"'
+        engine+=$'\n# No systemd: no user session to manage cgroups or take events.\ncgroup_manager = "cgroupfs"\nevents_logger = "file"'
     fi
+    [ -z "$engine" ] || conf+=$'\n\n[engine]'"$engine"
     write_user_file "$SERVICE_HOME/.config/containers/containers.conf" "$conf" && changed=1
 
     # Storage: overlay, never the slow vfs, where the kernel allows.
