@@ -8,7 +8,8 @@
 # for every hardening option the unit leaves out are written there (the "omitted" tables) and
 # in the generated dist/systemd files. This file adds only what is NixOS's own: the paths, PATH
 # (/run/wrappers/bin and Podman, or bubblewrap), the image loading step, what only one
-# backend needs (Podman, subordinate IDs, the user's manager) and restart triggers.
+# backend needs (Podman, subordinate IDs, the user's manager, the seccomp profile of the
+# user's Podman) and restart triggers.
 {
   config,
   lib,
@@ -159,6 +160,37 @@ let
     export PODMAN=${lib.getExe config.virtualisation.podman.package}
     exec ${pkgs.bash}/bin/bash ${./pkgs/load-image.sh} ${cfg.toolsImage} ${imageIdFile} ${cfg.toolsImageName}
   '';
+
+  # --- the service user's Podman configuration -------------------------------------------------
+  # Every container of the service user gets Podman's default seccomp profile with nested user
+  # namespaces denied (../scripts/seccomp-nouserns.jq, as scripts/setup.sh does on Debian),
+  # named in the user's own containers.conf: brokerd's argument lists stay as specified and the
+  # host's other Podman users keep the default. Podman on NixOS ships no seccomp.json file; it
+  # applies the default compiled into it, whose JSON form its source carries as the vendored
+  # containers common library's pkg/seccomp/seccomp.json.
+  podmanSrc = config.virtualisation.podman.package.src or pkgs.podman.src;
+  seccompProfile = pkgs.runCommand "boxmaker-seccomp-nouserns.json" { nativeBuildInputs = [ pkgs.jq ]; } (
+    (
+      if cfg.podmanSeccompBase != null then
+        ''
+          base=${cfg.podmanSeccompBase}
+        ''
+      else
+        ''
+          base=$(find ${podmanSrc}/vendor -path '*/common/pkg/seccomp/seccomp.json' | sort | head -n 1)
+          if [ -z "$base" ]; then
+            echo "boxmaker: Podman's source (${podmanSrc}) has no vendor/*/common/pkg/seccomp/seccomp.json; set services.boxmaker.podmanSeccompBase to Podman's default seccomp profile" >&2
+            exit 1
+          fi
+        ''
+    )
+    + ''
+      jq -f ${../scripts/seccomp-nouserns.jq} "$base" >$out
+    ''
+  );
+  podmanContainersConf = tomlFormat.generate "boxmaker-containers.conf" {
+    containers.seccomp_profile = "${seccompProfile}";
+  };
 
   # --- option types ---------------------------------------------------------------------------
   grantType = types.submodule {
@@ -516,6 +548,18 @@ in
       };
     };
 
+    podmanSeccompBase = mkOption {
+      type = types.nullOr types.path;
+      default = null;
+      example = literalExpression ''"''${pkgs.podman.src}/vendor/go.podman.io/common/pkg/seccomp/seccomp.json"'';
+      description = ''
+        The seccomp profile (Podman's seccomp.json format) from which the service user's
+        profile is derived: the same with nested user namespaces denied. null takes the default
+        Podman compiles in, from the seccomp.json in its own source
+        (virtualisation.podman.package.src). Podman backend only.
+      '';
+    };
+
     toolsImageName = mkOption {
       type = types.str;
       default = "boxmaker-tools";
@@ -707,7 +751,21 @@ in
     virtualisation.podman.enable = mkIf (!isBwrap) true;
     # bwrap too, for the runbook's checks as the service user (the unit has it on its PATH).
     environment.systemPackages = [ cfg.package ] ++ lib.optional isBwrap pkgs.bubblewrap;
-    environment.etc."boxmaker/brokerd.toml".source = configFile;
+    environment.etc = {
+      "boxmaker/brokerd.toml".source = configFile;
+    }
+    // lib.optionalAttrs (!isBwrap) {
+      # The service user's Podman configuration and the profile it names, where an operator
+      # finds them; the user's own containers.conf links here.
+      "boxmaker/containers.conf".source = podmanContainersConf;
+      "boxmaker/seccomp-nouserns.json".source = seccompProfile;
+    };
+    # The link, made at boot and on every switch, replacing whatever the user had there.
+    systemd.tmpfiles.rules = lib.optionals (!isBwrap) [
+      "d ${cfg.home}/.config 0700 ${cfg.user} ${cfg.group} -"
+      "d ${cfg.home}/.config/containers 0700 ${cfg.user} ${cfg.group} -"
+      "L+ ${cfg.home}/.config/containers/containers.conf - - - - /etc/boxmaker/containers.conf"
+    ];
 
     systemd.sockets.boxmaker = {
       unitConfig = fillSection units.socket.Unit;

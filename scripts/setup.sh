@@ -5,8 +5,9 @@
 #   scripts/setup.sh toolchain   Rust's musl target (the toolkit is static) and build packages
 #   scripts/setup.sh packages    what brokerd and the tools image need at run time
 #   scripts/setup.sh user        the service user `boxmaker` for rootless Podman: home,
-#                                subordinate IDs, its Podman configuration, lingering, a runtime
-#                                directory
+#                                subordinate IDs, its Podman configuration (with a seccomp
+#                                profile that denies nested user namespaces), lingering, a
+#                                runtime directory
 #   scripts/setup.sh all         toolchain, packages, user
 #   scripts/setup.sh undo        remove the service user with its files (its containers and
 #                                images go with it) and what `toolchain` added; the packages
@@ -18,11 +19,15 @@ set -euo pipefail
 BUILD_PACKAGES=(build-essential musl-tools pkg-config binutils bubblewrap busybox-static)
 # What brokerd, rootless Podman on this kind of host and the no-Nix tools image need.
 # containernetworking-plugins: without it (or netavark) podman's dependencies do not configure.
+# jq derives the service user's seccomp profile from Podman's default (seccomp-nouserns.jq).
 RUN_PACKAGES=(podman uidmap slirp4netns runc containernetworking-plugins fuse-overlayfs
-    busybox-static curl iproute2 ca-certificates)
+    busybox-static curl iproute2 ca-certificates jq)
 
 SERVICE_USER=boxmaker
 SERVICE_HOME=/var/lib/boxmaker
+# The service user's seccomp profile: Podman's default with nested user namespaces denied.
+SECCOMP_PROFILE=$SERVICE_HOME/.config/containers/seccomp-nouserns.json
+SECCOMP_FILTER=$(dirname "$0")/seccomp-nouserns.jq
 # Subordinate IDs for the user's containers (the whole 16-bit range a container may use).
 SUBID_COUNT=65536
 
@@ -127,12 +132,37 @@ native_overlay_works() {
     return $rc
 }
 
+# The seccomp profile Podman applies by default on this host: the administrator's override if
+# there is one, else the distribution's (golang-github-containers-common, a dependency of podman).
+default_seccomp_profile() {
+    local f
+    for f in /etc/containers/seccomp.json /usr/share/containers/seccomp.json; do
+        if [ -f "$f" ]; then
+            echo "$f"
+            return 0
+        fi
+    done
+    echo "setup: no default seccomp profile (/etc/containers/seccomp.json or /usr/share/containers/seccomp.json); install podman" >&2
+    return 1
+}
+
+# That profile with nested user namespaces denied (seccomp-nouserns.jq says how).
+nouserns_profile() {
+    local base
+    if ! command -v jq >/dev/null 2>&1; then
+        echo "setup: jq is missing; run scripts/setup.sh packages" >&2
+        return 1
+    fi
+    base=$(default_seccomp_profile) || return 1
+    jq -f "$SECCOMP_FILTER" "$base"
+}
+
 # Every command of the service user's Podman, from root: scripts/as-boxmaker.
 as_user() { "$(dirname "$0")/as-boxmaker" "$@"; }
 
 user() {
     need_root
-    local changed=0 uid start conf storage driver_conf
+    local changed=0 uid start conf engine storage driver_conf profile
     if ! id "$SERVICE_USER" >/dev/null 2>&1; then
         useradd --system --user-group --home-dir "$SERVICE_HOME" --create-home \
             --shell /usr/sbin/nologin --comment "boxmaker broker" "$SERVICE_USER"
@@ -156,14 +186,23 @@ user() {
     add_subids /etc/subuid "$start" && changed=1
     add_subids /etc/subgid "$start" && changed=1
 
-    # Podman's engine settings for this host.
-    conf="[engine]"
+    # Every container of the user gets the seccomp profile that denies nested user namespaces
+    # (brokerd's argument lists stay as specified). Written before the configuration names it.
+    profile=$(nouserns_profile) || exit 1
+    write_user_file "$SECCOMP_PROFILE" "$profile" && changed=1
+    conf="[containers]"
+    conf+=$'\n# Podman\'s default seccomp profile with nested user namespaces denied (seccomp-nouserns.jq).'
+    conf+=$'\nseccomp_profile = "'"$SECCOMP_PROFILE"'"'
+
+    # Podman's engine settings for this host, if it needs any.
+    engine=""
     if ! cgroup_v2_only; then
-        conf+=$'\n# This host has a hybrid or v1 cgroup hierarchy: crun fails there, runc works.\nruntime = "runc"'
+        engine+=$'\n# This host has a hybrid or v1 cgroup hierarchy: crun fails there, runc works.\nruntime = "runc"'
     fi
     if ! systemd_is_init; then
-        conf+=$'\n# No systemd: no user session to manage cgroups or take events.\ncgroup_manager = "cgroupfs"\nevents_logger = "file"'
+        engine+=$'\n# No systemd: no user session to manage cgroups or take events.\ncgroup_manager = "cgroupfs"\nevents_logger = "file"'
     fi
+    [ -z "$engine" ] || conf+=$'\n\n[engine]'"$engine"
     write_user_file "$SERVICE_HOME/.config/containers/containers.conf" "$conf" && changed=1
 
     # Storage: overlay, never the slow vfs, where the kernel allows.
@@ -217,7 +256,7 @@ user() {
         exit 1
     fi
     [ "$changed" = 1 ] || say "user: nothing to change"
-    say "$SERVICE_USER's podman: $(as_user podman info --format 'storage {{.Store.GraphDriverName}}, runtime {{.Host.OCIRuntime.Name}}, cgroups {{.Host.CgroupsVersion}}')"
+    say "$SERVICE_USER's podman: $(as_user podman info --format 'storage {{.Store.GraphDriverName}}, runtime {{.Host.OCIRuntime.Name}}, cgroups {{.Host.CgroupsVersion}}, seccomp profile {{.Host.Security.SECCOMPProfilePath}}')"
 }
 
 undo_user() {

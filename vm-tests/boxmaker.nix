@@ -1,7 +1,8 @@
 # A straylight-like host running services.boxmaker with the limits enforced (the VM has cgroup
 # v2 and the module's lingering user), checked for what is the module's own: the socket's owner
 # and mode, activation on the first connection as the service user, a preflight that read its
-# limits back, the pinned image, and no container left after a stop. Then the end-to-end
+# limits back, the pinned image, nested user namespaces denied in a sandbox (the seccomp profile
+# of the user's Podman), and no container left after a stop. Then the end-to-end
 # scenario suite (network denial, tailnet refusal, redirect refusal, limits, container
 # clean-up, crashes) runs on this host exactly as CI runs it, through vm-tests/e2e.nix: in a
 # network namespace of its own with the suite's own test hosts, so no second node is needed.
@@ -135,6 +136,23 @@ in
         got = as_boxmaker(f"podman image inspect --format '{{{{.Id}}}}' {want.removeprefix('sha256:')}").strip()
         assert "sha256:" + got.removeprefix("sha256:") == want, (got, want)
         host.succeed(f"grep -qx 'image = \"{want}\"' /etc/boxmaker/brokerd.toml")
+
+    with subtest("a sandbox cannot make a nested user namespace, and boxctl doctor says so"):
+        security = json.loads(as_boxmaker("podman info --format json"))["host"]["security"]
+        assert security["seccompProfilePath"].endswith("-boxmaker-seccomp-nouserns.json"), security
+        uid = host.succeed("id -u boxmaker").strip()
+        rc, out = host.execute(
+            f"runuser -u boxmaker -- env XDG_RUNTIME_DIR=/run/user/{uid} "
+            "podman run --rm --network=none --read-only --cap-drop=all "
+            "--security-opt=no-new-privileges --userns=keep-id "
+            f"{want} /bin/busybox unshare -U -r true </dev/null 2>&1"
+        )
+        assert rc != 0 and "Operation not permitted" in out, (rc, out)
+        _, doctor = host.execute(
+            f"runuser -u boxmaker -- env XDG_RUNTIME_DIR=/run/user/{uid} "
+            "boxctl --config /etc/boxmaker/brokerd.toml doctor </dev/null 2>&1"
+        )
+        assert "ok    nested user namespaces: denied" in doctor, doctor
 
     with subtest("stopping the service leaves no container"):
         # The socket too: the suite's own brokerd must be the service user's only one.

@@ -184,6 +184,7 @@ def to_toml(settings):
 CONFIGS = {
     "minimal": ("podman", None),
     "full": ("podman", None),
+    "seccompBase": ("podman", None),
     "bwrap": ("bwrap", "delegated"),
     "bwrapScope": ("bwrap", "systemd-scope"),
 }
@@ -251,6 +252,20 @@ def module(eval_json, brokerd=None):
             check("bwrap" not in c["settings"], f"module/{name}: no [bwrap] table")
             check(any(t.endswith("-callPackage-tools-image.nix") for t in c["service"]["restartTriggers"]),
                   f"module/{name}: a new image restarts brokerd")
+            # The service user's Podman: its containers.conf names the derived seccomp profile.
+            conf, profile, home = c["podmanConf"], c["seccompProfilePath"], u["home"]
+            check(profile.endswith("-boxmaker-seccomp-nouserns.json")
+                  and json.loads(conf.get("boxmaker/containers.conf") or "null")
+                  == {"containers": {"seccomp_profile": profile}},
+                  f"module/{name}: /etc/boxmaker/containers.conf names the profile ({conf}, {profile})")
+            script = conf.get("boxmaker/seccomp-nouserns.json") or ""
+            check(re.search(r'jq -f /nix/store/[^ ]+-seccomp-nouserns\.jq "\$base" >\$out', script) is not None,
+                  f"module/{name}: the profile is scripts/seccomp-nouserns.jq over the base ({script!r})")
+            check(c["tmpfiles"] == [
+                f"d {home}/.config 0700 boxmaker boxmaker -",
+                f"d {home}/.config/containers 0700 boxmaker boxmaker -",
+                f"L+ {home}/.config/containers/containers.conf - - - - /etc/boxmaker/containers.conf",
+            ], f"module/{name}: the user's containers.conf links to /etc/boxmaker/containers.conf ({c['tmpfiles']})")
         else:
             check(not any("load-image" in x for x in pre), f"module/{name}: no image loading")
             check(len(path) == 1 and path[0].endswith("-bubblewrap"),
@@ -267,6 +282,8 @@ def module(eval_json, brokerd=None):
             check(len(c["service"]["restartTriggers"]) == 1,
                   f"module/{name}: only the config restarts brokerd (it names the tools root)")
             check("image-id" not in c["configScript"], f"module/{name}: no image ID computed")
+            check(c["podmanConf"] == {} and c["tmpfiles"] == [],
+                  f"module/{name}: no Podman configuration for the service user")
     check(r["minimal"]["settings"]["runner"]["image"] == PLACEHOLDER,
           "module/minimal: the image ID is filled in at build time")
     check(r["full"]["user"]["subUidRanges"] == [{"startUid": 200000, "count": 65536}],
@@ -277,6 +294,11 @@ def module(eval_json, brokerd=None):
           "module/bwrap: the tools root defaults to the tools image's .root")
     check(r["bwrapScope"]["settings"]["bwrap"]["tools_root"] == "/var/lib/boxmaker/tools-root",
           "module/bwrapScope: an operator's tools root")
+    check("find /nix/store/00000000000000000000000000000000-podman-src/vendor -path '*/common/pkg/seccomp/seccomp.json'"
+          in r["minimal"]["podmanConf"]["boxmaker/seccomp-nouserns.json"],
+          "module/minimal: the base profile is the one in Podman's own source")
+    check("base=/etc/containers/seccomp.json\n" in r["seccompBase"]["podmanConf"]["boxmaker/seccomp-nouserns.json"],
+          "module/seccompBase: an operator's base profile")
     check(r["disabled"] == {"failedAssertions": [], "services": []}, "module/disabled: nothing")
     for name, b in r["bad"].items():
         check(any(b["expect"] in m for m in b["failed"]),

@@ -39,6 +39,7 @@ let
     coreutils = fakeDrv "coreutils" { };
     gzip = fakeDrv "gzip" { };
     zstd = fakeDrv "zstd" { };
+    jq = fakeDrv "jq" { };
     bubblewrap = fakeDrv "bubblewrap" { meta.mainProgram = "bwrap"; };
     writeText = name: text: fakeDrv name { inherit text; };
     writeShellScript = name: text: fakeDrv name { inherit text; };
@@ -145,7 +146,10 @@ let
         };
         virtualisation.podman.package = mkOption {
           type = types.package;
-          default = fakeDrv "podman" { meta.mainProgram = "podman"; };
+          default = fakeDrv "podman" {
+            meta.mainProgram = "podman";
+            src = fakeDrv "podman-src" { };
+          };
         };
         environment.systemPackages = mkOption {
           type = types.listOf types.package;
@@ -154,6 +158,10 @@ let
         environment.etc = mkOption {
           default = { };
           type = types.attrsOf (types.submodule { options.source = mkOption { type = types.path; }; });
+        };
+        systemd.tmpfiles.rules = mkOption {
+          type = types.listOf types.str;
+          default = [ ];
         };
         systemd.sockets = mkOption {
           default = { };
@@ -254,6 +262,17 @@ let
       configScript = toml.script;
       settings = toml.settings;
       sandboxSettings = toml.sandboxSettings;
+      etc = lib.attrNames config.environment.etc;
+      tmpfiles = config.systemd.tmpfiles.rules;
+      # The service user's Podman configuration (Podman backend): what containers.conf holds,
+      # and the profile it names with the script that derives it.
+      podmanConf = lib.mapAttrs (_: e: e.source.json or e.source.script or null) (
+        lib.filterAttrs (n: _: lib.elem n [
+          "boxmaker/containers.conf"
+          "boxmaker/seccomp-nouserns.json"
+        ]) config.environment.etc
+      );
+      seccompProfilePath = toString (config.environment.etc."boxmaker/seccomp-nouserns.json".source or "");
     };
 
   minimal = {
@@ -312,6 +331,12 @@ let
       ];
       allowAddresses = [ "192.168.1.0/24" ];
     };
+  };
+
+  # Podman with a base seccomp profile of the operator's.
+  seccompBase = {
+    enable = true;
+    podmanSeccompBase = "/etc/containers/seccomp.json";
   };
 
   # The bwrap backend with every default: the tools image's .root, cgroup = "delegated".
@@ -548,6 +573,7 @@ in
 {
   minimal = summary (eval minimal);
   full = summary (eval full);
+  seccompBase = summary (eval seccompBase);
   bwrap = summary (eval bwrap);
   bwrapScope = summary (eval bwrapScope);
   disabled = {

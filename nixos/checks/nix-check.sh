@@ -10,8 +10,8 @@
 #   5. with NIXPKGS_LIB=/path/to/nixpkgs/lib (or a checkout holding lib/, or its git
 #      directory): flake.nix's output names, and nixos/module.nix through lib.evalModules
 #      against stubs of the NixOS options it touches (a minimal and a full Podman
-#      configuration, bwrap with cgroup = "delegated" and with "systemd-scope", and bad ones
-#      that must fail); with a brokerd binary (BROKERD, or target/{debug,release}/brokerd) the
+#      configuration, one with its own base seccomp profile, bwrap with cgroup = "delegated"
+#      and with "systemd-scope", and bad ones that must fail); with a brokerd binary (BROKERD, or target/{debug,release}/brokerd) the
 #      configs the module checks at build time go through `brokerd check-config`
 set -euo pipefail
 cd "$(dirname "$0")/../.."

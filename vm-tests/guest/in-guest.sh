@@ -4,7 +4,9 @@
 # or `skip NAME: why` per check and `N passed, M failed` last, on the serial console and into
 # results/checks.log on the payload disk, which run.sh reads back.
 #
-# What it proves, on a systemd host with cgroup v2: brokerd is started by its socket
+# What it proves, on a systemd host with cgroup v2: the service user's Podman configuration as
+# scripts/setup.sh writes it denies nested user namespaces in a sandbox (and doctor says so);
+# brokerd is started by its socket
 # on the first connection, as the service user, and reaches READY with enforce_limits = true;
 # the limits hold (a fork loop meets --pids-limit, a memory hog is OOM-killed); stopping the
 # service leaves no container; a crash (SIGKILL) during a call and the restart that follows
@@ -96,6 +98,19 @@ else
     fail rootless-podman "podman info says '$info', delegated controllers '$controllers'"
 fi
 
+# --- the service user's Podman configuration, as scripts/setup.sh writes it on any host -----------
+# The image made the user; setup.sh adds what it adds everywhere: the seccomp profile that denies
+# nested user namespaces (scripts/seccomp-nouserns.jq over Debian's default) and its containers.conf.
+setup=$PAYLOAD/src/scripts/setup.sh
+conf=$SVC_HOME/.config/containers/containers.conf
+profile=$SVC_HOME/.config/containers/seccomp-nouserns.json
+if msg=$(bash "$setup" user 2>&1) && grep -qx "seccomp_profile = \"$profile\"" "$conf" && [ -s "$profile" ]; then
+    ok setup-user "$(grep -c '^setup: wrote' <<<"$msg") files written; $(tail -n 1 <<<"$msg")"
+else
+    fail setup-user "scripts/setup.sh user: $msg"
+fi
+note "$(cat "$conf" 2>&1)"
+
 # --- the tools image, made in the guest by the project's builder --------------------------------
 t=$(date +%s)
 builder=$PAYLOAD/src/images/build-tools-image.sh
@@ -106,6 +121,25 @@ else
     fail tools-image "images/build-tools-image.sh printed '$image_id'"
     note "$(tail -n 20 "$RESULTS/tools-image.err")"
     finish
+fi
+
+# --- nested user namespaces: refused in a sandbox by the user's profile --------------------------
+# The options of brokerd's tool containers (crates/brokerd/tests/fixtures/podman/), with busybox
+# asking for a user namespace mapped to root; then the same with Debian's default profile named
+# explicitly, which must allow it, so the refusal is the profile's and not the kernel's.
+userns_probe() {
+    as_svc podman run --rm -i --name="boxmaker-guest-userns-$1" --label=boxmaker=tool --network=none \
+        --read-only --cap-drop=all --security-opt=no-new-privileges --userns=keep-id \
+        --pids-limit="$PIDS" --memory="$MEMORY" --tmpfs=/tmp:rw,size=64m,mode=1777 "${@:2}" \
+        "$image_id" /bin/busybox sh -c 'busybox unshare -U -r true; echo "unshare exit $?"' </dev/null 2>&1
+}
+denied=$(userns_probe profile)
+allowed=$(userns_probe default --security-opt=seccomp=/usr/share/containers/seccomp.json)
+if grep -q 'unshare(0x10000000): Operation not permitted' <<<"$denied" && grep -qx 'unshare exit 1' <<<"$denied" &&
+    grep -qx 'unshare exit 0' <<<"$allowed"; then
+    ok podman-nested-userns "$(grep -m1 'unshare(' <<<"$denied"); with Debian's default profile: $(grep -m1 'unshare exit' <<<"$allowed")"
+else
+    fail podman-nested-userns "with the user's profile: '$denied'; with Debian's default: '$allowed'"
 fi
 
 # --- the units ----------------------------------------------------------------------------------
@@ -217,6 +251,11 @@ else
     fail doctor "boxctl doctor found problems"
 fi
 note "$msg"
+if line=$(grep -m1 '^ok    nested user namespaces: denied' <<<"$msg"); then
+    ok doctor-nested-userns "${line#ok    nested user namespaces: }"
+else
+    fail doctor-nested-userns "doctor said: $(grep -m1 'nested user namespaces' <<<"$msg")"
+fi
 
 # --- socket activation and READY ----------------------------------------------------------------
 systemctl daemon-reload

@@ -11,8 +11,8 @@
 #   2. the guest's root image: build-image.sh, cached under $CACHE_DIR/<key> where the key hashes
 #      build-image.sh, the kernel and the mirror (--no-cache builds a fresh one in the work
 #      directory and leaves the cache alone);
-#   3. the payload disk, made anew each run: this build's binaries, the tools image builder, the
-#      units, in-guest.sh; the guest writes its results and journal back onto it;
+#   3. the payload disk, made anew each run: this build's binaries, the tools image builder,
+#      setup.sh, the units, in-guest.sh; the guest writes its results and journal back onto it;
 #   4. QEMU (KVM only when the CPU has vmx/svm and a probe boot works; TCG otherwise), the root
 #      image with snapshot=on so it stays clean;
 #   5. the results: each `ok`/`FAIL`/`skip` line, the timings, exit 0 only when all passed.
@@ -34,6 +34,9 @@ E2E_RUN=${E2E_RUN:-$REPO/tests/e2e/in-netns.sh}
 TOOLS_IMAGE_BUILDER=${TOOLS_IMAGE_BUILDER:-$REPO/images/build-tools-image.sh}
 # The files that builder calls (it finds them as ../scripts/ from itself).
 TOOLS_IMAGE_HELPERS=("$REPO/scripts/static-check.sh" "$REPO/scripts/as-boxmaker")
+# The service user's Podman configuration as on any Debian host (its seccomp profile denies
+# nested user namespaces): setup.sh's `user` step and the filter it applies, beside as-boxmaker.
+SETUP_SCRIPTS=("$REPO/scripts/setup.sh" "$REPO/scripts/seccomp-nouserns.jq")
 # The socket and service units; the guest falls back to in-guest stand-ins when absent.
 UNITS_DIR=${UNITS_DIR:-$REPO/dist/systemd}
 
@@ -139,7 +142,7 @@ mkdir -p "$p/bin" "$p/src/images" "$p/src/scripts" "$p/src/tests/e2e" "$p/units"
 install -m 0755 "$BROKERD" "$BOXCTL" "$TOOLKIT" "$p/bin/"
 install -m 0755 "$HERE/in-guest.sh" "$p/in-guest.sh"
 install -m 0755 "$TOOLS_IMAGE_BUILDER" "$p/src/images/"
-for f in "${TOOLS_IMAGE_HELPERS[@]}"; do
+for f in "${TOOLS_IMAGE_HELPERS[@]}" "${SETUP_SCRIPTS[@]}"; do
     install -m 0755 "$f" "$p/src/scripts/"
 done
 if [ -d "$UNITS_DIR" ] && ls "$UNITS_DIR"/*.socket >/dev/null 2>&1; then

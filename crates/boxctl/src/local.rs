@@ -1,21 +1,31 @@
 //! The local commands: `doctor`, `ps`, `gc` (run as the service user) and `audit verify`.
 //!
 //! `doctor` checks what a call needs, one line each, and says what to do about every failure.
+//! On Podman it also starts one real sandbox, to see that it cannot make a user namespace.
 //! Exit codes: 0 when everything is in order, 2 when a check failed, 3 for bad usage.
 
-use std::io::Read;
+use std::ffi::OsStr;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use brokerd::config::{self, Backend, Config};
 use brokerd::runner::podman::PodmanRuntime;
-use brokerd::runner::Runner;
+use brokerd::runner::{RunSpec, Runner};
+use proto::tools::ToolName;
 
 /// Where the service's config lives unless `--config` says otherwise.
 pub const DEFAULT_CONFIG: &str = "/etc/boxmaker/brokerd.toml";
 /// How long one podman query may take.
 const PODMAN_TIMEOUT: Duration = Duration::from_secs(30);
+/// What the nested user namespace probe runs in a sandbox: busybox's unshare asks the kernel
+/// for a user namespace mapped to root, as an exploit's first step would.
+const USERNS_PROBE: &str = "busybox unshare -U -r true";
+/// How long the probe's container may take to start and finish (slow or emulated hosts).
+const PROBE_TIMEOUT: Duration = Duration::from_secs(120);
+/// Where an operator reads how the service user's Podman denies nested user namespaces.
+const USERNS_RUNBOOK: &str = "runbook/runner.md#nested-userns";
 
 pub fn run(command: &str, config: Option<&Path>) -> Result<u8, String> {
     let path = config
@@ -32,17 +42,44 @@ pub fn run(command: &str, config: Option<&Path>) -> Result<u8, String> {
 
 /// The output of a podman query, bounded in time.
 fn podman(cfg: &Config, args: &[&str]) -> Result<String, String> {
+    podman_with(cfg, args, None, PODMAN_TIMEOUT)
+}
+
+/// The output of `podman ARGS` when it exits 0 within `limit`, with `input` written to its
+/// standard input and then closed (none: an empty standard input).
+fn podman_with<A: AsRef<OsStr>>(
+    cfg: &Config,
+    args: &[A],
+    input: Option<Vec<u8>>,
+    limit: Duration,
+) -> Result<String, String> {
     let program = cfg
         .runner
         .as_ref()
         .map_or_else(|| PathBuf::from("podman"), |r| r.podman.clone());
+    let shown = || {
+        args.iter()
+            .map(|a| a.as_ref().to_string_lossy())
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
     let mut child = Command::new(&program)
         .args(args)
-        .stdin(Stdio::null())
+        .stdin(if input.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .map_err(|e| format!("{} cannot be started: {e}", program.display()))?;
+    if let (Some(mut stdin), Some(input)) = (child.stdin.take(), input) {
+        // From a thread, as brokerd does: a container that never reads must not block doctor.
+        std::thread::spawn(move || {
+            let _ = stdin.write_all(&input);
+        });
+    }
     let mut out = child.stdout.take();
     let mut err = child.stderr.take();
     let reader = std::thread::spawn(move || {
@@ -56,7 +93,7 @@ fn podman(cfg: &Config, args: &[&str]) -> Result<String, String> {
         }
         (o, e)
     });
-    let deadline = Instant::now() + PODMAN_TIMEOUT;
+    let deadline = Instant::now() + limit;
     let status = loop {
         match child.try_wait() {
             Ok(Some(s)) => break s,
@@ -66,8 +103,8 @@ fn podman(cfg: &Config, args: &[&str]) -> Result<String, String> {
                 let _ = child.wait();
                 return Err(format!(
                     "podman {} did not answer within {}s",
-                    args.join(" "),
-                    PODMAN_TIMEOUT.as_secs()
+                    shown(),
+                    limit.as_secs()
                 ));
             }
             Err(e) => return Err(e.to_string()),
@@ -79,7 +116,7 @@ fn podman(cfg: &Config, args: &[&str]) -> Result<String, String> {
     } else {
         Err(format!(
             "podman {} exited with {status}: {}",
-            args.join(" "),
+            shown(),
             e.trim()
         ))
     }
@@ -161,6 +198,7 @@ fn doctor(cfg: &Config) -> u8 {
             .map(|id| format!("{} present", id.trim()))
             .map_err(|e| format!("{e}; load the tools image and pin its ID in runner.image")),
     );
+    r.check("nested user namespaces", nested_userns(cfg, rc));
     let user = current_user();
     r.check("subordinate IDs", subordinate_ids(&user));
     if rc.egress_network == "pasta" {
@@ -292,6 +330,80 @@ fn doctor_bwrap(cfg: &Config, rc: &config::RunnerConfig, mut r: Report) -> u8 {
     }
 }
 
+/// What a sandbox's attempt to make a user namespace came to, read from the probe's output
+/// (toolkit shell's: what the command printed, then `[exit N]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Userns {
+    /// The kernel refused it; busybox's line saying so.
+    Denied(String),
+    /// It worked: a sandbox can make user namespaces.
+    Allowed,
+    /// The probe did not get as far as asking (no busybox, no unshare applet): what it printed.
+    Unknown(String),
+}
+
+impl Userns {
+    fn read(output: &str) -> Userns {
+        let (printed, status) = output.rsplit_once("\n[").unwrap_or((output, ""));
+        if status == "exit 0]" {
+            return Userns::Allowed;
+        }
+        // busybox: "unshare: unshare(0x10000000): Operation not permitted"
+        match printed.lines().find(|l| l.contains("unshare(0x")) {
+            Some(line) => Userns::Denied(line.trim().to_string()),
+            None => Userns::Unknown(output.trim().chars().take(300).collect()),
+        }
+    }
+}
+
+/// Whether a Podman sandbox can make a user namespace: a real container of the configured
+/// image, started with brokerd's own argument list for a shell call, runs [`USERNS_PROBE`].
+/// The denial comes from the seccomp profile in the service user's containers.conf.
+fn nested_userns(cfg: &Config, rc: &config::RunnerConfig) -> Result<String, String> {
+    let profile = podman(cfg, &["info", "--format", "json"])
+        .ok()
+        .and_then(|j| serde_json::from_str::<serde_json::Value>(&j).ok())
+        .and_then(|v| {
+            v.pointer("/host/security/seccompProfilePath")
+                .and_then(|p| p.as_str())
+                .map(str::to_string)
+        })
+        .filter(|p| !p.is_empty())
+        .unwrap_or_else(|| "none named".into());
+    let spec = RunSpec {
+        session: "doctor".into(),
+        call: "userns".into(),
+        tool: ToolName::Shell,
+        input: serde_json::json!({ "command": USERNS_PROBE })
+            .to_string()
+            .into_bytes(),
+        mounts: Vec::new(),
+        egress: None,
+        timeout: PROBE_TIMEOUT,
+    };
+    let name = format!("boxmaker-doctor-{}", std::process::id());
+    let args = PodmanRuntime::new(rc).tool_args(&spec, &name);
+    let output = podman_with(cfg, &args, Some(spec.input.clone()), PROBE_TIMEOUT);
+    if output.is_err() {
+        // A container left behind by a time-out; `--rm` removes it otherwise.
+        let _ = podman(cfg, &["rm", "-f", &name]);
+    }
+    match output.map(|o| Userns::read(&o)) {
+        Ok(Userns::Denied(line)) => Ok(format!(
+            "denied in the sandbox ({line}); seccomp profile {profile}"
+        )),
+        Ok(Userns::Allowed) => Err(format!(
+            "ALLOWED: `{USERNS_PROBE}` made a user namespace inside a sandbox (seccomp profile {profile}); set seccomp_profile in the service user's ~/.config/containers/containers.conf to a profile that refuses CLONE_NEWUSER (scripts/setup.sh user writes one, the NixOS module sets one); see {USERNS_RUNBOOK}"
+        )),
+        Ok(Userns::Unknown(printed)) => Err(format!(
+            "could not tell: `{USERNS_PROBE}` in the sandbox printed {printed:?}; the tools image needs busybox with its unshare applet; see {USERNS_RUNBOOK}"
+        )),
+        Err(e) => Err(format!(
+            "could not tell: the probe sandbox did not run: {e}; see {USERNS_RUNBOOK}"
+        )),
+    }
+}
+
 fn current_user() -> String {
     // SAFETY: getuid has no preconditions.
     let uid = unsafe { libc::getuid() };
@@ -411,6 +523,45 @@ pub fn audit_verify(path: &Path) -> u8 {
                 brokerd::audit::VerifyError::Read { .. } => 3,
                 _ => 1,
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Userns;
+
+    #[test]
+    fn the_probe_output_reads_as_the_kernel_answered() {
+        let denied = "unshare: unshare(0x10000000): Operation not permitted";
+        let cases = [
+            // (what toolkit shell printed, what doctor reads)
+            (
+                format!("{denied}\n\n[exit 1]"),
+                Userns::Denied(denied.into()),
+            ),
+            (
+                "unshare: unshare(0x10000000): No space left on device\n[exit 1]".into(),
+                Userns::Denied("unshare: unshare(0x10000000): No space left on device".into()),
+            ),
+            ("\n[exit 0]".into(), Userns::Allowed),
+            ("some noise\n[exit 0]".into(), Userns::Allowed),
+            (
+                "unshare: applet not found\n[exit 127]".into(),
+                Userns::Unknown("unshare: applet not found\n[exit 127]".into()),
+            ),
+            (
+                "sh: busybox: not found\n[exit 127]".into(),
+                Userns::Unknown("sh: busybox: not found\n[exit 127]".into()),
+            ),
+            ("".into(), Userns::Unknown("".into())),
+            (
+                format!("{denied}\n[killed by signal 9]"),
+                Userns::Denied(denied.into()),
+            ),
+        ];
+        for (output, expected) in cases {
+            assert_eq!(Userns::read(&output), expected, "{output:?}");
         }
     }
 }
