@@ -206,6 +206,8 @@ pub enum Problem {
     GrantName(String),
     #[error("is accepted only with runner.backend = \"bwrap\"")]
     BwrapUnused,
+    #[error("{0} directories are more than the {max} a sandbox mounts", max = crate::runner::mounts::MAX_MOUNTS)]
+    TooManyPaths(usize),
     #[error("{0}")]
     Nested(Box<Nested>),
     #[error("{0}")]
@@ -821,6 +823,10 @@ impl Checker<'_> {
             tools.push(tool);
         }
 
+        if g.paths.len() > crate::runner::mounts::MAX_MOUNTS {
+            let span = g.paths.first().map(|p| p.path.span());
+            return self.err(span, &key("paths"), Problem::TooManyPaths(g.paths.len()));
+        }
         let mut paths = Vec::new();
         for p in &g.paths {
             let span = Some(p.path.span());
@@ -1209,6 +1215,20 @@ tools = ["read_file"]
             });
             assert_eq!(got, want, "{text}");
         }
+        // More directories than a sandbox mounts by descriptor.
+        let many: Vec<String> = (0..=crate::runner::mounts::MAX_MOUNTS)
+            .map(|_| format!("{{ path = \"{d}/q\" }}"))
+            .collect();
+        let text = format!(
+            "[grants.a]\ntools = [\"shell\"]\npaths = [ {} ]\n",
+            many.join(", ")
+        );
+        let e = parse(&text, "c.toml").expect_err("too many").to_string();
+        assert!(
+            e.ends_with("grants.a.paths: 55 directories are more than the 54 a sandbox mounts"),
+            "{e}"
+        );
+
         // The config file itself, once the audit log is elsewhere.
         let text = format!("[broker]\naudit_log = \"{d}/q/audit.jsonl\"\n[grants.a]\ntools = [\"shell\"]\npaths = [ {{ path = \"{d}/state\" }} ]\n");
         std::fs::write(&config, &text).expect("write");
