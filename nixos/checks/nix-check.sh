@@ -51,6 +51,11 @@ python3 nixos/checks/check.py units
 python3 nixos/checks/check.py scripts
 
 # 5
+# Without NIXPKGS_LIB: the copy of nixpkgs' lib beside the repository, where there is one.
+if [ -z "${NIXPKGS_LIB:-}" ] && [ -f ../shared/nixpkgs-lib/lib/default.nix ]; then
+    NIXPKGS_LIB=$(cd ../shared/nixpkgs-lib && pwd)
+    say "NIXPKGS_LIB is unset: evaluating against $NIXPKGS_LIB ($(tr '\n' ' ' <"$NIXPKGS_LIB/SOURCE.md" 2>/dev/null | grep -o 'commit [0-9a-f]\{40\}' || echo 'no SOURCE.md'))"
+fi
 if [ -z "${NIXPKGS_LIB:-}" ]; then
     say "SKIPPED the flake outputs and the module evaluation: set NIXPKGS_LIB to nixpkgs' lib/ directory, a checkout holding it (NixOS/nixpkgs, nix-community/nixpkgs.lib) or its git directory, to run them"
     exit 0

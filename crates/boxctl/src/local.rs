@@ -211,6 +211,9 @@ fn doctor(cfg: &Config) -> u8 {
     } else {
         r.check("egress network", Ok(rc.egress_network.clone()));
     }
+    if rc.egress_network == "slirp4netns" {
+        r.check("/dev/net/tun", tun_usable());
+    }
     r.check(
         "poisoned",
         Ok("only a running brokerd knows; see `boxctl status`".into()),
@@ -432,6 +435,21 @@ fn subordinate_ids(user: &str) -> Result<String, String> {
         Err(format!(
             "{user} needs ranges in /etc/subuid and /etc/subgid (usermod --add-subuids 100000-165535 --add-subgids 100000-165535 {user}), then podman system migrate"
         ))
+    }
+}
+
+/// slirp4netns opens /dev/net/tun as the service user; udev makes it 0666, a host without udev
+/// may not (runbook/runner.md#dev-net-tun).
+fn tun_usable() -> Result<String, String> {
+    match std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/net/tun")
+    {
+        Ok(_) => Ok("this user can open it".into()),
+        Err(e) => Err(format!(
+            "this user cannot open it ({e}), so every http_fetch answers unavailable; as root: chmod 0666 /dev/net/tun (what udev sets), or scripts/setup.sh user; see runbook/runner.md#dev-net-tun"
+        )),
     }
 }
 
