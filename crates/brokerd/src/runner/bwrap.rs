@@ -524,28 +524,20 @@ impl BwrapRuntime {
                 Ok(())
             });
         }
-        // After the cgroup hook, which may use the descriptor number the filter goes to.
-        let _filter = match seccomp::pass_to(&mut cmd) {
-            Ok(f) => f,
-            Err(e) => {
+        // After the cgroup hook, which may use the descriptor number the filter goes to; the
+        // mount descriptors last, moved to the numbers the argument list names.
+        let passed = seccomp::pass_to(&mut cmd)
+            .map_err(|e| format!("seccomp filter: {e}"))
+            .and_then(|filter| match mounts::pass_to(&mut cmd, mount_fds) {
+                Ok(mounts) => Ok((filter, mounts)),
+                Err(e) => Err(format!("grant directories: {e}")),
+            });
+        // Held until bwrap has started.
+        let _passed = match passed {
+            Ok(p) => p,
+            Err(detail) => {
                 drop_placement(placement, &self.poisoned);
-                return Err(self.unavailable(
-                    spec,
-                    Trouble::Spawn,
-                    &format!("seccomp filter: {e}"),
-                ));
-            }
-        };
-        // Last: it moves the mount descriptors to the numbers the argument list names.
-        let _mounts = match mounts::pass_to(&mut cmd, mount_fds) {
-            Ok(m) => m,
-            Err(e) => {
-                drop_placement(placement, &self.poisoned);
-                return Err(self.unavailable(
-                    spec,
-                    Trouble::Spawn,
-                    &format!("grant directories: {e}"),
-                ));
+                return Err(self.unavailable(spec, Trouble::Spawn, &detail));
             }
         };
         let child = match cmd.spawn() {
