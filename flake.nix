@@ -22,8 +22,7 @@
           crate = ./nixos/pkgs/boxmaker.nix;
         in
         rec {
-          # brokerd and boxctl: one build of the workspace, whose check phase runs the crate
-          # tests (cargo test --workspace).
+          # brokerd and boxctl: one build of the workspace (its tests are checks.crate-tests).
           boxmaker = pkgs.callPackage crate { };
           brokerd = boxmaker;
           boxctl = lib.addMetaAttrs { mainProgram = "boxctl"; } boxmaker;
@@ -59,7 +58,11 @@
           p = self.packages.${pkgs.stdenv.hostPlatform.system};
         in
         {
-          crate-tests = p.boxmaker;
+          # The same build with `cargo test --workspace` in its check phase.
+          crate-tests = pkgs.callPackage ./nixos/pkgs/boxmaker.nix {
+            pname = "boxmaker-crate-tests";
+            runTests = true;
+          };
           toolkit-static = pkgs.runCommand "boxmaker-toolkit-static" {
             nativeBuildInputs = [ pkgs.binutils-unwrapped ];
           } "bash ${./scripts/static-check.sh} ${p.toolkit}/bin/toolkit && touch $out";

@@ -22,15 +22,33 @@ use brokerd::runner::{
 };
 use proto::tools::ToolName;
 
-/// Whether bwrap can make a user namespace here; prints why not. Under CI (`CI` set) a host
-/// that cannot is a failure, not a skip: CI installs bubblewrap and must run these tests.
+/// Whether a sandbox can be run here: bwrap makes a user namespace, and the musl toolkit and
+/// busybox-static exist to build its root from; prints why not. Nix's build sandbox has none of
+/// them (`make nix-sandbox-check`). Under CI (`CI` set) a host that cannot is a failure, not a
+/// skip: CI installs bubblewrap and busybox-static and builds the toolkit first.
 fn bwrap_works() -> bool {
-    let works = bwrap_probe();
+    let works = bwrap_probe() && tools_present();
     assert!(
         works || std::env::var_os("CI").is_none(),
-        "CI must be able to run bwrap (scripts/setup.sh toolchain installs it)"
+        "CI must be able to run bwrap (scripts/setup.sh toolchain installs it; make test builds the toolkit)"
     );
     works
+}
+
+fn tools_present() -> bool {
+    for (path, how) in [
+        (
+            toolkit(),
+            "cargo build --release --target x86_64-unknown-linux-musl -p toolkit",
+        ),
+        (PathBuf::from(BUSYBOX), "apt-get install busybox-static"),
+    ] {
+        if !path.is_file() {
+            eprintln!("SKIPPED: {} is missing ({how})", path.display());
+            return false;
+        }
+    }
+    true
 }
 
 fn bwrap_probe() -> bool {
@@ -63,15 +81,11 @@ fn bwrap_probe() -> bool {
 
 /// The musl toolkit: `make test` builds it before the unit tests.
 fn toolkit() -> PathBuf {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../target/x86_64-unknown-linux-musl/release/toolkit");
-    assert!(
-        p.is_file(),
-        "{} is missing: cargo build --release --target x86_64-unknown-linux-musl -p toolkit",
-        p.display()
-    );
-    p
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../target/x86_64-unknown-linux-musl/release/toolkit")
 }
+
+const BUSYBOX: &str = "/bin/busybox";
 
 struct World {
     _dir: tempfile::TempDir,
@@ -81,16 +95,22 @@ struct World {
     work: PathBuf,
 }
 
+/// A world whose tools root holds the toolkit and busybox (`bwrap_works` says they exist).
 fn world() -> World {
+    let w = bare_world();
+    std::fs::copy(toolkit(), w.root.join("bin/toolkit")).expect("toolkit");
+    std::fs::copy(BUSYBOX, w.root.join("bin/busybox")).expect("busybox");
+    std::os::unix::fs::symlink("busybox", w.root.join("bin/sh")).expect("sh");
+    w
+}
+
+/// The directories alone, for what runs no sandbox.
+fn bare_world() -> World {
     let dir = tempfile::tempdir().expect("tempdir");
     let root = dir.path().join("tools-root");
     for d in ["bin", "etc", "proc", "dev", "tmp", "run", "sys"] {
         std::fs::create_dir_all(root.join(d)).expect("root dir");
     }
-    std::fs::copy(toolkit(), root.join("bin/toolkit")).expect("toolkit");
-    std::fs::copy("/bin/busybox", root.join("bin/busybox"))
-        .expect("/bin/busybox (apt-get install busybox-static)");
-    std::os::unix::fs::symlink("busybox", root.join("bin/sh")).expect("sh");
     let home = dir.path().join("home");
     let work = dir.path().join("work");
     std::fs::create_dir_all(&home).expect("home");
@@ -463,7 +483,7 @@ fn terminal_failures_are_remembered() {
 
 #[test]
 fn sweep_removes_leftover_egress_directories() {
-    let w = world();
+    let w = bare_world();
     let rt = runtime(&w, "");
     let left = w.home.join("run/egress/boxmaker-old-c-1");
     std::fs::create_dir_all(&left).expect("leftover");

@@ -25,7 +25,7 @@ const EGRESS_START_MS: u64 = 400;
 const SLACK: Duration = Duration::from_secs(3);
 const CAP: usize = 1000;
 
-const FAKE_PODMAN: &str = r#"#!/bin/bash
+const FAKE_PODMAN: &str = r#"#!/bin/sh
 # Fake podman: record the call, then act out <root>/<session>/<step>.sh.
 root='@ROOT@'
 name=""
@@ -36,7 +36,7 @@ for a in "$@"; do
     --volume=*:/run/egress:rw) egress_dir="${a#--volume=}"; egress_dir="${egress_dir%:/run/egress:rw}" ;;
   esac
 done
-[ -n "$name" ] || name="${!#}"
+[ -n "$name" ] || for a in "$@"; do name="$a"; done
 s="${name#boxmaker-}"
 s="${s%%-*}"
 d="$root/$s"

@@ -22,7 +22,7 @@ use serde_json::{json, Value};
 
 const IMAGE: &str = "localhost/boxmaker-tools@sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
 
-const FAKE_PODMAN: &str = r#"#!/bin/bash
+const FAKE_PODMAN: &str = r#"#!/bin/sh
 # Fake podman: record each call under @LOG@ by container name, then act like it worked.
 log='@LOG@'
 name=""

@@ -522,7 +522,12 @@ mod tests {
     #[test]
     fn shell_with_missing_shell_is_a_refusal() {
         let mut out = Vec::new();
-        let r = shell_with("/nonexistent/sh", r#"{"command":"true"}"#, &mut out).unwrap();
+        let r = shell_with(
+            "/nonexistent/sh",
+            r#"{"command":"true","cwd":"/"}"#,
+            &mut out,
+        )
+        .unwrap();
         assert_eq!(r, Exit::Refused);
         assert_eq!(
             String::from_utf8_lossy(&out),

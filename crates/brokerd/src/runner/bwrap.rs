@@ -1063,20 +1063,38 @@ mod tests {
         assert!(!is_left_sandbox(&status("990"), b"", 990, bwrap, marker));
     }
 
+    const STAND_IN: &str = "BOXMAKER_TEST_STAND_IN_SECONDS";
+
+    /// A process for the sweep to find: sleeps when started by the test below, returns at
+    /// once when `--ignored` tests are run by hand.
+    #[test]
+    #[ignore = "started by the_sweep_kills_a_left_sandbox_and_nothing_else"]
+    fn a_sandbox_stand_in() {
+        if let Some(secs) = std::env::var(STAND_IN).ok().and_then(|s| s.parse().ok()) {
+            std::thread::sleep(std::time::Duration::from_secs(secs));
+        }
+    }
+
     #[test]
     #[allow(clippy::zombie_processes)]
     fn the_sweep_kills_a_left_sandbox_and_nothing_else() {
         let dir = tempfile::tempdir().expect("tempdir");
         let fake = dir.path().join("bwrap");
         let root = dir.path().join("tools-root");
+        // This test program itself, named `fake` and with the marker among its arguments,
+        // running only `a_sandbox_stand_in`, which then sleeps. (Not /bin/sh: where that is
+        // busybox, as in Nix's build sandbox, the name picks the applet.)
         let start = |marker: &Path| {
-            std::process::Command::new("/bin/sh")
+            std::process::Command::new(std::env::current_exe().expect("test program"))
                 .arg0(&fake)
-                .args(["-c", "sleep 30; :", "sh"])
+                .args(["--exact", "runner::bwrap::tests::a_sandbox_stand_in"])
+                .args(["--ignored", "--test-threads=1", "--quiet"])
                 .arg(marker)
+                .env(STAND_IN, "30")
                 .stdin(Stdio::null())
+                .stdout(Stdio::null())
                 .spawn()
-                .expect("sh")
+                .expect("stand-in")
         };
         let mut left = start(&root.join("bin"));
         let mut other = start(&dir.path().join("elsewhere/bin"));
