@@ -3,7 +3,7 @@ SHELL := /bin/bash
 MUSL := x86_64-unknown-linux-musl
 TOOLKIT := target/$(MUSL)/release/toolkit
 
-.PHONY: demo test unit static-check toolchain fmt-check clippy nix-check guest-test e2e
+.PHONY: demo test unit static-check toolchain fmt-check clippy nix-check nix-sandbox-check guest-test e2e
 
 toolchain:
 	scripts/setup.sh toolchain
@@ -25,6 +25,12 @@ fmt-check:
 nix-check:
 	nixos/checks/nix-check.sh
 
+# The package's check phase (checks.crate-tests) as Nix's build sandbox runs it, reproduced
+# with bubblewrap (nixos/checks/nix-sandbox-check.sh, as root): no network, no /bin/bash, only
+# the package's source set and vendored crates, HOME=/homeless-shelter, an unprivileged user.
+nix-sandbox-check: toolchain
+	nixos/checks/nix-sandbox-check.sh
+
 # The QEMU guest (vm-tests/guest/run.sh, as root): systemd, cgroup v2 and the limits enforced,
 # brokerd from dist/systemd/, and the scenario suite when it builds.
 guest-test: $(TOOLKIT)
@@ -39,7 +45,7 @@ e2e: toolchain
 	tests/e2e/run.sh
 
 # The whole suite, as CI runs it.
-test: fmt-check static-check unit nix-check e2e guest-test
+test: fmt-check static-check unit nix-check nix-sandbox-check e2e guest-test
 
 demo: $(TOOLKIT)
 	scripts/demo.sh
