@@ -5,7 +5,7 @@
 #   scripts/setup.sh toolchain   Rust's musl target (the toolkit is static) and build packages
 #   scripts/setup.sh packages    what brokerd and the tools image need at run time
 #   scripts/setup.sh user        the service user `boxmaker` for rootless Podman: home,
-#                                subordinate IDs, its Podman configuration (with a seccomp
+#                                the clients' group boxmaker-clients, subordinate IDs, its Podman configuration (with a seccomp
 #                                profile that denies nested user namespaces), lingering, a
 #                                runtime directory
 #   scripts/setup.sh all         toolchain, packages, user
@@ -25,6 +25,9 @@ RUN_PACKAGES=(podman uidmap slirp4netns runc containernetworking-plugins fuse-ov
 
 SERVICE_USER=boxmaker
 SERVICE_HOME=/var/lib/boxmaker
+# Who may connect to the socket (dist/systemd/boxmaker.socket's SocketGroup=): a group of its
+# own, so that a client never shares the service user's group and its files.
+CLIENT_GROUP=boxmaker-clients
 # The service user's seccomp profile: Podman's default with nested user namespaces denied.
 SECCOMP_PROFILE=$SERVICE_HOME/.config/containers/seccomp-nouserns.json
 SECCOMP_FILTER=$(dirname "$0")/seccomp-nouserns.jq
@@ -170,6 +173,11 @@ user() {
         changed=1
     fi
     uid=$(service_uid)
+    if ! getent group "$CLIENT_GROUP" >/dev/null; then
+        groupadd --system "$CLIENT_GROUP"
+        say "created the group $CLIENT_GROUP (add loopd's user to it: usermod -a -G $CLIENT_GROUP USER)"
+        changed=1
+    fi
     if [ ! -d "$SERVICE_HOME" ]; then
         install -d -o "$SERVICE_USER" -g "$SERVICE_USER" -m 0750 "$SERVICE_HOME"
         say "made $SERVICE_HOME"
@@ -286,6 +294,10 @@ undo_user() {
     fi
     userdel "$SERVICE_USER"
     say "removed the user $SERVICE_USER"
+    if getent group "$CLIENT_GROUP" >/dev/null; then
+        groupdel "$CLIENT_GROUP"
+        say "removed the group $CLIENT_GROUP"
+    fi
 }
 
 # Processes of the service user (its Podman pause process, a brokerd started by hand), by the
