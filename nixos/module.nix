@@ -41,8 +41,6 @@ let
     "auto"
   ];
   imageIdRegex = "sha256:[0-9a-f]{64}";
-  # An image ID, or name@sha256:<hex> (brokerd's own rule, crates/brokerd/src/config.rs).
-  pinnedRegex = "(sha256:[0-9a-f]{64}|[^@[:space:]]+@sha256:[0-9a-f]{64})";
   # Client names as brokerd parses them: a user, a uid, or @group.
   clientRegex = "(@?[a-z_][a-z0-9_-]{0,31}|[0-9]+)";
   # Written into the config where the image ID goes when it is computed at build time.
@@ -63,11 +61,28 @@ let
   # the unit neither starts it nor keeps it lingering (units.json, bwrap.kept.ExecStartPre).
   needsUserManager = !isBwrap || (cfg.settings.bwrap.cgroup or null) == "systemd-scope";
 
+  # The ID of toolsImage, computed at build time. A toolsImageId given by the owner is checked
+  # against it here, so a wrong pin fails nixos-rebuild instead of the service's start.
+  computedImageId = "${pkgs.callPackage ./pkgs/image-id.nix { image = cfg.toolsImage; }}/image-id";
   imageIdFile =
-    if cfg.toolsImageId != null then
-      pkgs.writeText "boxmaker-tools-image-id" cfg.toolsImageId
+    if cfg.toolsImageId == null then
+      computedImageId
     else
-      "${pkgs.callPackage ./pkgs/image-id.nix { image = cfg.toolsImage; }}/image-id";
+      pkgs.runCommand "boxmaker-tools-image-id-checked" { } ''
+        got=$(cat ${computedImageId})
+        if [ "$got" != ${lib.escapeShellArg cfg.toolsImageId} ]; then
+          echo "services.boxmaker.toolsImageId: ${cfg.toolsImageId} is not the ID of services.boxmaker.toolsImage, which is $got; set it to that, or to null to use the computed ID." >&2
+          exit 1
+        fi
+        printf '%s\n' "$got" >$out
+      '';
+
+  # Users made by userborn or systemd-sysusers: neither writes /etc/subuid or /etc/subgid
+  # (autoSubUidGidRange and subUidRanges do nothing there), so the module writes the service
+  # user's range itself, from subIdRange, which it then requires.
+  usersWithoutSubIds = config.services.userborn.enable || config.systemd.sysusers.enable;
+  writesSubIds = !isBwrap && usersWithoutSubIds && cfg.subIdRange != null;
+  subIdLine = lib.optionalString writesSubIds "${cfg.user}:${toString cfg.subIdRange.start}:${toString cfg.subIdRange.count}\n";
 
   # --- the config file ------------------------------------------------------------------------
   # settings, with the image ID left as a placeholder when it is only known at build time.
@@ -117,7 +132,7 @@ let
     # For inspection (nix eval) and for nixos/checks: what went into the two files.
     passthru = {
       settings = finalSettings;
-      inherit sandboxSettings;
+      inherit sandboxSettings imageIdFile;
     };
   } ''
     cp ${fillImageId "brokerd.toml" finalSettings} $out
@@ -305,7 +320,7 @@ let
                 else
                   imageIdPlaceholder;
               defaultText = literalExpression "the image ID of services.boxmaker.toolsImage, computed at build time; null (left out) with the bwrap backend";
-              description = "The tools image pinned by content: sha256:<64 hex> or name@sha256:<64 hex>. Podman only; null leaves the key out.";
+              description = "The tools image by its image ID. Podman only, and only the ID of toolsImage (the image the module loads): leave it unset and set toolsImageId to pin the ID yourself.";
             };
             podman = mkOption {
               type = types.nullOr types.str;
@@ -572,7 +587,8 @@ in
       example = "sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
       description = ''
         The ID Podman gives toolsImage. null (the default) computes it from the image at build
-        time. Either way the loaded image is checked against it before brokerd starts.
+        time; a value given here is checked against that at build time, so a wrong pin fails the
+        build. Either way the loaded image is checked against it before brokerd starts.
       '';
     };
 
@@ -626,7 +642,12 @@ in
         }
       );
       default = null;
-      description = "The service user's subordinate ID range; null allocates one (autoSubUidGidRange). Podman backend only: bwrap maps the service user alone.";
+      description = ''
+        The service user's subordinate ID range; null allocates one (autoSubUidGidRange).
+        Required where users are made by services.userborn or systemd.sysusers, which write no
+        /etc/subuid or /etc/subgid: the module then writes this range into both. Podman
+        backend only: bwrap maps the service user alone.
+      '';
     };
 
     settings = mkOption {
@@ -677,8 +698,14 @@ in
         message = "services.boxmaker.settings.runner.image: the podman backend needs the tools image pinned by content; leave it unset to use the ID of services.boxmaker.toolsImage.";
       }
       {
-        assertion = s.runner.image == null || s.runner.image == imageIdPlaceholder || matches pinnedRegex s.runner.image;
-        message = "services.boxmaker.settings.runner.image: \"${toString s.runner.image}\" is not pinned by content; use sha256:<64 lowercase hex> or name@sha256:<64 lowercase hex>, or leave it unset to use the ID of services.boxmaker.toolsImage.";
+        # The module loads toolsImage and checks it against its ID: the config must name that
+        # image by that ID. A name@sha256: digest, or another ID, names an image it never loaded.
+        assertion = isBwrap || s.runner.image == null || s.runner.image == imageIdPlaceholder || s.runner.image == cfg.toolsImageId;
+        message = "services.boxmaker.settings.runner.image: \"${toString s.runner.image}\" is not the image this module loads (services.boxmaker.toolsImage, by its image ID). Leave runner.image unset; to pin the ID yourself set services.boxmaker.toolsImageId = \"sha256:<64 lowercase hex>\", which the build checks against the image.";
+      }
+      {
+        assertion = isBwrap || !usersWithoutSubIds || cfg.subIdRange != null;
+        message = "services.boxmaker.subIdRange: users are made by ${if config.services.userborn.enable then "userborn" else "systemd-sysusers"} here, which writes no /etc/subuid or /etc/subgid, and rootless Podman starts no container without a range for ${cfg.user}. Set services.boxmaker.subIdRange = { start = 100000; } (a range no other user has): the module then writes it into both files.";
       }
       {
         assertion = isBwrap || s.bwrap == null;
@@ -748,11 +775,23 @@ in
       ${cfg.clientGroup} = { };
     };
 
-    virtualisation.podman.enable = mkIf (!isBwrap) true;
-    # bwrap too, for the runbook's checks as the service user (the unit has it on its PATH).
-    environment.systemPackages = [ cfg.package ] ++ lib.optional isBwrap pkgs.bubblewrap;
+    # Rootless Podman needs /etc/containers (policy.json, registries.conf, storage.conf) and
+    # its package, not what virtualisation.podman adds for everyone else: root's Podman API
+    # socket, every user's podman.socket, the podman group, the prune timer.
+    virtualisation.containers.enable = mkIf (!isBwrap) true;
+    # Podman or bwrap too, for the runbook's checks as the service user (the unit has it on its
+    # PATH).
+    environment.systemPackages = [
+      cfg.package
+      (if isBwrap then pkgs.bubblewrap else config.virtualisation.podman.package)
+    ];
     environment.etc = {
       "boxmaker/brokerd.toml".source = configFile;
+    }
+    // lib.optionalAttrs writesSubIds {
+      # Lines: another module's entries for other users are kept beside this one.
+      subuid.text = subIdLine;
+      subgid.text = subIdLine;
     }
     // lib.optionalAttrs (!isBwrap) {
       # The service user's Podman configuration and the profile it names, where an operator

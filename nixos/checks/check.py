@@ -187,6 +187,7 @@ CONFIGS = {
     "seccompBase": ("podman", None),
     "bwrap": ("bwrap", "delegated"),
     "bwrapScope": ("bwrap", "systemd-scope"),
+    "userborn": ("podman", None),
 }
 
 
@@ -246,7 +247,10 @@ def module(eval_json, brokerd=None):
             check(pre[-1].endswith("-boxmaker-load-image"),
                   f"module/{name}: the image is loaded and checked before start")
             check(path[0] == "/run/wrappers", f"module/{name}: /run/wrappers/bin first on PATH")
-            check(c["podman"] is True, f"module/{name}: rootless Podman enabled")
+            check(c["containers"] is True and c["podmanModule"] is False,
+                  f"module/{name}: /etc/containers, without virtualisation.podman's root socket and group")
+            check(any(p.startswith("podman") for p in c["systemPackages"]),
+                  f"module/{name}: podman for the runbook's checks ({c['systemPackages']})")
             check(u["autoSubUidGidRange"] or (u["subUidRanges"] and u["subGidRanges"]),
                   f"module/{name}: subordinate ID ranges")
             check("bwrap" not in c["settings"], f"module/{name}: no [bwrap] table")
@@ -271,7 +275,7 @@ def module(eval_json, brokerd=None):
             check(len(path) == 1 and path[0].endswith("-bubblewrap"),
                   f"module/{name}: bubblewrap alone on the unit's PATH, no wrappers, no Podman ({path})")
             check("bubblewrap" in c["systemPackages"], f"module/{name}: bwrap for the runbook's checks")
-            check(c["podman"] is False, f"module/{name}: Podman not enabled")
+            check(c["containers"] is False and c["podmanModule"] is False, f"module/{name}: Podman not enabled")
             check(not u["autoSubUidGidRange"] and not u["subUidRanges"] and not u["subGidRanges"],
                   f"module/{name}: no subordinate ID ranges")
             check("image" not in runner and "podman" not in runner,
@@ -300,6 +304,29 @@ def module(eval_json, brokerd=None):
     check("base=/etc/containers/seccomp.json\n" in r["seccompBase"]["podmanConf"]["boxmaker/seccomp-nouserns.json"],
           "module/seccompBase: an operator's base profile")
     check(r["disabled"] == {"failedAssertions": [], "services": []}, "module/disabled: nothing")
+    # userborn writes no /etc/subuid: the module writes the service user's range, beside what
+    # other modules write.
+    for f in ("subuid", "subgid"):
+        got = r["userborn"][f] or ""
+        check(sorted(got.split()) == ["boxmaker:400000:65536"] + (["builder:500000:65536"] if f == "subuid" else []),
+              f"module/userborn: /etc/{f} holds the service user's range ({got!r})")
+        check(r["minimal"][f] is None, f"module/minimal: /etc/{f} left to NixOS's own users module")
+    # toolsImageId is checked at build time against the ID computed from the image.
+    script = r["full"]["imageIdScript"] or ""
+    computed = re.search(r"\$\(cat (/nix/store/\S+/image-id)\)", script)
+    check(r["minimal"]["imageIdScript"] is None and computed is not None,
+          f"module/full: toolsImageId goes through a build-time check ({script!r})")
+    pinned = "sha256:" + "ab" * 32
+    for got, ok in ((pinned, True), ("sha256:" + "cd" * 32, False)) if computed else ():
+        with tempfile.TemporaryDirectory() as d:
+            (Path(d) / "image-id").write_text(got + "\n")
+            res = run(["sh", "-c", script.replace(computed.group(1), f"{d}/image-id")],
+                      env={**os.environ, "out": f"{d}/out"})
+            wrote = (Path(d) / "out").read_text() if (Path(d) / "out").exists() else None
+            check((res.returncode == 0) == ok and (wrote == pinned + "\n") == ok
+                  and (ok or "is not the ID of services.boxmaker.toolsImage, which is " + got in res.stderr),
+                  f"module/full: the image ID check {'passes' if ok else 'fails the build'} when the image's ID is {got} ({res.stderr.strip()})")
+    check(r["bwrapUserborn"] == [], f"module/bwrapUserborn: bwrap needs no range ({r['bwrapUserborn']})")
     for name, b in r["bad"].items():
         check(any(b["expect"] in m for m in b["failed"]),
               f"module/bad/{name}: an assertion says {b['expect']!r} (got {b['failed']})")

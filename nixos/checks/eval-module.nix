@@ -144,6 +144,18 @@ let
           type = types.bool;
           default = false;
         };
+        virtualisation.containers.enable = mkOption {
+          type = types.bool;
+          default = false;
+        };
+        services.userborn.enable = mkOption {
+          type = types.bool;
+          default = false;
+        };
+        systemd.sysusers.enable = mkOption {
+          type = types.bool;
+          default = false;
+        };
         virtualisation.podman.package = mkOption {
           type = types.package;
           default = fakeDrv "podman" {
@@ -157,7 +169,18 @@ let
         };
         environment.etc = mkOption {
           default = { };
-          type = types.attrsOf (types.submodule { options.source = mkOption { type = types.path; }; });
+          type = types.attrsOf (
+            types.submodule {
+              options.source = mkOption {
+                type = types.nullOr types.path;
+                default = null;
+              };
+              options.text = mkOption {
+                type = types.nullOr types.lines;
+                default = null;
+              };
+            }
+          );
         };
         systemd.tmpfiles.rules = mkOption {
           type = types.listOf types.str;
@@ -249,7 +272,10 @@ let
       failedAssertions = failed config;
       user = config.users.users.boxmaker or null;
       groups = lib.attrNames config.users.groups;
-      podman = config.virtualisation.podman.enable;
+      containers = config.virtualisation.containers.enable;
+      podmanModule = config.virtualisation.podman.enable;
+      subuid = config.environment.etc.subuid.text or null;
+      subgid = config.environment.etc.subgid.text or null;
       systemPackages = map (p: p.name) config.environment.systemPackages;
       socket = {
         inherit (sock) unitConfig socketConfig wantedBy;
@@ -260,6 +286,8 @@ let
         restartTriggers = map toString svc.restartTriggers;
       };
       configScript = toml.script;
+      # With toolsImageId: the build step that checks it against the computed ID.
+      imageIdScript = toml.imageIdFile.script or null;
       settings = toml.settings;
       sandboxSettings = toml.sandboxSettings;
       etc = lib.attrNames config.environment.etc;
@@ -339,6 +367,18 @@ let
     podmanSeccompBase = "/etc/containers/seccomp.json";
   };
 
+  # Users made by userborn, with another module's subordinate range beside the service's.
+  userborn = {
+    cfg = {
+      enable = true;
+      subIdRange.start = 400000;
+    };
+    nixos = {
+      services.userborn.enable = true;
+      environment.etc.subuid.text = "builder:500000:65536";
+    };
+  };
+
   # The bwrap backend with every default: the tools image's .root, cgroup = "delegated".
   bwrap = {
     enable = true;
@@ -390,7 +430,34 @@ let
         enable = true;
         settings.runner.image = "boxmaker-tools:latest";
       };
-      expect = "is not pinned by content";
+      expect = "settings.runner.image: \"boxmaker-tools:latest\" is not the image this module loads";
+    };
+    # A digest names an image the module never loaded.
+    digest = {
+      cfg = {
+        enable = true;
+        settings.runner.image = "localhost/boxmaker-tools@sha256:${lib.concatStrings (lib.genList (_: "cd") 32)}";
+      };
+      expect = "is not the image this module loads";
+    };
+    # Another ID than toolsImageId.
+    otherId = {
+      cfg = {
+        enable = true;
+        toolsImageId = "sha256:${lib.concatStrings (lib.genList (_: "ab") 32)}";
+        settings.runner.image = "sha256:${lib.concatStrings (lib.genList (_: "cd") 32)}";
+      };
+      expect = "is not the image this module loads";
+    };
+    userbornNoRange = {
+      cfg.enable = true;
+      nixos.services.userborn.enable = true;
+      expect = "services.boxmaker.subIdRange: users are made by userborn here, which writes no /etc/subuid";
+    };
+    sysusersNoRange = {
+      cfg.enable = true;
+      nixos.systemd.sysusers.enable = true;
+      expect = "users are made by systemd-sysusers here";
     };
     limit = {
       cfg = {
@@ -576,6 +643,9 @@ in
   seccompBase = summary (eval seccompBase);
   bwrap = summary (eval bwrap);
   bwrapScope = summary (eval bwrapScope);
+  userborn = summary (evalWith userborn.cfg userborn.nixos);
+  # bwrap needs no subordinate IDs, whoever makes the users.
+  bwrapUserborn = failed (evalWith bwrap { services.userborn.enable = true; });
   disabled = {
     failedAssertions = failed (eval { enable = false; });
     services = lib.attrNames (eval { enable = false; }).systemd.services;
