@@ -1,15 +1,27 @@
-# A straylight-like host running services.boxmaker with the limits enforced (the VM has cgroup
-# v2 and the module's lingering user), checked for what is the module's own: the socket's owner
-# and mode, activation on the first connection as the service user, a preflight that read its
-# limits back, the pinned image, nested user namespaces denied in a sandbox (the seccomp profile
-# of the user's Podman), and no container left after a stop. Then the end-to-end
-# scenario suite (network denial, tailnet refusal, redirect refusal, limits, container
-# clean-up, crashes) runs on this host exactly as CI runs it, through vm-tests/e2e.nix: in a
-# network namespace of its own with the suite's own test hosts, so no second node is needed.
+# Two hosts running services.boxmaker, one per backend, with the limits enforced (the VMs have
+# cgroup v2; the Podman one the module's lingering user), checked for what is the module's own.
+#
+# On both, through the module's own socket and unit, with boxctl as a client in the clients
+# group: a read, a write, an http_fetch of a granted host, an http_fetch refused because the name
+# is in the tailnet, and a shell that cannot reach the network, with no container, sandbox
+# cgroup or egress directory left after each. The test hosts (boxmaker-e2e serve: ok.test at
+# 192.0.2.1, a nameserver at 192.0.2.53, a fake tailnet host at 100.100.100.100) sit on a dummy
+# interface of each VM, which is also the VM's resolver; the test image trusts their CA.
+#
+# On the Podman host (`host`), also: the socket's owner and mode, activation on the first
+# connection as the service user, a preflight that read its limits back, the pinned image,
+# nested user namespaces denied in a sandbox (the seccomp profile of the user's Podman), and no
+# container left after a stop. Then the end-to-end scenario suite (network denial, tailnet
+# refusal, redirect refusal, limits, container clean-up, crashes) runs there exactly as CI runs
+# it, through vm-tests/e2e.nix: in a network namespace of its own with the suite's own test
+# hosts, and with the egress network NixOS's Podman has (pasta).
 #
 # The suite starts its own brokerd as the same service user (it must: the crash scenarios kill
 # it), so the module's socket and service are stopped first: two brokerds of one user would
 # sweep each other's containers. The suite's brokerd uses the image the module loaded.
+#
+# On the bwrap host (`bwrapHost`): the module's bwrap variant (Delegate=yes, no capabilities,
+# cgroup = "delegated"), whose sandboxes are child groups of the unit's own cgroup.
 { pkgs, packages }:
 let
   suite = pkgs.callPackage ./e2e.nix { inherit (packages) e2e toolkit; };
@@ -44,11 +56,12 @@ let
       ];
     }
   );
-in
-{
-  name = "boxmaker";
+  rwDir = "/srv/vm/rw";
+  testHostsDir = "/run/boxmaker-test-hosts";
 
-  nodes.host =
+  # What both hosts share: the module with a safe grant and an auto one, the clients, and the
+  # test hosts on a dummy interface, which are also the host's resolver.
+  common =
     { ... }:
     {
       imports = [ ../nixos/module.nix ];
@@ -65,6 +78,27 @@ in
           tools = [ "read_file" ];
           paths = [ { path = roDir; } ];
         };
+        grants.work = {
+          mode = "auto";
+          tools = [
+            "read_file"
+            "write_file"
+            "shell"
+            "http_fetch"
+          ];
+          paths = [
+            {
+              path = rwDir;
+              write = true;
+            }
+            { path = roDir; }
+          ];
+          hosts = [
+            "ok.test"
+            "*.ok.test"
+          ];
+          allowAddresses = [ "192.0.2.0/24" ];
+        };
       };
       users.users.loopd = {
         isNormalUser = true;
@@ -74,7 +108,59 @@ in
       systemd.tmpfiles.rules = [
         "d /srv/vm 0755 root root -"
         "d ${roDir} 0750 boxmaker boxmaker -"
+        "f ${roDir}/hello.txt 0640 boxmaker boxmaker - hello from the host"
+        "d ${rwDir} 0750 boxmaker boxmaker -"
       ];
+      boot.kernelModules = [ "dummy" ];
+      networking.nameservers = [ "192.0.2.53" ];
+      systemd.services.boxmaker-test-hosts = {
+        wantedBy = [ "multi-user.target" ];
+        before = [ "boxmaker.socket" ];
+        path = [ pkgs.iproute2 ];
+        # pasta (the Podman host's egress network) needs an interface with a default route to
+        # copy into the proxy's container; where the VM has none, the dummy gets one, with a
+        # first address of its own so that the test hosts' addresses stay theirs. A dummy
+        # interface drops what is sent to it.
+        preStart = ''
+          ip link show bmx0 >/dev/null 2>&1 || ip link add bmx0 type dummy
+          ip link set bmx0 up
+          for a in 198.51.100.1/24 192.0.2.1/32 192.0.2.53/32 100.100.100.100/32; do
+            ip addr replace "$a" dev bmx0
+          done
+          ip route show default | grep -q . || ip route add default via 198.51.100.254 dev bmx0
+        '';
+        serviceConfig = {
+          RuntimeDirectory = baseNameOf testHostsDir;
+          ExecStart = lib.escapeShellArgs [
+            "${packages.e2e}/bin/boxmaker-e2e"
+            "serve"
+            "--ca"
+            "${suite.testCa}"
+            "--https"
+            "192.0.2.1:443"
+            "--dns"
+            "192.0.2.53:53"
+            "--tailnet"
+            "100.100.100.100:80"
+            "--tailnet"
+            "100.100.100.100:443"
+            "--tailnet-log"
+            "${testHostsDir}/tailnet.log"
+            "--ready"
+            "${testHostsDir}/ready"
+          ];
+        };
+      };
+    };
+  inherit (pkgs) lib;
+in
+{
+  name = "boxmaker";
+
+  nodes.host =
+    { ... }:
+    {
+      imports = [ common ];
       # What tests/e2e/in-netns.sh and the suite use besides the module's Podman: bwrap for
       # the bwrap backend and its control, ip and the util-linux tools for the namespace.
       environment.systemPackages = [
@@ -85,8 +171,20 @@ in
       ];
     };
 
+  # The module's bwrap variant: the test image's files as the tools root, cgroup = "delegated".
+  nodes.bwrapHost =
+    { ... }:
+    {
+      imports = [ common ];
+      services.boxmaker = {
+        settings.runner.backend = "bwrap";
+        bwrap.toolsRoot = suite.toolsRoot;
+      };
+    };
+
   testScript = ''
     import json
+    import shlex
 
     def as_boxmaker(cmd):
         uid = host.succeed("id -u boxmaker").strip()
@@ -106,6 +204,71 @@ in
             if line.startswith(("FAIL ", "podman: ", "bwrap: ")) or line.endswith(" failed"):
                 print(line)
         return out
+
+    def call(node, n, grant, tool, args):
+        out = node.succeed(
+            f"runuser -u loopd -- boxctl --socket ${socket} call --session vm --call c{n} "
+            f"--grant {grant} {tool} {shlex.quote(json.dumps(args))} || true"
+        )
+        return json.loads(out)
+
+    def nothing_left(node, backend, when):
+        if backend == "podman":
+            uid = node.succeed("id -u boxmaker").strip()
+            left = node.succeed(
+                f"runuser -u boxmaker -- env XDG_RUNTIME_DIR=/run/user/{uid} "
+                "podman ps -a --filter label=boxmaker --format '{{.Names}}'"
+            ).strip()
+            assert left == "", f"containers left {when}: {left}"
+        else:
+            cg = node.succeed("systemctl show -p ControlGroup --value boxmaker.service").strip()
+            left = node.succeed(
+                f"find /sys/fs/cgroup{cg} -mindepth 1 -maxdepth 1 -type d -name 'sandbox-*'"
+            ).strip()
+            assert left == "", f"sandbox cgroups left {when}: {left}"
+        node.succeed("test -z \"$(ls -A /var/lib/boxmaker/run/egress 2>/dev/null)\"")
+
+    # Through the module's socket and unit: each tool once, as loopd (a member of the clients
+    # group), and nothing left after each call.
+    def module_calls(node, backend):
+        node.wait_for_unit("boxmaker-test-hosts.service")
+        node.wait_for_file("${testHostsDir}/ready")
+        tailnet_before = node.succeed("cat ${testHostsDir}/tailnet.log 2>/dev/null || true")
+
+        a = call(node, 1, "work", "read_file", {"path": "${roDir}/hello.txt"})
+        assert a["kind"] == "result" and a["content"].startswith("hello from the host"), a
+        nothing_left(node, backend, "after read_file")
+
+        a = call(node, 2, "work", "write_file", {"path": "${rwDir}/out.txt", "content": "written\n"})
+        assert a["kind"] == "result", a
+        node.succeed("test \"$(cat ${rwDir}/out.txt)\" = written")
+        nothing_left(node, backend, "after write_file")
+
+        a = call(node, 3, "work", "http_fetch", {"url": "https://ok.test/"})
+        assert a["kind"] == "result" and a["content"].startswith("hello from ok.test"), a
+        assert "[http 200]" in a["content"], a
+        nothing_left(node, backend, "after an allowed http_fetch")
+
+        a = call(node, 4, "work", "http_fetch", {"url": "https://tailnet.ok.test/"})
+        assert a["kind"] == "result" and "SOCKS5" in a["content"], a
+        assert "tailnet host here" not in a["content"] and "[http" not in a["content"], a
+        nothing_left(node, backend, "after a tailnet-refused http_fetch")
+
+        a = call(node, 5, "work", "shell", {
+            "command": "sed 1,2d /proc/net/dev | cut -d: -f1 | tr -d ' '; echo '== nc'; "
+                       "for t in 100.100.100.100 192.0.2.1; do "
+                       "timeout 5 nc $t 443 </dev/null 2>&1; echo rc=$?; done",
+        })
+        assert a["kind"] == "result", a
+        out = a["content"]
+        assert out.split("== nc")[0].split() == ["lo"], f"an interface besides lo: {out}"
+        assert out.count("rc=1") == 2 and "tailnet host here" not in out, out
+        nothing_left(node, backend, "after a shell")
+
+        tailnet_after = node.succeed("cat ${testHostsDir}/tailnet.log 2>/dev/null || true")
+        assert tailnet_after == tailnet_before, f"the tailnet host was reached: {tailnet_after}"
+        node.succeed("systemctl stop boxmaker.service")
+        nothing_left(node, backend, "after a stop")
 
     start_all()
     host.wait_for_unit("multi-user.target")
@@ -154,6 +317,11 @@ in
         )
         assert "ok    nested user namespaces: denied" in doctor, doctor
 
+    with subtest("Podman, through the module's socket: each tool, a tailnet refusal, no network in a shell"):
+        module_calls(host, "podman")
+        host.succeed("grep -qx 'egress_network = \"pasta\"' /etc/boxmaker/brokerd.toml || "
+                     "! grep -q egress_network /etc/boxmaker/brokerd.toml")
+
     with subtest("stopping the service leaves no container"):
         # The socket too: the suite's own brokerd must be the service user's only one.
         host.succeed("systemctl stop boxmaker.socket boxmaker.service")
@@ -166,6 +334,18 @@ in
     with subtest("the end-to-end scenario suite on bwrap, limits enforced"):
         suite("${onBwrap}")
         no_containers_left("after the suite on bwrap")
+
+    with subtest("bwrap, through the module's socket and unit: Delegate=yes, no capabilities"):
+        bwrapHost.wait_for_unit("multi-user.target")
+        bwrapHost.wait_for_unit("boxmaker.socket")
+        status = json.loads(bwrapHost.succeed("runuser -u loopd -- boxctl --socket ${socket} status"))
+        assert status["backend"] == "bwrap", status
+        assert status["preflight"].get("ok") is True, status
+        assert "not enforced" not in status["preflight"].get("detail", ""), status
+        bwrapHost.succeed("test \"$(systemctl show -p Delegate --value boxmaker.service)\" = yes")
+        bwrapHost.succeed("test -z \"$(systemctl show -p CapabilityBoundingSet --value boxmaker.service)\"")
+        bwrapHost.succeed("grep -qx 'cgroup = \"delegated\"' /etc/boxmaker/brokerd.toml")
+        module_calls(bwrapHost, "bwrap")
 
     with subtest("the socket starts the module's brokerd again, and a stop leaves no container"):
         host.succeed("systemctl start boxmaker.socket")

@@ -8,8 +8,9 @@
 #
 # The namespace has no route out: only lo and a dummy interface holding the test hosts'
 # addresses (192.0.2.1 ok.test, 192.0.2.2 other.test, 192.0.2.53 the nameserver,
-# 100.100.100.100 the fake tailnet host). slirp4netns, started by Podman inside it, connects
-# from inside it too, so no packet of the suite leaves it. Everything made here is removed on
+# 100.100.100.100 the fake tailnet host; for pasta also an address of its own and a default route
+# onto that interface, which drops every packet). slirp4netns or pasta, started by Podman inside
+# it, connects from inside it too, so no packet of the suite leaves it. Everything made here is removed on
 # exit, whatever happens, and so is every container of the service user labelled boxmaker (the
 # image stays: it is the caller's).
 #
@@ -82,18 +83,44 @@ install -d -m 0755 "$work"
 say "network namespace $ns"
 ip netns add "$ns"
 ip -n "$ns" link set lo up
-# A dummy interface where the kernel has the module, else the namespace's own lo.
+# The egress proxy's network, as `boxmaker-e2e run` picks it (pasta where this host's Podman has
+# it, as on NixOS; slirp4netns otherwise).
+egress_network=""
+case " $backends " in
+    *" podman "*)
+        egress_network=$("$e2e" egress-network)
+        say "egress network $egress_network"
+        ;;
+esac
+# A dummy interface where the kernel has the module, else the namespace's own lo (pasta: a veth
+# pair with both ends in the namespace, as pasta will not take lo).
 dev=bmx0
 if ! ip -n "$ns" link add "$dev" type dummy 2>/dev/null; then
     dev=lo
+    if [ "$egress_network" = pasta ]; then
+        ip -n "$ns" link add bmx0 type veth peer name bmx1
+        ip -n "$ns" link set bmx1 up
+        dev=bmx0
+    fi
 fi
 ip -n "$ns" link set "$dev" up
-for a in 192.0.2.1/32 192.0.2.2/32 192.0.2.53/32 100.100.100.100/32; do
-    ip -n "$ns" addr add "$a" dev "$dev"
-done
 if ip -n "$ns" route show default | grep -q .; then
     echo "e2e: the namespace has a default route; refusing to run" >&2
     exit 2
+fi
+# pasta copies the first address and the default route of the namespace's interface into the
+# proxy's container: for it, the interface's first address is one of its own (TEST-NET-2, so
+# that the test hosts' addresses stay theirs), and the default route goes to a gateway on it
+# that does not exist. The interface drops what is sent to it (dummy) or hands it back inside
+# the namespace (veth), so that route leads nowhere and still no packet leaves the namespace.
+if [ "$egress_network" = pasta ]; then
+    ip -n "$ns" addr add 198.51.100.1/24 dev "$dev"
+fi
+for a in 192.0.2.1/32 192.0.2.2/32 192.0.2.53/32 100.100.100.100/32; do
+    ip -n "$ns" addr add "$a" dev "$dev"
+done
+if [ "$egress_network" = pasta ]; then
+    ip -n "$ns" route add default via 198.51.100.254 dev "$dev"
 fi
 install -d "/etc/netns/$ns"
 echo "nameserver 192.0.2.53" >"/etc/netns/$ns/resolv.conf"
@@ -126,7 +153,8 @@ for b in $backends; do
     say "running the scenarios on $b"
     brc=0
     (exec_in_ns "$e2e" run --backend "$b" --brokerd "$brokerd" ${image:+--image "$image"} \
-        ${tree:+--tools-root "$tree"} --work "$work/$b" --tailnet-log "$work/tailnet.log" "$@") 2>&1 |
+        ${tree:+--tools-root "$tree"} ${egress_network:+--egress-network "$egress_network"} \
+        --work "$work/$b" --tailnet-log "$work/tailnet.log" "$@") 2>&1 |
         tee "$work/$b.out" || brc=$?    # pipefail: the suite's status unless tee failed
     summary=$(grep -E "^$b: [0-9]+ passed, [0-9]+ failed\$" "$work/$b.out" | tail -n 1 || true)
     if [ -n "$summary" ]; then

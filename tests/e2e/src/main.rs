@@ -10,12 +10,18 @@
 //!                  [--tools-root DIR] [--user NAME] [--podman PROG] [--tailnet-log FILE]
 //!                  [--only NAME]... [--bench N] [--enforce-limits true|false]
 //!                  [--time-scale N] [--bwrap-cgroup delegated|systemd-scope]
+//!                  [--egress-network pasta|slirp4netns]
 //!     the scenarios against a brokerd this process starts as the service user, on Podman
 //!     (the default; --image is required) or bwrap (--tools-root is required); its config has
 //!     enforce_limits = false unless --enforce-limits true (a host with cgroup v2 delegation);
 //!     --time-scale N (default 1) multiplies every time limit in that config and every wait of
 //!     the suite, for a slow host (a guest under QEMU's TCG); --bwrap-cgroup sets
-//!     `[bwrap] cgroup` (brokerd's default, "delegated", when not given)
+//!     `[bwrap] cgroup` (brokerd's default, "delegated", when not given); --egress-network
+//!     sets `[runner] egress_network` (when not given: pasta where `podman info` names a pasta
+//!     program, as NixOS's Podman does, else slirp4netns)
+//!
+//! boxmaker-e2e egress-network [--user NAME] [--podman PROG]
+//!     prints the egress network `run` picks without --egress-network: pasta or slirp4netns
 //! ```
 //!
 //! `run` prints `ok <backend>/<name>` or `FAIL <backend>/<name>: <why>` for each scenario,
@@ -50,7 +56,8 @@ pub const CERT_NAMES: &[&str] = &["ok.test", "*.ok.test", "other.test"];
 
 const USAGE: &str = "usage: boxmaker-e2e ca --out DIR
        boxmaker-e2e serve --ca DIR [--https ADDR]... [--dns ADDR] [--tailnet ADDR]... [--tailnet-log FILE] [--record NAME=IPV4]... [--ready FILE]
-       boxmaker-e2e run --brokerd FILE --work DIR [--backend podman|bwrap] [--image ID] [--tools-root DIR] [--user NAME] [--podman PROG] [--tailnet-log FILE] [--only NAME]... [--bench N] [--enforce-limits true|false] [--time-scale N] [--bwrap-cgroup delegated|systemd-scope]";
+       boxmaker-e2e run --brokerd FILE --work DIR [--backend podman|bwrap] [--image ID] [--tools-root DIR] [--user NAME] [--podman PROG] [--tailnet-log FILE] [--only NAME]... [--bench N] [--enforce-limits true|false] [--time-scale N] [--bwrap-cgroup delegated|systemd-scope] [--egress-network pasta|slirp4netns]
+       boxmaker-e2e egress-network [--user NAME] [--podman PROG]";
 
 /// Options as (name, value) pairs, in order; every option takes a value.
 pub struct Opts(Vec<(String, String)>);
@@ -137,8 +144,17 @@ fn main() -> ExitCode {
                 "enforce-limits",
                 "time-scale",
                 "bwrap-cgroup",
+                "egress-network",
             ])?;
             scenarios::run(&opts)
+        }
+        "egress-network" => {
+            opts.check(&["user", "podman"])?;
+            let user =
+                system::User::lookup(&opts.one("user").unwrap_or_else(|| "boxmaker".into()))?;
+            let podman = opts.one("podman").unwrap_or_else(|| "podman".into());
+            println!("{}", scenarios::host_egress_network(&user, &podman)?);
+            Ok(ExitCode::SUCCESS)
         }
         _ => Err(format!("unknown command {cmd:?}\n{USAGE}")),
     });

@@ -94,6 +94,9 @@ struct Suite {
     ro: PathBuf,
     egress_root: PathBuf,
     image: String,
+    /// Podman's network for the egress proxy: `--egress-network`, or what this host's Podman
+    /// has (pasta where it exists, as on NixOS; slirp4netns otherwise).
+    egress_network: String,
     tailnet_log: Option<PathBuf>,
     /// Lines in the tailnet log before this run (another backend's run may have written some).
     tailnet_before: usize,
@@ -143,8 +146,8 @@ pub fn run(opts: &crate::Opts) -> Result<ExitCode, String> {
         ),
         match backend {
             Backend::Podman => (
-                "control-slirp4netns-reaches-tailnet",
-                Suite::control_slirp_reaches_tailnet as Scenario,
+                "control-egress-network-reaches-tailnet",
+                Suite::control_egress_network_reaches_tailnet as Scenario,
             ),
             Backend::Bwrap => (
                 "control-bwrap-share-net-reaches-tailnet",
@@ -278,6 +281,24 @@ fn check(cond: bool, why: impl FnOnce() -> String) -> Outcome {
     }
 }
 
+/// The egress network this host's Podman offers: pasta where Podman knows a pasta program
+/// (`podman info`: host.pasta.executable, Podman 5 and NixOS), else slirp4netns.
+pub fn host_egress_network(user: &User, podman: &str) -> Result<String, String> {
+    let mut c = user.command(podman);
+    c.args(["info", "--format", "json"]);
+    let (code, out) = system::output(c, Duration::from_secs(60))?;
+    if code != 0 {
+        return Err(format!("podman info failed (exit {code}): {out}"));
+    }
+    let start = out.find('{').unwrap_or(0);
+    let info: serde_json::Value = serde_json::from_str(&out[start..])
+        .map_err(|e| format!("podman info: not JSON ({e}): {out}"))?;
+    let pasta = info["host"]["pasta"]["executable"]
+        .as_str()
+        .is_some_and(|p| !p.is_empty());
+    Ok(if pasta { "pasta" } else { "slirp4netns" }.into())
+}
+
 /// A short, one-line rendering of what the model saw, for failure messages.
 fn show(body: &Body) -> String {
     let s = serde_json::to_string(body).unwrap_or_default();
@@ -336,9 +357,19 @@ impl Suite {
             (false, None) => "# This host's rootless Podman cannot enforce memory and pids limits (cgroup v1).\n",
             (false, Some(_)) => "# No cgroup v2 delegation on this host: rlimits only (runbook/runner.md#bwrap-unavailable).\n",
         };
+        let egress_network = match (opts.one("egress-network"), &tools_root) {
+            (Some(n), _) if n == "pasta" || n == "slirp4netns" => n,
+            (Some(n), _) => {
+                return Err(format!(
+                    "--egress-network {n:?} is not pasta or slirp4netns"
+                ))
+            }
+            (None, None) => host_egress_network(&user, &podman)?,
+            (None, Some(_)) => String::new(),
+        };
         let backend_keys = match &tools_root {
             None => format!(
-                "backend = \"podman\"\npodman = \"{podman}\"\nimage = \"{image}\"\negress_network = \"slirp4netns\"\n{limits_note}"
+                "backend = \"podman\"\npodman = \"{podman}\"\nimage = \"{image}\"\negress_network = \"{egress_network}\"\n{limits_note}"
             ),
             Some(_) => format!("backend = \"bwrap\"\n{limits_note}"),
         };
@@ -426,6 +457,7 @@ paths = [ {{ path = "{rw}", write = true }} ]
             rw,
             ro,
             image,
+            egress_network,
             child: None,
             session: String::new(),
             calls: 0,
@@ -810,16 +842,18 @@ paths = [ {{ path = "{rw}", write = true }} ]
 
     // --- shell and the network ---------------------------------------------------------------
 
-    /// Without the sandbox's `--network=none`, a container in this namespace does reach the
-    /// fake tailnet host: so the refusals below are the sandbox's doing, not a missing host.
-    fn control_slirp_reaches_tailnet(&mut self) -> Outcome {
+    /// Without the sandbox's `--network=none`, a container on the egress proxy's network in
+    /// this namespace does reach the fake tailnet host: so the refusals below are the
+    /// sandbox's doing, not a missing host.
+    fn control_egress_network_reaches_tailnet(&mut self) -> Outcome {
         let nc_s = self.secs(5).to_string();
+        let network = format!("--network={}", self.egress_network);
         let mut c = self.user.command(&self.podman);
         c.args([
             "run",
             "--rm",
             "--name=boxmaker-e2e-control",
-            "--network=slirp4netns",
+            &network,
             &self.image,
             "/bin/busybox",
             "timeout",
