@@ -11,6 +11,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use brokerd::config::{self, Backend, Config};
+use brokerd::runner::bwrap::BwrapRuntime;
 use brokerd::runner::podman::PodmanRuntime;
 use brokerd::runner::{RunSpec, Runner};
 use proto::tools::ToolName;
@@ -510,7 +511,12 @@ fn gc(cfg: &Config) -> Result<u8, String> {
     let Some(rc) = &cfg.runner else {
         return Err("the config has no [runner] section".into());
     };
-    match PodmanRuntime::new(rc).sweep() {
+    // The configured backend's own sweep: the same one brokerd runs at start and stop.
+    let runner: Box<dyn Runner> = match (&rc.backend, &cfg.bwrap) {
+        (Backend::Bwrap, Some(b)) => Box::new(BwrapRuntime::new(rc, b)),
+        _ => Box::new(PodmanRuntime::new(rc)),
+    };
+    match runner.sweep() {
         Ok(n) => {
             println!("removed {n} container(s) and egress director(ies)");
             Ok(0)

@@ -393,7 +393,7 @@ impl Broker {
         self.audit.lock().unwrap_or_else(|p| p.into_inner()).head()
     }
 
-    pub async fn handle(&self, req: Request, _peer: Peer) -> proto::broker::Answer {
+    pub async fn handle(&self, req: Request, peer: Peer) -> proto::broker::Answer {
         let id = Some(req.id().to_string());
         let body = match req {
             Request::Call {
@@ -405,13 +405,13 @@ impl Broker {
                 approval,
                 ..
             } => {
-                self.call(session, call, grant, tool, arguments, approval)
+                self.call(peer, session, call, grant, tool, arguments, approval)
                     .await
             }
             Request::Tools { grant, .. } => self.tools(&grant),
             Request::Result {
                 result_id, offset, ..
-            } => self.result(&result_id, offset),
+            } => self.result(peer, &result_id, offset),
             Request::Decline { ticket, .. } => self.decline(&ticket).await,
             Request::EndSession { session, .. } => self.end_session(&session),
             Request::Status { .. } => self.status().await,
@@ -420,8 +420,10 @@ impl Broker {
     }
 
     /// The life of one call.
+    #[allow(clippy::too_many_arguments)]
     async fn call(
         &self,
+        peer: Peer,
         session: String,
         call: String,
         grant_name: String,
@@ -567,7 +569,7 @@ impl Broker {
         // 7. Audit the outcome, then answer.
         let label = format!("{grant_name}/{tool}");
         let (status, body) = match outcome {
-            Ok(out) => ("result", self.result_body(out, label)),
+            Ok(out) => ("result", self.result_body(peer, out, label)),
             Err(RunError::Failed(f)) => (
                 "failed",
                 Body::Failed {
@@ -663,10 +665,14 @@ impl Broker {
         })
     }
 
-    fn result_body(&self, out: RunOutput, label: String) -> Body {
+    fn result_body(&self, peer: Peer, out: RunOutput, label: String) -> Body {
         let max = self.config.broker.preview_chars;
         let (content, cut) = preview(&out.content, max);
-        let result_id = self.state().results.put(out.content).unwrap_or_default();
+        let result_id = self
+            .state()
+            .results
+            .put(peer.uid, out.content)
+            .unwrap_or_default();
         Body::Result {
             content,
             truncated: out.truncated || cut,
@@ -749,8 +755,13 @@ impl Broker {
         Body::Tools { tools }
     }
 
-    fn result(&self, result_id: &str, offset: usize) -> Body {
-        match self.state().results.page(result_id, offset, PAGE_CHARS) {
+    /// A page of a stored output; another peer's id is as unknown as one never given.
+    fn result(&self, peer: Peer, result_id: &str, offset: usize) -> Body {
+        let page = self
+            .state()
+            .results
+            .page(peer.uid, result_id, offset, PAGE_CHARS);
+        match page {
             Some((content, next_offset)) => Body::ResultPage {
                 content,
                 offset,

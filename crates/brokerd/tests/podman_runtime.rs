@@ -52,6 +52,7 @@ case "$1" in
     fi ;;
   kill) [ -f "$d/kill.sh" ] && . "$d/kill.sh" ;;
   rm) [ -f "$d/rm.sh" ] && . "$d/rm.sh" ;;
+  ps) [ -f "$root/ps.sh" ] && . "$root/ps.sh" ;;
 esac
 exit 0
 "#;
@@ -527,4 +528,28 @@ fn a_swapped_grant_directory_is_refused_before_and_after_the_run() {
     std::fs::rename(&away, &inner).expect("move back");
     std::fs::write(case.dir.join("tool.sh"), "echo fine; exit 0").expect("tool.sh");
     assert_eq!(rt.run(&spec), ok("fine\n", false));
+}
+
+/// DESIGN.md "Service": the sweep finds leftovers by label (and, rootless, by user), never by
+/// their names: a container of 64-character session and call ids is removed like any other.
+#[test]
+fn the_sweep_removes_labelled_containers_by_id_whatever_their_names() {
+    const ID: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+    let case = Case::new(ID, "true");
+    let long = format!("boxmaker-{}-{}-1", "s".repeat(64), "c".repeat(64));
+    // The listing podman would give for the format asked: IDs, or the (long) names.
+    let ps = format!(
+        "case \"$*\" in\n  *'{{{{.ID}}}}'*) printf '%s\\n' {ID} 'not an id' ;;\n  *) printf '%s\\n' {long} {long}-egress ;;\nesac\n"
+    );
+    std::fs::write(fake_podman().with_file_name("ps.sh"), ps).expect("ps.sh");
+    let rt = case.runtime();
+    let egress = rt.egress_dir(&long);
+    std::fs::create_dir_all(&egress).expect("a left egress directory");
+    assert_eq!(
+        rt.sweep().expect("sweep"),
+        2,
+        "the container and the directory"
+    );
+    assert_eq!(case.calls(), [format!("kill {ID}"), format!("rm -f {ID}")]);
+    assert!(case.egress_dirs().is_empty());
 }

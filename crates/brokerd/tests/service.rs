@@ -765,6 +765,48 @@ fn result_paging() {
     );
 }
 
+/// DESIGN.md "Output": a result_id is 128 random bits and belongs to the uid whose call made
+/// it; any other peer gets the very error an unknown id gets.
+#[test]
+fn result_ids_are_unguessable_and_bound_to_the_caller() {
+    let svc = Service::start();
+    let mut c = svc.connect();
+    let id_of = |a: Answer| match a.body {
+        Body::Result { result_id, .. } => result_id,
+        other => panic!("{other:?}"),
+    };
+    let first = id_of(c.call("s", "r1", "auto", "shell", json!({"command": "cat BIG"})));
+    let second = id_of(c.call("s", "r2", "auto", "shell", json!({"command": "cat BIG"})));
+    for id in [&first, &second] {
+        assert_eq!(id.len(), 32, "{id}");
+        assert!(id.bytes().all(|b| b.is_ascii_hexdigit()), "{id}");
+    }
+    assert_ne!(first, second);
+    let page = |uid: u32, result_id: &str| {
+        let req: proto::broker::Request = serde_json::from_value(
+            json!({"op": "result", "id": "p", "result_id": result_id, "offset": 0}),
+        )
+        .expect("request");
+        let peer = brokerd::broker::Peer { uid, pid: None };
+        svc.rt.block_on(svc.broker.handle(req, peer)).body
+    };
+    assert!(matches!(page(me(), &first), Body::ResultPage { .. }));
+    let other = me().wrapping_add(1);
+    let theirs = page(other, &first);
+    let unknown = page(other, &"0".repeat(32));
+    assert!(matches!(theirs, Body::Error { .. }), "{theirs:?}");
+    let text = |b: &Body| {
+        format!("{b:?}")
+            .replace(&first, "ID")
+            .replace(&"0".repeat(32), "ID")
+    };
+    assert_eq!(
+        text(&theirs),
+        text(&unknown),
+        "the same error as an unknown id"
+    );
+}
+
 /// ask → approval → result; the ticket is single use, bound to the exact call, and cannot
 /// be forged; decline is answered declined and audited as cancelled.
 #[test]

@@ -24,8 +24,8 @@ use super::mounts::check_mounts;
 pub use super::output::STDERR_KEEP;
 use super::output::{decode, verdict, Capture, Verdict, DRAIN_GRACE};
 use super::{
-    dies_with_brokerd, log_finished, mount_changed, valid_id, Egress, Failure, RunError, RunOutput,
-    RunSpec, Runner, SweepError, Unavailable,
+    dies_with_brokerd, log_finished, mount_changed, Egress, Failure, RunError, RunOutput, RunSpec,
+    Runner, SweepError, Unavailable,
 };
 use crate::config::RunnerConfig;
 
@@ -396,15 +396,19 @@ impl PodmanRuntime {
 }
 
 impl PodmanRuntime {
-    /// The names of every container of this user labelled `boxmaker` (tool or egress).
+    /// The IDs of every container of this user labelled `boxmaker` (tool or egress). Rootless
+    /// Podman lists only the containers of the user that runs it, so the label and the user
+    /// are the whole test: a name is never parsed, since `boxmaker-<session>-<call>-<n>` can
+    /// be 140 characters and says nothing a label does not.
     pub fn labelled(&self) -> Result<Vec<String>, SweepError> {
         let args: Vec<OsString> = [
             "ps",
             "-a",
+            "--no-trunc",
             "--filter",
             "label=boxmaker",
             "--format",
-            "{{.Names}}",
+            "{{.ID}}",
         ]
         .into_iter()
         .map(OsString::from)
@@ -432,15 +436,22 @@ impl PodmanRuntime {
                 stderr.text().trim_end()
             )));
         }
-        // Only names brokerd could have made; anything else in podman's output is ignored.
+        // Only container IDs are handed back to podman; any other line is ignored.
         Ok(stdout
             .text()
             .lines()
             .map(str::trim)
-            .filter(|n| n.starts_with("boxmaker-") && valid_id(&n["boxmaker-".len()..]))
+            .filter(|id| is_container_id(id))
             .map(str::to_string)
             .collect())
     }
+}
+
+/// A Podman container ID: 64 lower-case hex digits (12 when shortened).
+fn is_container_id(s: &str) -> bool {
+    matches!(s.len(), 12 | 64)
+        && s.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 /// How much of `podman ps`'s listing the sweep reads.
@@ -454,10 +465,10 @@ impl Runner for PodmanRuntime {
     /// Removes every labelled container and every egress directory (DESIGN.md "Service": the
     /// start-up sweep; also the end of a shutdown).
     fn sweep(&self) -> Result<usize, SweepError> {
-        let names = self.labelled()?;
+        let ids = self.labelled()?;
         let mut removed = 0;
         let mut failed = Vec::new();
-        for name in &names {
+        for name in &ids {
             // A running container's PID 1 (toolkit) ignores SIGTERM, so a bare `rm -f` waits
             // out podman's 10 s stop timeout, as long as the helper's own limit: kill first, as
             // `remove` does. A container that is not running makes `kill` fail; `rm -f` decides.
