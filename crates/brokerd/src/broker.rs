@@ -133,7 +133,11 @@ impl Broker {
             state: Mutex::new(state),
             preflight: Mutex::new(None),
             network_preflight: OnceCell::new(),
-            backend: backend.to_string(),
+            // DESIGN.md "Service": without [runner] brokerd still serves, and says so.
+            backend: match config.runner {
+                Some(_) => backend.to_string(),
+                None => NO_BACKEND.to_string(),
+            },
             shutting_down: std::sync::atomic::AtomicBool::new(false),
             config,
         }
@@ -151,6 +155,14 @@ impl Broker {
     /// Runs the backend's preflight once and caches it: a real minimal sandbox (seed 000
     /// 5.1.6). A failed preflight makes every call `unavailable` without probing again.
     pub async fn preflight(&self) -> Preflight {
+        if self.config.runner.is_none() {
+            let p = Preflight {
+                ok: false,
+                detail: NO_RUNNER.into(),
+            };
+            *self.preflight.lock().unwrap_or_else(|p| p.into_inner()) = Some(p.clone());
+            return p;
+        }
         if let Some(p) = self
             .preflight
             .lock()
@@ -474,8 +486,18 @@ impl Broker {
         };
         rec.target = Some(target);
 
-        // 3. Decide.
-        let plan = match self.policy.decide(grant, &parsed) {
+        // 3. Decide. Without a runner the decision is still made and audited, and whatever
+        // would run is refused (seed 003 section 6, DESIGN.md "Service").
+        let decision = self.policy.decide(grant, &parsed);
+        if let (None, Decision::Allow(plan) | Decision::Ask(plan, _)) =
+            (&self.config.runner, &decision)
+        {
+            rec.class = plan.class.map(|c| c.as_str().to_string());
+            let target = rec.target.clone().unwrap_or_default();
+            let refusal = Refusal::new(&target, NO_RUNNER);
+            return self.refused(rec, &session, &tool, refusal).await;
+        }
+        let plan = match decision {
             Decision::Allow(plan) => plan,
             Decision::Refuse(r) => return self.refused(rec, &session, &tool, r).await,
             Decision::Ask(plan, question) => {
@@ -833,6 +855,13 @@ impl Broker {
         })
     }
 }
+
+/// The `backend` of `status` when the config has no `[runner]` section.
+pub const NO_BACKEND: &str = "none";
+
+/// The refusal of every call that would run when no `[runner]` is configured (DESIGN.md
+/// "Service"), spelt exactly as there.
+pub const NO_RUNNER: &str = "no tool runner is configured on this host; nothing was run";
 
 /// What the network preflight fetches: a name under `.invalid` (RFC 6761), never resolved.
 pub const NETWORK_PREFLIGHT_URL: &str = "https://preflight.invalid/";

@@ -144,6 +144,8 @@ struct Opts {
     audit: Option<PathBuf>,
     max_concurrent_calls: usize,
     refusal_repeats: u32,
+    /// Leave out the `[runner]` section.
+    no_runner: bool,
 }
 
 impl Default for Opts {
@@ -153,6 +155,7 @@ impl Default for Opts {
             audit: None,
             max_concurrent_calls: 4,
             refusal_repeats: 5,
+            no_runner: false,
         }
     }
 }
@@ -240,6 +243,17 @@ paths = [{{ path = "{ro}" }}]
             rw = rw.display(),
             ro = ro.display(),
         );
+        let text = match opts.no_runner {
+            true => {
+                let runner = format!(
+                    "[runner]\nimage = \"sha256:{}\"\nhome = \"{}\"\n",
+                    "a".repeat(64),
+                    base.join("home").display()
+                );
+                text.replace(&runner, "")
+            }
+            false => text,
+        };
         let config =
             brokerd::config::parse(&text, "service.toml").unwrap_or_else(|e| panic!("{e}"));
         let policy = Policy::new(&config).expect("policy");
@@ -1741,4 +1755,74 @@ fn network_preflight() {
         let a = c.call("s3", "c3", "auto", "shell", json!({"command": "ls"}));
         assert_eq!(kind(&a), "result", "{a:?}");
     }
+}
+
+/// Seed 003 section 6, DESIGN.md "Service": without `[runner]` brokerd serves, decides and
+/// audits every call, and refuses each one that would run with the fixed reason; what the
+/// grant refuses is refused for its own reason, and status says there is no backend.
+#[test]
+fn without_a_runner_every_call_that_would_run_is_refused() {
+    let svc = Service::with(Opts {
+        no_runner: true,
+        ..Opts::default()
+    });
+    assert!(svc.broker.config().runner.is_none());
+    let mut c = svc.connect();
+    let no_runner = "no tool runner is configured on this host; nothing was run";
+    let read = json!({"path": "a.txt"});
+    let cases = [
+        (
+            "r1",
+            "auto",
+            "read_file",
+            read.clone(),
+            "refused",
+            no_runner,
+        ),
+        (
+            "r2",
+            "auto",
+            "shell",
+            json!({"command": "ls"}),
+            "refused",
+            no_runner,
+        ),
+        (
+            "r3",
+            "ask",
+            "write_file",
+            json!({"path": "w", "content": "x"}),
+            "refused",
+            no_runner,
+        ),
+        (
+            "r4",
+            "readonly",
+            "http_fetch",
+            json!({"url": "https://docs.example.org/"}),
+            "refused",
+            "http_fetch is not one of the tools",
+        ),
+        (
+            "r5",
+            "auto",
+            "read_file",
+            json!({"path": "/etc/passwd"}),
+            "refused",
+            "outside",
+        ),
+    ];
+    for (call, grant, tool, args, want, says) in cases {
+        let a = c.call("s", call, grant, tool, args);
+        assert_eq!(kind(&a), want, "{call}: {a:?}");
+        assert!(message(&a).contains(says), "{call}: {a:?}");
+    }
+    assert_eq!(svc.runner.calls(), 0, "nothing ran, not even a preflight");
+    let decisions = svc.decisions();
+    assert_eq!(decisions.len(), 5, "every call audited: {decisions:?}");
+    assert!(decisions.iter().all(|d| d.2 == "refused"), "{decisions:?}");
+    let status = c.status();
+    assert_eq!(status.backend, "none");
+    assert_eq!(svc.rt.block_on(svc.broker.preflight()).detail, no_runner);
+    assert_eq!(svc.runner.calls(), 0);
 }

@@ -188,6 +188,16 @@ pub trait Runner: Send + Sync {
     }
 }
 
+/// The runner of a brokerd without `[runner]`: the broker refuses every call that would run
+/// before it gets here, so it is never asked; if it were, nothing would run.
+pub struct NoRunner;
+
+impl Runner for NoRunner {
+    fn run(&self, _spec: &RunSpec) -> Result<RunOutput, RunError> {
+        Err(RunError::Unavailable(Unavailable::RunnerUnavailable))
+    }
+}
+
 /// Why the start-up or shutdown sweep could not finish.
 #[derive(Debug, thiserror::Error)]
 #[error("the sweep of leftover sandboxes failed: {0}")]
