@@ -443,6 +443,8 @@ impl Broker {
         arguments: String,
         approval: Option<String>,
     ) -> Body {
+        // loopd's clock for this call started about now: [broker] timeout_ms from here.
+        let received = Instant::now();
         // 1. Protocol checks: no decision is made on a malformed request.
         if !proto::broker::valid_ident(&session) {
             return error(ProtocolError::BadIdent("session"));
@@ -569,7 +571,7 @@ impl Broker {
             None
         };
         let outcome = match failed_preflight {
-            None => self.run(&session, &call, plan).await,
+            None => self.run(&session, &call, plan, received).await,
             Some(which) => {
                 tracing::error!(
                     session,
@@ -644,6 +646,7 @@ impl Broker {
         session: &str,
         call: &str,
         plan: Plan,
+        received: Instant,
     ) -> Result<Result<RunOutput, RunError>, Busy> {
         // The bounded queue: past it, busy.
         if self.waiting.fetch_add(1, Ordering::SeqCst) >= self.queue_cap {
@@ -656,6 +659,20 @@ impl Broker {
         let Ok(permit) = permit else {
             return Err(Busy);
         };
+        // A call that waited for its slot past what is left of loopd's timeout would be
+        // answered after loopd stopped waiting: it does not start.
+        if let Some(rc) = &self.config.runner {
+            let budget = Duration::from_millis(self.config.broker.timeout_ms);
+            if received.elapsed() + rc.call_budget(plan.tool) >= budget {
+                tracing::warn!(
+                    session,
+                    call,
+                    waited_ms = received.elapsed().as_millis() as u64,
+                    "the call waited for a slot too long to finish within broker.timeout_ms; answered busy"
+                );
+                return Err(Busy);
+            }
+        }
         let timeout = self
             .config
             .runner

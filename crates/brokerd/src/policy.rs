@@ -285,6 +285,18 @@ impl Policy {
                 )
             }
         };
+        // toolkit reads at most MAX_INPUT bytes (seed 003 section 4): a larger call could only
+        // fail inside the sandbox, with a sentence the model cannot act on.
+        if input.len() > proto::tools::MAX_INPUT {
+            return refuse(
+                &target,
+                format!(
+                    "{tool}: the call comes to {} bytes, more than the {} bytes a tool can take; nothing was run: split it into smaller calls",
+                    input.len(),
+                    proto::tools::MAX_INPUT
+                ),
+            );
+        }
         let writable = caps.writable_mounts(action);
         let mounts = g
             .workspace
@@ -552,6 +564,16 @@ paths = [{{ path = "{ro}" }}]
                 "shell",
                 r#"{"command":"ls","cwd":"/etc"}"#.into(),
                 "shell: /etc is outside the grant's directories".into(),
+            ),
+            // Over toolkit's stdin bound: refused before anything runs.
+            (
+                "auto",
+                "write_file",
+                format!(
+                    r#"{{"path":"big.txt","content":"{}"}}"#,
+                    "x".repeat(proto::tools::MAX_INPUT)
+                ),
+                "write_file: the call comes to 2097".into(),
             ),
         ];
         for (grant, tool, raw, prefix) in cases {

@@ -146,6 +146,9 @@ struct Opts {
     refusal_repeats: u32,
     /// Leave out the `[runner]` section.
     no_runner: bool,
+    /// Lines added to `[broker]` and to `[runner]`.
+    broker_extra: &'static str,
+    runner_extra: &'static str,
 }
 
 impl Default for Opts {
@@ -156,6 +159,8 @@ impl Default for Opts {
             max_concurrent_calls: 4,
             refusal_repeats: 5,
             no_runner: false,
+            broker_extra: "",
+            runner_extra: "",
         }
     }
 }
@@ -206,10 +211,11 @@ audit_log = "{audit}"
 refusal_repeats = {repeats}
 preview_chars = 200
 max_concurrent_calls = {slots}
-
+{broker_extra}
 [runner]
 image = "sha256:{hex}"
 home = "{home}"
+{runner_extra}
 
 [grants.auto]
 mode = "auto"
@@ -238,6 +244,8 @@ paths = [{{ path = "{ro}" }}]
             audit = audit.display(),
             repeats = opts.refusal_repeats,
             slots = opts.max_concurrent_calls,
+            broker_extra = opts.broker_extra,
+            runner_extra = opts.runner_extra,
             hex = "a".repeat(64),
             home = base.join("home").display(),
             rw = rw.display(),
@@ -1319,8 +1327,10 @@ fn over_long_line() {
     });
     let a = c.answer();
     writer.join().unwrap();
-    assert_eq!(kind(&a), "result", "{}", message(&a));
-    assert_eq!(svc.runner.calls(), 1);
+    // Decided: more than toolkit reads, so refused before anything runs.
+    assert_eq!(kind(&a), "refused", "{}", message(&a));
+    assert!(message(&a).contains("split it into smaller calls"));
+    assert_eq!(svc.runner.calls(), 0);
 }
 
 /// A peer not in `clients` gets one error line and is closed; nothing is decided.
@@ -1497,6 +1507,85 @@ fn busy_when_the_queue_is_full() {
         d.contains(&("s".into(), "late".into(), "not_run".into(), "busy".into())),
         "{d:?}"
     );
+}
+
+/// A call that waited for its slot past what is left of loopd's timeout (its limit and the
+/// stop budget no longer fit) answers busy instead of starting; one that did not wait runs.
+#[test]
+fn a_call_that_waited_too_long_answers_busy() {
+    // 30 s of loopd's patience, 12 s of shell and 16 s to kill and remove: 2 s to wait.
+    let svc = Service::with(Opts {
+        max_concurrent_calls: 1,
+        broker_extra: "timeout_ms = 30000",
+        runner_extra: "shell_ms = 12000\nread_file_ms = 2000\nwrite_file_ms = 2000\nhttp_fetch_ms = 1000\negress_start_ms = 500",
+        ..Opts::default()
+    });
+    let mut first = svc.connect();
+    first.send_raw(
+        call_req(
+            "s",
+            "h",
+            "auto",
+            "shell",
+            &json!({"command": "cat HOLD"}),
+            None,
+        )
+        .to_string()
+        .as_bytes(),
+    );
+    svc.runner.wait_started(1);
+    let mut second = svc.connect();
+    second.send_raw(
+        call_req("s", "w", "auto", "shell", &json!({"command": "ls"}), None)
+            .to_string()
+            .as_bytes(),
+    );
+    svc.wait_records(2);
+    std::thread::sleep(Duration::from_millis(2500));
+    svc.runner.release();
+    assert_eq!(kind(&first.answer()), "result");
+    let a = second.answer();
+    assert_eq!(kind(&a), "error", "{a:?}");
+    assert!(message(&a).contains("busy"), "{a:?}");
+    assert_eq!(svc.runner.calls(), 1, "the waiting call never started");
+    let a = second.call("s", "now", "auto", "shell", json!({"command": "ls"}));
+    assert_eq!(kind(&a), "result", "{a:?}");
+    let d = svc.decisions();
+    assert!(
+        d.contains(&("s".into(), "w".into(), "not_run".into(), "busy".into())),
+        "{d:?}"
+    );
+}
+
+/// A write_file over toolkit's standard-input bound is refused before anything runs, with a
+/// reason the model can act on.
+#[test]
+fn a_write_over_the_input_bound_is_refused() {
+    let svc = Service::start();
+    let mut c = svc.connect();
+    let content = "x".repeat(proto::tools::MAX_INPUT);
+    let a = c.call(
+        "s",
+        "big",
+        "auto",
+        "write_file",
+        json!({"path": "big.txt", "content": content}),
+    );
+    assert_eq!(kind(&a), "refused", "{}", kind(&a));
+    assert!(
+        message(&a).contains("split it into smaller calls"),
+        "{}",
+        message(&a)
+    );
+    assert_eq!(svc.runner.calls(), 0);
+    let a = c.call(
+        "s",
+        "small",
+        "auto",
+        "write_file",
+        json!({"path": "s.txt", "content": "x"}),
+    );
+    assert_eq!(kind(&a), "result");
 }
 
 /// After the runner was unavailable in a session, its writes are refused without being

@@ -170,6 +170,22 @@ pub enum RunError {
     MountChanged(MountChanged),
 }
 
+/// The longest a runner of `backend` takes, past a call's time limit, to stop and remove what
+/// it started for `tool`: with Podman `kill` and `rm -f` of the tool's container, each bounded
+/// by [`podman::HELPER_TIMEOUT`], and `rm -f` of the proxy; with bwrap two SIGKILLs of each
+/// sandbox, each confirmed within [`pidfd::KILL_CONFIRM`]. loopd waits for all of it.
+pub fn stop_budget(backend: crate::config::Backend, tool: ToolName) -> Duration {
+    use crate::config::Backend;
+    let (sandbox, proxy) = match backend {
+        Backend::Podman => (2 * podman::HELPER_TIMEOUT, podman::HELPER_TIMEOUT),
+        Backend::Bwrap => (2 * pidfd::KILL_CONFIRM, 2 * pidfd::KILL_CONFIRM),
+    };
+    match tool {
+        ToolName::HttpFetch => sandbox + proxy,
+        ToolName::ReadFile | ToolName::WriteFile | ToolName::Shell => sandbox,
+    }
+}
+
 /// A sandbox backend. Blocking: brokerd calls it from a blocking task, and it must return
 /// within the spec's time limit plus a small bound, whatever the sandbox does.
 pub trait Runner: Send + Sync {

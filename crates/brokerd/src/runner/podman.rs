@@ -29,8 +29,9 @@ use super::{
 };
 use crate::config::RunnerConfig;
 
-/// How long a podman `kill` or `rm` may take before brokerd gives up on it.
-pub const HELPER_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a podman `kill` or `rm` may take before brokerd gives up on it (and poisons).
+/// Two of them, after the default shell limit of 100 s, still end under loopd's 120 s.
+pub const HELPER_TIMEOUT: Duration = Duration::from_secs(8);
 /// How often a running container is looked at.
 const POLL: Duration = Duration::from_millis(10);
 
