@@ -12,13 +12,14 @@ use std::time::{Duration, Instant};
 
 use proto::broker::{AuditHead, Body, Request, Status, ToolSchema, PROTOCOL};
 use proto::tools::ToolName;
-use tokio::sync::{Notify, OnceCell, Semaphore};
+use tokio::sync::{Notify, Semaphore};
 
 use crate::args;
 use crate::audit::{self, Audit, Record, RecordKind};
 use crate::config::Config;
 use crate::policy::{Decision, Plan, Policy, Refusal};
 use crate::preview::{preview, ResultStore};
+use crate::probe::{Kept, RETRY_FIRST};
 use crate::refusals::{RefusalCounter, Verdict};
 use crate::runner::{Egress, Mount, RunError, RunOutput, RunSpec, Runner, Unavailable};
 use crate::tickets::{Binding, Tickets};
@@ -57,12 +58,7 @@ pub enum ProtocolError {
     ShuttingDown,
 }
 
-/// The outcome of the start-up preflight, cached for the life of the process.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Preflight {
-    pub ok: bool,
-    pub detail: String,
-}
+pub use crate::probe::Preflight;
 
 struct State {
     tickets: Tickets,
@@ -85,9 +81,13 @@ pub struct Broker {
     queue_cap: usize,
     in_flight: AtomicUsize,
     idle: Notify,
-    preflight: Mutex<Option<Preflight>>,
-    /// The proxy path's preflight, run before the first http_fetch and kept.
-    network_preflight: OnceCell<Preflight>,
+    /// The start-up preflight (`probe`): kept, remembered or tried again.
+    preflight: Mutex<Kept>,
+    /// The proxy path's preflight, run before the first http_fetch, kept the same way.
+    network: Mutex<Kept>,
+    /// One preflight of each kind runs at a time; callers that arrive meanwhile wait for it.
+    probing: tokio::sync::Mutex<()>,
+    network_probing: tokio::sync::Mutex<()>,
     backend: String,
     shutting_down: std::sync::atomic::AtomicBool,
 }
@@ -131,8 +131,10 @@ impl Broker {
             runner,
             audit: Arc::new(Mutex::new(audit)),
             state: Mutex::new(state),
-            preflight: Mutex::new(None),
-            network_preflight: OnceCell::new(),
+            preflight: Mutex::new(Kept::new(RETRY_FIRST)),
+            network: Mutex::new(Kept::new(RETRY_FIRST)),
+            probing: tokio::sync::Mutex::new(()),
+            network_probing: tokio::sync::Mutex::new(()),
             // DESIGN.md "Service": without [runner] brokerd still serves, and says so.
             backend: match config.runner {
                 Some(_) => backend.to_string(),
@@ -147,28 +149,37 @@ impl Broker {
         &self.config
     }
 
+    /// Tries a transiently failed preflight again after `first` (doubling) instead of
+    /// [`RETRY_FIRST`] (tests use a short one).
+    pub fn with_preflight_retry(self, first: Duration) -> Broker {
+        *lock(&self.preflight) = Kept::new(first);
+        *lock(&self.network) = Kept::new(first);
+        self
+    }
+
     fn state(&self) -> MutexGuard<'_, State> {
         // A panic while holding the lock leaves plain data behind; keep serving.
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Runs the backend's preflight once and caches it: a real minimal sandbox (seed 000
-    /// 5.1.6). A failed preflight makes every call `unavailable` without probing again.
+    /// The backend's preflight: a real minimal sandbox (seed 000 5.1.6), run unless its kept
+    /// outcome stands (`probe`: a pass or a terminal failure for good, another failure until
+    /// its retry is due). While it fails, calls answer `unavailable`.
     pub async fn preflight(&self) -> Preflight {
         if self.config.runner.is_none() {
             let p = Preflight {
                 ok: false,
                 detail: NO_RUNNER.into(),
+                terminal: true,
             };
-            *self.preflight.lock().unwrap_or_else(|p| p.into_inner()) = Some(p.clone());
+            lock(&self.preflight).record(p.clone(), Instant::now());
             return p;
         }
-        if let Some(p) = self
-            .preflight
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-        {
+        if let Some(p) = lock(&self.preflight).standing(Instant::now()) {
+            return p;
+        }
+        let _one = self.probing.lock().await;
+        if let Some(p) = lock(&self.preflight).standing(Instant::now()) {
             return p;
         }
         let runner = self.runner.clone();
@@ -214,8 +225,9 @@ impl Broker {
             timeout: limit,
         };
         let outcome = tokio::task::spawn_blocking(move || runner.run(&spec)).await;
-        let p = match outcome {
+        let mut p = match outcome {
             Ok(Ok(RunOutput { content, .. })) if content.starts_with(&expected) => Preflight {
+                terminal: false,
                 ok: true,
                 detail: format!(
                     "a sandbox ran in /tmp with a writable /tmp{}{}{}",
@@ -238,6 +250,7 @@ impl Broker {
                 ),
             },
             Ok(Ok(RunOutput { content, .. })) => Preflight {
+                terminal: false,
                 ok: false,
                 detail: format!(
                     "the preflight sandbox answered {:?}, expected it to start with {expected:?}",
@@ -245,16 +258,33 @@ impl Broker {
                 ),
             },
             Ok(Err(e)) => Preflight {
+                terminal: false,
                 ok: false,
                 detail: format!("the preflight sandbox failed: {e}"),
             },
             Err(e) => Preflight {
+                terminal: false,
                 ok: false,
                 detail: format!("the preflight task failed: {e}"),
             },
         };
-        *self.preflight.lock().unwrap_or_else(|p| p.into_inner()) = Some(p.clone());
+        self.settle(&mut p);
+        let now = Instant::now();
+        let mut kept = lock(&self.preflight);
+        kept.record(p.clone(), now);
+        log_preflight("preflight", &p, kept.next_try_in(now));
         p
+    }
+
+    /// Marks a failed preflight terminal when the runner remembered why it can never start.
+    fn settle(&self, p: &mut Preflight) {
+        if p.ok {
+            return;
+        }
+        if let Some(why) = self.runner.terminal_failure() {
+            p.terminal = true;
+            p.detail = format!("{}; remembered until restart: {why}", p.detail);
+        }
     }
 
     /// Every directory some grant may write, once each, in config order.
@@ -278,10 +308,17 @@ impl Broker {
     /// sandbox allowed only `allowed.invalid`, and a fetch of `preflight.invalid` through it,
     /// which the proxy must refuse by name. That needs the proxy started, its socket in the
     /// tool sandbox and the SOCKS5 exchange working; no name is resolved and no packet leaves.
-    /// Kept for the life of the process, failed or not.
+    /// Kept as the start-up preflight is (`probe`).
     pub async fn network_preflight(&self) -> Preflight {
-        self.network_preflight
-            .get_or_init(|| async {
+        if let Some(p) = lock(&self.network).standing(Instant::now()) {
+            return p;
+        }
+        let _one = self.network_probing.lock().await;
+        if let Some(p) = lock(&self.network).standing(Instant::now()) {
+            return p;
+        }
+        let mut p = {
+            {
                 let url = NETWORK_PREFLIGHT_URL;
                 let input = serde_json::to_vec(&proto::tools::HttpFetchArgs { url: url.into() })
                     .unwrap_or_default();
@@ -289,7 +326,9 @@ impl Broker {
                     .config
                     .runner
                     .as_ref()
-                    .map_or(Duration::from_secs(30), |r| r.time_limit(ToolName::HttpFetch));
+                    .map_or(Duration::from_secs(30), |r| {
+                        r.time_limit(ToolName::HttpFetch)
+                    });
                 let spec = RunSpec {
                     session: "preflight".into(),
                     call: "network".into(),
@@ -305,11 +344,12 @@ impl Broker {
                 let runner = self.runner.clone();
                 let outcome = tokio::task::spawn_blocking(move || runner.run(&spec)).await;
                 let prefix = format!("http_fetch: {url}: ");
-                let p = match outcome {
+                match outcome {
                     Ok(Ok(RunOutput { content, .. }))
                         if content.starts_with(&prefix) && content.contains("SOCKS") =>
                     {
                         Preflight {
+                            terminal: false,
                             ok: true,
                             detail: format!(
                                 "the egress proxy refused a host it was not given: {}",
@@ -318,6 +358,7 @@ impl Broker {
                         }
                     }
                     Ok(Ok(RunOutput { content, .. })) => Preflight {
+                        terminal: false,
                         ok: false,
                         detail: format!(
                             "the proxy path answered {:?}, not the proxy's refusal",
@@ -325,26 +366,24 @@ impl Broker {
                         ),
                     },
                     Ok(Err(e)) => Preflight {
+                        terminal: false,
                         ok: false,
                         detail: format!("the proxy path failed: {e}"),
                     },
                     Err(e) => Preflight {
+                        terminal: false,
                         ok: false,
                         detail: format!("the network preflight task failed: {e}"),
                     },
-                };
-                if p.ok {
-                    tracing::info!(detail = p.detail, "network preflight passed");
-                } else {
-                    tracing::error!(
-                        detail = p.detail,
-                        "network preflight failed: http_fetch answers unavailable; see runbook/runner.md#runner-unavailable"
-                    );
                 }
-                p
-            })
-            .await
-            .clone()
+            }
+        };
+        self.settle(&mut p);
+        let now = Instant::now();
+        let mut kept = lock(&self.network);
+        kept.record(p.clone(), now);
+        log_preflight("network preflight", &p, kept.next_try_in(now));
+        p
     }
 
     /// Marks the broker as stopping: new calls are refused with an error.
@@ -549,12 +588,9 @@ impl Broker {
             let refusal = Refusal::new("unavailable", reason);
             return self.refused(rec, &session, &tool, refusal).await;
         }
-        let preflight_ok = self
-            .preflight
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .as_ref()
-            .is_none_or(|p| p.ok);
+        // A preflight that failed for now is tried again once its retry is due.
+        let ran_before = lock(&self.preflight).last().is_some();
+        let preflight_ok = !ran_before || self.preflight().await.ok;
 
         // 5. Audit the decision before anything runs.
         if let Err(e) = self.record(rec.clone()).await {
@@ -844,19 +880,9 @@ impl Broker {
     }
 
     async fn status(&self) -> Body {
-        let mut preflight = match self
-            .preflight
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-        {
-            Some(p) => serde_json::json!({ "ok": p.ok, "detail": p.detail }),
-            None => serde_json::json!({ "ok": null, "detail": "not run yet" }),
-        };
-        preflight["network"] = match self.network_preflight.get() {
-            Some(p) => serde_json::json!({ "ok": p.ok, "detail": p.detail }),
-            None => serde_json::json!({ "ok": null, "detail": "runs before the first http_fetch" }),
-        };
+        let now = Instant::now();
+        let mut preflight = lock(&self.preflight).status(now, "not run yet");
+        preflight["network"] = lock(&self.network).status(now, "runs before the first http_fetch");
         let head = self.audit_head();
         Body::Status(Status {
             protocol: PROTOCOL,
@@ -879,6 +905,28 @@ pub const NO_BACKEND: &str = "none";
 /// The refusal of every call that would run when no `[runner]` is configured (DESIGN.md
 /// "Service"), spelt exactly as there.
 pub const NO_RUNNER: &str = "no tool runner is configured on this host; nothing was run";
+
+/// A preflight's outcome in the journal, with when it is tried again.
+fn log_preflight(which: &str, p: &Preflight, next_try: Option<Duration>) {
+    match (p.ok, next_try) {
+        (true, _) => tracing::info!(detail = p.detail, "{which} passed"),
+        (false, Some(wait)) => tracing::error!(
+            detail = p.detail,
+            next_try_in_s = wait.as_secs(),
+            "{which} failed; tried again by a call in {}s; until then calls that need it answer unavailable; see runbook/runner.md#runner-unavailable",
+            wait.as_secs()
+        ),
+        (false, None) => tracing::error!(
+            detail = p.detail,
+            "{which} failed for good: calls that need it answer unavailable until brokerd restarts; see runbook/runner.md#runner-unavailable"
+        ),
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding the lock leaves plain data behind; keep serving.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
 
 /// What the network preflight fetches: a name under `.invalid` (RFC 6761), never resolved.
 pub const NETWORK_PREFLIGHT_URL: &str = "https://preflight.invalid/";

@@ -14,6 +14,7 @@ pub mod config;
 pub mod mode;
 pub mod policy;
 pub mod preview;
+pub mod probe;
 pub mod protect;
 pub mod redact;
 pub mod refusals;

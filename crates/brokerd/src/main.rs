@@ -212,17 +212,8 @@ async fn run(file: &Path, socket: Option<PathBuf>) -> Result<(), String> {
         .await
         .map_err(|e| format!("{e}; see runbook/audit.md#audit-unwritable"))?;
 
+    // The broker logs its outcome, and when a failed one is tried again.
     let preflight = broker.preflight().await;
-    if backend == NO_BACKEND {
-        // Nothing to prove: nothing will run.
-    } else if preflight.ok {
-        tracing::info!(detail = preflight.detail, "preflight passed");
-    } else {
-        tracing::error!(
-            detail = preflight.detail,
-            "preflight failed: calls answer unavailable; see runbook/runner.md#runner-unavailable"
-        );
-    }
     let head = broker.audit_head();
     tracing::info!(audit_seq = head.seq, audit_hash = head.hash, "ready");
     let status = if preflight.ok || backend == NO_BACKEND {

@@ -48,6 +48,8 @@ struct FakeRunner {
     preflight_ok: std::sync::atomic::AtomicBool,
     /// Answer the network preflight as a broken proxy path would (curl finds no proxy).
     network_broken: std::sync::atomic::AtomicBool,
+    /// What the runner reports as a failure no retry can mend.
+    terminal: Mutex<Option<String>>,
 }
 
 impl FakeRunner {
@@ -91,6 +93,10 @@ fn target_of(spec: &RunSpec) -> String {
 }
 
 impl Runner for FakeRunner {
+    fn terminal_failure(&self) -> Option<String> {
+        self.terminal.lock().unwrap().clone()
+    }
+
     fn run(&self, spec: &RunSpec) -> Result<RunOutput, RunError> {
         self.specs.lock().unwrap().push(spec.clone());
         self.started.fetch_add(1, Ordering::SeqCst);
@@ -149,6 +155,8 @@ struct Opts {
     /// Lines added to `[broker]` and to `[runner]`.
     broker_extra: &'static str,
     runner_extra: &'static str,
+    /// The first wait before a failed preflight is tried again.
+    preflight_retry: Option<Duration>,
 }
 
 impl Default for Opts {
@@ -161,6 +169,7 @@ impl Default for Opts {
             no_runner: false,
             broker_extra: "",
             runner_extra: "",
+            preflight_retry: None,
         }
     }
 }
@@ -267,7 +276,11 @@ paths = [{{ path = "{ro}" }}]
         let policy = Policy::new(&config).expect("policy");
         let runner = Arc::new(FakeRunner::default());
         let log = Audit::open(&config.broker.audit_log).expect("audit");
-        let broker = Arc::new(Broker::new(config, policy, runner.clone(), log, "fake"));
+        let mut broker = Broker::new(config, policy, runner.clone(), log, "fake");
+        if let Some(first) = opts.preflight_retry {
+            broker = broker.with_preflight_retry(first);
+        }
+        let broker = Arc::new(broker);
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
@@ -1844,6 +1857,96 @@ fn network_preflight() {
         let a = c.call("s3", "c3", "auto", "shell", json!({"command": "ls"}));
         assert_eq!(kind(&a), "result", "{a:?}");
     }
+}
+
+/// Seed 000 5.1.6: only terminal preflight failures are remembered. A failure for now (of the
+/// start-up or the network preflight) is tried again by a later call once its back-off has
+/// passed, and status says when; until then calls answer unavailable without probing.
+#[test]
+fn a_transient_preflight_failure_is_tried_again() {
+    const RETRY: Duration = Duration::from_millis(300);
+    let svc = Service::with(Opts {
+        preflight_retry: Some(RETRY),
+        ..Opts::default()
+    });
+    let p = svc.rt.block_on(svc.broker.preflight());
+    assert!(!p.ok && !p.terminal, "{p:?}");
+    let mut c = svc.connect();
+    let st = c.status().preflight;
+    assert_eq!(st["terminal"], json!(false), "{st}");
+    let due = st["next_try_in_ms"].as_u64().expect("a next try");
+    assert!(due <= 300, "{st}");
+    let ls = json!({"command": "ls"});
+    assert_eq!(
+        kind(&c.call("s", "c1", "auto", "shell", ls.clone())),
+        "unavailable"
+    );
+    assert_eq!(svc.runner.calls(), 1, "not due: no new probe");
+    std::thread::sleep(RETRY + Duration::from_millis(50));
+    svc.runner.preflight_ok.store(true, Ordering::SeqCst);
+    let a = c.call("s", "c2", "auto", "shell", ls.clone());
+    assert_eq!(kind(&a), "result", "{a:?}");
+    assert_eq!(svc.runner.calls(), 3, "the probe again, then the call");
+    let st = c.status().preflight;
+    assert_eq!(
+        (&st["ok"], &st["next_try_in_ms"]),
+        (&json!(true), &Value::Null),
+        "{st}"
+    );
+
+    // The network preflight the same way.
+    svc.runner.network_broken.store(true, Ordering::SeqCst);
+    let fetch = json!({"url": "https://docs.example.org/x"});
+    assert_eq!(
+        kind(&c.call("s", "f1", "auto", "http_fetch", fetch.clone())),
+        "unavailable"
+    );
+    assert_eq!(
+        kind(&c.call("s", "f2", "auto", "http_fetch", fetch.clone())),
+        "unavailable"
+    );
+    let probes = || {
+        svc.runner
+            .specs()
+            .iter()
+            .filter(|s| s.call == "network")
+            .count()
+    };
+    assert_eq!(probes(), 1);
+    assert!(c.status().preflight["network"]["next_try_in_ms"].is_u64());
+    std::thread::sleep(RETRY + Duration::from_millis(50));
+    svc.runner.network_broken.store(false, Ordering::SeqCst);
+    let a = c.call("s", "f3", "auto", "http_fetch", fetch);
+    assert_eq!(kind(&a), "result", "{a:?}");
+    assert_eq!(probes(), 2);
+}
+
+/// A terminal preflight failure (the sandbox program absent) is remembered: no retry.
+#[test]
+fn a_terminal_preflight_failure_is_remembered() {
+    const RETRY: Duration = Duration::from_millis(100);
+    let svc = Service::with(Opts {
+        preflight_retry: Some(RETRY),
+        ..Opts::default()
+    });
+    *svc.runner.terminal.lock().unwrap() = Some("bwrap is absent: /nope".into());
+    let p = svc.rt.block_on(svc.broker.preflight());
+    assert!(
+        !p.ok && p.terminal && p.detail.contains("bwrap is absent"),
+        "{p:?}"
+    );
+    let mut c = svc.connect();
+    let st = c.status().preflight;
+    assert_eq!(
+        (&st["terminal"], &st["next_try_in_ms"]),
+        (&json!(true), &Value::Null),
+        "{st}"
+    );
+    std::thread::sleep(RETRY * 2);
+    svc.runner.preflight_ok.store(true, Ordering::SeqCst);
+    let a = c.call("s", "c", "auto", "shell", json!({"command": "ls"}));
+    assert_eq!(kind(&a), "unavailable", "{a:?}");
+    assert_eq!(svc.runner.calls(), 1, "never probed again");
 }
 
 /// Seed 003 section 6, DESIGN.md "Service": without `[runner]` brokerd serves, decides and

@@ -857,6 +857,10 @@ impl Runner for BwrapRuntime {
         BwrapRuntime::poisoned(self)
     }
 
+    fn terminal_failure(&self) -> Option<String> {
+        self.terminal().map(|t| t.to_string())
+    }
+
     /// Removes every sandbox, egress directory and sandbox cgroup a crashed brokerd left.
     fn sweep(&self) -> Result<usize, SweepError> {
         let (mut removed, mut failed) = sweep_sandboxes(&self.bwrap, &self.tools_root);

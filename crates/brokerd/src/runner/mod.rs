@@ -197,6 +197,13 @@ pub trait Runner: Send + Sync {
         false
     }
 
+    /// Why no sandbox can ever start here as configured, when the runner has seen it: the
+    /// program absent or not executable, the kernel refusing it (seed 000 5.1.6). Such a
+    /// failure is remembered; any other is tried again.
+    fn terminal_failure(&self) -> Option<String> {
+        None
+    }
+
     /// Removes every sandbox and egress directory this service user's brokerd left behind
     /// (a crash, or calls still running at the end of a shutdown); returns how many.
     fn sweep(&self) -> Result<usize, SweepError> {

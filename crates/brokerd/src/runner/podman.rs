@@ -67,6 +67,8 @@ pub struct PodmanRuntime {
     egress_start: Duration,
     helper_timeout: Duration,
     poisoned: AtomicBool,
+    /// Why podman can never start here (absent, not executable), once seen.
+    terminal: std::sync::Mutex<Option<String>>,
 }
 
 impl PodmanRuntime {
@@ -82,6 +84,7 @@ impl PodmanRuntime {
             egress_start: Duration::from_millis(config.egress_start_ms),
             helper_timeout: HELPER_TIMEOUT,
             poisoned: AtomicBool::new(false),
+            terminal: std::sync::Mutex::new(None),
         }
     }
 
@@ -327,6 +330,12 @@ impl PodmanRuntime {
             Ok(child) => child,
             Err(e) => {
                 let detail = format!("{}: {e}", self.podman.display());
+                // Absent or not executable: no retry can mend it (seed 000 5.1.6).
+                if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::PermissionDenied)
+                    || e.raw_os_error() == Some(libc::ENOEXEC)
+                {
+                    *self.terminal.lock().unwrap_or_else(|p| p.into_inner()) = Some(detail.clone());
+                }
                 return Err(self.unavailable(spec, Trouble::NoPodman, &detail));
             }
         };
@@ -461,6 +470,13 @@ const SWEEP_LIST_KEEP: usize = 1024 * 1024;
 impl Runner for PodmanRuntime {
     fn poisoned(&self) -> bool {
         PodmanRuntime::poisoned(self)
+    }
+
+    fn terminal_failure(&self) -> Option<String> {
+        self.terminal
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// Removes every labelled container and every egress directory (DESIGN.md "Service": the
