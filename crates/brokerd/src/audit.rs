@@ -21,6 +21,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use crate::classify::CommandClass;
 use crate::visible::visible;
 
 /// `prev` of the very first record.
@@ -48,6 +49,60 @@ pub enum RecordKind {
     TornTail,
 }
 
+/// What was decided about a call: a record's `decision`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Decided {
+    /// The grant's mode allows it: it runs.
+    Allow,
+    /// The owner is asked; a ticket was issued.
+    Ask,
+    /// The owner approved it with its ticket: it runs.
+    Approved,
+    /// The owner said no to an ask.
+    Declined,
+    /// Refused, with a reason the model reads.
+    Refused,
+    /// The same refusal asked for too often in the session.
+    Stopped,
+    /// The second record of a call that ran: how it ended.
+    Ran,
+    /// The second record of an allowed call that did not run (busy).
+    NotRun,
+}
+
+/// How a call ended: a record's `status`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Ended {
+    /// The tool ran; its output was the answer.
+    Result,
+    /// The tool ran and failed (a fixed sentence).
+    Failed,
+    /// Nothing could run (a fixed sentence).
+    Unavailable,
+    /// A grant directory changed under brokerd: refused after all.
+    Refused,
+    /// No slot in time: answered busy.
+    Busy,
+    /// The owner declined.
+    Cancelled,
+}
+
+impl Ended {
+    /// The word on disk (and in the journal's `status` field).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Ended::Result => "result",
+            Ended::Failed => "failed",
+            Ended::Unavailable => "unavailable",
+            Ended::Refused => "refused",
+            Ended::Busy => "busy",
+            Ended::Cancelled => "cancelled",
+        }
+    }
+}
+
 /// One line of the log. `seq`, `prev` and `time` are filled in by `Audit::append`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
 pub struct Record {
@@ -63,21 +118,20 @@ pub struct Record {
     pub grant: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool: Option<String>,
-    /// allow | refused | ask | stopped | declined | ... (the policy's word).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub decision: Option<String>,
+    pub decision: Option<Decided>,
     /// The shell command class, for shell calls.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub class: Option<String>,
+    pub class: Option<CommandClass>,
     /// The program a shell command runs, after leading environment assignments.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub executable: Option<String>,
     /// The path, URL or (redacted) command; see `summary` and `command_summary`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target: Option<String>,
-    /// result | failed | unavailable | ... once the call ran.
+    /// Once the call ran, or could not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub status: Option<String>,
+    pub status: Option<Ended>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub duration_ms: Option<u64>,
     /// The refusal or stop text, the event's description.
@@ -682,11 +736,11 @@ mod tests {
             call: Some(format!("c{n}")),
             grant: Some("notes".into()),
             tool: Some("shell".into()),
-            decision: Some("allow".into()),
-            class: Some("read_only".into()),
+            decision: Some(Decided::Allow),
+            class: Some(CommandClass::ReadOnly),
             executable: Some("ls".into()),
             target: Some("ls -la".into()),
-            status: Some("result".into()),
+            status: Some(Ended::Result),
             duration_ms: Some(12),
             ..Record::default()
         }
@@ -994,6 +1048,55 @@ mod tests {
             let mut a = Audit::open(Path::new("/dev/full")).expect("open /dev/full");
             assert!(matches!(a.append(call(1)), Err(AuditError::Write(_))));
         }
+    }
+
+    /// The enums of a record are written as the words the log always had.
+    #[test]
+    fn decisions_statuses_and_classes_keep_their_words_on_disk() {
+        let word = |v: serde_json::Value| v.as_str().unwrap_or_default().to_string();
+        let decided = [
+            (Decided::Allow, "allow"),
+            (Decided::Ask, "ask"),
+            (Decided::Approved, "approved"),
+            (Decided::Declined, "declined"),
+            (Decided::Refused, "refused"),
+            (Decided::Stopped, "stopped"),
+            (Decided::Ran, "ran"),
+            (Decided::NotRun, "not_run"),
+        ];
+        for (d, w) in decided {
+            assert_eq!(word(serde_json::json!(d)), w);
+        }
+        let ended = [
+            (Ended::Result, "result"),
+            (Ended::Failed, "failed"),
+            (Ended::Unavailable, "unavailable"),
+            (Ended::Refused, "refused"),
+            (Ended::Busy, "busy"),
+            (Ended::Cancelled, "cancelled"),
+        ];
+        for (e, w) in ended {
+            assert_eq!((word(serde_json::json!(e)).as_str(), e.as_str()), (w, w));
+        }
+        for (c, w) in [
+            (CommandClass::ReadOnly, "read_only"),
+            (CommandClass::WorkspaceMutating, "workspace_mutating"),
+            (CommandClass::ShellComplex, "shell_complex"),
+            (CommandClass::Dangerous, "dangerous"),
+        ] {
+            assert_eq!(word(serde_json::json!(c)), w);
+        }
+        // A line written before the enums reads back the same.
+        let line = r#"{"seq":3,"prev":"x","time":"t","kind":"call","decision":"not_run","class":"dangerous","status":"busy"}"#;
+        let rec: Record = serde_json::from_str(line).expect("a record");
+        assert_eq!(
+            (rec.decision, rec.class, rec.status),
+            (
+                Some(Decided::NotRun),
+                Some(CommandClass::Dangerous),
+                Some(Ended::Busy)
+            )
+        );
     }
 
     #[test]

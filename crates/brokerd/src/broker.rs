@@ -15,15 +15,14 @@ use proto::tools::ToolName;
 use tokio::sync::{Notify, Semaphore};
 
 use crate::args;
-use crate::audit::{self, Audit, Record, RecordKind};
+use crate::audit::{self, Audit, Decided, Ended, Record, RecordKind};
 use crate::config::Config;
-use crate::policy::{Decision, Plan, Policy, Refusal};
+use crate::policy::{Decision, Plan, Policy, Refusal, Why};
 use crate::preview::{preview, ResultStore};
 use crate::probe::{Kept, RETRY_FIRST};
 use crate::refusals::{RefusalCounter, Verdict};
 use crate::runner::{Egress, Mount, RunError, RunOutput, RunSpec, Runner, Unavailable};
 use crate::tickets::{Binding, Tickets};
-use crate::visible::visible;
 
 /// How many calls may wait for a slot, per running slot, before new ones are answered busy.
 pub const QUEUE_PER_SLOT: usize = 8;
@@ -169,7 +168,7 @@ impl Broker {
         if self.config.runner.is_none() {
             let p = Preflight {
                 ok: false,
-                detail: NO_RUNNER.into(),
+                detail: Why::NoRunner.to_string(),
                 terminal: true,
             };
             lock(&self.preflight).record(p.clone(), Instant::now());
@@ -510,9 +509,11 @@ impl Broker {
         let parsed = match args::parse(&tool, &arguments) {
             Ok(a) => a,
             Err(e) => {
-                return self
-                    .refused(rec, &session, &tool, Refusal::new("", e))
-                    .await
+                // Counted by what it is about: six different bad URLs are six refusals.
+                let target = args::raw_target(&arguments);
+                rec.target = Some(audit::summary(&target));
+                let refusal = Refusal::new(&target, Why::Arguments(e.to_string()));
+                return self.refused(rec, &session, &tool, refusal).await;
             }
         };
         let target = match &parsed {
@@ -533,9 +534,8 @@ impl Broker {
         if let (None, Decision::Allow(plan) | Decision::Ask(plan, _)) =
             (&self.config.runner, &decision)
         {
-            rec.class = plan.class.map(|c| c.as_str().to_string());
-            let target = rec.target.clone().unwrap_or_default();
-            let refusal = Refusal::new(&target, NO_RUNNER);
+            rec.class = plan.class;
+            let refusal = Refusal::new(parsed.target(), Why::NoRunner);
             return self.refused(rec, &session, &tool, refusal).await;
         }
         let plan = match decision {
@@ -549,11 +549,11 @@ impl Broker {
                     tool: tool.clone(),
                     arguments: arguments.clone(),
                 };
-                rec.class = plan.class.map(|c| c.as_str().to_string());
+                rec.class = plan.class;
                 match approval {
                     None => {
                         let ticket = self.state().tickets.issue(binding, Instant::now());
-                        rec.decision = Some("ask".into());
+                        rec.decision = Some(Decided::Ask);
                         rec.reason = Some(audit::clip(&question));
                         if let Err(e) = self.record(rec).await {
                             return self.audit_failed(&e);
@@ -566,26 +566,24 @@ impl Broker {
                                 .tickets
                                 .redeem(&ticket, &binding, Instant::now());
                         if let Err(e) = redeemed {
-                            let refusal = Refusal::new("approval", e);
+                            let refusal = Refusal::new(parsed.target(), Why::Approval(e));
                             return self.refused(rec, &session, &tool, refusal).await;
                         }
-                        rec.decision = Some("approved".into());
+                        rec.decision = Some(Decided::Approved);
                         plan
                     }
                 }
             }
         };
-        rec.class = plan.class.map(|c| c.as_str().to_string());
+        rec.class = plan.class;
         if rec.decision.is_none() {
-            rec.decision = Some("allow".into());
+            rec.decision = Some(Decided::Allow);
         }
 
         // 4. A session that saw the runner unavailable writes nothing more (seed 000 5.1.5).
         if plan.writes && self.state().unavailable.contains(&session) {
-            let reason = format!(
-                "{tool}: the sandbox was unavailable earlier in this session, so writes are refused rather than attempted; nothing was changed"
-            );
-            let refusal = Refusal::new("unavailable", reason);
+            let why = Why::UnavailableEarlier { tool: tool.clone() };
+            let refusal = Refusal::new(parsed.target(), why);
             return self.refused(rec, &session, &tool, refusal).await;
         }
         // A preflight that failed for now is tried again once its retry is due.
@@ -620,8 +618,10 @@ impl Broker {
         let outcome = match outcome {
             Ok(o) => o,
             Err(Busy) => {
-                rec.status = Some("busy".into());
-                let _ = self.record(outcome_record(rec, "not_run", started)).await;
+                rec.status = Some(Ended::Busy);
+                let _ = self
+                    .record(outcome_record(rec, Decided::NotRun, started))
+                    .await;
                 return error(ProtocolError::Busy);
             }
         };
@@ -629,16 +629,16 @@ impl Broker {
         // 7. Audit the outcome, then answer.
         let label = format!("{grant_name}/{tool}");
         let (status, body) = match outcome {
-            Ok(out) => ("result", self.result_body(peer, out, label)),
+            Ok(out) => (Ended::Result, self.result_body(peer, out, label)),
             Err(RunError::Failed(f)) => (
-                "failed",
+                Ended::Failed,
                 Body::Failed {
                     message: f.to_string(),
                 },
             ),
             // The runner logged it for the operator; the model reads which directory.
             Err(RunError::MountChanged(e)) => (
-                "refused",
+                Ended::Refused,
                 Body::Refused {
                     reason: e.to_string(),
                 },
@@ -654,24 +654,27 @@ impl Broker {
                     u.runbook()
                 );
                 (
-                    "unavailable",
+                    Ended::Unavailable,
                     Body::Unavailable {
                         message: u.to_string(),
                     },
                 )
             }
         };
-        rec.status = Some(status.into());
+        rec.status = Some(status);
         tracing::info!(
             session,
             call,
             grant = grant_name,
             tool,
-            status,
+            status = status.as_str(),
             duration_ms = started.elapsed().as_millis() as u64,
             "call"
         );
-        if let Err(e) = self.record(outcome_record(rec, "ran", started)).await {
+        if let Err(e) = self
+            .record(outcome_record(rec, Decided::Ran, started))
+            .await
+        {
             return self.audit_failed(&e);
         }
         body
@@ -758,24 +761,23 @@ impl Broker {
 
     /// A refusal, or from the Nth same refusal in a session on, a stop; audited either way.
     async fn refused(&self, mut rec: Record, session: &str, tool: &str, refusal: Refusal) -> Body {
-        let (target, reason) = (refusal.target.as_str(), refusal.reason().to_string());
-        // The reason names the target as written (shown visibly); count it with the target
-        // set aside the same way, or `x`, `./x` and `x/` would be three refusals (seed 000
-        // 5.1.4).
-        let same = match target {
-            "" => reason.clone(),
-            t => reason.replace(&visible(t), &visible(&crate::refusals::normalise(t))),
-        };
-        let verdict = self.state().refusals.record(session, tool, target, &same);
+        let reason = refusal.reason();
+        // Counted by (tool, target, which refusal): the target is normalised there, so `x`,
+        // `./x` and `x/` are one refusal (seed 000 5.1.4), and two different targets are two.
+        let kind = refusal.why.kind();
+        let verdict = self
+            .state()
+            .refusals
+            .record(session, tool, &refusal.target, kind);
         let body = match verdict {
             Verdict::Refuse => {
-                rec.decision = Some("refused".into());
+                rec.decision = Some(Decided::Refused);
                 Body::Refused {
                     reason: reason.clone(),
                 }
             }
             Verdict::Stop => {
-                rec.decision = Some("stopped".into());
+                rec.decision = Some(Decided::Stopped);
                 Body::Stopped {
                     reason: format!(
                         "stopped: the same refusal was asked for {} times in this session, and asking again cannot change it: {reason}",
@@ -856,8 +858,8 @@ impl Broker {
             call: Some(b.call),
             grant: Some(b.grant),
             tool: Some(b.tool),
-            decision: Some("declined".into()),
-            status: Some("cancelled".into()),
+            decision: Some(Decided::Declined),
+            status: Some(Ended::Cancelled),
             ..Record::default()
         };
         match self.record(rec).await {
@@ -902,10 +904,6 @@ impl Broker {
 /// The `backend` of `status` when the config has no `[runner]` section.
 pub const NO_BACKEND: &str = "none";
 
-/// The refusal of every call that would run when no `[runner]` is configured (DESIGN.md
-/// "Service"), spelt exactly as there.
-pub const NO_RUNNER: &str = "no tool runner is configured on this host; nothing was run";
-
 /// A preflight's outcome in the journal, with when it is tried again.
 fn log_preflight(which: &str, p: &Preflight, next_try: Option<Duration>) {
     match (p.ok, next_try) {
@@ -943,8 +941,8 @@ pub const AUDIT_UNAVAILABLE: &str = "the call could not be audited, so it was no
 struct Busy;
 
 /// The second record of an allowed call: whether it ran, how it ended, how long it took.
-fn outcome_record(mut rec: Record, decision: &str, started: Instant) -> Record {
-    rec.decision = Some(decision.into());
+fn outcome_record(mut rec: Record, decision: Decided, started: Instant) -> Record {
+    rec.decision = Some(decision);
     rec.duration_ms = Some(started.elapsed().as_millis() as u64);
     rec
 }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use brokerd::audit::Audit;
-use brokerd::broker::{Broker, NO_BACKEND, NO_RUNNER};
+use brokerd::broker::{Broker, NO_BACKEND};
 use brokerd::config::{self, Backend, Config};
 use brokerd::policy::Policy;
 use brokerd::runner::bwrap::BwrapRuntime;
@@ -150,7 +150,11 @@ async fn run(file: &Path, socket: Option<PathBuf>) -> Result<(), String> {
     // run (seed 003 section 6, DESIGN.md "Service").
     let (runner, backend): (Arc<dyn Runner>, &str) = match &config.runner {
         None => {
-            tracing::warn!("{}: no [runner] section: {NO_RUNNER}", file.display());
+            tracing::warn!(
+                "{}: no [runner] section: {}",
+                file.display(),
+                brokerd::policy::Why::NoRunner
+            );
             (Arc::new(NoRunner), NO_BACKEND)
         }
         Some(rc) => match rc.backend {

@@ -1859,6 +1859,59 @@ fn network_preflight() {
     }
 }
 
+/// The repeated-refusal key is (tool, target, refusal): arguments that do not parse are
+/// counted by what they are about, so six different bad URLs or ports are six refusals, while
+/// the same one five times is a stop.
+#[test]
+fn different_bad_arguments_do_not_add_up_to_a_stop() {
+    let svc = Service::start();
+    let mut c = svc.connect();
+    let mut n = 0;
+    let mut ask = |c: &mut Client, url: String| {
+        n += 1;
+        let a = c.call(
+            "s",
+            &format!("u{n}"),
+            "auto",
+            "http_fetch",
+            json!({ "url": url }),
+        );
+        kind(&a)
+    };
+    for i in 0..6 {
+        assert_eq!(
+            ask(&mut c, format!("http://docs{i}.example.org/")),
+            "refused"
+        );
+        assert_eq!(
+            ask(&mut c, format!("https://docs.example.org:{}/", 8000 + i)),
+            "refused"
+        );
+        assert_eq!(
+            ask(&mut c, format!("https://u{i}:p@docs.example.org/")),
+            "refused"
+        );
+    }
+    let same: Vec<&str> = (0..5)
+        .map(|_| ask(&mut c, "http://docs.example.org/".into()))
+        .collect();
+    assert_eq!(
+        same,
+        ["refused", "refused", "refused", "refused", "stopped"]
+    );
+    // The audit holds the target of each (redacted where it holds a secret).
+    let targets: Vec<String> = svc
+        .records()
+        .iter()
+        .filter(|r| r["kind"] == "call")
+        .filter_map(|r| r["target"].as_str().map(str::to_string))
+        .collect();
+    assert!(
+        targets.contains(&"https://docs.example.org:8003/".to_string()),
+        "{targets:?}"
+    );
+}
+
 /// Seed 000 5.1.6: only terminal preflight failures are remembered. A failure for now (of the
 /// start-up or the network preflight) is tried again by a later call once its back-off has
 /// passed, and status says when; until then calls answer unavailable without probing.
