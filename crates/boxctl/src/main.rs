@@ -103,7 +103,7 @@ fn run(mut args: Vec<String>) -> Result<u8, String> {
         }
         "doctor" | "ps" | "gc" => {
             exactly::<0>(args, "")?;
-            return local::run(&command, config.as_deref());
+            return local::run(&command, config.as_deref(), &socket);
         }
         "audit" => {
             let [verb, file] = exactly::<2>(args, "verify FILE")?;

@@ -53,6 +53,7 @@ case "$1" in
   kill) [ -f "$d/kill.sh" ] && . "$d/kill.sh" ;;
   rm) [ -f "$d/rm.sh" ] && . "$d/rm.sh" ;;
   ps) [ -f "$root/ps.sh" ] && . "$root/ps.sh" ;;
+  container) [ -f "$d/exists.sh" ] && . "$d/exists.sh" ;;
 esac
 exit 0
 "#;
@@ -552,4 +553,35 @@ fn the_sweep_removes_labelled_containers_by_id_whatever_their_names() {
     );
     assert_eq!(case.calls(), [format!("kill {ID}"), format!("rm -f {ID}")]);
     assert!(case.egress_dirs().is_empty());
+}
+
+/// DESIGN.md "Runners": a proxy whose `rm -f` failed is poison unless podman confirms it is
+/// gone (`container exists` exits 1); still there, or no answer, turns http_fetch off.
+#[test]
+fn a_failed_rm_poisons_unless_the_container_is_confirmed_gone() {
+    // (session, what `container exists` does, poisoned)
+    let cases = [
+        ("rmgone", "exit 1", false),
+        ("rmthere", "exit 0", true),
+        ("rmerror", "echo 'cannot connect' >&2; exit 125", true),
+    ];
+    for (session, exists, poisoned) in cases {
+        let case = Case::new(session, "echo fetched")
+            .with("rm", "echo 'rm failed' >&2; exit 1")
+            .with("exists", exists);
+        let rt = case.runtime();
+        assert_eq!(
+            rt.run(&case.spec(ToolName::HttpFetch)),
+            ok("fetched\n", false)
+        );
+        assert_eq!(
+            case.verbs(),
+            ["proxy", "run", "rm -f egress", "container"],
+            "{session}"
+        );
+        assert_eq!(rt.poisoned(), poisoned, "{session}");
+        if poisoned {
+            assert_eq!(rt.run(&case.spec(ToolName::HttpFetch)), UNAVAILABLE);
+        }
+    }
 }

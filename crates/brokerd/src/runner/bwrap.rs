@@ -932,24 +932,83 @@ impl Sandbox<'_> {
 
     /// Kills bwrap (and with it the sandbox's PID namespace) through the pidfd, waits to see
     /// it die, then empties and removes the cgroup. Idempotent.
+    ///
+    /// Without a cgroup of its own, the sandbox's processes are seen to die through bwrap's
+    /// children, taken before bwrap is killed: each must be a PID namespace's init (whose
+    /// death takes every process of the namespace with it) and must be seen to exit. A child
+    /// that is not one, or does not exit, leaves processes unaccounted for: poison (seed 000
+    /// 5.1.7).
     fn stop(&mut self) {
         if !self.reaped {
-            match self.pidfd.kill_and_reap(self.kill_confirm) {
-                Stopped::Confirmed(_) => self.reaped = true,
-                Stopped::Unconfirmed => {
-                    self.poisoned.store(true, Ordering::SeqCst);
-                    tracing::error!(
-                        "bwrap (pid {}) did not die after two SIGKILLs through its pidfd; {}; see {RUNBOOK}",
-                        self.child.id(),
-                        Trouble::Poisoned
-                    );
-                }
+            let inner = match &self.placement {
+                Some(Placement::Group(_)) => Vec::new(),
+                _ => children_of(self.child.id()),
+            };
+            self.stop_outer();
+            for (pidfd, pid, is_init) in inner {
+                let what = if !pidfd.kill_foreign(self.kill_confirm) {
+                    "did not die after two SIGKILLs through its pidfd"
+                } else if !is_init {
+                    "was not a PID namespace's init, so what it started cannot be seen to die"
+                } else {
+                    continue;
+                };
+                self.poisoned.store(true, Ordering::SeqCst);
+                tracing::error!(
+                    "a process of the sandbox of bwrap {} (pid {pid}) {what}; {}; see {RUNBOOK}",
+                    self.child.id(),
+                    Trouble::Poisoned
+                );
             }
         }
         if let Some(p) = self.placement.take() {
             drop_placement(p, self.poisoned);
         }
     }
+
+    /// SIGKILL to bwrap's own process through its pidfd, confirmed and reaped.
+    fn stop_outer(&mut self) {
+        match self.pidfd.kill_and_reap(self.kill_confirm) {
+            Stopped::Confirmed(_) => self.reaped = true,
+            Stopped::Unconfirmed => {
+                self.poisoned.store(true, Ordering::SeqCst);
+                tracing::error!(
+                    "bwrap (pid {}) did not die after two SIGKILLs through its pidfd; {}; see {RUNBOOK}",
+                    self.child.id(),
+                    Trouble::Poisoned
+                );
+            }
+        }
+    }
+}
+
+/// The children of process `pid`, each held by a pidfd opened before it was looked at, with
+/// its PID and whether it is the init of a PID namespace below brokerd's.
+fn children_of(pid: u32) -> Vec<(Pidfd, libc::pid_t, bool)> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    let mut found = Vec::new();
+    for task in tasks.flatten() {
+        let Ok(list) = std::fs::read_to_string(task.path().join("children")) else {
+            continue;
+        };
+        for child in list
+            .split_whitespace()
+            .filter_map(|p| p.parse::<libc::pid_t>().ok())
+        {
+            let mut is_init = false;
+            let opened = Pidfd::open_if(child, || {
+                let status = std::fs::read_to_string(format!("/proc/{child}/status"));
+                is_init = status.is_ok_and(|s| reaper::is_namespace_init(&s));
+                true
+            });
+            if let Some(pidfd) = opened {
+                found.push((pidfd, child, is_init));
+            }
+        }
+    }
+    found
 }
 
 impl Drop for Sandbox<'_> {

@@ -230,44 +230,65 @@ impl PodmanRuntime {
         }
     }
 
-    /// `podman kill <name>`, then `podman rm -f <name>`, each bounded; poisons the runtime if
-    /// either could not finish.
+    /// `podman kill <name>`, then `podman rm -f <name>`, each bounded. Poisons the runtime
+    /// (DESIGN.md "Runners") whenever the container cannot be confirmed gone: a step that
+    /// hangs, or an `rm -f` that fails while `podman container exists` does not say it is gone.
     fn remove(&self, spec: &RunSpec, name: &str, with_kill: bool) {
-        let mut steps: Vec<(&str, Vec<OsString>)> = Vec::new();
+        let poison = |what: String| {
+            self.poisoned.store(true, Ordering::SeqCst);
+            tracing::error!(
+                session = %spec.session,
+                call = %spec.call,
+                container = name,
+                "{what}; {}; see {}",
+                Trouble::Poisoned,
+                Unavailable::RunnerUnavailable.runbook()
+            );
+        };
         if with_kill {
-            steps.push(("podman kill", vec!["kill".into(), name.into()]));
-        }
-        steps.push(("podman rm -f", vec!["rm".into(), "-f".into(), name.into()]));
-        for (step, args) in steps {
-            match self.helper(&args, self.helper_timeout) {
-                Helper::Exited(status, _) if status.success() => {}
-                Helper::Exited(status, stderr) => tracing::warn!(
-                    session = %spec.session,
-                    call = %spec.call,
-                    container = name,
-                    "{step} exited with {status}: {}",
-                    stderr.trim_end()
-                ),
-                Helper::NotStarted(e) => tracing::warn!(
-                    session = %spec.session,
-                    call = %spec.call,
-                    container = name,
-                    "podman could not be started to remove the container: {e}"
-                ),
-                Helper::TimedOut => {
-                    self.poisoned.store(true, Ordering::SeqCst);
-                    tracing::error!(
-                        session = %spec.session,
-                        call = %spec.call,
-                        container = name,
-                        "{step} did not finish within {:?}; {}; see {}",
-                        self.helper_timeout,
-                        Trouble::Poisoned,
-                        Unavailable::RunnerUnavailable.runbook()
-                    );
-                }
+            // A container that already exited makes `kill` fail: `rm -f` decides.
+            let kill: Vec<OsString> = vec!["kill".into(), name.into()];
+            if let Helper::TimedOut = self.helper(&kill, self.helper_timeout) {
+                poison(format!(
+                    "podman kill did not finish within {:?}",
+                    self.helper_timeout
+                ));
             }
         }
+        let rm: Vec<OsString> = vec!["rm".into(), "-f".into(), name.into()];
+        let failed = match self.helper(&rm, self.helper_timeout) {
+            Helper::Exited(status, _) if status.success() => return,
+            Helper::Exited(status, stderr) => {
+                format!("podman rm -f exited with {status}: {}", stderr.trim_end())
+            }
+            Helper::NotStarted(e) => format!("podman could not be started to remove it: {e}"),
+            Helper::TimedOut => {
+                return poison(format!(
+                    "podman rm -f did not finish within {:?}",
+                    self.helper_timeout
+                ))
+            }
+        };
+        if self.is_gone(name) {
+            tracing::warn!(
+                session = %spec.session,
+                call = %spec.call,
+                container = name,
+                "{failed}; the container is gone all the same"
+            );
+        } else {
+            poison(format!("{failed}, and the container may still exist"));
+        }
+    }
+
+    /// Whether podman says no container `name` exists (`container exists` exits 1); anything
+    /// else, an error or no answer included, is not a confirmation.
+    fn is_gone(&self, name: &str) -> bool {
+        let args: Vec<OsString> = vec!["container".into(), "exists".into(), name.into()];
+        matches!(
+            self.helper(&args, self.helper_timeout),
+            Helper::Exited(status, _) if status.code() == Some(1)
+        )
     }
 
     /// Makes the egress directory and starts the proxy; the guard removes both on every path.

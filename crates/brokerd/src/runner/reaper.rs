@@ -54,17 +54,24 @@ pub fn reap_orphans() -> usize {
 /// Whether a process (its /proc `status`) has exited and was PID 1 of a namespace below
 /// brokerd's: a zombie whose `NSpid` line names it in more than one namespace, as 1 last.
 fn is_exited_namespace_init(status: &str) -> bool {
-    let field = |name: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .map(str::trim)
-    };
-    let zombie = field("State:").is_some_and(|s| s.starts_with('Z'));
-    let ns_pids: Vec<&str> = field("NSpid:")
+    let zombie = field(status, "State:").is_some_and(|s| s.starts_with('Z'));
+    zombie && is_namespace_init(status)
+}
+
+/// Whether a process (its /proc `status`) is PID 1 of a PID namespace below brokerd's: its
+/// `NSpid` line names it in more than one namespace, as 1 last.
+pub(crate) fn is_namespace_init(status: &str) -> bool {
+    let ns_pids: Vec<&str> = field(status, "NSpid:")
         .map(|l| l.split_whitespace().collect())
         .unwrap_or_default();
-    zombie && ns_pids.len() >= 2 && ns_pids.last() == Some(&"1")
+    ns_pids.len() >= 2 && ns_pids.last() == Some(&"1")
+}
+
+fn field<'a>(status: &'a str, name: &str) -> Option<&'a str> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(name))
+        .map(str::trim)
 }
 
 /// waitid for one exited child, without blocking. A zombie child's PID cannot be reused before
