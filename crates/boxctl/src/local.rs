@@ -312,6 +312,20 @@ fn doctor_bwrap(cfg: &Config, rc: &config::RunnerConfig, mut r: Report, socket: 
             },
         );
     }
+    r.check(
+        "seccomp filter",
+        match brokerd::runner::seccomp::program() {
+            Some(p) => Ok(format!(
+                "{} instructions for {}",
+                p.len(),
+                std::env::consts::ARCH
+            )),
+            None => Err(format!(
+                "brokerd has no seccomp filter for {}: calls answer unavailable; {hint}",
+                std::env::consts::ARCH
+            )),
+        },
+    );
     r.check("poisoned", poisoned(socket));
     for (name, g) in &cfg.grants {
         for p in &g.paths {

@@ -89,6 +89,8 @@ pub struct Broker {
     network_probing: tokio::sync::Mutex<()>,
     backend: String,
     shutting_down: std::sync::atomic::AtomicBool,
+    /// How many of the runner's `weakened` lines are audited already.
+    weakened_audited: Mutex<usize>,
 }
 
 /// A decrement that runs however the call ends.
@@ -140,6 +142,7 @@ impl Broker {
                 None => NO_BACKEND.to_string(),
             },
             shutting_down: std::sync::atomic::AtomicBool::new(false),
+            weakened_audited: Mutex::new(0),
             config,
         }
     }
@@ -224,6 +227,7 @@ impl Broker {
             timeout: limit,
         };
         let outcome = tokio::task::spawn_blocking(move || runner.run(&spec)).await;
+        self.audit_weakened().await;
         let mut p = match outcome {
             Ok(Ok(RunOutput { content, .. })) if content.starts_with(&expected) => Preflight {
                 terminal: false,
@@ -439,6 +443,27 @@ impl Broker {
         .await
     }
 
+    /// Audits, once each, what of the configured confinement the runner found this host would
+    /// not apply (DESIGN.md "Limits": weaker confinement is never silent).
+    async fn audit_weakened(&self) {
+        let all = self.runner.weakened();
+        let new: Vec<String> = {
+            let mut done = lock(&self.weakened_audited);
+            let new = all.iter().skip(*done).cloned().collect();
+            *done = all.len();
+            new
+        };
+        for line in new {
+            let reason = format!("weaker confinement than configured: {line}");
+            if let Err(e) = self.event(reason).await {
+                tracing::error!(
+                    error = e,
+                    "an audit record could not be written; see runbook/audit.md#audit-unwritable"
+                );
+            }
+        }
+    }
+
     pub fn audit_head(&self) -> audit::Head {
         self.audit.lock().unwrap_or_else(|p| p.into_inner()).head()
     }
@@ -625,6 +650,8 @@ impl Broker {
                 return error(ProtocolError::Busy);
             }
         };
+
+        self.audit_weakened().await;
 
         // 7. Audit the outcome, then answer.
         let label = format!("{grant_name}/{tool}");
@@ -893,6 +920,7 @@ impl Broker {
             enforce_limits: self.config.runner.as_ref().is_none_or(|r| r.enforce_limits),
             preflight,
             poisoned: self.runner.poisoned(),
+            weakened: self.runner.weakened(),
             audit_head: AuditHead {
                 seq: head.seq,
                 hash: head.hash,

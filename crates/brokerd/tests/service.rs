@@ -50,6 +50,8 @@ struct FakeRunner {
     network_broken: std::sync::atomic::AtomicBool,
     /// What the runner reports as a failure no retry can mend.
     terminal: Mutex<Option<String>>,
+    /// What the runner reports as confinement this host does not apply.
+    weakened: Mutex<Vec<String>>,
 }
 
 impl FakeRunner {
@@ -95,6 +97,10 @@ fn target_of(spec: &RunSpec) -> String {
 impl Runner for FakeRunner {
     fn terminal_failure(&self) -> Option<String> {
         self.terminal.lock().unwrap().clone()
+    }
+
+    fn weakened(&self) -> Vec<String> {
+        self.weakened.lock().unwrap().clone()
     }
 
     fn run(&self, spec: &RunSpec) -> Result<RunOutput, RunError> {
@@ -2245,5 +2251,32 @@ fn no_secret_reaches_the_audit_log_or_the_journal() {
     assert!(
         journal.contains("session=\"s\"") || journal.contains("session=s"),
         "the log was captured: {journal}"
+    );
+}
+
+/// DESIGN.md "Limits": a cgroup knob the runner could not set is never silent: audited once as
+/// an event and shown by status.
+#[test]
+fn weaker_confinement_is_audited_and_shown() {
+    let svc = Service::start();
+    let mut c = svc.connect();
+    assert!(c.status().weakened.is_empty());
+    let line = "cpu.max cannot be set in sandbox cgroups: absent".to_string();
+    svc.runner.weakened.lock().unwrap().push(line.clone());
+    for call in ["c1", "c2"] {
+        let a = c.call("s", call, "auto", "shell", json!({"command": "ls"}));
+        assert_eq!(kind(&a), "result", "{a:?}");
+    }
+    assert_eq!(c.status().weakened, vec![line.clone()]);
+    let events: Vec<String> = svc
+        .records()
+        .iter()
+        .filter(|r| r["kind"] == "event")
+        .filter_map(|r| r["reason"].as_str().map(str::to_string))
+        .collect();
+    assert_eq!(
+        events,
+        vec![format!("weaker confinement than configured: {line}")],
+        "audited once"
     );
 }

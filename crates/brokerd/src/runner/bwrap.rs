@@ -110,6 +110,17 @@ pub enum Terminal {
     Refused(String),
     #[error("this kernel has no pidfd_open, so sandboxes could not be stopped safely: {0}")]
     NoPidfd(String),
+    /// brokerd has no seccomp filter for this architecture: a sandbox without it would be
+    /// weaker than configured, so none runs (DESIGN.md "Runners").
+    #[error("brokerd has no seccomp filter for the {0} architecture, so a sandbox would run without one")]
+    NoSeccomp(String),
+}
+
+/// The terminal failure of a host whose architecture has no filter `program` for it.
+fn seccomp_missing(program: Option<&[seccomp::SockFilter]>) -> Option<Terminal> {
+    program
+        .is_none()
+        .then(|| Terminal::NoSeccomp(std::env::consts::ARCH.to_string()))
 }
 
 /// What brokerd's log says when nothing could run; each line ends with [`RUNBOOK`].
@@ -152,6 +163,8 @@ pub struct BwrapRuntime {
     mechanism: OnceLock<Result<Mechanism, CgroupUnavailable>>,
     terminal: Mutex<Option<Terminal>>,
     poisoned: AtomicBool,
+    /// Cgroup knobs found unsettable, as `weakened` reports them.
+    weakened: Mutex<Vec<String>>,
 }
 
 /// Where a sandbox's limits live, for its argument list and its start.
@@ -190,8 +203,10 @@ impl BwrapRuntime {
             resolv_conf: PathBuf::from(RESOLV_CONF),
             layout: Mutex::new(None),
             mechanism: OnceLock::new(),
-            terminal: Mutex::new(None),
+            // Known from the start: every call, the preflight included, answers unavailable.
+            terminal: Mutex::new(seccomp_missing(seccomp::program().as_deref())),
             poisoned: AtomicBool::new(false),
+            weakened: Mutex::new(Vec::new()),
         }
     }
 
@@ -408,6 +423,20 @@ impl BwrapRuntime {
         RunError::Failed(Failure::CouldNotRun)
     }
 
+    /// Logs each optional cgroup knob the first time it is found unsettable, and keeps it
+    /// for `weakened`.
+    fn note_unset(&self, unset: &[(&'static str, String)]) {
+        let mut seen = lock(&self.weakened);
+        for (knob, why) in unset {
+            if seen.iter().any(|w| w.starts_with(&format!("{knob} "))) {
+                continue;
+            }
+            let line = format!("{knob} cannot be set in sandbox cgroups: {why}");
+            tracing::warn!("{line}; sandboxes run without it (weaker confinement); see {RUNBOOK}");
+            seen.push(line);
+        }
+    }
+
     fn remember(&self, t: Terminal) {
         lock(&self.terminal).get_or_insert(t);
     }
@@ -447,7 +476,10 @@ impl BwrapRuntime {
         match self.mechanism() {
             Ok(Mechanism::Delegated { root }) => {
                 match ChildGroup::create(root, group_name, &limits) {
-                    Ok(g) => Ok(Placement::Group(g)),
+                    Ok(g) => {
+                        self.note_unset(g.unset());
+                        Ok(Placement::Group(g))
+                    }
                     Err(e) if self.enforce_limits => Err(format!(
                         "could not make the sandbox's cgroup under {}: {e}",
                         root.display()
@@ -861,6 +893,10 @@ impl Runner for BwrapRuntime {
         self.terminal().map(|t| t.to_string())
     }
 
+    fn weakened(&self) -> Vec<String> {
+        lock(&self.weakened).clone()
+    }
+
     /// Removes every sandbox, egress directory and sandbox cgroup a crashed brokerd left.
     fn sweep(&self) -> Result<usize, SweepError> {
         let (mut removed, mut failed) = sweep_sandboxes(&self.bwrap, &self.tools_root);
@@ -1124,6 +1160,20 @@ mod tests {
         ));
         assert!(!is_left_sandbox("", ours, 990, bwrap, marker));
         assert!(!is_left_sandbox(&status("990"), b"", 990, bwrap, marker));
+    }
+
+    /// No filter for the architecture is a terminal failure, never a sandbox without one.
+    #[test]
+    fn no_seccomp_filter_is_terminal() {
+        let got = seccomp_missing(None);
+        assert!(
+            matches!(&got, Some(Terminal::NoSeccomp(arch)) if arch == std::env::consts::ARCH),
+            "{got:?}"
+        );
+        let program = seccomp::program();
+        assert_eq!(seccomp_missing(program.as_deref()), None);
+        #[cfg(target_arch = "x86_64")]
+        assert!(program.is_some(), "x86_64 has its filter");
     }
 
     #[test]

@@ -197,6 +197,13 @@ pub trait Runner: Send + Sync {
         false
     }
 
+    /// What of the configured confinement this host would not apply (a cgroup knob that
+    /// cannot be set), one line each, in the order first seen. Sandboxes still run; brokerd
+    /// logs, audits and shows each in `status`.
+    fn weakened(&self) -> Vec<String> {
+        Vec::new()
+    }
+
     /// Why no sandbox can ever start here as configured, when the runner has seen it: the
     /// program absent or not executable, the kernel refusing it (seed 000 5.1.6). Such a
     /// failure is remembered; any other is tried again.
