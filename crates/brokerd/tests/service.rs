@@ -416,6 +416,11 @@ impl Client {
         serde_json::from_str(&line).unwrap_or_else(|e| panic!("not an Answer ({e}): {line}"))
     }
 
+    /// Sends a request without waiting for its answer.
+    fn send(&mut self, v: Value) {
+        self.send_raw(v.to_string().as_bytes());
+    }
+
     fn raw(&mut self, line: &[u8]) -> Answer {
         self.send_raw(line);
         self.answer()
@@ -1540,25 +1545,18 @@ fn a_call_that_waited_too_long_answers_busy() {
         ..Opts::default()
     });
     let mut first = svc.connect();
-    first.send_raw(
-        call_req(
-            "s",
-            "h",
-            "auto",
-            "shell",
-            &json!({"command": "cat HOLD"}),
-            None,
-        )
-        .to_string()
-        .as_bytes(),
-    );
+    let hold = json!({"command": "cat HOLD"});
+    first.send(call_req("s", "h", "auto", "shell", &hold, None));
     svc.runner.wait_started(1);
     let mut second = svc.connect();
-    second.send_raw(
-        call_req("s", "w", "auto", "shell", &json!({"command": "ls"}), None)
-            .to_string()
-            .as_bytes(),
-    );
+    second.send(call_req(
+        "s",
+        "w",
+        "auto",
+        "shell",
+        &json!({"command": "ls"}),
+        None,
+    ));
     svc.wait_records(2);
     std::thread::sleep(Duration::from_millis(2500));
     svc.runner.release();

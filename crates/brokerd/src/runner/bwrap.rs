@@ -1021,27 +1021,16 @@ impl Sandbox<'_> {
 /// The children of process `pid`, each held by a pidfd opened before it was looked at, with
 /// its PID and whether it is the init of a PID namespace below brokerd's.
 fn children_of(pid: u32) -> Vec<(Pidfd, libc::pid_t, bool)> {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return Vec::new();
-    };
     let mut found = Vec::new();
-    for task in tasks.flatten() {
-        let Ok(list) = std::fs::read_to_string(task.path().join("children")) else {
-            continue;
-        };
-        for child in list
-            .split_whitespace()
-            .filter_map(|p| p.parse::<libc::pid_t>().ok())
-        {
-            let mut is_init = false;
-            let opened = Pidfd::open_if(child, || {
-                let status = std::fs::read_to_string(format!("/proc/{child}/status"));
-                is_init = status.is_ok_and(|s| reaper::is_namespace_init(&s));
-                true
-            });
-            if let Some(pidfd) = opened {
-                found.push((pidfd, child, is_init));
-            }
+    for child in reaper::children(&pid.to_string()) {
+        let mut is_init = false;
+        let opened = Pidfd::open_if(child, || {
+            let status = std::fs::read_to_string(format!("/proc/{child}/status"));
+            is_init = status.is_ok_and(|s| reaper::is_namespace_init(&s));
+            true
+        });
+        if let Some(pidfd) = opened {
+            found.push((pidfd, child, is_init));
         }
     }
     found
