@@ -16,6 +16,8 @@ use brokerd::runner::podman::PodmanRuntime;
 use brokerd::runner::{Egress, Failure, RunError, RunOutput, RunSpec, Runner, Unavailable};
 use proto::tools::ToolName;
 
+mod common;
+
 const IMAGE: &str = "localhost/boxmaker-tools@sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
 /// Short limits keep the suite fast; the bound is what "returns promptly" may take on a busy
 /// machine.
@@ -583,5 +585,32 @@ fn a_failed_rm_poisons_unless_the_container_is_confirmed_gone() {
         if poisoned {
             assert_eq!(rt.run(&case.spec(ToolName::HttpFetch)), UNAVAILABLE);
         }
+    }
+}
+
+/// What podman or the tool print on standard error reaches brokerd's log only, and redacted:
+/// a secret in it is not kept in the journal.
+#[test]
+fn standard_error_is_logged_redacted() {
+    const SECRET: &str = "ghp_Pl4ntedPl4ntedPl4ntedPl4ntedPl4nted1";
+    let log = common::captured_log();
+    let failing =
+        format!("echo 'GITHUB_TOKEN={SECRET} Authorization: Bearer pl4ntedbearer' >&2; exit 2");
+    let case = Case::new("stderrlog", &failing);
+    let rt = case.runtime();
+    assert_eq!(
+        rt.run(&case.spec(ToolName::Shell)),
+        failed(Failure::CouldNotRun)
+    );
+    let missing = format!("echo 'no such image; --password pl4ntedpw {SECRET}' >&2; exit 125");
+    std::fs::write(case.dir.join("tool.sh"), missing).expect("tool.sh");
+    assert_eq!(rt.run(&case.spec(ToolName::Shell)), UNAVAILABLE);
+    let journal = String::from_utf8_lossy(&log.lock().expect("log")).into_owned();
+    assert!(
+        journal.contains("stderrlog"),
+        "the lines were captured: {journal}"
+    );
+    for secret in [SECRET, "pl4ntedbearer", "pl4ntedpw"] {
+        assert!(!journal.contains(secret), "{secret} logged:\n{journal}");
     }
 }

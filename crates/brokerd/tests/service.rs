@@ -25,6 +25,8 @@ use proto::tools::ToolName;
 use serde_json::{json, Value};
 use tokio::sync::watch;
 
+mod common;
+
 /// How long any one answer may take before the test calls it hung.
 const PATIENCE: Duration = Duration::from_secs(60);
 const BIG_CHARS: usize = 120_000;
@@ -2079,39 +2081,13 @@ fn without_a_runner_every_call_that_would_run_is_refused() {
 // ---------------------------------------------------------------------------------------------
 // Secrets.
 
-/// Everything brokerd logs in this test process from the first call on, as tracing's fmt layer
-/// writes it: every field, as the journald layer would send it.
-fn captured_log() -> &'static Mutex<Vec<u8>> {
-    static LOG: std::sync::OnceLock<&'static Mutex<Vec<u8>>> = std::sync::OnceLock::new();
-    LOG.get_or_init(|| {
-        let log: &'static Mutex<Vec<u8>> = Box::leak(Box::new(Mutex::new(Vec::new())));
-        struct Sink(&'static Mutex<Vec<u8>>);
-        impl Write for Sink {
-            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-                self.0.lock().unwrap().extend_from_slice(buf);
-                Ok(buf.len())
-            }
-            fn flush(&mut self) -> std::io::Result<()> {
-                Ok(())
-            }
-        }
-        let subscriber = tracing_subscriber::fmt()
-            .with_max_level(tracing::Level::TRACE)
-            .with_ansi(false)
-            .with_writer(move || Sink(log))
-            .finish();
-        tracing::subscriber::set_global_default(subscriber).expect("one subscriber");
-        log
-    })
-}
-
 /// DESIGN.md "Service": no secret reaches the audit log or the journal, whatever the decision.
 /// Secrets of every shape are planted in every text the model controls (paths, commands,
 /// working directories, URLs, contents, argument names, the tool name), down every path:
 /// allow and run, ask, approve, decline, refuse, stop, fail, unavailable.
 #[test]
 fn no_secret_reaches_the_audit_log_or_the_journal() {
-    let log = captured_log();
+    let log = common::captured_log();
     let svc = Service::start();
     let mut c = svc.connect();
     let secrets = [

@@ -36,6 +36,8 @@ use super::{
 };
 use super::{reaper, seccomp};
 use crate::config::{memory_bytes, BwrapConfig, CgroupMode, RunnerConfig};
+// What bwrap and the tools print can quote the model's text: redacted before it is logged.
+use crate::redact::redact;
 
 /// The runbook entry every `unavailable` line of this runtime ends with.
 pub const RUNBOOK: &str = "runbook/runner.md#bwrap-unavailable";
@@ -407,7 +409,7 @@ impl BwrapRuntime {
             tool = %spec.tool,
             status = "unavailable",
             "{what}: {}; see {RUNBOOK}",
-            detail.trim_end(),
+            redact(detail.trim_end()),
         );
         RunError::Unavailable(Unavailable::RunnerUnavailable)
     }
@@ -791,7 +793,7 @@ impl BwrapRuntime {
                     call = %spec.call,
                     tool = %spec.tool,
                     "bwrap exited with {status}; its standard error: {}",
-                    err.trim_end()
+                    redact(err.trim_end())
                 );
                 Err(RunError::Failed(f))
             }

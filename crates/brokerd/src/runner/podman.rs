@@ -28,6 +28,8 @@ use super::{
     Runner, SweepError, Unavailable,
 };
 use crate::config::RunnerConfig;
+// What podman and the tools print can quote the model's text: redacted before it is logged.
+use crate::redact::redact;
 
 /// How long a podman `kill` or `rm` may take before brokerd gives up on it (and poisons).
 /// Two of them, after the default shell limit of 100 s, still end under loopd's 120 s.
@@ -186,7 +188,7 @@ impl PodmanRuntime {
             tool = %spec.tool,
             status = "unavailable",
             "{trouble}: {}; see {}",
-            detail.trim_end(),
+            redact(detail.trim_end()),
             why.runbook()
         );
         RunError::Unavailable(why)
@@ -259,7 +261,10 @@ impl PodmanRuntime {
         let failed = match self.helper(&rm, self.helper_timeout) {
             Helper::Exited(status, _) if status.success() => return,
             Helper::Exited(status, stderr) => {
-                format!("podman rm -f exited with {status}: {}", stderr.trim_end())
+                format!(
+                    "podman rm -f exited with {status}: {}",
+                    redact(stderr.trim_end())
+                )
             }
             Helper::NotStarted(e) => format!("podman could not be started to remove it: {e}"),
             Helper::TimedOut => {
@@ -413,7 +418,7 @@ impl PodmanRuntime {
                 call = %spec.call,
                 tool = %spec.tool,
                 "podman exited with {status}; its standard error: {}",
-                stderr.text().trim_end()
+                redact(stderr.text().trim_end())
             );
         }
         answer
