@@ -1153,20 +1153,6 @@ mod tests {
         assert!(!is_left_sandbox(&status("990"), b"", 990, bwrap, marker));
     }
 
-    /// No filter for the architecture is a terminal failure, never a sandbox without one.
-    #[test]
-    fn no_seccomp_filter_is_terminal() {
-        let got = seccomp_missing(None);
-        assert!(
-            matches!(&got, Some(Terminal::NoSeccomp(arch)) if arch == std::env::consts::ARCH),
-            "{got:?}"
-        );
-        let program = seccomp::program();
-        assert_eq!(seccomp_missing(program.as_deref()), None);
-        #[cfg(target_arch = "x86_64")]
-        assert!(program.is_some(), "x86_64 has its filter");
-    }
-
     #[test]
     #[allow(clippy::zombie_processes)]
     fn the_sweep_kills_a_left_sandbox_and_nothing_else() {
@@ -1250,5 +1236,19 @@ mod tests {
             let got = rt.setup_failure(status, out, err).map(|t| t.is_some());
             assert_eq!(got, want, "{err}");
         }
+    }
+
+    /// No filter for the architecture is a terminal failure, never a sandbox without one.
+    #[test]
+    fn no_seccomp_filter_is_terminal() {
+        let got = seccomp_missing(None);
+        assert!(
+            matches!(&got, Some(Terminal::NoSeccomp(arch)) if arch == std::env::consts::ARCH),
+            "{got:?}"
+        );
+        let program = seccomp::program();
+        assert_eq!(seccomp_missing(program.as_deref()), None);
+        #[cfg(target_arch = "x86_64")]
+        assert!(program.is_some(), "x86_64 has its filter");
     }
 }
