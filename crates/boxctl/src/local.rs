@@ -11,6 +11,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use brokerd::config::{self, Backend, Config};
+use brokerd::runner::bwrap::BwrapRuntime;
 use brokerd::runner::podman::PodmanRuntime;
 use brokerd::runner::{RunSpec, Runner};
 use proto::tools::ToolName;
@@ -27,13 +28,13 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(120);
 /// Where an operator reads how the service user's Podman denies nested user namespaces.
 const USERNS_RUNBOOK: &str = "runbook/runner.md#nested-userns";
 
-pub fn run(command: &str, config: Option<&Path>) -> Result<u8, String> {
+pub fn run(command: &str, config: Option<&Path>, socket: &Path) -> Result<u8, String> {
     let path = config
         .map(Path::to_path_buf)
         .unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG));
     let cfg = config::load(&path).map_err(|e| e.to_string())?;
     match command {
-        "doctor" => Ok(doctor(&cfg)),
+        "doctor" => Ok(doctor(&cfg, socket)),
         "ps" => ps(&cfg),
         "gc" => gc(&cfg),
         _ => Err(format!("unknown command {command:?}")),
@@ -138,7 +139,7 @@ impl Report {
     }
 }
 
-fn doctor(cfg: &Config) -> u8 {
+fn doctor(cfg: &Config, socket: &Path) -> u8 {
     let mut r = Report { failed: 0 };
     let Some(rc) = &cfg.runner else {
         r.check(
@@ -148,7 +149,7 @@ fn doctor(cfg: &Config) -> u8 {
         return 2;
     };
     if rc.backend == Backend::Bwrap {
-        return doctor_bwrap(cfg, rc, r);
+        return doctor_bwrap(cfg, rc, r, socket);
     }
     r.check(
         "podman",
@@ -214,10 +215,7 @@ fn doctor(cfg: &Config) -> u8 {
     if rc.egress_network == "slirp4netns" {
         r.check("/dev/net/tun", tun_usable());
     }
-    r.check(
-        "poisoned",
-        Ok("only a running brokerd knows; see `boxctl status`".into()),
-    );
+    r.check("poisoned", poisoned(socket));
     for (name, g) in &cfg.grants {
         for p in &g.paths {
             r.check(
@@ -236,7 +234,7 @@ fn doctor(cfg: &Config) -> u8 {
 /// The bwrap backend's checks (runbook/runner.md#bwrap-unavailable): bwrap is there, the
 /// kernel gives it a user namespace, the tools root holds toolkit, and the cgroup mechanism
 /// exists where limits are enforced. Read-only: nothing is prepared or moved.
-fn doctor_bwrap(cfg: &Config, rc: &config::RunnerConfig, mut r: Report) -> u8 {
+fn doctor_bwrap(cfg: &Config, rc: &config::RunnerConfig, mut r: Report, socket: &Path) -> u8 {
     use brokerd::runner::cgroup;
     let hint = "see runbook/runner.md#bwrap-unavailable";
     let version = Command::new("bwrap")
@@ -315,9 +313,20 @@ fn doctor_bwrap(cfg: &Config, rc: &config::RunnerConfig, mut r: Report) -> u8 {
         );
     }
     r.check(
-        "poisoned",
-        Ok("only a running brokerd knows; see `boxctl status`".into()),
+        "seccomp filter",
+        match brokerd::runner::seccomp::program() {
+            Some(p) => Ok(format!(
+                "{} instructions for {}",
+                p.len(),
+                std::env::consts::ARCH
+            )),
+            None => Err(format!(
+                "brokerd has no seccomp filter for {}: calls answer unavailable; {hint}",
+                std::env::consts::ARCH
+            )),
+        },
     );
+    r.check("poisoned", poisoned(socket));
     for (name, g) in &cfg.grants {
         for p in &g.paths {
             r.check(
@@ -404,6 +413,27 @@ fn nested_userns(cfg: &Config, rc: &config::RunnerConfig) -> Result<String, Stri
         Err(e) => Err(format!(
             "could not tell: the probe sandbox did not run: {e}; see {USERNS_RUNBOOK}"
         )),
+    }
+}
+
+/// What the running brokerd says of its containment (DESIGN.md "Runners"): a sandbox or
+/// proxy it could not confirm dead is a failure; no brokerd to ask is not.
+fn poisoned(socket: &Path) -> Result<String, String> {
+    let asked = boxctl::Client::connect(socket).and_then(|mut c| {
+        c.set_timeout(Some(PODMAN_TIMEOUT))?;
+        c.request(&boxctl::Request::Status {
+            id: "1".into(),
+            v: None,
+        })
+    });
+    match asked.map(|a| a.body) {
+        Ok(boxctl::Body::Status(s)) if s.poisoned => Err(format!(
+            "yes: brokerd ({} backend) could not confirm a sandbox or proxy dead, so http_fetch answers unavailable until it restarts; see runbook/runner.md#runner-unavailable (section 6)",
+            s.backend
+        )),
+        Ok(boxctl::Body::Status(s)) => Ok(format!("no (brokerd at {}, {} backend)", socket.display(), s.backend)),
+        Ok(other) => Ok(format!("unknown: brokerd answered {:?}", other)),
+        Err(e) => Ok(format!("unknown: no brokerd to ask at {} ({e})", socket.display())),
     }
 }
 
@@ -510,7 +540,12 @@ fn gc(cfg: &Config) -> Result<u8, String> {
     let Some(rc) = &cfg.runner else {
         return Err("the config has no [runner] section".into());
     };
-    match PodmanRuntime::new(rc).sweep() {
+    // The configured backend's own sweep: the same one brokerd runs at start and stop.
+    let runner: Box<dyn Runner> = match (&rc.backend, &cfg.bwrap) {
+        (Backend::Bwrap, Some(b)) => Box::new(BwrapRuntime::new(rc, b)),
+        _ => Box::new(PodmanRuntime::new(rc)),
+    };
+    match runner.sweep() {
         Ok(n) => {
             println!("removed {n} container(s) and egress director(ies)");
             Ok(0)
@@ -581,5 +616,41 @@ mod tests {
         for (output, expected) in cases {
             assert_eq!(Userns::read(&output), expected, "{output:?}");
         }
+    }
+}
+
+#[cfg(test)]
+mod poisoned_tests {
+    use std::io::{BufRead, BufReader, Write};
+    use std::os::unix::net::UnixListener;
+
+    /// A brokerd that answers one status line with `poisoned`.
+    fn broker_saying(poisoned: bool) -> (tempfile::TempDir, std::path::PathBuf) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let socket = dir.path().join("broker.sock");
+        let listener = UnixListener::bind(&socket).expect("bind");
+        std::thread::spawn(move || {
+            if let Ok((stream, _)) = listener.accept() {
+                let mut line = String::new();
+                let _ = BufReader::new(&stream).read_line(&mut line);
+                let answer = format!(
+                    r#"{{"id":"1","kind":"status","protocol":1,"version":"t","backend":"bwrap","enforce_limits":true,"preflight":{{}},"poisoned":{poisoned},"audit_head":{{"seq":1,"hash":"h"}}}}"#
+                );
+                let _ = (&stream).write_all(format!("{answer}\n").as_bytes());
+            }
+        });
+        (dir, socket)
+    }
+
+    /// DESIGN.md "Runners": doctor shows a poisoned brokerd as a failure.
+    #[test]
+    fn doctor_shows_poisoning() {
+        let (_d, socket) = broker_saying(true);
+        let got = super::poisoned(&socket);
+        assert!(got.as_ref().is_err_and(|e| e.starts_with("yes")), "{got:?}");
+        let (_d, socket) = broker_saying(false);
+        assert!(super::poisoned(&socket).is_ok_and(|s| s.starts_with("no")));
+        let nowhere = std::path::Path::new("/nonexistent/broker.sock");
+        assert!(super::poisoned(nowhere).is_ok_and(|s| s.starts_with("unknown")));
     }
 }

@@ -13,7 +13,7 @@ mod local;
 const USAGE: &str = "usage:
   boxctl [--socket PATH] call --session S --call C --grant G [--approval TICKET] TOOL 'ARGUMENTS-JSON'
   boxctl [--socket PATH] decline TICKET | result ID [--offset N] | end-session S | tools G | status
-  boxctl [--config FILE] doctor | ps | gc      local checks and clean-up, run as the service user
+  boxctl [--config FILE] [--socket PATH] doctor | ps | gc   local checks and clean-up, as the service user
   boxctl audit verify FILE";
 
 /// Bad usage: exit 3, like a protocol error.
@@ -103,7 +103,7 @@ fn run(mut args: Vec<String>) -> Result<u8, String> {
         }
         "doctor" | "ps" | "gc" => {
             exactly::<0>(args, "")?;
-            return local::run(&command, config.as_deref());
+            return local::run(&command, config.as_deref(), &socket);
         }
         "audit" => {
             let [verb, file] = exactly::<2>(args, "verify FILE")?;

@@ -51,6 +51,16 @@ impl ToolArgs {
         }
     }
 
+    /// What the call is about, as the model wrote it: the path, the command or the URL.
+    pub fn target(&self) -> &str {
+        match self {
+            ToolArgs::ReadFile(a) => &a.path,
+            ToolArgs::WriteFile(a) => &a.path,
+            ToolArgs::Shell(a) => &a.command,
+            ToolArgs::HttpFetch(u) => u.url(),
+        }
+    }
+
     /// The `proto::tools` JSON the sandbox reads on standard input (seed 003 section 4). For
     /// http_fetch it carries the checked `url()`, never the model's spelling.
     pub fn input_json(&self) -> Vec<u8> {
@@ -126,6 +136,17 @@ pub enum ArgsError {
     },
     #[error("http_fetch: {0}")]
     Url(UrlProblem),
+}
+
+/// What a call whose arguments did not parse is about: the `path`, `command` or `url` string
+/// of an arguments object, else the raw arguments. Two calls with different bad URLs are two
+/// different refusals, not one asked twice.
+pub fn raw_target(raw: &str) -> String {
+    let value: Option<serde_json::Value> = serde_json::from_str(raw).ok();
+    ["path", "command", "url"]
+        .iter()
+        .find_map(|k| value.as_ref()?.get(*k)?.as_str().map(str::to_string))
+        .unwrap_or_else(|| raw.to_string())
 }
 
 /// Parses a call's arguments for `tool` (its protocol name) from the model's raw string.

@@ -21,6 +21,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use crate::classify::CommandClass;
 use crate::visible::visible;
 
 /// `prev` of the very first record.
@@ -35,19 +36,6 @@ pub const MAX_SUMMARY_CHARS: usize = 1024;
 /// How much of the end of the file is read to find the last record.
 const TAIL_BYTES: u64 = 1024 * 1024;
 
-/// Names whose values are secrets (matched case-insensitively inside a `NAME=`).
-const SECRET_WORDS: &[&str] = &[
-    "token",
-    "secret",
-    "password",
-    "passwd",
-    "key",
-    "auth",
-    "credential",
-    "cookie",
-];
-const REDACTED: &str = "[redacted]";
-
 /// What a record is about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
@@ -59,6 +47,60 @@ pub enum RecordKind {
     Event,
     /// The line before this one was torn (a crash mid-write); it is not part of the chain.
     TornTail,
+}
+
+/// What was decided about a call: a record's `decision`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Decided {
+    /// The grant's mode allows it: it runs.
+    Allow,
+    /// The owner is asked; a ticket was issued.
+    Ask,
+    /// The owner approved it with its ticket: it runs.
+    Approved,
+    /// The owner said no to an ask.
+    Declined,
+    /// Refused, with a reason the model reads.
+    Refused,
+    /// The same refusal asked for too often in the session.
+    Stopped,
+    /// The second record of a call that ran: how it ended.
+    Ran,
+    /// The second record of an allowed call that did not run (busy).
+    NotRun,
+}
+
+/// How a call ended: a record's `status`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Ended {
+    /// The tool ran; its output was the answer.
+    Result,
+    /// The tool ran and failed (a fixed sentence).
+    Failed,
+    /// Nothing could run (a fixed sentence).
+    Unavailable,
+    /// A grant directory changed under brokerd: refused after all.
+    Refused,
+    /// No slot in time: answered busy.
+    Busy,
+    /// The owner declined.
+    Cancelled,
+}
+
+impl Ended {
+    /// The word on disk (and in the journal's `status` field).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Ended::Result => "result",
+            Ended::Failed => "failed",
+            Ended::Unavailable => "unavailable",
+            Ended::Refused => "refused",
+            Ended::Busy => "busy",
+            Ended::Cancelled => "cancelled",
+        }
+    }
 }
 
 /// One line of the log. `seq`, `prev` and `time` are filled in by `Audit::append`.
@@ -76,21 +118,20 @@ pub struct Record {
     pub grant: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool: Option<String>,
-    /// allow | refused | ask | stopped | declined | ... (the policy's word).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub decision: Option<String>,
+    pub decision: Option<Decided>,
     /// The shell command class, for shell calls.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub class: Option<String>,
+    pub class: Option<CommandClass>,
     /// The program a shell command runs, after leading environment assignments.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub executable: Option<String>,
     /// The path, URL or (redacted) command; see `summary` and `command_summary`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target: Option<String>,
-    /// result | failed | unavailable | ... once the call ran.
+    /// Once the call ran, or could not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub status: Option<String>,
+    pub status: Option<Ended>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub duration_ms: Option<u64>,
     /// The refusal or stop text, the event's description.
@@ -571,51 +612,7 @@ fn verify_file(path: &Path) -> Result<(Head, Head), VerifyError> {
 // ---------------------------------------------------------------------------------------------
 // Summaries.
 
-/// Replaces the value of every `NAME=value` whose name looks like a secret with `[redacted]`
-/// (in commands, `--password=x` options and URL queries alike).
-pub fn redact(text: &str) -> String {
-    let chars: Vec<char> = text.chars().collect();
-    let mut out = String::with_capacity(text.len());
-    let mut i = 0;
-    while i < chars.len() {
-        let c = chars[i];
-        out.push(c);
-        i += 1;
-        if c != '=' {
-            continue;
-        }
-        let name: String = out[..out.len() - 1]
-            .chars()
-            .rev()
-            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '-' || *c == '.')
-            .collect::<Vec<_>>()
-            .into_iter()
-            .rev()
-            .collect();
-        let lower = name.to_ascii_lowercase();
-        if name.is_empty() || !SECRET_WORDS.iter().any(|w| lower.contains(w)) {
-            continue;
-        }
-        out.push_str(REDACTED);
-        match chars.get(i) {
-            Some(q @ ('\'' | '"')) => {
-                let q = *q;
-                i += 1;
-                while i < chars.len() && chars[i] != q {
-                    i += if chars[i] == '\\' { 2 } else { 1 };
-                }
-                i += 1;
-            }
-            _ => {
-                while i < chars.len() && !chars[i].is_whitespace() && !matches!(chars[i], '&' | ';')
-                {
-                    i += 1;
-                }
-            }
-        }
-    }
-    out
-}
+pub use crate::redact::redact;
 
 /// A text from the model (a path, a URL, a command) as a record keeps it: secrets redacted,
 /// cut to `MAX_SUMMARY_CHARS`, and shown visibly (`visible`), since a person reads the log.
@@ -639,24 +636,63 @@ fn cap(s: &str) -> String {
     out
 }
 
-/// The executable a shell command runs (leading `NAME=value` assignments and `env` with its
-/// assignments set aside) and the command with secrets redacted, for `executable` and
-/// `target`.
+/// The executable a shell command runs and the command with secrets redacted, for
+/// `executable` and `target`. The executable comes from the shell parse (tree-sitter-bash):
+/// the name of the first simple command, its leading `NAME=value` assignments (however quoted)
+/// and an `env` with its assignments and options set aside, quotes removed.
 pub fn command_summary(command: &str) -> (Option<String>, String) {
-    let mut words = command.split_whitespace();
-    let is_assignment = |w: &str| {
-        w.split_once('=').is_some_and(|(n, _)| {
-            !n.is_empty()
-                && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-                && !n.starts_with(|c: char| c.is_ascii_digit())
-        })
-    };
-    let exe = words
-        .find(|w| !(is_assignment(w) || *w == "env"))
-        .map(|w| w.trim_matches(|c| c == '\'' || c == '"'))
+    let exe = first_executable(command)
         .filter(|w| !w.is_empty())
-        .map(|w| visible(&w.chars().take(128).collect::<String>()));
+        .map(|w| visible(&redact(&w).chars().take(128).collect::<String>()));
     (exe, summary(command))
+}
+
+fn first_executable(command: &str) -> Option<String> {
+    let mut parser = tree_sitter::Parser::new();
+    parser
+        .set_language(&tree_sitter_bash::LANGUAGE.into())
+        .ok()?;
+    let tree = parser.parse(command, None)?;
+    let mut cursor = tree.walk();
+    // Depth first, in source order: the first `command` node is what runs first.
+    loop {
+        let node = cursor.node();
+        if node.kind() == "command" {
+            return command_name(node, command);
+        }
+        if cursor.goto_first_child() || cursor.goto_next_sibling() {
+            continue;
+        }
+        loop {
+            if !cursor.goto_parent() {
+                return None;
+            }
+            if cursor.goto_next_sibling() {
+                break;
+            }
+        }
+    }
+}
+
+/// A `command` node's program: its name, or for `env`, the first argument that is neither an
+/// option nor an assignment.
+fn command_name(node: tree_sitter::Node<'_>, src: &str) -> Option<String> {
+    let text = |n: tree_sitter::Node<'_>| unquote(n.utf8_text(src.as_bytes()).unwrap_or(""));
+    let name = text(node.child_by_field_name("name")?);
+    if name != "env" {
+        return Some(name);
+    }
+    let mut cursor = node.walk();
+    let found = node
+        .children_by_field_name("argument", &mut cursor)
+        .map(text)
+        .find(|a| !a.starts_with('-') && !a.contains('='));
+    Some(found.unwrap_or(name))
+}
+
+/// A shell word with its quotes taken away (escapes and expansions left as written).
+fn unquote(word: &str) -> String {
+    word.chars().filter(|c| !matches!(c, '\'' | '"')).collect()
 }
 
 /// UTC time as `YYYY-MM-DDTHH:MM:SS.mmmZ`.
@@ -700,11 +736,11 @@ mod tests {
             call: Some(format!("c{n}")),
             grant: Some("notes".into()),
             tool: Some("shell".into()),
-            decision: Some("allow".into()),
-            class: Some("read_only".into()),
+            decision: Some(Decided::Allow),
+            class: Some(CommandClass::ReadOnly),
             executable: Some("ls".into()),
             target: Some("ls -la".into()),
-            status: Some("result".into()),
+            status: Some(Ended::Result),
             duration_ms: Some(12),
             ..Record::default()
         }
@@ -1014,6 +1050,55 @@ mod tests {
         }
     }
 
+    /// The enums of a record are written as the words the log always had.
+    #[test]
+    fn decisions_statuses_and_classes_keep_their_words_on_disk() {
+        let word = |v: serde_json::Value| v.as_str().unwrap_or_default().to_string();
+        let decided = [
+            (Decided::Allow, "allow"),
+            (Decided::Ask, "ask"),
+            (Decided::Approved, "approved"),
+            (Decided::Declined, "declined"),
+            (Decided::Refused, "refused"),
+            (Decided::Stopped, "stopped"),
+            (Decided::Ran, "ran"),
+            (Decided::NotRun, "not_run"),
+        ];
+        for (d, w) in decided {
+            assert_eq!(word(serde_json::json!(d)), w);
+        }
+        let ended = [
+            (Ended::Result, "result"),
+            (Ended::Failed, "failed"),
+            (Ended::Unavailable, "unavailable"),
+            (Ended::Refused, "refused"),
+            (Ended::Busy, "busy"),
+            (Ended::Cancelled, "cancelled"),
+        ];
+        for (e, w) in ended {
+            assert_eq!((word(serde_json::json!(e)).as_str(), e.as_str()), (w, w));
+        }
+        for (c, w) in [
+            (CommandClass::ReadOnly, "read_only"),
+            (CommandClass::WorkspaceMutating, "workspace_mutating"),
+            (CommandClass::ShellComplex, "shell_complex"),
+            (CommandClass::Dangerous, "dangerous"),
+        ] {
+            assert_eq!(word(serde_json::json!(c)), w);
+        }
+        // A line written before the enums reads back the same.
+        let line = r#"{"seq":3,"prev":"x","time":"t","kind":"call","decision":"not_run","class":"dangerous","status":"busy"}"#;
+        let rec: Record = serde_json::from_str(line).expect("a record");
+        assert_eq!(
+            (rec.decision, rec.class, rec.status),
+            (
+                Some(Decided::NotRun),
+                Some(CommandClass::Dangerous),
+                Some(Ended::Busy)
+            )
+        );
+    }
+
     #[test]
     fn redaction() {
         let cases = [
@@ -1068,6 +1153,19 @@ mod tests {
                 "env A=1 B=2 python3 x.py",
             ),
             ("'git' status", Some("git"), "'git' status"),
+            // From the shell parse, not a whitespace split.
+            ("PASSWORD='a b' ls", Some("ls"), "PASSWORD=[redacted] ls"),
+            (
+                "A=\"x y\" B='1 2' \"git\" push",
+                Some("git"),
+                "A=\"x y\" B='1 2' \"git\" push",
+            ),
+            (
+                "env -i HOME=/tmp ls -l",
+                Some("ls"),
+                "env -i HOME=/tmp ls -l",
+            ),
+            ("cd /srv && make", Some("cd"), "cd /srv && make"),
             ("", None, ""),
             ("X=1", None, "X=1"),
             // The model's control and bidi characters are kept as escapes: the log is read.

@@ -12,17 +12,17 @@ use std::time::{Duration, Instant};
 
 use proto::broker::{AuditHead, Body, Request, Status, ToolSchema, PROTOCOL};
 use proto::tools::ToolName;
-use tokio::sync::{Notify, OnceCell, Semaphore};
+use tokio::sync::{Notify, Semaphore};
 
 use crate::args;
-use crate::audit::{self, Audit, Record, RecordKind};
+use crate::audit::{self, Audit, Decided, Ended, Record, RecordKind};
 use crate::config::Config;
-use crate::policy::{Decision, Plan, Policy, Refusal};
+use crate::policy::{Decision, Plan, Policy, Refusal, Why};
 use crate::preview::{preview, ResultStore};
+use crate::probe::{Kept, RETRY_FIRST};
 use crate::refusals::{RefusalCounter, Verdict};
 use crate::runner::{Egress, Mount, RunError, RunOutput, RunSpec, Runner, Unavailable};
 use crate::tickets::{Binding, Tickets};
-use crate::visible::visible;
 
 /// How many calls may wait for a slot, per running slot, before new ones are answered busy.
 pub const QUEUE_PER_SLOT: usize = 8;
@@ -57,12 +57,7 @@ pub enum ProtocolError {
     ShuttingDown,
 }
 
-/// The outcome of the start-up preflight, cached for the life of the process.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Preflight {
-    pub ok: bool,
-    pub detail: String,
-}
+pub use crate::probe::Preflight;
 
 struct State {
     tickets: Tickets,
@@ -85,11 +80,17 @@ pub struct Broker {
     queue_cap: usize,
     in_flight: AtomicUsize,
     idle: Notify,
-    preflight: Mutex<Option<Preflight>>,
-    /// The proxy path's preflight, run before the first http_fetch and kept.
-    network_preflight: OnceCell<Preflight>,
+    /// The start-up preflight (`probe`): kept, remembered or tried again.
+    preflight: Mutex<Kept>,
+    /// The proxy path's preflight, run before the first http_fetch, kept the same way.
+    network: Mutex<Kept>,
+    /// One preflight of each kind runs at a time; callers that arrive meanwhile wait for it.
+    probing: tokio::sync::Mutex<()>,
+    network_probing: tokio::sync::Mutex<()>,
     backend: String,
     shutting_down: std::sync::atomic::AtomicBool,
+    /// How many of the runner's `weakened` lines are audited already.
+    weakened_audited: Mutex<usize>,
 }
 
 /// A decrement that runs however the call ends.
@@ -131,10 +132,17 @@ impl Broker {
             runner,
             audit: Arc::new(Mutex::new(audit)),
             state: Mutex::new(state),
-            preflight: Mutex::new(None),
-            network_preflight: OnceCell::new(),
-            backend: backend.to_string(),
+            preflight: Mutex::new(Kept::new(RETRY_FIRST)),
+            network: Mutex::new(Kept::new(RETRY_FIRST)),
+            probing: tokio::sync::Mutex::new(()),
+            network_probing: tokio::sync::Mutex::new(()),
+            // DESIGN.md "Service": without [runner] brokerd still serves, and says so.
+            backend: match config.runner {
+                Some(_) => backend.to_string(),
+                None => NO_BACKEND.to_string(),
+            },
             shutting_down: std::sync::atomic::AtomicBool::new(false),
+            weakened_audited: Mutex::new(0),
             config,
         }
     }
@@ -143,20 +151,37 @@ impl Broker {
         &self.config
     }
 
+    /// Tries a transiently failed preflight again after `first` (doubling) instead of
+    /// [`RETRY_FIRST`] (tests use a short one).
+    pub fn with_preflight_retry(self, first: Duration) -> Broker {
+        *lock(&self.preflight) = Kept::new(first);
+        *lock(&self.network) = Kept::new(first);
+        self
+    }
+
     fn state(&self) -> MutexGuard<'_, State> {
         // A panic while holding the lock leaves plain data behind; keep serving.
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Runs the backend's preflight once and caches it: a real minimal sandbox (seed 000
-    /// 5.1.6). A failed preflight makes every call `unavailable` without probing again.
+    /// The backend's preflight: a real minimal sandbox (seed 000 5.1.6), run unless its kept
+    /// outcome stands (`probe`: a pass or a terminal failure for good, another failure until
+    /// its retry is due). While it fails, calls answer `unavailable`.
     pub async fn preflight(&self) -> Preflight {
-        if let Some(p) = self
-            .preflight
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-        {
+        if self.config.runner.is_none() {
+            let p = Preflight {
+                ok: false,
+                detail: Why::NoRunner.to_string(),
+                terminal: true,
+            };
+            lock(&self.preflight).record(p.clone(), Instant::now());
+            return p;
+        }
+        if let Some(p) = lock(&self.preflight).standing(Instant::now()) {
+            return p;
+        }
+        let _one = self.probing.lock().await;
+        if let Some(p) = lock(&self.preflight).standing(Instant::now()) {
             return p;
         }
         let runner = self.runner.clone();
@@ -202,8 +227,10 @@ impl Broker {
             timeout: limit,
         };
         let outcome = tokio::task::spawn_blocking(move || runner.run(&spec)).await;
-        let p = match outcome {
+        self.audit_weakened().await;
+        let mut p = match outcome {
             Ok(Ok(RunOutput { content, .. })) if content.starts_with(&expected) => Preflight {
+                terminal: false,
                 ok: true,
                 detail: format!(
                     "a sandbox ran in /tmp with a writable /tmp{}{}{}",
@@ -226,6 +253,7 @@ impl Broker {
                 ),
             },
             Ok(Ok(RunOutput { content, .. })) => Preflight {
+                terminal: false,
                 ok: false,
                 detail: format!(
                     "the preflight sandbox answered {:?}, expected it to start with {expected:?}",
@@ -233,16 +261,33 @@ impl Broker {
                 ),
             },
             Ok(Err(e)) => Preflight {
+                terminal: false,
                 ok: false,
                 detail: format!("the preflight sandbox failed: {e}"),
             },
             Err(e) => Preflight {
+                terminal: false,
                 ok: false,
                 detail: format!("the preflight task failed: {e}"),
             },
         };
-        *self.preflight.lock().unwrap_or_else(|p| p.into_inner()) = Some(p.clone());
+        self.settle(&mut p);
+        let now = Instant::now();
+        let mut kept = lock(&self.preflight);
+        kept.record(p.clone(), now);
+        log_preflight("preflight", &p, kept.next_try_in(now));
         p
+    }
+
+    /// Marks a failed preflight terminal when the runner remembered why it can never start.
+    fn settle(&self, p: &mut Preflight) {
+        if p.ok {
+            return;
+        }
+        if let Some(why) = self.runner.terminal_failure() {
+            p.terminal = true;
+            p.detail = format!("{}; remembered until restart: {why}", p.detail);
+        }
     }
 
     /// Every directory some grant may write, once each, in config order.
@@ -266,10 +311,17 @@ impl Broker {
     /// sandbox allowed only `allowed.invalid`, and a fetch of `preflight.invalid` through it,
     /// which the proxy must refuse by name. That needs the proxy started, its socket in the
     /// tool sandbox and the SOCKS5 exchange working; no name is resolved and no packet leaves.
-    /// Kept for the life of the process, failed or not.
+    /// Kept as the start-up preflight is (`probe`).
     pub async fn network_preflight(&self) -> Preflight {
-        self.network_preflight
-            .get_or_init(|| async {
+        if let Some(p) = lock(&self.network).standing(Instant::now()) {
+            return p;
+        }
+        let _one = self.network_probing.lock().await;
+        if let Some(p) = lock(&self.network).standing(Instant::now()) {
+            return p;
+        }
+        let mut p = {
+            {
                 let url = NETWORK_PREFLIGHT_URL;
                 let input = serde_json::to_vec(&proto::tools::HttpFetchArgs { url: url.into() })
                     .unwrap_or_default();
@@ -277,7 +329,9 @@ impl Broker {
                     .config
                     .runner
                     .as_ref()
-                    .map_or(Duration::from_secs(30), |r| r.time_limit(ToolName::HttpFetch));
+                    .map_or(Duration::from_secs(30), |r| {
+                        r.time_limit(ToolName::HttpFetch)
+                    });
                 let spec = RunSpec {
                     session: "preflight".into(),
                     call: "network".into(),
@@ -293,11 +347,12 @@ impl Broker {
                 let runner = self.runner.clone();
                 let outcome = tokio::task::spawn_blocking(move || runner.run(&spec)).await;
                 let prefix = format!("http_fetch: {url}: ");
-                let p = match outcome {
+                match outcome {
                     Ok(Ok(RunOutput { content, .. }))
                         if content.starts_with(&prefix) && content.contains("SOCKS") =>
                     {
                         Preflight {
+                            terminal: false,
                             ok: true,
                             detail: format!(
                                 "the egress proxy refused a host it was not given: {}",
@@ -306,6 +361,7 @@ impl Broker {
                         }
                     }
                     Ok(Ok(RunOutput { content, .. })) => Preflight {
+                        terminal: false,
                         ok: false,
                         detail: format!(
                             "the proxy path answered {:?}, not the proxy's refusal",
@@ -313,26 +369,24 @@ impl Broker {
                         ),
                     },
                     Ok(Err(e)) => Preflight {
+                        terminal: false,
                         ok: false,
                         detail: format!("the proxy path failed: {e}"),
                     },
                     Err(e) => Preflight {
+                        terminal: false,
                         ok: false,
                         detail: format!("the network preflight task failed: {e}"),
                     },
-                };
-                if p.ok {
-                    tracing::info!(detail = p.detail, "network preflight passed");
-                } else {
-                    tracing::error!(
-                        detail = p.detail,
-                        "network preflight failed: http_fetch answers unavailable; see runbook/runner.md#runner-unavailable"
-                    );
                 }
-                p
-            })
-            .await
-            .clone()
+            }
+        };
+        self.settle(&mut p);
+        let now = Instant::now();
+        let mut kept = lock(&self.network);
+        kept.record(p.clone(), now);
+        log_preflight("network preflight", &p, kept.next_try_in(now));
+        p
     }
 
     /// Marks the broker as stopping: new calls are refused with an error.
@@ -389,11 +443,32 @@ impl Broker {
         .await
     }
 
+    /// Audits, once each, what of the configured confinement the runner found this host would
+    /// not apply (DESIGN.md "Limits": weaker confinement is never silent).
+    async fn audit_weakened(&self) {
+        let all = self.runner.weakened();
+        let new: Vec<String> = {
+            let mut done = lock(&self.weakened_audited);
+            let new = all.iter().skip(*done).cloned().collect();
+            *done = all.len();
+            new
+        };
+        for line in new {
+            let reason = format!("weaker confinement than configured: {line}");
+            if let Err(e) = self.event(reason).await {
+                tracing::error!(
+                    error = e,
+                    "an audit record could not be written; see runbook/audit.md#audit-unwritable"
+                );
+            }
+        }
+    }
+
     pub fn audit_head(&self) -> audit::Head {
         self.audit.lock().unwrap_or_else(|p| p.into_inner()).head()
     }
 
-    pub async fn handle(&self, req: Request, _peer: Peer) -> proto::broker::Answer {
+    pub async fn handle(&self, req: Request, peer: Peer) -> proto::broker::Answer {
         let id = Some(req.id().to_string());
         let body = match req {
             Request::Call {
@@ -405,13 +480,13 @@ impl Broker {
                 approval,
                 ..
             } => {
-                self.call(session, call, grant, tool, arguments, approval)
+                self.call(peer, session, call, grant, tool, arguments, approval)
                     .await
             }
             Request::Tools { grant, .. } => self.tools(&grant),
             Request::Result {
                 result_id, offset, ..
-            } => self.result(&result_id, offset),
+            } => self.result(peer, &result_id, offset),
             Request::Decline { ticket, .. } => self.decline(&ticket).await,
             Request::EndSession { session, .. } => self.end_session(&session),
             Request::Status { .. } => self.status().await,
@@ -420,8 +495,10 @@ impl Broker {
     }
 
     /// The life of one call.
+    #[allow(clippy::too_many_arguments)]
     async fn call(
         &self,
+        peer: Peer,
         session: String,
         call: String,
         grant_name: String,
@@ -429,6 +506,8 @@ impl Broker {
         arguments: String,
         approval: Option<String>,
     ) -> Body {
+        // loopd's clock for this call started about now: [broker] timeout_ms from here.
+        let received = Instant::now();
         // 1. Protocol checks: no decision is made on a malformed request.
         if !proto::broker::valid_ident(&session) {
             return error(ProtocolError::BadIdent("session"));
@@ -455,9 +534,11 @@ impl Broker {
         let parsed = match args::parse(&tool, &arguments) {
             Ok(a) => a,
             Err(e) => {
-                return self
-                    .refused(rec, &session, &tool, Refusal::new("", e))
-                    .await
+                // Counted by what it is about: six different bad URLs are six refusals.
+                let target = args::raw_target(&arguments);
+                rec.target = Some(audit::summary(&target));
+                let refusal = Refusal::new(&target, Why::Arguments(e.to_string()));
+                return self.refused(rec, &session, &tool, refusal).await;
             }
         };
         let target = match &parsed {
@@ -472,8 +553,17 @@ impl Broker {
         };
         rec.target = Some(target);
 
-        // 3. Decide.
-        let plan = match self.policy.decide(grant, &parsed) {
+        // 3. Decide. Without a runner the decision is still made and audited, and whatever
+        // would run is refused (seed 003 section 6, DESIGN.md "Service").
+        let decision = self.policy.decide(grant, &parsed);
+        if let (None, Decision::Allow(plan) | Decision::Ask(plan, _)) =
+            (&self.config.runner, &decision)
+        {
+            rec.class = plan.class;
+            let refusal = Refusal::new(parsed.target(), Why::NoRunner);
+            return self.refused(rec, &session, &tool, refusal).await;
+        }
+        let plan = match decision {
             Decision::Allow(plan) => plan,
             Decision::Refuse(r) => return self.refused(rec, &session, &tool, r).await,
             Decision::Ask(plan, question) => {
@@ -484,11 +574,11 @@ impl Broker {
                     tool: tool.clone(),
                     arguments: arguments.clone(),
                 };
-                rec.class = plan.class.map(|c| c.as_str().to_string());
+                rec.class = plan.class;
                 match approval {
                     None => {
                         let ticket = self.state().tickets.issue(binding, Instant::now());
-                        rec.decision = Some("ask".into());
+                        rec.decision = Some(Decided::Ask);
                         rec.reason = Some(audit::clip(&question));
                         if let Err(e) = self.record(rec).await {
                             return self.audit_failed(&e);
@@ -501,34 +591,29 @@ impl Broker {
                                 .tickets
                                 .redeem(&ticket, &binding, Instant::now());
                         if let Err(e) = redeemed {
-                            let refusal = Refusal::new("approval", e);
+                            let refusal = Refusal::new(parsed.target(), Why::Approval(e));
                             return self.refused(rec, &session, &tool, refusal).await;
                         }
-                        rec.decision = Some("approved".into());
+                        rec.decision = Some(Decided::Approved);
                         plan
                     }
                 }
             }
         };
-        rec.class = plan.class.map(|c| c.as_str().to_string());
+        rec.class = plan.class;
         if rec.decision.is_none() {
-            rec.decision = Some("allow".into());
+            rec.decision = Some(Decided::Allow);
         }
 
         // 4. A session that saw the runner unavailable writes nothing more (seed 000 5.1.5).
         if plan.writes && self.state().unavailable.contains(&session) {
-            let reason = format!(
-                "{tool}: the sandbox was unavailable earlier in this session, so writes are refused rather than attempted; nothing was changed"
-            );
-            let refusal = Refusal::new("unavailable", reason);
+            let why = Why::UnavailableEarlier { tool: tool.clone() };
+            let refusal = Refusal::new(parsed.target(), why);
             return self.refused(rec, &session, &tool, refusal).await;
         }
-        let preflight_ok = self
-            .preflight
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .as_ref()
-            .is_none_or(|p| p.ok);
+        // A preflight that failed for now is tried again once its retry is due.
+        let ran_before = lock(&self.preflight).last().is_some();
+        let preflight_ok = !ran_before || self.preflight().await.ok;
 
         // 5. Audit the decision before anything runs.
         if let Err(e) = self.record(rec.clone()).await {
@@ -545,7 +630,7 @@ impl Broker {
             None
         };
         let outcome = match failed_preflight {
-            None => self.run(&session, &call, plan).await,
+            None => self.run(&session, &call, plan, received).await,
             Some(which) => {
                 tracing::error!(
                     session,
@@ -558,25 +643,29 @@ impl Broker {
         let outcome = match outcome {
             Ok(o) => o,
             Err(Busy) => {
-                rec.status = Some("busy".into());
-                let _ = self.record(outcome_record(rec, "not_run", started)).await;
+                rec.status = Some(Ended::Busy);
+                let _ = self
+                    .record(outcome_record(rec, Decided::NotRun, started))
+                    .await;
                 return error(ProtocolError::Busy);
             }
         };
 
+        self.audit_weakened().await;
+
         // 7. Audit the outcome, then answer.
         let label = format!("{grant_name}/{tool}");
         let (status, body) = match outcome {
-            Ok(out) => ("result", self.result_body(out, label)),
+            Ok(out) => (Ended::Result, self.result_body(peer, out, label)),
             Err(RunError::Failed(f)) => (
-                "failed",
+                Ended::Failed,
                 Body::Failed {
                     message: f.to_string(),
                 },
             ),
             // The runner logged it for the operator; the model reads which directory.
             Err(RunError::MountChanged(e)) => (
-                "refused",
+                Ended::Refused,
                 Body::Refused {
                     reason: e.to_string(),
                 },
@@ -592,24 +681,27 @@ impl Broker {
                     u.runbook()
                 );
                 (
-                    "unavailable",
+                    Ended::Unavailable,
                     Body::Unavailable {
                         message: u.to_string(),
                     },
                 )
             }
         };
-        rec.status = Some(status.into());
+        rec.status = Some(status);
         tracing::info!(
             session,
             call,
             grant = grant_name,
             tool,
-            status,
+            status = status.as_str(),
             duration_ms = started.elapsed().as_millis() as u64,
             "call"
         );
-        if let Err(e) = self.record(outcome_record(rec, "ran", started)).await {
+        if let Err(e) = self
+            .record(outcome_record(rec, Decided::Ran, started))
+            .await
+        {
             return self.audit_failed(&e);
         }
         body
@@ -620,6 +712,7 @@ impl Broker {
         session: &str,
         call: &str,
         plan: Plan,
+        received: Instant,
     ) -> Result<Result<RunOutput, RunError>, Busy> {
         // The bounded queue: past it, busy.
         if self.waiting.fetch_add(1, Ordering::SeqCst) >= self.queue_cap {
@@ -632,6 +725,20 @@ impl Broker {
         let Ok(permit) = permit else {
             return Err(Busy);
         };
+        // A call that waited for its slot past what is left of loopd's timeout would be
+        // answered after loopd stopped waiting: it does not start.
+        if let Some(rc) = &self.config.runner {
+            let budget = Duration::from_millis(self.config.broker.timeout_ms);
+            if received.elapsed() + rc.call_budget(plan.tool) >= budget {
+                tracing::warn!(
+                    session,
+                    call,
+                    waited_ms = received.elapsed().as_millis() as u64,
+                    "the call waited for a slot too long to finish within broker.timeout_ms; answered busy"
+                );
+                return Err(Busy);
+            }
+        }
         let timeout = self
             .config
             .runner
@@ -663,10 +770,14 @@ impl Broker {
         })
     }
 
-    fn result_body(&self, out: RunOutput, label: String) -> Body {
+    fn result_body(&self, peer: Peer, out: RunOutput, label: String) -> Body {
         let max = self.config.broker.preview_chars;
         let (content, cut) = preview(&out.content, max);
-        let result_id = self.state().results.put(out.content).unwrap_or_default();
+        let result_id = self
+            .state()
+            .results
+            .put(peer.uid, out.content)
+            .unwrap_or_default();
         Body::Result {
             content,
             truncated: out.truncated || cut,
@@ -677,24 +788,23 @@ impl Broker {
 
     /// A refusal, or from the Nth same refusal in a session on, a stop; audited either way.
     async fn refused(&self, mut rec: Record, session: &str, tool: &str, refusal: Refusal) -> Body {
-        let (target, reason) = (refusal.target.as_str(), refusal.reason().to_string());
-        // The reason names the target as written (shown visibly); count it with the target
-        // set aside the same way, or `x`, `./x` and `x/` would be three refusals (seed 000
-        // 5.1.4).
-        let same = match target {
-            "" => reason.clone(),
-            t => reason.replace(&visible(t), &visible(&crate::refusals::normalise(t))),
-        };
-        let verdict = self.state().refusals.record(session, tool, target, &same);
+        let reason = refusal.reason();
+        // Counted by (tool, target, which refusal): the target is normalised there, so `x`,
+        // `./x` and `x/` are one refusal (seed 000 5.1.4), and two different targets are two.
+        let kind = refusal.why.kind();
+        let verdict = self
+            .state()
+            .refusals
+            .record(session, tool, &refusal.target, kind);
         let body = match verdict {
             Verdict::Refuse => {
-                rec.decision = Some("refused".into());
+                rec.decision = Some(Decided::Refused);
                 Body::Refused {
                     reason: reason.clone(),
                 }
             }
             Verdict::Stop => {
-                rec.decision = Some("stopped".into());
+                rec.decision = Some(Decided::Stopped);
                 Body::Stopped {
                     reason: format!(
                         "stopped: the same refusal was asked for {} times in this session, and asking again cannot change it: {reason}",
@@ -749,8 +859,13 @@ impl Broker {
         Body::Tools { tools }
     }
 
-    fn result(&self, result_id: &str, offset: usize) -> Body {
-        match self.state().results.page(result_id, offset, PAGE_CHARS) {
+    /// A page of a stored output; another peer's id is as unknown as one never given.
+    fn result(&self, peer: Peer, result_id: &str, offset: usize) -> Body {
+        let page = self
+            .state()
+            .results
+            .page(peer.uid, result_id, offset, PAGE_CHARS);
+        match page {
             Some((content, next_offset)) => Body::ResultPage {
                 content,
                 offset,
@@ -770,8 +885,8 @@ impl Broker {
             call: Some(b.call),
             grant: Some(b.grant),
             tool: Some(b.tool),
-            decision: Some("declined".into()),
-            status: Some("cancelled".into()),
+            decision: Some(Decided::Declined),
+            status: Some(Ended::Cancelled),
             ..Record::default()
         };
         match self.record(rec).await {
@@ -794,19 +909,9 @@ impl Broker {
     }
 
     async fn status(&self) -> Body {
-        let mut preflight = match self
-            .preflight
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-        {
-            Some(p) => serde_json::json!({ "ok": p.ok, "detail": p.detail }),
-            None => serde_json::json!({ "ok": null, "detail": "not run yet" }),
-        };
-        preflight["network"] = match self.network_preflight.get() {
-            Some(p) => serde_json::json!({ "ok": p.ok, "detail": p.detail }),
-            None => serde_json::json!({ "ok": null, "detail": "runs before the first http_fetch" }),
-        };
+        let now = Instant::now();
+        let mut preflight = lock(&self.preflight).status(now, "not run yet");
+        preflight["network"] = lock(&self.network).status(now, "runs before the first http_fetch");
         let head = self.audit_head();
         Body::Status(Status {
             protocol: PROTOCOL,
@@ -815,12 +920,38 @@ impl Broker {
             enforce_limits: self.config.runner.as_ref().is_none_or(|r| r.enforce_limits),
             preflight,
             poisoned: self.runner.poisoned(),
+            weakened: self.runner.weakened(),
             audit_head: AuditHead {
                 seq: head.seq,
                 hash: head.hash,
             },
         })
     }
+}
+
+/// The `backend` of `status` when the config has no `[runner]` section.
+pub const NO_BACKEND: &str = "none";
+
+/// A preflight's outcome in the journal, with when it is tried again.
+fn log_preflight(which: &str, p: &Preflight, next_try: Option<Duration>) {
+    match (p.ok, next_try) {
+        (true, _) => tracing::info!(detail = p.detail, "{which} passed"),
+        (false, Some(wait)) => tracing::error!(
+            detail = p.detail,
+            next_try_in_s = wait.as_secs(),
+            "{which} failed; tried again by a call in {}s; until then calls that need it answer unavailable; see runbook/runner.md#runner-unavailable",
+            wait.as_secs()
+        ),
+        (false, None) => tracing::error!(
+            detail = p.detail,
+            "{which} failed for good: calls that need it answer unavailable until brokerd restarts; see runbook/runner.md#runner-unavailable"
+        ),
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding the lock leaves plain data behind; keep serving.
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// What the network preflight fetches: a name under `.invalid` (RFC 6761), never resolved.
@@ -838,8 +969,8 @@ pub const AUDIT_UNAVAILABLE: &str = "the call could not be audited, so it was no
 struct Busy;
 
 /// The second record of an allowed call: whether it ran, how it ended, how long it took.
-fn outcome_record(mut rec: Record, decision: &str, started: Instant) -> Record {
-    rec.decision = Some(decision.into());
+fn outcome_record(mut rec: Record, decision: Decided, started: Instant) -> Record {
+    rec.decision = Some(decision);
     rec.duration_ms = Some(started.elapsed().as_millis() as u64);
     rec
 }

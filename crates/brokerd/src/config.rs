@@ -106,6 +106,17 @@ impl RunnerConfig {
             ToolName::HttpFetch => self.http_fetch_ms,
         })
     }
+
+    /// The longest one call of `tool` can keep loopd waiting once it starts: its time limit,
+    /// the proxy's start for http_fetch, and the stop budget of the backend
+    /// (`runner::stop_budget`). It stays under `broker.timeout_ms`.
+    pub fn call_budget(&self, tool: ToolName) -> Duration {
+        let start = match tool {
+            ToolName::HttpFetch => Duration::from_millis(self.egress_start_ms),
+            ToolName::ReadFile | ToolName::WriteFile | ToolName::Shell => Duration::ZERO,
+        };
+        self.time_limit(tool) + start + crate::runner::stop_budget(self.backend, tool)
+    }
 }
 
 /// How the bwrap backend gets a cgroup for its limits.
@@ -167,6 +178,8 @@ pub enum Problem {
     NotUnderTimeout { limit: u64, timeout: u64 },
     #[error("http_fetch_ms + egress_start_ms ({sum} ms) is not under broker.timeout_ms ({timeout} ms): loopd waits for the proxy's start too")]
     FetchNotUnderTimeout { sum: u64, timeout: u64 },
+    #[error("{limit} ms, with what stopping and removing the sandbox (and starting a proxy) may take, comes to {sum} ms, not under broker.timeout_ms ({timeout} ms): loopd would stop waiting before a call that ran out its time limit is answered; lower the limit or raise both")]
+    StopNotUnderTimeout { limit: u64, sum: u64, timeout: u64 },
     #[error("must be greater than 0")]
     Zero,
     #[error(
@@ -759,7 +772,7 @@ impl Checker<'_> {
             );
         }
 
-        Ok(RunnerConfig {
+        let runner = RunnerConfig {
             backend,
             podman: PathBuf::from(podman),
             image,
@@ -774,7 +787,29 @@ impl Checker<'_> {
             enforce_limits: r.enforce_limits.unwrap_or(true),
             egress_start_ms,
             home,
-        })
+        };
+        // A call that runs out its limit is then stopped and removed: that too must end
+        // before loopd stops waiting.
+        for tool in ToolName::ALL {
+            let sum = runner.call_budget(tool).as_millis() as u64;
+            if sum >= timeout {
+                let (key, value) = match tool {
+                    ToolName::ReadFile => ("runner.read_file_ms", &r.read_file_ms),
+                    ToolName::WriteFile => ("runner.write_file_ms", &r.write_file_ms),
+                    ToolName::Shell => ("runner.shell_ms", &r.shell_ms),
+                    ToolName::HttpFetch => ("runner.http_fetch_ms", &r.http_fetch_ms),
+                };
+                let limit = runner.time_limit(tool).as_millis() as u64;
+                let problem = Problem::StopNotUnderTimeout {
+                    limit,
+                    sum,
+                    timeout,
+                };
+                let span = value.as_ref().map(|s| s.span()).or(timeout_span.clone());
+                return self.err(span, key, problem);
+            }
+        }
+        Ok(runner)
     }
 
     fn bwrap(&self, b: &RawBwrap) -> Result<BwrapConfig, ConfigError> {
@@ -1282,6 +1317,15 @@ tools = ["read_file"]
             (
                 runner("shell_ms = 120000"),
                 "c.toml:3:12: runner.shell_ms: 120000 ms is not under broker.timeout_ms (120000 ms): loopd stops waiting then; to give a tool longer, raise both".into(),
+            ),
+            // The limit is under the timeout, but not with the kill and rm after it.
+            (
+                runner("shell_ms = 110000"),
+                "c.toml:3:12: runner.shell_ms: 110000 ms, with what stopping and removing the sandbox (and starting a proxy) may take, comes to 126000 ms, not under broker.timeout_ms (120000 ms): loopd would stop waiting before a call that ran out its time limit is answered; lower the limit or raise both".into(),
+            ),
+            (
+                format!("[broker]\ntimeout_ms = 110000\n{}", runner("backend = \"bwrap\"\nhttp_fetch_ms = 100000")),
+                "c.toml:6:17: runner.http_fetch_ms: 100000 ms, with what stopping and removing the sandbox (and starting a proxy) may take, comes to 113000 ms, not under broker.timeout_ms (110000 ms): loopd would stop waiting before a call that ran out its time limit is answered; lower the limit or raise both".into(),
             ),
             (
                 format!("[broker]\ntimeout_ms = 50000\n{}", runner("")),

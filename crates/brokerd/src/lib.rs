@@ -2,7 +2,7 @@
 //! answers with the output labelled by its grant. See DESIGN.md "Life of a call".
 //!
 //! One module answers one question: `args` parses, `policy` decides (with `mode`,
-//! `classify`, `workspace` and `protect`), `runner` runs, `audit` records, `broker` walks a
+//! `classify`, `workspace` and `protect`), `runner` runs, `audit` records (`redact` keeps secrets out of it), `broker` walks a
 //! call through all of them, `server` speaks the protocol on the socket, `visible` shows the
 //! model's text to a person.
 
@@ -14,7 +14,9 @@ pub mod config;
 pub mod mode;
 pub mod policy;
 pub mod preview;
+pub mod probe;
 pub mod protect;
+pub mod redact;
 pub mod refusals;
 pub mod runner;
 pub mod server;

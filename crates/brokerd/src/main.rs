@@ -9,12 +9,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use brokerd::audit::Audit;
-use brokerd::broker::Broker;
+use brokerd::broker::{Broker, NO_BACKEND};
 use brokerd::config::{self, Backend, Config};
 use brokerd::policy::Policy;
 use brokerd::runner::bwrap::BwrapRuntime;
 use brokerd::runner::podman::PodmanRuntime;
-use brokerd::runner::{reaper, Runner};
+use brokerd::runner::{reaper, NoRunner, Runner};
 use brokerd::server::{self, Clients};
 use sd_notify::NotifyState;
 use tokio::net::UnixListener;
@@ -146,31 +146,33 @@ async fn run(file: &Path, socket: Option<PathBuf>) -> Result<(), String> {
         .collect();
     config::grants_clear_of(&config, &socket_dirs)
         .map_err(|e| format!("{}: {e}", file.display()))?;
-    let Some(rc) = config.runner.clone() else {
-        return Err(format!(
-            "{}: there is no [runner] section, so no call could run",
-            file.display()
-        ));
-    };
-    let runner: Arc<dyn Runner> = match rc.backend {
-        Backend::Podman => Arc::new(PodmanRuntime::new(&rc)),
-        // config::load gives [bwrap] (with its defaults) exactly when backend = "bwrap".
-        Backend::Bwrap => match &config.bwrap {
-            Some(b) => {
-                adopt_sandbox_orphans()?;
-                Arc::new(BwrapRuntime::new(&rc, b))
-            }
-            None => {
-                return Err(format!(
-                    "{}: backend = \"bwrap\" without [bwrap]",
-                    file.display()
-                ))
-            }
+    // Without [runner] brokerd still serves, decides and audits, and refuses whatever would
+    // run (seed 003 section 6, DESIGN.md "Service").
+    let (runner, backend): (Arc<dyn Runner>, &str) = match &config.runner {
+        None => {
+            tracing::warn!(
+                "{}: no [runner] section: {}",
+                file.display(),
+                brokerd::policy::Why::NoRunner
+            );
+            (Arc::new(NoRunner), NO_BACKEND)
+        }
+        Some(rc) => match rc.backend {
+            Backend::Podman => (Arc::new(PodmanRuntime::new(rc)), "podman"),
+            // config::load gives [bwrap] (with its defaults) exactly when backend = "bwrap".
+            Backend::Bwrap => match &config.bwrap {
+                Some(b) => {
+                    adopt_sandbox_orphans()?;
+                    (Arc::new(BwrapRuntime::new(rc, b)), "bwrap")
+                }
+                None => {
+                    return Err(format!(
+                        "{}: backend = \"bwrap\" without [bwrap]",
+                        file.display()
+                    ))
+                }
+            },
         },
-    };
-    let backend = match rc.backend {
-        Backend::Podman => "podman",
-        Backend::Bwrap => "bwrap",
     };
     let audit_path = config.broker.audit_log.clone();
     let audit = tokio::task::spawn_blocking(move || Audit::open(&audit_path))
@@ -194,7 +196,7 @@ async fn run(file: &Path, socket: Option<PathBuf>) -> Result<(), String> {
     }
 
     let grace = Duration::from_secs(config.broker.shutdown_grace_s);
-    let enforce = rc.enforce_limits;
+    let enforce = config.runner.as_ref().is_none_or(|rc| rc.enforce_limits);
     let broker = Arc::new(Broker::new(config, policy, runner.clone(), audit, backend));
     let mut start = format!(
         "brokerd {} started, backend {backend}",
@@ -214,18 +216,11 @@ async fn run(file: &Path, socket: Option<PathBuf>) -> Result<(), String> {
         .await
         .map_err(|e| format!("{e}; see runbook/audit.md#audit-unwritable"))?;
 
+    // The broker logs its outcome, and when a failed one is tried again.
     let preflight = broker.preflight().await;
-    if preflight.ok {
-        tracing::info!(detail = preflight.detail, "preflight passed");
-    } else {
-        tracing::error!(
-            detail = preflight.detail,
-            "preflight failed: calls answer unavailable; see runbook/runner.md#runner-unavailable"
-        );
-    }
     let head = broker.audit_head();
     tracing::info!(audit_seq = head.seq, audit_hash = head.hash, "ready");
-    let status = if preflight.ok {
+    let status = if preflight.ok || backend == NO_BACKEND {
         format!("serving; audit head {} {}", head.seq, head.hash)
     } else {
         format!("serving, but the preflight failed: {}", preflight.detail)

@@ -6,7 +6,6 @@
 //! the runner needs, and the runner never knows why a call was allowed.
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::path::PathBuf;
 
 use proto::tools::{ReadFileArgs, ShellArgs, ToolName, WriteFileArgs};
@@ -15,10 +14,10 @@ use crate::args::ToolArgs;
 use crate::classify::{Classifier, ClassifierError, CommandClass};
 use crate::config::{Config, Grant};
 use crate::mode::{ActionClass, Capabilities, Grant as Permit};
-use crate::protect::protected;
+use crate::protect::{protected, Protection};
 use crate::runner::{Egress, Mount};
 use crate::visible::{visible, Visible};
-use crate::workspace::{Root, Workspace, WorkspaceError};
+use crate::workspace::{PathRefusal, Root, Workspace, WorkspaceError};
 
 /// What the decision says about one call.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,26 +45,94 @@ pub struct Plan {
     pub writes: bool,
 }
 
-/// A refusal: the target as the model wrote it (for the repeated-refusal count) and the
-/// reason a person reads. The reason is rendered visibly once, here, whatever it quotes (a
-/// path, a command, a parser's complaint): see `visible`.
+/// A refusal: the target as the model wrote it and why. The same (tool, target, why's kind)
+/// asked for again is the same refusal (`refusals`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refusal {
     pub target: String,
-    reason: String,
+    pub why: Why,
 }
 
 impl Refusal {
-    pub fn new(target: &str, reason: impl fmt::Display) -> Refusal {
+    pub fn new(target: &str, why: Why) -> Refusal {
         Refusal {
             target: target.to_string(),
-            reason: visible(&reason.to_string()),
+            why,
         }
     }
 
-    /// The reason, with the model's text in it shown as escapes.
-    pub fn reason(&self) -> &str {
-        &self.reason
+    /// The reason a person reads, with the model's text in it (a path, a command, a parser's
+    /// complaint) shown as escapes: see `visible`.
+    pub fn reason(&self) -> String {
+        visible(&self.why.to_string())
+    }
+}
+
+/// Why a call is refused: every refusal text the model reads, in one place.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Why {
+    /// The tool is unknown or its arguments do not parse (`args::ArgsError`, rendered).
+    #[error("{0}")]
+    Arguments(String),
+    /// The grant does not offer the tool.
+    #[error("{tool} is not one of the tools of grant {grant}")]
+    ToolNotGranted { tool: ToolName, grant: String },
+    /// A path outside the grant, or one that cannot be resolved.
+    #[error("{0}")]
+    Path(PathRefusal),
+    /// shell's `cwd` is not a directory.
+    #[error("shell: the working directory {} is not a directory", .0.display())]
+    CwdNotADirectory(PathBuf),
+    /// write_file to a generated or snapshot file.
+    #[error("write_file: {0}")]
+    WriteProtected(Protection),
+    /// A shell command that writes a generated or snapshot file.
+    #[error("shell: the command writes {written}: {why}")]
+    ShellWritesProtected { written: String, why: Protection },
+    /// http_fetch to a host the grant does not name.
+    #[error("http_fetch: {host} is not one of the grant's hosts ({})", .hosts.join(", "))]
+    HostNotGranted { host: String, hosts: Vec<String> },
+    /// More than toolkit reads on standard input (seed 003 section 4).
+    #[error("{tool}: the call comes to {bytes} bytes, more than the {} bytes a tool can take; nothing was run: split it into smaller calls", proto::tools::MAX_INPUT)]
+    TooLarge { tool: ToolName, bytes: usize },
+    /// The grant's mode does not allow the action.
+    #[error("{tool}: grant {grant} is in {mode} mode, which does not allow {what}")]
+    ModeForbids {
+        tool: ToolName,
+        grant: String,
+        mode: crate::mode::Mode,
+        what: String,
+    },
+    /// The approval ticket does not approve this call.
+    #[error("{0}")]
+    Approval(crate::tickets::TicketError),
+    /// The session saw the runner unavailable: writes are refused (seed 000 5.1.5).
+    #[error("{tool}: the sandbox was unavailable earlier in this session, so writes are refused rather than attempted; nothing was changed")]
+    UnavailableEarlier { tool: String },
+    /// No `[runner]` is configured (DESIGN.md "Service").
+    #[error("no tool runner is configured on this host; nothing was run")]
+    NoRunner,
+}
+
+impl Why {
+    /// Which refusal this is, apart from what it quotes: with the tool and the target, the
+    /// key of the repeated-refusal count.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Why::Arguments(_) => "arguments",
+            Why::ToolNotGranted { .. } => "tool_not_granted",
+            Why::Path(_) => "path",
+            Why::CwdNotADirectory(_) => "cwd_not_a_directory",
+            Why::WriteProtected(_) => "write_protected",
+            Why::ShellWritesProtected { .. } => "shell_writes_protected",
+            Why::HostNotGranted { .. } => "host_not_granted",
+            Why::TooLarge { .. } => "too_large",
+            Why::ModeForbids { .. } => "mode_forbids",
+            Why::Approval(crate::tickets::TicketError::Unknown) => "approval_unknown",
+            Why::Approval(crate::tickets::TicketError::Mismatch) => "approval_mismatch",
+            Why::UnavailableEarlier { .. } => "unavailable_earlier",
+            Why::NoRunner => "no_runner",
+        }
     }
 }
 
@@ -153,17 +220,15 @@ impl Policy {
     pub fn decide(&self, g: &GrantPolicy, args: &ToolArgs) -> Decision {
         let tool = args.tool();
         if !g.grant.tools.contains(&tool) {
-            return refuse(
-                "",
-                format!("{tool} is not one of the tools of grant {}", g.name),
-            );
+            let grant = g.name.clone();
+            return refuse(args.target(), Why::ToolNotGranted { tool, grant });
         }
         let caps = Capabilities::for_mode(g.grant.mode);
         let (action, input, target, class, egress, question_detail) = match args {
             ToolArgs::ReadFile(a) => {
                 let r = match g.workspace.resolve(tool, &a.path) {
                     Ok(r) => r,
-                    Err(e) => return refuse(&a.path, e.to_string()),
+                    Err(e) => return refuse(&a.path, Why::Path(e)),
                 };
                 let input = json(&ReadFileArgs {
                     path: path_string(&r.path),
@@ -180,10 +245,10 @@ impl Policy {
             ToolArgs::WriteFile(a) => {
                 let r = match g.workspace.resolve_for_write(tool, &a.path) {
                     Ok(r) => r,
-                    Err(e) => return refuse(&a.path, e.to_string()),
+                    Err(e) => return refuse(&a.path, Why::Path(e)),
                 };
                 if let Some(p) = protected(&a.path, &r.path) {
-                    return refuse(&a.path, format!("write_file: {p}"));
+                    return refuse(&a.path, Why::WriteProtected(p));
                 }
                 let input = json(&WriteFileArgs {
                     path: path_string(&r.path),
@@ -203,16 +268,8 @@ impl Policy {
                 let cwd = match &a.cwd {
                     Some(c) => match g.workspace.resolve(tool, c) {
                         Ok(r) if r.path.is_dir() => Some(r.path),
-                        Ok(r) => {
-                            return refuse(
-                                c,
-                                format!(
-                                    "shell: the working directory {} is not a directory",
-                                    r.path.display()
-                                ),
-                            )
-                        }
-                        Err(e) => return refuse(c, e.to_string()),
+                        Ok(r) => return refuse(c, Why::CwdNotADirectory(r.path)),
+                        Err(e) => return refuse(c, Why::Path(e)),
                     },
                     None => None,
                 };
@@ -228,8 +285,9 @@ impl Policy {
                         Ok(r) => r.path,
                         Err(_) => reached,
                     };
-                    if let Some(p) = protected(w, &reached) {
-                        return refuse(&a.command, format!("shell: the command writes {w}: {p}"));
+                    if let Some(why) = protected(w, &reached) {
+                        let written = w.clone();
+                        return refuse(&a.command, Why::ShellWritesProtected { written, why });
                     }
                 }
                 let input = json(&ShellArgs {
@@ -256,14 +314,9 @@ impl Policy {
                     .iter()
                     .any(|p| proto::hosts::host_matches(p, u.host()))
                 {
-                    return refuse(
-                        u.host(),
-                        format!(
-                            "http_fetch: {} is not one of the grant's hosts ({})",
-                            u.host(),
-                            g.grant.hosts.join(", ")
-                        ),
-                    );
+                    let host = u.host().to_string();
+                    let hosts = g.grant.hosts.clone();
+                    return refuse(u.url(), Why::HostNotGranted { host, hosts });
                 }
                 let egress = Egress {
                     hosts: g.grant.hosts.clone(),
@@ -285,6 +338,12 @@ impl Policy {
                 )
             }
         };
+        // toolkit reads at most MAX_INPUT bytes (seed 003 section 4): a larger call could only
+        // fail inside the sandbox, with a sentence the model cannot act on.
+        if input.len() > proto::tools::MAX_INPUT {
+            let bytes = input.len();
+            return refuse(&target, Why::TooLarge { tool, bytes });
+        }
         let writable = caps.writable_mounts(action);
         let mounts = g
             .workspace
@@ -317,21 +376,23 @@ impl Policy {
                     Some(c) => format!("a {c} command"),
                     None => format!("{tool}"),
                 };
+                let (grant, mode) = (g.name.clone(), caps.mode());
                 refuse(
                     &target,
-                    format!(
-                        "{tool}: grant {} is in {} mode, which does not allow {what}",
-                        g.name,
-                        caps.mode()
-                    ),
+                    Why::ModeForbids {
+                        tool,
+                        grant,
+                        mode,
+                        what,
+                    },
                 )
             }
         }
     }
 }
 
-fn refuse(target: &str, reason: String) -> Decision {
-    Decision::Refuse(Refusal::new(target, reason))
+fn refuse(target: &str, why: Why) -> Decision {
+    Decision::Refuse(Refusal::new(target, why))
 }
 
 /// Where toolkit runs shell without a cwd (seed 003 section 4).
@@ -552,6 +613,16 @@ paths = [{{ path = "{ro}" }}]
                 "shell",
                 r#"{"command":"ls","cwd":"/etc"}"#.into(),
                 "shell: /etc is outside the grant's directories".into(),
+            ),
+            // Over toolkit's stdin bound: refused before anything runs.
+            (
+                "auto",
+                "write_file",
+                format!(
+                    r#"{{"path":"big.txt","content":"{}"}}"#,
+                    "x".repeat(proto::tools::MAX_INPUT)
+                ),
+                "write_file: the call comes to 2097".into(),
             ),
         ];
         for (grant, tool, raw, prefix) in cases {

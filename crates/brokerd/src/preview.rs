@@ -3,6 +3,9 @@
 //! The model gets at most `preview_chars` characters, head and tail kept, with a marker line
 //! saying how much was cut; the whole (capped) output stays retrievable by `result_id` for a
 //! while. Everything counts characters, never bytes, and never splits a character.
+//!
+//! A `result_id` is 128 random bits and belongs to the uid of the peer whose call made it:
+//! another peer cannot guess one, and one it learnt reads as unknown.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -66,6 +69,8 @@ impl Clock for SystemClock {
 
 struct Stored {
     id: String,
+    /// The uid of the peer whose call produced it.
+    owner: u32,
     at: Instant,
     content: String,
 }
@@ -77,7 +82,6 @@ pub struct ResultStore<C: Clock = SystemClock> {
     ttl: Duration,
     max_bytes: usize,
     total_bytes: usize,
-    next: u64,
     entries: VecDeque<Stored>,
 }
 
@@ -94,13 +98,13 @@ impl<C: Clock> ResultStore<C> {
             ttl,
             max_bytes,
             total_bytes: 0,
-            next: 0,
             entries: VecDeque::new(),
         }
     }
 
-    /// Stores an output and gives its id, or `None` when it alone exceeds the byte bound.
-    pub fn put(&mut self, content: String) -> Option<String> {
+    /// Stores an output of `owner`'s call and gives its id (128 random bits in hex), or `None`
+    /// when it alone exceeds the byte bound.
+    pub fn put(&mut self, owner: u32, content: String) -> Option<String> {
         self.expire();
         if content.len() > self.max_bytes {
             return None;
@@ -111,11 +115,11 @@ impl<C: Clock> ResultStore<C> {
                 None => break,
             }
         }
-        self.next += 1;
-        let id = format!("r{}", self.next);
+        let id = crate::tickets::random_token();
         self.total_bytes += content.len();
         self.entries.push_back(Stored {
             id: id.clone(),
+            owner,
             at: self.clock.now(),
             content,
         });
@@ -123,15 +127,20 @@ impl<C: Clock> ResultStore<C> {
     }
 
     /// Up to `page_chars` characters from character `offset_chars`, and the offset of the next
-    /// page (`None` at the end). `None` for an unknown or expired id.
+    /// page (`None` at the end). `None` for an unknown or expired id, and for an id that is
+    /// not `reader`'s: the same answer, so a peer learns nothing of another's outputs.
     pub fn page(
         &mut self,
+        reader: u32,
         result_id: &str,
         offset_chars: usize,
         page_chars: usize,
     ) -> Option<(String, Option<usize>)> {
         self.expire();
-        let e = self.entries.iter().find(|e| e.id == result_id)?;
+        let e = self
+            .entries
+            .iter()
+            .find(|e| e.id == result_id && e.owner == reader)?;
         let start = byte_at_char(&e.content, offset_chars);
         let rest = &e.content[start..];
         let end = byte_at_char(rest, page_chars);
@@ -232,12 +241,15 @@ mod tests {
         }
     }
 
+    const OWNER: u32 = 1000;
+
     #[test]
     fn store_pages_by_characters() {
         let clock = FakeClock(Rc::new(Cell::new(Instant::now())));
         let mut s = ResultStore::with_clock(clock, Duration::from_secs(600), 1 << 20);
-        let id = s.put("aé😀bcdefg".to_string()).unwrap_or_default();
-        assert_eq!(id, "r1");
+        let id = s.put(OWNER, "aé😀bcdefg".to_string()).unwrap_or_default();
+        assert_eq!(id.len(), 32);
+        assert!(id.bytes().all(|b| b.is_ascii_hexdigit()), "{id}");
         // (offset, page, expected text, next)
         let cases = [
             (0, 3, "aé😀", Some(3)),
@@ -250,13 +262,17 @@ mod tests {
         ];
         for (offset, n, text, next) in cases {
             assert_eq!(
-                s.page(&id, offset, n),
+                s.page(OWNER, &id, offset, n),
                 Some((text.to_string(), next)),
                 "{offset}+{n}"
             );
         }
-        assert_eq!(s.page("r99", 0, 3), None);
-        assert_eq!(s.put(String::new()).as_deref(), Some("r2"));
+        assert_eq!(s.page(OWNER, "r99", 0, 3), None);
+        // Another peer's read of a real id is the same as of an unknown one.
+        assert_eq!(s.page(OWNER + 1, &id, 0, 3), None);
+        let next = s.put(OWNER, String::new()).unwrap_or_default();
+        assert_ne!(next, id);
+        assert_eq!(s.page(OWNER, &next, 0, 3), Some((String::new(), None)));
     }
 
     #[test]
@@ -264,21 +280,21 @@ mod tests {
         let t0 = Instant::now();
         let cell = Rc::new(Cell::new(t0));
         let mut s = ResultStore::with_clock(FakeClock(cell.clone()), Duration::from_secs(10), 10);
-        let a = s.put("aaaa".into()).unwrap_or_default();
-        let b = s.put("bbbb".into()).unwrap_or_default();
+        let a = s.put(OWNER, "aaaa".into()).unwrap_or_default();
+        let b = s.put(OWNER, "bbbb".into()).unwrap_or_default();
         assert_eq!(s.len(), 2);
         // A third output over the byte bound pushes out the oldest.
-        let c = s.put("cccc".into()).unwrap_or_default();
-        assert_eq!(s.page(&a, 0, 4), None);
-        assert!(s.page(&b, 0, 4).is_some());
-        assert!(s.page(&c, 0, 4).is_some());
+        let c = s.put(OWNER, "cccc".into()).unwrap_or_default();
+        assert_eq!(s.page(OWNER, &a, 0, 4), None);
+        assert!(s.page(OWNER, &b, 0, 4).is_some());
+        assert!(s.page(OWNER, &c, 0, 4).is_some());
         // Larger than the whole bound: not stored.
-        assert_eq!(s.put("x".repeat(11)), None);
+        assert_eq!(s.put(OWNER, "x".repeat(11)), None);
         // Past the TTL everything is gone.
         cell.set(t0 + Duration::from_secs(10));
-        assert_eq!(s.page(&b, 0, 4), None);
+        assert_eq!(s.page(OWNER, &b, 0, 4), None);
         assert!(s.is_empty());
-        let d = s.put("dddddddddd".into()).unwrap_or_default();
-        assert!(s.page(&d, 0, 4).is_some());
+        let d = s.put(OWNER, "dddddddddd".into()).unwrap_or_default();
+        assert!(s.page(OWNER, &d, 0, 4).is_some());
     }
 }

@@ -625,3 +625,39 @@ fn the_sandbox_sees_nothing_of_brokerd_s_environment() {
         "{out}"
     );
 }
+
+/// Seed 000 5.1.7: without a cgroup, a sandbox asked to die is seen to die through bwrap's
+/// children, each a PID namespace's init. A "bwrap" whose child is not one (here a script
+/// that starts a sleeper of its own) leaves processes that cannot be seen to die: the child
+/// is killed all the same, and the runtime is poisoned, so http_fetch answers unavailable.
+#[test]
+fn a_sandbox_whose_processes_cannot_be_seen_to_die_poisons() {
+    let w = world();
+    let fake = w.home.join("fake-bwrap");
+    std::fs::write(&fake, "#!/bin/sh\nsleep 4242125 &\nwait\n").expect("fake bwrap");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let rt = runtime(&w, "").with_program(&fake);
+    let mut s = shell("true", Vec::new());
+    s.timeout = Duration::from_millis(300);
+    assert_eq!(rt.run(&s), Err(RunError::Failed(Failure::TimedOut)));
+    assert!(rt.poisoned(), "the sleeper was not a namespace init");
+    assert!(
+        !process_with("4242125"),
+        "the sleeper was killed all the same"
+    );
+    let fetch = spec(
+        ToolName::HttpFetch,
+        serde_json::json!({"url": "https://docs.example.org/"}),
+        Vec::new(),
+    );
+    let mut fetch = fetch;
+    fetch.egress = Some(Egress {
+        hosts: vec!["docs.example.org".into()],
+        allow_addresses: Vec::new(),
+    });
+    assert_eq!(
+        rt.run(&fetch),
+        Err(RunError::Unavailable(Unavailable::RunnerUnavailable))
+    );
+}

@@ -16,6 +16,8 @@ use brokerd::runner::podman::PodmanRuntime;
 use brokerd::runner::{Egress, Failure, RunError, RunOutput, RunSpec, Runner, Unavailable};
 use proto::tools::ToolName;
 
+mod common;
+
 const IMAGE: &str = "localhost/boxmaker-tools@sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
 /// Short limits keep the suite fast; the bound is what "returns promptly" may take on a busy
 /// machine.
@@ -52,6 +54,8 @@ case "$1" in
     fi ;;
   kill) [ -f "$d/kill.sh" ] && . "$d/kill.sh" ;;
   rm) [ -f "$d/rm.sh" ] && . "$d/rm.sh" ;;
+  ps) [ -f "$root/ps.sh" ] && . "$root/ps.sh" ;;
+  container) [ -f "$d/exists.sh" ] && . "$d/exists.sh" ;;
 esac
 exit 0
 "#;
@@ -527,4 +531,86 @@ fn a_swapped_grant_directory_is_refused_before_and_after_the_run() {
     std::fs::rename(&away, &inner).expect("move back");
     std::fs::write(case.dir.join("tool.sh"), "echo fine; exit 0").expect("tool.sh");
     assert_eq!(rt.run(&spec), ok("fine\n", false));
+}
+
+/// DESIGN.md "Service": the sweep finds leftovers by label (and, rootless, by user), never by
+/// their names: a container of 64-character session and call ids is removed like any other.
+#[test]
+fn the_sweep_removes_labelled_containers_by_id_whatever_their_names() {
+    const ID: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+    let case = Case::new(ID, "true");
+    let long = format!("boxmaker-{}-{}-1", "s".repeat(64), "c".repeat(64));
+    // The listing podman would give for the format asked: IDs, or the (long) names.
+    let ps = format!(
+        "case \"$*\" in\n  *'{{{{.ID}}}}'*) printf '%s\\n' {ID} 'not an id' ;;\n  *) printf '%s\\n' {long} {long}-egress ;;\nesac\n"
+    );
+    std::fs::write(fake_podman().with_file_name("ps.sh"), ps).expect("ps.sh");
+    let rt = case.runtime();
+    let egress = rt.egress_dir(&long);
+    std::fs::create_dir_all(&egress).expect("a left egress directory");
+    assert_eq!(
+        rt.sweep().expect("sweep"),
+        2,
+        "the container and the directory"
+    );
+    assert_eq!(case.calls(), [format!("kill {ID}"), format!("rm -f {ID}")]);
+    assert!(case.egress_dirs().is_empty());
+}
+
+/// DESIGN.md "Runners": a proxy whose `rm -f` failed is poison unless podman confirms it is
+/// gone (`container exists` exits 1); still there, or no answer, turns http_fetch off.
+#[test]
+fn a_failed_rm_poisons_unless_the_container_is_confirmed_gone() {
+    // (session, what `container exists` does, poisoned)
+    let cases = [
+        ("rmgone", "exit 1", false),
+        ("rmthere", "exit 0", true),
+        ("rmerror", "echo 'cannot connect' >&2; exit 125", true),
+    ];
+    for (session, exists, poisoned) in cases {
+        let case = Case::new(session, "echo fetched")
+            .with("rm", "echo 'rm failed' >&2; exit 1")
+            .with("exists", exists);
+        let rt = case.runtime();
+        assert_eq!(
+            rt.run(&case.spec(ToolName::HttpFetch)),
+            ok("fetched\n", false)
+        );
+        assert_eq!(
+            case.verbs(),
+            ["proxy", "run", "rm -f egress", "container"],
+            "{session}"
+        );
+        assert_eq!(rt.poisoned(), poisoned, "{session}");
+        if poisoned {
+            assert_eq!(rt.run(&case.spec(ToolName::HttpFetch)), UNAVAILABLE);
+        }
+    }
+}
+
+/// What podman or the tool print on standard error reaches brokerd's log only, and redacted:
+/// a secret in it is not kept in the journal.
+#[test]
+fn standard_error_is_logged_redacted() {
+    const SECRET: &str = "ghp_Pl4ntedPl4ntedPl4ntedPl4ntedPl4nted1";
+    let log = common::captured_log();
+    let failing =
+        format!("echo 'GITHUB_TOKEN={SECRET} Authorization: Bearer pl4ntedbearer' >&2; exit 2");
+    let case = Case::new("stderrlog", &failing);
+    let rt = case.runtime();
+    assert_eq!(
+        rt.run(&case.spec(ToolName::Shell)),
+        failed(Failure::CouldNotRun)
+    );
+    let missing = format!("echo 'no such image; --password pl4ntedpw {SECRET}' >&2; exit 125");
+    std::fs::write(case.dir.join("tool.sh"), missing).expect("tool.sh");
+    assert_eq!(rt.run(&case.spec(ToolName::Shell)), UNAVAILABLE);
+    let journal = String::from_utf8_lossy(&log.lock().expect("log")).into_owned();
+    assert!(
+        journal.contains("stderrlog"),
+        "the lines were captured: {journal}"
+    );
+    for secret in [SECRET, "pl4ntedbearer", "pl4ntedpw"] {
+        assert!(!journal.contains(secret), "{secret} logged:\n{journal}");
+    }
 }

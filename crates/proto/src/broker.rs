@@ -177,6 +177,10 @@ pub struct Status {
     pub enforce_limits: bool,
     pub preflight: serde_json::Value,
     pub poisoned: bool,
+    /// What of the configured confinement this host does not apply (a cgroup knob that
+    /// cannot be set), one line each; absent when nothing is.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub weakened: Vec<String>,
     pub audit_head: AuditHead,
 }
 

@@ -6,6 +6,10 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+/// The most standard input a tool reads (seed 003 section 4): brokerd refuses a call whose
+/// tool JSON is larger before anything runs, and toolkit refuses to read more.
+pub const MAX_INPUT: usize = 2 * 1024 * 1024;
+
 /// The name of a tool as the model and the protocol spell it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -21,8 +21,7 @@ use std::thread;
 
 use proto::tools::{parse_args, HttpFetchArgs, ReadFileArgs, ShellArgs, WriteFileArgs};
 
-/// The most standard input a tool reads (seed 003 section 4).
-pub const MAX_INPUT: usize = 2 * 1024 * 1024;
+pub use proto::tools::MAX_INPUT;
 /// The largest file read_file returns.
 pub const MAX_READ: u64 = 1024 * 1024;
 /// Where shell runs when the call names no cwd.

@@ -106,6 +106,8 @@ struct Suite {
     child: Option<Child>,
     session: String,
     calls: u32,
+    /// Pad every call id to the protocol's longest, 64 characters.
+    long_call_ids: bool,
     control_connections: usize,
 }
 
@@ -209,6 +211,10 @@ pub fn run(opts: &crate::Opts) -> Result<ExitCode, String> {
             Suite::crash_while_starting,
         ),
         ("crash-during-shell-is-swept", Suite::crash_during_shell),
+        (
+            "crash-with-64-character-ids-is-swept",
+            Suite::crash_with_long_ids,
+        ),
         (
             "crash-during-http_fetch-is-swept",
             Suite::crash_during_fetch,
@@ -461,6 +467,7 @@ paths = [ {{ path = "{rw}", write = true }} ]
             child: None,
             session: String::new(),
             calls: 0,
+            long_call_ids: false,
             control_connections: 0,
         })
     }
@@ -566,7 +573,7 @@ paths = [ {{ path = "{rw}", write = true }} ]
             &self.socket,
             self.t(CALL_WAIT),
             &self.session,
-            &format!("c{}", self.calls),
+            &self.call_id(),
             grant,
             tool,
             args,
@@ -1285,6 +1292,15 @@ paths = [ {{ path = "{rw}", write = true }} ]
         })
     }
 
+    /// The id of the current call: `c<n>`, or padded to 64 characters.
+    fn call_id(&self) -> String {
+        let id = format!("c{}-", self.calls);
+        match self.long_call_ids {
+            true => format!("{id:x<64}"),
+            false => id.trim_end_matches('-').to_string(),
+        }
+    }
+
     // --- crashes -----------------------------------------------------------------------------
 
     /// Starts a call on another thread, waits until `ready` says so, kills brokerd with
@@ -1296,11 +1312,7 @@ paths = [ {{ path = "{rw}", write = true }} ]
         ready: fn(&Suite) -> Option<Vec<String>>,
     ) -> Result<Vec<String>, String> {
         self.calls += 1;
-        let (socket, session, call) = (
-            self.socket.clone(),
-            self.session.clone(),
-            format!("c{}", self.calls),
-        );
+        let (socket, session, call) = (self.socket.clone(), self.session.clone(), self.call_id());
         let tool = tool.to_string();
         let wait = self.t(CALL_WAIT);
         let caller = std::thread::spawn(move || {
@@ -1392,6 +1404,16 @@ paths = [ {{ path = "{rw}", write = true }} ]
             },
             false,
         )
+    }
+
+    /// The same crash with a session and call id of 64 characters each: the container's name
+    /// is then 140 characters, and the restart's sweep must still find it (by its label).
+    fn crash_with_long_ids(&mut self) -> Outcome {
+        self.session = format!("{:x<64}", self.session);
+        self.long_call_ids = true;
+        let outcome = self.crash_during_shell();
+        self.long_call_ids = false;
+        outcome
     }
 
     fn crash_during_fetch(&mut self) -> Outcome {

@@ -36,6 +36,8 @@ use super::{
 };
 use super::{reaper, seccomp};
 use crate::config::{memory_bytes, BwrapConfig, CgroupMode, RunnerConfig};
+// What bwrap and the tools print can quote the model's text: redacted before it is logged.
+use crate::redact::redact;
 
 /// The runbook entry every `unavailable` line of this runtime ends with.
 pub const RUNBOOK: &str = "runbook/runner.md#bwrap-unavailable";
@@ -110,6 +112,17 @@ pub enum Terminal {
     Refused(String),
     #[error("this kernel has no pidfd_open, so sandboxes could not be stopped safely: {0}")]
     NoPidfd(String),
+    /// brokerd has no seccomp filter for this architecture: a sandbox without it would be
+    /// weaker than configured, so none runs (DESIGN.md "Runners").
+    #[error("brokerd has no seccomp filter for the {0} architecture, so a sandbox would run without one")]
+    NoSeccomp(String),
+}
+
+/// The terminal failure of a host whose architecture has no filter `program` for it.
+fn seccomp_missing(program: Option<&[seccomp::SockFilter]>) -> Option<Terminal> {
+    program
+        .is_none()
+        .then(|| Terminal::NoSeccomp(std::env::consts::ARCH.to_string()))
 }
 
 /// What brokerd's log says when nothing could run; each line ends with [`RUNBOOK`].
@@ -152,6 +165,8 @@ pub struct BwrapRuntime {
     mechanism: OnceLock<Result<Mechanism, CgroupUnavailable>>,
     terminal: Mutex<Option<Terminal>>,
     poisoned: AtomicBool,
+    /// Cgroup knobs found unsettable, as `weakened` reports them.
+    weakened: Mutex<Vec<String>>,
 }
 
 /// Where a sandbox's limits live, for its argument list and its start.
@@ -190,8 +205,10 @@ impl BwrapRuntime {
             resolv_conf: PathBuf::from(RESOLV_CONF),
             layout: Mutex::new(None),
             mechanism: OnceLock::new(),
-            terminal: Mutex::new(None),
+            // Known from the start: every call, the preflight included, answers unavailable.
+            terminal: Mutex::new(seccomp_missing(seccomp::program().as_deref())),
             poisoned: AtomicBool::new(false),
+            weakened: Mutex::new(Vec::new()),
         }
     }
 
@@ -392,7 +409,7 @@ impl BwrapRuntime {
             tool = %spec.tool,
             status = "unavailable",
             "{what}: {}; see {RUNBOOK}",
-            detail.trim_end(),
+            redact(detail.trim_end()),
         );
         RunError::Unavailable(Unavailable::RunnerUnavailable)
     }
@@ -406,6 +423,20 @@ impl BwrapRuntime {
             "refusing to run a malformed RunSpec: {what}"
         );
         RunError::Failed(Failure::CouldNotRun)
+    }
+
+    /// Logs each optional cgroup knob the first time it is found unsettable, and keeps it
+    /// for `weakened`.
+    fn note_unset(&self, unset: &[(&'static str, String)]) {
+        let mut seen = lock(&self.weakened);
+        for (knob, why) in unset {
+            if seen.iter().any(|w| w.starts_with(&format!("{knob} "))) {
+                continue;
+            }
+            let line = format!("{knob} cannot be set in sandbox cgroups: {why}");
+            tracing::warn!("{line}; sandboxes run without it (weaker confinement); see {RUNBOOK}");
+            seen.push(line);
+        }
     }
 
     fn remember(&self, t: Terminal) {
@@ -447,7 +478,10 @@ impl BwrapRuntime {
         match self.mechanism() {
             Ok(Mechanism::Delegated { root }) => {
                 match ChildGroup::create(root, group_name, &limits) {
-                    Ok(g) => Ok(Placement::Group(g)),
+                    Ok(g) => {
+                        self.note_unset(g.unset());
+                        Ok(Placement::Group(g))
+                    }
                     Err(e) if self.enforce_limits => Err(format!(
                         "could not make the sandbox's cgroup under {}: {e}",
                         root.display()
@@ -759,7 +793,7 @@ impl BwrapRuntime {
                     call = %spec.call,
                     tool = %spec.tool,
                     "bwrap exited with {status}; its standard error: {}",
-                    err.trim_end()
+                    redact(err.trim_end())
                 );
                 Err(RunError::Failed(f))
             }
@@ -857,6 +891,14 @@ impl Runner for BwrapRuntime {
         BwrapRuntime::poisoned(self)
     }
 
+    fn terminal_failure(&self) -> Option<String> {
+        self.terminal().map(|t| t.to_string())
+    }
+
+    fn weakened(&self) -> Vec<String> {
+        lock(&self.weakened).clone()
+    }
+
     /// Removes every sandbox, egress directory and sandbox cgroup a crashed brokerd left.
     fn sweep(&self) -> Result<usize, SweepError> {
         let (mut removed, mut failed) = sweep_sandboxes(&self.bwrap, &self.tools_root);
@@ -928,24 +970,72 @@ impl Sandbox<'_> {
 
     /// Kills bwrap (and with it the sandbox's PID namespace) through the pidfd, waits to see
     /// it die, then empties and removes the cgroup. Idempotent.
+    ///
+    /// Without a cgroup of its own, the sandbox's processes are seen to die through bwrap's
+    /// children, taken before bwrap is killed: each must be a PID namespace's init (whose
+    /// death takes every process of the namespace with it) and must be seen to exit. A child
+    /// that is not one, or does not exit, leaves processes unaccounted for: poison (seed 000
+    /// 5.1.7).
     fn stop(&mut self) {
         if !self.reaped {
-            match self.pidfd.kill_and_reap(self.kill_confirm) {
-                Stopped::Confirmed(_) => self.reaped = true,
-                Stopped::Unconfirmed => {
-                    self.poisoned.store(true, Ordering::SeqCst);
-                    tracing::error!(
-                        "bwrap (pid {}) did not die after two SIGKILLs through its pidfd; {}; see {RUNBOOK}",
-                        self.child.id(),
-                        Trouble::Poisoned
-                    );
-                }
+            let inner = match &self.placement {
+                Some(Placement::Group(_)) => Vec::new(),
+                _ => children_of(self.child.id()),
+            };
+            self.stop_outer();
+            for (pidfd, pid, is_init) in inner {
+                let what = if !pidfd.kill_foreign(self.kill_confirm) {
+                    "did not die after two SIGKILLs through its pidfd"
+                } else if !is_init {
+                    "was not a PID namespace's init, so what it started cannot be seen to die"
+                } else {
+                    continue;
+                };
+                self.poisoned.store(true, Ordering::SeqCst);
+                tracing::error!(
+                    "a process of the sandbox of bwrap {} (pid {pid}) {what}; {}; see {RUNBOOK}",
+                    self.child.id(),
+                    Trouble::Poisoned
+                );
             }
         }
         if let Some(p) = self.placement.take() {
             drop_placement(p, self.poisoned);
         }
     }
+
+    /// SIGKILL to bwrap's own process through its pidfd, confirmed and reaped.
+    fn stop_outer(&mut self) {
+        match self.pidfd.kill_and_reap(self.kill_confirm) {
+            Stopped::Confirmed(_) => self.reaped = true,
+            Stopped::Unconfirmed => {
+                self.poisoned.store(true, Ordering::SeqCst);
+                tracing::error!(
+                    "bwrap (pid {}) did not die after two SIGKILLs through its pidfd; {}; see {RUNBOOK}",
+                    self.child.id(),
+                    Trouble::Poisoned
+                );
+            }
+        }
+    }
+}
+
+/// The children of process `pid`, each held by a pidfd opened before it was looked at, with
+/// its PID and whether it is the init of a PID namespace below brokerd's.
+fn children_of(pid: u32) -> Vec<(Pidfd, libc::pid_t, bool)> {
+    let mut found = Vec::new();
+    for child in reaper::children(&pid.to_string()) {
+        let mut is_init = false;
+        let opened = Pidfd::open_if(child, || {
+            let status = std::fs::read_to_string(format!("/proc/{child}/status"));
+            is_init = status.is_ok_and(|s| reaper::is_namespace_init(&s));
+            true
+        });
+        if let Some(pidfd) = opened {
+            found.push((pidfd, child, is_init));
+        }
+    }
+    found
 }
 
 impl Drop for Sandbox<'_> {
@@ -1164,5 +1254,19 @@ mod tests {
             let got = rt.setup_failure(status, out, err).map(|t| t.is_some());
             assert_eq!(got, want, "{err}");
         }
+    }
+
+    /// No filter for the architecture is a terminal failure, never a sandbox without one.
+    #[test]
+    fn no_seccomp_filter_is_terminal() {
+        let got = seccomp_missing(None);
+        assert!(
+            matches!(&got, Some(Terminal::NoSeccomp(arch)) if arch == std::env::consts::ARCH),
+            "{got:?}"
+        );
+        let program = seccomp::program();
+        assert_eq!(seccomp_missing(program.as_deref()), None);
+        #[cfg(target_arch = "x86_64")]
+        assert!(program.is_some(), "x86_64 has its filter");
     }
 }

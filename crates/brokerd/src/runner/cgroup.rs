@@ -185,7 +185,14 @@ pub struct ChildGroup {
     dir: PathBuf,
     /// `cgroup.procs`, opened before the fork, written by the child before exec.
     procs: File,
+    /// The knobs of [`OPTIONAL_KNOBS`] this host would not let brokerd set, and why.
+    unset: Vec<(&'static str, String)>,
 }
+
+/// Knobs a host may lack (no swap accounting, no cpu controller delegated): a sandbox still
+/// runs without them, with its memory and pids limits, and the weaker confinement is logged,
+/// audited and shown by `status`.
+pub const OPTIONAL_KNOBS: [&str; 2] = ["memory.swap.max", "cpu.max"];
 
 impl ChildGroup {
     /// Makes `<root>/sandbox-<name>` and writes its limits before anything runs in it.
@@ -199,17 +206,32 @@ impl ChildGroup {
         std::fs::write(dir.join("memory.max"), limits.memory_max.to_string())?;
         std::fs::write(dir.join("pids.max"), limits.pids_max.to_string())?;
         // Swap would let a sandbox exceed memory.max unseen; absent without swap accounting.
-        if dir.join("memory.swap.max").exists() {
-            std::fs::write(dir.join("memory.swap.max"), "0")?;
-        }
-        if dir.join("cpu.max").exists() {
-            let (quota, period) = limits.cpu_max;
-            std::fs::write(dir.join("cpu.max"), format!("{quota} {period}"))?;
+        let (quota, period) = limits.cpu_max;
+        let values = [
+            ("memory.swap.max", "0".to_string()),
+            ("cpu.max", format!("{quota} {period}")),
+        ];
+        let mut unset = Vec::new();
+        for (knob, value) in values {
+            let file = dir.join(knob);
+            if !file.exists() {
+                unset.push((
+                    knob,
+                    "absent (the controller is not enabled for this group)".to_string(),
+                ));
+            } else if let Err(e) = std::fs::write(&file, value) {
+                unset.push((knob, e.to_string()));
+            }
         }
         let procs = OpenOptions::new()
             .write(true)
             .open(dir.join("cgroup.procs"))?;
-        Ok(ChildGroup { dir, procs })
+        Ok(ChildGroup { dir, procs, unset })
+    }
+
+    /// The optional knobs that could not be set, and why.
+    pub fn unset(&self) -> &[(&'static str, String)] {
+        &self.unset
     }
 
     pub fn dir(&self) -> &Path {
@@ -450,6 +472,15 @@ mod tests {
         assert_eq!(read("memory.swap.max"), "0");
         assert_eq!(read("cpu.max"), "100000 100000");
         assert_eq!(group.dir(), dir);
+        assert!(group.unset().is_empty());
+        // A host without swap accounting or a delegated cpu controller: said, not skipped.
+        let dir = root.join("sandbox-boxmaker-s-c-2");
+        std::fs::create_dir_all(&dir).expect("group");
+        std::fs::write(dir.join("cgroup.procs"), "").expect("file");
+        let group = ChildGroup::create(&root, "boxmaker-s-c-2", &CgroupLimits::new(512 << 20, 128))
+            .expect("created");
+        let unset: Vec<&str> = group.unset().iter().map(|(k, _)| *k).collect();
+        assert_eq!(unset, OPTIONAL_KNOBS);
     }
 
     #[test]

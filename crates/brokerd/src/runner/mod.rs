@@ -170,6 +170,22 @@ pub enum RunError {
     MountChanged(MountChanged),
 }
 
+/// The longest a runner of `backend` takes, past a call's time limit, to stop and remove what
+/// it started for `tool`: with Podman `kill` and `rm -f` of the tool's container, each bounded
+/// by [`podman::HELPER_TIMEOUT`], and `rm -f` of the proxy; with bwrap two SIGKILLs of each
+/// sandbox, each confirmed within [`pidfd::KILL_CONFIRM`]. loopd waits for all of it.
+pub fn stop_budget(backend: crate::config::Backend, tool: ToolName) -> Duration {
+    use crate::config::Backend;
+    let (sandbox, proxy) = match backend {
+        Backend::Podman => (2 * podman::HELPER_TIMEOUT, podman::HELPER_TIMEOUT),
+        Backend::Bwrap => (2 * pidfd::KILL_CONFIRM, 2 * pidfd::KILL_CONFIRM),
+    };
+    match tool {
+        ToolName::HttpFetch => sandbox + proxy,
+        ToolName::ReadFile | ToolName::WriteFile | ToolName::Shell => sandbox,
+    }
+}
+
 /// A sandbox backend. Blocking: brokerd calls it from a blocking task, and it must return
 /// within the spec's time limit plus a small bound, whatever the sandbox does.
 pub trait Runner: Send + Sync {
@@ -181,10 +197,34 @@ pub trait Runner: Send + Sync {
         false
     }
 
+    /// What of the configured confinement this host would not apply (a cgroup knob that
+    /// cannot be set), one line each, in the order first seen. Sandboxes still run; brokerd
+    /// logs, audits and shows each in `status`.
+    fn weakened(&self) -> Vec<String> {
+        Vec::new()
+    }
+
+    /// Why no sandbox can ever start here as configured, when the runner has seen it: the
+    /// program absent or not executable, the kernel refusing it (seed 000 5.1.6). Such a
+    /// failure is remembered; any other is tried again.
+    fn terminal_failure(&self) -> Option<String> {
+        None
+    }
+
     /// Removes every sandbox and egress directory this service user's brokerd left behind
     /// (a crash, or calls still running at the end of a shutdown); returns how many.
     fn sweep(&self) -> Result<usize, SweepError> {
         Ok(0)
+    }
+}
+
+/// The runner of a brokerd without `[runner]`: the broker refuses every call that would run
+/// before it gets here, so it is never asked; if it were, nothing would run.
+pub struct NoRunner;
+
+impl Runner for NoRunner {
+    fn run(&self, _spec: &RunSpec) -> Result<RunOutput, RunError> {
+        Err(RunError::Unavailable(Unavailable::RunnerUnavailable))
     }
 }
 

@@ -24,13 +24,16 @@ use super::mounts::check_mounts;
 pub use super::output::STDERR_KEEP;
 use super::output::{decode, verdict, Capture, Verdict, DRAIN_GRACE};
 use super::{
-    dies_with_brokerd, log_finished, mount_changed, valid_id, Egress, Failure, RunError, RunOutput,
-    RunSpec, Runner, SweepError, Unavailable,
+    dies_with_brokerd, log_finished, mount_changed, Egress, Failure, RunError, RunOutput, RunSpec,
+    Runner, SweepError, Unavailable,
 };
 use crate::config::RunnerConfig;
+// What podman and the tools print can quote the model's text: redacted before it is logged.
+use crate::redact::redact;
 
-/// How long a podman `kill` or `rm` may take before brokerd gives up on it.
-pub const HELPER_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a podman `kill` or `rm` may take before brokerd gives up on it (and poisons).
+/// Two of them, after the default shell limit of 100 s, still end under loopd's 120 s.
+pub const HELPER_TIMEOUT: Duration = Duration::from_secs(8);
 /// How often a running container is looked at.
 const POLL: Duration = Duration::from_millis(10);
 
@@ -66,6 +69,8 @@ pub struct PodmanRuntime {
     egress_start: Duration,
     helper_timeout: Duration,
     poisoned: AtomicBool,
+    /// Why podman can never start here (absent, not executable), once seen.
+    terminal: std::sync::Mutex<Option<String>>,
 }
 
 impl PodmanRuntime {
@@ -81,6 +86,7 @@ impl PodmanRuntime {
             egress_start: Duration::from_millis(config.egress_start_ms),
             helper_timeout: HELPER_TIMEOUT,
             poisoned: AtomicBool::new(false),
+            terminal: std::sync::Mutex::new(None),
         }
     }
 
@@ -182,7 +188,7 @@ impl PodmanRuntime {
             tool = %spec.tool,
             status = "unavailable",
             "{trouble}: {}; see {}",
-            detail.trim_end(),
+            redact(detail.trim_end()),
             why.runbook()
         );
         RunError::Unavailable(why)
@@ -226,44 +232,68 @@ impl PodmanRuntime {
         }
     }
 
-    /// `podman kill <name>`, then `podman rm -f <name>`, each bounded; poisons the runtime if
-    /// either could not finish.
+    /// `podman kill <name>`, then `podman rm -f <name>`, each bounded. Poisons the runtime
+    /// (DESIGN.md "Runners") whenever the container cannot be confirmed gone: a step that
+    /// hangs, or an `rm -f` that fails while `podman container exists` does not say it is gone.
     fn remove(&self, spec: &RunSpec, name: &str, with_kill: bool) {
-        let mut steps: Vec<(&str, Vec<OsString>)> = Vec::new();
+        let poison = |what: String| {
+            self.poisoned.store(true, Ordering::SeqCst);
+            tracing::error!(
+                session = %spec.session,
+                call = %spec.call,
+                container = name,
+                "{what}; {}; see {}",
+                Trouble::Poisoned,
+                Unavailable::RunnerUnavailable.runbook()
+            );
+        };
         if with_kill {
-            steps.push(("podman kill", vec!["kill".into(), name.into()]));
-        }
-        steps.push(("podman rm -f", vec!["rm".into(), "-f".into(), name.into()]));
-        for (step, args) in steps {
-            match self.helper(&args, self.helper_timeout) {
-                Helper::Exited(status, _) if status.success() => {}
-                Helper::Exited(status, stderr) => tracing::warn!(
-                    session = %spec.session,
-                    call = %spec.call,
-                    container = name,
-                    "{step} exited with {status}: {}",
-                    stderr.trim_end()
-                ),
-                Helper::NotStarted(e) => tracing::warn!(
-                    session = %spec.session,
-                    call = %spec.call,
-                    container = name,
-                    "podman could not be started to remove the container: {e}"
-                ),
-                Helper::TimedOut => {
-                    self.poisoned.store(true, Ordering::SeqCst);
-                    tracing::error!(
-                        session = %spec.session,
-                        call = %spec.call,
-                        container = name,
-                        "{step} did not finish within {:?}; {}; see {}",
-                        self.helper_timeout,
-                        Trouble::Poisoned,
-                        Unavailable::RunnerUnavailable.runbook()
-                    );
-                }
+            // A container that already exited makes `kill` fail: `rm -f` decides.
+            let kill: Vec<OsString> = vec!["kill".into(), name.into()];
+            if let Helper::TimedOut = self.helper(&kill, self.helper_timeout) {
+                poison(format!(
+                    "podman kill did not finish within {:?}",
+                    self.helper_timeout
+                ));
             }
         }
+        let rm: Vec<OsString> = vec!["rm".into(), "-f".into(), name.into()];
+        let failed = match self.helper(&rm, self.helper_timeout) {
+            Helper::Exited(status, _) if status.success() => return,
+            Helper::Exited(status, stderr) => {
+                format!(
+                    "podman rm -f exited with {status}: {}",
+                    redact(stderr.trim_end())
+                )
+            }
+            Helper::NotStarted(e) => format!("podman could not be started to remove it: {e}"),
+            Helper::TimedOut => {
+                return poison(format!(
+                    "podman rm -f did not finish within {:?}",
+                    self.helper_timeout
+                ))
+            }
+        };
+        if self.is_gone(name) {
+            tracing::warn!(
+                session = %spec.session,
+                call = %spec.call,
+                container = name,
+                "{failed}; the container is gone all the same"
+            );
+        } else {
+            poison(format!("{failed}, and the container may still exist"));
+        }
+    }
+
+    /// Whether podman says no container `name` exists (`container exists` exits 1); anything
+    /// else, an error or no answer included, is not a confirmation.
+    fn is_gone(&self, name: &str) -> bool {
+        let args: Vec<OsString> = vec!["container".into(), "exists".into(), name.into()];
+        matches!(
+            self.helper(&args, self.helper_timeout),
+            Helper::Exited(status, _) if status.code() == Some(1)
+        )
     }
 
     /// Makes the egress directory and starts the proxy; the guard removes both on every path.
@@ -326,6 +356,12 @@ impl PodmanRuntime {
             Ok(child) => child,
             Err(e) => {
                 let detail = format!("{}: {e}", self.podman.display());
+                // Absent or not executable: no retry can mend it (seed 000 5.1.6).
+                if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::PermissionDenied)
+                    || e.raw_os_error() == Some(libc::ENOEXEC)
+                {
+                    *self.terminal.lock().unwrap_or_else(|p| p.into_inner()) = Some(detail.clone());
+                }
                 return Err(self.unavailable(spec, Trouble::NoPodman, &detail));
             }
         };
@@ -382,7 +418,7 @@ impl PodmanRuntime {
                 call = %spec.call,
                 tool = %spec.tool,
                 "podman exited with {status}; its standard error: {}",
-                stderr.text().trim_end()
+                redact(stderr.text().trim_end())
             );
         }
         answer
@@ -396,15 +432,19 @@ impl PodmanRuntime {
 }
 
 impl PodmanRuntime {
-    /// The names of every container of this user labelled `boxmaker` (tool or egress).
+    /// The IDs of every container of this user labelled `boxmaker` (tool or egress). Rootless
+    /// Podman lists only the containers of the user that runs it, so the label and the user
+    /// are the whole test: a name is never parsed, since `boxmaker-<session>-<call>-<n>` can
+    /// be 140 characters and says nothing a label does not.
     pub fn labelled(&self) -> Result<Vec<String>, SweepError> {
         let args: Vec<OsString> = [
             "ps",
             "-a",
+            "--no-trunc",
             "--filter",
             "label=boxmaker",
             "--format",
-            "{{.Names}}",
+            "{{.ID}}",
         ]
         .into_iter()
         .map(OsString::from)
@@ -432,15 +472,22 @@ impl PodmanRuntime {
                 stderr.text().trim_end()
             )));
         }
-        // Only names brokerd could have made; anything else in podman's output is ignored.
+        // Only container IDs are handed back to podman; any other line is ignored.
         Ok(stdout
             .text()
             .lines()
             .map(str::trim)
-            .filter(|n| n.starts_with("boxmaker-") && valid_id(&n["boxmaker-".len()..]))
+            .filter(|id| is_container_id(id))
             .map(str::to_string)
             .collect())
     }
+}
+
+/// A Podman container ID: 64 lower-case hex digits (12 when shortened).
+fn is_container_id(s: &str) -> bool {
+    matches!(s.len(), 12 | 64)
+        && s.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 /// How much of `podman ps`'s listing the sweep reads.
@@ -451,13 +498,20 @@ impl Runner for PodmanRuntime {
         PodmanRuntime::poisoned(self)
     }
 
+    fn terminal_failure(&self) -> Option<String> {
+        self.terminal
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
     /// Removes every labelled container and every egress directory (DESIGN.md "Service": the
     /// start-up sweep; also the end of a shutdown).
     fn sweep(&self) -> Result<usize, SweepError> {
-        let names = self.labelled()?;
+        let ids = self.labelled()?;
         let mut removed = 0;
         let mut failed = Vec::new();
-        for name in &names {
+        for name in &ids {
             // A running container's PID 1 (toolkit) ignores SIGTERM, so a bare `rm -f` waits
             // out podman's 10 s stop timeout, as long as the helper's own limit: kill first, as
             // `remove` does. A container that is not running makes `kill` fail; `rm -f` decides.

@@ -31,40 +31,52 @@ static REAPING: Mutex<()> = Mutex::new(());
 pub fn reap_orphans() -> usize {
     let _one = REAPING.lock().unwrap_or_else(|p| p.into_inner());
     let mut reaped = 0;
-    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
-        return 0;
-    };
-    for task in tasks.flatten() {
-        let Ok(children) = std::fs::read_to_string(task.path().join("children")) else {
-            continue;
-        };
-        for pid in children
-            .split_whitespace()
-            .filter_map(|p| p.parse::<libc::pid_t>().ok())
-        {
-            let status = std::fs::read_to_string(format!("/proc/{pid}/status"));
-            if status.is_ok_and(|s| is_exited_namespace_init(&s)) && reap(pid) {
-                reaped += 1;
-            }
+    for pid in children("self") {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status"));
+        if status.is_ok_and(|s| is_exited_namespace_init(&s)) && reap(pid) {
+            reaped += 1;
         }
     }
     reaped
 }
 
+/// The children of process `pid` (a number, or `self`): the `children` lists of its threads.
+pub(crate) fn children(pid: &str) -> Vec<libc::pid_t> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    tasks
+        .flatten()
+        .filter_map(|task| std::fs::read_to_string(task.path().join("children")).ok())
+        .flat_map(|list| {
+            list.split_whitespace()
+                .filter_map(|p| p.parse::<libc::pid_t>().ok())
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
 /// Whether a process (its /proc `status`) has exited and was PID 1 of a namespace below
 /// brokerd's: a zombie whose `NSpid` line names it in more than one namespace, as 1 last.
 fn is_exited_namespace_init(status: &str) -> bool {
-    let field = |name: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .map(str::trim)
-    };
-    let zombie = field("State:").is_some_and(|s| s.starts_with('Z'));
-    let ns_pids: Vec<&str> = field("NSpid:")
+    let zombie = field(status, "State:").is_some_and(|s| s.starts_with('Z'));
+    zombie && is_namespace_init(status)
+}
+
+/// Whether a process (its /proc `status`) is PID 1 of a PID namespace below brokerd's: its
+/// `NSpid` line names it in more than one namespace, as 1 last.
+pub(crate) fn is_namespace_init(status: &str) -> bool {
+    let ns_pids: Vec<&str> = field(status, "NSpid:")
         .map(|l| l.split_whitespace().collect())
         .unwrap_or_default();
-    zombie && ns_pids.len() >= 2 && ns_pids.last() == Some(&"1")
+    ns_pids.len() >= 2 && ns_pids.last() == Some(&"1")
+}
+
+fn field<'a>(status: &'a str, name: &str) -> Option<&'a str> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(name))
+        .map(str::trim)
 }
 
 /// waitid for one exited child, without blocking. A zombie child's PID cannot be reused before

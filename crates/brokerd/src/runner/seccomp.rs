@@ -95,8 +95,8 @@ fn jump(code: u16, k: u32, jt: u8, jf: u8) -> SockFilter {
     SockFilter { code, jt, jf, k }
 }
 
-/// The filter program, or `None` on an architecture it has no numbers for (then bwrap gets
-/// no `--seccomp`; the sandbox still drops every capability and nested user namespaces).
+/// The filter program, or `None` on an architecture it has no numbers for: the bwrap runtime
+/// then answers every call `unavailable` (a terminal failure), never a sandbox without it.
 pub fn program() -> Option<Vec<SockFilter>> {
     #[cfg(target_arch = "x86_64")]
     {
