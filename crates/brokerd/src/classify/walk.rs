@@ -1,0 +1,724 @@
+//! The walk over the syntax tree: statements, words, pipelines and redirections.
+
+use super::*;
+pub(super) struct Walk<'a> {
+    pub(super) language: &'a Language,
+    pub(super) roots: &'a [PathBuf],
+    pub(super) depth: usize,
+    pub(super) class: CommandClass,
+    pub(super) reason: Option<String>,
+    pub(super) writes: Vec<String>,
+    /// The directory of the last literal `cd`, to report relative writes under it.
+    pub(super) cwd: Option<String>,
+}
+
+impl<'a> Walk<'a> {
+    pub(super) fn new(
+        language: &'a Language,
+        roots: &'a [PathBuf],
+        depth: usize,
+        cwd: Option<String>,
+    ) -> Self {
+        Walk {
+            language,
+            roots,
+            depth,
+            class: CommandClass::ReadOnly,
+            reason: None,
+            writes: Vec::new(),
+            cwd,
+        }
+    }
+
+    pub(super) fn finish(self) -> Assessment {
+        Assessment {
+            class: self.class,
+            writes: self.writes,
+            reason: self.reason,
+        }
+    }
+
+    pub(super) fn raise(&mut self, class: CommandClass, why: impl Into<String>) {
+        if class > self.class {
+            self.class = class;
+            self.reason = Some(why.into());
+        }
+    }
+
+    /// Runs a nested walk (inline `sh -c` code, xargs' command) and folds its result in.
+    pub(super) fn nested(&mut self) -> Walk<'a> {
+        Walk::new(self.language, self.roots, self.depth + 1, self.cwd.clone())
+    }
+
+    pub(super) fn absorb(&mut self, inner: Walk<'a>) {
+        if let Some(why) = inner.reason {
+            self.raise(inner.class, why);
+        }
+        for w in inner.writes {
+            self.push_write(w);
+        }
+    }
+
+    pub(super) fn push_write(&mut self, w: String) {
+        if self.writes.len() >= MAX_WRITES {
+            self.raise(
+                CommandClass::ShellComplex,
+                "the command writes too many paths",
+            );
+            return;
+        }
+        if !self.writes.contains(&w) {
+            self.writes.push(w);
+        }
+    }
+
+    /// Parses and walks a whole command text.
+    pub(super) fn source(&mut self, command: &str) {
+        if self.depth > MAX_DEPTH {
+            self.raise(CommandClass::ShellComplex, "the command nests too deeply");
+            return;
+        }
+        if command.len() > MAX_COMMAND_BYTES {
+            self.raise(
+                CommandClass::ShellComplex,
+                "the command is longer than the classifier reads",
+            );
+            return;
+        }
+        if command.contains('\0') {
+            self.raise(
+                CommandClass::ShellComplex,
+                "the command contains a NUL byte",
+            );
+            return;
+        }
+        if command.trim().is_empty() {
+            self.raise(CommandClass::ShellComplex, "the command is empty");
+            return;
+        }
+        let mut parser = Parser::new();
+        if parser.set_language(self.language).is_err() {
+            self.raise(
+                CommandClass::ShellComplex,
+                "the shell grammar is unavailable",
+            );
+            return;
+        }
+        let Some(tree) = parser.parse(command, None) else {
+            self.raise(
+                CommandClass::ShellComplex,
+                "the command could not be parsed",
+            );
+            return;
+        };
+        let root = tree.root_node();
+        if root.has_error() {
+            // Still walk what parsed, so that a dangerous part is not hidden by a syntax error.
+            self.raise(
+                CommandClass::ShellComplex,
+                "the command does not parse as shell",
+            );
+        }
+        self.statement(root, command);
+    }
+
+    pub(super) fn statement(&mut self, n: Node, src: &str) {
+        if self.depth > MAX_DEPTH {
+            self.raise(CommandClass::ShellComplex, "the command nests too deeply");
+            return;
+        }
+        self.depth += 1;
+        self.statement_inner(n, src);
+        self.depth -= 1;
+    }
+
+    pub(super) fn statement_inner(&mut self, n: Node, src: &str) {
+        match n.kind() {
+            "program" | "list" | "compound_statement" | "do_group" | "if_statement"
+            | "elif_clause" | "else_clause" | "negated_command" => {
+                if n.kind() == "compound_statement" && first_token(n) == Some("((") {
+                    self.raise(CommandClass::ShellComplex, "arithmetic evaluation");
+                }
+                self.container(n, src);
+            }
+            "subshell" => {
+                let saved = self.cwd.clone();
+                self.container(n, src);
+                self.cwd = saved;
+            }
+            "pipeline" => self.pipeline(n, src),
+            "redirected_statement" => self.redirected(n, src),
+            "command" => self.command(n, src),
+            "variable_assignment" => self.assignment(n, src),
+            "variable_assignments" => self.container(n, src),
+            "declaration_command" => self.declaration(n, src),
+            "unset_command" => self.scan_children(n, src),
+            "test_command" => {
+                if first_token(n) == Some("[[") && has_arithmetic_test(n, src) {
+                    self.raise(
+                        CommandClass::ShellComplex,
+                        "an arithmetic comparison inside [[ ]]",
+                    );
+                }
+                self.scan_children(n, src);
+            }
+            "for_statement" | "c_style_for_statement" | "while_statement" => {
+                self.raise(CommandClass::ShellComplex, "a loop");
+                self.container(n, src);
+            }
+            "case_statement" | "case_item" => {
+                self.raise(CommandClass::ShellComplex, "a case statement");
+                self.container(n, src);
+            }
+            "function_definition" => self.function(n, src),
+            "comment" | "heredoc_body" | "heredoc_start" | "heredoc_end" => {}
+            other => {
+                self.raise(
+                    CommandClass::ShellComplex,
+                    format!("shell syntax the classifier does not analyse ({other})"),
+                );
+                self.container(n, src);
+            }
+        }
+    }
+
+    /// Walks the children of a statement container: statements as statements, words scanned.
+    pub(super) fn container(&mut self, n: Node, src: &str) {
+        let mut c = n.walk();
+        for ch in n.children(&mut c) {
+            if !ch.is_named() {
+                if ch.kind() == "&" {
+                    self.raise(CommandClass::ShellComplex, "a background job");
+                }
+                continue;
+            }
+            if is_statement(ch.kind()) {
+                self.statement(ch, src);
+            } else if ch.kind() == "file_redirect"
+                || ch.kind() == "heredoc_redirect"
+                || ch.kind() == "herestring_redirect"
+            {
+                self.redirect(ch, src, None);
+            } else {
+                self.scan(ch, src);
+            }
+        }
+    }
+
+    pub(super) fn scan_children(&mut self, n: Node, src: &str) {
+        let mut c = n.walk();
+        for ch in n.named_children(&mut c) {
+            self.scan(ch, src);
+        }
+    }
+
+    /// Looks inside a word for what runs code: substitutions, arithmetic, complex `${..}`.
+    pub(super) fn scan(&mut self, n: Node, src: &str) {
+        if self.depth > MAX_DEPTH {
+            self.raise(CommandClass::ShellComplex, "the command nests too deeply");
+            return;
+        }
+        match n.kind() {
+            "command_substitution" => {
+                self.raise(CommandClass::ShellComplex, "command substitution");
+                self.depth += 1;
+                self.container(n, src);
+                self.depth -= 1;
+                return;
+            }
+            "process_substitution" => {
+                self.raise(CommandClass::ShellComplex, "process substitution");
+                self.depth += 1;
+                self.container(n, src);
+                self.depth -= 1;
+                return;
+            }
+            "arithmetic_expansion" => {
+                self.raise(CommandClass::ShellComplex, "arithmetic expansion");
+            }
+            "expansion" if !is_plain_expansion(n) => {
+                self.raise(
+                    CommandClass::ShellComplex,
+                    "a parameter expansion with an operator",
+                );
+            }
+            k if is_statement(k) => {
+                self.statement(n, src);
+                return;
+            }
+            _ => {}
+        }
+        self.depth += 1;
+        let mut c = n.walk();
+        for ch in n.named_children(&mut c) {
+            self.scan(ch, src);
+        }
+        self.depth -= 1;
+    }
+
+    pub(super) fn arg(&mut self, n: Node, src: &str) -> Arg {
+        self.scan(n, src);
+        let raw = src[n.byte_range()].to_string();
+        match literal(n, src) {
+            Some((t, pattern)) => Arg {
+                lit: Some(t),
+                pattern,
+                raw,
+            },
+            None => Arg {
+                lit: None,
+                pattern: false,
+                raw,
+            },
+        }
+    }
+
+    pub(super) fn pipeline(&mut self, n: Node, src: &str) {
+        let mut stages = Vec::new();
+        let mut c = n.walk();
+        for ch in n.children(&mut c) {
+            if ch.is_named() {
+                stages.push(ch);
+            }
+        }
+        for s in &stages {
+            self.statement(*s, src);
+        }
+        let programs: Vec<Option<String>> = stages.iter().map(|s| stage_program(*s, src)).collect();
+        let download = programs
+            .iter()
+            .position(|p| p.as_deref().is_some_and(|p| DOWNLOADERS.contains(&p)));
+        if let Some(d) = download {
+            let into_shell = programs[d + 1..].iter().any(|p| {
+                p.as_deref()
+                    .is_some_and(|p| SHELLS.contains(&p) || is_interpreter(p))
+            });
+            if into_shell {
+                self.raise(CommandClass::Dangerous, "a download piped into a shell");
+            }
+        }
+    }
+
+    pub(super) fn redirected(&mut self, n: Node, src: &str) {
+        let body = n.child_by_field_name("body");
+        if let Some(b) = body {
+            self.statement(b, src);
+        }
+        let into = body.and_then(|b| stage_program(b, src));
+        let mut c = n.walk();
+        for ch in n.named_children(&mut c) {
+            if Some(ch) == body {
+                continue;
+            }
+            self.redirect(ch, src, into.as_deref());
+        }
+    }
+
+    /// A redirection; `into` is the program whose input or output it is, if known.
+    pub(super) fn redirect(&mut self, r: Node, src: &str, into: Option<&str>) {
+        match r.kind() {
+            "file_redirect" => {
+                let op = first_token(r).unwrap_or("");
+                let dest = r.child_by_field_name("destination");
+                let dest_arg = dest.map(|d| self.arg(d, src));
+                match op {
+                    "<" => {}
+                    ">&-" | "<&-" => {}
+                    ">&" | "<&" => {
+                        let fd_dup = dest_arg.as_ref().and_then(|a| a.text()).is_some_and(|t| {
+                            t == "-" || (!t.is_empty() && t.chars().all(|c| c.is_ascii_digit()))
+                        });
+                        if !fd_dup {
+                            match dest_arg {
+                                Some(a) if op == ">&" => self.write_target(&a),
+                                _ => self.raise(
+                                    CommandClass::ShellComplex,
+                                    "a redirection the classifier does not read",
+                                ),
+                            }
+                        }
+                    }
+                    ">" | ">>" | "&>" | "&>>" | ">|" => match dest_arg {
+                        Some(a) => self.write_target(&a),
+                        None => {
+                            self.raise(CommandClass::ShellComplex, "a redirection without a target")
+                        }
+                    },
+                    _ => self.raise(
+                        CommandClass::ShellComplex,
+                        "a redirection the classifier does not read",
+                    ),
+                }
+            }
+            "heredoc_redirect" => {
+                let mut c = r.walk();
+                for ch in r.named_children(&mut c) {
+                    match ch.kind() {
+                        "heredoc_body" => {
+                            self.scan(ch, src);
+                            let text = &src[ch.byte_range()];
+                            self.code_input(into, text);
+                        }
+                        "heredoc_start" | "heredoc_end" => {}
+                        "file_redirect" | "herestring_redirect" => self.redirect(ch, src, into),
+                        k if is_statement(k) => self.statement(ch, src),
+                        _ => self.scan(ch, src),
+                    }
+                }
+            }
+            "herestring_redirect" => {
+                self.scan(r, src);
+                let mut c = r.walk();
+                let words: Vec<Node> = r.named_children(&mut c).collect();
+                for w in words {
+                    if let Some((t, _)) = literal(w, src) {
+                        self.code_input(into, &t);
+                    }
+                }
+            }
+            other => {
+                self.raise(
+                    CommandClass::ShellComplex,
+                    format!("a redirection the classifier does not read ({other})"),
+                );
+                self.scan(r, src);
+            }
+        }
+    }
+
+    /// Text fed on standard input to `into`: a shell runs it, an interpreter may name paths.
+    pub(super) fn code_input(&mut self, into: Option<&str>, text: &str) {
+        let Some(p) = into else { return };
+        if SHELLS.contains(&p) {
+            let mut inner = self.nested();
+            inner.source(text);
+            self.absorb(inner);
+        } else if is_interpreter(p) {
+            for w in inline_paths(text) {
+                self.push_write(w);
+            }
+        }
+    }
+
+    /// A path the command writes.
+    pub(super) fn write_target(&mut self, a: &Arg) {
+        let Some(t) = a.text() else {
+            self.raise(
+                CommandClass::ShellComplex,
+                format!("a write to a path the classifier cannot read ({})", a.raw),
+            );
+            self.push_write(a.raw.clone());
+            return;
+        };
+        if HARMLESS_SINKS.contains(&t) || t.starts_with("/dev/fd/") {
+            return;
+        }
+        if t.starts_with("/dev/") || t.starts_with("/proc/") || t.starts_with("/sys/") {
+            self.raise(
+                CommandClass::Dangerous,
+                format!("a write to the device or kernel file {t}"),
+            );
+        }
+        self.raise(CommandClass::WorkspaceMutating, format!("writes {t}"));
+        let shown = match &self.cwd {
+            Some(dir) if !t.starts_with('/') && !t.starts_with('~') => {
+                Path::new(dir).join(t).to_string_lossy().into_owned()
+            }
+            _ => t.to_string(),
+        };
+        self.push_write(shown);
+    }
+
+    /// Whether a recursive target is a grant root, an ancestor of one, `/`, `~` or the cwd.
+    pub(super) fn wipes_root(&self, a: &Arg) -> bool {
+        let Some(t) = a.text() else { return true };
+        let mut t = t.to_string();
+        if a.pattern {
+            // `/srv/notes/*` wipes `/srv/notes`; keep the directory before the first pattern.
+            let cut = t.find(['*', '?', '[', '{', '}']).unwrap_or(t.len());
+            let dir_end = t[..cut].rfind('/').map(|i| i + 1).unwrap_or(0);
+            t.truncate(dir_end);
+        }
+        if let Some(rest) = t.strip_prefix('~') {
+            let after_user = rest.find('/').map(|i| &rest[i..]).unwrap_or("");
+            return normalise(Path::new(&format!(".{after_user}")))
+                .as_os_str()
+                .is_empty();
+        }
+        let joined = match &self.cwd {
+            Some(dir) if !t.starts_with('/') => Path::new(dir).join(&t),
+            _ => PathBuf::from(&t),
+        };
+        let p = normalise(&joined);
+        if !p.has_root() {
+            // Relative to a working directory the classifier does not know: `.`, `*` and
+            // anything climbing out with `..` may be a root.
+            return p.as_os_str().is_empty() || p.starts_with("..");
+        }
+        if p == Path::new("/") {
+            return true;
+        }
+        self.roots.iter().any(|r| {
+            let r = normalise(r);
+            r.starts_with(&p)
+        })
+    }
+
+    pub(super) fn assignment(&mut self, n: Node, src: &str) {
+        if let Some(name) = n.child_by_field_name("name") {
+            let name = &src[name.byte_range()];
+            if is_sensitive_var(name) {
+                self.raise(
+                    CommandClass::ShellComplex,
+                    format!("sets {name}, which changes what programs run"),
+                );
+            }
+            if name.contains('[') {
+                self.raise(CommandClass::ShellComplex, "an array subscript assignment");
+            }
+        }
+        if let Some(v) = n.child_by_field_name("value") {
+            self.scan(v, src);
+        }
+    }
+
+    pub(super) fn declaration(&mut self, n: Node, src: &str) {
+        let mut c = n.walk();
+        for ch in n.named_children(&mut c) {
+            match ch.kind() {
+                "variable_assignment" => self.assignment(ch, src),
+                "variable_name" => {
+                    let name = &src[ch.byte_range()];
+                    if is_sensitive_var(name) {
+                        self.raise(
+                            CommandClass::ShellComplex,
+                            format!("changes {name}, which changes what programs run"),
+                        );
+                    }
+                }
+                _ => {
+                    self.raise(
+                        CommandClass::ShellComplex,
+                        "a declaration with options the classifier does not read",
+                    );
+                    self.scan(ch, src);
+                }
+            }
+        }
+    }
+
+    pub(super) fn function(&mut self, n: Node, src: &str) {
+        self.raise(CommandClass::ShellComplex, "a function definition");
+        let name = n
+            .child_by_field_name("name")
+            .map(|x| src[x.byte_range()].to_string());
+        if let (Some(name), Some(body)) = (name, n.child_by_field_name("body")) {
+            if calls_program(body, src, &name, 0) {
+                self.raise(
+                    CommandClass::Dangerous,
+                    format!("the function {name} calls itself (a fork bomb shape)"),
+                );
+            }
+        }
+        if let Some(body) = n.child_by_field_name("body") {
+            self.statement(body, src);
+        }
+    }
+
+    pub(super) fn command(&mut self, n: Node, src: &str) {
+        let mut name: Option<Node> = None;
+        let mut args = Vec::new();
+        let mut c = n.walk();
+        let children: Vec<(Option<&str>, Node)> = n
+            .children(&mut c)
+            .enumerate()
+            .map(|(i, ch)| (n.field_name_for_child(i as u32), ch))
+            .collect();
+        for (field, ch) in children {
+            if !ch.is_named() {
+                continue;
+            }
+            match (field, ch.kind()) {
+                (Some("name"), _) => name = Some(ch),
+                (Some("argument"), _) => args.push(self.arg(ch, src)),
+                (Some("redirect"), _) => {}
+                (_, "variable_assignment") => self.assignment(ch, src),
+                (_, "comment") => {}
+                (_, k) if is_statement(k) => self.statement(ch, src),
+                _ => {
+                    self.raise(
+                        CommandClass::ShellComplex,
+                        "a command part the classifier does not read",
+                    );
+                    self.scan(ch, src);
+                }
+            }
+        }
+        let Some(name) = name else { return };
+        self.scan(name, src);
+        let word = name.named_child(0).unwrap_or(name);
+        let Some((prog, pattern)) = literal(word, src) else {
+            self.raise(
+                CommandClass::ShellComplex,
+                "a variable or expansion in command position",
+            );
+            self.redirects_of(n, src, None);
+            return;
+        };
+        if pattern {
+            self.raise(CommandClass::ShellComplex, "a pattern in command position");
+        }
+        self.program(&prog, &args);
+        let into = resolve_program(&prog, &args);
+        self.redirects_of(n, src, into.as_deref());
+    }
+
+    pub(super) fn redirects_of(&mut self, n: Node, src: &str, into: Option<&str>) {
+        let mut c = n.walk();
+        let reds: Vec<Node> = n.children_by_field_name("redirect", &mut c).collect();
+        for r in reds {
+            self.redirect(r, src, into);
+        }
+    }
+}
+
+/// The first token's kind (`((`, `[[`, `>` ...).
+pub(super) fn first_token(n: Node) -> Option<&'static str> {
+    let mut c = n.walk();
+    let first = n.children(&mut c).find(|ch| !ch.is_named());
+    first.map(|ch| ch.kind())
+}
+
+pub(super) fn is_statement(kind: &str) -> bool {
+    matches!(
+        kind,
+        "c_style_for_statement"
+            | "case_statement"
+            | "command"
+            | "compound_statement"
+            | "declaration_command"
+            | "for_statement"
+            | "function_definition"
+            | "if_statement"
+            | "list"
+            | "negated_command"
+            | "pipeline"
+            | "redirected_statement"
+            | "subshell"
+            | "test_command"
+            | "unset_command"
+            | "variable_assignment"
+            | "variable_assignments"
+            | "while_statement"
+    )
+}
+
+/// `${name}` and `${#name}` only; every operator form may evaluate arithmetic or assign.
+pub(super) fn is_plain_expansion(n: Node) -> bool {
+    let mut c = n.walk();
+    let mut named = 0;
+    for ch in n.children(&mut c) {
+        if ch.is_named() {
+            named += 1;
+            if !matches!(ch.kind(), "variable_name" | "special_variable_name") {
+                return false;
+            }
+        } else if !matches!(ch.kind(), "${" | "}" | "#") {
+            return false;
+        }
+    }
+    named == 1
+}
+
+pub(super) fn has_arithmetic_test(n: Node, src: &str) -> bool {
+    let mut c = n.walk();
+    for ch in n.children(&mut c) {
+        if ch.kind() == "test_operator"
+            && matches!(
+                &src[ch.byte_range()],
+                "-eq" | "-ne" | "-lt" | "-le" | "-gt" | "-ge"
+            )
+        {
+            return true;
+        }
+        if has_arithmetic_test(ch, src) {
+            return true;
+        }
+    }
+    false
+}
+
+/// Whether anything under `n` runs a command named `name` (a function calling itself).
+pub(super) fn calls_program(n: Node, src: &str, name: &str, depth: usize) -> bool {
+    if depth > MAX_DEPTH {
+        return true;
+    }
+    if n.kind() == "command" {
+        if let Some(cn) = n.child_by_field_name("name") {
+            if &src[cn.byte_range()] == name {
+                return true;
+            }
+        }
+    }
+    let mut c = n.walk();
+    let children: Vec<Node> = n.named_children(&mut c).collect();
+    children
+        .into_iter()
+        .any(|ch| calls_program(ch, src, name, depth + 1))
+}
+
+/// The program a pipeline stage runs, through wrappers such as `env` and `sudo`.
+pub(super) fn stage_program(n: Node, src: &str) -> Option<String> {
+    match n.kind() {
+        "redirected_statement" => stage_program(n.child_by_field_name("body")?, src),
+        "command" => {
+            let name = n.child_by_field_name("name")?;
+            let (prog, _) = literal(name.named_child(0).unwrap_or(name), src)?;
+            let mut c = n.walk();
+            let args: Vec<Arg> = n
+                .children_by_field_name("argument", &mut c)
+                .map(|a| match literal(a, src) {
+                    Some((t, p)) => Arg {
+                        lit: Some(t),
+                        pattern: p,
+                        raw: String::new(),
+                    },
+                    None => Arg {
+                        lit: None,
+                        pattern: false,
+                        raw: String::new(),
+                    },
+                })
+                .collect();
+            resolve_program(&prog, &args)
+        }
+        _ => None,
+    }
+}
+
+/// The program name with wrappers (`env X=1`, `sudo`, `nice`, `exec` ...) looked through.
+pub(super) fn resolve_program(prog: &str, args: &[Arg]) -> Option<String> {
+    let name = program_name(prog)?;
+    const WRAPPERS: &[&str] = &[
+        "env", "sudo", "doas", "nice", "nohup", "exec", "command", "builtin", "time", "stdbuf",
+        "timeout", "xargs", "setsid",
+    ];
+    if !WRAPPERS.contains(&name) {
+        return Some(name.to_string());
+    }
+    // The first argument that is neither an option nor an assignment (nor timeout's duration).
+    let mut idx = args
+        .iter()
+        .position(|a| {
+            !a.text()
+                .is_some_and(|t| t.starts_with('-') || (t.contains('=') && !t.starts_with('=')))
+        })
+        .unwrap_or(args.len());
+    if name == "timeout" {
+        idx += 1;
+    }
+    match args.get(idx) {
+        Some(next) => resolve_program(next.text()?, args.get(idx + 1..).unwrap_or(&[])),
+        None => Some(name.to_string()),
+    }
+}

@@ -1,0 +1,142 @@
+//! Words as the shell will see them: quote removal, literal values, inline-code paths.
+
+use super::*;
+/// One argument as the classifier reads it.
+#[derive(Debug, Clone)]
+pub(super) struct Arg {
+    /// The word after quote removal, when it holds no expansion or substitution.
+    pub(super) lit: Option<String>,
+    /// Unquoted glob or brace characters: the word may stand for other or several words.
+    pub(super) pattern: bool,
+    /// The source text (for messages and unreadable write targets).
+    pub(super) raw: String,
+}
+
+impl Arg {
+    pub(super) fn text(&self) -> Option<&str> {
+        self.lit.as_deref()
+    }
+    pub(super) fn literal(s: &str) -> Arg {
+        Arg {
+            lit: Some(s.to_string()),
+            pattern: false,
+            raw: s.to_string(),
+        }
+    }
+}
+
+/// The literal value of a word node, or `None` when it depends on the shell's state.
+pub(super) fn literal(n: Node, src: &str) -> Option<(String, bool)> {
+    let text = &src[n.byte_range()];
+    match n.kind() {
+        "word" => Some(unescape_word(text)),
+        "number" if n.named_child_count() == 0 => Some((text.to_string(), false)),
+        "raw_string" => {
+            let inner = text.strip_prefix('\'')?.strip_suffix('\'')?;
+            Some((inner.to_string(), false))
+        }
+        "string" => {
+            let mut c = n.walk();
+            if n.named_children(&mut c)
+                .any(|ch| ch.kind() != "string_content")
+            {
+                return None;
+            }
+            let inner = text.strip_prefix('"')?.strip_suffix('"')?;
+            Some((unescape_double(inner), false))
+        }
+        "concatenation" => {
+            let mut out = String::new();
+            let mut pattern = false;
+            let mut c = n.walk();
+            for ch in n.children(&mut c) {
+                let (t, p) = literal(ch, src)?;
+                out.push_str(&t);
+                pattern |= p;
+            }
+            Some((out, pattern))
+        }
+        "brace_expression" => Some((text.to_string(), true)),
+        _ => None,
+    }
+}
+
+/// Quote removal for an unquoted word; reports unescaped glob and brace characters.
+pub(super) fn unescape_word(text: &str) -> (String, bool) {
+    let mut out = String::with_capacity(text.len());
+    let mut pattern = false;
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => match chars.next() {
+                Some('\n') | None => {}
+                Some(e) => out.push(e),
+            },
+            '*' | '?' | '[' | '{' | '}' => {
+                pattern = true;
+                out.push(c);
+            }
+            _ => out.push(c),
+        }
+    }
+    (out, pattern)
+}
+
+/// Quote removal inside double quotes, where a backslash escapes only `$`, `` ` ``, `"`, `\`.
+pub(super) fn unescape_double(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '\\' {
+            match chars.peek() {
+                Some('$' | '`' | '"' | '\\') => {
+                    if let Some(e) = chars.next() {
+                        out.push(e);
+                    }
+                }
+                Some('\n') => {
+                    chars.next();
+                }
+                _ => out.push(c),
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// String literals an inline program names that look like paths (`"gen/x.c"`, `'./a'`).
+pub(super) fn inline_paths(code: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut chars = code.char_indices();
+    while let Some((i, q)) = chars.next() {
+        if q != '"' && q != '\'' && q != '`' {
+            continue;
+        }
+        let start = i + q.len_utf8();
+        let mut end = None;
+        let mut escaped = false;
+        for (j, c) in chars.by_ref() {
+            if escaped {
+                escaped = false;
+            } else if c == '\\' {
+                escaped = true;
+            } else if c == q {
+                end = Some(j);
+                break;
+            }
+        }
+        let Some(end) = end else { break };
+        let s = &code[start..end];
+        let pathish = !s.is_empty()
+            && s.len() <= 4096
+            && (s.contains('/') || s.contains('.'))
+            && !s.contains("://")
+            && !s.chars().any(|c| c.is_whitespace() || c.is_control());
+        if pathish && out.len() < 64 {
+            out.push(s.to_string());
+        }
+    }
+    out
+}
