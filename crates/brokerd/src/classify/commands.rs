@@ -1,5 +1,7 @@
 //! One program run with its arguments: the dispatch and the programs that write or delete.
 
+use super::opts::{parse, Parsed, LENIENT};
+use super::specs::{spec_of, Effect, Operands, Spec};
 use super::*;
 
 impl Walk<'_> {
@@ -29,98 +31,50 @@ impl Walk<'_> {
                 ),
             );
         }
+        if let Some(spec) = spec_of(name) {
+            self.by_spec(name, spec, args);
+            return;
+        }
         match name {
-            "env" => self.wrapper_env(args),
-            "command" | "builtin" => {
-                let o = parse_opts(args, "", &[]);
-                if o.has(&["-v", "-V"]) {
+            "busybox" => self.busybox(args),
+            "eval" | "source" | "." => {
+                self.raise(ShellComplex, format!("{name} runs shell code"));
+                self.fetched_code(name, args);
+                if name != "eval" {
                     return;
                 }
-                let skip = skip_options(args, "", &[]);
-                self.run_rest(name, args, skip);
-            }
-            "nice" => {
-                let skip = skip_options(args, "n", &["adjustment"]);
-                self.run_rest(name, args, skip);
-            }
-            "timeout" => {
-                let skip = skip_options(args, "sk", &["signal", "kill-after"]);
-                // The duration comes before the program.
-                self.run_rest(name, args, skip + 1);
-            }
-            "stdbuf" => {
-                let skip = skip_options(args, "ioe", &["input", "output", "error"]);
-                self.run_rest(name, args, skip);
-            }
-            "time" => {
-                let skip = skip_options(args, "fo", &["format", "output"]);
-                self.run_rest(name, args, skip);
-            }
-            "xargs" => self.xargs(args),
-            "exec" => {
-                self.raise(ShellComplex, "exec replaces the shell");
-                self.run_rest(name, args, 0);
-            }
-            "eval" => {
-                self.raise(ShellComplex, "eval runs a string as shell code");
                 self.inline_shell(args);
             }
-            "source" | "." | "trap" | "alias" | "let" | "enable" | "shopt" | "read" | "mapfile"
-            | "readarray" | "coproc" | "fc" | "hash" | "sudo" | "doas" | "su" | "pushd"
-            | "popd" | "nohup" | "setsid" | "unshare" | "chroot" => self.raise(
-                ShellComplex,
-                format!("{name} runs or changes code the classifier does not see"),
-            ),
+            "sudo" | "doas" | "setsid" => {
+                self.raise(
+                    ShellComplex,
+                    format!("{name} runs a program the classifier does not see through"),
+                );
+                // Whatever it runs, the command is at least as bad.
+                let rest = args
+                    .iter()
+                    .position(|a| !a.text().is_some_and(|t| t.starts_with('-')));
+                if let Some(at) = rest {
+                    self.run_rest(name, &args[at..]);
+                }
+            }
+            "trap" | "alias" | "let" | "enable" | "shopt" | "read" | "mapfile" | "readarray"
+            | "coproc" | "fc" | "hash" | "su" | "pushd" | "popd" | "unshare" | "chroot" => self
+                .raise(
+                    ShellComplex,
+                    format!("{name} runs or changes code the classifier does not see"),
+                ),
             "cd" => self.cd(args),
             "set" => self.set(args),
             "find" => self.find(args),
-            "sort" => {
-                let o = parse_opts(args, "kotST", &["key", "output", "field-separator"]);
-                if o.has(&["--compress-program"]) {
-                    self.raise(ShellComplex, "sort --compress-program runs a program");
-                }
-                for v in o.value(&["-o", "--output"]) {
-                    self.write_target(&Arg::literal(v));
-                }
-            }
-            "uniq" => {
-                let o = parse_opts(args, "fsw", &["skip-fields", "skip-chars", "check-chars"]);
-                if let Some(out) = o.positionals.get(1) {
-                    self.write_target(out);
-                }
-            }
             "xxd" => {
-                let o = parse_opts(args, "cglosnC", &[]);
-                if let Some(out) = o.positionals.get(1) {
+                let o = parse(name, &LENIENT, args);
+                if let Some(out) = o.operands.get(1) {
                     self.write_target(out);
                 }
             }
-            "date" => {
-                let o = parse_opts(args, "dfrI", &["date", "file", "reference"]);
-                if o.has(&["-s", "--set"]) || o.flags.iter().any(|f| f.starts_with("--set")) {
-                    self.raise(WorkspaceMutating, "date --set changes the clock");
-                }
-            }
-            "file" => {
-                let o = parse_opts(args, "emfFmP", &[]);
-                if o.has(&["-C", "--compile"]) {
-                    self.raise(WorkspaceMutating, "file -C writes a magic file");
-                }
-            }
-            "rg" => {
-                let o = parse_opts(args, "efgmtTABCEjM", &["pre", "pre-glob", "regexp"]);
-                if o.has(&["--pre", "--pre-glob"]) {
-                    self.raise(ShellComplex, "rg --pre runs a program on every file");
-                }
-            }
-            "sed" => self.sed(args),
+            "unzip" => self.unzip(args),
             "git" => self.git(args),
-            "tee" => {
-                let o = parse_opts(args, "", &[]);
-                for p in &o.positionals {
-                    self.write_target(p);
-                }
-            }
             "dd" => {
                 for a in args {
                     if let Some(of) = a.text().and_then(|t| t.strip_prefix("of=")) {
@@ -131,46 +85,6 @@ impl Walk<'_> {
                         });
                     }
                 }
-            }
-            "touch" => self.write_all(args, "dtr", &["date", "reference"]),
-            "mkdir" => self.write_all(args, "m", &["mode", "context"]),
-            "rmdir" | "shred" | "unlink" => self.write_all(args, "nsu", &["iterations", "size"]),
-            "truncate" => self.write_all(args, "sro", &["size", "reference"]),
-            "cp" | "mv" | "install" | "ln" => self.copy_like(name, args),
-            "rm" => {
-                let o = parse_opts(args, "", &[]);
-                let recursive = o.has(&["-r", "-R", "--recursive"]);
-                if o.has(&["--no-preserve-root"]) {
-                    self.raise(Dangerous, "rm --no-preserve-root");
-                }
-                for p in &o.positionals {
-                    if recursive && self.wipes_root(p) {
-                        self.raise(
-                            Dangerous,
-                            format!("rm -r of {}, a grant directory, / or the home", p.raw),
-                        );
-                    }
-                    self.write_target(p);
-                }
-                if o.positionals.is_empty() {
-                    self.raise(WorkspaceMutating, "rm");
-                }
-            }
-            "chmod" | "chown" | "chgrp" => {
-                let o = parse_opts(args, "", &["reference"]);
-                let recursive = o.has(&["-R", "--recursive"]);
-                // The mode or owner comes first unless --reference names it.
-                let skip = usize::from(!o.has(&["--reference"]));
-                for p in o.positionals.iter().skip(skip) {
-                    if recursive && self.wipes_root(p) {
-                        self.raise(
-                            Dangerous,
-                            format!("{name} -R of {}, a grant directory or /", p.raw),
-                        );
-                    }
-                    self.write_target(p);
-                }
-                self.raise(WorkspaceMutating, name.to_string());
             }
             "kill" => self.kill(args),
             "systemctl" => {
@@ -209,6 +123,7 @@ impl Walk<'_> {
                     ShellComplex,
                     format!("{n} runs code the classifier does not see"),
                 );
+                self.fetched_code(n, args);
                 self.shell_inline(args);
             }
             n if is_interpreter(n) => {
@@ -219,61 +134,6 @@ impl Walk<'_> {
                 ShellComplex,
                 format!("{other} is not a program the classifier knows"),
             ),
-        }
-    }
-
-    pub(super) fn write_all(&mut self, args: &[Arg], short_val: &str, long_val: &[&str]) {
-        let o = parse_opts(args, short_val, long_val);
-        self.raise(CommandClass::WorkspaceMutating, "writes files");
-        for p in &o.positionals {
-            self.write_target(p);
-        }
-    }
-
-    pub(super) fn copy_like(&mut self, name: &str, args: &[Arg]) {
-        let o = parse_opts(
-            args,
-            "tSmogb",
-            &[
-                "target-directory",
-                "suffix",
-                "mode",
-                "owner",
-                "group",
-                "backup",
-            ],
-        );
-        self.raise(CommandClass::WorkspaceMutating, name.to_string());
-        let targets = o.value(&["-t", "--target-directory"]);
-        let pos = &o.positionals;
-        if name == "mv" {
-            // A moved file is gone from where it was.
-            for p in pos {
-                self.write_target(p);
-            }
-        }
-        if !targets.is_empty() {
-            for t in targets {
-                self.write_target(&Arg::literal(t));
-            }
-        } else if name == "install" && o.has(&["-d", "--directory"]) {
-            for p in pos {
-                self.write_target(p);
-            }
-        } else if let Some(last) = pos.last() {
-            if pos.len() >= 2 {
-                self.write_target(last);
-            } else if name == "ln" {
-                // `ln -s TARGET` makes a link named after TARGET in the working directory.
-                let base = last
-                    .text()
-                    .and_then(|t| Path::new(t).file_name())
-                    .map(|b| b.to_string_lossy().into_owned());
-                match base {
-                    Some(b) => self.write_target(&Arg::literal(&b)),
-                    None => self.write_target(last),
-                }
-            }
         }
     }
 
@@ -312,9 +172,9 @@ impl Walk<'_> {
     }
 
     pub(super) fn cd(&mut self, args: &[Arg]) {
-        let o = parse_opts(args, "", &[]);
-        match o.positional_texts().as_slice() {
-            [dir] if *dir != "-" && o.positionals.len() == 1 && !o.positionals[0].pattern => {
+        let o = parse("cd", &LENIENT, args);
+        match o.operand_texts().as_slice() {
+            [dir] if *dir != "-" && o.operands.len() == 1 && !o.operands[0].pattern => {
                 let next = match &self.cwd {
                     Some(cur) if !dir.starts_with('/') => {
                         Path::new(cur).join(dir).to_string_lossy().into_owned()
@@ -359,42 +219,154 @@ impl Walk<'_> {
         }
     }
 
-    pub(super) fn find(&mut self, args: &[Arg]) {
-        let mut starts = Vec::new();
-        let mut in_expr = false;
-        let mut i = 0;
-        while let Some(a) = args.get(i) {
-            i += 1;
-            let Some(t) = a.text() else { continue };
-            if !in_expr && !t.starts_with('-') && t != "(" && t != "!" {
-                starts.push(a.clone());
-                continue;
+    /// A program the spec table knows: its options' effects, then its operands by role.
+    fn by_spec(&mut self, name: &str, spec: &Spec, args: &[Arg]) {
+        use CommandClass::*;
+        let p = parse(name, spec, args);
+        for problem in &p.problems {
+            self.raise(ShellComplex, problem.clone());
+        }
+        for g in &p.given {
+            match g.effect() {
+                Effect::Write => {
+                    if let Some(v) = &g.value {
+                        self.write_target(v);
+                    }
+                }
+                Effect::Run => {
+                    self.raise(ShellComplex, format!("{name} {} runs a program", g.spelled))
+                }
+                Effect::Mutate => self.raise(WorkspaceMutating, format!("{name} {}", g.spelled)),
+                Effect::Unguard => self.raise(
+                    Dangerous,
+                    format!("{name} {} removes the guard for /", g.spelled),
+                ),
+                Effect::Plain | Effect::Recursive | Effect::Query => {}
             }
-            in_expr = true;
-            match t {
-                "-exec" | "-execdir" | "-ok" | "-okdir" => {
-                    self.raise(
-                        CommandClass::ShellComplex,
-                        format!("find {t} runs programs"),
-                    );
+        }
+        let recursive = p.with_effect(Effect::Recursive).next().is_some();
+        match spec.operands {
+            Operands::Read => {}
+            Operands::Written => {
+                for t in &p.operands {
+                    self.write_target(t);
                 }
-                "-delete" => {
-                    self.raise(CommandClass::WorkspaceMutating, "find -delete");
-                    if starts.is_empty() {
-                        starts.push(Arg::literal("."));
-                    }
-                    for s in starts.clone() {
-                        self.write_target(&s);
-                    }
-                }
-                "-fprint" | "-fprint0" | "-fprintf" | "-fls" => {
-                    if let Some(f) = args.get(i) {
-                        self.write_target(f);
-                    }
-                    i += 1;
-                }
-                _ => {}
             }
+            Operands::Deleted => {
+                self.raise(WorkspaceMutating, name.to_string());
+                self.deletes(name, recursive, &p.operands);
+            }
+            Operands::Changed => {
+                self.raise(WorkspaceMutating, name.to_string());
+                // The mode or owner comes first unless --reference names it.
+                let skip = usize::from(!p.has("reference"));
+                self.deletes(name, recursive, p.operands.get(skip..).unwrap_or(&[]));
+            }
+            Operands::Copied => self.copied(name, &p),
+            Operands::Command => self.wrapped(name, &p),
+            Operands::Own => match name {
+                "sed" => self.sed(&p),
+                "uniq" => {
+                    if let Some(out) = p.operands.get(1) {
+                        self.write_target(out);
+                    }
+                }
+                "tar" => self.tar(&p),
+                "patch" => self.patch(&p),
+                other => self.raise(
+                    ShellComplex,
+                    format!("{other} has no reader in the classifier"),
+                ),
+            },
+        }
+    }
+
+    /// Targets of rm, rmdir, chmod and the like; a recursive one of a root is dangerous, and so
+    /// is one whose targets come from the command's input.
+    fn deletes(&mut self, name: &str, recursive: bool, targets: &[Arg]) {
+        use CommandClass::*;
+        for t in targets {
+            if recursive && self.wipes_root(t) {
+                self.raise(
+                    Dangerous,
+                    format!("{name} -r of {}, a grant directory, / or the home", t.raw),
+                );
+            }
+            self.write_target(t);
+        }
+        if recursive && self.input_operands {
+            self.raise(
+                Dangerous,
+                format!("{name} -r of names read from the input, which may be a grant directory"),
+            );
+        }
+    }
+
+    /// cp, mv, install and ln: what they write, and the links ln makes.
+    fn copied(&mut self, name: &str, o: &Parsed) {
+        self.raise(CommandClass::WorkspaceMutating, name.to_string());
+        let targets = o.values("target-directory");
+        let pos = &o.operands;
+        if name == "mv" {
+            // A moved file is gone from where it was.
+            for p in pos {
+                self.write_target(p);
+            }
+        }
+        if name == "ln" || (name == "cp" && o.has_any(&["symbolic-link", "link"])) {
+            let sources = if targets.is_empty() && pos.len() >= 2 {
+                &pos[..pos.len() - 1]
+            } else {
+                &pos[..]
+            };
+            for s in sources {
+                self.made_link(s);
+            }
+        }
+        if self.input_operands && targets.is_empty() {
+            self.raise(
+                CommandClass::ShellComplex,
+                format!("{name} writes to names read from its input"),
+            );
+        }
+        let before = self.writes.len();
+        if !targets.is_empty() {
+            for t in targets {
+                self.write_target(t);
+            }
+        } else if name == "install" && o.has("directory") {
+            for p in pos {
+                self.write_target(p);
+            }
+        } else if let Some(last) = pos.last() {
+            if pos.len() >= 2 {
+                self.write_target(last);
+            } else if name == "ln" {
+                // `ln -s TARGET` makes a link named after TARGET in the working directory.
+                let base = last
+                    .text()
+                    .and_then(|t| Path::new(t).file_name())
+                    .map(|b| b.to_string_lossy().into_owned());
+                match base {
+                    Some(b) => self.write_target(&Arg::literal(&b)),
+                    None => self.write_target(last),
+                }
+            }
+        }
+        if name == "ln" {
+            let made = self.writes.get(before..).unwrap_or(&[]).to_vec();
+            self.link_names.extend(made);
+        }
+    }
+
+    /// Code built from a download or a decoder's output (`sh -c "$(curl ...)"`, `eval
+    /// "$(base64 -d ...)"`, `bash <(curl ...)`).
+    fn fetched_code(&mut self, name: &str, args: &[Arg]) {
+        if self.fetched && args.iter().any(|a| a.lit.is_none()) {
+            self.raise(
+                CommandClass::Dangerous,
+                format!("{name} runs code built from a download or a decoder"),
+            );
         }
     }
 }

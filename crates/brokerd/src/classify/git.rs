@@ -1,5 +1,6 @@
 //! `git`: subcommands that read, write the work tree, or run programs.
 
+use super::opts::{parse, LENIENT};
 use super::*;
 
 impl Walk<'_> {
@@ -38,72 +39,76 @@ impl Walk<'_> {
             return;
         };
         let rest = args.get(i + 1..).unwrap_or(&[]);
-        let o = parse_opts(rest, "", &[]);
+        let o = parse("git", &LENIENT, rest);
         let mutate = |w: &mut Self| w.raise(WorkspaceMutating, format!("git {sub}"));
         match sub {
             "status" | "log" | "diff" | "show" | "rev-parse" | "ls-files" | "blame"
             | "shortlog" | "describe" | "show-ref" | "cat-file" | "ls-tree" | "rev-list"
             | "merge-base" | "whatchanged" | "grep" | "count-objects" | "version" => {
-                if o.has(&["-O", "--open-files-in-pager", "--ext-diff"]) {
+                // git abbreviates long options: any unambiguous prefix counts.
+                let runs = o.has("O")
+                    || !long_values(rest, "open-files-in-pager", 2).is_empty()
+                    || !long_values(rest, "ext-diff", 3).is_empty();
+                if runs {
                     self.raise(ShellComplex, format!("git {sub} with a program option"));
                 }
-                for v in o.value(&["--output"]) {
-                    self.write_target(&Arg::literal(v));
+                for v in long_values(rest, "output", 1) {
+                    self.write_target(&v);
                 }
             }
             "branch" => {
                 let changes = [
-                    "-d",
-                    "-D",
-                    "--delete",
-                    "-m",
-                    "-M",
-                    "--move",
-                    "-c",
-                    "-C",
-                    "--copy",
-                    "-u",
-                    "--set-upstream-to",
-                    "--unset-upstream",
-                    "--edit-description",
-                    "-f",
-                    "--force",
-                    "-t",
-                    "--track",
-                    "--no-track",
+                    "d",
+                    "D",
+                    "delete",
+                    "m",
+                    "M",
+                    "move",
+                    "c",
+                    "C",
+                    "copy",
+                    "u",
+                    "set-upstream-to",
+                    "unset-upstream",
+                    "edit-description",
+                    "f",
+                    "force",
+                    "t",
+                    "track",
+                    "no-track",
                 ];
                 let lists = [
-                    "--list",
-                    "-l",
-                    "-a",
-                    "--all",
-                    "-r",
-                    "--remotes",
-                    "--contains",
-                    "--no-contains",
-                    "--merged",
-                    "--no-merged",
-                    "--points-at",
-                    "--show-current",
+                    "list",
+                    "l",
+                    "a",
+                    "all",
+                    "r",
+                    "remotes",
+                    "contains",
+                    "no-contains",
+                    "merged",
+                    "no-merged",
+                    "points-at",
+                    "show-current",
                 ];
-                if o.has(&changes) || (!o.positionals.is_empty() && !o.has(&lists)) {
+                if o.has_any(&changes) || (!o.operands.is_empty() && !o.has_any(&lists)) {
                     mutate(self);
                 }
             }
             "tag" => {
-                if !(o.positionals.is_empty() || o.has(&["-l", "--list"])) || o.has(&["-d", "-a"]) {
+                if !(o.operands.is_empty() || o.has_any(&["l", "list"])) || o.has_any(&["d", "a"]) {
                     mutate(self);
                 }
             }
             "remote" => {
-                let first = o.positionals.first().and_then(|a| a.text());
+                let first = o.operands.first().and_then(|a| a.text());
                 if !matches!(first, None | Some("show" | "get-url")) {
                     mutate(self);
                 }
             }
             "config" => {
-                let reads = ["--get", "--get-all", "--get-regexp", "--list", "-l"];
-                if !o.has(&reads) {
+                let reads = ["get", "get-all", "get-regexp", "list", "l"];
+                if !o.has_any(&reads) {
                     self.raise(
                         ShellComplex,
                         "git config can make later git commands run programs",
@@ -111,37 +116,43 @@ impl Walk<'_> {
                 }
             }
             "reflog" => {
-                let first = o.positionals.first().and_then(|a| a.text());
+                let first = o.operands.first().and_then(|a| a.text());
                 if !matches!(first, None | Some("show")) {
                     mutate(self);
                 }
             }
-            "rebase" if o.has(&["-x", "--exec", "-i", "--interactive"]) => {
+            "rebase" if o.has_any(&["x", "exec", "i", "interactive"]) => {
                 self.raise(ShellComplex, "git rebase --exec runs programs");
             }
-            "bisect" if o.positionals.first().and_then(|a| a.text()) == Some("run") => {
+            "bisect" if o.operands.first().and_then(|a| a.text()) == Some("run") => {
                 self.raise(ShellComplex, "git bisect run runs programs");
             }
             "rm" | "mv" | "restore" => {
                 mutate(self);
-                for p in &o.positionals {
+                for p in &o.operands {
                     self.write_target(p);
                 }
             }
             "checkout" => {
                 mutate(self);
-                // Paths come after `--`; before it a name is a branch.
-                if let Some(dd) = rest.iter().position(|a| a.text() == Some("--")) {
-                    for p in &rest[dd + 1..] {
-                        self.write_target(p);
-                    }
+                // `git checkout [TREE-ISH] [--] PATHS`: without `--` any name may be a path.
+                for p in &o.operands {
+                    self.write_target(p);
                 }
+            }
+            "apply" | "am"
+                if !(sub == "apply"
+                    && o.has_any(&["check", "stat", "numstat", "summary"])
+                    && !o.has("apply")) =>
+            {
+                self.raise(
+                    ShellComplex,
+                    format!("git {sub} writes the files its patch names, which the classifier cannot see"),
+                );
             }
             "add" | "commit" | "switch" | "reset" | "stash" | "merge" | "rebase"
             | "cherry-pick" | "revert" | "init" | "clone" | "fetch" | "pull" | "push" | "apply"
-            | "am" | "clean" | "gc" | "worktree" | "notes" | "bisect" | "prune" | "repack" => {
-                mutate(self)
-            }
+            | "clean" | "gc" | "worktree" | "notes" | "bisect" | "prune" | "repack" => mutate(self),
             other => self.raise(
                 ShellComplex,
                 format!(
@@ -150,4 +161,40 @@ impl Walk<'_> {
             ),
         }
     }
+}
+
+/// The values of a long option given by any prefix of `full` at least `min` characters long
+/// (`--outp=F`, `--output F`), up to `--`.
+fn long_values(args: &[Arg], full: &str, min: usize) -> Vec<Arg> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while let Some(a) = args.get(i) {
+        i += 1;
+        let Some(t) = a.text() else { continue };
+        if t == "--" {
+            break;
+        }
+        let Some(long) = t.strip_prefix("--") else {
+            continue;
+        };
+        let (name, attached) = match long.split_once('=') {
+            Some((n, v)) => (n, Some(v)),
+            None => (long, None),
+        };
+        if name.len() < min || !full.starts_with(name) {
+            continue;
+        }
+        match attached {
+            Some(v) => out.push(Arg::literal(v)),
+            None => {
+                if let Some(next) = args.get(i) {
+                    out.push(next.clone());
+                    i += 1;
+                } else {
+                    out.push(Arg::literal(""));
+                }
+            }
+        }
+    }
+    out
 }

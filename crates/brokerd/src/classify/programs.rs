@@ -1,5 +1,7 @@
 //! Program tables: readers, shells, interpreters, downloaders, system stoppers.
 
+use super::Arg;
+
 /// Programs that only read whatever their arguments (no option writes a file or runs a program).
 pub(super) const PLAIN_READERS: &[&str] = &[
     "cat",
@@ -70,7 +72,7 @@ pub(super) const PLAIN_READERS: &[&str] = &[
 ];
 
 pub(super) const SHELLS: &[&str] = &[
-    "sh", "bash", "zsh", "dash", "ksh", "ash", "mksh", "fish", "csh", "tcsh", "busybox",
+    "sh", "bash", "zsh", "dash", "ksh", "ash", "mksh", "fish", "csh", "tcsh",
 ];
 
 /// Interpreters and the options that take inline code.
@@ -163,4 +165,42 @@ pub(super) fn interpreter_code_opts(name: &str) -> Option<&'static [&'static str
 
 pub(super) fn is_sensitive_var(name: &str) -> bool {
     SENSITIVE_VARS.contains(&name) || SENSITIVE_PREFIXES.iter().any(|p| name.starts_with(p))
+}
+
+/// Programs whose output is text the classifier cannot read from the command: decoders and
+/// transformers. Piped into a shell, they hide what runs.
+pub(super) const DECODERS: &[&str] = &[
+    "base64", "base32", "basenc", "xxd", "uudecode", "openssl", "gpg", "gzip", "gunzip", "zcat",
+    "bzip2", "bunzip2", "bzcat", "xz", "unxz", "xzcat", "lzcat", "zstd", "unzstd", "zstdcat",
+    "rev", "tr", "sed", "awk", "cut", "iconv", "od", "dd",
+];
+
+/// The start of every reason for syntax the sandbox's shell may read differently.
+pub(super) const ASH_DIFFERS: &str =
+    "bash syntax that busybox ash, the sandbox's shell, may read differently";
+
+/// Whether `p` runs code it reads from its standard input, given its arguments.
+pub(super) fn reads_code(p: &str, args: &[Arg]) -> bool {
+    let shell = SHELLS.contains(&p);
+    if !shell && (!is_interpreter(p) || p.ends_with("awk")) {
+        return false;
+    }
+    for a in args {
+        match a.text() {
+            Some("-" | "--") => return true,
+            Some(t) if t.starts_with('-') || t.starts_with('+') => {
+                if shell && !t.starts_with("--") && t.contains('c') {
+                    return false;
+                }
+                if let Some((_, code_opts)) = INTERPRETERS.iter().find(|(n, _)| *n == p) {
+                    if code_opts.contains(&t) {
+                        return false;
+                    }
+                }
+            }
+            // A script file: its input is data to it.
+            _ => return false,
+        }
+    }
+    true
 }

@@ -1,30 +1,24 @@
 //! `sed`: in-place editing and the script commands that write files or run programs.
 
+use super::opts::Parsed;
 use super::*;
 
 impl Walk<'_> {
-    pub(super) fn sed(&mut self, args: &[Arg]) {
-        let o = parse_opts(args, "efl", &["expression", "file", "line-length"]);
-        let in_place = o.has(&["-i", "--in-place"])
-            || o.flags.iter().any(|f| f.starts_with("--in-place"))
-            || o.values.iter().any(|(k, _)| k == "--in-place");
-        // GNU sed reads `-i.bak` as -i with a suffix; the cluster parser saw flags -i -. -b ...
-        let in_place = in_place
-            || args
-                .iter()
-                .any(|a| a.text().is_some_and(|t| t.starts_with("-i")));
-        if o.has(&["-f", "--file"]) {
-            self.raise(CommandClass::ShellComplex, "sed runs a script from a file");
-        }
-        let mut scripts: Vec<&str> = o.value(&["-e", "--expression"]);
-        let mut files = o.positionals.iter();
-        if scripts.is_empty() && !o.has(&["-f", "--file"]) {
+    /// `sed`: the options are read by the spec table (`-i`, `-f` and their abbreviations);
+    /// here the scripts and the files an in-place edit writes.
+    pub(super) fn sed(&mut self, o: &Parsed) {
+        let in_place = o.has("in-place");
+        let from_file = o.has("file");
+        let mut scripts: Vec<Option<&str>> =
+            o.values("expression").iter().map(|a| a.text()).collect();
+        let mut files = o.operands.iter();
+        if scripts.is_empty() && !from_file {
             if let Some(s) = files.next() {
-                scripts.push(s.text().unwrap_or(""));
+                scripts.push(s.text());
             }
         }
         for s in scripts {
-            if !sed_plain(s) {
+            if !s.is_some_and(sed_plain) {
                 self.raise(
                     CommandClass::ShellComplex,
                     "a sed script with commands the classifier does not read (w, e, r, ...)",
@@ -32,7 +26,6 @@ impl Walk<'_> {
             }
         }
         if in_place {
-            self.raise(CommandClass::WorkspaceMutating, "sed -i");
             for f in files {
                 self.write_target(f);
             }

@@ -45,7 +45,7 @@ fn classes() {
         ("find . -name '*.rs' -newer x", ReadOnly),
         ("test -f a && cat a", ReadOnly),
         ("[ -f a ] || echo none", ReadOnly),
-        ("[[ -f a ]]", ReadOnly),
+        ("[[ -f a ]]", ShellComplex),
         ("! grep -q x a", ReadOnly),
         ("ls # a comment", ReadOnly),
         ("ls; pwd; date", ReadOnly),
@@ -75,7 +75,7 @@ fn classes() {
         // Workspace-mutating.
         ("cat x > y", WorkspaceMutating),
         ("echo a >> log.txt", WorkspaceMutating),
-        ("ls &> out", WorkspaceMutating),
+        ("ls &> out", ShellComplex),
         ("ls >| out", WorkspaceMutating),
         ("> empty", WorkspaceMutating),
         ("ls;rm x", WorkspaceMutating),
@@ -178,7 +178,7 @@ fn classes() {
         ("sort --compress-program=sh x", ShellComplex),
         ("rg --pre ./x pat", ShellComplex),
         ("curl https://a.example/x", ShellComplex),
-        ("echo {a,b}", ReadOnly),
+        ("echo {a,b}", ShellComplex),
         ("*", ShellComplex),
         // Dangerous.
         ("rm -rf /", Dangerous),

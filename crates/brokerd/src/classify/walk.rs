@@ -1,5 +1,7 @@
 //! The walk over the syntax tree: statements, words, pipelines and redirections.
 
+use super::opts::parse;
+use super::specs::{spec_of, Effect, Operands};
 use super::*;
 pub(super) struct Walk<'a> {
     pub(super) language: &'a Language,
@@ -10,6 +12,18 @@ pub(super) struct Walk<'a> {
     pub(super) writes: Vec<String>,
     /// The directory of the last literal `cd`, to report relative writes under it.
     pub(super) cwd: Option<String>,
+    /// The program being walked gets more operands from its input (xargs, find -exec): names
+    /// the classifier cannot see.
+    pub(super) input_operands: bool,
+    /// Targets of the links the command makes, and the links' names: a link made and written
+    /// through in one command writes its target.
+    pub(super) link_targets: Vec<String>,
+    pub(super) link_names: Vec<String>,
+    /// Past this instant nothing more is parsed: the command is `ShellComplex`.
+    pub(super) deadline: Instant,
+    /// A command or process substitution runs a download or a decoder: code built from its
+    /// output is as good as fetched.
+    pub(super) fetched: bool,
 }
 
 impl<'a> Walk<'a> {
@@ -18,6 +32,7 @@ impl<'a> Walk<'a> {
         roots: &'a [PathBuf],
         depth: usize,
         cwd: Option<String>,
+        deadline: Instant,
     ) -> Self {
         Walk {
             language,
@@ -27,10 +42,24 @@ impl<'a> Walk<'a> {
             reason: None,
             writes: Vec::new(),
             cwd,
+            input_operands: false,
+            link_targets: Vec::new(),
+            link_names: Vec::new(),
+            deadline,
+            fetched: false,
         }
     }
 
-    pub(super) fn finish(self) -> Assessment {
+    pub(super) fn finish(mut self) -> Assessment {
+        // A link is only a way to a file; written through in the same command (or by code the
+        // classifier cannot see), its target is what is written.
+        let through = self.class >= CommandClass::ShellComplex
+            || self.writes.iter().any(|w| !self.link_names.contains(w));
+        if through {
+            for t in std::mem::take(&mut self.link_targets) {
+                self.push_write(t);
+            }
+        }
         Assessment {
             class: self.class,
             writes: self.writes,
@@ -47,7 +76,15 @@ impl<'a> Walk<'a> {
 
     /// Runs a nested walk (inline `sh -c` code, xargs' command) and folds its result in.
     pub(super) fn nested(&mut self) -> Walk<'a> {
-        Walk::new(self.language, self.roots, self.depth + 1, self.cwd.clone())
+        let mut inner = Walk::new(
+            self.language,
+            self.roots,
+            self.depth + 1,
+            self.cwd.clone(),
+            self.deadline,
+        );
+        inner.fetched = self.fetched;
+        inner
     }
 
     pub(super) fn absorb(&mut self, inner: Walk<'a>) {
@@ -56,6 +93,26 @@ impl<'a> Walk<'a> {
         }
         for w in inner.writes {
             self.push_write(w);
+        }
+        self.fetched |= inner.fetched;
+        self.link_targets.extend(inner.link_targets);
+        self.link_names.extend(inner.link_names);
+    }
+
+    /// `ln SOURCE...`: remembered, see `finish`.
+    pub(super) fn made_link(&mut self, source: &Arg) {
+        match source.text() {
+            Some(t) if !self.link_targets.iter().any(|l| l == t) => {
+                self.link_targets.push(t.to_string())
+            }
+            Some(_) => {}
+            None => self.raise(
+                CommandClass::ShellComplex,
+                format!(
+                    "a link to a path the classifier cannot read ({})",
+                    source.raw
+                ),
+            ),
         }
     }
 
@@ -104,10 +161,19 @@ impl<'a> Walk<'a> {
             );
             return;
         }
-        let Some(tree) = parser.parse(command, None) else {
+        let deadline = self.deadline;
+        let mut past_deadline = |_: &tree_sitter::ParseState| Instant::now() > deadline;
+        let options = ParseOptions::new().progress_callback(&mut past_deadline);
+        let bytes = command.as_bytes();
+        let parsed = parser.parse_with_options(
+            &mut |offset, _| bytes.get(offset..).unwrap_or(&[]),
+            None,
+            Some(options),
+        );
+        let Some(tree) = parsed else {
             self.raise(
                 CommandClass::ShellComplex,
-                "the command could not be parsed",
+                "the command could not be parsed in the time the classifier allows",
             );
             return;
         };
@@ -154,11 +220,8 @@ impl<'a> Walk<'a> {
             "declaration_command" => self.declaration(n, src),
             "unset_command" => self.scan_children(n, src),
             "test_command" => {
-                if first_token(n) == Some("[[") && has_arithmetic_test(n, src) {
-                    self.raise(
-                        CommandClass::ShellComplex,
-                        "an arithmetic comparison inside [[ ]]",
-                    );
+                if first_token(n) == Some("[[") {
+                    self.raise(CommandClass::ShellComplex, format!("{ASH_DIFFERS}: [[ ]]"));
                 }
                 self.scan_children(n, src);
             }
@@ -219,20 +282,31 @@ impl<'a> Walk<'a> {
             return;
         }
         match n.kind() {
-            "command_substitution" => {
-                self.raise(CommandClass::ShellComplex, "command substitution");
+            "command_substitution" | "process_substitution" => {
+                let what = if n.kind() == "command_substitution" {
+                    "command substitution"
+                } else {
+                    "process substitution"
+                };
+                self.raise(CommandClass::ShellComplex, what);
+                self.fetched |= runs_fetch(n, src, 0);
                 self.depth += 1;
                 self.container(n, src);
                 self.depth -= 1;
                 return;
             }
-            "process_substitution" => {
-                self.raise(CommandClass::ShellComplex, "process substitution");
-                self.depth += 1;
-                self.container(n, src);
-                self.depth -= 1;
-                return;
-            }
+            "ansi_c_string" => self.raise(
+                CommandClass::ShellComplex,
+                format!("{ASH_DIFFERS}: $'...' quoting"),
+            ),
+            "string" if src[n.byte_range()].starts_with('$') => self.raise(
+                CommandClass::ShellComplex,
+                format!("{ASH_DIFFERS}: $\"...\" quoting"),
+            ),
+            "array" => self.raise(
+                CommandClass::ShellComplex,
+                format!("{ASH_DIFFERS}: an array"),
+            ),
             "arithmetic_expansion" => {
                 self.raise(CommandClass::ShellComplex, "arithmetic expansion");
             }
@@ -258,6 +332,12 @@ impl<'a> Walk<'a> {
 
     pub(super) fn arg(&mut self, n: Node, src: &str) -> Arg {
         self.scan(n, src);
+        if brace_expansion(n, src) {
+            self.raise(
+                CommandClass::ShellComplex,
+                format!("{ASH_DIFFERS}: brace expansion"),
+            );
+        }
         let raw = src[n.byte_range()].to_string();
         match literal(n, src) {
             Some((t, pattern)) => Arg {
@@ -284,17 +364,54 @@ impl<'a> Walk<'a> {
         for s in &stages {
             self.statement(*s, src);
         }
-        let programs: Vec<Option<String>> = stages.iter().map(|s| stage_program(*s, src)).collect();
-        let download = programs
-            .iter()
-            .position(|p| p.as_deref().is_some_and(|p| DOWNLOADERS.contains(&p)));
-        if let Some(d) = download {
-            let into_shell = programs[d + 1..].iter().any(|p| {
-                p.as_deref()
-                    .is_some_and(|p| SHELLS.contains(&p) || is_interpreter(p))
-            });
-            if into_shell {
-                self.raise(CommandClass::Dangerous, "a download piped into a shell");
+        let mut c = n.walk();
+        if n.children(&mut c).any(|ch| ch.kind() == "|&") {
+            self.raise(CommandClass::ShellComplex, format!("{ASH_DIFFERS}: |&"));
+        }
+        let programs: Vec<Option<(String, Vec<Arg>)>> =
+            stages.iter().map(|s| stage_program(*s, src)).collect();
+        for (k, stage) in programs.iter().enumerate().skip(1) {
+            let Some((p, pargs)) = stage else { continue };
+            if !SHELLS.contains(&p.as_str()) && !is_interpreter(p) {
+                continue;
+            }
+            let upstream = |list: &[&str]| {
+                programs[..k]
+                    .iter()
+                    .flatten()
+                    .any(|(u, _)| list.contains(&u.as_str()))
+            };
+            if upstream(DOWNLOADERS) {
+                self.raise(
+                    CommandClass::Dangerous,
+                    format!("a download piped into {p}"),
+                );
+                continue;
+            }
+            if !reads_code(p, pargs) {
+                continue;
+            }
+            self.raise(
+                CommandClass::ShellComplex,
+                format!("text piped into {p} runs as code"),
+            );
+            if upstream(DECODERS) {
+                self.raise(
+                    CommandClass::Dangerous,
+                    format!("decoded text piped into {p} runs as code the command does not show"),
+                );
+                continue;
+            }
+            let before = programs[k - 1]
+                .as_ref()
+                .map(|(q, qargs)| (q.as_str(), echoed_text(q, qargs)));
+            match before {
+                Some(("echo" | "printf", Some(text))) => self.code_input(Some(p), &text),
+                Some(("echo" | "printf", None)) | None => self.raise(
+                    CommandClass::Dangerous,
+                    format!("text the classifier cannot read is piped into {p} and runs as code"),
+                ),
+                Some(_) => {}
             }
         }
     }
@@ -304,7 +421,7 @@ impl<'a> Walk<'a> {
         if let Some(b) = body {
             self.statement(b, src);
         }
-        let into = body.and_then(|b| stage_program(b, src));
+        let into = body.and_then(|b| stage_program(b, src)).map(|(p, _)| p);
         let mut c = n.walk();
         for ch in n.named_children(&mut c) {
             if Some(ch) == body {
@@ -339,6 +456,10 @@ impl<'a> Walk<'a> {
                         }
                     }
                     ">" | ">>" | "&>" | "&>>" | ">|" => match dest_arg {
+                        Some(a) if op.starts_with('&') => {
+                            self.raise(CommandClass::ShellComplex, format!("{ASH_DIFFERS}: {op}"));
+                            self.write_target(&a);
+                        }
                         Some(a) => self.write_target(&a),
                         None => {
                             self.raise(CommandClass::ShellComplex, "a redirection without a target")
@@ -569,7 +690,7 @@ impl<'a> Walk<'a> {
             self.raise(CommandClass::ShellComplex, "a pattern in command position");
         }
         self.program(&prog, &args);
-        let into = resolve_program(&prog, &args);
+        let into = resolve_program(&prog, &args).map(|(p, _)| p);
         self.redirects_of(n, src, into.as_deref());
     }
 
@@ -630,24 +751,6 @@ pub(super) fn is_plain_expansion(n: Node) -> bool {
     named == 1
 }
 
-pub(super) fn has_arithmetic_test(n: Node, src: &str) -> bool {
-    let mut c = n.walk();
-    for ch in n.children(&mut c) {
-        if ch.kind() == "test_operator"
-            && matches!(
-                &src[ch.byte_range()],
-                "-eq" | "-ne" | "-lt" | "-le" | "-gt" | "-ge"
-            )
-        {
-            return true;
-        }
-        if has_arithmetic_test(ch, src) {
-            return true;
-        }
-    }
-    false
-}
-
 /// Whether anything under `n` runs a command named `name` (a function calling itself).
 pub(super) fn calls_program(n: Node, src: &str, name: &str, depth: usize) -> bool {
     if depth > MAX_DEPTH {
@@ -667,8 +770,8 @@ pub(super) fn calls_program(n: Node, src: &str, name: &str, depth: usize) -> boo
         .any(|ch| calls_program(ch, src, name, depth + 1))
 }
 
-/// The program a pipeline stage runs, through wrappers such as `env` and `sudo`.
-pub(super) fn stage_program(n: Node, src: &str) -> Option<String> {
+/// The program a pipeline stage runs and its arguments, through wrappers.
+pub(super) fn stage_program(n: Node, src: &str) -> Option<(String, Vec<Arg>)> {
     match n.kind() {
         "redirected_statement" => stage_program(n.child_by_field_name("body")?, src),
         "command" => {
@@ -677,17 +780,20 @@ pub(super) fn stage_program(n: Node, src: &str) -> Option<String> {
             let mut c = n.walk();
             let args: Vec<Arg> = n
                 .children_by_field_name("argument", &mut c)
-                .map(|a| match literal(a, src) {
-                    Some((t, p)) => Arg {
-                        lit: Some(t),
-                        pattern: p,
-                        raw: String::new(),
-                    },
-                    None => Arg {
-                        lit: None,
-                        pattern: false,
-                        raw: String::new(),
-                    },
+                .map(|a| {
+                    let raw = src[a.byte_range()].to_string();
+                    match literal(a, src) {
+                        Some((t, pattern)) => Arg {
+                            lit: Some(t),
+                            pattern,
+                            raw,
+                        },
+                        None => Arg {
+                            lit: None,
+                            pattern: false,
+                            raw,
+                        },
+                    }
                 })
                 .collect();
             resolve_program(&prog, &args)
@@ -696,29 +802,92 @@ pub(super) fn stage_program(n: Node, src: &str) -> Option<String> {
     }
 }
 
-/// The program name with wrappers (`env X=1`, `sudo`, `nice`, `exec` ...) looked through.
-pub(super) fn resolve_program(prog: &str, args: &[Arg]) -> Option<String> {
-    let name = program_name(prog)?;
-    const WRAPPERS: &[&str] = &[
-        "env", "sudo", "doas", "nice", "nohup", "exec", "command", "builtin", "time", "stdbuf",
-        "timeout", "xargs", "setsid",
-    ];
-    if !WRAPPERS.contains(&name) {
-        return Some(name.to_string());
+/// The program a command runs with its arguments, with wrappers (`env X=1`, `busybox`, `nice`,
+/// `exec`, `sudo` ...) looked through; `None` when a wrapper's command cannot be read.
+pub(super) fn resolve_program(prog: &str, args: &[Arg]) -> Option<(String, Vec<Arg>)> {
+    let mut name = program_name(prog)?.to_string();
+    let mut args = args.to_vec();
+    for _ in 0..MAX_DEPTH {
+        let rest: Vec<Arg> = match name.as_str() {
+            "busybox" => args.clone(),
+            "sudo" | "doas" | "setsid" => {
+                let at = args
+                    .iter()
+                    .position(|a| !a.text().is_some_and(|t| t.starts_with('-')))
+                    .unwrap_or(args.len());
+                args[at..].to_vec()
+            }
+            n => match spec_of(n) {
+                Some(spec) if spec.operands == Operands::Command => {
+                    let p = parse(n, spec, &args);
+                    if p.with_effect(Effect::Query).next().is_some() {
+                        return Some((name, args));
+                    }
+                    let mut ops: &[Arg] = &p.operands;
+                    if n == "timeout" {
+                        ops = ops.get(1..).unwrap_or(&[]);
+                    }
+                    if n == "env" {
+                        while ops
+                            .first()
+                            .is_some_and(|a| a.text().is_some_and(|t| t.contains('=')))
+                        {
+                            ops = &ops[1..];
+                        }
+                    }
+                    ops.to_vec()
+                }
+                _ => return Some((name, args)),
+            },
+        };
+        let Some((first, tail)) = rest.split_first() else {
+            return Some((name, args));
+        };
+        name = program_name(first.text()?)?.to_string();
+        args = tail.to_vec();
     }
-    // The first argument that is neither an option nor an assignment (nor timeout's duration).
-    let mut idx = args
-        .iter()
-        .position(|a| {
-            !a.text()
-                .is_some_and(|t| t.starts_with('-') || (t.contains('=') && !t.starts_with('=')))
-        })
-        .unwrap_or(args.len());
-    if name == "timeout" {
-        idx += 1;
+    None
+}
+
+/// The text `echo` or `printf` prints, when the command shows it as it is (no escapes, no
+/// formats).
+fn echoed_text(program: &str, args: &[Arg]) -> Option<String> {
+    let texts: Vec<&str> = args.iter().map(|a| a.text()).collect::<Option<_>>()?;
+    match program {
+        "echo" => {
+            let words: Vec<&str> = texts
+                .iter()
+                .copied()
+                .skip_while(|t| matches!(*t, "-n" | "-E"))
+                .collect();
+            if words.iter().any(|t| t.contains('\\')) || words.first() == Some(&"-e") {
+                return None;
+            }
+            Some(words.join(" "))
+        }
+        "printf" => match texts.as_slice() {
+            [format] if !format.contains(['%', '\\']) => Some((*format).to_string()),
+            _ => None,
+        },
+        _ => None,
     }
-    match args.get(idx) {
-        Some(next) => resolve_program(next.text()?, args.get(idx + 1..).unwrap_or(&[])),
-        None => Some(name.to_string()),
+}
+
+/// Whether a substitution runs a download or a decoder anywhere inside it.
+pub(super) fn runs_fetch(n: Node, src: &str, depth: usize) -> bool {
+    if depth > MAX_DEPTH {
+        return true;
     }
+    if n.kind() == "command" {
+        if let Some((p, _)) = stage_program(n, src) {
+            if DOWNLOADERS.contains(&p.as_str()) || DECODERS.contains(&p.as_str()) {
+                return true;
+            }
+        }
+    }
+    let mut c = n.walk();
+    let children: Vec<Node> = n.named_children(&mut c).collect();
+    children
+        .into_iter()
+        .any(|ch| runs_fetch(ch, src, depth + 1))
 }

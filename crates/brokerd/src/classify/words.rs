@@ -57,6 +57,10 @@ pub(super) fn literal(n: Node, src: &str) -> Option<(String, bool)> {
             Some((out, pattern))
         }
         "brace_expression" => Some((text.to_string(), true)),
+        "ansi_c_string" => {
+            let inner = text.strip_prefix("$'")?.strip_suffix('\'')?;
+            Some((unescape_ansi_c(inner)?, false))
+        }
         _ => None,
     }
 }
@@ -139,4 +143,127 @@ pub(super) fn inline_paths(code: &str) -> Vec<String> {
         }
     }
     out
+}
+
+/// Bash's `$'...'` escapes; `None` for one the classifier does not decode or a NUL.
+fn unescape_ansi_c(text: &str) -> Option<String> {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        let e = chars.next()?;
+        let simple = match e {
+            'a' => Some('\u{7}'),
+            'b' => Some('\u{8}'),
+            'e' | 'E' => Some('\u{1b}'),
+            'f' => Some('\u{c}'),
+            'n' => Some('\n'),
+            'r' => Some('\r'),
+            't' => Some('\t'),
+            'v' => Some('\u{b}'),
+            '\\' | '\'' | '"' | '?' => Some(e),
+            _ => None,
+        };
+        if let Some(s) = simple {
+            out.push(s);
+            continue;
+        }
+        let (radix, max) = match e {
+            'x' => (16, 2),
+            'u' => (16, 4),
+            'U' => (16, 8),
+            '0'..='7' => (8, 2),
+            _ => return None,
+        };
+        let mut digits = String::new();
+        if radix == 8 {
+            digits.push(e);
+        }
+        while digits.len() < max + usize::from(radix == 8) {
+            match chars.peek() {
+                Some(d) if d.is_digit(radix) => {
+                    digits.push(*d);
+                    chars.next();
+                }
+                _ => break,
+            }
+        }
+        let value = u32::from_str_radix(&digits, radix).ok()?;
+        match char::from_u32(value) {
+            Some(ch) if ch != '\0' => out.push(ch),
+            _ => return None,
+        }
+    }
+    Some(out)
+}
+
+/// Whether bash would brace-expand the word (`{a,b}`, `x{1..3}`); busybox ash does not.
+pub(super) fn brace_expansion(n: Node, src: &str) -> bool {
+    let mut shape = String::new();
+    if !word_shape(n, src, &mut shape, 0) {
+        return true;
+    }
+    let chars: Vec<char> = shape.chars().collect();
+    let mut open: Vec<(usize, bool)> = Vec::new();
+    for (i, c) in chars.iter().enumerate() {
+        match c {
+            '{' => open.push((i, false)),
+            ',' => {
+                if let Some(last) = open.last_mut() {
+                    last.1 = true;
+                }
+            }
+            '.' if chars.get(i + 1) == Some(&'.') => {
+                if let Some(last) = open.last_mut() {
+                    last.1 = true;
+                }
+            }
+            '}' => {
+                if let Some((_, listed)) = open.pop() {
+                    if listed {
+                        return true;
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    false
+}
+
+/// The word with quoted parts and escaped characters replaced by `x`; false when a
+/// `brace_expression` node is found or the word nests too deeply to look at.
+fn word_shape(n: Node, src: &str, out: &mut String, depth: usize) -> bool {
+    if depth > 16 {
+        return false;
+    }
+    match n.kind() {
+        "brace_expression" => false,
+        "word" => {
+            let mut chars = src[n.byte_range()].chars();
+            while let Some(c) = chars.next() {
+                if c == '\\' {
+                    chars.next();
+                    out.push('x');
+                } else {
+                    out.push(c);
+                }
+            }
+            true
+        }
+        "concatenation" => {
+            let mut c = n.walk();
+            let children: Vec<Node> = n.children(&mut c).collect();
+            children
+                .into_iter()
+                .all(|ch| word_shape(ch, src, out, depth + 1))
+        }
+        _ => {
+            out.push('x');
+            true
+        }
+    }
 }

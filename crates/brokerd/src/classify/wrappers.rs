@@ -1,15 +1,25 @@
 //! Programs that run other programs or code: env, nice, timeout, xargs, `sh -c`, eval.
 
+use super::opts::Parsed;
+use super::specs::Effect;
 use super::*;
 
 impl Walk<'_> {
-    /// The program after a wrapper's own options, classified as a program of its own.
-    pub(super) fn run_rest(&mut self, wrapper: &str, args: &[Arg], skip: usize) {
-        let rest = args.get(skip..).unwrap_or(&[]);
+    /// The command a wrapper runs, classified as a program of its own: the wrapper is at least
+    /// as bad as what it runs.
+    pub(super) fn run_rest(&mut self, wrapper: &str, rest: &[Arg]) {
         // `command` or `exec` alone do nothing; `timeout 5` alone is an error.
         if let Some((first, tail)) = rest.split_first() {
             match first.text() {
-                Some(p) => self.program(p, tail),
+                Some(p) => {
+                    if self.depth > MAX_DEPTH {
+                        self.raise(CommandClass::ShellComplex, "the command nests too deeply");
+                        return;
+                    }
+                    self.depth += 1;
+                    self.program(p, tail);
+                    self.depth -= 1;
+                }
                 None => self.raise(
                     CommandClass::ShellComplex,
                     format!("{wrapper} runs a program the classifier cannot read"),
@@ -18,56 +28,61 @@ impl Walk<'_> {
         }
     }
 
-    pub(super) fn wrapper_env(&mut self, args: &[Arg]) {
-        let mut i = 0;
-        while let Some(a) = args.get(i) {
-            let Some(t) = a.text() else { break };
-            if t == "-i" || t == "-0" || t == "--null" || t == "--ignore-environment" || t == "-" {
-                i += 1;
-            } else if t == "-u" {
-                i += 2;
-            } else if t.starts_with("--unset=") || (t.starts_with("-u") && t.len() > 2) {
-                i += 1;
-            } else if t.starts_with('-') {
-                self.raise(
-                    CommandClass::ShellComplex,
-                    format!("env {t} is an option the classifier does not read"),
-                );
-                return;
-            } else if let Some((var, _)) = t.split_once('=') {
-                if is_sensitive_var(var) {
+    /// env, nice, nohup, timeout, stdbuf, time, command, exec, xargs: their command.
+    pub(super) fn wrapped(&mut self, name: &str, p: &Parsed) {
+        let mut rest: &[Arg] = &p.operands;
+        match name {
+            "command" | "builtin" if p.with_effect(Effect::Query).next().is_some() => return,
+            "exec" => self.raise(CommandClass::ShellComplex, "exec replaces the shell"),
+            "timeout" => rest = rest.get(1..).unwrap_or(&[]),
+            "env" => {
+                if !p.values("chdir").is_empty() {
                     self.raise(
                         CommandClass::ShellComplex,
-                        format!("sets {var}, which changes what programs run"),
+                        "env -C runs the command in another directory",
                     );
                 }
-                i += 1;
-            } else {
-                break;
+                while let Some((first, tail)) = rest.split_first() {
+                    let Some((var, _)) = first.text().and_then(|t| t.split_once('=')) else {
+                        break;
+                    };
+                    if is_sensitive_var(var) {
+                        self.raise(
+                            CommandClass::ShellComplex,
+                            format!("sets {var}, which changes what programs run"),
+                        );
+                    }
+                    rest = tail;
+                }
             }
+            "xargs" => {
+                self.xargs(rest);
+                return;
+            }
+            _ => {}
         }
-        self.run_rest("env", args, i);
+        self.run_rest(name, rest);
     }
 
-    pub(super) fn xargs(&mut self, args: &[Arg]) {
-        let skip = skip_options(
-            args,
-            "IinLlPdEesa",
-            &[
-                "replace",
-                "max-args",
-                "max-lines",
-                "max-procs",
-                "delimiter",
-                "eof",
-                "max-chars",
-                "arg-file",
-            ],
-        );
+    /// `busybox APPLET ARGS` is the applet; `busybox` alone and `--list` only print.
+    pub(super) fn busybox(&mut self, args: &[Arg]) {
+        match args.first().map(|a| a.text()) {
+            None => {}
+            Some(Some("--list" | "--list-full" | "--help")) => {}
+            Some(Some(t)) if t.starts_with('-') => self.raise(
+                CommandClass::ShellComplex,
+                format!("busybox {t} is an option the classifier does not read"),
+            ),
+            Some(_) => self.run_rest("busybox", args),
+        }
+    }
+
+    /// xargs' command gets more operands from the input: names the classifier cannot see.
+    fn xargs(&mut self, rest: &[Arg]) {
         let mut inner = self.nested();
-        inner.run_rest("xargs", args, skip);
+        inner.input_operands = true;
+        inner.run_rest("xargs", rest);
         if inner.class > CommandClass::ReadOnly {
-            // The names the inner command gets come from its input: its targets are unknown.
             self.raise(
                 CommandClass::ShellComplex,
                 "xargs runs a command on names read from its input",
@@ -76,23 +91,53 @@ impl Walk<'_> {
         self.absorb(inner);
     }
 
-    /// `sh -c CODE`: the code is classified too, so that `sh -c 'rm -rf /'` is dangerous.
+    /// `sh [OPTIONS] -c [--] CODE`: the code is classified too, so that `sh -c 'rm -rf /'` is
+    /// dangerous however the options are spelled.
     pub(super) fn shell_inline(&mut self, args: &[Arg]) {
         let mut i = 0;
+        let mut inline = false;
+        let mut operand = None;
         while let Some(a) = args.get(i) {
             i += 1;
-            let Some(t) = a.text() else { continue };
-            if t.starts_with('-') && !t.starts_with("--") && t[1..].contains('c') {
-                if let Some(code) = args.get(i).and_then(|a| a.text()) {
+            let Some(t) = a.text() else {
+                operand = Some(i - 1);
+                break;
+            };
+            if t == "--" || t == "-" {
+                operand = Some(i);
+                break;
+            }
+            if let Some(long) = t.strip_prefix("--") {
+                if matches!(long, "rcfile" | "init-file") {
+                    i += 1;
+                }
+                continue;
+            }
+            if (t.starts_with('-') || t.starts_with('+')) && t.len() > 1 {
+                inline |= t.starts_with('-') && t.contains('c');
+                // `-o OPTION` and bash's `-O SHOPT` take the next word.
+                i += t.matches(['o', 'O']).count();
+                continue;
+            }
+            operand = Some(i - 1);
+            break;
+        }
+        if !inline {
+            return;
+        }
+        match operand.and_then(|at| args.get(at)) {
+            Some(code) => match code.text() {
+                Some(text) => {
                     let mut inner = self.nested();
-                    inner.source(code);
+                    inner.source(text);
                     self.absorb(inner);
                 }
-                return;
-            }
-            if !t.starts_with('-') {
-                return;
-            }
+                None => self.raise(
+                    CommandClass::ShellComplex,
+                    "a shell runs code the classifier cannot read",
+                ),
+            },
+            None => self.raise(CommandClass::ShellComplex, "sh -c without code"),
         }
     }
 
