@@ -45,19 +45,6 @@ impl Walk<'_> {
                 }
                 self.inline_shell(args);
             }
-            "sudo" | "doas" | "setsid" => {
-                self.raise(
-                    ShellComplex,
-                    format!("{name} runs a program the classifier does not see through"),
-                );
-                // Whatever it runs, the command is at least as bad.
-                let rest = args
-                    .iter()
-                    .position(|a| !a.text().is_some_and(|t| t.starts_with('-')));
-                if let Some(at) = rest {
-                    self.run_rest(name, &args[at..]);
-                }
-            }
             "trap" | "alias" | "let" | "enable" | "shopt" | "read" | "mapfile" | "readarray"
             | "coproc" | "fc" | "hash" | "su" | "pushd" | "popd" | "unshare" | "chroot" => self
                 .raise(
@@ -245,6 +232,18 @@ impl Walk<'_> {
             }
         }
         let recursive = p.with_effect(Effect::Recursive).next().is_some();
+        let writer = matches!(
+            spec.operands,
+            Operands::Written | Operands::Deleted | Operands::Changed | Operands::Copied
+        );
+        if writer && self.input_operands {
+            self.raise(
+                ShellComplex,
+                format!(
+                    "{name} changes names read from the input, which the classifier cannot see"
+                ),
+            );
+        }
         match spec.operands {
             Operands::Read => {}
             Operands::Written => {
@@ -329,7 +328,7 @@ impl Walk<'_> {
                 format!("{name} writes to names read from its input"),
             );
         }
-        let before = self.writes.len();
+        self.in_link = name == "ln";
         if !targets.is_empty() {
             for t in targets {
                 self.write_target(t);
@@ -353,10 +352,7 @@ impl Walk<'_> {
                 }
             }
         }
-        if name == "ln" {
-            let made = self.writes.get(before..).unwrap_or(&[]).to_vec();
-            self.link_names.extend(made);
-        }
+        self.in_link = false;
     }
 
     /// Code built from a download or a decoder's output (`sh -c "$(curl ...)"`, `eval

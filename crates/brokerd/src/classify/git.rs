@@ -140,19 +140,16 @@ impl Walk<'_> {
                     self.write_target(p);
                 }
             }
-            "apply" | "am"
-                if !(sub == "apply"
-                    && o.has_any(&["check", "stat", "numstat", "summary"])
-                    && !o.has("apply")) =>
-            {
+            "apply" if o.has_any(&["check", "stat", "numstat", "summary"]) && !o.has("apply") => {}
+            "apply" | "am" => {
                 self.raise(
                     ShellComplex,
                     format!("git {sub} writes the files its patch names, which the classifier cannot see"),
                 );
             }
             "add" | "commit" | "switch" | "reset" | "stash" | "merge" | "rebase"
-            | "cherry-pick" | "revert" | "init" | "clone" | "fetch" | "pull" | "push" | "apply"
-            | "clean" | "gc" | "worktree" | "notes" | "bisect" | "prune" | "repack" => mutate(self),
+            | "cherry-pick" | "revert" | "init" | "clone" | "fetch" | "pull" | "push" | "clean"
+            | "gc" | "worktree" | "notes" | "bisect" | "prune" | "repack" => mutate(self),
             other => self.raise(
                 ShellComplex,
                 format!(

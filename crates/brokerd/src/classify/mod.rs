@@ -111,6 +111,14 @@ pub struct Assessment {
 pub enum ClassifierError {
     #[error("the bash grammar could not be loaded: {0}")]
     Grammar(String),
+    #[error("the command classifier's table of hostile commands does not parse: {0}")]
+    Table(String),
+    #[error("the command classifier disagrees with its table of hostile commands on `{command}`: expected {expected}, got {got}")]
+    Case {
+        command: String,
+        expected: String,
+        got: String,
+    },
     #[error("the command classifier's program table does not compile: {0}")]
     Specs(String),
     #[error("the command classifier disagrees with its own example `{command}`: expected {expected}, got {got}")]
@@ -163,6 +171,49 @@ pub const EXAMPLES: &[(&str, CommandClass)] = {
     ]
 };
 
+/// Commands a hostile model may try, with their expected class and writes (`adversarial.toml`).
+const ADVERSARIAL: &str = include_str!("adversarial.toml");
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Adversarial {
+    case: Vec<Case>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Case {
+    command: String,
+    class: CommandClass,
+    writes: Option<Vec<String>>,
+}
+
+/// Checks every command of `ADVERSARIAL`: its class, and its writes where the table gives them.
+fn check_adversarial(classifier: &Classifier, roots: &[PathBuf]) -> Result<usize, ClassifierError> {
+    let table: Adversarial =
+        toml::from_str(ADVERSARIAL).map_err(|e| ClassifierError::Table(e.to_string()))?;
+    for case in &table.case {
+        let got = classifier.classify(&case.command, roots);
+        if got.class != case.class {
+            return Err(ClassifierError::Case {
+                command: case.command.clone(),
+                expected: case.class.to_string(),
+                got: format!("{} ({})", got.class, got.reason.unwrap_or_default()),
+            });
+        }
+        if let Some(writes) = &case.writes {
+            if &got.writes != writes {
+                return Err(ClassifierError::Case {
+                    command: case.command.clone(),
+                    expected: format!("writes {writes:?}"),
+                    got: format!("writes {:?}", got.writes),
+                });
+            }
+        }
+    }
+    Ok(table.case.len())
+}
+
 /// A shell command classifier whose examples have been checked.
 pub struct Classifier {
     language: Language,
@@ -190,6 +241,7 @@ impl Classifier {
                 });
             }
         }
+        check_adversarial(&classifier, &roots)?;
         Ok(classifier)
     }
 

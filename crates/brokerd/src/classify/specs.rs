@@ -327,6 +327,15 @@ const SPECS: &[RawSpec] = &[
     wrapper(&["command", "builtin"], "p v:query V:query"),
     wrapper(&["exec"], "c l a="),
     wrapper(
+        &["sudo"],
+        "u,user= g,group= E,preserve-env=? H,set-home i,login s,shell n,non-interactive \
+         k,reset-timestamp b,background p,prompt= S,stdin A,askpass D,chdir= C,close-from= \
+         h,host= P,preserve-groups T,command-timeout= R,chroot= l,list v,validate \
+         K,remove-timestamp",
+    ),
+    wrapper(&["doas"], "u= n s C= L"),
+    wrapper(&["setsid"], "c,ctty f,fork w,wait"),
+    wrapper(
         // GNU and busybox take `-e` and `-i` with an attached value only.
         &["xargs"],
         "0,null a,arg-file= d,delimiter= E= e,eof=? I= i,replace=? L= l,max-lines=? \

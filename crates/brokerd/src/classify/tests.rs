@@ -16,6 +16,31 @@ fn examples_hold_when_built() {
     }
 }
 
+/// Every disagreement with the table at once (building the classifier stops at the first).
+#[test]
+fn adversarial_table() {
+    let table: Adversarial = toml::from_str(ADVERSARIAL).expect("the table parses");
+    assert!(table.case.len() >= 150, "{} cases", table.case.len());
+    let mut failures = Vec::new();
+    for case in &table.case {
+        let got = classify(&case.command, &roots());
+        if got.class != case.class {
+            failures.push(format!(
+                "{:?}: expected {}, got {} ({:?})",
+                case.command, case.class, got.class, got.reason
+            ));
+        } else if let Some(w) = &case.writes {
+            if &got.writes != w {
+                failures.push(format!(
+                    "{:?}: expected writes {w:?}, got {:?}",
+                    case.command, got.writes
+                ));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "\n{}", failures.join("\n"));
+}
+
 #[test]
 fn classes() {
     let cases: &[(&str, CommandClass)] = &[

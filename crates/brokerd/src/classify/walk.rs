@@ -15,10 +15,12 @@ pub(super) struct Walk<'a> {
     /// The program being walked gets more operands from its input (xargs, find -exec): names
     /// the classifier cannot see.
     pub(super) input_operands: bool,
-    /// Targets of the links the command makes, and the links' names: a link made and written
-    /// through in one command writes its target.
+    /// Targets of the links the command makes: a link made and written through in one command
+    /// writes its target.
     pub(super) link_targets: Vec<String>,
-    pub(super) link_names: Vec<String>,
+    /// `ln` is writing its link names now; `wrote_other`: something else was written.
+    pub(super) in_link: bool,
+    pub(super) wrote_other: bool,
     /// Past this instant nothing more is parsed: the command is `ShellComplex`.
     pub(super) deadline: Instant,
     /// A command or process substitution runs a download or a decoder: code built from its
@@ -44,7 +46,8 @@ impl<'a> Walk<'a> {
             cwd,
             input_operands: false,
             link_targets: Vec::new(),
-            link_names: Vec::new(),
+            in_link: false,
+            wrote_other: false,
             deadline,
             fetched: false,
         }
@@ -53,8 +56,7 @@ impl<'a> Walk<'a> {
     pub(super) fn finish(mut self) -> Assessment {
         // A link is only a way to a file; written through in the same command (or by code the
         // classifier cannot see), its target is what is written.
-        let through = self.class >= CommandClass::ShellComplex
-            || self.writes.iter().any(|w| !self.link_names.contains(w));
+        let through = self.class >= CommandClass::ShellComplex || self.wrote_other;
         if through {
             for t in std::mem::take(&mut self.link_targets) {
                 self.push_write(t);
@@ -96,7 +98,7 @@ impl<'a> Walk<'a> {
         }
         self.fetched |= inner.fetched;
         self.link_targets.extend(inner.link_targets);
-        self.link_names.extend(inner.link_names);
+        self.wrote_other |= inner.wrote_other;
     }
 
     /// `ln SOURCE...`: remembered, see `finish`.
@@ -281,6 +283,12 @@ impl<'a> Walk<'a> {
             self.raise(CommandClass::ShellComplex, "the command nests too deeply");
             return;
         }
+        if dollar_string(n) {
+            self.raise(
+                CommandClass::ShellComplex,
+                format!("{ASH_DIFFERS}: $\"...\" quoting"),
+            );
+        }
         match n.kind() {
             "command_substitution" | "process_substitution" => {
                 let what = if n.kind() == "command_substitution" {
@@ -298,10 +306,6 @@ impl<'a> Walk<'a> {
             "ansi_c_string" => self.raise(
                 CommandClass::ShellComplex,
                 format!("{ASH_DIFFERS}: $'...' quoting"),
-            ),
-            "string" if src[n.byte_range()].starts_with('$') => self.raise(
-                CommandClass::ShellComplex,
-                format!("{ASH_DIFFERS}: $\"...\" quoting"),
             ),
             "array" => self.raise(
                 CommandClass::ShellComplex,
@@ -488,6 +492,7 @@ impl<'a> Walk<'a> {
                 }
             }
             "herestring_redirect" => {
+                self.raise(CommandClass::ShellComplex, format!("{ASH_DIFFERS}: <<<"));
                 self.scan(r, src);
                 let mut c = r.walk();
                 let words: Vec<Node> = r.named_children(&mut c).collect();
@@ -523,6 +528,7 @@ impl<'a> Walk<'a> {
 
     /// A path the command writes.
     pub(super) fn write_target(&mut self, a: &Arg) {
+        self.wrote_other |= !self.in_link;
         let Some(t) = a.text() else {
             self.raise(
                 CommandClass::ShellComplex,
@@ -647,6 +653,12 @@ impl<'a> Walk<'a> {
     }
 
     pub(super) fn command(&mut self, n: Node, src: &str) {
+        if dollar_string(n) {
+            self.raise(
+                CommandClass::ShellComplex,
+                format!("{ASH_DIFFERS}: $\"...\" quoting"),
+            );
+        }
         let mut name: Option<Node> = None;
         let mut args = Vec::new();
         let mut c = n.walk();
@@ -810,13 +822,6 @@ pub(super) fn resolve_program(prog: &str, args: &[Arg]) -> Option<(String, Vec<A
     for _ in 0..MAX_DEPTH {
         let rest: Vec<Arg> = match name.as_str() {
             "busybox" => args.clone(),
-            "sudo" | "doas" | "setsid" => {
-                let at = args
-                    .iter()
-                    .position(|a| !a.text().is_some_and(|t| t.starts_with('-')))
-                    .unwrap_or(args.len());
-                args[at..].to_vec()
-            }
             n => match spec_of(n) {
                 Some(spec) if spec.operands == Operands::Command => {
                     let p = parse(n, spec, &args);
@@ -890,4 +895,13 @@ pub(super) fn runs_fetch(n: Node, src: &str, depth: usize) -> bool {
     children
         .into_iter()
         .any(|ch| runs_fetch(ch, src, depth + 1))
+}
+
+/// Whether `n` has a `$"..."` (a locale string in bash, `$` and a string in ash) among its parts.
+fn dollar_string(n: Node) -> bool {
+    let mut c = n.walk();
+    let children: Vec<Node> = n.children(&mut c).collect();
+    children
+        .windows(2)
+        .any(|w| !w[0].is_named() && w[0].kind() == "$" && w[1].kind() == "string")
 }

@@ -34,6 +34,10 @@ impl Walk<'_> {
         match name {
             "command" | "builtin" if p.with_effect(Effect::Query).next().is_some() => return,
             "exec" => self.raise(CommandClass::ShellComplex, "exec replaces the shell"),
+            "sudo" | "doas" | "setsid" => self.raise(
+                CommandClass::ShellComplex,
+                format!("{name} runs a program as another user or session"),
+            ),
             "timeout" => rest = rest.get(1..).unwrap_or(&[]),
             "env" => {
                 if !p.values("chdir").is_empty() {
