@@ -219,6 +219,12 @@ impl Policy {
                 let roots: Vec<PathBuf> =
                     g.workspace.roots().iter().map(|r| r.path.clone()).collect();
                 let assessment = self.classifier.classify(&a.command, &roots);
+                if let Some(bound) = assessment.beyond {
+                    return refuse(
+                        &a.command,
+                        format!("shell: {bound}; split it into smaller commands"),
+                    );
+                }
                 let base = cwd
                     .clone()
                     .unwrap_or_else(|| PathBuf::from(proto_default_cwd()));

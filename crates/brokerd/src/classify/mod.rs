@@ -101,9 +101,39 @@ pub struct Assessment {
     /// Paths the command writes, as written in the command (relative ones relative to the
     /// shell's working directory), for the protected-target checks.
     pub writes: Vec<String>,
+    /// A bound of the classifier the command went past (length, nesting, time): what it does
+    /// cannot be told, so it is refused whatever the mode.
+    pub beyond: Option<Bound>,
     /// What made the command this class (for an `ask` question and the audit); `None` for a
     /// plain read-only command.
     pub reason: Option<String>,
+}
+
+/// The classifier's bounds on what it reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bound {
+    /// Longer than `MAX_COMMAND_BYTES`.
+    Length,
+    /// Holds a NUL byte, which a shell's argument cannot.
+    Nul,
+    /// Nests deeper than `MAX_DEPTH` (substitutions, wrappers, `sh -c` in `sh -c`).
+    Depth,
+    /// Takes longer than `TIME_BUDGET` to parse and walk.
+    Time,
+    /// Names more than `MAX_WRITES` write targets.
+    Writes,
+}
+
+impl fmt::Display for Bound {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Bound::Length => "the command is longer than the classifier reads (64 KiB)",
+            Bound::Nul => "the command contains a NUL byte",
+            Bound::Depth => "the command nests deeper than the classifier reads",
+            Bound::Time => "the command takes longer to read than the classifier allows",
+            Bound::Writes => "the command writes more paths than the classifier checks",
+        })
+    }
 }
 
 /// Why a classifier could not be built.

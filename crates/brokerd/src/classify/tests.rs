@@ -371,3 +371,133 @@ fn sed_scripts() {
         assert_eq!(sed_plain(script), plain, "{script:?}");
     }
 }
+
+/// Inputs built to exhaust the parser or the walk: each answers within the time budget (with
+/// slack for a loaded debug build), never below `ShellComplex`, without a panic or a stack
+/// overflow.
+#[test]
+fn bad_input_answers_quickly() {
+    let fill = |unit: &str, len: usize| unit.repeat(len / unit.len());
+    let at_limit = |s: String| {
+        let mut s = s;
+        s.truncate(MAX_COMMAND_BYTES);
+        s
+    };
+    let cases: Vec<(&str, String)> = vec![
+        (
+            "64 KiB of one word",
+            format!("echo {}", fill("a", MAX_COMMAND_BYTES - 5)),
+        ),
+        (
+            "64 KiB and one byte",
+            format!("echo {}", fill("a", MAX_COMMAND_BYTES)),
+        ),
+        (
+            "64 KiB of statements",
+            at_limit(fill("ls;", MAX_COMMAND_BYTES)),
+        ),
+        (
+            "64 KiB of pipes into sh",
+            at_limit(format!("{}sh", fill("sh|", MAX_COMMAND_BYTES - 2))),
+        ),
+        (
+            "64 KiB of nice",
+            at_limit(format!("{}rm -rf /", fill("nice ", MAX_COMMAND_BYTES - 9))),
+        ),
+        (
+            "64 KiB of eval",
+            at_limit(format!("{}rm -rf /", fill("eval ", MAX_COMMAND_BYTES - 9))),
+        ),
+        (
+            "64 KiB of xargs",
+            at_limit(format!("{}rm -rf /", fill("xargs ", MAX_COMMAND_BYTES - 9))),
+        ),
+        (
+            "64 KiB of quotes",
+            at_limit(fill("'a'\"b\"", MAX_COMMAND_BYTES)),
+        ),
+        ("64 KiB of braces", at_limit(fill("{a,", MAX_COMMAND_BYTES))),
+        (
+            "64 KiB of redirections",
+            at_limit(fill(">a ", MAX_COMMAND_BYTES)),
+        ),
+        (
+            "10 000 nested substitutions",
+            format!("echo {}x{}", "$(".repeat(10_000), ")".repeat(10_000)),
+        ),
+        ("10 000 backquotes", format!("echo {}x", "`".repeat(10_000))),
+        (
+            "10 000 nested subshells",
+            format!("{}ls{}", "(".repeat(10_000), ")".repeat(10_000)),
+        ),
+        (
+            "10 000 nested groups",
+            format!("{}ls;{}", "{ ".repeat(10_000), " };".repeat(10_000)),
+        ),
+        (
+            "10 000 nested expansions",
+            format!("echo {}x{}", "${a:-".repeat(10_000), "}".repeat(10_000)),
+        ),
+        (
+            "10 000 nested arithmetic",
+            format!("echo $(({}1{}))", "(".repeat(10_000), ")".repeat(10_000)),
+        ),
+        (
+            "10 000 nested tests",
+            format!("[[ {}a{} ]]", "( ".repeat(10_000), " )".repeat(10_000)),
+        ),
+        ("10 000 unclosed substitutions", "$(".repeat(10_000)),
+        ("10 000 unclosed ifs", "if true; then ".repeat(4_000)),
+        ("NUL", "ls\0rm -rf /".to_string()),
+        ("only NULs", "\0".repeat(1000)),
+        ("a parse error", "ls ) ( ; ;; fi".to_string()),
+        (
+            "replaced invalid UTF-8",
+            String::from_utf8_lossy(b"ls \xff\xfe\x80").into_owned(),
+        ),
+        (
+            "control characters",
+            "ls \u{1b}[2J\u{7}\u{202e}".to_string(),
+        ),
+    ];
+    for (what, command) in &cases {
+        let start = Instant::now();
+        let got = classify(command, &roots());
+        let took = start.elapsed();
+        assert!(
+            took < TIME_BUDGET * 4,
+            "{what}: took {took:?} ({} bytes)",
+            command.len()
+        );
+        // Input within bounds that parses is classified as usual.
+        // Input within the bounds is classified as usual; past them it is refused.
+        let (lowest, refused) = match *what {
+            "64 KiB of one word"
+            | "64 KiB of statements"
+            | "replaced invalid UTF-8"
+            | "control characters" => (ReadOnly, false),
+            "64 KiB of redirections" => (WorkspaceMutating, false),
+            "64 KiB of quotes"
+            | "64 KiB of braces"
+            | "a parse error"
+            | "10 000 backquotes"
+            | "10 000 unclosed substitutions"
+            | "10 000 unclosed ifs" => (ShellComplex, false),
+            "64 KiB of pipes into sh" => (ShellComplex, false),
+            _ => (ShellComplex, true),
+        };
+        assert!(
+            got.class >= lowest,
+            "{what}: {} ({:?})",
+            got.class,
+            got.reason
+        );
+        // A loaded machine may run out of time on any of them; no other bound may be hit.
+        let bound_ok = match got.beyond {
+            None => !refused,
+            Some(Bound::Time) => true,
+            Some(_) => refused,
+        };
+        assert!(bound_ok, "{what}: {:?}", got.reason);
+    }
+}

@@ -21,6 +21,8 @@ pub(super) struct Walk<'a> {
     /// `ln` is writing its link names now; `wrote_other`: something else was written.
     pub(super) in_link: bool,
     pub(super) wrote_other: bool,
+    /// A bound the command went past: it is refused.
+    pub(super) beyond: Option<Bound>,
     /// Past this instant nothing more is parsed: the command is `ShellComplex`.
     pub(super) deadline: Instant,
     /// A command or process substitution runs a download or a decoder: code built from its
@@ -50,6 +52,7 @@ impl<'a> Walk<'a> {
             wrote_other: false,
             deadline,
             fetched: false,
+            beyond: None,
         }
     }
 
@@ -63,10 +66,17 @@ impl<'a> Walk<'a> {
             }
         }
         Assessment {
+            beyond: self.beyond,
             class: self.class,
             writes: self.writes,
             reason: self.reason,
         }
+    }
+
+    /// The command went past one of the classifier's bounds: `ShellComplex`, and refused.
+    pub(super) fn beyond(&mut self, bound: Bound) {
+        self.raise(CommandClass::ShellComplex, bound.to_string());
+        self.beyond.get_or_insert(bound);
     }
 
     pub(super) fn raise(&mut self, class: CommandClass, why: impl Into<String>) {
@@ -97,6 +107,9 @@ impl<'a> Walk<'a> {
             self.push_write(w);
         }
         self.fetched |= inner.fetched;
+        if self.beyond.is_none() {
+            self.beyond = inner.beyond;
+        }
         self.link_targets.extend(inner.link_targets);
         self.wrote_other |= inner.wrote_other;
     }
@@ -120,10 +133,7 @@ impl<'a> Walk<'a> {
 
     pub(super) fn push_write(&mut self, w: String) {
         if self.writes.len() >= MAX_WRITES {
-            self.raise(
-                CommandClass::ShellComplex,
-                "the command writes too many paths",
-            );
+            self.beyond(Bound::Writes);
             return;
         }
         if !self.writes.contains(&w) {
@@ -134,21 +144,15 @@ impl<'a> Walk<'a> {
     /// Parses and walks a whole command text.
     pub(super) fn source(&mut self, command: &str) {
         if self.depth > MAX_DEPTH {
-            self.raise(CommandClass::ShellComplex, "the command nests too deeply");
+            self.beyond(Bound::Depth);
             return;
         }
         if command.len() > MAX_COMMAND_BYTES {
-            self.raise(
-                CommandClass::ShellComplex,
-                "the command is longer than the classifier reads",
-            );
+            self.beyond(Bound::Length);
             return;
         }
         if command.contains('\0') {
-            self.raise(
-                CommandClass::ShellComplex,
-                "the command contains a NUL byte",
-            );
+            self.beyond(Bound::Nul);
             return;
         }
         if command.trim().is_empty() {
@@ -173,10 +177,7 @@ impl<'a> Walk<'a> {
             Some(options),
         );
         let Some(tree) = parsed else {
-            self.raise(
-                CommandClass::ShellComplex,
-                "the command could not be parsed in the time the classifier allows",
-            );
+            self.beyond(Bound::Time);
             return;
         };
         let root = tree.root_node();
@@ -192,7 +193,11 @@ impl<'a> Walk<'a> {
 
     pub(super) fn statement(&mut self, n: Node, src: &str) {
         if self.depth > MAX_DEPTH {
-            self.raise(CommandClass::ShellComplex, "the command nests too deeply");
+            self.beyond(Bound::Depth);
+            return;
+        }
+        if Instant::now() > self.deadline {
+            self.beyond(Bound::Time);
             return;
         }
         self.depth += 1;
@@ -280,7 +285,7 @@ impl<'a> Walk<'a> {
     /// Looks inside a word for what runs code: substitutions, arithmetic, complex `${..}`.
     pub(super) fn scan(&mut self, n: Node, src: &str) {
         if self.depth > MAX_DEPTH {
-            self.raise(CommandClass::ShellComplex, "the command nests too deeply");
+            self.beyond(Bound::Depth);
             return;
         }
         if dollar_string(n) {
@@ -374,18 +379,18 @@ impl<'a> Walk<'a> {
         }
         let programs: Vec<Option<(String, Vec<Arg>)>> =
             stages.iter().map(|s| stage_program(*s, src)).collect();
-        for (k, stage) in programs.iter().enumerate().skip(1) {
+        // Whether a download or a decoder runs in a stage before each stage.
+        let mut downloaded = false;
+        let mut decoded = false;
+        for (k, stage) in programs.iter().enumerate() {
             let Some((p, pargs)) = stage else { continue };
-            if !SHELLS.contains(&p.as_str()) && !is_interpreter(p) {
+            let (download_before, decode_before) = (downloaded, decoded);
+            downloaded |= DOWNLOADERS.contains(&p.as_str());
+            decoded |= DECODERS.contains(&p.as_str());
+            if k == 0 || (!SHELLS.contains(&p.as_str()) && !is_interpreter(p)) {
                 continue;
             }
-            let upstream = |list: &[&str]| {
-                programs[..k]
-                    .iter()
-                    .flatten()
-                    .any(|(u, _)| list.contains(&u.as_str()))
-            };
-            if upstream(DOWNLOADERS) {
+            if download_before {
                 self.raise(
                     CommandClass::Dangerous,
                     format!("a download piped into {p}"),
@@ -399,7 +404,7 @@ impl<'a> Walk<'a> {
                 CommandClass::ShellComplex,
                 format!("text piped into {p} runs as code"),
             );
-            if upstream(DECODERS) {
+            if decode_before {
                 self.raise(
                     CommandClass::Dangerous,
                     format!("decoded text piped into {p} runs as code the command does not show"),

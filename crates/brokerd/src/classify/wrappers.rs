@@ -13,7 +13,7 @@ impl Walk<'_> {
             match first.text() {
                 Some(p) => {
                     if self.depth > MAX_DEPTH {
-                        self.raise(CommandClass::ShellComplex, "the command nests too deeply");
+                        self.beyond(Bound::Depth);
                         return;
                     }
                     self.depth += 1;
