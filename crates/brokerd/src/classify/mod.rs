@@ -101,6 +101,9 @@ pub struct Assessment {
     /// Paths the command writes, as written in the command (relative ones relative to the
     /// shell's working directory), for the protected-target checks.
     pub writes: Vec<String>,
+    /// The writes that are shell patterns (`gen*/x`, `{a,b}/c`): the shell expands them to the
+    /// files they match, which the protected-target checks must look for.
+    pub globbed: Vec<String>,
     /// A bound of the classifier the command went past (length, nesting, time): what it does
     /// cannot be told, so it is refused whatever the mode.
     pub beyond: Option<Bound>,

@@ -10,6 +10,8 @@ pub(super) struct Walk<'a> {
     pub(super) class: CommandClass,
     pub(super) reason: Option<String>,
     pub(super) writes: Vec<String>,
+    /// The writes the shell expands as patterns (`gen*/x`), for the protected-target checks.
+    pub(super) globbed: Vec<String>,
     /// The directory of the last literal `cd`, to report relative writes under it.
     pub(super) cwd: Option<String>,
     /// The program being walked gets more operands from its input (xargs, find -exec): names
@@ -45,6 +47,7 @@ impl<'a> Walk<'a> {
             class: CommandClass::ReadOnly,
             reason: None,
             writes: Vec::new(),
+            globbed: Vec::new(),
             cwd,
             input_operands: false,
             link_targets: Vec::new(),
@@ -66,6 +69,7 @@ impl<'a> Walk<'a> {
             }
         }
         Assessment {
+            globbed: self.globbed,
             beyond: self.beyond,
             class: self.class,
             writes: self.writes,
@@ -107,6 +111,11 @@ impl<'a> Walk<'a> {
             self.push_write(w);
         }
         self.fetched |= inner.fetched;
+        for g in inner.globbed {
+            if !self.globbed.contains(&g) {
+                self.globbed.push(g);
+            }
+        }
         if self.beyond.is_none() {
             self.beyond = inner.beyond;
         }
@@ -558,6 +567,9 @@ impl<'a> Walk<'a> {
             }
             _ => t.to_string(),
         };
+        if a.pattern && !self.globbed.contains(&shown) {
+            self.globbed.push(shown.clone());
+        }
         self.push_write(shown);
     }
 
