@@ -44,6 +44,8 @@ mod words;
 mod wrappers;
 
 #[cfg(test)]
+mod properties;
+#[cfg(test)]
 mod tests;
 
 use paths::*;
