@@ -253,6 +253,19 @@ impl Policy {
                         return refuse(&a.command, format!("shell: the command writes {w}: {p}"));
                     }
                 }
+                // `rm -rf link/` deletes what the link leads to: a grant directory, or `/`
+                // where every grant directory is mounted.
+                for t in &assessment.recursive {
+                    let at = base.join(t);
+                    let real = std::fs::canonicalize(&at).unwrap_or(at);
+                    if roots.iter().any(|r| r.starts_with(&real)) {
+                        assessment.class = CommandClass::Dangerous;
+                        assessment.reason = Some(format!(
+                            "{t} leads to {}, a grant directory or one holding it",
+                            real.display()
+                        ));
+                    }
+                }
                 if let Some(why) = undecided {
                     if assessment.class < CommandClass::ShellComplex {
                         assessment.class = CommandClass::ShellComplex;
@@ -701,6 +714,28 @@ paths = [{{ path = "{ro}" }}]
                 (Want::Run, None) => {}
                 _ => panic!("{command}: {got:?}, wanted {want:?}"),
             }
+        }
+    }
+
+    /// A recursive delete through a symlink that leads to a grant directory is dangerous.
+    #[test]
+    fn recursive_deletes_through_links() {
+        let f = fixture();
+        std::os::unix::fs::symlink(&f.ro, f.rw.join("to_ref")).unwrap();
+        std::os::unix::fs::symlink("/", f.rw.join("to_root")).unwrap();
+        std::fs::create_dir_all(f.rw.join("sub")).unwrap();
+        let rw = f.rw.display().to_string();
+        let cases = [
+            ("rm -rf to_ref/", Some(CommandClass::Dangerous)),
+            ("chmod -R 777 to_root/", Some(CommandClass::Dangerous)),
+            ("rm -rf sub", Some(CommandClass::WorkspaceMutating)),
+            ("rm -rf ../notes", Some(CommandClass::Dangerous)),
+        ];
+        for (command, want) in cases {
+            let raw = serde_json::json!({ "command": command, "cwd": rw }).to_string();
+            let (got, plan) = outcome(&f, "auto", "shell", &raw);
+            let class = plan.and_then(|p| p.class);
+            assert_eq!(class, want, "{command}: {got:?}");
         }
     }
 

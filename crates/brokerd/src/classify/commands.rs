@@ -292,6 +292,23 @@ impl Walk<'_> {
                 );
             }
             self.write_target(t);
+            if recursive {
+                if let Some(shown) = self.writes.last().cloned() {
+                    self.recursive.push(shown);
+                }
+            }
+        }
+        // A link made earlier in the command may lead to a root: `ln -s / x; rm -rf x/`.
+        let linked_root = self
+            .link_targets
+            .clone()
+            .iter()
+            .any(|l| self.wipes_root(&Arg::literal(l)));
+        if recursive && linked_root && !targets.is_empty() {
+            self.raise(
+                Dangerous,
+                format!("{name} -r in a command that links to a grant directory or /"),
+            );
         }
         if recursive && self.input_operands {
             self.raise(

@@ -103,6 +103,9 @@ pub struct Assessment {
     /// Paths the command writes, as written in the command (relative ones relative to the
     /// shell's working directory), for the protected-target checks.
     pub writes: Vec<String>,
+    /// The targets of recursive deletes, chmods and chowns (among `writes`): the policy
+    /// resolves them, since a symlink may lead to a grant directory.
+    pub recursive: Vec<String>,
     /// The writes that are shell patterns (`gen*/x`, `{a,b}/c`): the shell expands them to the
     /// files they match, which the protected-target checks must look for.
     pub globbed: Vec<String>,

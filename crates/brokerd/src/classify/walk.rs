@@ -10,6 +10,8 @@ pub(super) struct Walk<'a> {
     pub(super) class: CommandClass,
     pub(super) reason: Option<String>,
     pub(super) writes: Vec<String>,
+    /// The targets of recursive deletes, chmods and chowns, for the policy to resolve.
+    pub(super) recursive: Vec<String>,
     /// The writes the shell expands as patterns (`gen*/x`), for the protected-target checks.
     pub(super) globbed: Vec<String>,
     /// The directory of the last literal `cd`, to report relative writes under it.
@@ -48,6 +50,7 @@ impl<'a> Walk<'a> {
             reason: None,
             writes: Vec::new(),
             globbed: Vec::new(),
+            recursive: Vec::new(),
             cwd,
             input_operands: false,
             link_targets: Vec::new(),
@@ -69,6 +72,7 @@ impl<'a> Walk<'a> {
             }
         }
         Assessment {
+            recursive: self.recursive,
             globbed: self.globbed,
             beyond: self.beyond,
             class: self.class,
@@ -111,6 +115,7 @@ impl<'a> Walk<'a> {
             self.push_write(w);
         }
         self.fetched |= inner.fetched;
+        self.recursive.extend(inner.recursive);
         for g in inner.globbed {
             if !self.globbed.contains(&g) {
                 self.globbed.push(g);
@@ -121,6 +126,25 @@ impl<'a> Walk<'a> {
         }
         self.link_targets.extend(inner.link_targets);
         self.wrote_other |= inner.wrote_other;
+    }
+
+    /// A program the classifier cannot name (`$X -rf /`): its arguments are read as each
+    /// program that destroys would read them, and a dangerous reading is the class.
+    fn as_any_destroyer(&mut self, args: &[Arg]) {
+        for candidate in ["rm", "chmod", "chown", "find", "dd", "kill"] {
+            let mut inner = self.nested();
+            inner.program(candidate, args);
+            if inner.class == CommandClass::Dangerous {
+                self.raise(
+                    CommandClass::Dangerous,
+                    format!(
+                        "a program the classifier cannot name, with arguments that are dangerous \
+                         for {candidate}"
+                    ),
+                );
+                return;
+            }
+        }
     }
 
     /// `ln SOURCE...`: remembered, see `finish`.
@@ -712,6 +736,7 @@ impl<'a> Walk<'a> {
                 CommandClass::ShellComplex,
                 "a variable or expansion in command position",
             );
+            self.as_any_destroyer(&args);
             self.redirects_of(n, src, None);
             return;
         };

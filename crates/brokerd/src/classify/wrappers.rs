@@ -40,6 +40,16 @@ impl Walk<'_> {
             ),
             "timeout" => rest = rest.get(1..).unwrap_or(&[]),
             "env" => {
+                // `env -S 'CMD ARGS'` splits its value into the command it runs.
+                if let Some(split) = p.values("split-string").first() {
+                    if let Some(text) = split.text() {
+                        let words: Vec<&str> = rest.iter().map(|a| a.raw.as_str()).collect();
+                        let mut inner = self.nested();
+                        inner.source(&format!("{text} {}", words.join(" ")));
+                        self.absorb(inner);
+                    }
+                    return;
+                }
                 if !p.values("chdir").is_empty() {
                     self.raise(
                         CommandClass::ShellComplex,
