@@ -2,8 +2,8 @@
 
 use super::*;
 
-/// Primaries that take one value (so that `-name -delete` is a name, not an action).
-const WITH_VALUE: &[&str] = &[
+/// Tests that pick files by name: with a literal character in the pattern they spare the rest.
+const NAME_TESTS: &[&str] = &[
     "-name",
     "-iname",
     "-path",
@@ -12,6 +12,12 @@ const WITH_VALUE: &[&str] = &[
     "-iwholename",
     "-regex",
     "-iregex",
+    "-samefile",
+    "-inum",
+];
+
+/// The other primaries that take one value (so that `-newer -delete` is a file, not an action).
+const OTHER_WITH_VALUE: &[&str] = &[
     "-lname",
     "-ilname",
     "-type",
@@ -19,7 +25,6 @@ const WITH_VALUE: &[&str] = &[
     "-newer",
     "-anewer",
     "-cnewer",
-    "-samefile",
     "-maxdepth",
     "-mindepth",
     "-mtime",
@@ -35,28 +40,12 @@ const WITH_VALUE: &[&str] = &[
     "-gid",
     "-perm",
     "-links",
-    "-inum",
     "-fstype",
     "-regextype",
     "-used",
     "-context",
     "-printf",
-    "-newerXY",
     "-files0-from",
-];
-
-/// Tests that pick files by name: with a literal character in the pattern they spare the rest.
-const NAME_TESTS: &[&str] = &[
-    "-name",
-    "-iname",
-    "-path",
-    "-ipath",
-    "-wholename",
-    "-iwholename",
-    "-regex",
-    "-iregex",
-    "-samefile",
-    "-inum",
 ];
 
 /// Operators after which an earlier test no longer guards what follows.
@@ -134,7 +123,7 @@ impl Walk<'_> {
                     }
                     i += 1 + usize::from(t == "-fprintf");
                 }
-                _ if WITH_VALUE.contains(&t) => {
+                _ if NAME_TESTS.contains(&t) || OTHER_WITH_VALUE.contains(&t) => {
                     let value = args.get(i);
                     i += 1;
                     if NAME_TESTS.contains(&t) {

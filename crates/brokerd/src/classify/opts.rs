@@ -164,17 +164,7 @@ pub(super) fn parse<'s>(program: &str, spec: &'s Spec, args: &[Arg]) -> Parsed<'
                         }
                         (Takes::Nothing, None) | (Takes::Attached, None) => None,
                         (_, Some(v)) => Some(attached_arg(a, v)),
-                        (Takes::Value, None) => {
-                            i += 1;
-                            match args.get(i - 1) {
-                                Some(v) => Some(v.clone()),
-                                None => {
-                                    p.problems
-                                        .push(format!("{program} {t} is missing its value"));
-                                    None
-                                }
-                            }
-                        }
+                        (Takes::Value, None) => next_value(program, t, args, &mut i, &mut p),
                     };
                     p.given.push(Given {
                         opt: Some(opt),
@@ -228,17 +218,7 @@ pub(super) fn parse<'s>(program: &str, spec: &'s Spec, args: &[Arg]) -> Parsed<'
                 Takes::Attached if rest.is_empty() => None,
                 Takes::Attached => Some(attached_arg(a, &rest)),
                 Takes::Value if !rest.is_empty() => Some(attached_arg(a, &rest)),
-                Takes::Value => {
-                    i += 1;
-                    match args.get(i - 1) {
-                        Some(v) => Some(v.clone()),
-                        None => {
-                            p.problems
-                                .push(format!("{program} -{c} is missing its value"));
-                            None
-                        }
-                    }
-                }
+                Takes::Value => next_value(program, &format!("-{c}"), args, &mut i, &mut p),
             };
             p.given.push(Given {
                 opt: Some(opt),
@@ -249,6 +229,23 @@ pub(super) fn parse<'s>(program: &str, spec: &'s Spec, args: &[Arg]) -> Parsed<'
         }
     }
     p
+}
+
+/// The word after an option that takes one (`-o FILE`, `--output FILE`), whatever it looks like.
+fn next_value(
+    program: &str,
+    option: &str,
+    args: &[Arg],
+    i: &mut usize,
+    p: &mut Parsed,
+) -> Option<Arg> {
+    let value = args.get(*i).cloned();
+    *i += 1;
+    if value.is_none() {
+        p.problems
+            .push(format!("{program} {option} is missing its value"));
+    }
+    value
 }
 
 /// The value attached to an option word (`-oFILE`, `--output=FILE`).

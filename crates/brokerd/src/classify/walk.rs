@@ -380,19 +380,7 @@ impl<'a> Walk<'a> {
                 format!("{ASH_DIFFERS}: brace expansion"),
             );
         }
-        let raw = src[n.byte_range()].to_string();
-        match literal(n, src) {
-            Some((t, pattern)) => Arg {
-                lit: Some(t),
-                pattern,
-                raw,
-            },
-            None => Arg {
-                lit: None,
-                pattern: false,
-                raw,
-            },
-        }
+        Arg::of(n, src)
     }
 
     pub(super) fn pipeline(&mut self, n: Node, src: &str) {
@@ -834,21 +822,7 @@ pub(super) fn stage_program(n: Node, src: &str) -> Option<(String, Vec<Arg>)> {
             let mut c = n.walk();
             let args: Vec<Arg> = n
                 .children_by_field_name("argument", &mut c)
-                .map(|a| {
-                    let raw = src[a.byte_range()].to_string();
-                    match literal(a, src) {
-                        Some((t, pattern)) => Arg {
-                            lit: Some(t),
-                            pattern,
-                            raw,
-                        },
-                        None => Arg {
-                            lit: None,
-                            pattern: false,
-                            raw,
-                        },
-                    }
-                })
+                .map(|a| Arg::of(a, src))
                 .collect();
             resolve_program(&prog, &args)
         }

@@ -16,6 +16,23 @@ impl Arg {
     pub(super) fn text(&self) -> Option<&str> {
         self.lit.as_deref()
     }
+    /// The word node `n` as the classifier reads it.
+    pub(super) fn of(n: Node, src: &str) -> Arg {
+        let raw = src[n.byte_range()].to_string();
+        match literal(n, src) {
+            Some((t, pattern)) => Arg {
+                lit: Some(t),
+                pattern,
+                raw,
+            },
+            None => Arg {
+                lit: None,
+                pattern: false,
+                raw,
+            },
+        }
+    }
+
     pub(super) fn literal(s: &str) -> Arg {
         Arg {
             lit: Some(s.to_string()),
