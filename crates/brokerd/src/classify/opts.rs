@@ -267,9 +267,17 @@ mod tests {
     }
 
     /// (program, arguments, options given as `name=value`, operands, problems?)
+    type Case = (
+        &'static str,
+        &'static [&'static str],
+        &'static [&'static str],
+        &'static [&'static str],
+        bool,
+    );
+
     #[test]
     fn getopt_long_rules() {
-        let cases: &[(&str, &[&str], &[&str], &[&str], bool)] = &[
+        let cases: &[Case] = &[
             ("sort", &["-o", "x", "d"], &["output=x"], &["d"], false),
             ("sort", &["-ox", "d"], &["output=x"], &["d"], false),
             (

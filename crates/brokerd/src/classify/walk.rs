@@ -222,6 +222,17 @@ impl<'a> Walk<'a> {
             );
         }
         self.statement(root, command);
+        if root.has_error() {
+            // A parse error may swallow what follows it (`[ a / ] && rm -rf /` reads as one
+            // test): the pieces between the shell's separators are read on their own as well.
+            for piece in pieces(command) {
+                if piece.len() < command.trim().len() {
+                    let mut inner = self.nested();
+                    inner.source(piece);
+                    self.absorb(inner);
+                }
+            }
+        }
     }
 
     pub(super) fn statement(&mut self, n: Node, src: &str) {
@@ -400,9 +411,11 @@ impl<'a> Walk<'a> {
         }
         let programs: Vec<Option<(String, Vec<Arg>)>> =
             stages.iter().map(|s| stage_program(*s, src)).collect();
-        // Whether a download or a decoder runs in a stage before each stage.
+        // Whether a download or a decoder runs in a stage before each stage, and which stages
+        // run the text they read as code.
         let mut downloaded = false;
         let mut decoded = false;
+        let mut reader = vec![false; programs.len()];
         for (k, stage) in programs.iter().enumerate() {
             let Some((p, pargs)) = stage else { continue };
             let (download_before, decode_before) = (downloaded, decoded);
@@ -421,6 +434,7 @@ impl<'a> Walk<'a> {
             if !reads_code(p, pargs) {
                 continue;
             }
+            reader[k] = true;
             self.raise(
                 CommandClass::ShellComplex,
                 format!("text piped into {p} runs as code"),
@@ -430,18 +444,37 @@ impl<'a> Walk<'a> {
                     CommandClass::Dangerous,
                     format!("decoded text piped into {p} runs as code the command does not show"),
                 );
-                continue;
             }
-            let before = programs[k - 1]
-                .as_ref()
-                .map(|(q, qargs)| (q.as_str(), echoed_text(q, qargs)));
-            match before {
-                Some(("echo" | "printf", Some(text))) => self.code_input(Some(p), &text),
-                Some(("echo" | "printf", None)) | None => self.raise(
-                    CommandClass::Dangerous,
-                    format!("text the classifier cannot read is piped into {p} and runs as code"),
-                ),
-                Some(_) => {}
+        }
+        // Text that reaches a shell from upstream: echo and printf of literal text, and
+        // here-documents, are read as the code they are; what cannot be read is dangerous.
+        let mut next_reader: Option<&str> = None;
+        for j in (0..programs.len()).rev() {
+            if let Some(p) = next_reader {
+                if let Some(text) = fed_text(stages[j], src) {
+                    self.code_input(Some(p), &text);
+                }
+                match programs[j].as_ref() {
+                    Some((q, qargs)) if q == "echo" || q == "printf" => {
+                        match echoed_text(q, qargs) {
+                            Some(text) => self.code_input(Some(p), &text),
+                            None => self.raise(
+                                CommandClass::Dangerous,
+                                format!("{q} text with escapes or formats is piped into {p} and runs as code"),
+                            ),
+                        }
+                    }
+                    Some(_) => {}
+                    None => self.raise(
+                        CommandClass::Dangerous,
+                        format!(
+                            "text the classifier cannot read is piped into {p} and runs as code"
+                        ),
+                    ),
+                }
+            }
+            if reader[j] {
+                next_reader = programs[j].as_ref().map(|(p, _)| p.as_str());
             }
         }
     }
@@ -451,7 +484,12 @@ impl<'a> Walk<'a> {
         if let Some(b) = body {
             self.statement(b, src);
         }
-        let into = body.and_then(|b| stage_program(b, src)).map(|(p, _)| p);
+        // A here-document of a pipeline feeds its first stage; the text may reach a shell later.
+        let into = match body {
+            Some(b) if b.kind() == "pipeline" => pipeline_code_reader(b, src, 1),
+            Some(b) => stage_program(b, src).map(|(p, _)| p),
+            None => None,
+        };
         let mut c = n.walk();
         for ch in n.named_children(&mut c) {
             if Some(ch) == body {
@@ -502,6 +540,12 @@ impl<'a> Walk<'a> {
                 }
             }
             "heredoc_redirect" => {
+                // `cat <<EOF | sh`: the pipeline after the here-document's start reads its text.
+                let mut c = r.walk();
+                let downstream = r
+                    .named_children(&mut c)
+                    .find(|ch| ch.kind() == "pipeline")
+                    .and_then(|p| pipeline_code_reader(p, src, 0));
                 let mut c = r.walk();
                 for ch in r.named_children(&mut c) {
                     match ch.kind() {
@@ -509,6 +553,9 @@ impl<'a> Walk<'a> {
                             self.scan(ch, src);
                             let text = &src[ch.byte_range()];
                             self.code_input(into, text);
+                            if downstream.is_some() {
+                                self.code_input(downstream.as_deref(), text);
+                            }
                         }
                         "heredoc_start" | "heredoc_end" => {}
                         "file_redirect" | "herestring_redirect" => self.redirect(ch, src, into),
@@ -920,4 +967,71 @@ fn dollar_string(n: Node) -> bool {
     children
         .windows(2)
         .any(|w| !w[0].is_named() && w[0].kind() == "$" && w[1].kind() == "string")
+}
+
+/// The here-document or here-string a pipeline stage reads, when it is literal text.
+fn fed_text(stage: Node, src: &str) -> Option<String> {
+    if stage.kind() != "redirected_statement" {
+        return None;
+    }
+    let mut c = stage.walk();
+    let redirects: Vec<Node> = stage.children_by_field_name("redirect", &mut c).collect();
+    for r in redirects {
+        let mut c = r.walk();
+        let parts: Vec<Node> = r.named_children(&mut c).collect();
+        for part in parts {
+            match (r.kind(), part.kind()) {
+                ("heredoc_redirect", "heredoc_body") => {
+                    return Some(src[part.byte_range()].to_string())
+                }
+                ("herestring_redirect", _) => return literal(part, src).map(|(t, _)| t),
+                _ => {}
+            }
+        }
+    }
+    None
+}
+
+/// The command cut at unquoted separators (`;`, `&`, `|`, newlines, parentheses, braces,
+/// backquotes, `[`, `]`), each piece trimmed; empty pieces are left out.
+fn pieces(command: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    let mut quote: Option<char> = None;
+    let mut escaped = false;
+    for (i, c) in command.char_indices() {
+        if escaped {
+            escaped = false;
+            continue;
+        }
+        match (quote, c) {
+            (_, '\\') if quote != Some('\'') => escaped = true,
+            (Some(q), c) if c == q => quote = None,
+            (Some(_), _) => {}
+            (None, '\'' | '"') => quote = Some(c),
+            (None, ';' | '&' | '|' | '\n' | '(' | ')' | '{' | '}' | '`' | '[' | ']') => {
+                let piece = command[start..i].trim();
+                if !piece.is_empty() {
+                    out.push(piece);
+                }
+                start = i + c.len_utf8();
+            }
+            _ => {}
+        }
+    }
+    let piece = command[start..].trim();
+    if !piece.is_empty() {
+        out.push(piece);
+    }
+    out
+}
+
+/// The first stage of a pipeline, past the first `skip`, that runs what it reads as code.
+fn pipeline_code_reader(n: Node, src: &str, skip: usize) -> Option<String> {
+    let mut c = n.walk();
+    let stages: Vec<Node> = n.named_children(&mut c).collect();
+    stages.iter().skip(skip).find_map(|s| {
+        let (p, args) = stage_program(*s, src)?;
+        reads_code(&p, &args).then_some(p)
+    })
 }
