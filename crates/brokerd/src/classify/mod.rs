@@ -21,6 +21,24 @@
 //!   `ShellComplex`: bash evaluates array subscripts inside them, which can run commands.
 //! - Relative paths are relative to the shell's working directory, which the classifier does
 //!   not know; after a literal `cd DIR` they are reported joined to `DIR`.
+//! - The sandbox's shell is busybox ash; the grammar is bash's. Where they read a command
+//!   differently (`[[ ]]`, `$'...'`, `$"..."`, `{a,b}`, `&>`, `|&`, `<<<`, arrays) the command
+//!   is at least `ShellComplex`, and `$'...'` is decoded as bash does to name the program.
+//! - A wrapper (`busybox`, `env`, `nice`, `timeout`, `xargs`, `find -exec`, `sh -c`, `eval`,
+//!   ...) is at least as bad as what it runs. Program options are data (`specs`), parsed as
+//!   getopt_long parses them (`opts`). A program in command position the classifier cannot
+//!   name has its arguments read as each destroying program would read them.
+//! - Text piped into a shell is at least `ShellComplex`; echo/printf text and here-documents
+//!   are classified as the code they are; a download, a decoder or unreadable text upstream
+//!   makes it `Dangerous`.
+//! - A command whose tree has errors is also read piece by piece, since an error can swallow
+//!   what follows it. Past `MAX_COMMAND_BYTES`, `MAX_DEPTH`, `MAX_WRITES` or `TIME_BUDGET`
+//!   the assessment names the `Bound` and the policy refuses the command.
+//!
+//! Modules: `walk` (the syntax tree), `words` (quote removal), `opts` and `specs` (options),
+//! `commands` (one program), `wrappers`, `find`, `git`, `sed`, `archives`, `paths`, `programs`
+//! (lists of programs by kind); `adversarial.toml` is the table of hostile commands checked
+//! when the classifier is built.
 
 use std::fmt;
 use std::path::{Component, Path, PathBuf};
