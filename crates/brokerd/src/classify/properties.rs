@@ -9,6 +9,7 @@
 
 use proptest::prelude::*;
 
+use super::specs::{self, Effect, Opt, Takes};
 use super::CommandClass::*;
 use super::*;
 
@@ -213,12 +214,71 @@ fn piped_into_shell() -> impl Strategy<Value = String> {
         })
 }
 
+/// Every option of the spec table that writes, runs, mutates or unguards, with its program and
+/// whether the program abbreviates long options.
+fn effectful_options() -> Vec<(&'static str, Opt, Vec<&'static str>, bool)> {
+    let mut out = Vec::new();
+    for (name, spec) in specs::all() {
+        let longs: Vec<&'static str> = spec.options.iter().flat_map(|o| o.long.clone()).collect();
+        for o in &spec.options {
+            if matches!(
+                o.effect,
+                Effect::Write | Effect::Run | Effect::Mutate | Effect::Unguard
+            ) {
+                out.push((name, o.clone(), longs.clone(), spec.abbreviate));
+            }
+        }
+    }
+    out
+}
+
+/// One way of giving option `o` (with a value where it takes one): `-oV`, `-o V`,
+/// `--output=V`, `--output V`, or a long name cut to a prefix no other option shares.
+fn spell_option(o: &Opt, longs: &[&str], abbreviate: bool, form: u8, cut: usize) -> Option<String> {
+    let value = "out";
+    if form < 2 {
+        let c = o.short.first()?;
+        return Some(match (o.takes, form) {
+            (Takes::Nothing, _) => format!("-{c}"),
+            (Takes::Attached, _) | (Takes::Value, 0) => format!("-{c}{value}"),
+            (Takes::Value, _) => format!("-{c} {value}"),
+        });
+    }
+    let full = o.long.first()?;
+    // The shortest prefix that names this option alone.
+    let unique = (1..=full.len())
+        .find(|&n| {
+            let prefix = &full[..n];
+            longs
+                .iter()
+                .filter(|l| l.starts_with(prefix))
+                .all(|l| o.long.contains(l))
+        })
+        .unwrap_or(full.len());
+    let len = if abbreviate {
+        unique + cut % (full.len() - unique + 1)
+    } else {
+        full.len()
+    };
+    let name = &full[..len];
+    Some(match (o.takes, form) {
+        (Takes::Nothing, _) => format!("--{name}"),
+        (Takes::Attached, _) | (Takes::Value, 2) => format!("--{name}={value}"),
+        (Takes::Value, _) => format!("--{name} {value}"),
+    })
+}
+
 fn roots() -> Vec<PathBuf> {
     EXAMPLE_ROOTS.iter().map(PathBuf::from).collect()
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
+    // A failing case prints its input; nothing is written into the source tree.
+    #![proptest_config(ProptestConfig {
+        cases: cases(),
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
 
     #[test]
     fn disguises_do_not_lower_the_class((kind, command) in command()) {
@@ -234,6 +294,33 @@ proptest! {
                 "{command:?} is {} ({:?})", got.class, got.reason
             ),
         }
+    }
+
+    /// Every option the spec table says writes or runs, however it is spelled (short, long,
+    /// abbreviated, value attached or separate) and wherever it stands, is seen.
+    #[test]
+    fn effectful_options_are_seen_however_spelled(
+        index in 0..effectful_options().len(),
+        form in 0u8..4,
+        cut in 0usize..16,
+        before in any::<bool>(),
+        wrapper in prop::sample::select(&["", "env ", "busybox ", "nice ", "timeout 5 "][..]),
+    ) {
+        let options = effectful_options();
+        let (program, opt, longs, abbreviate) = &options[index];
+        let Some(spelled) = spell_option(opt, longs, *abbreviate, form, cut)
+            .or_else(|| spell_option(opt, longs, *abbreviate, 2, cut))
+            .or_else(|| spell_option(opt, longs, *abbreviate, 0, cut))
+        else {
+            return Ok(());
+        };
+        let command = if before {
+            format!("{wrapper}{program} {spelled} data")
+        } else {
+            format!("{wrapper}{program} data {spelled}")
+        };
+        let got = classify(&command, &roots());
+        prop_assert!(got.class > ReadOnly, "{command:?} is {} ({:?})", got.class, got.reason);
     }
 
     #[test]

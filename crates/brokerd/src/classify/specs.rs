@@ -373,6 +373,17 @@ pub(super) fn check() -> Result<(), String> {
     compiled().as_ref().map(|_| ()).map_err(|e| e.clone())
 }
 
+/// Every program of the table with its spec, by name.
+#[cfg(test)]
+pub(super) fn all() -> Vec<(&'static str, &'static Spec)> {
+    let mut out: Vec<(&'static str, &'static Spec)> = match compiled() {
+        Ok(map) => map.iter().map(|(n, s)| (*n, s)).collect(),
+        Err(_) => Vec::new(),
+    };
+    out.sort_by_key(|(n, _)| *n);
+    out
+}
+
 /// The spec of `program`, if the table has one (and compiles).
 pub(super) fn spec_of(program: &str) -> Option<&'static Spec> {
     compiled().as_ref().ok()?.get(program)
