@@ -45,12 +45,18 @@ impl Walk<'_> {
                 }
                 self.inline_shell(args);
             }
-            "trap" | "alias" | "let" | "enable" | "shopt" | "read" | "mapfile" | "readarray"
-            | "coproc" | "fc" | "hash" | "su" | "pushd" | "popd" | "unshare" | "chroot" => self
-                .raise(
+            "pushd" | "popd" => {
+                self.cwd_unknown = true;
+                self.raise(
                     ShellComplex,
-                    format!("{name} runs or changes code the classifier does not see"),
-                ),
+                    format!("{name} changes the working directory"),
+                );
+            }
+            "trap" | "alias" | "let" | "enable" | "shopt" | "read" | "mapfile" | "readarray"
+            | "coproc" | "fc" | "hash" | "su" | "unshare" | "chroot" => self.raise(
+                ShellComplex,
+                format!("{name} runs or changes code the classifier does not see"),
+            ),
             "cd" => self.cd(args),
             "set" => self.set(args),
             "find" => self.find(args),
@@ -170,10 +176,13 @@ impl Walk<'_> {
                 };
                 self.cwd = Some(next);
             }
-            _ => self.raise(
-                CommandClass::ShellComplex,
-                "cd to a directory the classifier cannot name",
-            ),
+            _ => {
+                self.cwd_unknown = true;
+                self.raise(
+                    CommandClass::ShellComplex,
+                    "cd to a directory the classifier cannot name",
+                )
+            }
         }
     }
 
@@ -324,7 +333,22 @@ impl Walk<'_> {
         let targets = o.values("target-directory");
         let pos = &o.operands;
         if name == "mv" {
-            // A moved file is gone from where it was.
+            // A moved file is gone from where it was; moved out of the grant, a root's
+            // contents are gone from it.
+            let dest = targets.last().copied().or(pos.last());
+            let sources = if targets.is_empty() && !pos.is_empty() {
+                &pos[..pos.len() - 1]
+            } else {
+                &pos[..]
+            };
+            if dest.is_some_and(|d| self.outside_roots(d))
+                && sources.iter().any(|s| self.empties_root(s))
+            {
+                self.raise(
+                    CommandClass::Dangerous,
+                    "mv takes a grant directory's contents out of the grant",
+                );
+            }
             for p in pos {
                 self.write_target(p);
             }

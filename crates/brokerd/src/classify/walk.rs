@@ -16,6 +16,9 @@ pub(super) struct Walk<'a> {
     pub(super) globbed: Vec<String>,
     /// The directory of the last literal `cd`, to report relative writes under it.
     pub(super) cwd: Option<String>,
+    /// The working directory changed to one the classifier cannot name (`cd $D`, `pushd`,
+    /// `env -C`): any relative path may then be a grant directory.
+    pub(super) cwd_unknown: bool,
     /// The program being walked gets more operands from its input (xargs, find -exec): names
     /// the classifier cannot see.
     pub(super) input_operands: bool,
@@ -52,6 +55,7 @@ impl<'a> Walk<'a> {
             globbed: Vec::new(),
             recursive: Vec::new(),
             cwd,
+            cwd_unknown: false,
             input_operands: false,
             link_targets: Vec::new(),
             in_link: false,
@@ -104,6 +108,7 @@ impl<'a> Walk<'a> {
             self.deadline,
         );
         inner.fetched = self.fetched;
+        inner.cwd_unknown = self.cwd_unknown;
         inner
     }
 
@@ -222,6 +227,13 @@ impl<'a> Walk<'a> {
             );
         }
         self.statement(root, command);
+        if command.contains("\\\n") {
+            // The shell removes a backslash-newline before it splits words (`r\<newline>m` is
+            // `rm`); the grammar may not. Read the joined text as well.
+            let mut inner = self.nested();
+            inner.source(&command.replace("\\\n", ""));
+            self.absorb(inner);
+        }
         if root.has_error() {
             // A parse error may swallow what follows it (`[ a / ] && rm -rf /` reads as one
             // test): the pieces between the shell's separators are read on their own as well.
@@ -259,9 +271,9 @@ impl<'a> Walk<'a> {
                 self.container(n, src);
             }
             "subshell" => {
-                let saved = self.cwd.clone();
+                let saved = (self.cwd.clone(), self.cwd_unknown);
                 self.container(n, src);
-                self.cwd = saved;
+                (self.cwd, self.cwd_unknown) = saved;
             }
             "pipeline" => self.pipeline(n, src),
             "redirected_statement" => self.redirected(n, src),
@@ -633,6 +645,25 @@ impl<'a> Walk<'a> {
     }
 
     /// Whether a recursive target is a grant root, an ancestor of one, `/`, `~` or the cwd.
+    /// Whether `a` moved away empties a root: the root or a directory holding one, or every
+    /// entry of one (`/srv/notes/*`, `*` where the working directory may be a root).
+    pub(super) fn empties_root(&self, a: &Arg) -> bool {
+        match a.text() {
+            Some(t) if a.pattern => {
+                let last = t.rsplit('/').next().unwrap_or(t);
+                !crate::glob::has_literal(last) && self.wipes_root(a)
+            }
+            _ => self.wipes_root(a),
+        }
+    }
+
+    /// Whether a path is outside every grant directory (so what goes there leaves the grant).
+    pub(super) fn outside_roots(&self, a: &Arg) -> bool {
+        let Some(t) = a.text() else { return true };
+        let p = normalise(Path::new(t));
+        p.has_root() && !self.roots.iter().any(|r| p.starts_with(normalise(r)))
+    }
+
     pub(super) fn wipes_root(&self, a: &Arg) -> bool {
         let Some(t) = a.text() else { return true };
         let mut t = t.to_string();
@@ -656,7 +687,7 @@ impl<'a> Walk<'a> {
         if !p.has_root() {
             // Relative to a working directory the classifier does not know: `.`, `*` and
             // anything climbing out with `..` may be a root.
-            return p.as_os_str().is_empty() || p.starts_with("..");
+            return self.cwd_unknown || p.as_os_str().is_empty() || p.starts_with("..");
         }
         if p == Path::new("/") {
             return true;

@@ -51,6 +51,7 @@ impl Walk<'_> {
                     return;
                 }
                 if !p.values("chdir").is_empty() {
+                    self.cwd_unknown = true;
                     self.raise(
                         CommandClass::ShellComplex,
                         "env -C runs the command in another directory",
