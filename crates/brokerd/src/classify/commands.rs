@@ -52,8 +52,24 @@ impl Walk<'_> {
                     format!("{name} changes the working directory"),
                 );
             }
-            "trap" | "alias" | "let" | "enable" | "shopt" | "read" | "mapfile" | "readarray"
-            | "coproc" | "fc" | "hash" | "su" | "unshare" | "chroot" => self.raise(
+            "alias" | "trap" => {
+                self.raise(ShellComplex, format!("{name} sets code that runs later"));
+                // The code is read as if it ran here: `alias x='rm -rf /'; x`.
+                let code = args
+                    .iter()
+                    .filter_map(|a| a.text())
+                    .filter_map(|t| match name {
+                        "alias" => t.split_once('=').map(|(_, v)| v),
+                        _ => Some(t),
+                    });
+                for text in code.collect::<Vec<_>>() {
+                    let mut inner = self.nested();
+                    inner.source(text);
+                    self.absorb(inner);
+                }
+            }
+            "let" | "enable" | "shopt" | "read" | "mapfile" | "readarray" | "coproc" | "fc"
+            | "hash" | "su" | "unshare" | "chroot" => self.raise(
                 ShellComplex,
                 format!("{name} runs or changes code the classifier does not see"),
             ),

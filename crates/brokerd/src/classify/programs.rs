@@ -72,7 +72,8 @@ pub(super) const PLAIN_READERS: &[&str] = &[
 ];
 
 pub(super) const SHELLS: &[&str] = &[
-    "sh", "bash", "zsh", "dash", "ksh", "ash", "mksh", "fish", "csh", "tcsh",
+    "sh", "bash", "zsh", "dash", "ksh", "ash", "mksh", "fish", "csh", "tcsh", "hush", "yash",
+    "posh", "rbash",
 ];
 
 /// Interpreters and the options that take inline code.
@@ -181,6 +182,13 @@ pub(super) const ASH_DIFFERS: &str =
 
 /// Whether `p` runs code it reads from its standard input, given its arguments.
 pub(super) fn reads_code(p: &str, args: &[Arg]) -> bool {
+    if p == "source" || p == "." {
+        // `. /dev/stdin` runs what it reads.
+        return args
+            .first()
+            .and_then(|a| a.text())
+            .is_some_and(|t| matches!(t, "/dev/stdin" | "/dev/fd/0" | "/proc/self/fd/0"));
+    }
     let shell = SHELLS.contains(&p);
     if !shell && (!is_interpreter(p) || p.ends_with("awk")) {
         return false;
@@ -189,8 +197,9 @@ pub(super) fn reads_code(p: &str, args: &[Arg]) -> bool {
         match a.text() {
             Some("-" | "--") => return true,
             Some(t) if t.starts_with('-') || t.starts_with('+') => {
+                // `sh -c` with no code after it gets its code from elsewhere (xargs' input).
                 if shell && !t.starts_with("--") && t.contains('c') {
-                    return false;
+                    return args.last().is_some_and(|last| std::ptr::eq(last, a));
                 }
                 if let Some((_, code_opts)) = INTERPRETERS.iter().find(|(n, _)| *n == p) {
                     if code_opts.contains(&t) {

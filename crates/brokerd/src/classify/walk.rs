@@ -433,7 +433,8 @@ impl<'a> Walk<'a> {
             let (download_before, decode_before) = (downloaded, decoded);
             downloaded |= DOWNLOADERS.contains(&p.as_str());
             decoded |= DECODERS.contains(&p.as_str());
-            if k == 0 || (!SHELLS.contains(&p.as_str()) && !is_interpreter(p)) {
+            let sources = p == "source" || p == ".";
+            if k == 0 || (!SHELLS.contains(&p.as_str()) && !is_interpreter(p) && !sources) {
                 continue;
             }
             if download_before {
@@ -600,13 +601,29 @@ impl<'a> Walk<'a> {
     /// Text fed on standard input to `into`: a shell runs it, an interpreter may name paths.
     pub(super) fn code_input(&mut self, into: Option<&str>, text: &str) {
         let Some(p) = into else { return };
-        if SHELLS.contains(&p) {
+        if SHELLS.contains(&p) || p == "source" || p == "." {
             let mut inner = self.nested();
             inner.source(text);
             self.absorb(inner);
         } else if is_interpreter(p) {
-            for w in inline_paths(text) {
-                self.push_write(w);
+            self.inline_code(text);
+        }
+    }
+
+    /// Code of an interpreter: the paths its strings name are writes, and a string that is a
+    /// dangerous shell command (`system("rm -rf /")`) makes the command dangerous.
+    pub(super) fn inline_code(&mut self, code: &str) {
+        for w in inline_paths(code) {
+            self.push_write(w);
+        }
+        for s in string_literals(code) {
+            let mut inner = self.nested();
+            inner.source(s);
+            if inner.class == CommandClass::Dangerous {
+                self.raise(
+                    CommandClass::Dangerous,
+                    format!("inline code holds a dangerous shell command ({s})"),
+                );
             }
         }
     }

@@ -127,8 +127,8 @@ pub(super) fn unescape_double(text: &str) -> String {
     out
 }
 
-/// String literals an inline program names that look like paths (`"gen/x.c"`, `'./a'`).
-pub(super) fn inline_paths(code: &str) -> Vec<String> {
+/// The quoted string literals of inline code (`"gen/x.c"`, `'rm -rf /'`), at most 64.
+pub(super) fn string_literals(code: &str) -> Vec<&str> {
     let mut out = Vec::new();
     let mut chars = code.char_indices();
     while let Some((i, q)) = chars.next() {
@@ -149,17 +149,25 @@ pub(super) fn inline_paths(code: &str) -> Vec<String> {
             }
         }
         let Some(end) = end else { break };
-        let s = &code[start..end];
-        let pathish = !s.is_empty()
-            && s.len() <= 4096
-            && (s.contains('/') || s.contains('.'))
-            && !s.contains("://")
-            && !s.chars().any(|c| c.is_whitespace() || c.is_control());
-        if pathish && out.len() < 64 {
-            out.push(s.to_string());
+        if out.len() < 64 && end - start <= 4096 {
+            out.push(&code[start..end]);
         }
     }
     out
+}
+
+/// String literals an inline program names that look like paths (`"gen/x.c"`, `'./a'`).
+pub(super) fn inline_paths(code: &str) -> Vec<String> {
+    string_literals(code)
+        .into_iter()
+        .filter(|s| {
+            !s.is_empty()
+                && (s.contains('/') || s.contains('.'))
+                && !s.contains("://")
+                && !s.chars().any(|c| c.is_whitespace() || c.is_control())
+        })
+        .map(str::to_string)
+        .collect()
 }
 
 /// Bash's `$'...'` escapes; `None` for one the classifier does not decode or a NUL.

@@ -140,6 +140,9 @@ impl Walk<'_> {
         if !inline {
             return;
         }
+        if let Some(at) = operand {
+            self.positional_commands(args.get(at..).unwrap_or(&[]));
+        }
         match operand.and_then(|at| args.get(at)) {
             Some(code) => match code.text() {
                 Some(text) => {
@@ -186,8 +189,33 @@ impl Walk<'_> {
             }
         }
         for c in code {
-            for w in inline_paths(c) {
-                self.push_write(w);
+            self.inline_code(c);
+        }
+    }
+
+    /// `sh -c CODE ARG0 ARGS...`: CODE may run its arguments (`"$@"`, `$0 $1`), so every tail
+    /// of them is read as a command as well, when CODE names them or cannot be read.
+    fn positional_commands(&mut self, code_and_args: &[Arg]) {
+        let Some((code, rest)) = code_and_args.split_first() else {
+            return;
+        };
+        let names_them = code.text().is_none_or(|c| {
+            c.contains("$@")
+                || c.contains("$*")
+                || c.contains("${@")
+                || c.contains("${*")
+                || (0..10).any(|d| c.contains(&format!("${d}")) || c.contains(&format!("${{{d}")))
+        });
+        if !names_them {
+            return;
+        }
+        for start in 0..rest.len().min(16) {
+            let words: Vec<&str> = rest[start..].iter().map(|a| a.raw.as_str()).collect();
+            let mut inner = self.nested();
+            inner.source(&words.join(" "));
+            if inner.class == CommandClass::Dangerous {
+                self.absorb(inner);
+                return;
             }
         }
     }
