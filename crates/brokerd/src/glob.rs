@@ -134,8 +134,11 @@ fn class(p: &[char], start: usize, c: char) -> Option<(bool, usize)> {
 }
 
 /// The words bash makes of `word` by `{a,b}` expansion (the word itself when it has none);
-/// `None` past `MAX_ALTERNATIVES`.
+/// `None` past `MAX_ALTERNATIVES` or for a word longer than `MAX_PATTERN`.
 pub fn alternatives(word: &str) -> Option<Vec<String>> {
+    if word.len() > MAX_PATTERN {
+        return None;
+    }
     let mut out = Vec::new();
     expand_braces(word, &mut out, 0)?;
     Some(out)

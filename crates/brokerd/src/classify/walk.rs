@@ -237,6 +237,22 @@ impl<'a> Walk<'a> {
         if root.has_error() {
             // A parse error may swallow what follows it (`[ a / ] && rm -rf /` reads as one
             // test): the pieces between the shell's separators are read on their own as well.
+            // `{rm,-rf,/}` is a group to the grammar and the words `rm -rf /` to bash.
+            if command.contains('{') && command.contains(',') {
+                let words: Vec<String> = command
+                    .split_whitespace()
+                    .map(|w| match crate::glob::alternatives(w) {
+                        Some(alts) => alts.join(" "),
+                        None => w.to_string(),
+                    })
+                    .collect();
+                let expanded = words.join(" ");
+                if expanded != command {
+                    let mut inner = self.nested();
+                    inner.source(&expanded);
+                    self.absorb(inner);
+                }
+            }
             for piece in pieces(command) {
                 if piece.len() < command.trim().len() {
                     let mut inner = self.nested();
@@ -824,7 +840,16 @@ impl<'a> Walk<'a> {
             return;
         };
         if pattern {
+            // `/bin/r? -rf /` runs whatever the pattern matches; bash makes `{rm,-rf,/}` the
+            // words `rm -rf /`.
             self.raise(CommandClass::ShellComplex, "a pattern in command position");
+            self.as_any_destroyer(&args);
+            if let Some(words) = crate::glob::alternatives(&prog).filter(|w| w.len() > 1) {
+                let rest: Vec<&str> = args.iter().map(|a| a.raw.as_str()).collect();
+                let mut inner = self.nested();
+                inner.source(&format!("{} {}", words.join(" "), rest.join(" ")));
+                self.absorb(inner);
+            }
         }
         self.program(&prog, &args);
         let into = resolve_program(&prog, &args).map(|(p, _)| p);
