@@ -717,6 +717,36 @@ paths = [{{ path = "{ro}" }}]
         }
     }
 
+    /// A command past the classifier's bounds is refused in every mode, naming the bound.
+    #[test]
+    fn commands_past_the_bounds_are_refused() {
+        let f = fixture();
+        let long = format!(
+            "echo {}; rm -rf /",
+            "a".repeat(crate::classify::MAX_COMMAND_BYTES)
+        );
+        let deep = format!("{}rm -rf /", "nice ".repeat(100));
+        let cases = [
+            (
+                long,
+                "shell: the command is longer than the classifier reads",
+            ),
+            (
+                deep,
+                "shell: the command nests deeper than the classifier reads",
+            ),
+        ];
+        for (command, prefix) in cases {
+            let raw = serde_json::json!({ "command": command }).to_string();
+            for grant in ["safe", "ask", "auto"] {
+                match outcome(&f, grant, "shell", &raw).0 {
+                    Want::Refuse(reason) => assert!(reason.starts_with(prefix), "{reason}"),
+                    other => panic!("{grant}: {other:?}"),
+                }
+            }
+        }
+    }
+
     /// A recursive delete through a symlink that leads to a grant directory is dangerous.
     #[test]
     fn recursive_deletes_through_links() {

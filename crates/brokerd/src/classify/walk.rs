@@ -544,7 +544,13 @@ impl<'a> Walk<'a> {
                         });
                         if !fd_dup {
                             match dest_arg {
-                                Some(a) if op == ">&" => self.write_target(&a),
+                                Some(a) if op == ">&" => {
+                                    self.raise(
+                                        CommandClass::ShellComplex,
+                                        format!("{ASH_DIFFERS}: >& to a file"),
+                                    );
+                                    self.write_target(&a);
+                                }
                                 _ => self.raise(
                                     CommandClass::ShellComplex,
                                     "a redirection the classifier does not read",
