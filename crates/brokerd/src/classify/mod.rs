@@ -36,7 +36,7 @@
 //!   the assessment names the `Bound` and the policy refuses the command.
 //!
 //! Modules: `walk` (the syntax tree), `words` (quote removal), `opts` and `specs` (options),
-//! `commands` (one program), `wrappers`, `find`, `git`, `sed`, `archives`, `paths`, `programs`
+//! `commands` (one program), `pipes` (pipelines), `wrappers`, `find`, `git`, `sed`, `archives`, `paths`, `programs`
 //! (lists of programs by kind); `adversarial.toml` is the table of hostile commands checked
 //! when the classifier is built.
 
@@ -54,6 +54,7 @@ mod find;
 mod git;
 mod opts;
 mod paths;
+mod pipes;
 mod programs;
 mod sed;
 mod specs;
@@ -67,6 +68,7 @@ mod properties;
 mod tests;
 
 use paths::*;
+use pipes::*;
 use programs::*;
 use walk::*;
 use words::*;
