@@ -1,4 +1,4 @@
-//! The walk over the syntax tree: statements, words, pipelines and redirections.
+//! The walk over the syntax tree: statements, words, redirections and the write targets they name.
 
 use super::*;
 pub(super) struct Walk<'a> {
