@@ -13,8 +13,9 @@ use proto::tools::{ReadFileArgs, ShellArgs, ToolName, WriteFileArgs};
 use crate::args::ToolArgs;
 use crate::classify::{Classifier, ClassifierError, CommandClass};
 use crate::config::{Config, Grant};
+use crate::glob;
 use crate::mode::{ActionClass, Capabilities, Grant as Permit};
-use crate::protect::{protected, Protection};
+use crate::protect::{pattern_protected, protected, Protection};
 use crate::runner::{Egress, Mount};
 use crate::visible::{visible, Visible};
 use crate::workspace::{PathRefusal, Root, Workspace, WorkspaceError};
@@ -89,6 +90,9 @@ pub enum Why {
     /// A shell command that writes a generated or snapshot file.
     #[error("shell: the command writes {written}: {why}")]
     ShellWritesProtected { written: String, why: Protection },
+    /// A shell command past what the classifier reads (length, depth, time, NUL).
+    #[error("shell: {0}; split it into smaller commands")]
+    ShellBeyondBounds(String),
     /// http_fetch to a host the grant does not name.
     #[error("http_fetch: {host} is not one of the grant's hosts ({})", .hosts.join(", "))]
     HostNotGranted { host: String, hosts: Vec<String> },
@@ -125,6 +129,7 @@ impl Why {
             Why::CwdNotADirectory(_) => "cwd_not_a_directory",
             Why::WriteProtected(_) => "write_protected",
             Why::ShellWritesProtected { .. } => "shell_writes_protected",
+            Why::ShellBeyondBounds(_) => "shell_beyond_bounds",
             Why::HostNotGranted { .. } => "host_not_granted",
             Why::TooLarge { .. } => "too_large",
             Why::ModeForbids { .. } => "mode_forbids",
@@ -275,11 +280,31 @@ impl Policy {
                 };
                 let roots: Vec<PathBuf> =
                     g.workspace.roots().iter().map(|r| r.path.clone()).collect();
-                let assessment = self.classifier.classify(&a.command, &roots);
+                let mut assessment = self.classifier.classify(&a.command, &roots);
+                if let Some(bound) = assessment.beyond {
+                    return refuse(&a.command, Why::ShellBeyondBounds(bound.to_string()));
+                }
                 let base = cwd
                     .clone()
                     .unwrap_or_else(|| PathBuf::from(proto_default_cwd()));
+                let mut undecided = None;
                 for w in &assessment.writes {
+                    if assessment.globbed.contains(w) {
+                        match pattern_protection(g, tool, &base, &roots, w) {
+                            Ok(None) => {}
+                            Ok(Some(p)) => {
+                                return refuse(
+                                    &a.command,
+                                    Why::ShellWritesProtected {
+                                        written: w.clone(),
+                                        why: p,
+                                    },
+                                )
+                            }
+                            Err(why) => undecided = Some(why),
+                        }
+                        continue;
+                    }
                     let reached = base.join(w);
                     let reached = match g.workspace.resolve(tool, &path_string(&reached)) {
                         Ok(r) => r.path,
@@ -288,6 +313,25 @@ impl Policy {
                     if let Some(why) = protected(w, &reached) {
                         let written = w.clone();
                         return refuse(&a.command, Why::ShellWritesProtected { written, why });
+                    }
+                }
+                // `rm -rf link/` deletes what the link leads to: a grant directory, or `/`
+                // where every grant directory is mounted.
+                for t in &assessment.recursive {
+                    let at = base.join(t);
+                    let real = std::fs::canonicalize(&at).unwrap_or(at);
+                    if roots.iter().any(|r| r.starts_with(&real)) {
+                        assessment.class = CommandClass::Dangerous;
+                        assessment.reason = Some(format!(
+                            "{t} leads to {}, a grant directory or one holding it",
+                            real.display()
+                        ));
+                    }
+                }
+                if let Some(why) = undecided {
+                    if assessment.class < CommandClass::ShellComplex {
+                        assessment.class = CommandClass::ShellComplex;
+                        assessment.reason = Some(why);
                     }
                 }
                 let input = json(&ShellArgs {
@@ -393,6 +437,35 @@ impl Policy {
 
 fn refuse(target: &str, why: Why) -> Decision {
     Decision::Refuse(Refusal::new(target, why))
+}
+
+/// Whether a write to the shell pattern `w` reaches a protected file: by the pattern's own
+/// components, or by a file it matches in the grant (expanded on the host, relative to `base`).
+/// `Err` when that cannot be told within the expansion's bounds.
+fn pattern_protection(
+    g: &GrantPolicy,
+    tool: ToolName,
+    base: &std::path::Path,
+    roots: &[PathBuf],
+    w: &str,
+) -> Result<Option<Protection>, String> {
+    let cannot_tell = || format!("the write pattern {w} matches more than the classifier checks");
+    for alt in glob::alternatives(w).ok_or_else(cannot_tell)? {
+        if let Some(p) = pattern_protected(&alt) {
+            return Ok(Some(p));
+        }
+        for m in glob::expand(&base.join(&alt), roots).ok_or_else(cannot_tell)? {
+            let shown = path_string(&m);
+            let reached = match g.workspace.resolve(tool, &shown) {
+                Ok(r) => r.path,
+                Err(_) => m,
+            };
+            if let Some(p) = protected(&shown, &reached) {
+                return Ok(Some(p));
+            }
+        }
+    }
+    Ok(None)
 }
 
 /// Where toolkit runs shell without a cwd (seed 003 section 4).
@@ -634,6 +707,166 @@ paths = [{{ path = "{ro}" }}]
                 other => panic!("{raw}: {other:?}"),
             }
         }
+    }
+
+    /// Write targets the shell expands, links written through and git's paths reach protected
+    /// files however they are spelled.
+    #[test]
+    fn protected_targets_behind_patterns_and_links() {
+        let f = fixture();
+        let rw = f.rw.display().to_string();
+        let shell =
+            |command: &str| serde_json::json!({ "command": command, "cwd": rw }).to_string();
+        // (command, the start of the refusal, or None where it runs in auto)
+        let cases: Vec<(&str, Option<String>)> = vec![
+            (
+                "tee generat*/x.c < a.txt",
+                Some(
+                    "shell: the command writes generat*/x.c: generat*/x.c is under `generated/`"
+                        .into(),
+                ),
+            ),
+            (
+                "sed -i s/a/b/ vendo?/l.c",
+                Some("shell: the command writes vendo?/l.c: vendo?/l.c is under `vendor/`".into()),
+            ),
+            (
+                "cp a.txt gen.r?",
+                Some(format!(
+                    "shell: the command writes gen.r?: {rw}/gen.rs says `@generated`"
+                )),
+            ),
+            (
+                "cp a.txt */x.c",
+                Some(format!(
+                    "shell: the command writes */x.c: {rw}/generated/x.c is under `generated/`"
+                )),
+            ),
+            (
+                "touch gen{e,}rated/x",
+                Some(
+                    "shell: the command writes gen{e,}rated/x: generated/x is under `generated/`"
+                        .into(),
+                ),
+            ),
+            (
+                "ln -s generated/x l; echo y > l",
+                Some(
+                    "shell: the command writes generated/x: generated/x is under `generated/`"
+                        .into(),
+                ),
+            ),
+            (
+                "ln -s gen.rs l && echo y > l",
+                Some("shell: the command writes gen.rs: gen.rs says `@generated`".into()),
+            ),
+            (
+                "git checkout HEAD generated/x",
+                Some(
+                    "shell: the command writes generated/x: generated/x is under `generated/`"
+                        .into(),
+                ),
+            ),
+            (
+                "git restore --source=HEAD~1 gen.rs",
+                Some("shell: the command writes gen.rs: gen.rs says `@generated`".into()),
+            ),
+            (
+                "tar -xf a.tar -C generated",
+                Some("shell: the command writes generated: generated is under `generated/`".into()),
+            ),
+            ("cp a.txt ?.bak", None),
+            ("sed -i s/a/b/ a.tx?", None),
+            ("ln -s a.txt l && cat l", None),
+        ];
+        for (command, want) in cases {
+            let got = outcome(&f, "auto", "shell", &shell(command)).0;
+            match (&got, &want) {
+                (Want::Refuse(reason), Some(prefix)) => assert!(
+                    reason.starts_with(prefix.as_str()),
+                    "{command}: {reason:?} does not start with {prefix:?}"
+                ),
+                (Want::Run, None) => {}
+                _ => panic!("{command}: {got:?}, wanted {want:?}"),
+            }
+        }
+    }
+
+    /// A command past the classifier's bounds is refused in every mode, naming the bound.
+    #[test]
+    fn commands_past_the_bounds_are_refused() {
+        let f = fixture();
+        let long = format!(
+            "echo {}; rm -rf /",
+            "a".repeat(crate::classify::MAX_COMMAND_BYTES)
+        );
+        let deep = format!("{}rm -rf /", "nice ".repeat(100));
+        let cases = [
+            (
+                long,
+                "shell: the command is longer than the classifier reads",
+            ),
+            (
+                deep,
+                "shell: the command nests deeper than the classifier reads",
+            ),
+        ];
+        for (command, prefix) in cases {
+            let raw = serde_json::json!({ "command": command }).to_string();
+            for grant in ["safe", "ask", "auto"] {
+                match outcome(&f, grant, "shell", &raw).0 {
+                    Want::Refuse(reason) => assert!(reason.starts_with(prefix), "{reason}"),
+                    other => panic!("{grant}: {other:?}"),
+                }
+            }
+        }
+    }
+
+    /// A recursive delete through a symlink that leads to a grant directory is dangerous.
+    #[test]
+    fn recursive_deletes_through_links() {
+        let f = fixture();
+        std::os::unix::fs::symlink(&f.ro, f.rw.join("to_ref")).unwrap();
+        std::os::unix::fs::symlink("/", f.rw.join("to_root")).unwrap();
+        std::fs::create_dir_all(f.rw.join("sub")).unwrap();
+        let rw = f.rw.display().to_string();
+        let cases = [
+            ("rm -rf to_ref/", Some(CommandClass::Dangerous)),
+            ("chmod -R 777 to_root/", Some(CommandClass::Dangerous)),
+            ("rm -rf sub", Some(CommandClass::WorkspaceMutating)),
+            ("rm -rf ../notes", Some(CommandClass::Dangerous)),
+        ];
+        for (command, want) in cases {
+            let raw = serde_json::json!({ "command": command, "cwd": rw }).to_string();
+            let (got, plan) = outcome(&f, "auto", "shell", &raw);
+            let class = plan.and_then(|p| p.class);
+            assert_eq!(class, want, "{command}: {got:?}");
+        }
+    }
+
+    /// A write pattern that matches more than the expansion reads cannot be checked: it is
+    /// `shell_complex` (asked in ask, refused in safe), not a plain write.
+    #[test]
+    fn an_unbounded_write_pattern_is_complex() {
+        let f = fixture();
+        let many = f.rw.join("many");
+        std::fs::create_dir_all(&many).unwrap();
+        for i in 0..=crate::glob::MAX_ENTRIES {
+            std::fs::write(many.join(format!("f{i}")), "").unwrap();
+        }
+        let rw = f.rw.display().to_string();
+        let raw = serde_json::json!({ "command": "touch many/*x", "cwd": rw }).to_string();
+        let (got, plan) = outcome(&f, "ask", "shell", &raw);
+        assert_eq!(got, Want::Ask);
+        assert_eq!(plan.unwrap().class, Some(CommandClass::ShellComplex));
+        match outcome(&f, "safe", "shell", &raw).0 {
+            Want::Refuse(reason) => assert!(reason.contains("shell_complex"), "{reason}"),
+            other => panic!("{other:?}"),
+        }
+        // The same pattern over a small directory is a plain write.
+        let raw = serde_json::json!({ "command": "touch generated2*x", "cwd": rw }).to_string();
+        let (_, plan) = outcome(&f, "ask", "shell", &raw);
+        assert_eq!(plan.unwrap().class, Some(CommandClass::WorkspaceMutating));
     }
 
     /// What a person reads of a call shows the model's line breaks, terminal escapes and bidi

@@ -11,6 +11,8 @@ use std::io::Read;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Component, Path};
 
+use crate::glob;
+
 /// Directory names whose contents are never written.
 const PROTECTED_DIRS: &[&str] = &["generated", "vendor", "third_party", "node_modules"];
 /// Header markers, looked for in the first `HEADER_LINES` lines.
@@ -66,8 +68,30 @@ pub fn protected(written_as: &str, reached: &Path) -> Option<Protection> {
     })
 }
 
+/// Whether a write to the shell pattern `pattern` (one brace alternative) is refused by its
+/// own components: `generat*/x` may name `generated/x` even where no such file exists yet.
+/// A component made only of wildcards (`*`, `?*`) is left to the expansion on the host: it
+/// matches a protected directory only where one exists.
+pub fn pattern_protected(pattern: &str) -> Option<Protection> {
+    let glob_eq = |component: &str, name: &str| {
+        if !glob::is_pattern(component) {
+            return component == name;
+        }
+        glob::has_literal(component) && glob::matches(component, name) != Some(false)
+    };
+    protected_component_by(Path::new(pattern), glob_eq).map(|component| Protection::Directory {
+        path: pattern.to_string(),
+        component,
+    })
+}
+
 /// The protected component of a path, if any (`build/tmp` as two components in a row).
 fn protected_component(p: &Path) -> Option<String> {
+    protected_component_by(p, |a, b| a == b)
+}
+
+/// As `protected_component`, with `same(component, protected name)` deciding a match.
+fn protected_component_by(p: &Path, same: impl Fn(&str, &str) -> bool) -> Option<String> {
     let names: Vec<&str> = p
         .components()
         .filter_map(|c| match c {
@@ -76,10 +100,10 @@ fn protected_component(p: &Path) -> Option<String> {
         })
         .collect();
     for (i, n) in names.iter().enumerate() {
-        if PROTECTED_DIRS.contains(n) {
-            return Some((*n).to_string());
+        if let Some(dir) = PROTECTED_DIRS.iter().find(|d| same(n, d)) {
+            return Some((*dir).to_string());
         }
-        if *n == "build" && names.get(i + 1) == Some(&"tmp") {
+        if same(n, "build") && names.get(i + 1).is_some_and(|next| same(next, "tmp")) {
             return Some("build/tmp".to_string());
         }
     }
@@ -183,6 +207,33 @@ mod tests {
         let rc = unsafe { libc::mkfifo(c.as_ptr(), 0o600) };
         assert_eq!(rc, 0);
         assert_eq!(protected("fifo", &fifo), None);
+    }
+
+    #[test]
+    fn patterns() {
+        // (pattern, protected component)
+        let cases = [
+            ("generat*/x.c", Some("generated")),
+            ("vendo?/l.c", Some("vendor")),
+            ("[gv]en*/a", Some("generated")),
+            ("n*s/p/i.js", Some("node_modules")),
+            ("bu*/t?p/o", Some("build/tmp")),
+            ("third?party/x", Some("third_party")),
+            ("*/x", None),
+            ("*d/x", Some("generated")),
+            ("src/*.c", None),
+            ("gen.r?", None),
+            ("generated/x", Some("generated")),
+            ("ven*s/x", None),
+        ];
+        for (pattern, want) in cases {
+            let got = pattern_protected(pattern);
+            let comp = match &got {
+                Some(Protection::Directory { component, .. }) => Some(component.as_str()),
+                _ => None,
+            };
+            assert_eq!(comp, want, "{pattern}");
+        }
     }
 
     #[test]

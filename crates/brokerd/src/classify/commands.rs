@@ -1,0 +1,425 @@
+//! One program run with its arguments: the dispatch and the programs that write or delete.
+
+use super::opts::{parse, Parsed, LENIENT};
+use super::specs::{spec_of, Effect, Operands, Spec};
+use super::*;
+
+impl Walk<'_> {
+    /// Classifies one program run with its (already scanned) arguments.
+    pub(super) fn program(&mut self, name: &str, args: &[Arg]) {
+        use CommandClass::*;
+        let name = match program_name(name) {
+            Some(n) => n,
+            None => {
+                self.raise(
+                    ShellComplex,
+                    format!("{name} is run by a path outside the system's program directories"),
+                );
+                return;
+            }
+        };
+        if PLAIN_READERS.contains(&name) {
+            return;
+        }
+        // Past the plain readers, an argument the classifier cannot read could be any option.
+        if let Some(a) = args.iter().find(|a| a.lit.is_none()) {
+            self.raise(
+                ShellComplex,
+                format!(
+                    "{name} gets an argument the classifier cannot read ({})",
+                    a.raw
+                ),
+            );
+        }
+        if let Some(spec) = spec_of(name) {
+            self.by_spec(name, spec, args);
+            return;
+        }
+        match name {
+            "busybox" => self.busybox(args),
+            "eval" | "source" | "." => {
+                self.raise(ShellComplex, format!("{name} runs shell code"));
+                self.fetched_code(name, args);
+                if name != "eval" {
+                    return;
+                }
+                self.inline_shell(args);
+            }
+            "pushd" | "popd" => {
+                self.cwd_unknown = true;
+                self.raise(
+                    ShellComplex,
+                    format!("{name} changes the working directory"),
+                );
+            }
+            "alias" | "trap" => {
+                self.raise(ShellComplex, format!("{name} sets code that runs later"));
+                // The code is read as if it ran here: `alias x='rm -rf /'; x`.
+                let code = args
+                    .iter()
+                    .filter_map(|a| a.text())
+                    .filter_map(|t| match name {
+                        "alias" => t.split_once('=').map(|(_, v)| v),
+                        _ => Some(t),
+                    });
+                for text in code.collect::<Vec<_>>() {
+                    let mut inner = self.nested();
+                    inner.source(text);
+                    self.absorb(inner);
+                }
+            }
+            "let" | "enable" | "shopt" | "read" | "mapfile" | "readarray" | "coproc" | "fc"
+            | "hash" | "su" | "unshare" | "chroot" => self.raise(
+                ShellComplex,
+                format!("{name} runs or changes code the classifier does not see"),
+            ),
+            "cd" => self.cd(args),
+            "set" => self.set(args),
+            "find" => self.find(args),
+            "xxd" => {
+                let o = parse(name, &LENIENT, args);
+                if let Some(out) = o.operands.get(1) {
+                    self.write_target(out);
+                }
+            }
+            "unzip" => self.unzip(args),
+            "git" => self.git(args),
+            "dd" => {
+                for a in args {
+                    if let Some(of) = a.text().and_then(|t| t.strip_prefix("of=")) {
+                        self.write_target(&Arg {
+                            lit: Some(of.to_string()),
+                            pattern: a.pattern,
+                            raw: a.raw.clone(),
+                        });
+                    }
+                }
+            }
+            "kill" => self.kill(args),
+            "systemctl" => {
+                let stops = [
+                    "poweroff",
+                    "reboot",
+                    "halt",
+                    "kexec",
+                    "suspend",
+                    "hibernate",
+                ];
+                if args
+                    .iter()
+                    .any(|a| a.text().is_some_and(|t| stops.contains(&t)))
+                {
+                    self.raise(Dangerous, "systemctl stops the machine");
+                } else {
+                    self.raise(ShellComplex, "systemctl");
+                }
+            }
+            "init" | "telinit" => {
+                if args.iter().any(|a| matches!(a.text(), Some("0" | "6"))) {
+                    self.raise(Dangerous, format!("{name} stops the machine"));
+                } else {
+                    self.raise(ShellComplex, name.to_string());
+                }
+            }
+            n if SYSTEM_STOPPERS.contains(&n) => {
+                self.raise(Dangerous, format!("{n} stops the machine"))
+            }
+            n if n.starts_with("mkfs") || DISK_WRECKERS.contains(&n) => {
+                self.raise(Dangerous, format!("{n} rewrites a disk"))
+            }
+            n if SHELLS.contains(&n) => {
+                self.raise(
+                    ShellComplex,
+                    format!("{n} runs code the classifier does not see"),
+                );
+                self.fetched_code(n, args);
+                self.shell_inline(args);
+            }
+            n if is_interpreter(n) => {
+                self.raise(ShellComplex, format!("{n} runs a program"));
+                self.interpreter_inline(n, args);
+            }
+            other => self.raise(
+                ShellComplex,
+                format!("{other} is not a program the classifier knows"),
+            ),
+        }
+    }
+
+    pub(super) fn kill(&mut self, args: &[Arg]) {
+        let texts: Vec<&str> = args.iter().filter_map(|a| a.text()).collect();
+        // `kill -1` alone (and `kill -9 -1`, `kill -- -1`) signal every process.
+        let everyone = match texts.as_slice() {
+            ["-1"] => true,
+            _ => {
+                let mut pids = Vec::new();
+                let mut i = 0;
+                let mut signal_seen = false;
+                while let Some(t) = texts.get(i) {
+                    i += 1;
+                    if *t == "--" {
+                        pids.extend(texts.get(i..).unwrap_or(&[]).iter().copied());
+                        break;
+                    }
+                    if (*t == "-s" || *t == "-n") && !signal_seen {
+                        i += 1;
+                        signal_seen = true;
+                    } else if t.starts_with('-') && !signal_seen && t.len() > 1 {
+                        signal_seen = true;
+                    } else {
+                        pids.push(*t);
+                    }
+                }
+                pids.contains(&"-1")
+            }
+        };
+        if everyone {
+            self.raise(CommandClass::Dangerous, "kill -1 signals every process");
+        } else {
+            self.raise(CommandClass::ShellComplex, "kill signals other processes");
+        }
+    }
+
+    pub(super) fn cd(&mut self, args: &[Arg]) {
+        let o = parse("cd", &LENIENT, args);
+        match o.operand_texts().as_slice() {
+            [dir] if *dir != "-" && o.operands.len() == 1 && !o.operands[0].pattern => {
+                let next = match &self.cwd {
+                    Some(cur) if !dir.starts_with('/') => {
+                        Path::new(cur).join(dir).to_string_lossy().into_owned()
+                    }
+                    _ => dir.to_string(),
+                };
+                self.cwd = Some(next);
+            }
+            _ => {
+                self.cwd_unknown = true;
+                self.raise(
+                    CommandClass::ShellComplex,
+                    "cd to a directory the classifier cannot name",
+                )
+            }
+        }
+    }
+
+    pub(super) fn set(&mut self, args: &[Arg]) {
+        let mut i = 0;
+        while let Some(a) = args.get(i) {
+            i += 1;
+            let t = a.text().unwrap_or("");
+            let ok_flags = (t.starts_with('-') || t.starts_with('+'))
+                && t.len() > 1
+                && t[1..].chars().all(|c| "euxvo".contains(c));
+            if !ok_flags {
+                self.raise(
+                    CommandClass::ShellComplex,
+                    "set with arguments the classifier does not read",
+                );
+                return;
+            }
+            if t.ends_with('o') {
+                let opt = args.get(i).and_then(|a| a.text()).unwrap_or("");
+                i += 1;
+                if !["pipefail", "errexit", "nounset", "xtrace", "verbose"].contains(&opt) {
+                    self.raise(
+                        CommandClass::ShellComplex,
+                        format!("set -o {opt} is an option the classifier does not read"),
+                    );
+                    return;
+                }
+            }
+        }
+    }
+
+    /// A program the spec table knows: its options' effects, then its operands by role.
+    fn by_spec(&mut self, name: &str, spec: &Spec, args: &[Arg]) {
+        use CommandClass::*;
+        let p = parse(name, spec, args);
+        for problem in &p.problems {
+            self.raise(ShellComplex, problem.clone());
+        }
+        for g in &p.given {
+            match g.effect() {
+                Effect::Write => {
+                    if let Some(v) = &g.value {
+                        self.write_target(v);
+                    }
+                }
+                Effect::Run => {
+                    self.raise(ShellComplex, format!("{name} {} runs a program", g.spelled))
+                }
+                Effect::Mutate => self.raise(WorkspaceMutating, format!("{name} {}", g.spelled)),
+                Effect::Unguard => self.raise(
+                    Dangerous,
+                    format!("{name} {} removes the guard for /", g.spelled),
+                ),
+                Effect::Plain | Effect::Recursive | Effect::Query => {}
+            }
+        }
+        let recursive = p.with_effect(Effect::Recursive).next().is_some();
+        let writer = matches!(
+            spec.operands,
+            Operands::Written | Operands::Deleted | Operands::Changed | Operands::Copied
+        );
+        if writer && self.input_operands {
+            self.raise(
+                ShellComplex,
+                format!(
+                    "{name} changes names read from the input, which the classifier cannot see"
+                ),
+            );
+        }
+        match spec.operands {
+            Operands::Read => {}
+            Operands::Written => {
+                for t in &p.operands {
+                    self.write_target(t);
+                }
+            }
+            Operands::Deleted => {
+                self.raise(WorkspaceMutating, name.to_string());
+                self.deletes(name, recursive, &p.operands);
+            }
+            Operands::Changed => {
+                self.raise(WorkspaceMutating, name.to_string());
+                // The mode or owner comes first unless --reference names it.
+                let skip = usize::from(!p.has("reference"));
+                self.deletes(name, recursive, p.operands.get(skip..).unwrap_or(&[]));
+            }
+            Operands::Copied => self.copied(name, &p),
+            Operands::Command => self.wrapped(name, &p),
+            Operands::Own => match name {
+                "sed" => self.sed(&p),
+                "uniq" => {
+                    if let Some(out) = p.operands.get(1) {
+                        self.write_target(out);
+                    }
+                }
+                "tar" => self.tar(&p),
+                "patch" => self.patch(&p),
+                other => self.raise(
+                    ShellComplex,
+                    format!("{other} has no reader in the classifier"),
+                ),
+            },
+        }
+    }
+
+    /// Targets of rm, rmdir, chmod and the like; a recursive one of a root is dangerous, and so
+    /// is one whose targets come from the command's input.
+    fn deletes(&mut self, name: &str, recursive: bool, targets: &[Arg]) {
+        use CommandClass::*;
+        for t in targets {
+            if recursive && self.wipes_root(t) {
+                self.raise(
+                    Dangerous,
+                    format!("{name} -r of {}, a grant directory, / or the home", t.raw),
+                );
+            }
+            self.write_target(t);
+            if recursive {
+                if let Some(shown) = self.writes.last().cloned() {
+                    self.recursive.push(shown);
+                }
+            }
+        }
+        // A link made earlier in the command may lead to a root: `ln -s / x; rm -rf x/`.
+        let linked_root = self
+            .link_targets
+            .clone()
+            .iter()
+            .any(|l| self.wipes_root(&Arg::literal(l)));
+        if recursive && linked_root && !targets.is_empty() {
+            self.raise(
+                Dangerous,
+                format!("{name} -r in a command that links to a grant directory or /"),
+            );
+        }
+        if recursive && self.input_operands {
+            self.raise(
+                Dangerous,
+                format!("{name} -r of names read from the input, which may be a grant directory"),
+            );
+        }
+    }
+
+    /// cp, mv, install and ln: what they write, and the links ln makes.
+    fn copied(&mut self, name: &str, o: &Parsed) {
+        self.raise(CommandClass::WorkspaceMutating, name.to_string());
+        let targets = o.values("target-directory");
+        let pos = &o.operands;
+        if name == "mv" {
+            // A moved file is gone from where it was; moved out of the grant, a root's
+            // contents are gone from it.
+            let dest = targets.last().copied().or(pos.last());
+            let sources = if targets.is_empty() && !pos.is_empty() {
+                &pos[..pos.len() - 1]
+            } else {
+                &pos[..]
+            };
+            if dest.is_some_and(|d| self.outside_roots(d))
+                && sources.iter().any(|s| self.empties_root(s))
+            {
+                self.raise(
+                    CommandClass::Dangerous,
+                    "mv takes a grant directory's contents out of the grant",
+                );
+            }
+            for p in pos {
+                self.write_target(p);
+            }
+        }
+        if name == "ln" || (name == "cp" && o.has_any(&["symbolic-link", "link"])) {
+            let sources = if targets.is_empty() && pos.len() >= 2 {
+                &pos[..pos.len() - 1]
+            } else {
+                &pos[..]
+            };
+            for s in sources {
+                self.made_link(s);
+            }
+        }
+        if self.input_operands && targets.is_empty() {
+            self.raise(
+                CommandClass::ShellComplex,
+                format!("{name} writes to names read from its input"),
+            );
+        }
+        self.in_link = name == "ln";
+        if !targets.is_empty() {
+            for t in targets {
+                self.write_target(t);
+            }
+        } else if name == "install" && o.has("directory") {
+            for p in pos {
+                self.write_target(p);
+            }
+        } else if let Some(last) = pos.last() {
+            if pos.len() >= 2 {
+                self.write_target(last);
+            } else if name == "ln" {
+                // `ln -s TARGET` makes a link named after TARGET in the working directory.
+                let base = last
+                    .text()
+                    .and_then(|t| Path::new(t).file_name())
+                    .map(|b| b.to_string_lossy().into_owned());
+                match base {
+                    Some(b) => self.write_target(&Arg::literal(&b)),
+                    None => self.write_target(last),
+                }
+            }
+        }
+        self.in_link = false;
+    }
+
+    /// Code built from a download or a decoder's output (`sh -c "$(curl ...)"`, `eval
+    /// "$(base64 -d ...)"`, `bash <(curl ...)`).
+    fn fetched_code(&mut self, name: &str, args: &[Arg]) {
+        if self.fetched && args.iter().any(|a| a.lit.is_none()) {
+            self.raise(
+                CommandClass::Dangerous,
+                format!("{name} runs code built from a download or a decoder"),
+            );
+        }
+    }
+}

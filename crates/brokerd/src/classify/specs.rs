@@ -1,0 +1,474 @@
+//! What the classifier knows of each program's options, as data.
+//!
+//! Each option is one token, `NAMES[=|=?][:EFFECT]`:
+//! - `NAMES` are comma-separated; a one-character name is a short option (`-o`), a longer one a
+//!   long option (`--output`).
+//! - `=` takes a value, attached (`-oFILE`, `--output=FILE`) or as the next word; `=?` takes an
+//!   optional value, attached only (`-i.bak`, `--in-place=.bak`), as getopt's `::` does.
+//! - `EFFECT` is what the option does beyond changing how the program reads (see `Effect`).
+//!
+//! Long options may be abbreviated to any unambiguous prefix, as getopt_long allows, unless the
+//! program says otherwise. An option a program's spec does not list makes the command
+//! `ShellComplex` (the list may lag behind the program), unless the spec says unknown options
+//! are harmless.
+
+use std::collections::HashMap;
+use std::sync::OnceLock;
+
+/// What a program does with its operands (the words that are not options).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Operands {
+    /// Reads them.
+    Read,
+    /// Writes each of them (touch, mkdir, tee, truncate).
+    Written,
+    /// Deletes each of them (rm, rmdir, shred, unlink); recursively with a `recursive` option.
+    Deleted,
+    /// Copies or links the sources to the last operand (cp, mv, install, ln).
+    Copied,
+    /// A mode or owner first, then the files it changes (chmod, chown, chgrp).
+    Changed,
+    /// A command to run, with its own arguments (env, nice, timeout, xargs...).
+    Command,
+    /// The program's own module reads them (sed, git, tar, uniq...).
+    Own,
+}
+
+/// What an option does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Effect {
+    /// Changes only how the program reads or prints.
+    Plain,
+    /// Its value is a path the program writes.
+    Write,
+    /// Runs a program or code the classifier does not see.
+    Run,
+    /// Makes the program change files or the system.
+    Mutate,
+    /// Makes a delete, chmod or chown recursive.
+    Recursive,
+    /// Removes a guard against destroying `/`.
+    Unguard,
+    /// Asks about the command instead of running it (`command -v`).
+    Query,
+}
+
+/// One option of a program.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Opt {
+    pub(super) short: Vec<char>,
+    pub(super) long: Vec<&'static str>,
+    pub(super) takes: Takes,
+    pub(super) effect: Effect,
+}
+
+impl Opt {
+    /// The first long name, else the short one.
+    #[cfg(test)]
+    pub(super) fn name(&self) -> String {
+        match self.long.first() {
+            Some(l) => (*l).to_string(),
+            None => self
+                .short
+                .first()
+                .map(|c| c.to_string())
+                .unwrap_or_default(),
+        }
+    }
+}
+
+/// Whether an option takes a value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Takes {
+    Nothing,
+    /// Attached or the next word.
+    Value,
+    /// Attached only, and optional.
+    Attached,
+}
+
+/// A program's spec as written in `SPECS`.
+struct RawSpec {
+    names: &'static [&'static str],
+    operands: Operands,
+    /// Options end at the first operand (getopt's `+`): the operands are a command.
+    stop_at_operand: bool,
+    /// Long options may be abbreviated.
+    abbreviate: bool,
+    /// Options the spec does not list are harmless (the program has many, none of them write).
+    unknown_harmless: bool,
+    options: &'static str,
+}
+
+/// A program's spec, compiled.
+#[derive(Debug)]
+pub(super) struct Spec {
+    pub(super) operands: Operands,
+    pub(super) stop_at_operand: bool,
+    pub(super) abbreviate: bool,
+    pub(super) unknown_harmless: bool,
+    pub(super) options: Vec<Opt>,
+}
+
+const fn spec(
+    names: &'static [&'static str],
+    operands: Operands,
+    options: &'static str,
+) -> RawSpec {
+    RawSpec {
+        names,
+        operands,
+        stop_at_operand: false,
+        abbreviate: true,
+        unknown_harmless: false,
+        options,
+    }
+}
+
+/// A wrapper: options, then the command it runs.
+const fn wrapper(names: &'static [&'static str], options: &'static str) -> RawSpec {
+    RawSpec {
+        stop_at_operand: true,
+        ..spec(names, Operands::Command, options)
+    }
+}
+
+const COMMON: &str = "help version";
+
+/// The programs whose options matter. `Operands::Own` programs are read by their own module.
+const SPECS: &[RawSpec] = &[
+    // Readers with an option that writes or runs.
+    spec(
+        &["sort"],
+        Operands::Read,
+        "b,ignore-leading-blanks c C check=? d,dictionary-order f,ignore-case \
+         g,general-numeric-sort h,human-numeric-sort i,ignore-nonprinting k,key= M,month-sort \
+         m,merge n,numeric-sort o,output=:write R,random-sort r,reverse s,stable S,buffer-size= \
+         t,field-separator= T,temporary-directory= u,unique V,version-sort z,zero-terminated \
+         batch-size= compress-program=:run debug files0-from= parallel= random-source= sort=",
+    ),
+    spec(
+        &["date"],
+        Operands::Read,
+        "d,date= debug f,file= I,iso-8601=? R,rfc-email rfc-3339= resolution r,reference= \
+         s,set=:mutate u,utc,universal",
+    ),
+    spec(
+        &["file"],
+        Operands::Read,
+        "apple b,brief C,compile:mutate c,checking-printout d debug e,exclude= exclude-quiet= E \
+         extension F,separator= f,files-from= h,no-dereference i,mime mime-type mime-encoding \
+         k,keep-going l,list L,dereference m,magic-file= n,no-buffer N,no-pad p,preserve-date \
+         P,parameter= r,raw s,special-files S,no-sandbox z,uncompress Z,uncompress-noreport \
+         0,print0",
+    ),
+    RawSpec {
+        // ripgrep's options are many and read-only but for these; clap does not abbreviate.
+        abbreviate: false,
+        unknown_harmless: true,
+        ..spec(
+            &["rg"],
+            Operands::Read,
+            "e,regexp= f,file= g,glob= iglob= t,type= T,type-not= type-add= type-clear= \
+             m,max-count= A,after-context= B,before-context= C,context= M,max-columns= \
+             j,threads= E,encoding= pre=:run pre-glob=:run max-depth= max-filesize= \
+             path-separator= r,replace= colors= sort= sortr= context-separator= \
+             field-context-separator= field-match-separator= dfa-size-limit= regex-size-limit= \
+             engine= ignore-file= hostname-bin=:run hyperlink-format= generate=",
+        )
+    },
+    // Writers.
+    spec(
+        &["tee"],
+        Operands::Written,
+        "a,append i,ignore-interrupts p output-error=?",
+    ),
+    spec(
+        &["touch"],
+        Operands::Written,
+        "a c,no-create d,date= f h,no-dereference m r,reference= t= time=",
+    ),
+    spec(
+        &["mkdir"],
+        Operands::Written,
+        "m,mode= p,parents v,verbose Z context=?",
+    ),
+    spec(
+        &["truncate"],
+        Operands::Written,
+        "c,no-create o,io-blocks r,reference= s,size=",
+    ),
+    spec(
+        &["rmdir"],
+        Operands::Deleted,
+        "ignore-fail-on-non-empty p,parents v,verbose",
+    ),
+    spec(
+        &["shred"],
+        Operands::Deleted,
+        "f,force n,iterations= random-source= s,size= u remove=? v,verbose x,exact z,zero",
+    ),
+    spec(&["unlink"], Operands::Deleted, ""),
+    spec(
+        &["rm"],
+        Operands::Deleted,
+        "f,force i I interactive=? one-file-system no-preserve-root:unguard preserve-root=? \
+         r,R,recursive:recursive d,dir v,verbose",
+    ),
+    spec(
+        &["cp"],
+        Operands::Copied,
+        "a,archive attributes-only backup=? b copy-contents d debug f,force i,interactive H \
+         l,link L,dereference n,no-clobber P,no-dereference p preserve=? no-preserve= parents \
+         R,r,recursive reflink=? remove-destination sparse= strip-trailing-slashes \
+         s,symbolic-link S,suffix= t,target-directory=:write T,no-target-directory u update=? \
+         v,verbose x,one-file-system Z context=? keep-directory-symlink",
+    ),
+    spec(
+        &["mv"],
+        Operands::Copied,
+        "backup=? b debug exchange f,force i,interactive n,no-clobber no-copy \
+         strip-trailing-slashes S,suffix= t,target-directory=:write T,no-target-directory u \
+         update=? v,verbose Z,context",
+    ),
+    spec(
+        &["install"],
+        Operands::Copied,
+        "backup=? b c C,compare d,directory D g,group= m,mode= o,owner= p,preserve-timestamps \
+         s,strip strip-program=:run S,suffix= t,target-directory=:write T,no-target-directory \
+         v,verbose preserve-context Z context=? debug",
+    ),
+    spec(
+        &["ln"],
+        Operands::Copied,
+        "backup=? b d,F,directory f,force i,interactive L,logical n,no-dereference P,physical \
+         r,relative s,symbolic S,suffix= t,target-directory=:write T,no-target-directory \
+         v,verbose",
+    ),
+    spec(
+        &["chmod"],
+        Operands::Changed,
+        "c,changes f,silent,quiet v,verbose no-preserve-root:unguard preserve-root reference= \
+         R,recursive:recursive",
+    ),
+    spec(
+        &["chown", "chgrp"],
+        Operands::Changed,
+        "c,changes f,silent,quiet v,verbose dereference h,no-dereference from= \
+         no-preserve-root:unguard preserve-root reference= R,recursive:recursive H L P",
+    ),
+    // Programs read by their own module.
+    spec(
+        &["sed"],
+        Operands::Own,
+        "n,quiet,silent debug e,expression= f,file=:run follow-symlinks i,in-place=?:mutate \
+         l,line-length= posix E,r,regexp-extended s,separate sandbox u,unbuffered \
+         z,null-data,zero-terminated b,binary",
+    ),
+    spec(
+        &["uniq"],
+        Operands::Own,
+        "c,count d,repeated D all-repeated=? f,skip-fields= group=? i,ignore-case \
+         s,skip-chars= u,unique z,zero-terminated w,check-chars=",
+    ),
+    spec(
+        &["patch"],
+        Operands::Own,
+        "b,backup backup-if-mismatch no-backup-if-mismatch B,prefix= binary c,context \
+         d,directory= D,ifdef= dry-run e,ed E,remove-empty-files f,force F,fuzz= g,get= \
+         i,input= l,ignore-whitespace merge=? n,normal N,forward o,output=:write p,strip= \
+         posix quoting-style= r,reject-file=:write R,reverse read-only= reject-format= \
+         s,quiet,silent t,batch T,set-time u,unified v V,version-control= verbose \
+         Y,basename-prefix= z,suffix= Z,set-utc x,debug= follow-symlinks",
+    ),
+    spec(
+        &["tar"],
+        Operands::Own,
+        "A,catenate,concatenate c,create d,diff,compare delete r,append t,list test-label \
+         u,update x,extract,get C,directory= f,file= a,auto-compress I,use-compress-program=:run \
+         j,bzip2 J,xz lzip lzma lzop z,gzip,gunzip,ungzip Z,compress,uncompress zstd \
+         v,verbose k,keep-old-files keep-newer-files skip-old-files overwrite \
+         overwrite-dir no-overwrite-dir U,unlink-first recursive-unlink remove-files:mutate \
+         O,to-stdout to-command=:run checkpoint=? checkpoint-action=:run \
+         F,info-script,new-volume-script=:run rsh-command=:run T,files-from= X,exclude-from= \
+         exclude= strip-components= transform,xform= wildcards no-wildcards anchored \
+         no-anchored p,preserve-permissions,same-permissions no-same-permissions \
+         same-owner no-same-owner numeric-owner owner= group= mode= mtime= \
+         m,touch h,dereference hard-dereference P,absolute-names null no-null \
+         b,blocking-factor= B,read-full-records i,ignore-zeros ignore-failed-read \
+         format= H= o,old-archive,portability posix sparse S W,verify w,interactive,confirmation \
+         totals=? show-transformed-names show-stored-names index-file=:write \
+         one-file-system l,check-links no-recursion recursion warning= \
+         exclude-vcs exclude-backups exclude-caches sort= s,same-order,preserve-order \
+         full-time utc quoting-style= delay-directory-restore no-delay-directory-restore \
+         restrict no-unquote unquote seek no-seek level= listed-incremental=:write \
+         g= G,incremental N,newer,after-date= newer-mtime= K,starting-file= M,multi-volume \
+         L,tape-length= R,block-number V,label= backup=? suffix= occurrence=? \
+         xattrs no-xattrs selinux no-selinux acls no-acls atime-preserve=? \
+         ignore-command-error no-ignore-command-error",
+    ),
+    // Wrappers: options, then a command.
+    wrapper(
+        &["env"],
+        "i,ignore-environment 0,null u,unset= C,chdir= S,split-string=:run v,debug \
+         a,argv0= block-signal=? default-signal=? ignore-signal=? list-signal-handling",
+    ),
+    wrapper(&["nice"], "n,adjustment="),
+    wrapper(&["nohup"], ""),
+    wrapper(
+        &["timeout"],
+        "f,foreground k,kill-after= p,preserve-status s,signal= v,verbose",
+    ),
+    wrapper(&["stdbuf"], "i,input= o,output= e,error="),
+    wrapper(
+        &["time"],
+        "f,format= o,output=:write a,append p,portability v,verbose q,quiet",
+    ),
+    wrapper(&["command", "builtin"], "p v:query V:query"),
+    wrapper(&["exec"], "c l a="),
+    wrapper(
+        &["sudo"],
+        "u,user= g,group= E,preserve-env=? H,set-home i,login s,shell n,non-interactive \
+         k,reset-timestamp b,background p,prompt= S,stdin A,askpass D,chdir= C,close-from= \
+         h,host= P,preserve-groups T,command-timeout= R,chroot= l,list v,validate \
+         K,remove-timestamp",
+    ),
+    wrapper(&["doas"], "u= n s C= L"),
+    wrapper(&["setsid"], "c,ctty f,fork w,wait"),
+    wrapper(
+        // GNU and busybox take `-e` and `-i` with an attached value only.
+        &["xargs"],
+        "0,null a,arg-file= d,delimiter= E= e,eof=? I= i,replace=? L= l,max-lines=? \
+         n,max-args= o,open-tty P,max-procs= p,interactive process-slot-var= \
+         r,no-run-if-empty s,max-chars= show-limits t,verbose x,exit",
+    ),
+];
+
+/// Programs and their compiled specs, or why the table does not compile.
+fn compiled() -> &'static Result<HashMap<&'static str, Spec>, String> {
+    static SPECS_BY_NAME: OnceLock<Result<HashMap<&'static str, Spec>, String>> = OnceLock::new();
+    SPECS_BY_NAME.get_or_init(|| {
+        let mut out = HashMap::new();
+        for raw in SPECS {
+            let options = compile_options(raw.options, raw.names)?;
+            for name in raw.names {
+                let spec = Spec {
+                    operands: raw.operands,
+                    stop_at_operand: raw.stop_at_operand,
+                    abbreviate: raw.abbreviate,
+                    unknown_harmless: raw.unknown_harmless,
+                    options: options.clone(),
+                };
+                if out.insert(*name, spec).is_some() {
+                    return Err(format!("the program {name} has two specs"));
+                }
+            }
+        }
+        Ok(out)
+    })
+}
+
+/// Checks the table (called when the classifier is built).
+pub(super) fn check() -> Result<(), String> {
+    compiled().as_ref().map(|_| ()).map_err(|e| e.clone())
+}
+
+/// Every program of the table with its spec, by name.
+#[cfg(test)]
+pub(super) fn all() -> Vec<(&'static str, &'static Spec)> {
+    let mut out: Vec<(&'static str, &'static Spec)> = match compiled() {
+        Ok(map) => map.iter().map(|(n, s)| (*n, s)).collect(),
+        Err(_) => Vec::new(),
+    };
+    out.sort_by_key(|(n, _)| *n);
+    out
+}
+
+/// The spec of `program`, if the table has one (and compiles).
+pub(super) fn spec_of(program: &str) -> Option<&'static Spec> {
+    compiled().as_ref().ok()?.get(program)
+}
+
+fn compile_options(text: &'static str, names: &[&str]) -> Result<Vec<Opt>, String> {
+    let program = names.first().copied().unwrap_or("?");
+    let mut out: Vec<Opt> = Vec::new();
+    for token in text.split_whitespace().chain(COMMON.split_whitespace()) {
+        let (head, effect) = match token.split_once(':') {
+            None => (token, Effect::Plain),
+            Some((h, e)) => (
+                h,
+                match e {
+                    "write" => Effect::Write,
+                    "run" => Effect::Run,
+                    "mutate" => Effect::Mutate,
+                    "recursive" => Effect::Recursive,
+                    "unguard" => Effect::Unguard,
+                    "query" => Effect::Query,
+                    other => return Err(format!("{program}: unknown effect `{other}`")),
+                },
+            ),
+        };
+        let (names, takes) = if let Some(n) = head.strip_suffix("=?") {
+            (n, Takes::Attached)
+        } else if let Some(n) = head.strip_suffix('=') {
+            (n, Takes::Value)
+        } else {
+            (head, Takes::Nothing)
+        };
+        let mut opt = Opt {
+            short: Vec::new(),
+            long: Vec::new(),
+            takes,
+            effect,
+        };
+        for n in names.split(',') {
+            let mut chars = n.chars();
+            match (chars.next(), chars.next()) {
+                (Some(c), None) => opt.short.push(c),
+                (Some(_), Some(_)) => opt.long.push(n),
+                (None, _) => return Err(format!("{program}: an empty option name in `{token}`")),
+            }
+        }
+        let clash = out.iter().any(|o| {
+            o.short.iter().any(|c| opt.short.contains(c))
+                || o.long.iter().any(|l| opt.long.contains(l))
+        });
+        if clash {
+            // `help` and `version` are everyone's; a program listing them again is fine.
+            if COMMON.split_whitespace().any(|c| c == token) {
+                continue;
+            }
+            return Err(format!("{program}: the option `{token}` is listed twice"));
+        }
+        out.push(opt);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_compiles() {
+        assert_eq!(check(), Ok(()));
+        let sort = spec_of("sort").expect("sort");
+        let output = sort
+            .options
+            .iter()
+            .find(|o| o.long.contains(&"output"))
+            .expect("--output");
+        assert_eq!(output.short, vec!['o']);
+        assert_eq!(output.takes, Takes::Value);
+        assert_eq!(output.effect, Effect::Write);
+        assert!(spec_of("chgrp").is_some());
+        assert!(spec_of("cat").is_none());
+    }
+
+    #[test]
+    fn bad_tokens_are_refused() {
+        assert!(compile_options("o,output=:explode", &["x"]).is_err());
+        assert!(compile_options("o o", &["x"]).is_err());
+        assert!(compile_options(",x", &["x"]).is_err());
+    }
+}

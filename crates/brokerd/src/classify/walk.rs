@@ -1,0 +1,894 @@
+//! The walk over the syntax tree: statements, words, redirections and the write targets they name.
+
+use super::*;
+pub(super) struct Walk<'a> {
+    pub(super) language: &'a Language,
+    pub(super) roots: &'a [PathBuf],
+    pub(super) depth: usize,
+    pub(super) class: CommandClass,
+    pub(super) reason: Option<String>,
+    pub(super) writes: Vec<String>,
+    /// The targets of recursive deletes, chmods and chowns, for the policy to resolve.
+    pub(super) recursive: Vec<String>,
+    /// The writes the shell expands as patterns (`gen*/x`), for the protected-target checks.
+    pub(super) globbed: Vec<String>,
+    /// The directory of the last literal `cd`, to report relative writes under it.
+    pub(super) cwd: Option<String>,
+    /// The working directory changed to one the classifier cannot name (`cd $D`, `pushd`,
+    /// `env -C`): any relative path may then be a grant directory.
+    pub(super) cwd_unknown: bool,
+    /// The program being walked gets more operands from its input (xargs, find -exec): names
+    /// the classifier cannot see.
+    pub(super) input_operands: bool,
+    /// Targets of the links the command makes: a link made and written through in one command
+    /// writes its target.
+    pub(super) link_targets: Vec<String>,
+    /// `ln` is writing its link names now; `wrote_other`: something else was written.
+    pub(super) in_link: bool,
+    pub(super) wrote_other: bool,
+    /// A bound the command went past: it is refused.
+    pub(super) beyond: Option<Bound>,
+    /// Past this instant nothing more is parsed: the command is `ShellComplex`.
+    pub(super) deadline: Instant,
+    /// A command or process substitution runs a download or a decoder: code built from its
+    /// output is as good as fetched.
+    pub(super) fetched: bool,
+}
+
+impl<'a> Walk<'a> {
+    pub(super) fn new(
+        language: &'a Language,
+        roots: &'a [PathBuf],
+        depth: usize,
+        cwd: Option<String>,
+        deadline: Instant,
+    ) -> Self {
+        Walk {
+            language,
+            roots,
+            depth,
+            class: CommandClass::ReadOnly,
+            reason: None,
+            writes: Vec::new(),
+            globbed: Vec::new(),
+            recursive: Vec::new(),
+            cwd,
+            cwd_unknown: false,
+            input_operands: false,
+            link_targets: Vec::new(),
+            in_link: false,
+            wrote_other: false,
+            deadline,
+            fetched: false,
+            beyond: None,
+        }
+    }
+
+    pub(super) fn finish(mut self) -> Assessment {
+        // A link is only a way to a file; written through in the same command (or by code the
+        // classifier cannot see), its target is what is written.
+        let through = self.class >= CommandClass::ShellComplex || self.wrote_other;
+        if through {
+            for t in std::mem::take(&mut self.link_targets) {
+                self.push_write(t);
+            }
+        }
+        Assessment {
+            recursive: self.recursive,
+            globbed: self.globbed,
+            beyond: self.beyond,
+            class: self.class,
+            writes: self.writes,
+            reason: self.reason,
+        }
+    }
+
+    /// The command went past one of the classifier's bounds: `ShellComplex`, and refused.
+    pub(super) fn beyond(&mut self, bound: Bound) {
+        self.raise(CommandClass::ShellComplex, bound.to_string());
+        self.beyond.get_or_insert(bound);
+    }
+
+    pub(super) fn raise(&mut self, class: CommandClass, why: impl Into<String>) {
+        if class > self.class {
+            self.class = class;
+            self.reason = Some(why.into());
+        }
+    }
+
+    /// Runs a nested walk (inline `sh -c` code, xargs' command) and folds its result in.
+    pub(super) fn nested(&mut self) -> Walk<'a> {
+        let mut inner = Walk::new(
+            self.language,
+            self.roots,
+            self.depth + 1,
+            self.cwd.clone(),
+            self.deadline,
+        );
+        inner.fetched = self.fetched;
+        inner.cwd_unknown = self.cwd_unknown;
+        inner
+    }
+
+    pub(super) fn absorb(&mut self, inner: Walk<'a>) {
+        if let Some(why) = inner.reason {
+            self.raise(inner.class, why);
+        }
+        for w in inner.writes {
+            self.push_write(w);
+        }
+        self.fetched |= inner.fetched;
+        self.recursive.extend(inner.recursive);
+        for g in inner.globbed {
+            if !self.globbed.contains(&g) {
+                self.globbed.push(g);
+            }
+        }
+        if self.beyond.is_none() {
+            self.beyond = inner.beyond;
+        }
+        self.link_targets.extend(inner.link_targets);
+        self.wrote_other |= inner.wrote_other;
+    }
+
+    /// A program the classifier cannot name (`$X -rf /`): its arguments are read as each
+    /// program that destroys would read them, and a dangerous reading is the class.
+    fn as_any_destroyer(&mut self, args: &[Arg]) {
+        for candidate in ["rm", "chmod", "chown", "find", "dd", "kill"] {
+            let mut inner = self.nested();
+            inner.program(candidate, args);
+            if inner.class == CommandClass::Dangerous {
+                self.raise(
+                    CommandClass::Dangerous,
+                    format!(
+                        "a program the classifier cannot name, with arguments that are dangerous \
+                         for {candidate}"
+                    ),
+                );
+                return;
+            }
+        }
+    }
+
+    /// `ln SOURCE...`: remembered, see `finish`.
+    pub(super) fn made_link(&mut self, source: &Arg) {
+        match source.text() {
+            Some(t) if !self.link_targets.iter().any(|l| l == t) => {
+                self.link_targets.push(t.to_string())
+            }
+            Some(_) => {}
+            None => self.raise(
+                CommandClass::ShellComplex,
+                format!(
+                    "a link to a path the classifier cannot read ({})",
+                    source.raw
+                ),
+            ),
+        }
+    }
+
+    pub(super) fn push_write(&mut self, w: String) {
+        if self.writes.len() >= MAX_WRITES {
+            self.beyond(Bound::Writes);
+            return;
+        }
+        if !self.writes.contains(&w) {
+            self.writes.push(w);
+        }
+    }
+
+    /// Parses and walks a whole command text.
+    pub(super) fn source(&mut self, command: &str) {
+        if self.depth > MAX_DEPTH {
+            self.beyond(Bound::Depth);
+            return;
+        }
+        if command.len() > MAX_COMMAND_BYTES {
+            self.beyond(Bound::Length);
+            return;
+        }
+        if command.contains('\0') {
+            self.beyond(Bound::Nul);
+            return;
+        }
+        if command.trim().is_empty() {
+            self.raise(CommandClass::ShellComplex, "the command is empty");
+            return;
+        }
+        let mut parser = Parser::new();
+        if parser.set_language(self.language).is_err() {
+            self.raise(
+                CommandClass::ShellComplex,
+                "the shell grammar is unavailable",
+            );
+            return;
+        }
+        let deadline = self.deadline;
+        let mut past_deadline = |_: &tree_sitter::ParseState| Instant::now() > deadline;
+        let options = ParseOptions::new().progress_callback(&mut past_deadline);
+        let bytes = command.as_bytes();
+        let parsed = parser.parse_with_options(
+            &mut |offset, _| bytes.get(offset..).unwrap_or(&[]),
+            None,
+            Some(options),
+        );
+        let Some(tree) = parsed else {
+            self.beyond(Bound::Time);
+            return;
+        };
+        let root = tree.root_node();
+        if root.has_error() {
+            // Still walk what parsed, so that a dangerous part is not hidden by a syntax error.
+            self.raise(
+                CommandClass::ShellComplex,
+                "the command does not parse as shell",
+            );
+        }
+        self.statement(root, command);
+        if command.contains("\\\n") {
+            // The shell removes a backslash-newline before it splits words (`r\<newline>m` is
+            // `rm`); the grammar may not. Read the joined text as well.
+            let mut inner = self.nested();
+            inner.source(&command.replace("\\\n", ""));
+            self.absorb(inner);
+        }
+        if root.has_error() {
+            // A parse error may swallow what follows it (`[ a / ] && rm -rf /` reads as one
+            // test): the pieces between the shell's separators are read on their own as well.
+            // `{rm,-rf,/}` is a group to the grammar and the words `rm -rf /` to bash.
+            if command.contains('{') && command.contains(',') {
+                let words: Vec<String> = command
+                    .split_whitespace()
+                    .map(|w| match crate::glob::alternatives(w) {
+                        Some(alts) => alts.join(" "),
+                        None => w.to_string(),
+                    })
+                    .collect();
+                let expanded = words.join(" ");
+                if expanded != command {
+                    let mut inner = self.nested();
+                    inner.source(&expanded);
+                    self.absorb(inner);
+                }
+            }
+            for piece in pieces(command) {
+                if piece.len() < command.trim().len() {
+                    let mut inner = self.nested();
+                    inner.source(piece);
+                    self.absorb(inner);
+                }
+            }
+        }
+    }
+
+    pub(super) fn statement(&mut self, n: Node, src: &str) {
+        if self.depth > MAX_DEPTH {
+            self.beyond(Bound::Depth);
+            return;
+        }
+        if Instant::now() > self.deadline {
+            self.beyond(Bound::Time);
+            return;
+        }
+        self.depth += 1;
+        self.statement_inner(n, src);
+        self.depth -= 1;
+    }
+
+    pub(super) fn statement_inner(&mut self, n: Node, src: &str) {
+        match n.kind() {
+            "program" | "list" | "compound_statement" | "do_group" | "if_statement"
+            | "elif_clause" | "else_clause" | "negated_command" => {
+                if n.kind() == "compound_statement" && first_token(n) == Some("((") {
+                    self.raise(CommandClass::ShellComplex, "arithmetic evaluation");
+                }
+                self.container(n, src);
+            }
+            "subshell" => {
+                let saved = (self.cwd.clone(), self.cwd_unknown);
+                self.container(n, src);
+                (self.cwd, self.cwd_unknown) = saved;
+            }
+            "pipeline" => self.pipeline(n, src),
+            "redirected_statement" => self.redirected(n, src),
+            "command" => self.command(n, src),
+            "variable_assignment" => self.assignment(n, src),
+            "variable_assignments" => self.container(n, src),
+            "declaration_command" => self.declaration(n, src),
+            "unset_command" => self.scan_children(n, src),
+            "test_command" => {
+                if first_token(n) == Some("[[") {
+                    self.raise(CommandClass::ShellComplex, format!("{ASH_DIFFERS}: [[ ]]"));
+                }
+                self.scan_children(n, src);
+            }
+            "for_statement" | "c_style_for_statement" | "while_statement" => {
+                self.raise(CommandClass::ShellComplex, "a loop");
+                self.container(n, src);
+            }
+            "case_statement" | "case_item" => {
+                self.raise(CommandClass::ShellComplex, "a case statement");
+                self.container(n, src);
+            }
+            "function_definition" => self.function(n, src),
+            "comment" | "heredoc_body" | "heredoc_start" | "heredoc_end" => {}
+            other => {
+                self.raise(
+                    CommandClass::ShellComplex,
+                    format!("shell syntax the classifier does not analyse ({other})"),
+                );
+                self.container(n, src);
+            }
+        }
+    }
+
+    /// Walks the children of a statement container: statements as statements, words scanned.
+    pub(super) fn container(&mut self, n: Node, src: &str) {
+        let mut c = n.walk();
+        for ch in n.children(&mut c) {
+            if !ch.is_named() {
+                if ch.kind() == "&" {
+                    self.raise(CommandClass::ShellComplex, "a background job");
+                }
+                continue;
+            }
+            if is_statement(ch.kind()) {
+                self.statement(ch, src);
+            } else if ch.kind() == "file_redirect"
+                || ch.kind() == "heredoc_redirect"
+                || ch.kind() == "herestring_redirect"
+            {
+                self.redirect(ch, src, None);
+            } else {
+                self.scan(ch, src);
+            }
+        }
+    }
+
+    pub(super) fn scan_children(&mut self, n: Node, src: &str) {
+        let mut c = n.walk();
+        for ch in n.named_children(&mut c) {
+            self.scan(ch, src);
+        }
+    }
+
+    /// Looks inside a word for what runs code: substitutions, arithmetic, complex `${..}`.
+    pub(super) fn scan(&mut self, n: Node, src: &str) {
+        if self.depth > MAX_DEPTH {
+            self.beyond(Bound::Depth);
+            return;
+        }
+        if dollar_string(n) {
+            self.raise(
+                CommandClass::ShellComplex,
+                format!("{ASH_DIFFERS}: $\"...\" quoting"),
+            );
+        }
+        match n.kind() {
+            "command_substitution" | "process_substitution" => {
+                let what = if n.kind() == "command_substitution" {
+                    "command substitution"
+                } else {
+                    "process substitution"
+                };
+                self.raise(CommandClass::ShellComplex, what);
+                self.fetched |= runs_fetch(n, src, 0);
+                self.depth += 1;
+                self.container(n, src);
+                self.depth -= 1;
+                return;
+            }
+            "ansi_c_string" => self.raise(
+                CommandClass::ShellComplex,
+                format!("{ASH_DIFFERS}: $'...' quoting"),
+            ),
+            "array" => self.raise(
+                CommandClass::ShellComplex,
+                format!("{ASH_DIFFERS}: an array"),
+            ),
+            "arithmetic_expansion" => {
+                self.raise(CommandClass::ShellComplex, "arithmetic expansion");
+            }
+            "expansion" if !is_plain_expansion(n) => {
+                self.raise(
+                    CommandClass::ShellComplex,
+                    "a parameter expansion with an operator",
+                );
+            }
+            k if is_statement(k) => {
+                self.statement(n, src);
+                return;
+            }
+            _ => {}
+        }
+        self.depth += 1;
+        let mut c = n.walk();
+        for ch in n.named_children(&mut c) {
+            self.scan(ch, src);
+        }
+        self.depth -= 1;
+    }
+
+    pub(super) fn arg(&mut self, n: Node, src: &str) -> Arg {
+        self.scan(n, src);
+        if brace_expansion(n, src) {
+            self.raise(
+                CommandClass::ShellComplex,
+                format!("{ASH_DIFFERS}: brace expansion"),
+            );
+        }
+        Arg::of(n, src)
+    }
+
+    pub(super) fn redirected(&mut self, n: Node, src: &str) {
+        let body = n.child_by_field_name("body");
+        if let Some(b) = body {
+            self.statement(b, src);
+        }
+        // A here-document of a pipeline feeds its first stage; the text may reach a shell later.
+        let into = match body {
+            Some(b) if b.kind() == "pipeline" => pipeline_code_reader(b, src, 1),
+            Some(b) => stage_program(b, src).map(|(p, _)| p),
+            None => None,
+        };
+        let mut c = n.walk();
+        for ch in n.named_children(&mut c) {
+            if Some(ch) == body {
+                continue;
+            }
+            self.redirect(ch, src, into.as_deref());
+        }
+    }
+
+    /// A redirection; `into` is the program whose input or output it is, if known.
+    pub(super) fn redirect(&mut self, r: Node, src: &str, into: Option<&str>) {
+        match r.kind() {
+            "file_redirect" => {
+                let op = first_token(r).unwrap_or("");
+                let dest = r.child_by_field_name("destination");
+                let dest_arg = dest.map(|d| self.arg(d, src));
+                match op {
+                    "<" => {}
+                    ">&-" | "<&-" => {}
+                    ">&" | "<&" => {
+                        let fd_dup = dest_arg.as_ref().and_then(|a| a.text()).is_some_and(|t| {
+                            t == "-" || (!t.is_empty() && t.chars().all(|c| c.is_ascii_digit()))
+                        });
+                        if !fd_dup {
+                            match dest_arg {
+                                Some(a) if op == ">&" => {
+                                    self.raise(
+                                        CommandClass::ShellComplex,
+                                        format!("{ASH_DIFFERS}: >& to a file"),
+                                    );
+                                    self.write_target(&a);
+                                }
+                                _ => self.raise(
+                                    CommandClass::ShellComplex,
+                                    "a redirection the classifier does not read",
+                                ),
+                            }
+                        }
+                    }
+                    ">" | ">>" | "&>" | "&>>" | ">|" => match dest_arg {
+                        Some(a) if op.starts_with('&') => {
+                            self.raise(CommandClass::ShellComplex, format!("{ASH_DIFFERS}: {op}"));
+                            self.write_target(&a);
+                        }
+                        Some(a) => self.write_target(&a),
+                        None => {
+                            self.raise(CommandClass::ShellComplex, "a redirection without a target")
+                        }
+                    },
+                    _ => self.raise(
+                        CommandClass::ShellComplex,
+                        "a redirection the classifier does not read",
+                    ),
+                }
+            }
+            "heredoc_redirect" => {
+                // `cat <<EOF | sh`: the pipeline after the here-document's start reads its text.
+                let mut c = r.walk();
+                let downstream = r
+                    .named_children(&mut c)
+                    .find(|ch| ch.kind() == "pipeline")
+                    .and_then(|p| pipeline_code_reader(p, src, 0));
+                let mut c = r.walk();
+                for ch in r.named_children(&mut c) {
+                    match ch.kind() {
+                        "heredoc_body" => {
+                            self.scan(ch, src);
+                            let text = &src[ch.byte_range()];
+                            self.code_input(into, text);
+                            if downstream.is_some() {
+                                self.code_input(downstream.as_deref(), text);
+                            }
+                        }
+                        "heredoc_start" | "heredoc_end" => {}
+                        "file_redirect" | "herestring_redirect" => self.redirect(ch, src, into),
+                        k if is_statement(k) => self.statement(ch, src),
+                        _ => self.scan(ch, src),
+                    }
+                }
+            }
+            "herestring_redirect" => {
+                self.raise(CommandClass::ShellComplex, format!("{ASH_DIFFERS}: <<<"));
+                self.scan(r, src);
+                let mut c = r.walk();
+                let words: Vec<Node> = r.named_children(&mut c).collect();
+                for w in words {
+                    if let Some((t, _)) = literal(w, src) {
+                        self.code_input(into, &t);
+                    }
+                }
+            }
+            other => {
+                self.raise(
+                    CommandClass::ShellComplex,
+                    format!("a redirection the classifier does not read ({other})"),
+                );
+                self.scan(r, src);
+            }
+        }
+    }
+
+    /// Text fed on standard input to `into`: a shell runs it, an interpreter may name paths.
+    pub(super) fn code_input(&mut self, into: Option<&str>, text: &str) {
+        let Some(p) = into else { return };
+        if SHELLS.contains(&p) || p == "source" || p == "." {
+            let mut inner = self.nested();
+            inner.source(text);
+            self.absorb(inner);
+        } else if is_interpreter(p) {
+            self.inline_code(text);
+        }
+    }
+
+    /// Code of an interpreter: the paths its strings name are writes, and a string that is a
+    /// dangerous shell command (`system("rm -rf /")`) makes the command dangerous.
+    pub(super) fn inline_code(&mut self, code: &str) {
+        for w in inline_paths(code) {
+            self.push_write(w);
+        }
+        for s in string_literals(code) {
+            let mut inner = self.nested();
+            inner.source(s);
+            if inner.class == CommandClass::Dangerous {
+                self.raise(
+                    CommandClass::Dangerous,
+                    format!("inline code holds a dangerous shell command ({s})"),
+                );
+            }
+        }
+    }
+
+    /// A path the command writes.
+    pub(super) fn write_target(&mut self, a: &Arg) {
+        self.wrote_other |= !self.in_link;
+        let Some(t) = a.text() else {
+            self.raise(
+                CommandClass::ShellComplex,
+                format!("a write to a path the classifier cannot read ({})", a.raw),
+            );
+            self.push_write(a.raw.clone());
+            return;
+        };
+        if HARMLESS_SINKS.contains(&t) || t.starts_with("/dev/fd/") {
+            return;
+        }
+        if t.starts_with("/dev/") || t.starts_with("/proc/") || t.starts_with("/sys/") {
+            self.raise(
+                CommandClass::Dangerous,
+                format!("a write to the device or kernel file {t}"),
+            );
+        }
+        self.raise(CommandClass::WorkspaceMutating, format!("writes {t}"));
+        let shown = match &self.cwd {
+            Some(dir) if !t.starts_with('/') && !t.starts_with('~') => {
+                Path::new(dir).join(t).to_string_lossy().into_owned()
+            }
+            _ => t.to_string(),
+        };
+        if a.pattern && !self.globbed.contains(&shown) {
+            self.globbed.push(shown.clone());
+        }
+        self.push_write(shown);
+    }
+
+    /// Whether a recursive target is a grant root, an ancestor of one, `/`, `~` or the cwd.
+    /// Whether `a` moved away empties a root: the root or a directory holding one, or every
+    /// entry of one (`/srv/notes/*`, `*` where the working directory may be a root).
+    pub(super) fn empties_root(&self, a: &Arg) -> bool {
+        match a.text() {
+            Some(t) if a.pattern => {
+                let last = t.rsplit('/').next().unwrap_or(t);
+                !crate::glob::has_literal(last) && self.wipes_root(a)
+            }
+            _ => self.wipes_root(a),
+        }
+    }
+
+    /// Whether a path is outside every grant directory (so what goes there leaves the grant).
+    pub(super) fn outside_roots(&self, a: &Arg) -> bool {
+        let Some(t) = a.text() else { return true };
+        let p = normalise(Path::new(t));
+        p.has_root() && !self.roots.iter().any(|r| p.starts_with(normalise(r)))
+    }
+
+    pub(super) fn wipes_root(&self, a: &Arg) -> bool {
+        let Some(t) = a.text() else { return true };
+        let mut t = t.to_string();
+        if a.pattern {
+            // `/srv/notes/*` wipes `/srv/notes`; keep the directory before the first pattern.
+            let cut = t.find(['*', '?', '[', '{', '}']).unwrap_or(t.len());
+            let dir_end = t[..cut].rfind('/').map(|i| i + 1).unwrap_or(0);
+            t.truncate(dir_end);
+        }
+        if let Some(rest) = t.strip_prefix('~') {
+            let after_user = rest.find('/').map(|i| &rest[i..]).unwrap_or("");
+            return normalise(Path::new(&format!(".{after_user}")))
+                .as_os_str()
+                .is_empty();
+        }
+        let joined = match &self.cwd {
+            Some(dir) if !t.starts_with('/') => Path::new(dir).join(&t),
+            _ => PathBuf::from(&t),
+        };
+        let p = normalise(&joined);
+        if !p.has_root() {
+            // Relative to a working directory the classifier does not know: `.`, `*` and
+            // anything climbing out with `..` may be a root.
+            return self.cwd_unknown || p.as_os_str().is_empty() || p.starts_with("..");
+        }
+        if p == Path::new("/") {
+            return true;
+        }
+        self.roots.iter().any(|r| {
+            let r = normalise(r);
+            r.starts_with(&p)
+        })
+    }
+
+    pub(super) fn assignment(&mut self, n: Node, src: &str) {
+        if let Some(name) = n.child_by_field_name("name") {
+            let name = &src[name.byte_range()];
+            if is_sensitive_var(name) {
+                self.raise(
+                    CommandClass::ShellComplex,
+                    format!("sets {name}, which changes what programs run"),
+                );
+            }
+            if name.contains('[') {
+                self.raise(CommandClass::ShellComplex, "an array subscript assignment");
+            }
+        }
+        if let Some(v) = n.child_by_field_name("value") {
+            self.scan(v, src);
+        }
+    }
+
+    pub(super) fn declaration(&mut self, n: Node, src: &str) {
+        let mut c = n.walk();
+        for ch in n.named_children(&mut c) {
+            match ch.kind() {
+                "variable_assignment" => self.assignment(ch, src),
+                "variable_name" => {
+                    let name = &src[ch.byte_range()];
+                    if is_sensitive_var(name) {
+                        self.raise(
+                            CommandClass::ShellComplex,
+                            format!("changes {name}, which changes what programs run"),
+                        );
+                    }
+                }
+                _ => {
+                    self.raise(
+                        CommandClass::ShellComplex,
+                        "a declaration with options the classifier does not read",
+                    );
+                    self.scan(ch, src);
+                }
+            }
+        }
+    }
+
+    pub(super) fn function(&mut self, n: Node, src: &str) {
+        self.raise(CommandClass::ShellComplex, "a function definition");
+        let name = n
+            .child_by_field_name("name")
+            .map(|x| src[x.byte_range()].to_string());
+        if let (Some(name), Some(body)) = (name, n.child_by_field_name("body")) {
+            if calls_program(body, src, &name, 0) {
+                self.raise(
+                    CommandClass::Dangerous,
+                    format!("the function {name} calls itself (a fork bomb shape)"),
+                );
+            }
+        }
+        if let Some(body) = n.child_by_field_name("body") {
+            self.statement(body, src);
+        }
+    }
+
+    pub(super) fn command(&mut self, n: Node, src: &str) {
+        if dollar_string(n) {
+            self.raise(
+                CommandClass::ShellComplex,
+                format!("{ASH_DIFFERS}: $\"...\" quoting"),
+            );
+        }
+        let mut name: Option<Node> = None;
+        let mut args = Vec::new();
+        let mut c = n.walk();
+        let children: Vec<(Option<&str>, Node)> = n
+            .children(&mut c)
+            .enumerate()
+            .map(|(i, ch)| (n.field_name_for_child(i as u32), ch))
+            .collect();
+        for (field, ch) in children {
+            if !ch.is_named() {
+                continue;
+            }
+            match (field, ch.kind()) {
+                (Some("name"), _) => name = Some(ch),
+                (Some("argument"), _) => args.push(self.arg(ch, src)),
+                (Some("redirect"), _) => {}
+                (_, "variable_assignment") => self.assignment(ch, src),
+                (_, "comment") => {}
+                (_, k) if is_statement(k) => self.statement(ch, src),
+                _ => {
+                    self.raise(
+                        CommandClass::ShellComplex,
+                        "a command part the classifier does not read",
+                    );
+                    self.scan(ch, src);
+                }
+            }
+        }
+        let Some(name) = name else { return };
+        self.scan(name, src);
+        let word = name.named_child(0).unwrap_or(name);
+        let Some((prog, pattern)) = literal(word, src) else {
+            self.raise(
+                CommandClass::ShellComplex,
+                "a variable or expansion in command position",
+            );
+            self.as_any_destroyer(&args);
+            self.redirects_of(n, src, None);
+            return;
+        };
+        if pattern {
+            // `/bin/r? -rf /` runs whatever the pattern matches; bash makes `{rm,-rf,/}` the
+            // words `rm -rf /`.
+            self.raise(CommandClass::ShellComplex, "a pattern in command position");
+            self.as_any_destroyer(&args);
+            if let Some(words) = crate::glob::alternatives(&prog).filter(|w| w.len() > 1) {
+                let rest: Vec<&str> = args.iter().map(|a| a.raw.as_str()).collect();
+                let mut inner = self.nested();
+                inner.source(&format!("{} {}", words.join(" "), rest.join(" ")));
+                self.absorb(inner);
+            }
+        }
+        self.program(&prog, &args);
+        let into = resolve_program(&prog, &args).map(|(p, _)| p);
+        self.redirects_of(n, src, into.as_deref());
+    }
+
+    pub(super) fn redirects_of(&mut self, n: Node, src: &str, into: Option<&str>) {
+        let mut c = n.walk();
+        let reds: Vec<Node> = n.children_by_field_name("redirect", &mut c).collect();
+        for r in reds {
+            self.redirect(r, src, into);
+        }
+    }
+}
+
+/// The first token's kind (`((`, `[[`, `>` ...).
+pub(super) fn first_token(n: Node) -> Option<&'static str> {
+    let mut c = n.walk();
+    let first = n.children(&mut c).find(|ch| !ch.is_named());
+    first.map(|ch| ch.kind())
+}
+
+pub(super) fn is_statement(kind: &str) -> bool {
+    matches!(
+        kind,
+        "c_style_for_statement"
+            | "case_statement"
+            | "command"
+            | "compound_statement"
+            | "declaration_command"
+            | "for_statement"
+            | "function_definition"
+            | "if_statement"
+            | "list"
+            | "negated_command"
+            | "pipeline"
+            | "redirected_statement"
+            | "subshell"
+            | "test_command"
+            | "unset_command"
+            | "variable_assignment"
+            | "variable_assignments"
+            | "while_statement"
+    )
+}
+
+/// `${name}` and `${#name}` only; every operator form may evaluate arithmetic or assign.
+pub(super) fn is_plain_expansion(n: Node) -> bool {
+    let mut c = n.walk();
+    let mut named = 0;
+    for ch in n.children(&mut c) {
+        if ch.is_named() {
+            named += 1;
+            if !matches!(ch.kind(), "variable_name" | "special_variable_name") {
+                return false;
+            }
+        } else if !matches!(ch.kind(), "${" | "}" | "#") {
+            return false;
+        }
+    }
+    named == 1
+}
+
+/// Whether anything under `n` runs a command named `name` (a function calling itself).
+pub(super) fn calls_program(n: Node, src: &str, name: &str, depth: usize) -> bool {
+    if depth > MAX_DEPTH {
+        return true;
+    }
+    if n.kind() == "command" {
+        if let Some(cn) = n.child_by_field_name("name") {
+            if &src[cn.byte_range()] == name {
+                return true;
+            }
+        }
+    }
+    let mut c = n.walk();
+    let children: Vec<Node> = n.named_children(&mut c).collect();
+    children
+        .into_iter()
+        .any(|ch| calls_program(ch, src, name, depth + 1))
+}
+
+/// Whether `n` has a `$"..."` (a locale string in bash, `$` and a string in ash) among its parts.
+fn dollar_string(n: Node) -> bool {
+    let mut c = n.walk();
+    let children: Vec<Node> = n.children(&mut c).collect();
+    children
+        .windows(2)
+        .any(|w| !w[0].is_named() && w[0].kind() == "$" && w[1].kind() == "string")
+}
+
+/// The command cut at unquoted separators (`;`, `&`, `|`, newlines, parentheses, braces,
+/// backquotes, `[`, `]`), each piece trimmed; empty pieces are left out.
+fn pieces(command: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    let mut quote: Option<char> = None;
+    let mut escaped = false;
+    for (i, c) in command.char_indices() {
+        if escaped {
+            escaped = false;
+            continue;
+        }
+        match (quote, c) {
+            (_, '\\') if quote != Some('\'') => escaped = true,
+            (Some(q), c) if c == q => quote = None,
+            (Some(_), _) => {}
+            (None, '\'' | '"') => quote = Some(c),
+            (None, ';' | '&' | '|' | '\n' | '(' | ')' | '{' | '}' | '`' | '[' | ']') => {
+                let piece = command[start..i].trim();
+                if !piece.is_empty() {
+                    out.push(piece);
+                }
+                start = i + c.len_utf8();
+            }
+            _ => {}
+        }
+    }
+    let piece = command[start..].trim();
+    if !piece.is_empty() {
+        out.push(piece);
+    }
+    out
+}

@@ -1,0 +1,294 @@
+//! Words as the shell will see them: quote removal, literal values, inline-code paths.
+
+use super::*;
+/// One argument as the classifier reads it.
+#[derive(Debug, Clone)]
+pub(super) struct Arg {
+    /// The word after quote removal, when it holds no expansion or substitution.
+    pub(super) lit: Option<String>,
+    /// Unquoted glob or brace characters: the word may stand for other or several words.
+    pub(super) pattern: bool,
+    /// The source text (for messages and unreadable write targets).
+    pub(super) raw: String,
+}
+
+impl Arg {
+    pub(super) fn text(&self) -> Option<&str> {
+        self.lit.as_deref()
+    }
+    /// The word node `n` as the classifier reads it.
+    pub(super) fn of(n: Node, src: &str) -> Arg {
+        let raw = src[n.byte_range()].to_string();
+        match literal(n, src) {
+            Some((t, pattern)) => Arg {
+                lit: Some(t),
+                pattern,
+                raw,
+            },
+            None => Arg {
+                lit: None,
+                pattern: false,
+                raw,
+            },
+        }
+    }
+
+    pub(super) fn literal(s: &str) -> Arg {
+        Arg {
+            lit: Some(s.to_string()),
+            pattern: false,
+            raw: s.to_string(),
+        }
+    }
+}
+
+/// The literal value of a word node, or `None` when it depends on the shell's state.
+pub(super) fn literal(n: Node, src: &str) -> Option<(String, bool)> {
+    let text = &src[n.byte_range()];
+    match n.kind() {
+        "word" => Some(unescape_word(text)),
+        "number" if n.named_child_count() == 0 => Some((text.to_string(), false)),
+        "raw_string" => {
+            let inner = text.strip_prefix('\'')?.strip_suffix('\'')?;
+            Some((inner.to_string(), false))
+        }
+        "string" => {
+            let mut c = n.walk();
+            if n.named_children(&mut c)
+                .any(|ch| ch.kind() != "string_content")
+            {
+                return None;
+            }
+            let inner = text.strip_prefix('"')?.strip_suffix('"')?;
+            Some((unescape_double(inner), false))
+        }
+        "concatenation" => {
+            let mut out = String::new();
+            let mut pattern = false;
+            let mut c = n.walk();
+            for ch in n.children(&mut c) {
+                let (t, p) = literal(ch, src)?;
+                out.push_str(&t);
+                pattern |= p;
+            }
+            Some((out, pattern))
+        }
+        "brace_expression" => Some((text.to_string(), true)),
+        "ansi_c_string" => {
+            let inner = text.strip_prefix("$'")?.strip_suffix('\'')?;
+            Some((unescape_ansi_c(inner)?, false))
+        }
+        _ => None,
+    }
+}
+
+/// Quote removal for an unquoted word; reports unescaped glob and brace characters.
+pub(super) fn unescape_word(text: &str) -> (String, bool) {
+    let mut out = String::with_capacity(text.len());
+    let mut pattern = false;
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => match chars.next() {
+                Some('\n') | None => {}
+                Some(e) => out.push(e),
+            },
+            '*' | '?' | '[' | '{' | '}' => {
+                pattern = true;
+                out.push(c);
+            }
+            _ => out.push(c),
+        }
+    }
+    (out, pattern)
+}
+
+/// Quote removal inside double quotes, where a backslash escapes only `$`, `` ` ``, `"`, `\`.
+pub(super) fn unescape_double(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '\\' {
+            match chars.peek() {
+                Some('$' | '`' | '"' | '\\') => {
+                    if let Some(e) = chars.next() {
+                        out.push(e);
+                    }
+                }
+                Some('\n') => {
+                    chars.next();
+                }
+                _ => out.push(c),
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// The quoted string literals of inline code (`"gen/x.c"`, `'rm -rf /'`), at most 64.
+pub(super) fn string_literals(code: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut chars = code.char_indices();
+    while let Some((i, q)) = chars.next() {
+        if q != '"' && q != '\'' && q != '`' {
+            continue;
+        }
+        let start = i + q.len_utf8();
+        let mut end = None;
+        let mut escaped = false;
+        for (j, c) in chars.by_ref() {
+            if escaped {
+                escaped = false;
+            } else if c == '\\' {
+                escaped = true;
+            } else if c == q {
+                end = Some(j);
+                break;
+            }
+        }
+        let Some(end) = end else { break };
+        if out.len() < 64 && end - start <= 4096 {
+            out.push(&code[start..end]);
+        }
+    }
+    out
+}
+
+/// String literals an inline program names that look like paths (`"gen/x.c"`, `'./a'`).
+pub(super) fn inline_paths(code: &str) -> Vec<String> {
+    string_literals(code)
+        .into_iter()
+        .filter(|s| {
+            !s.is_empty()
+                && (s.contains('/') || s.contains('.'))
+                && !s.contains("://")
+                && !s.chars().any(|c| c.is_whitespace() || c.is_control())
+        })
+        .map(str::to_string)
+        .collect()
+}
+
+/// Bash's `$'...'` escapes; `None` for one the classifier does not decode or a NUL.
+fn unescape_ansi_c(text: &str) -> Option<String> {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        let e = chars.next()?;
+        let simple = match e {
+            'a' => Some('\u{7}'),
+            'b' => Some('\u{8}'),
+            'e' | 'E' => Some('\u{1b}'),
+            'f' => Some('\u{c}'),
+            'n' => Some('\n'),
+            'r' => Some('\r'),
+            't' => Some('\t'),
+            'v' => Some('\u{b}'),
+            '\\' | '\'' | '"' | '?' => Some(e),
+            _ => None,
+        };
+        if let Some(s) = simple {
+            out.push(s);
+            continue;
+        }
+        let (radix, max) = match e {
+            'x' => (16, 2),
+            'u' => (16, 4),
+            'U' => (16, 8),
+            '0'..='7' => (8, 2),
+            _ => return None,
+        };
+        let mut digits = String::new();
+        if radix == 8 {
+            digits.push(e);
+        }
+        while digits.len() < max + usize::from(radix == 8) {
+            match chars.peek() {
+                Some(d) if d.is_digit(radix) => {
+                    digits.push(*d);
+                    chars.next();
+                }
+                _ => break,
+            }
+        }
+        let value = u32::from_str_radix(&digits, radix).ok()?;
+        match char::from_u32(value) {
+            Some(ch) if ch != '\0' => out.push(ch),
+            _ => return None,
+        }
+    }
+    Some(out)
+}
+
+/// Whether bash would brace-expand the word (`{a,b}`, `x{1..3}`); busybox ash does not.
+pub(super) fn brace_expansion(n: Node, src: &str) -> bool {
+    let mut shape = String::new();
+    if !word_shape(n, src, &mut shape, 0) {
+        return true;
+    }
+    let chars: Vec<char> = shape.chars().collect();
+    let mut open: Vec<(usize, bool)> = Vec::new();
+    for (i, c) in chars.iter().enumerate() {
+        match c {
+            '{' => open.push((i, false)),
+            ',' => {
+                if let Some(last) = open.last_mut() {
+                    last.1 = true;
+                }
+            }
+            '.' if chars.get(i + 1) == Some(&'.') => {
+                if let Some(last) = open.last_mut() {
+                    last.1 = true;
+                }
+            }
+            '}' => {
+                if let Some((_, listed)) = open.pop() {
+                    if listed {
+                        return true;
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    false
+}
+
+/// The word with quoted parts and escaped characters replaced by `x`; false when a
+/// `brace_expression` node is found or the word nests too deeply to look at.
+fn word_shape(n: Node, src: &str, out: &mut String, depth: usize) -> bool {
+    if depth > 16 {
+        return false;
+    }
+    match n.kind() {
+        "brace_expression" => false,
+        "word" => {
+            let mut chars = src[n.byte_range()].chars();
+            while let Some(c) = chars.next() {
+                if c == '\\' {
+                    chars.next();
+                    out.push('x');
+                } else {
+                    out.push(c);
+                }
+            }
+            true
+        }
+        "concatenation" => {
+            let mut c = n.walk();
+            let children: Vec<Node> = n.children(&mut c).collect();
+            children
+                .into_iter()
+                .all(|ch| word_shape(ch, src, out, depth + 1))
+        }
+        _ => {
+            out.push('x');
+            true
+        }
+    }
+}
