@@ -3,7 +3,7 @@ SHELL := /bin/bash
 MUSL := x86_64-unknown-linux-musl
 TOOLKIT := target/$(MUSL)/release/toolkit
 
-.PHONY: demo test unit static-check toolchain fmt-check clippy nix-check nix-sandbox-check guest-test e2e
+.PHONY: demo test unit static-check toolchain fmt-check clippy nix-check nix-sandbox-check guest-test e2e bench-podman-conf
 
 toolchain:
 	scripts/setup.sh toolchain
@@ -49,3 +49,8 @@ test: fmt-check static-check unit nix-check nix-sandbox-check e2e guest-test
 
 demo: $(TOOLKIT)
 	scripts/demo.sh
+
+# The service user's Podman configuration, each choice side by side (BENCHMARKS.md).
+bench-podman-conf: $(TOOLKIT)
+	scripts/setup.sh all
+	scripts/bench-podman-conf.sh 40 --json build/bench-podman-conf.json

@@ -203,8 +203,15 @@ let
       jq -f ${../scripts/seccomp-nouserns.jq} "$base" >$out
     ''
   );
+  # Also: no log file per container (a tool's output reaches brokerd only through the attached
+  # stream, where the output cap applies) and no events (nothing reads them; brokerd's audit
+  # log is the record), as scripts/setup.sh writes on Debian (BENCHMARKS.md).
   podmanContainersConf = tomlFormat.generate "boxmaker-containers.conf" {
-    containers.seccomp_profile = "${seccompProfile}";
+    containers = {
+      seccomp_profile = "${seccompProfile}";
+      log_driver = "none";
+    };
+    engine.events_logger = "none";
   };
 
   # --- option types ---------------------------------------------------------------------------

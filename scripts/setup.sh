@@ -201,16 +201,22 @@ user() {
     conf="[containers]"
     conf+=$'\n# Podman\'s default seccomp profile with nested user namespaces denied (seccomp-nouserns.jq).'
     conf+=$'\nseccomp_profile = "'"$SECCOMP_PROFILE"'"'
+    # No log file per container: a tool's output reaches brokerd only through the attached
+    # stream, where the output cap applies, never also a file on disk that holds all of it until
+    # the container is removed. ("passthrough" would hand brokerd's own pipes to the detached
+    # egress proxy, which then holds them open.)
+    conf+=$'\n# Output only through the attached stream, never to a log file on disk (BENCHMARKS.md).\nlog_driver = "none"'
 
-    # Podman's engine settings for this host, if it needs any.
-    engine=""
+    # Podman's engine settings for this host. Its events (five per call) are not read by
+    # anything; brokerd's audit log is the record.
+    engine=$'\n# Nothing reads Podman\'s events; brokerd\'s audit log is the record (BENCHMARKS.md).\nevents_logger = "none"'
     if ! cgroup_v2_only; then
         engine+=$'\n# This host has a hybrid or v1 cgroup hierarchy: crun fails there, runc works.\nruntime = "runc"'
     fi
     if ! systemd_is_init; then
-        engine+=$'\n# No systemd: no user session to manage cgroups or take events.\ncgroup_manager = "cgroupfs"\nevents_logger = "file"'
+        engine+=$'\n# No systemd: no user session to manage cgroups.\ncgroup_manager = "cgroupfs"'
     fi
-    [ -z "$engine" ] || conf+=$'\n\n[engine]'"$engine"
+    conf+=$'\n\n[engine]'"$engine"
     write_user_file "$SERVICE_HOME/.config/containers/containers.conf" "$conf" && changed=1
 
     # Storage: overlay, never the slow vfs, where the kernel allows.

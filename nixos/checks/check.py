@@ -260,7 +260,8 @@ def module(eval_json, brokerd=None):
             conf, profile, home = c["podmanConf"], c["seccompProfilePath"], u["home"]
             check(profile.endswith("-boxmaker-seccomp-nouserns.json")
                   and json.loads(conf.get("boxmaker/containers.conf") or "null")
-                  == {"containers": {"seccomp_profile": profile}},
+                  == {"containers": {"seccomp_profile": profile, "log_driver": "none"},
+                      "engine": {"events_logger": "none"}},
                   f"module/{name}: /etc/boxmaker/containers.conf names the profile ({conf}, {profile})")
             script = conf.get("boxmaker/seccomp-nouserns.json") or ""
             check(re.search(r'jq -f /nix/store/[^ ]+-seccomp-nouserns\.jq "\$base" >\$out', script) is not None,
