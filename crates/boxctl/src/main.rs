@@ -1,14 +1,17 @@
-//! `boxctl`: the operator's CLI (DESIGN.md "Command lines").
+//! `boxctl`: the operator's CLI (DESIGN.md "Command lines"). The protocol commands go
+//! through the `client` library; `doctor`, `ps`, `gc` and `audit verify` need brokerd's config
+//! and runners, so boxctl runs `brokerd` with the same command (the `brokerd` next to boxctl's
+//! own executable, else the one on PATH), whose exit code is boxctl's.
 //!
 //! Exit codes of the protocol commands: 0 for `result` (and every other success), 1 for
 //! `refused`, `stopped` or `ask`, 2 for `failed` or `unavailable`, 3 for `error` or bad usage.
 
-use std::path::PathBuf;
-use std::process::ExitCode;
+use std::ffi::OsString;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
 
-use boxctl::{Body, Client, Request, DEFAULT_SOCKET};
-
-mod local;
+use client::{Body, Client, Request, DEFAULT_SOCKET};
 
 const USAGE: &str = "usage:
   boxctl [--socket PATH] call --session S --call C --grant G [--approval TICKET] TOOL 'ARGUMENTS-JSON'
@@ -36,7 +39,6 @@ fn run(mut args: Vec<String>) -> Result<u8, String> {
     let Some(command) = (!args.is_empty()).then(|| args.remove(0)) else {
         return Err(format!("no command\n{USAGE}"));
     };
-    let socket = socket.unwrap_or_else(|| PathBuf::from(DEFAULT_SOCKET));
     let req = match command.as_str() {
         "call" => {
             let session = required(&mut args, "--session")?;
@@ -103,14 +105,21 @@ fn run(mut args: Vec<String>) -> Result<u8, String> {
         }
         "doctor" | "ps" | "gc" => {
             exactly::<0>(args, "")?;
-            return local::run(&command, config.as_deref(), &socket);
+            let mut forwarded: Vec<OsString> = vec![command.into()];
+            if let Some(c) = config {
+                forwarded.extend(["--config".into(), c.into_os_string()]);
+            }
+            if let Some(s) = socket {
+                forwarded.extend(["--socket".into(), s.into_os_string()]);
+            }
+            return Err(run_brokerd(&forwarded));
         }
         "audit" => {
             let [verb, file] = exactly::<2>(args, "verify FILE")?;
             if verb != "verify" {
                 return Err(format!("unknown audit command {verb:?}\n{USAGE}"));
             }
-            return Ok(local::audit_verify(&PathBuf::from(file)));
+            return Err(run_brokerd(&["audit".into(), verb.into(), file.into()]));
         }
         "help" | "--help" | "-h" => {
             println!("{USAGE}");
@@ -118,10 +127,30 @@ fn run(mut args: Vec<String>) -> Result<u8, String> {
         }
         other => return Err(format!("unknown command {other:?}\n{USAGE}")),
     };
+    let socket = socket.unwrap_or_else(|| PathBuf::from(DEFAULT_SOCKET));
     let mut client = Client::connect(&socket).map_err(|e| e.to_string())?;
     let answer = client.request(&req).map_err(|e| e.to_string())?;
     println!("{}", answer.to_line().trim_end());
     Ok(exit_code(&answer.body))
+}
+
+/// Replaces this process with `brokerd ARGS`; returns only when that cannot be done, with why.
+fn run_brokerd(args: &[OsString]) -> String {
+    let program = brokerd_path();
+    let e = Command::new(&program).args(args).exec();
+    format!(
+        "cannot run {} for this command ({e}): install brokerd next to boxctl or on PATH",
+        program.display()
+    )
+}
+
+/// The `brokerd` installed beside this `boxctl`, else `brokerd` (found on PATH).
+fn brokerd_path() -> PathBuf {
+    std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().map(|d| d.join("brokerd")))
+        .filter(|p| p.is_file())
+        .unwrap_or_else(|| Path::new("brokerd").to_path_buf())
 }
 
 /// DESIGN.md: 0 for result, 1 for refused, stopped or ask, 2 for failed or unavailable, 3 for

@@ -12,6 +12,7 @@ pub mod broker;
 pub mod classify;
 pub mod config;
 pub mod glob;
+pub mod local;
 pub mod mode;
 pub mod policy;
 pub mod preview;

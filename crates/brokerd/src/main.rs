@@ -1,5 +1,6 @@
-//! `brokerd --config FILE [--socket PATH]` serves; `brokerd check-config FILE` validates.
-//! (DESIGN.md "Command lines", "Service".)
+//! `brokerd --config FILE [--socket PATH]` serves; `brokerd check-config FILE` validates;
+//! `brokerd doctor | ps | gc` and `brokerd audit verify FILE` are the local commands
+//! (`brokerd::local`), which `boxctl` forwards here. (DESIGN.md "Command lines", "Service".)
 
 use std::os::fd::{FromRawFd, IntoRawFd};
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
@@ -11,6 +12,7 @@ use std::time::Duration;
 use brokerd::audit::Audit;
 use brokerd::broker::{Broker, NO_BACKEND};
 use brokerd::config::{self, Backend, Config};
+use brokerd::local;
 use brokerd::policy::Policy;
 use brokerd::runner::bwrap::BwrapRuntime;
 use brokerd::runner::podman::PodmanRuntime;
@@ -21,11 +23,19 @@ use tokio::net::UnixListener;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::watch;
 
-const USAGE: &str =
-    "usage: brokerd --config FILE [--socket PATH]\n       brokerd check-config FILE";
+const USAGE: &str = "usage: brokerd --config FILE [--socket PATH]
+       brokerd check-config FILE
+       brokerd [--config FILE] [--socket PATH] doctor | ps | gc   local checks and clean-up, as the service user
+       brokerd audit verify FILE";
+
+/// Bad usage of a local command, or a config it cannot load: exit 3, as boxctl's.
+const EXIT_LOCAL_USAGE: u8 = 3;
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if let Some(code) = local_command(&args) {
+        return code;
+    }
     match args
         .iter()
         .map(String::as_str)
@@ -46,6 +56,48 @@ fn main() -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// `doctor`, `ps`, `gc` (with `--config` and `--socket` anywhere) and `audit verify FILE`;
+/// `None` when `args` name none of them.
+fn local_command(args: &[String]) -> Option<ExitCode> {
+    let mut config = None;
+    let mut socket = None;
+    let mut rest = Vec::new();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--config" | "--socket" => {
+                let Some(v) = it.next() else {
+                    // `--config` without a value: not a local command line; serving says so.
+                    return None;
+                };
+                let slot = if a == "--config" {
+                    &mut config
+                } else {
+                    &mut socket
+                };
+                *slot = Some(PathBuf::from(v));
+            }
+            _ => rest.push(a.as_str()),
+        }
+    }
+    let outcome = match rest.as_slice() {
+        [cmd @ ("doctor" | "ps" | "gc")] => {
+            let socket = socket.unwrap_or_else(|| PathBuf::from(proto::broker::DEFAULT_SOCKET));
+            local::run(cmd, config.as_deref(), &socket)
+        }
+        ["audit", "verify", file] => Ok(local::audit_verify(Path::new(file))),
+        ["audit", ..] => Err("usage: brokerd audit verify FILE".into()),
+        _ => return None,
+    };
+    Some(match outcome {
+        Ok(code) => ExitCode::from(code),
+        Err(msg) => {
+            eprintln!("brokerd: {msg}");
+            ExitCode::from(EXIT_LOCAL_USAGE)
+        }
+    })
 }
 
 fn check_config(file: &Path) -> ExitCode {

@@ -10,6 +10,8 @@ use serde::{Deserialize, Serialize};
 pub const PROTOCOL: u32 = 1;
 /// The longest line either side accepts, newline excluded.
 pub const MAX_LINE: usize = 4 * 1024 * 1024;
+/// Where brokerd listens unless told otherwise (systemd's socket unit, `--socket`).
+pub const DEFAULT_SOCKET: &str = "/run/boxmaker/broker.sock";
 /// The longest identifier (`session`, `call`).
 pub const MAX_IDENT: usize = 64;
 

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
-use boxctl::{Body, Client, Request};
+use client::{Body, Client, Request};
 use serde_json::{json, Value};
 
 use crate::https::{BIG, HELLO, TAILNET_GREETING};
