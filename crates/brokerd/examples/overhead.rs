@@ -8,6 +8,9 @@
 //! that says `SLOW`), so the memory figures are the server process's alone. The client sends
 //! plain NDJSON lines over the Unix socket and times each answer.
 
+// A measurement run by hand: a setup step that fails ends it.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};

@@ -7,6 +7,9 @@
 //! releases it). Anything else answers `ran <tool>`. Every answer line is parsed strictly as
 //! `proto::broker::Answer`, and every test ends by verifying the audit chain.
 
+// A test: a setup step that fails is the test failing.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixStream;

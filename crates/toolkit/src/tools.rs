@@ -322,10 +322,11 @@ fn read_fd(fd: &OwnedFd, buf: &mut [u8]) -> io::Result<usize> {
 fn set_nonblocking(fd: &OwnedFd) -> io::Result<()> {
     // SAFETY: fcntl on a descriptor we own, with flag arguments only.
     let flags = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) };
+    if flags < 0 {
+        return Err(io::Error::last_os_error());
+    }
     // SAFETY: as above.
-    if flags < 0
-        || unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0
-    {
+    if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0 {
         return Err(io::Error::last_os_error());
     }
     Ok(())
