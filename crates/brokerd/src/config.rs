@@ -617,7 +617,7 @@ impl Checker<'_> {
         };
         let mut grants = BTreeMap::new();
         for (name, g) in &raw.grants {
-            if !valid_grant_name(name.get_ref()) {
+            if !proto::ident::valid_ident(name.get_ref()) {
                 return self.err(
                     Some(name.span()),
                     "grants",
@@ -1014,15 +1014,6 @@ fn parse_client(v: &toml::Value) -> Option<Client> {
         }
         _ => None,
     }
-}
-
-/// Grant names end up in labels (`notes/shell`); the identifier rule of DESIGN.md "Protocol".
-fn valid_grant_name(s: &str) -> bool {
-    (1..=64).contains(&s.len())
-        && s != "."
-        && s != ".."
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b))
 }
 
 /// The 1-based line and column (in characters) of byte `offset` in `text`.

@@ -12,6 +12,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::config::{self, Backend, Config};
+use crate::runbook;
 use crate::runner::bwrap::BwrapRuntime;
 use crate::runner::podman::PodmanRuntime;
 use crate::runner::{RunSpec, Runner};
@@ -27,7 +28,7 @@ const USERNS_PROBE: &str = "busybox unshare -U -r true";
 /// How long the probe's container may take to start and finish (slow or emulated hosts).
 const PROBE_TIMEOUT: Duration = Duration::from_secs(120);
 /// Where an operator reads how the service user's Podman denies nested user namespaces.
-const USERNS_RUNBOOK: &str = "runbook/runner.md#nested-userns";
+const USERNS_RUNBOOK: &str = runbook::NESTED_USERNS;
 
 pub fn run(command: &str, config: Option<&Path>, socket: &Path) -> Result<u8, String> {
     let path = config
@@ -145,7 +146,10 @@ fn doctor(cfg: &Config, socket: &Path) -> u8 {
     let Some(rc) = &cfg.runner else {
         r.check(
             "runner",
-            Err("the config has no [runner] section; add one (see runbook/runner.md)".into()),
+            Err(format!(
+                "the config has no [runner] section; add one (see {})",
+                runbook::RUNNER
+            )),
         );
         return 2;
     };
@@ -191,7 +195,7 @@ fn doctor(cfg: &Config, socket: &Path) -> u8 {
         }
         Err(e) => r.check(
             "podman info",
-            Err(format!("{e}; see runbook/runner.md#runner-unavailable")),
+            Err(format!("{e}; see {}", runbook::RUNNER_UNAVAILABLE)),
         ),
     }
     r.check(
@@ -237,7 +241,7 @@ fn doctor(cfg: &Config, socket: &Path) -> u8 {
 /// exists where limits are enforced. Read-only: nothing is prepared or moved.
 fn doctor_bwrap(cfg: &Config, rc: &config::RunnerConfig, mut r: Report, socket: &Path) -> u8 {
     use crate::runner::cgroup;
-    let hint = "see runbook/runner.md#bwrap-unavailable";
+    let hint = format!("see {}", runbook::BWRAP_UNAVAILABLE);
     let version = Command::new("bwrap")
         .arg("--version")
         .stdin(Stdio::null())
@@ -429,8 +433,9 @@ fn poisoned(socket: &Path) -> Result<String, String> {
     });
     match asked.map(|a| a.body) {
         Ok(client::Body::Status(s)) if s.poisoned => Err(format!(
-            "yes: brokerd ({} backend) could not confirm a sandbox or proxy dead, so http_fetch answers unavailable until it restarts; see runbook/runner.md#runner-unavailable (section 6)",
-            s.backend
+            "yes: brokerd ({} backend) could not confirm a sandbox or proxy dead, so http_fetch answers unavailable until it restarts; see {} (section 6)",
+            s.backend,
+            runbook::RUNNER_UNAVAILABLE
         )),
         Ok(client::Body::Status(s)) => Ok(format!("no (brokerd at {}, {} backend)", socket.display(), s.backend)),
         Ok(other) => Ok(format!("unknown: brokerd answered {:?}", other)),
@@ -479,7 +484,7 @@ fn tun_usable() -> Result<String, String> {
     {
         Ok(_) => Ok("this user can open it".into()),
         Err(e) => Err(format!(
-            "this user cannot open it ({e}), so every http_fetch answers unavailable; as root: chmod 0666 /dev/net/tun (what udev sets), or scripts/setup.sh user; see runbook/runner.md#dev-net-tun"
+            "this user cannot open it ({e}), so every http_fetch answers unavailable; as root: chmod 0666 /dev/net/tun (what udev sets), or scripts/setup.sh user; see {}", runbook::DEV_NET_TUN
         )),
     }
 }

@@ -14,6 +14,7 @@ use brokerd::broker::{Broker, NO_BACKEND};
 use brokerd::config::{self, Backend, Config};
 use brokerd::local;
 use brokerd::policy::Policy;
+use brokerd::runbook;
 use brokerd::runner::bwrap::BwrapRuntime;
 use brokerd::runner::podman::PodmanRuntime;
 use brokerd::runner::{reaper, NoRunner, Runner};
@@ -230,7 +231,7 @@ async fn run(file: &Path, socket: Option<PathBuf>) -> Result<(), String> {
     let audit = tokio::task::spawn_blocking(move || Audit::open(&audit_path))
         .await
         .map_err(|e| e.to_string())?
-        .map_err(|e| format!("{e}; see runbook/audit.md#audit-unwritable"))?;
+        .map_err(|e| format!("{e}; see {}", runbook::AUDIT_UNWRITABLE))?;
 
     // The listener first: a socket-activated client may already be waiting on it.
     let listener = listener(socket)?;
@@ -243,7 +244,7 @@ async fn run(file: &Path, socket: Option<PathBuf>) -> Result<(), String> {
             "removed sandboxes and egress directories left by an earlier run"
         ),
         Ok(Ok(_)) => {}
-        Ok(Err(e)) => tracing::error!("{e}; see runbook/runner.md#runner-unavailable"),
+        Ok(Err(e)) => tracing::error!("{e}; see {}", runbook::RUNNER_UNAVAILABLE),
         Err(e) => tracing::error!("the sweep task failed: {e}"),
     }
 
@@ -266,7 +267,7 @@ async fn run(file: &Path, socket: Option<PathBuf>) -> Result<(), String> {
     broker
         .event(start)
         .await
-        .map_err(|e| format!("{e}; see runbook/audit.md#audit-unwritable"))?;
+        .map_err(|e| format!("{e}; see {}", runbook::AUDIT_UNWRITABLE))?;
 
     // The broker logs its outcome, and when a failed one is tried again.
     let preflight = broker.preflight().await;
@@ -309,7 +310,7 @@ async fn run(file: &Path, socket: Option<PathBuf>) -> Result<(), String> {
     match tokio::task::spawn_blocking(move || sweeper.sweep()).await {
         Ok(Ok(n)) if n > 0 => tracing::warn!(removed = n, "removed sandboxes at shutdown"),
         Ok(Ok(_)) => {}
-        Ok(Err(e)) => tracing::error!("{e}; see runbook/runner.md#runner-unavailable"),
+        Ok(Err(e)) => tracing::error!("{e}; see {}", runbook::RUNNER_UNAVAILABLE),
         Err(e) => tracing::error!("the sweep task failed: {e}"),
     }
     if !drained {

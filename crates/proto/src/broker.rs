@@ -12,19 +12,7 @@ pub const PROTOCOL: u32 = 1;
 pub const MAX_LINE: usize = 4 * 1024 * 1024;
 /// Where brokerd listens unless told otherwise (systemd's socket unit, `--socket`).
 pub const DEFAULT_SOCKET: &str = "/run/boxmaker/broker.sock";
-/// The longest identifier (`session`, `call`).
-pub const MAX_IDENT: usize = 64;
-
-/// Whether `s` may be a session or call identifier: 1 to 64 of `A-Za-z0-9_.-`, not `.` or
-/// `..`. They end up in container names and directory names.
-pub fn valid_ident(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= MAX_IDENT
-        && s != "."
-        && s != ".."
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
-}
+pub use crate::ident::{valid_ident, Ident, MAX_IDENT};
 
 /// A request line. `id` is the client's, echoed back on the answer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -228,28 +216,6 @@ impl Answer {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn identifiers() {
-        let long = "a".repeat(65);
-        let cases = [
-            ("s1", true),
-            ("A-z_0.9", true),
-            (&"a".repeat(64)[..], true),
-            ("", false),
-            (".", false),
-            ("..", false),
-            ("...", true),
-            (&long[..], false),
-            ("a/b", false),
-            ("a b", false),
-            ("é", false),
-            ("a\n", false),
-        ];
-        for (s, ok) in cases {
-            assert_eq!(valid_ident(s), ok, "{s:?}");
-        }
-    }
 
     #[test]
     fn requests_parse_as_design_writes_them() {
