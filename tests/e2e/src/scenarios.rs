@@ -1249,9 +1249,8 @@ paths = [ {{ path = "{rw}", write = true }} ]
         }
         let log = std::fs::read_to_string(&self.log).unwrap_or_default();
         check(
-            log.lines().any(|l| {
-                l.contains(&ro) && l.contains("runbook/runner.md#grant-directory-changed")
-            }),
+            log.lines()
+                .any(|l| l.contains(&ro) && l.contains(brokerd::runbook::GRANT_DIRECTORY_CHANGED)),
             || "brokerd's log has no line for the changed directory".into(),
         )?;
         let hello = self.ro.join("hello.txt");
