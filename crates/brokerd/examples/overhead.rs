@@ -305,13 +305,7 @@ fn serve(config: &Path, socket: &Path) {
     let config = brokerd::config::load(config).expect("config");
     let policy = Policy::new(&config).expect("policy");
     let audit = Audit::open(&config.broker.audit_log).expect("audit");
-    let broker = Arc::new(Broker::new(
-        config,
-        policy,
-        Arc::new(NoopRunner),
-        audit,
-        "noop",
-    ));
+    let broker = Arc::new(Broker::new(config, policy, Arc::new(NoopRunner), audit));
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -17,7 +17,7 @@ use tokio::sync::{Notify, Semaphore};
 
 use crate::args;
 use crate::audit::{self, Audit, Decided, Ended, Record, RecordKind};
-use crate::config::Config;
+use crate::config::{Backend, Config};
 use crate::policy::{Decision, Plan, Policy, Refusal, Why};
 use crate::preview::{preview, ResultStore};
 use crate::probe::{Kept, RETRY_FIRST};
@@ -89,7 +89,8 @@ pub struct Broker {
     /// One preflight of each kind runs at a time; callers that arrive meanwhile wait for it.
     probing: tokio::sync::Mutex<()>,
     network_probing: tokio::sync::Mutex<()>,
-    backend: String,
+    /// `None` without a `[runner]` section.
+    backend: Option<Backend>,
     shutting_down: std::sync::atomic::AtomicBool,
     /// How many of the runner's `weakened` lines are audited already.
     weakened_audited: Mutex<usize>,
@@ -108,13 +109,7 @@ impl Drop for Counted<'_> {
 }
 
 impl Broker {
-    pub fn new(
-        config: Config,
-        policy: Policy,
-        runner: Arc<dyn Runner>,
-        audit: Audit,
-        backend: &str,
-    ) -> Broker {
+    pub fn new(config: Config, policy: Policy, runner: Arc<dyn Runner>, audit: Audit) -> Broker {
         let b = &config.broker;
         let state = State {
             tickets: Tickets::new(Duration::from_secs(b.ticket_ttl_s)),
@@ -139,10 +134,7 @@ impl Broker {
             probing: tokio::sync::Mutex::new(()),
             network_probing: tokio::sync::Mutex::new(()),
             // DESIGN.md "Service": without [runner] brokerd still serves, and says so.
-            backend: match config.runner {
-                Some(_) => backend.to_string(),
-                None => NO_BACKEND.to_string(),
-            },
+            backend: config.runner.as_ref().map(|r| r.backend),
             shutting_down: std::sync::atomic::AtomicBool::new(false),
             weakened_audited: Mutex::new(0),
             config,
@@ -202,7 +194,7 @@ impl Broker {
         let mut command = String::from("pwd && test -w /tmp && echo tmp-writable");
         let mut expected = String::from("/tmp\ntmp-writable\n");
         // bwrap's argument list sets the environment; Podman's (seed 003 section 6) sets none.
-        if self.backend == "bwrap" {
+        if self.backend == Some(Backend::Bwrap) {
             command.push_str(" && echo \"home=$HOME tmpdir=$TMPDIR\"");
             expected.push_str("home=/tmp tmpdir=/tmp\n");
         }
@@ -236,7 +228,7 @@ impl Broker {
                 ok: true,
                 detail: format!(
                     "a sandbox ran in /tmp with a writable /tmp{}{}{}",
-                    if self.backend == "bwrap" {
+                    if self.backend == Some(Backend::Bwrap) {
                         ", HOME and TMPDIR /tmp"
                     } else {
                         ""
@@ -920,12 +912,14 @@ impl Broker {
     async fn status(&self) -> Body {
         let now = Instant::now();
         let mut preflight = lock(&self.preflight).status(now, "not run yet");
-        preflight["network"] = lock(&self.network).status(now, "runs before the first http_fetch");
+        preflight.network = Some(Box::new(
+            lock(&self.network).status(now, "runs before the first http_fetch"),
+        ));
         let head = self.audit_head();
         Body::Status(Status {
             protocol: PROTOCOL,
             version: env!("CARGO_PKG_VERSION").into(),
-            backend: self.backend.clone(),
+            backend: self.backend.map_or(NO_BACKEND, Backend::as_str).into(),
             enforce_limits: self.config.runner.as_ref().is_none_or(|r| r.enforce_limits),
             preflight,
             poisoned: self.runner.poisoned(),

@@ -74,6 +74,22 @@ pub enum Backend {
     Bwrap,
 }
 
+impl Backend {
+    /// As the config and `status` spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Backend::Podman => "podman",
+            Backend::Bwrap => "bwrap",
+        }
+    }
+}
+
+impl std::fmt::Display for Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// `[runner]`
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunnerConfig {

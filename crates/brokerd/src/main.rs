@@ -201,22 +201,23 @@ async fn run(file: &Path, socket: Option<PathBuf>) -> Result<(), String> {
         .map_err(|e| format!("{}: {e}", file.display()))?;
     // Without [runner] brokerd still serves, decides and audits, and refuses whatever would
     // run (seed 003 section 6, DESIGN.md "Service").
-    let (runner, backend): (Arc<dyn Runner>, &str) = match &config.runner {
+    let backend = config.runner.as_ref().map(|rc| rc.backend);
+    let runner: Arc<dyn Runner> = match &config.runner {
         None => {
             tracing::warn!(
                 "{}: no [runner] section: {}",
                 file.display(),
                 brokerd::policy::Why::NoRunner
             );
-            (Arc::new(NoRunner), NO_BACKEND)
+            Arc::new(NoRunner)
         }
         Some(rc) => match rc.backend {
-            Backend::Podman => (Arc::new(PodmanRuntime::new(rc)), "podman"),
+            Backend::Podman => Arc::new(PodmanRuntime::new(rc)),
             // config::load gives [bwrap] (with its defaults) exactly when backend = "bwrap".
             Backend::Bwrap => match &config.bwrap {
                 Some(b) => {
                     adopt_sandbox_orphans()?;
-                    (Arc::new(BwrapRuntime::new(rc, b)), "bwrap")
+                    Arc::new(BwrapRuntime::new(rc, b))
                 }
                 None => {
                     return Err(format!(
@@ -250,10 +251,11 @@ async fn run(file: &Path, socket: Option<PathBuf>) -> Result<(), String> {
 
     let grace = Duration::from_secs(config.broker.shutdown_grace_s);
     let enforce = config.runner.as_ref().is_none_or(|rc| rc.enforce_limits);
-    let broker = Arc::new(Broker::new(config, policy, runner.clone(), audit, backend));
+    let broker = Arc::new(Broker::new(config, policy, runner.clone(), audit));
     let mut start = format!(
-        "brokerd {} started, backend {backend}",
-        env!("CARGO_PKG_VERSION")
+        "brokerd {} started, backend {}",
+        env!("CARGO_PKG_VERSION"),
+        backend.map_or(NO_BACKEND, Backend::as_str)
     );
     if !enforce {
         // DESIGN.md "Limits": an operator's explicit choice, logged and audited.
@@ -273,7 +275,7 @@ async fn run(file: &Path, socket: Option<PathBuf>) -> Result<(), String> {
     let preflight = broker.preflight().await;
     let head = broker.audit_head();
     tracing::info!(audit_seq = head.seq, audit_hash = head.hash, "ready");
-    let status = if preflight.ok || backend == NO_BACKEND {
+    let status = if preflight.ok || backend.is_none() {
         format!("serving; audit head {} {}", head.seq, head.hash)
     } else {
         format!("serving, but the preflight failed: {}", preflight.detail)

@@ -528,9 +528,7 @@ paths = [ {{ path = "{rw}", write = true }} ]
                 };
                 if let Ok(answer) = client.request(&req) {
                     return match answer.body {
-                        Body::Status(s) if s.preflight.get("ok") == Some(&Value::Bool(true)) => {
-                            Ok(())
-                        }
+                        Body::Status(s) if s.preflight.ok == Some(true) => Ok(()),
                         other => Err(format!("brokerd is not ready: {}", show(&other))),
                     };
                 }
@@ -789,10 +787,10 @@ paths = [ {{ path = "{rw}", write = true }} ]
         };
         match client.request(&req).map_err(|e| e.to_string())?.body {
             Body::Status(s) => {
-                let network = &s.preflight["network"];
-                eprintln!("  network preflight: {network}");
-                check(network["ok"] == Value::Bool(true), || {
-                    format!("the network preflight is {network}")
+                let network = s.preflight.network.unwrap_or_default();
+                eprintln!("  network preflight: {network:?}");
+                check(network.ok == Some(true), || {
+                    format!("the network preflight is {network:?}")
                 })
             }
             other => Err(format!("status answered {}", show(&other))),
