@@ -1,6 +1,7 @@
 //! `brokerd --config FILE [--socket PATH]` serves; `brokerd check-config FILE` validates;
 //! `brokerd doctor | ps | gc` and `brokerd audit verify FILE` are the local commands
-//! (`brokerd::local`), which `boxctl` forwards here. (DESIGN.md "Command lines", "Service".)
+//! (`brokerd::local`), which `boxctl` forwards here; `completions SHELL` and `man` print what
+//! a package installs. (DESIGN.md "Command lines", "Service".)
 
 use std::os::fd::{FromRawFd, IntoRawFd};
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
@@ -19,86 +20,134 @@ use brokerd::runner::bwrap::BwrapRuntime;
 use brokerd::runner::podman::PodmanRuntime;
 use brokerd::runner::{reaper, NoRunner, Runner};
 use brokerd::server::{self, Clients};
+use clap::{CommandFactory, Parser, Subcommand};
 use sd_notify::NotifyState;
 use tokio::net::UnixListener;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::watch;
 
-const USAGE: &str = "usage: brokerd --config FILE [--socket PATH]
-       brokerd check-config FILE
-       brokerd [--config FILE] [--socket PATH] doctor | ps | gc   local checks and clean-up, as the service user
-       brokerd audit verify FILE";
+/// The boxmaker daemon: decides an agent's tool calls and runs them in sandboxes
+///
+/// Without a command it serves: `brokerd --config FILE [--socket PATH]` (the socket from
+/// systemd when LISTEN_FDS is set).
+///
+/// Exit codes: 0 done, 1 a config that does not load or a service that failed, 2 bad usage;
+/// the local commands as boxctl's (doctor: 2 when a check failed, 3 when the config cannot be
+/// loaded; audit verify: 1 broken, 3 unreadable).
+#[derive(Debug, Parser)]
+#[command(name = "brokerd", version)]
+struct Cli {
+    /// The config to serve with, or to check and clean up after (doctor, ps, gc; default
+    /// /etc/boxmaker/brokerd.toml there).
+    #[arg(long, global = true, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Listen here instead of on systemd's socket; doctor asks the brokerd on it.
+    #[arg(long, global = true, value_name = "PATH")]
+    socket: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Option<Cmd>,
+}
 
-/// Bad usage of a local command, or a config it cannot load: exit 3, as boxctl's.
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Validate FILE (grants, policy, clients) and exit.
+    CheckConfig { file: PathBuf },
+    /// Check what a call needs, one line each; run as the service user.
+    Doctor,
+    /// List the sandboxes of the service user.
+    Ps,
+    /// Remove what an earlier brokerd left behind; run as the service user.
+    Gc,
+    /// The audit log.
+    Audit {
+        #[command(subcommand)]
+        command: AuditCmd,
+    },
+    /// Print a shell completion script for brokerd.
+    Completions { shell: clap_complete::Shell },
+    /// Print brokerd's man page (roff).
+    Man,
+}
+
+#[derive(Debug, Subcommand)]
+enum AuditCmd {
+    /// Check the hash chain of FILE and its rotated predecessors.
+    Verify { file: PathBuf },
+}
+
+/// A local command whose config cannot be loaded: exit 3, as boxctl's.
 const EXIT_LOCAL_USAGE: u8 = 3;
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    if let Some(code) = local_command(&args) {
-        return code;
-    }
-    match args
-        .iter()
-        .map(String::as_str)
-        .collect::<Vec<_>>()
-        .as_slice()
-    {
-        ["check-config", file] => check_config(Path::new(file)),
-        ["--config", file] => serve(Path::new(file), None),
-        ["--config", file, "--socket", sock] | ["--socket", sock, "--config", file] => {
-            serve(Path::new(file), Some(PathBuf::from(sock)))
-        }
-        ["--help"] | ["-h"] => {
-            println!("{USAGE}");
-            ExitCode::SUCCESS
-        }
-        _ => {
-            eprintln!("brokerd: bad usage\n{USAGE}");
-            ExitCode::from(2)
-        }
-    }
-}
-
-/// `doctor`, `ps`, `gc` (with `--config` and `--socket` anywhere) and `audit verify FILE`;
-/// `None` when `args` name none of them.
-fn local_command(args: &[String]) -> Option<ExitCode> {
-    let mut config = None;
-    let mut socket = None;
-    let mut rest = Vec::new();
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "--config" | "--socket" => {
-                let Some(v) = it.next() else {
-                    // `--config` without a value: not a local command line; serving says so.
-                    return None;
-                };
-                let slot = if a == "--config" {
-                    &mut config
-                } else {
-                    &mut socket
-                };
-                *slot = Some(PathBuf::from(v));
-            }
-            _ => rest.push(a.as_str()),
-        }
-    }
-    let outcome = match rest.as_slice() {
-        [cmd @ ("doctor" | "ps" | "gc")] => {
-            let socket = socket.unwrap_or_else(|| PathBuf::from(proto::broker::DEFAULT_SOCKET));
-            local::run(cmd, config.as_deref(), &socket)
-        }
-        ["audit", "verify", file] => Ok(local::audit_verify(Path::new(file))),
-        ["audit", ..] => Err("usage: brokerd audit verify FILE".into()),
-        _ => return None,
-    };
-    Some(match outcome {
+    // Bad usage exits 2; --help and --version print and exit 0.
+    let cli = Cli::parse();
+    let local = |outcome: Result<u8, String>| match outcome {
         Ok(code) => ExitCode::from(code),
         Err(msg) => {
             eprintln!("brokerd: {msg}");
             ExitCode::from(EXIT_LOCAL_USAGE)
         }
-    })
+    };
+    let socket = || {
+        cli.socket
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(proto::broker::DEFAULT_SOCKET))
+    };
+    match &cli.command {
+        None => match &cli.config {
+            Some(file) => serve(file, cli.socket.clone()),
+            None => Cli::command()
+                .error(
+                    clap::error::ErrorKind::MissingRequiredArgument,
+                    "serving needs --config FILE",
+                )
+                .exit(),
+        },
+        Some(Cmd::CheckConfig { file }) => {
+            if cli.config.is_some() || cli.socket.is_some() {
+                Cli::command()
+                    .error(
+                        clap::error::ErrorKind::ArgumentConflict,
+                        "check-config takes only its FILE",
+                    )
+                    .exit()
+            }
+            check_config(file)
+        }
+        Some(Cmd::Doctor) => local(local::run("doctor", cli.config.as_deref(), &socket())),
+        Some(Cmd::Ps) => local(local::run("ps", cli.config.as_deref(), &socket())),
+        Some(Cmd::Gc) => local(local::run("gc", cli.config.as_deref(), &socket())),
+        Some(Cmd::Audit {
+            command: AuditCmd::Verify { file },
+        }) => ExitCode::from(local::audit_verify(file)),
+        Some(Cmd::Completions { shell }) => {
+            let mut out = Vec::new();
+            clap_complete::generate(*shell, &mut Cli::command(), "brokerd", &mut out);
+            print(&out)
+        }
+        Some(Cmd::Man) => {
+            let mut out = Vec::new();
+            match clap_mangen::Man::new(Cli::command()).render(&mut out) {
+                Ok(()) => print(&out),
+                Err(e) => {
+                    eprintln!("brokerd: {e}");
+                    ExitCode::from(1)
+                }
+            }
+        }
+    }
+}
+
+/// Writes generated text to standard output; a closed output is a failure, not a panic.
+fn print(bytes: &[u8]) -> ExitCode {
+    use std::io::Write;
+    match std::io::stdout().write_all(bytes) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("brokerd: {e}");
+            ExitCode::from(1)
+        }
+    }
 }
 
 fn check_config(file: &Path) -> ExitCode {
