@@ -20,6 +20,10 @@ unit: toolchain
 fmt-check:
 	cargo fmt --all -- --check
 
+# The workspace lints (Cargo.toml [workspace.lints], clippy.toml), every target, warnings denied.
+clippy: toolchain
+	cargo clippy --workspace --all-targets --locked -- -D warnings
+
 # The Nix side without a Nix build (nixos/checks/nix-check.sh; NIXPKGS_LIB adds the module's
 # evaluation).
 nix-check:
@@ -45,7 +49,7 @@ e2e: toolchain
 	tests/e2e/run.sh
 
 # The whole suite, as CI runs it.
-test: fmt-check static-check unit nix-check nix-sandbox-check e2e guest-test
+test: fmt-check clippy static-check unit nix-check nix-sandbox-check e2e guest-test
 
 demo: $(TOOLKIT)
 	scripts/demo.sh

@@ -75,6 +75,15 @@ toolchain() {
         rustup target add x86_64-unknown-linux-musl >/dev/null
         changed=1
     fi
+    # make test runs `cargo fmt` and `cargo clippy`; a minimal rustup profile has neither.
+    local component
+    for component in rustfmt clippy; do
+        if ! rustup component list --installed 2>/dev/null | grep -q "^$component"; then
+            say "adding the Rust component $component"
+            rustup component add "$component" >/dev/null
+            changed=1
+        fi
+    done
     [ "$changed" = 1 ] || say "toolchain: nothing to change"
 }
 

@@ -11,16 +11,18 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use proto::broker::{AuditHead, Body, Request, Status, ToolSchema, PROTOCOL};
+use proto::ident::Ident;
 use proto::tools::ToolName;
 use tokio::sync::{Notify, Semaphore};
 
 use crate::args;
 use crate::audit::{self, Audit, Decided, Ended, Record, RecordKind};
-use crate::config::Config;
+use crate::config::{Backend, Config};
 use crate::policy::{Decision, Plan, Policy, Refusal, Why};
 use crate::preview::{preview, ResultStore};
 use crate::probe::{Kept, RETRY_FIRST};
 use crate::refusals::{RefusalCounter, Verdict};
+use crate::runbook;
 use crate::runner::{Egress, Mount, RunError, RunOutput, RunSpec, Runner, Unavailable};
 use crate::tickets::{Binding, Tickets};
 
@@ -87,7 +89,8 @@ pub struct Broker {
     /// One preflight of each kind runs at a time; callers that arrive meanwhile wait for it.
     probing: tokio::sync::Mutex<()>,
     network_probing: tokio::sync::Mutex<()>,
-    backend: String,
+    /// `None` without a `[runner]` section.
+    backend: Option<Backend>,
     shutting_down: std::sync::atomic::AtomicBool,
     /// How many of the runner's `weakened` lines are audited already.
     weakened_audited: Mutex<usize>,
@@ -106,13 +109,7 @@ impl Drop for Counted<'_> {
 }
 
 impl Broker {
-    pub fn new(
-        config: Config,
-        policy: Policy,
-        runner: Arc<dyn Runner>,
-        audit: Audit,
-        backend: &str,
-    ) -> Broker {
+    pub fn new(config: Config, policy: Policy, runner: Arc<dyn Runner>, audit: Audit) -> Broker {
         let b = &config.broker;
         let state = State {
             tickets: Tickets::new(Duration::from_secs(b.ticket_ttl_s)),
@@ -137,10 +134,7 @@ impl Broker {
             probing: tokio::sync::Mutex::new(()),
             network_probing: tokio::sync::Mutex::new(()),
             // DESIGN.md "Service": without [runner] brokerd still serves, and says so.
-            backend: match config.runner {
-                Some(_) => backend.to_string(),
-                None => NO_BACKEND.to_string(),
-            },
+            backend: config.runner.as_ref().map(|r| r.backend),
             shutting_down: std::sync::atomic::AtomicBool::new(false),
             weakened_audited: Mutex::new(0),
             config,
@@ -200,7 +194,7 @@ impl Broker {
         let mut command = String::from("pwd && test -w /tmp && echo tmp-writable");
         let mut expected = String::from("/tmp\ntmp-writable\n");
         // bwrap's argument list sets the environment; Podman's (seed 003 section 6) sets none.
-        if self.backend == "bwrap" {
+        if self.backend == Some(Backend::Bwrap) {
             command.push_str(" && echo \"home=$HOME tmpdir=$TMPDIR\"");
             expected.push_str("home=/tmp tmpdir=/tmp\n");
         }
@@ -234,7 +228,7 @@ impl Broker {
                 ok: true,
                 detail: format!(
                     "a sandbox ran in /tmp with a writable /tmp{}{}{}",
-                    if self.backend == "bwrap" {
+                    if self.backend == Some(Backend::Bwrap) {
                         ", HOME and TMPDIR /tmp"
                     } else {
                         ""
@@ -458,7 +452,8 @@ impl Broker {
             if let Err(e) = self.event(reason).await {
                 tracing::error!(
                     error = e,
-                    "an audit record could not be written; see runbook/audit.md#audit-unwritable"
+                    "an audit record could not be written; see {}",
+                    runbook::AUDIT_UNWRITABLE
                 );
             }
         }
@@ -509,12 +504,12 @@ impl Broker {
         // loopd's clock for this call started about now: [broker] timeout_ms from here.
         let received = Instant::now();
         // 1. Protocol checks: no decision is made on a malformed request.
-        if !proto::broker::valid_ident(&session) {
+        let Ok(session) = Ident::parse(session) else {
             return error(ProtocolError::BadIdent("session"));
-        }
-        if !proto::broker::valid_ident(&call) {
+        };
+        let Ok(call) = Ident::parse(call) else {
             return error(ProtocolError::BadIdent("call"));
-        }
+        };
         if self.shutting_down.load(Ordering::SeqCst) {
             return error(ProtocolError::ShuttingDown);
         }
@@ -523,8 +518,8 @@ impl Broker {
         };
         let mut rec = Record {
             kind: RecordKind::Call,
-            session: Some(session.clone()),
-            call: Some(call.clone()),
+            session: Some(session.to_string()),
+            call: Some(call.to_string()),
             grant: Some(grant_name.clone()),
             tool: Some(audit::summary(&tool)),
             ..Record::default()
@@ -568,8 +563,8 @@ impl Broker {
             Decision::Refuse(r) => return self.refused(rec, &session, &tool, r).await,
             Decision::Ask(plan, question) => {
                 let binding = Binding {
-                    session: session.clone(),
-                    call: call.clone(),
+                    session: session.to_string(),
+                    call: call.to_string(),
                     grant: grant_name.clone(),
                     tool: tool.clone(),
                     arguments: arguments.clone(),
@@ -606,7 +601,7 @@ impl Broker {
         }
 
         // 4. A session that saw the runner unavailable writes nothing more (seed 000 5.1.5).
-        if plan.writes && self.state().unavailable.contains(&session) {
+        if plan.writes && self.state().unavailable.contains(session.as_str()) {
             let why = Why::UnavailableEarlier { tool: tool.clone() };
             let refusal = Refusal::new(parsed.target(), why);
             return self.refused(rec, &session, &tool, refusal).await;
@@ -633,9 +628,10 @@ impl Broker {
             None => self.run(&session, &call, plan, received).await,
             Some(which) => {
                 tracing::error!(
-                    session,
-                    call,
-                    "{which}; see runbook/runner.md#runner-unavailable"
+                    session = session.as_str(),
+                    call = call.as_str(),
+                    "{which}; see {}",
+                    runbook::RUNNER_UNAVAILABLE
                 );
                 Ok(Err(RunError::Unavailable(Unavailable::RunnerUnavailable)))
             }
@@ -673,8 +669,8 @@ impl Broker {
             Err(RunError::Unavailable(u)) => {
                 self.mark_unavailable(&session);
                 tracing::error!(
-                    session,
-                    call,
+                    session = session.as_str(),
+                    call = call.as_str(),
                     tool,
                     status = "unavailable",
                     "{u}; see {}",
@@ -690,8 +686,8 @@ impl Broker {
         };
         rec.status = Some(status);
         tracing::info!(
-            session,
-            call,
+            session = session.as_str(),
+            call = call.as_str(),
             grant = grant_name,
             tool,
             status = status.as_str(),
@@ -764,7 +760,11 @@ impl Broker {
             Ok(r) => r,
             Err(e) => {
                 // The runner panicked: its own guards cleaned up; the model gets a fixed sentence.
-                tracing::error!(error = %e, "the runner task failed; see runbook/runner.md#runner-unavailable");
+                tracing::error!(
+                    error = %e,
+                    "the runner task failed; see {}",
+                    runbook::RUNNER_UNAVAILABLE
+                );
                 Err(RunError::Unavailable(Unavailable::RunnerUnavailable))
             }
         })
@@ -823,7 +823,8 @@ impl Broker {
     fn audit_failed(&self, e: &str) -> Body {
         tracing::error!(
             error = e,
-            "an audit record could not be written; see runbook/audit.md#audit-unwritable"
+            "an audit record could not be written; see {}",
+            runbook::AUDIT_UNWRITABLE
         );
         Body::Unavailable {
             message: AUDIT_UNAVAILABLE.into(),
@@ -896,7 +897,7 @@ impl Broker {
     }
 
     fn end_session(&self, session: &str) -> Body {
-        if !proto::broker::valid_ident(session) {
+        if Ident::parse(session).is_err() {
             return error(ProtocolError::BadIdent("session"));
         }
         let mut st = self.state();
@@ -911,12 +912,14 @@ impl Broker {
     async fn status(&self) -> Body {
         let now = Instant::now();
         let mut preflight = lock(&self.preflight).status(now, "not run yet");
-        preflight["network"] = lock(&self.network).status(now, "runs before the first http_fetch");
+        preflight.network = Some(Box::new(
+            lock(&self.network).status(now, "runs before the first http_fetch"),
+        ));
         let head = self.audit_head();
         Body::Status(Status {
             protocol: PROTOCOL,
             version: env!("CARGO_PKG_VERSION").into(),
-            backend: self.backend.clone(),
+            backend: self.backend.map_or(NO_BACKEND, Backend::as_str).into(),
             enforce_limits: self.config.runner.as_ref().is_none_or(|r| r.enforce_limits),
             preflight,
             poisoned: self.runner.poisoned(),
@@ -939,12 +942,14 @@ fn log_preflight(which: &str, p: &Preflight, next_try: Option<Duration>) {
         (false, Some(wait)) => tracing::error!(
             detail = p.detail,
             next_try_in_s = wait.as_secs(),
-            "{which} failed; tried again by a call in {}s; until then calls that need it answer unavailable; see runbook/runner.md#runner-unavailable",
-            wait.as_secs()
+            "{which} failed; tried again by a call in {}s; until then calls that need it answer unavailable; see {}",
+            wait.as_secs(),
+            runbook::RUNNER_UNAVAILABLE
         ),
         (false, None) => tracing::error!(
             detail = p.detail,
-            "{which} failed for good: calls that need it answer unavailable until brokerd restarts; see runbook/runner.md#runner-unavailable"
+            "{which} failed for good: calls that need it answer unavailable until brokerd restarts; see {}",
+            runbook::RUNNER_UNAVAILABLE
         ),
     }
 }

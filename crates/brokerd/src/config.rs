@@ -74,6 +74,22 @@ pub enum Backend {
     Bwrap,
 }
 
+impl Backend {
+    /// As the config and `status` spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Backend::Podman => "podman",
+            Backend::Bwrap => "bwrap",
+        }
+    }
+}
+
+impl std::fmt::Display for Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// `[runner]`
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunnerConfig {
@@ -617,7 +633,7 @@ impl Checker<'_> {
         };
         let mut grants = BTreeMap::new();
         for (name, g) in &raw.grants {
-            if !valid_grant_name(name.get_ref()) {
+            if !proto::ident::valid_ident(name.get_ref()) {
                 return self.err(
                     Some(name.span()),
                     "grants",
@@ -1014,15 +1030,6 @@ fn parse_client(v: &toml::Value) -> Option<Client> {
         }
         _ => None,
     }
-}
-
-/// Grant names end up in labels (`notes/shell`); the identifier rule of DESIGN.md "Protocol".
-fn valid_grant_name(s: &str) -> bool {
-    (1..=64).contains(&s.len())
-        && s != "."
-        && s != ".."
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b))
 }
 
 /// The 1-based line and column (in characters) of byte `offset` in `text`.

@@ -1,5 +1,7 @@
-//! `brokerd --config FILE [--socket PATH]` serves; `brokerd check-config FILE` validates.
-//! (DESIGN.md "Command lines", "Service".)
+//! `brokerd --config FILE [--socket PATH]` serves; `brokerd check-config FILE` validates;
+//! `brokerd doctor | ps | gc` and `brokerd audit verify FILE` are the local commands
+//! (`brokerd::local`), which `boxctl` forwards here; `completions SHELL` and `man` print what
+//! a package installs. (DESIGN.md "Command lines", "Service".)
 
 use std::os::fd::{FromRawFd, IntoRawFd};
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
@@ -11,39 +13,139 @@ use std::time::Duration;
 use brokerd::audit::Audit;
 use brokerd::broker::{Broker, NO_BACKEND};
 use brokerd::config::{self, Backend, Config};
+use brokerd::local;
 use brokerd::policy::Policy;
+use brokerd::runbook;
 use brokerd::runner::bwrap::BwrapRuntime;
 use brokerd::runner::podman::PodmanRuntime;
 use brokerd::runner::{reaper, NoRunner, Runner};
 use brokerd::server::{self, Clients};
+use clap::{CommandFactory, Parser, Subcommand};
 use sd_notify::NotifyState;
 use tokio::net::UnixListener;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::watch;
 
-const USAGE: &str =
-    "usage: brokerd --config FILE [--socket PATH]\n       brokerd check-config FILE";
+/// The boxmaker daemon: decides an agent's tool calls and runs them in sandboxes
+///
+/// Without a command it serves: `brokerd --config FILE [--socket PATH]` (the socket from
+/// systemd when LISTEN_FDS is set).
+///
+/// Exit codes: 0 done, 1 a config that does not load or a service that failed, 2 bad usage;
+/// the local commands as boxctl's (doctor: 2 when a check failed, 3 when the config cannot be
+/// loaded; audit verify: 1 broken, 3 unreadable).
+#[derive(Debug, Parser)]
+#[command(name = "brokerd", version)]
+struct Cli {
+    /// The config to serve with, or to check and clean up after (doctor, ps, gc; default
+    /// /etc/boxmaker/brokerd.toml there).
+    #[arg(long, global = true, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Listen here instead of on systemd's socket; doctor asks the brokerd on it.
+    #[arg(long, global = true, value_name = "PATH")]
+    socket: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Option<Cmd>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Validate FILE (grants, policy, clients) and exit.
+    CheckConfig { file: PathBuf },
+    /// Check what a call needs, one line each; run as the service user.
+    Doctor,
+    /// List the sandboxes of the service user.
+    Ps,
+    /// Remove what an earlier brokerd left behind; run as the service user.
+    Gc,
+    /// The audit log.
+    Audit {
+        #[command(subcommand)]
+        command: AuditCmd,
+    },
+    /// Print a shell completion script for brokerd.
+    Completions { shell: clap_complete::Shell },
+    /// Print brokerd's man page (roff).
+    Man,
+}
+
+#[derive(Debug, Subcommand)]
+enum AuditCmd {
+    /// Check the hash chain of FILE and its rotated predecessors.
+    Verify { file: PathBuf },
+}
+
+/// A local command whose config cannot be loaded: exit 3, as boxctl's.
+const EXIT_LOCAL_USAGE: u8 = 3;
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    match args
-        .iter()
-        .map(String::as_str)
-        .collect::<Vec<_>>()
-        .as_slice()
-    {
-        ["check-config", file] => check_config(Path::new(file)),
-        ["--config", file] => serve(Path::new(file), None),
-        ["--config", file, "--socket", sock] | ["--socket", sock, "--config", file] => {
-            serve(Path::new(file), Some(PathBuf::from(sock)))
+    // Bad usage exits 2; --help and --version print and exit 0.
+    let cli = Cli::parse();
+    let local = |outcome: Result<u8, String>| match outcome {
+        Ok(code) => ExitCode::from(code),
+        Err(msg) => {
+            eprintln!("brokerd: {msg}");
+            ExitCode::from(EXIT_LOCAL_USAGE)
         }
-        ["--help"] | ["-h"] => {
-            println!("{USAGE}");
-            ExitCode::SUCCESS
+    };
+    let socket = || {
+        cli.socket
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(proto::broker::DEFAULT_SOCKET))
+    };
+    match &cli.command {
+        None => match &cli.config {
+            Some(file) => serve(file, cli.socket.clone()),
+            None => Cli::command()
+                .error(
+                    clap::error::ErrorKind::MissingRequiredArgument,
+                    "serving needs --config FILE",
+                )
+                .exit(),
+        },
+        Some(Cmd::CheckConfig { file }) => {
+            if cli.config.is_some() || cli.socket.is_some() {
+                Cli::command()
+                    .error(
+                        clap::error::ErrorKind::ArgumentConflict,
+                        "check-config takes only its FILE",
+                    )
+                    .exit()
+            }
+            check_config(file)
         }
-        _ => {
-            eprintln!("brokerd: bad usage\n{USAGE}");
-            ExitCode::from(2)
+        Some(Cmd::Doctor) => local(local::run("doctor", cli.config.as_deref(), &socket())),
+        Some(Cmd::Ps) => local(local::run("ps", cli.config.as_deref(), &socket())),
+        Some(Cmd::Gc) => local(local::run("gc", cli.config.as_deref(), &socket())),
+        Some(Cmd::Audit {
+            command: AuditCmd::Verify { file },
+        }) => ExitCode::from(local::audit_verify(file)),
+        Some(Cmd::Completions { shell }) => {
+            let mut out = Vec::new();
+            clap_complete::generate(*shell, &mut Cli::command(), "brokerd", &mut out);
+            print(&out)
+        }
+        Some(Cmd::Man) => {
+            let mut out = Vec::new();
+            match clap_mangen::Man::new(Cli::command()).render(&mut out) {
+                Ok(()) => print(&out),
+                Err(e) => {
+                    eprintln!("brokerd: {e}");
+                    ExitCode::from(1)
+                }
+            }
+        }
+    }
+}
+
+/// Writes generated text to standard output; a closed output is a failure, not a panic.
+fn print(bytes: &[u8]) -> ExitCode {
+    use std::io::Write;
+    match std::io::stdout().write_all(bytes) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("brokerd: {e}");
+            ExitCode::from(1)
         }
     }
 }
@@ -148,22 +250,23 @@ async fn run(file: &Path, socket: Option<PathBuf>) -> Result<(), String> {
         .map_err(|e| format!("{}: {e}", file.display()))?;
     // Without [runner] brokerd still serves, decides and audits, and refuses whatever would
     // run (seed 003 section 6, DESIGN.md "Service").
-    let (runner, backend): (Arc<dyn Runner>, &str) = match &config.runner {
+    let backend = config.runner.as_ref().map(|rc| rc.backend);
+    let runner: Arc<dyn Runner> = match &config.runner {
         None => {
             tracing::warn!(
                 "{}: no [runner] section: {}",
                 file.display(),
                 brokerd::policy::Why::NoRunner
             );
-            (Arc::new(NoRunner), NO_BACKEND)
+            Arc::new(NoRunner)
         }
         Some(rc) => match rc.backend {
-            Backend::Podman => (Arc::new(PodmanRuntime::new(rc)), "podman"),
+            Backend::Podman => Arc::new(PodmanRuntime::new(rc)),
             // config::load gives [bwrap] (with its defaults) exactly when backend = "bwrap".
             Backend::Bwrap => match &config.bwrap {
                 Some(b) => {
                     adopt_sandbox_orphans()?;
-                    (Arc::new(BwrapRuntime::new(rc, b)), "bwrap")
+                    Arc::new(BwrapRuntime::new(rc, b))
                 }
                 None => {
                     return Err(format!(
@@ -178,7 +281,7 @@ async fn run(file: &Path, socket: Option<PathBuf>) -> Result<(), String> {
     let audit = tokio::task::spawn_blocking(move || Audit::open(&audit_path))
         .await
         .map_err(|e| e.to_string())?
-        .map_err(|e| format!("{e}; see runbook/audit.md#audit-unwritable"))?;
+        .map_err(|e| format!("{e}; see {}", runbook::AUDIT_UNWRITABLE))?;
 
     // The listener first: a socket-activated client may already be waiting on it.
     let listener = listener(socket)?;
@@ -191,16 +294,17 @@ async fn run(file: &Path, socket: Option<PathBuf>) -> Result<(), String> {
             "removed sandboxes and egress directories left by an earlier run"
         ),
         Ok(Ok(_)) => {}
-        Ok(Err(e)) => tracing::error!("{e}; see runbook/runner.md#runner-unavailable"),
+        Ok(Err(e)) => tracing::error!("{e}; see {}", runbook::RUNNER_UNAVAILABLE),
         Err(e) => tracing::error!("the sweep task failed: {e}"),
     }
 
     let grace = Duration::from_secs(config.broker.shutdown_grace_s);
     let enforce = config.runner.as_ref().is_none_or(|rc| rc.enforce_limits);
-    let broker = Arc::new(Broker::new(config, policy, runner.clone(), audit, backend));
+    let broker = Arc::new(Broker::new(config, policy, runner.clone(), audit));
     let mut start = format!(
-        "brokerd {} started, backend {backend}",
-        env!("CARGO_PKG_VERSION")
+        "brokerd {} started, backend {}",
+        env!("CARGO_PKG_VERSION"),
+        backend.map_or(NO_BACKEND, Backend::as_str)
     );
     if !enforce {
         // DESIGN.md "Limits": an operator's explicit choice, logged and audited.
@@ -214,13 +318,13 @@ async fn run(file: &Path, socket: Option<PathBuf>) -> Result<(), String> {
     broker
         .event(start)
         .await
-        .map_err(|e| format!("{e}; see runbook/audit.md#audit-unwritable"))?;
+        .map_err(|e| format!("{e}; see {}", runbook::AUDIT_UNWRITABLE))?;
 
     // The broker logs its outcome, and when a failed one is tried again.
     let preflight = broker.preflight().await;
     let head = broker.audit_head();
     tracing::info!(audit_seq = head.seq, audit_hash = head.hash, "ready");
-    let status = if preflight.ok || backend == NO_BACKEND {
+    let status = if preflight.ok || backend.is_none() {
         format!("serving; audit head {} {}", head.seq, head.hash)
     } else {
         format!("serving, but the preflight failed: {}", preflight.detail)
@@ -257,7 +361,7 @@ async fn run(file: &Path, socket: Option<PathBuf>) -> Result<(), String> {
     match tokio::task::spawn_blocking(move || sweeper.sweep()).await {
         Ok(Ok(n)) if n > 0 => tracing::warn!(removed = n, "removed sandboxes at shutdown"),
         Ok(Ok(_)) => {}
-        Ok(Err(e)) => tracing::error!("{e}; see runbook/runner.md#runner-unavailable"),
+        Ok(Err(e)) => tracing::error!("{e}; see {}", runbook::RUNNER_UNAVAILABLE),
         Err(e) => tracing::error!("the sweep task failed: {e}"),
     }
     if !drained {

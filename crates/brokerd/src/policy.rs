@@ -286,7 +286,7 @@ impl Policy {
                 }
                 let base = cwd
                     .clone()
-                    .unwrap_or_else(|| PathBuf::from(proto_default_cwd()));
+                    .unwrap_or_else(|| PathBuf::from(proto::tools::DEFAULT_CWD));
                 let mut undecided = None;
                 for w in &assessment.writes {
                     if assessment.globbed.contains(w) {
@@ -466,11 +466,6 @@ fn pattern_protection(
         }
     }
     Ok(None)
-}
-
-/// Where toolkit runs shell without a cwd (seed 003 section 4).
-fn proto_default_cwd() -> &'static str {
-    "/tmp"
 }
 
 fn path_string(p: &std::path::Path) -> String {

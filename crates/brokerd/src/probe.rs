@@ -6,6 +6,8 @@
 
 use std::time::{Duration, Instant};
 
+use proto::broker::PreflightStatus;
+
 /// The wait before the first retry of a failed preflight.
 pub const RETRY_FIRST: Duration = Duration::from_secs(5);
 /// The longest wait between two tries.
@@ -77,16 +79,23 @@ impl Kept {
         self.next_try.map(|due| due.saturating_duration_since(now))
     }
 
-    /// `{ok, detail, terminal, next_try_in_ms}` for `status`, or `{ok: null, detail: unrun}`.
-    pub fn status(&self, now: Instant, unrun: &str) -> serde_json::Value {
+    /// What `status` shows of it; `unrun` is the detail before it has run.
+    pub fn status(&self, now: Instant, unrun: &str) -> PreflightStatus {
         match &self.last {
-            Some(p) => serde_json::json!({
-                "ok": p.ok,
-                "detail": p.detail,
-                "terminal": p.terminal,
-                "next_try_in_ms": self.next_try_in(now).map(|d| d.as_millis() as u64),
-            }),
-            None => serde_json::json!({ "ok": null, "detail": unrun }),
+            Some(p) => PreflightStatus {
+                ok: Some(p.ok),
+                detail: p.detail.clone(),
+                terminal: Some(p.terminal),
+                next_try_in_ms: self
+                    .next_try_in(now)
+                    .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+                network: None,
+            },
+            None => PreflightStatus {
+                ok: None,
+                detail: unrun.into(),
+                ..PreflightStatus::default()
+            },
         }
     }
 }
@@ -133,7 +142,7 @@ mod tests {
         // A terminal failure stands for good.
         k.record(failed(true), now);
         assert_eq!(k.standing(now + s(100_000)), Some(failed(true)));
-        assert_eq!(k.status(now, "")["next_try_in_ms"], serde_json::Value::Null);
-        assert_eq!(k.status(now, "")["terminal"], serde_json::json!(true));
+        assert_eq!(k.status(now, "").next_try_in_ms, None);
+        assert_eq!(k.status(now, "").terminal, Some(true));
     }
 }

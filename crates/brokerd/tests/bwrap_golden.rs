@@ -4,6 +4,9 @@
 //!
 //! Set `BLESS=1` to rewrite the files from the code (then read the diff before committing).
 
+// A test: a setup step that fails is the test failing.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};

@@ -2,6 +2,9 @@
 //! `tests/fixtures/podman/` (one argument a line). The files were written from the seed, not
 //! from the code: a change here is a change of the sandbox and needs the seed's owner.
 
+// A test: a setup step that fails is the test failing.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};

@@ -7,6 +7,9 @@
 //! Each test's behaviour lives in files the script sources from `<root>/<session>/`, found from
 //! the container name `boxmaker-<session>-<call>-<n>` in its arguments.
 
+// A test: a setup step that fails is the test failing.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};

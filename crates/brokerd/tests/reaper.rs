@@ -3,6 +3,9 @@
 //! child this process started itself is left to its owner. A test binary of its own, because
 //! the subreaper setting is for the whole process.
 
+// A test: a setup step that fails is the test failing.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 

@@ -7,6 +7,9 @@
 //! releases it). Anything else answers `ran <tool>`. Every answer line is parsed strictly as
 //! `proto::broker::Answer`, and every test ends by verifying the audit chain.
 
+// A test: a setup step that fails is the test failing.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixStream;
@@ -284,7 +287,7 @@ paths = [{{ path = "{ro}" }}]
         let policy = Policy::new(&config).expect("policy");
         let runner = Arc::new(FakeRunner::default());
         let log = Audit::open(&config.broker.audit_log).expect("audit");
-        let mut broker = Broker::new(config, policy, runner.clone(), log, "fake");
+        let mut broker = Broker::new(config, policy, runner.clone(), log);
         if let Some(first) = opts.preflight_retry {
             broker = broker.with_preflight_retry(first);
         }
@@ -1223,11 +1226,11 @@ fn status_fields() {
     let mut c = svc.connect();
     let s = c.status();
     assert_eq!(s.protocol, 1);
-    assert_eq!(s.backend, "fake");
+    assert_eq!(s.backend, "podman", "the config's backend, by name");
     assert_eq!(s.version, env!("CARGO_PKG_VERSION"));
     assert!(!s.poisoned);
     assert!(s.enforce_limits);
-    assert_eq!(s.preflight["ok"], Value::Null, "not run yet");
+    assert_eq!(s.preflight.ok, None, "not run yet");
     assert_eq!(s.audit_head.seq, 0);
     assert_eq!(s.audit_head.hash, audit::GENESIS);
     c.call("s", "c1", "auto", "shell", json!({"command": "ls"}));
@@ -1811,7 +1814,7 @@ fn preflight() {
         assert_eq!(svc.rt.block_on(svc.broker.preflight()), p);
         assert_eq!(svc.runner.calls(), 1);
         let mut c = svc.connect();
-        assert_eq!(c.status().preflight["ok"], json!(ok));
+        assert_eq!(c.status().preflight.ok, Some(ok));
         let a = c.call("s", "c", "auto", "shell", json!({"command": "ls"}));
         let want = if ok { "result" } else { "unavailable" };
         assert_eq!(kind(&a), want, "{a:?}");
@@ -1828,7 +1831,7 @@ fn network_preflight() {
         let svc = Service::start();
         svc.runner.network_broken.store(broken, Ordering::SeqCst);
         let mut c = svc.connect();
-        assert_eq!(c.status().preflight["network"]["ok"], Value::Null);
+        assert_eq!(c.status().preflight.network.map(|n| n.ok), Some(None));
         let fetch = json!({"url": "https://docs.example.org/x"});
         let a = c.call("s1", "c1", "auto", "http_fetch", fetch.clone());
         let want = if broken { "unavailable" } else { "result" };
@@ -1846,8 +1849,8 @@ fn network_preflight() {
         assert_eq!(svc.runner.calls(), 1 + usize::from(!broken));
         let status = c.status();
         assert_eq!(
-            status.preflight["network"]["ok"],
-            json!(!broken),
+            status.preflight.network.as_ref().map(|n| n.ok),
+            Some(Some(!broken)),
             "{status:?}"
         );
         // Kept: the next fetch does not probe again.
@@ -1932,9 +1935,9 @@ fn a_transient_preflight_failure_is_tried_again() {
     assert!(!p.ok && !p.terminal, "{p:?}");
     let mut c = svc.connect();
     let st = c.status().preflight;
-    assert_eq!(st["terminal"], json!(false), "{st}");
-    let due = st["next_try_in_ms"].as_u64().expect("a next try");
-    assert!(due <= 300, "{st}");
+    assert_eq!(st.terminal, Some(false), "{st:?}");
+    let due = st.next_try_in_ms.expect("a next try");
+    assert!(due <= 300, "{st:?}");
     let ls = json!({"command": "ls"});
     assert_eq!(
         kind(&c.call("s", "c1", "auto", "shell", ls.clone())),
@@ -1947,11 +1950,7 @@ fn a_transient_preflight_failure_is_tried_again() {
     assert_eq!(kind(&a), "result", "{a:?}");
     assert_eq!(svc.runner.calls(), 3, "the probe again, then the call");
     let st = c.status().preflight;
-    assert_eq!(
-        (&st["ok"], &st["next_try_in_ms"]),
-        (&json!(true), &Value::Null),
-        "{st}"
-    );
+    assert_eq!((st.ok, st.next_try_in_ms), (Some(true), None), "{st:?}");
 
     // The network preflight the same way.
     svc.runner.network_broken.store(true, Ordering::SeqCst);
@@ -1972,7 +1971,11 @@ fn a_transient_preflight_failure_is_tried_again() {
             .count()
     };
     assert_eq!(probes(), 1);
-    assert!(c.status().preflight["network"]["next_try_in_ms"].is_u64());
+    assert!(c
+        .status()
+        .preflight
+        .network
+        .is_some_and(|n| n.next_try_in_ms.is_some()));
     std::thread::sleep(RETRY + Duration::from_millis(50));
     svc.runner.network_broken.store(false, Ordering::SeqCst);
     let a = c.call("s", "f3", "auto", "http_fetch", fetch);
@@ -1997,9 +2000,9 @@ fn a_terminal_preflight_failure_is_remembered() {
     let mut c = svc.connect();
     let st = c.status().preflight;
     assert_eq!(
-        (&st["terminal"], &st["next_try_in_ms"]),
-        (&json!(true), &Value::Null),
-        "{st}"
+        (st.terminal, st.next_try_in_ms),
+        (Some(true), None),
+        "{st:?}"
     );
     std::thread::sleep(RETRY * 2);
     svc.runner.preflight_ok.store(true, Ordering::SeqCst);

@@ -10,19 +10,9 @@ use serde::{Deserialize, Serialize};
 pub const PROTOCOL: u32 = 1;
 /// The longest line either side accepts, newline excluded.
 pub const MAX_LINE: usize = 4 * 1024 * 1024;
-/// The longest identifier (`session`, `call`).
-pub const MAX_IDENT: usize = 64;
-
-/// Whether `s` may be a session or call identifier: 1 to 64 of `A-Za-z0-9_.-`, not `.` or
-/// `..`. They end up in container names and directory names.
-pub fn valid_ident(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= MAX_IDENT
-        && s != "."
-        && s != ".."
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
-}
+/// Where brokerd listens unless told otherwise (systemd's socket unit, `--socket`).
+pub const DEFAULT_SOCKET: &str = "/run/boxmaker/broker.sock";
+pub use crate::ident::{valid_ident, Ident, MAX_IDENT};
 
 /// A request line. `id` is the client's, echoed back on the answer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -175,13 +165,49 @@ pub struct Status {
     pub version: String,
     pub backend: String,
     pub enforce_limits: bool,
-    pub preflight: serde_json::Value,
+    /// The start-up preflight, with the network preflight in its `network`.
+    pub preflight: PreflightStatus,
     pub poisoned: bool,
     /// What of the configured confinement this host does not apply (a cgroup knob that
     /// cannot be set), one line each; absent when nothing is.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub weakened: Vec<String>,
     pub audit_head: AuditHead,
+}
+
+/// A preflight as `status` shows it: `{"ok": null, "detail": ...}` before it has run, then
+/// `{"ok", "detail", "terminal", "next_try_in_ms"}` (`next_try_in_ms` null unless a failed
+/// preflight will be tried again).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default)]
+pub struct PreflightStatus {
+    /// `None` until it has run.
+    pub ok: Option<bool>,
+    pub detail: String,
+    /// A failure no retry mends until the operator acts; `None` until it has run.
+    pub terminal: Option<bool>,
+    /// When a failed, non-terminal preflight is tried again.
+    pub next_try_in_ms: Option<u64>,
+    /// The network preflight (only in the start-up preflight's status).
+    pub network: Option<Box<PreflightStatus>>,
+}
+
+impl Serialize for PreflightStatus {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(None)?;
+        m.serialize_entry("ok", &self.ok)?;
+        m.serialize_entry("detail", &self.detail)?;
+        // Once it has run both fields are there, `next_try_in_ms` null when nothing is due.
+        if let Some(terminal) = self.terminal {
+            m.serialize_entry("terminal", &terminal)?;
+            m.serialize_entry("next_try_in_ms", &self.next_try_in_ms)?;
+        }
+        if let Some(network) = &self.network {
+            m.serialize_entry("network", network)?;
+        }
+        m.end()
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -227,25 +253,43 @@ impl Answer {
 mod tests {
     use super::*;
 
+    /// The preflight's JSON as status has always written it: before a run, after a pass,
+    /// after a failure that is retried, with the network preflight inside.
     #[test]
-    fn identifiers() {
-        let long = "a".repeat(65);
+    fn preflight_status_json() {
+        let unrun = PreflightStatus {
+            detail: "not run yet".into(),
+            ..PreflightStatus::default()
+        };
+        let failed = PreflightStatus {
+            ok: Some(false),
+            detail: "x".into(),
+            terminal: Some(false),
+            next_try_in_ms: Some(500),
+            network: None,
+        };
+        let passed = PreflightStatus {
+            ok: Some(true),
+            detail: "ok".into(),
+            terminal: Some(false),
+            next_try_in_ms: None,
+            network: Some(Box::new(unrun.clone())),
+        };
         let cases = [
-            ("s1", true),
-            ("A-z_0.9", true),
-            (&"a".repeat(64)[..], true),
-            ("", false),
-            (".", false),
-            ("..", false),
-            ("...", true),
-            (&long[..], false),
-            ("a/b", false),
-            ("a b", false),
-            ("é", false),
-            ("a\n", false),
+            (&unrun, r#"{"ok":null,"detail":"not run yet"}"#),
+            (
+                &failed,
+                r#"{"ok":false,"detail":"x","terminal":false,"next_try_in_ms":500}"#,
+            ),
+            (
+                &passed,
+                r#"{"ok":true,"detail":"ok","terminal":false,"next_try_in_ms":null,"network":{"ok":null,"detail":"not run yet"}}"#,
+            ),
         ];
-        for (s, ok) in cases {
-            assert_eq!(valid_ident(s), ok, "{s:?}");
+        for (p, json) in cases {
+            assert_eq!(serde_json::to_string(p).unwrap(), json);
+            let back: PreflightStatus = serde_json::from_str(json).unwrap();
+            assert_eq!(&back, p, "{json}");
         }
     }
 

@@ -10,6 +10,17 @@ use serde::{Deserialize, Serialize};
 /// tool JSON is larger before anything runs, and toolkit refuses to read more.
 pub const MAX_INPUT: usize = 2 * 1024 * 1024;
 
+/// Where shell runs when the call names no `cwd` (seed 003 section 4): toolkit runs there, and
+/// brokerd resolves the workspace of such a call from it.
+pub const DEFAULT_CWD: &str = "/tmp";
+
+/// Where the per-call egress directory appears inside the sandbox (seed 003 section 6).
+pub const EGRESS_DIR: &str = "/run/egress";
+/// The egress proxy's socket, in [`EGRESS_DIR`].
+pub const EGRESS_SOCKET_NAME: &str = "egress.sock";
+/// [`EGRESS_DIR`]`/`[`EGRESS_SOCKET_NAME`]: what the proxy listens on and curl dials.
+pub const EGRESS_SOCKET: &str = "/run/egress/egress.sock";
+
 /// The name of a tool as the model and the protocol spell it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -153,6 +164,15 @@ pub struct HttpFetchArgs {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_egress_socket_is_in_the_egress_directory() {
+        assert_eq!(
+            EGRESS_SOCKET,
+            format!("{EGRESS_DIR}/{EGRESS_SOCKET_NAME}"),
+            "one path, spelled two ways"
+        );
+    }
     use serde::de::DeserializeOwned;
 
     fn round_trip<T: Serialize + DeserializeOwned + PartialEq + std::fmt::Debug>(v: T) -> String {

@@ -24,8 +24,7 @@ use proto::tools::{parse_args, HttpFetchArgs, ReadFileArgs, ShellArgs, WriteFile
 pub use proto::tools::MAX_INPUT;
 /// The largest file read_file returns.
 pub const MAX_READ: u64 = 1024 * 1024;
-/// Where shell runs when the call names no cwd.
-pub const DEFAULT_CWD: &str = "/tmp";
+pub use proto::tools::DEFAULT_CWD;
 /// The shell, and curl, inside the image.
 pub const SHELL: &str = "/bin/sh";
 pub const CURL: &str = "/bin/curl";
@@ -322,10 +321,11 @@ fn read_fd(fd: &OwnedFd, buf: &mut [u8]) -> io::Result<usize> {
 fn set_nonblocking(fd: &OwnedFd) -> io::Result<()> {
     // SAFETY: fcntl on a descriptor we own, with flag arguments only.
     let flags = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) };
+    if flags < 0 {
+        return Err(io::Error::last_os_error());
+    }
     // SAFETY: as above.
-    if flags < 0
-        || unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0
-    {
+    if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0 {
         return Err(io::Error::last_os_error());
     }
     Ok(())
@@ -334,6 +334,7 @@ fn set_nonblocking(fd: &OwnedFd) -> io::Result<()> {
 /// curl's argument list inside the tool sandbox, fixed by seed 003 section 6. The `\n` in the
 /// write-out format is curl's own escape, passed as the two characters `\` `n`.
 pub fn curl_args(url: &str) -> Vec<OsString> {
+    let proxy = format!("socks5h://localhost{}", proto::tools::EGRESS_SOCKET);
     [
         "--silent",
         "--show-error",
@@ -351,7 +352,7 @@ pub fn curl_args(url: &str) -> Vec<OsString> {
         "--cacert",
         "/etc/ssl/certs/ca-certificates.crt",
         "--proxy",
-        "socks5h://localhost/run/egress/egress.sock",
+        &proxy,
         "--write-out",
         "\\n[http %{response_code}]",
         "--url",

@@ -1,6 +1,9 @@
 //! toolkit run as a program against temporary directories: every exit code and output format
 //! of seed 003 section 4.
 
+// A test: a setup step that fails is the test failing.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::fs;
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
-use boxctl::{Body, Client, Request};
+use client::{Body, Client, Request};
 use serde_json::{json, Value};
 
 use crate::https::{BIG, HELLO, TAILNET_GREETING};
@@ -528,9 +528,7 @@ paths = [ {{ path = "{rw}", write = true }} ]
                 };
                 if let Ok(answer) = client.request(&req) {
                     return match answer.body {
-                        Body::Status(s) if s.preflight.get("ok") == Some(&Value::Bool(true)) => {
-                            Ok(())
-                        }
+                        Body::Status(s) if s.preflight.ok == Some(true) => Ok(()),
                         other => Err(format!("brokerd is not ready: {}", show(&other))),
                     };
                 }
@@ -789,10 +787,10 @@ paths = [ {{ path = "{rw}", write = true }} ]
         };
         match client.request(&req).map_err(|e| e.to_string())?.body {
             Body::Status(s) => {
-                let network = &s.preflight["network"];
-                eprintln!("  network preflight: {network}");
-                check(network["ok"] == Value::Bool(true), || {
-                    format!("the network preflight is {network}")
+                let network = s.preflight.network.unwrap_or_default();
+                eprintln!("  network preflight: {network:?}");
+                check(network.ok == Some(true), || {
+                    format!("the network preflight is {network:?}")
                 })
             }
             other => Err(format!("status answered {}", show(&other))),
@@ -1249,9 +1247,8 @@ paths = [ {{ path = "{rw}", write = true }} ]
         }
         let log = std::fs::read_to_string(&self.log).unwrap_or_default();
         check(
-            log.lines().any(|l| {
-                l.contains(&ro) && l.contains("runbook/runner.md#grant-directory-changed")
-            }),
+            log.lines()
+                .any(|l| l.contains(&ro) && l.contains(brokerd::runbook::GRANT_DIRECTORY_CHANGED)),
             || "brokerd's log has no line for the changed directory".into(),
         )?;
         let hello = self.ro.join("hello.txt");

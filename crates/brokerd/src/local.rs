@@ -1,4 +1,5 @@
-//! The local commands: `doctor`, `ps`, `gc` (run as the service user) and `audit verify`.
+//! The local commands: `brokerd doctor`, `ps`, `gc` (run as the service user) and
+//! `audit verify`; `boxctl` forwards its commands of the same names here.
 //!
 //! `doctor` checks what a call needs, one line each, and says what to do about every failure.
 //! On Podman it also starts one real sandbox, to see that it cannot make a user namespace.
@@ -10,10 +11,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use brokerd::config::{self, Backend, Config};
-use brokerd::runner::bwrap::BwrapRuntime;
-use brokerd::runner::podman::PodmanRuntime;
-use brokerd::runner::{RunSpec, Runner};
+use crate::config::{self, Backend, Config};
+use crate::runbook;
+use crate::runner::bwrap::BwrapRuntime;
+use crate::runner::podman::PodmanRuntime;
+use crate::runner::{RunSpec, Runner};
 use proto::tools::ToolName;
 
 /// Where the service's config lives unless `--config` says otherwise.
@@ -26,7 +28,7 @@ const USERNS_PROBE: &str = "busybox unshare -U -r true";
 /// How long the probe's container may take to start and finish (slow or emulated hosts).
 const PROBE_TIMEOUT: Duration = Duration::from_secs(120);
 /// Where an operator reads how the service user's Podman denies nested user namespaces.
-const USERNS_RUNBOOK: &str = "runbook/runner.md#nested-userns";
+const USERNS_RUNBOOK: &str = runbook::NESTED_USERNS;
 
 pub fn run(command: &str, config: Option<&Path>, socket: &Path) -> Result<u8, String> {
     let path = config
@@ -144,7 +146,10 @@ fn doctor(cfg: &Config, socket: &Path) -> u8 {
     let Some(rc) = &cfg.runner else {
         r.check(
             "runner",
-            Err("the config has no [runner] section; add one (see runbook/runner.md)".into()),
+            Err(format!(
+                "the config has no [runner] section; add one (see {})",
+                runbook::RUNNER
+            )),
         );
         return 2;
     };
@@ -190,7 +195,7 @@ fn doctor(cfg: &Config, socket: &Path) -> u8 {
         }
         Err(e) => r.check(
             "podman info",
-            Err(format!("{e}; see runbook/runner.md#runner-unavailable")),
+            Err(format!("{e}; see {}", runbook::RUNNER_UNAVAILABLE)),
         ),
     }
     r.check(
@@ -235,8 +240,8 @@ fn doctor(cfg: &Config, socket: &Path) -> u8 {
 /// kernel gives it a user namespace, the tools root holds toolkit, and the cgroup mechanism
 /// exists where limits are enforced. Read-only: nothing is prepared or moved.
 fn doctor_bwrap(cfg: &Config, rc: &config::RunnerConfig, mut r: Report, socket: &Path) -> u8 {
-    use brokerd::runner::cgroup;
-    let hint = "see runbook/runner.md#bwrap-unavailable";
+    use crate::runner::cgroup;
+    let hint = format!("see {}", runbook::BWRAP_UNAVAILABLE);
     let version = Command::new("bwrap")
         .arg("--version")
         .stdin(Stdio::null())
@@ -314,7 +319,7 @@ fn doctor_bwrap(cfg: &Config, rc: &config::RunnerConfig, mut r: Report, socket: 
     }
     r.check(
         "seccomp filter",
-        match brokerd::runner::seccomp::program() {
+        match crate::runner::seccomp::program() {
             Some(p) => Ok(format!(
                 "{} instructions for {}",
                 p.len(),
@@ -419,19 +424,20 @@ fn nested_userns(cfg: &Config, rc: &config::RunnerConfig) -> Result<String, Stri
 /// What the running brokerd says of its containment (DESIGN.md "Runners"): a sandbox or
 /// proxy it could not confirm dead is a failure; no brokerd to ask is not.
 fn poisoned(socket: &Path) -> Result<String, String> {
-    let asked = boxctl::Client::connect(socket).and_then(|mut c| {
+    let asked = client::Client::connect(socket).and_then(|mut c| {
         c.set_timeout(Some(PODMAN_TIMEOUT))?;
-        c.request(&boxctl::Request::Status {
+        c.request(&client::Request::Status {
             id: "1".into(),
             v: None,
         })
     });
     match asked.map(|a| a.body) {
-        Ok(boxctl::Body::Status(s)) if s.poisoned => Err(format!(
-            "yes: brokerd ({} backend) could not confirm a sandbox or proxy dead, so http_fetch answers unavailable until it restarts; see runbook/runner.md#runner-unavailable (section 6)",
-            s.backend
+        Ok(client::Body::Status(s)) if s.poisoned => Err(format!(
+            "yes: brokerd ({} backend) could not confirm a sandbox or proxy dead, so http_fetch answers unavailable until it restarts; see {} (section 6)",
+            s.backend,
+            runbook::RUNNER_UNAVAILABLE
         )),
-        Ok(boxctl::Body::Status(s)) => Ok(format!("no (brokerd at {}, {} backend)", socket.display(), s.backend)),
+        Ok(client::Body::Status(s)) => Ok(format!("no (brokerd at {}, {} backend)", socket.display(), s.backend)),
         Ok(other) => Ok(format!("unknown: brokerd answered {:?}", other)),
         Err(e) => Ok(format!("unknown: no brokerd to ask at {} ({e})", socket.display())),
     }
@@ -478,7 +484,7 @@ fn tun_usable() -> Result<String, String> {
     {
         Ok(_) => Ok("this user can open it".into()),
         Err(e) => Err(format!(
-            "this user cannot open it ({e}), so every http_fetch answers unavailable; as root: chmod 0666 /dev/net/tun (what udev sets), or scripts/setup.sh user; see runbook/runner.md#dev-net-tun"
+            "this user cannot open it ({e}), so every http_fetch answers unavailable; as root: chmod 0666 /dev/net/tun (what udev sets), or scripts/setup.sh user; see {}", runbook::DEV_NET_TUN
         )),
     }
 }
@@ -551,16 +557,16 @@ fn gc(cfg: &Config) -> Result<u8, String> {
             Ok(0)
         }
         Err(e) => {
-            eprintln!("boxctl: {e}");
+            eprintln!("brokerd: {e}");
             Ok(2)
         }
     }
 }
 
-/// `boxctl audit verify FILE` (with its rotated predecessors `FILE.N`): 0 when the chain holds, 1 when it is broken, 3 when the file
+/// `audit verify FILE` (with its rotated predecessors `FILE.N`): 0 when the chain holds, 1 when it is broken, 3 when the file
 /// cannot be read.
 pub fn audit_verify(path: &Path) -> u8 {
-    match brokerd::audit::verify_rotated(path) {
+    match crate::audit::verify_rotated(path) {
         Ok(head) => {
             println!(
                 "{}: ok, {} records, head {}",
@@ -573,7 +579,7 @@ pub fn audit_verify(path: &Path) -> u8 {
         Err(e) => {
             println!("{e}");
             match e {
-                brokerd::audit::VerifyError::Read { .. } => 3,
+                crate::audit::VerifyError::Read { .. } => 3,
                 _ => 1,
             }
         }

@@ -1,0 +1,55 @@
+//! Where the operator reads what to do: the runbook's anchors, named once. Every log line and
+//! every `doctor` line that sends the operator to the runbook uses one of these.
+
+/// The runner's runbook, from its start.
+pub const RUNNER: &str = "runbook/runner.md";
+/// Podman (or the runner in general) cannot run a sandbox, and what each cause looks like.
+pub const RUNNER_UNAVAILABLE: &str = "runbook/runner.md#runner-unavailable";
+/// The bwrap backend's checks and its leftovers.
+pub const BWRAP_UNAVAILABLE: &str = "runbook/runner.md#bwrap-unavailable";
+/// A grant directory that changed under brokerd.
+pub const GRANT_DIRECTORY_CHANGED: &str = "runbook/runner.md#grant-directory-changed";
+/// How the service user's Podman denies nested user namespaces.
+pub const NESTED_USERNS: &str = "runbook/runner.md#nested-userns";
+/// The service user cannot open /dev/net/tun, so the egress network cannot start.
+pub const DEV_NET_TUN: &str = "runbook/runner.md#dev-net-tun";
+/// An audit record could not be written.
+pub const AUDIT_UNWRITABLE: &str = "runbook/audit.md#audit-unwritable";
+
+/// Every anchor above, for the test that each exists.
+pub const ALL: [&str; 7] = [
+    RUNNER,
+    RUNNER_UNAVAILABLE,
+    BWRAP_UNAVAILABLE,
+    GRANT_DIRECTORY_CHANGED,
+    NESTED_USERNS,
+    DEV_NET_TUN,
+    AUDIT_UNWRITABLE,
+];
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    /// Each anchor names a runbook file that has it (`<a id="...">`).
+    #[test]
+    fn every_anchor_is_in_the_runbook() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        if !root.join("runbook").is_dir() {
+            // The Nix package's source set holds only what cargo reads.
+            eprintln!("skipped: no runbook/ beside the crates");
+            return;
+        }
+        for anchor in super::ALL {
+            let (file, id) = anchor.split_once('#').unwrap_or((anchor, ""));
+            let text = std::fs::read_to_string(root.join(file))
+                .unwrap_or_else(|e| panic!("{anchor}: {file}: {e}"));
+            if !id.is_empty() {
+                assert!(
+                    text.contains(&format!("<a id=\"{id}\"></a>")),
+                    "{anchor}: no such anchor in {file}"
+                );
+            }
+        }
+    }
+}
