@@ -10,8 +10,10 @@
 #   pkgs.pkgsStatic.callPackage ./boxmaker.nix { crates = [ "boxmaker-e2e" ]; ... }
 {
   lib,
+  stdenv,
   rustPlatform,
   buildPackages,
+  installShellFiles,
   pname ? "boxmaker",
   # The workspace packages (cargo -p) whose binaries are built and installed.
   crates ? [
@@ -56,12 +58,30 @@ rustPlatform.buildRustPackage {
   doCheck = runTests;
   cargoTestFlags = [ "--workspace" ];
 
-  # The same check as `make static-check` (scripts/static-check.sh), on what is installed.
-  postInstall = lib.optionalString requireStatic ''
-    for bin in $out/bin/*; do
-      PATH=${buildPackages.binutils-unwrapped}/bin:$PATH bash ${root + "/scripts/static-check.sh"} "$bin"
-    done
-  '';
+  nativeBuildInputs = [ installShellFiles ];
+
+  # brokerd's and boxctl's shell completions and man pages, printed by the programs themselves
+  # (where the build can run what it built). Then, for static builds, the same check as
+  # `make static-check` (scripts/static-check.sh) on what is installed.
+  postInstall =
+    lib.optionalString (stdenv.buildPlatform.canExecute stdenv.hostPlatform) (
+      lib.concatMapStrings (
+        prog:
+        lib.optionalString (lib.elem prog crates) ''
+          installShellCompletion --cmd ${prog} \
+            --bash <($out/bin/${prog} completions bash) \
+            --fish <($out/bin/${prog} completions fish) \
+            --zsh <($out/bin/${prog} completions zsh)
+          $out/bin/${prog} man > ${prog}.1
+          installManPage ${prog}.1
+        ''
+      ) [ "brokerd" "boxctl" ]
+    )
+    + lib.optionalString requireStatic ''
+      for bin in $out/bin/*; do
+        PATH=${buildPackages.binutils-unwrapped}/bin:$PATH bash ${root + "/scripts/static-check.sh"} "$bin"
+      done
+    '';
 
   meta = {
     description = "boxmaker: ${lib.concatStringsSep ", " crates}";
