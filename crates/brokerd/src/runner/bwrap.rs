@@ -29,7 +29,7 @@ use super::egress::{self, make_private_dir, EGRESS_MOUNT, EGRESS_SOCKET};
 use super::limits::ResourceLimits;
 use super::mounts::{self, open_mounts};
 use super::output::{verdict, Capture, Verdict, DRAIN_GRACE, STDERR_KEEP};
-use super::pidfd::{Pidfd, Stopped, KILL_CONFIRM};
+use super::pidfd::{Pidfd, Stopped, Woke, KILL_CONFIRM};
 use super::{
     dies_with_brokerd, log_finished, mount_changed, Egress, Failure, RunError, RunOutput, RunSpec,
     Runner, SweepError, Unavailable,
@@ -48,8 +48,8 @@ pub const PROXY_MEMORY: u64 = 128 * 1024 * 1024;
 pub const PROXY_PIDS: u32 = 64;
 /// Used only if `memory` somehow does not parse (config::load rejects that).
 const FALLBACK_MEMORY: u64 = 512 * 1024 * 1024;
-/// How often a running sandbox is looked at (the pidfd wakes the wait at once on exit).
-const POLL: Duration = Duration::from_millis(5);
+/// How long standard error may take to end once bwrap has exited.
+const STDERR_GRACE: Duration = Duration::from_millis(100);
 /// Entries of the tools root the sandbox makes for itself: mount points, empty in the image.
 const OWN_MOUNTS: [&str; 5] = ["dev", "proc", "run", "sys", "tmp"];
 /// The host file the proxy resolves names with (seed 003 section 5, step 4).
@@ -688,15 +688,13 @@ impl BwrapRuntime {
         let stderr = Capture::start(sandbox.child.stderr.take(), STDERR_KEEP, false);
         guard.sandbox = Some(sandbox);
         let pidfd = guard.sandbox.as_ref().map(|s| &s.pidfd);
-        let appeared = egress::wait_for_socket(&guard.dir, deadline, POLL, || {
-            pidfd.is_some_and(|p| p.wait_exit(Duration::ZERO))
-        });
+        let appeared = egress::wait_for_socket(&guard.dir, deadline, pidfd.map(Pidfd::as_fd));
         if appeared {
             return Ok(guard);
         }
         let exited = pidfd.is_some_and(|p| p.wait_exit(Duration::ZERO));
         if exited {
-            stderr.wait_done(Instant::now() + POLL * 20);
+            stderr.wait_done(Instant::now() + STDERR_GRACE);
             let detail = format!("the proxy sandbox exited: {}", stderr.text());
             return Err(self.unavailable(spec, Trouble::ProxyFailed, &detail));
         }
@@ -750,8 +748,13 @@ impl BwrapRuntime {
                     truncated: true,
                 });
             }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if sandbox.pidfd.wait_exit(left.min(POLL)) {
+            // Wakes on bwrap's exit, on standard output's end (the cap), or at the deadline.
+            let watch = if stdout.done() {
+                None
+            } else {
+                stdout.ended_fd()
+            };
+            if sandbox.pidfd.wait_exit_or(watch, deadline) == Woke::Exited {
                 match sandbox.reap() {
                     Ok(status) => break status,
                     Err(e) => {
@@ -768,7 +771,7 @@ impl BwrapRuntime {
         };
         // bwrap has exited, so the sandbox's PID namespace is gone and the pipes end at once.
         stdout.wait_done(Instant::now() + DRAIN_GRACE);
-        stderr.wait_done(Instant::now() + POLL * 20);
+        stderr.wait_done(Instant::now() + STDERR_GRACE);
         sandbox.stop();
         let err = stderr.text();
         if let Some(terminal) = self.setup_failure(status, &stdout.bytes(), &err) {

@@ -24,6 +24,7 @@ pub mod pidfd;
 pub mod podman;
 pub mod reaper;
 pub mod seccomp;
+pub mod wake;
 
 /// Makes `cmd`'s process get SIGKILL when the brokerd thread that starts it dies, from its
 /// first instruction on: bwrap's own `--die-with-parent` is set only once its namespaces are

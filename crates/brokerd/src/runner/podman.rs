@@ -23,6 +23,7 @@ use super::egress::{self, make_private_dir, EGRESS_MOUNT};
 use super::mounts::check_mounts;
 pub use super::output::STDERR_KEEP;
 use super::output::{decode, verdict, Capture, Verdict, DRAIN_GRACE};
+use super::pidfd::Pidfd;
 use super::{
     dies_with_brokerd, log_finished, mount_changed, Egress, Failure, RunError, RunOutput, RunSpec,
     Runner, SweepError, Unavailable,
@@ -34,8 +35,11 @@ use crate::redact::redact;
 /// How long a podman `kill` or `rm` may take before brokerd gives up on it (and poisons).
 /// Two of them, after the default shell limit of 100 s, still end under loopd's 120 s.
 pub const HELPER_TIMEOUT: Duration = Duration::from_secs(8);
-/// How often a running container is looked at.
+/// How often a running podman process is looked at when no pidfd could be had for it (with
+/// one, the wait wakes on its exit).
 const POLL: Duration = Duration::from_millis(10);
+/// How long standard error may take to end once its podman process has exited.
+const STDERR_GRACE: Duration = Duration::from_millis(100);
 
 /// Numbers the containers of this brokerd process (the `<n>` of seed 003 section 6).
 static CONTAINERS: AtomicU64 = AtomicU64::new(0);
@@ -222,7 +226,7 @@ impl PodmanRuntime {
         let stderr = Capture::start(child.stderr.take(), STDERR_KEEP, false);
         match wait_until(&mut child, Instant::now() + limit) {
             Some(status) => {
-                stderr.wait_done(Instant::now() + POLL * 10);
+                stderr.wait_done(Instant::now() + STDERR_GRACE);
                 Helper::Exited(status, stderr.text())
             }
             None => {
@@ -332,7 +336,7 @@ impl PodmanRuntime {
         }
         // Only wait for the socket to exist: its host path can exceed the 108 bytes of a
         // socket address, so brokerd never connects to it (DESIGN.md "Runners").
-        if egress::wait_for_socket(&guard.dir, deadline, POLL, || false) {
+        if egress::wait_for_socket(&guard.dir, deadline, None) {
             return Ok(guard);
         }
         let detail = format!(
@@ -376,6 +380,8 @@ impl PodmanRuntime {
         }
         let stdout = Capture::start(child.stdout.take(), self.output_cap, true);
         let stderr = Capture::start(child.stderr.take(), STDERR_KEEP, false);
+        // Taken before anything reaps the child, so it names this podman process.
+        let pidfd = Pidfd::of_child(&child).ok();
 
         let status = loop {
             if stdout.overflowed() {
@@ -399,10 +405,21 @@ impl PodmanRuntime {
                 self.stop(spec, name, &mut child);
                 return Err(RunError::Failed(Failure::TimedOut));
             }
-            thread::sleep(POLL);
+            // Wakes on podman's exit, on standard output's end (the cap), or at the deadline.
+            match &pidfd {
+                Some(p) => {
+                    let watch = if stdout.done() {
+                        None
+                    } else {
+                        stdout.ended_fd()
+                    };
+                    p.wait_exit_or(watch, deadline);
+                }
+                None => thread::sleep(POLL),
+            }
         };
         stdout.wait_done(Instant::now() + DRAIN_GRACE);
-        stderr.wait_done(Instant::now() + POLL * 10);
+        stderr.wait_done(Instant::now() + STDERR_GRACE);
         let truncated = stdout.overflowed();
         let answer = match verdict(status, stdout.bytes(), truncated) {
             Verdict::Output(out) => Ok(out),
@@ -464,8 +481,8 @@ impl PodmanRuntime {
             kill_group(&mut child);
             return Err(SweepError("podman ps did not answer in time".into()));
         };
-        stdout.wait_done(Instant::now() + POLL * 10);
-        stderr.wait_done(Instant::now() + POLL * 10);
+        stdout.wait_done(Instant::now() + STDERR_GRACE);
+        stderr.wait_done(Instant::now() + STDERR_GRACE);
         if !status.success() {
             return Err(SweepError(format!(
                 "podman ps exited with {status}: {}",
@@ -598,17 +615,25 @@ enum Helper {
 }
 
 /// The process's status once it exits, or `None` at `deadline`.
+/// Called only on a child not reaped yet, so its pidfd names it.
 fn wait_until(child: &mut Child, deadline: Instant) -> Option<ExitStatus> {
+    let pidfd = Pidfd::of_child(child).ok();
     loop {
         match child.try_wait() {
             Ok(Some(status)) => return Some(status),
             Ok(None) => {}
             Err(_) => return None,
         }
-        if Instant::now() >= deadline {
+        let now = Instant::now();
+        if now >= deadline {
             return None;
         }
-        thread::sleep(POLL);
+        match &pidfd {
+            Some(p) => {
+                p.wait_exit(deadline - now);
+            }
+            None => thread::sleep(POLL),
+        }
     }
 }
 
