@@ -25,8 +25,8 @@ pub use super::output::STDERR_KEEP;
 use super::output::{decode, verdict, Capture, Verdict, DRAIN_GRACE};
 use super::pidfd::Pidfd;
 use super::{
-    dies_with_brokerd, log_finished, mount_changed, Egress, Failure, RunError, RunOutput, RunSpec,
-    Runner, SweepError, Unavailable,
+    dies_with_brokerd, log_finished, mount_changed, Egress, Failure, Reply, RunError, RunOutput,
+    RunSpec, Runner, Settling, SweepError, Unavailable,
 };
 use crate::config::RunnerConfig;
 // What podman and the tools print can quote the model's text: redacted before it is logged.
@@ -59,6 +59,8 @@ enum Trouble {
     ProxySocket,
     #[error("a container brokerd stopped earlier could not be confirmed gone, so http_fetch is off until restart")]
     Poisoned,
+    #[error("an earlier call's egress proxy was not confirmed removed in time")]
+    EarlierCleanUp,
 }
 
 /// Runs calls with rootless Podman.
@@ -73,6 +75,8 @@ pub struct PodmanRuntime {
     egress_start: Duration,
     helper_timeout: Duration,
     poisoned: AtomicBool,
+    /// Proxy removals still under way after their call's answer left.
+    settling: Settling,
     /// Why podman can never start here (absent, not executable), once seen.
     terminal: std::sync::Mutex<Option<String>>,
 }
@@ -90,6 +94,7 @@ impl PodmanRuntime {
             egress_start: Duration::from_millis(config.egress_start_ms),
             helper_timeout: HELPER_TIMEOUT,
             poisoned: AtomicBool::new(false),
+            settling: Settling::default(),
             terminal: std::sync::Mutex::new(None),
         }
     }
@@ -337,6 +342,15 @@ impl PodmanRuntime {
         // Only wait for the socket to exist: its host path can exceed the 108 bytes of a
         // socket address, so brokerd never connects to it (DESIGN.md "Runners").
         if egress::wait_for_socket(&guard.dir, deadline, None) {
+            // The proxies of calls answered before this one are removed, or the runtime is
+            // poisoned, before this tool gets its way out (DESIGN.md "Runners").
+            if !self.settling.wait_for_earlier(deadline) {
+                let detail = format!("waited {:?}", self.egress_start);
+                return Err(self.unavailable(spec, Trouble::EarlierCleanUp, &detail));
+            }
+            if self.poisoned() {
+                return Err(self.unavailable(spec, Trouble::Poisoned, "http_fetch is off"));
+            }
             return Ok(guard);
         }
         let detail = format!(
@@ -553,32 +567,51 @@ impl Runner for PodmanRuntime {
     }
 
     fn run(&self, spec: &RunSpec) -> Result<RunOutput, RunError> {
+        super::run_to_the_end(|reply| self.run_replying(spec, reply))
+    }
+
+    /// The answer leaves once the tool container is gone (`run --rm`); the proxy's `rm -f` and
+    /// the egress directory's removal come after it, still within the call.
+    fn run_replying(&self, spec: &RunSpec, reply: Reply<'_>) {
         let started = Instant::now();
         if let Some(what) = spec.malformation() {
-            return Err(self.malformed(spec, &what));
+            return reply.send(Err(self.malformed(spec, &what)));
         }
         if spec.egress.is_some() && self.poisoned() {
-            return Err(self.unavailable(spec, Trouble::Poisoned, "http_fetch is off"));
+            return reply.send(Err(self.unavailable(
+                spec,
+                Trouble::Poisoned,
+                "http_fetch is off",
+            )));
         }
         // Podman takes its mount sources as paths (seed 003 section 6) and follows links in
         // them, so the grant's directories are checked before the run and again after it: a
         // directory swapped in between makes the call a refusal, and nothing it printed
         // reaches the model (see `runner::mounts`).
         if let Err(e) = check_mounts(&spec.mounts) {
-            return Err(mount_changed(spec, e));
+            return reply.send(Err(mount_changed(spec, e)));
         }
         let name = PodmanRuntime::container_name(spec);
+        let mut proxy = None;
         let mut answer = match &spec.egress {
-            Some(egress) => self
-                .start_egress(spec, egress, &name)
-                .and_then(|_guard| self.run_tool(spec, &name)),
+            Some(egress) => match self.start_egress(spec, egress, &name) {
+                Ok(guard) => {
+                    proxy = Some(guard);
+                    self.run_tool(spec, &name)
+                }
+                Err(e) => Err(e),
+            },
             None => self.run_tool(spec, &name),
         };
         if let Err(e) = check_mounts(&spec.mounts) {
             answer = Err(mount_changed(spec, e));
         }
         log_finished(spec, &name, &answer, started);
-        answer
+        // Counted from before the answer leaves, so a call that starts after it waits for it.
+        let cleaning = proxy.as_ref().map(|_| self.settling.begin());
+        reply.send(answer);
+        drop(proxy);
+        drop(cleaning);
     }
 }
 
