@@ -190,7 +190,10 @@ pub fn stop_budget(backend: crate::config::Backend, tool: ToolName) -> Duration 
 /// Where a runner hands a call's answer, once, as soon as it has it: before the clean-up that
 /// the answer does not depend on (a proxy's removal, an empty cgroup's). Dropped unsent, the
 /// caller sees the runner as failed.
-pub struct Reply<'a>(Option<Box<dyn FnOnce(Result<RunOutput, RunError>) + Send + 'a>>);
+pub struct Reply<'a>(Option<Deliver<'a>>);
+
+/// What takes a call's answer to whoever waits for it.
+type Deliver<'a> = Box<dyn FnOnce(Result<RunOutput, RunError>) + Send + 'a>;
 
 impl<'a> Reply<'a> {
     pub fn new(to: impl FnOnce(Result<RunOutput, RunError>) + Send + 'a) -> Reply<'a> {

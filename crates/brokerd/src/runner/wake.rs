@@ -11,11 +11,22 @@ use std::time::Instant;
 /// the first such descriptor, or `None` at the deadline or when poll(2) itself fails (the
 /// callers then treat the wait as over without the event, which is the strict reading).
 pub fn first_ready(fds: &[BorrowedFd<'_>], deadline: Instant) -> Option<usize> {
+    first_of(fds, libc::POLLIN, deadline)
+}
+
+/// Blocks until a kernel file that signals changes as POLLPRI (cgroup v2's `cgroup.events`)
+/// changed since it was last read through `fd`, or `deadline`; true if it did. Such files are
+/// always readable, so readability says nothing.
+pub fn changed(fd: BorrowedFd<'_>, deadline: Instant) -> bool {
+    first_of(&[fd], libc::POLLPRI, deadline).is_some()
+}
+
+fn first_of(fds: &[BorrowedFd<'_>], events: libc::c_short, deadline: Instant) -> Option<usize> {
     let mut polled: Vec<libc::pollfd> = fds
         .iter()
         .map(|fd| libc::pollfd {
             fd: fd.as_raw_fd(),
-            events: libc::POLLIN | libc::POLLPRI,
+            events,
             revents: 0,
         })
         .collect();
