@@ -23,7 +23,7 @@ use crate::preview::{preview, ResultStore};
 use crate::probe::{Kept, RETRY_FIRST};
 use crate::refusals::{RefusalCounter, Verdict};
 use crate::runbook;
-use crate::runner::{Egress, Mount, RunError, RunOutput, RunSpec, Runner, Unavailable};
+use crate::runner::{Egress, Mount, Reply, RunError, RunOutput, RunSpec, Runner, Unavailable};
 use crate::tickets::{Binding, Tickets};
 
 /// How many calls may wait for a slot, per running slot, before new ones are answered busy.
@@ -80,8 +80,10 @@ pub struct Broker {
     slots: Arc<Semaphore>,
     waiting: AtomicUsize,
     queue_cap: usize,
-    in_flight: AtomicUsize,
-    idle: Notify,
+    /// Requests being answered, and calls whose clean-up is still under way after their
+    /// answer left: a shutdown's drain waits for both.
+    in_flight: Arc<AtomicUsize>,
+    idle: Arc<Notify>,
     /// The start-up preflight (`probe`): kept, remembered or tried again.
     preflight: Mutex<Kept>,
     /// The proxy path's preflight, run before the first http_fetch, kept the same way.
@@ -94,6 +96,16 @@ pub struct Broker {
     shutting_down: std::sync::atomic::AtomicBool,
     /// How many of the runner's `weakened` lines are audited already.
     weakened_audited: Mutex<usize>,
+}
+
+/// A call counted in flight until its clean-up, on a runner thread, is done.
+struct Cleaning(Arc<AtomicUsize>, Arc<Notify>);
+impl Drop for Cleaning {
+    fn drop(&mut self) {
+        if self.0.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.1.notify_waiters();
+        }
+    }
 }
 
 /// A decrement that runs however the call ends.
@@ -123,8 +135,8 @@ impl Broker {
             slots: Arc::new(Semaphore::new(slots)),
             queue_cap: slots * QUEUE_PER_SLOT,
             waiting: AtomicUsize::new(0),
-            in_flight: AtomicUsize::new(0),
-            idle: Notify::new(),
+            in_flight: Arc::new(AtomicUsize::new(0)),
+            idle: Arc::new(Notify::new()),
             policy,
             runner,
             audit: Arc::new(Mutex::new(audit)),
@@ -750,16 +762,38 @@ impl Broker {
             timeout,
         };
         let runner = self.runner.clone();
-        let joined = tokio::task::spawn_blocking(move || {
-            let r = runner.run(&spec);
+        self.in_flight.fetch_add(1, Ordering::SeqCst);
+        let cleaning = Cleaning(self.in_flight.clone(), self.idle.clone());
+        let (answer_tx, answer_rx) = tokio::sync::oneshot::channel();
+        let task = tokio::task::spawn_blocking(move || {
+            let reply = Reply::new(move |answer| {
+                let _ = answer_tx.send(answer);
+            });
+            runner.run_replying(&spec, reply);
+            // The slot and the count in flight are held until the clean-up after the answer
+            // is done: `max_concurrent_calls` bounds sandboxes, not answers.
             drop(permit);
-            r
-        })
-        .await;
-        Ok(match joined {
-            Ok(r) => r,
-            Err(e) => {
+            drop(cleaning);
+        });
+        Ok(match answer_rx.await {
+            Ok(r) => {
+                tokio::spawn(async move {
+                    if let Err(e) = task.await {
+                        tracing::error!(
+                            error = %e,
+                            "the runner task failed after its answer; see {}",
+                            runbook::RUNNER_UNAVAILABLE
+                        );
+                    }
+                });
+                r
+            }
+            Err(_) => {
                 // The runner panicked: its own guards cleaned up; the model gets a fixed sentence.
+                let e = match task.await {
+                    Err(e) => e.to_string(),
+                    Ok(()) => "it gave no answer".to_string(),
+                };
                 tracing::error!(
                     error = %e,
                     "the runner task failed; see {}",

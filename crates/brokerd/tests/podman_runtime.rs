@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use brokerd::config;
 use brokerd::runner::podman::PodmanRuntime;
-use brokerd::runner::{Egress, Failure, RunError, RunOutput, RunSpec, Runner, Unavailable};
+use brokerd::runner::{Egress, Failure, Reply, RunError, RunOutput, RunSpec, Runner, Unavailable};
 use proto::tools::ToolName;
 
 mod common;
@@ -389,6 +389,26 @@ stat -c %a "$egress_dir" > "$d/mode""#;
         case.home.path().join("run/egress").join(name).display()
     );
     assert!(tool_args.lines().any(|l| l == volume), "{tool_args}");
+}
+
+/// The answer leaves once the tool is done, while the proxy and its directory still exist;
+/// `run_replying` returns only once both are removed.
+#[test]
+fn http_fetch_answers_before_its_proxy_is_removed() {
+    let case = Case::new("early", "echo fetched");
+    let rt = case.runtime();
+    let spec = case.spec(ToolName::HttpFetch);
+    let mut seen = None;
+    rt.run_replying(
+        &spec,
+        Reply::new(|answer| seen = Some((answer, case.verbs(), case.egress_dirs().len()))),
+    );
+    let (answer, verbs, dirs) = seen.expect("an answer");
+    assert_eq!(answer, ok("fetched\n", false));
+    assert_eq!(verbs, ["proxy", "run"]);
+    assert_eq!(dirs, 1);
+    assert_eq!(case.verbs(), ["proxy", "run", "rm -f egress"]);
+    assert_eq!(case.egress_dirs(), Vec::<PathBuf>::new());
 }
 
 /// Whatever happens to the call, the proxy is removed and its directory is gone.

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use brokerd::audit::{self, Audit};
 use brokerd::broker::{Broker, AUDIT_UNAVAILABLE};
 use brokerd::policy::Policy;
-use brokerd::runner::{Failure, Mount, RunError, RunOutput, RunSpec, Runner, Unavailable};
+use brokerd::runner::{Failure, Mount, Reply, RunError, RunOutput, RunSpec, Runner, Unavailable};
 use brokerd::server::{self, Clients};
 use proto::broker::{Answer, Body};
 use proto::tools::ToolName;
@@ -106,6 +106,18 @@ impl Runner for FakeRunner {
 
     fn weakened(&self) -> Vec<String> {
         self.weakened.lock().unwrap().clone()
+    }
+
+    /// `TIDY` in the call: the answer leaves, then the runner's clean-up holds until released.
+    fn run_replying(&self, spec: &RunSpec, reply: Reply<'_>) {
+        let tidy = target_of(spec).contains("TIDY");
+        reply.send(self.run(spec));
+        if tidy {
+            let mut open = self.gate.open.lock().unwrap();
+            while !*open {
+                open = self.gate.cv.wait(open).unwrap();
+            }
+        }
     }
 
     fn run(&self, spec: &RunSpec) -> Result<RunOutput, RunError> {
@@ -1690,6 +1702,46 @@ fn unwritable_audit_makes_calls_unavailable() {
     }
     assert_eq!(svc.runner.calls(), 0, "nothing ran unaudited");
     assert_eq!(c.status().audit_head.seq, 0);
+}
+
+/// A runner's clean-up after its answer: the answer arrives at once, but the call keeps its
+/// slot and counts as in flight (a shutdown's drain waits for it) until the clean-up is done.
+#[test]
+fn clean_up_after_the_answer_keeps_the_slot_and_the_drain() {
+    let svc = Service::with(Opts {
+        max_concurrent_calls: 1,
+        ..Opts::default()
+    });
+    let mut first = svc.connect();
+    let a = first.call("s", "tidy", "auto", "shell", json!({"command": "ls TIDY"}));
+    assert_eq!(kind(&a), "result", "{a:?}");
+    assert!(!svc
+        .rt
+        .block_on(svc.broker.drain(Duration::from_millis(100))));
+    let mut second = svc.connect();
+    second.send_raw(
+        call_req(
+            "s",
+            "next",
+            "auto",
+            "shell",
+            &json!({"command": "ls"}),
+            None,
+        )
+        .to_string()
+        .as_bytes(),
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        svc.runner.tool_calls(),
+        1,
+        "the slot is still the first call's"
+    );
+    svc.runner.release();
+    let b = second.answer();
+    assert_eq!(kind(&b), "result", "{b:?}");
+    assert_eq!(svc.runner.tool_calls(), 2);
+    assert!(svc.rt.block_on(svc.broker.drain(Duration::from_secs(30))));
 }
 
 /// SIGTERM's path: begin_shutdown refuses new calls with an error, a call in flight finishes

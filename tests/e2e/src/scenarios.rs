@@ -35,6 +35,10 @@ const TIMED_OUT: &str = "the tool ran past its time limit";
 /// death of the bwrap it started through its pidfd; the sandbox's PID 1 gets its
 /// `--die-with-parent` SIGKILL a moment later.
 const SETTLE: Duration = Duration::from_secs(2);
+/// How long what a call's answer did not wait for may take to go: brokerd removes an egress
+/// proxy and its directory after the answer, each step bounded by its helper timeout (8 s), so
+/// the proxy's `rm -f` and the check that its container is gone fit in this.
+const AFTER_ANSWER: Duration = Duration::from_secs(20);
 
 /// How long the suite waits for a call's answer (longer than any tool's time limit).
 const CALL_WAIT: Duration = Duration::from_secs(90);
@@ -244,7 +248,7 @@ pub fn run(opts: &crate::Opts) -> Result<ExitCode, String> {
         } else {
             scenario(&mut suite)
         };
-        match suite.settled_leftovers() {
+        match suite.settled_leftovers(suite.child.is_some()) {
             Ok(left) if !left.is_empty() => {
                 let why = format!("left behind after the scenario: {}", left.join(", "));
                 outcome = match outcome {
@@ -655,17 +659,27 @@ paths = [ {{ path = "{rw}", write = true }} ]
     }
 
     /// [`Self::leftovers`], once bwrap sandbox processes had [`SETTLE`] to die after the bwrap
-    /// brokerd killed and reaped (egress directories are not waited for).
-    fn settled_leftovers(&self) -> Result<Vec<String>, String> {
+    /// brokerd killed and reaped, and, with `brokerd_alive`, the clean-up brokerd does after an
+    /// answer had [`AFTER_ANSWER`] to finish.
+    fn settled_leftovers(&self, brokerd_alive: bool) -> Result<Vec<String>, String> {
         let started = Instant::now();
         let mut first: Option<Vec<String>> = None;
         loop {
             let left = self.leftovers()?;
-            let waiting = left.iter().any(|l| l.starts_with("sandbox "));
-            if !waiting || started.elapsed() >= self.t(SETTLE) {
+            let limit = if !brokerd_alive || left.iter().all(|l| l.starts_with("sandbox ")) {
+                SETTLE
+            } else {
+                AFTER_ANSWER
+            };
+            let waiting = if brokerd_alive {
+                !left.is_empty()
+            } else {
+                left.iter().any(|l| l.starts_with("sandbox "))
+            };
+            if !waiting || started.elapsed() >= self.t(limit) {
                 if let Some(first) = first {
                     eprintln!(
-                        "  sandbox processes were still there for {} ms: {}",
+                        "  still there after the answer for {} ms: {}",
                         started.elapsed().as_millis(),
                         first.join(", ")
                     );
@@ -1365,7 +1379,7 @@ paths = [ {{ path = "{rw}", write = true }} ]
             // A sandbox that is up dies with brokerd (brokerd's parent-death signal for bwrap,
             // bwrap's --die-with-parent inside); only an http_fetch's egress directory stays.
             Backend::Bwrap => {
-                let left = self.settled_leftovers()?;
+                let left = self.settled_leftovers(false)?;
                 check(!left.iter().any(|l| l.starts_with("sandbox ")), || {
                     format!(
                         "sandboxes outlived the killed brokerd by {:?}: {}",

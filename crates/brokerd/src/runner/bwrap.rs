@@ -29,10 +29,10 @@ use super::egress::{self, make_private_dir, EGRESS_MOUNT, EGRESS_SOCKET};
 use super::limits::ResourceLimits;
 use super::mounts::{self, open_mounts};
 use super::output::{verdict, Capture, Verdict, DRAIN_GRACE, STDERR_KEEP};
-use super::pidfd::{Pidfd, Stopped, KILL_CONFIRM};
+use super::pidfd::{Pidfd, Stopped, Woke, KILL_CONFIRM};
 use super::{
-    dies_with_brokerd, log_finished, mount_changed, Egress, Failure, RunError, RunOutput, RunSpec,
-    Runner, SweepError, Unavailable,
+    dies_with_brokerd, log_finished, mount_changed, Egress, Failure, Reply, RunError, RunOutput,
+    RunSpec, Runner, Settling, SweepError, Unavailable,
 };
 use super::{reaper, seccomp};
 use crate::config::{memory_bytes, BwrapConfig, CgroupMode, RunnerConfig};
@@ -48,8 +48,8 @@ pub const PROXY_MEMORY: u64 = 128 * 1024 * 1024;
 pub const PROXY_PIDS: u32 = 64;
 /// Used only if `memory` somehow does not parse (config::load rejects that).
 const FALLBACK_MEMORY: u64 = 512 * 1024 * 1024;
-/// How often a running sandbox is looked at (the pidfd wakes the wait at once on exit).
-const POLL: Duration = Duration::from_millis(5);
+/// How long standard error may take to end once bwrap has exited.
+const STDERR_GRACE: Duration = Duration::from_millis(100);
 /// Entries of the tools root the sandbox makes for itself: mount points, empty in the image.
 const OWN_MOUNTS: [&str; 5] = ["dev", "proc", "run", "sys", "tmp"];
 /// The host file the proxy resolves names with (seed 003 section 5, step 4).
@@ -146,6 +146,8 @@ enum Trouble {
     ProxySocket,
     #[error("a sandbox brokerd stopped earlier could not be confirmed dead, so http_fetch is off until restart")]
     Poisoned,
+    #[error("an earlier call's egress proxy was not confirmed stopped in time")]
+    EarlierCleanUp,
 }
 
 /// Runs calls in bubblewrap sandboxes.
@@ -165,6 +167,8 @@ pub struct BwrapRuntime {
     mechanism: OnceLock<Result<Mechanism, CgroupUnavailable>>,
     terminal: Mutex<Option<Terminal>>,
     poisoned: AtomicBool,
+    /// Proxy stops and cgroup removals still under way after their call's answer left.
+    settling: Settling,
     /// Cgroup knobs found unsettable, as `weakened` reports them.
     weakened: Mutex<Vec<String>>,
 }
@@ -208,6 +212,7 @@ impl BwrapRuntime {
             // Known from the start: every call, the preflight included, answers unavailable.
             terminal: Mutex::new(seccomp_missing(seccomp::program().as_deref())),
             poisoned: AtomicBool::new(false),
+            settling: Settling::default(),
             weakened: Mutex::new(Vec::new()),
         }
     }
@@ -688,15 +693,22 @@ impl BwrapRuntime {
         let stderr = Capture::start(sandbox.child.stderr.take(), STDERR_KEEP, false);
         guard.sandbox = Some(sandbox);
         let pidfd = guard.sandbox.as_ref().map(|s| &s.pidfd);
-        let appeared = egress::wait_for_socket(&guard.dir, deadline, POLL, || {
-            pidfd.is_some_and(|p| p.wait_exit(Duration::ZERO))
-        });
+        let appeared = egress::wait_for_socket(&guard.dir, deadline, pidfd.map(Pidfd::as_fd));
         if appeared {
+            // The proxies of calls answered before this one are stopped, or the runtime is
+            // poisoned, before this tool gets its way out (DESIGN.md "Runners").
+            if !self.settling.wait_for_earlier(deadline) {
+                let detail = format!("waited {:?}", self.egress_start);
+                return Err(self.unavailable(spec, Trouble::EarlierCleanUp, &detail));
+            }
+            if self.poisoned() {
+                return Err(self.unavailable(spec, Trouble::Poisoned, "http_fetch is off"));
+            }
             return Ok(guard);
         }
         let exited = pidfd.is_some_and(|p| p.wait_exit(Duration::ZERO));
         if exited {
-            stderr.wait_done(Instant::now() + POLL * 20);
+            stderr.wait_done(Instant::now() + STDERR_GRACE);
             let detail = format!("the proxy sandbox exited: {}", stderr.text());
             return Err(self.unavailable(spec, Trouble::ProxyFailed, &detail));
         }
@@ -708,12 +720,14 @@ impl BwrapRuntime {
         Err(self.unavailable(spec, Trouble::ProxySocket, &detail))
     }
 
-    /// Runs the tool sandbox and answers by seed 003 section 6's table.
-    fn run_tool(
-        &self,
+    /// Runs the tool sandbox and answers by seed 003 section 6's table. A sandbox that exited
+    /// by itself is left in `exited`, for its cgroup to be removed after the answer.
+    fn run_tool<'a>(
+        &'a self,
         spec: &RunSpec,
         name: &str,
         layout: &RootLayout,
+        exited: &mut Option<Sandbox<'a>>,
     ) -> Result<RunOutput, RunError> {
         // Right before the sandbox: the directories of the grant and no others.
         let mount_fds = open_mounts(&spec.mounts).map_err(|e| mount_changed(spec, e))?;
@@ -750,8 +764,13 @@ impl BwrapRuntime {
                     truncated: true,
                 });
             }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if sandbox.pidfd.wait_exit(left.min(POLL)) {
+            // Wakes on bwrap's exit, on standard output's end (the cap), or at the deadline.
+            let watch = if stdout.done() {
+                None
+            } else {
+                stdout.ended_fd()
+            };
+            if sandbox.pidfd.wait_exit_or(watch, deadline) == Woke::Exited {
                 match sandbox.reap() {
                     Ok(status) => break status,
                     Err(e) => {
@@ -768,8 +787,8 @@ impl BwrapRuntime {
         };
         // bwrap has exited, so the sandbox's PID namespace is gone and the pipes end at once.
         stdout.wait_done(Instant::now() + DRAIN_GRACE);
-        stderr.wait_done(Instant::now() + POLL * 20);
-        sandbox.stop();
+        stderr.wait_done(Instant::now() + STDERR_GRACE);
+        *exited = Some(sandbox);
         let err = stderr.text();
         if let Some(terminal) = self.setup_failure(status, &stdout.bytes(), &err) {
             return Err(match terminal {
@@ -915,38 +934,61 @@ impl Runner for BwrapRuntime {
     }
 
     fn run(&self, spec: &RunSpec) -> Result<RunOutput, RunError> {
+        super::run_to_the_end(|reply| self.run_replying(spec, reply))
+    }
+
+    /// The answer leaves once the tool's bwrap has exited; its cgroup's removal and the
+    /// proxy's stop come after it, still within the call.
+    fn run_replying(&self, spec: &RunSpec, reply: Reply<'_>) {
         let started = Instant::now();
         if let Some(what) = spec.malformation() {
-            return Err(self.malformed(spec, &what));
+            return reply.send(Err(self.malformed(spec, &what)));
         }
         if let Some(t) = self.terminal() {
-            return Err(self.unavailable(
+            return reply.send(Err(self.unavailable(
                 spec,
                 Trouble::Terminal(t),
                 "remembered from an earlier call",
-            ));
+            )));
         }
         if spec.egress.is_some() && self.poisoned() {
-            return Err(self.unavailable(spec, Trouble::Poisoned, "http_fetch is off"));
+            return reply.send(Err(self.unavailable(
+                spec,
+                Trouble::Poisoned,
+                "http_fetch is off",
+            )));
         }
         let layout = match self.layout() {
             Ok(l) => l,
             Err(e) => {
                 let detail = format!("{}: {e}", self.tools_root.display());
-                return Err(self.unavailable(spec, Trouble::ToolsRoot, &detail));
+                return reply.send(Err(self.unavailable(spec, Trouble::ToolsRoot, &detail)));
             }
         };
         // What earlier sandboxes left must not count against this one's process limit.
         reaper::reap_orphans();
         let name = BwrapRuntime::sandbox_name(spec);
+        let mut proxy = None;
+        let mut sandbox = None;
         let answer = match &spec.egress {
-            Some(egress) => self
-                .start_egress(spec, egress, &name, &layout)
-                .and_then(|_guard| self.run_tool(spec, &name, &layout)),
-            None => self.run_tool(spec, &name, &layout),
+            Some(egress) => match self.start_egress(spec, egress, &name, &layout) {
+                Ok(guard) => {
+                    proxy = Some(guard);
+                    self.run_tool(spec, &name, &layout, &mut sandbox)
+                }
+                Err(e) => Err(e),
+            },
+            None => self.run_tool(spec, &name, &layout, &mut sandbox),
         };
         log_finished(spec, &name, &answer, started);
-        answer
+        // Counted from before the answer leaves, so a call that starts after it waits for it.
+        let cleaning = (proxy.is_some() || sandbox.is_some()).then(|| self.settling.begin());
+        reply.send(answer);
+        // The tool's cgroup, then the proxy (stopped through its pidfd), its cgroup and the
+        // egress directory: each confirmed, or the runtime is poisoned.
+        drop(sandbox);
+        drop(proxy);
+        drop(cleaning);
     }
 }
 

@@ -37,6 +37,8 @@ pub const SCOPE_SLICE: &str = "boxmaker.slice";
 const NEEDED: [&str; 2] = ["memory", "pids"];
 /// How long an emptied group may take to report itself unpopulated.
 const EMPTY_CONFIRM: Duration = Duration::from_secs(2);
+/// The longest a wait for a group to empty goes without reading `cgroup.events` again.
+const RELOOK: Duration = Duration::from_millis(50);
 
 /// One sandbox's cgroup limits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -264,25 +266,48 @@ pub fn join_from_child(fd: std::os::fd::RawFd) -> io::Result<()> {
 }
 
 /// `cgroup.kill` (Linux 5.14) then waits for `populated 0` in `cgroup.events`, then rmdir.
+/// The kernel flags each change of `cgroup.events` as POLLPRI on a descriptor that has read
+/// it, so the wait blocks in poll(2) until the group empties (a fixed step only if the file
+/// cannot be opened).
 fn remove_group(dir: &Path) -> bool {
     if !dir.exists() {
         return true;
     }
-    let populated = || {
-        std::fs::read_to_string(dir.join("cgroup.events"))
-            .map(|t| t.lines().any(|l| l.trim() == "populated 1"))
+    let path = dir.join("cgroup.events");
+    let mut events = File::open(&path).ok();
+    // Read through the watched descriptor, which marks what it has seen.
+    let populated = |events: &mut Option<File>| {
+        let text = match events {
+            Some(f) => {
+                use std::io::{Read, Seek};
+                let mut text = String::new();
+                f.rewind()
+                    .and_then(|_| f.read_to_string(&mut text))
+                    .map(|_| text)
+            }
+            None => std::fs::read_to_string(&path),
+        };
+        text.map(|t| t.lines().any(|l| l.trim() == "populated 1"))
             .unwrap_or(false)
     };
-    if populated() {
+    if populated(&mut events) {
         // Not a PID: the kernel kills every process of this group and of its children.
         let _ = std::fs::write(dir.join("cgroup.kill"), "1");
     }
     let deadline = Instant::now() + EMPTY_CONFIRM;
-    while populated() {
+    while populated(&mut events) {
         if Instant::now() >= deadline {
             return false;
         }
-        thread::sleep(Duration::from_millis(5));
+        match &events {
+            Some(f) => {
+                // Looked at again at least every RELOOK even without the event, so that a
+                // kernel that does not flag the change costs time, never a false poisoning.
+                use std::os::fd::AsFd;
+                super::wake::changed(f.as_fd(), deadline.min(Instant::now() + RELOOK));
+            }
+            None => thread::sleep(Duration::from_millis(5)),
+        }
     }
     match std::fs::remove_dir(dir) {
         Ok(()) => true,

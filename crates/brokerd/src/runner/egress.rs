@@ -3,10 +3,15 @@
 //! start-up.
 
 use std::io::ErrorKind;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::thread;
 use std::time::{Duration, Instant};
+
+use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
+
+use super::wake::first_ready;
 
 /// Where the egress directory appears inside both sandboxes.
 pub const EGRESS_MOUNT: &str = "/run/egress";
@@ -48,26 +53,55 @@ pub fn remove_dir(dir: &Path) -> std::io::Result<()> {
     }
 }
 
-/// Waits until the proxy's socket exists in `dir`, or `deadline`, or `gone()` says the proxy
-/// is no longer there to make it. Only existence is checked: the host path can exceed the 108
-/// bytes of a socket address, so brokerd never connects to it (DESIGN.md "Runners").
-pub fn wait_for_socket(
-    dir: &Path,
-    deadline: Instant,
-    step: Duration,
-    mut gone: impl FnMut() -> bool,
-) -> bool {
+/// Waits until the proxy's socket exists in `dir`, or `deadline`, or `gone` (the proxy's
+/// pidfd, where there is one) says the proxy is no longer there to make it. Only existence is
+/// checked: the host path can exceed the 108 bytes of a socket address, so brokerd never
+/// connects to it (DESIGN.md "Runners"). The directory is watched with inotify, so the wait
+/// ends when the socket is made; without a watch (the user's limit reached) it looks every
+/// [`FALLBACK_STEP`].
+pub fn wait_for_socket(dir: &Path, deadline: Instant, gone: Option<BorrowedFd<'_>>) -> bool {
     let socket = dir.join(EGRESS_SOCKET);
+    // Watched before the first look, so a socket made in between is not missed.
+    let watch = Inotify::init(InitFlags::IN_CLOEXEC | InitFlags::IN_NONBLOCK)
+        .ok()
+        .filter(|i| {
+            i.add_watch(
+                dir,
+                AddWatchFlags::IN_CREATE | AddWatchFlags::IN_MOVED_TO | AddWatchFlags::IN_ONLYDIR,
+            )
+            .is_ok()
+        });
     loop {
         if socket.symlink_metadata().is_ok() {
             return true;
         }
-        if Instant::now() >= deadline || gone() {
+        if Instant::now() >= deadline {
             return false;
         }
-        thread::sleep(step);
+        let is_gone = |fd: BorrowedFd<'_>| first_ready(&[fd], Instant::now()).is_some();
+        match &watch {
+            Some(inotify) => {
+                let mut fds = vec![inotify.as_fd()];
+                fds.extend(gone);
+                match first_ready(&fds, deadline) {
+                    // Only emptied: the look at the top of the loop decides.
+                    Some(0) => while matches!(inotify.read_events(), Ok(e) if !e.is_empty()) {},
+                    Some(_) => return socket.symlink_metadata().is_ok(),
+                    None => {}
+                }
+            }
+            None => {
+                if gone.is_some_and(is_gone) {
+                    return socket.symlink_metadata().is_ok();
+                }
+                thread::sleep(FALLBACK_STEP);
+            }
+        }
     }
 }
+
+/// How often [`wait_for_socket`] looks when the directory cannot be watched.
+pub const FALLBACK_STEP: Duration = Duration::from_millis(5);
 
 /// Removes every directory under `<home>/run/egress/` (the start-up and shutdown sweep);
 /// returns how many went and what could not be removed.
@@ -106,23 +140,41 @@ mod tests {
     }
 
     #[test]
-    fn socket_wait_stops_when_the_proxy_is_gone() {
+    #[allow(clippy::zombie_processes)]
+    fn socket_wait_stops_when_the_proxy_is_gone_and_wakes_when_it_appears() {
+        use super::super::pidfd::Pidfd;
         let home = tempfile::tempdir().expect("tempdir");
         let dir = egress_dir(home.path(), "n");
         make_private_dir(&dir).expect("made");
         let far = Instant::now() + Duration::from_secs(30);
+        // A proxy that exits without making its socket.
+        let child = std::process::Command::new("/bin/sh")
+            .args(["-c", "exit 0"])
+            .spawn()
+            .expect("sh");
+        let pidfd = Pidfd::of_child(&child).expect("pidfd");
+        let started = Instant::now();
+        assert!(!wait_for_socket(&dir, far, Some(pidfd.as_fd())));
+        assert!(started.elapsed() < Duration::from_secs(5));
+        let _ = pidfd.reap();
+        // Nothing made it: the deadline ends the wait.
         let started = Instant::now();
         assert!(!wait_for_socket(
             &dir,
-            far,
-            Duration::from_millis(1),
-            || true
+            started + Duration::from_millis(50),
+            None
         ));
+        assert!(started.elapsed() >= Duration::from_millis(50));
+        // Made while waiting: seen well before the deadline.
+        let socket = dir.join(EGRESS_SOCKET);
+        let maker = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(30));
+            std::fs::write(socket, "").expect("socket stand-in");
+        });
+        let started = Instant::now();
+        assert!(wait_for_socket(&dir, far, None));
         assert!(started.elapsed() < Duration::from_secs(5));
-        std::fs::write(dir.join(EGRESS_SOCKET), "").expect("socket stand-in");
-        assert!(wait_for_socket(&dir, far, Duration::from_millis(1), || {
-            false
-        }));
+        maker.join().expect("maker");
         assert_eq!(sweep(home.path()), (1, Vec::new()));
         assert!(!dir.exists());
     }

@@ -24,6 +24,7 @@ pub mod pidfd;
 pub mod podman;
 pub mod reaper;
 pub mod seccomp;
+pub mod wake;
 
 /// Makes `cmd`'s process get SIGKILL when the brokerd thread that starts it dies, from its
 /// first instruction on: bwrap's own `--die-with-parent` is set only once its namespaces are
@@ -186,10 +187,113 @@ pub fn stop_budget(backend: crate::config::Backend, tool: ToolName) -> Duration 
     }
 }
 
+/// Where a runner hands a call's answer, once, as soon as it has it: before the clean-up that
+/// the answer does not depend on (a proxy's removal, an empty cgroup's). Dropped unsent, the
+/// caller sees the runner as failed.
+pub struct Reply<'a>(Option<Deliver<'a>>);
+
+/// What takes a call's answer to whoever waits for it.
+type Deliver<'a> = Box<dyn FnOnce(Result<RunOutput, RunError>) + Send + 'a>;
+
+impl<'a> Reply<'a> {
+    pub fn new(to: impl FnOnce(Result<RunOutput, RunError>) + Send + 'a) -> Reply<'a> {
+        Reply(Some(Box::new(to)))
+    }
+
+    pub fn send(mut self, answer: Result<RunOutput, RunError>) {
+        if let Some(to) = self.0.take() {
+            to(answer);
+        }
+    }
+}
+
+/// The answer of a [`Runner::run_replying`], given once all of the call is over, clean-up
+/// included: what `run` means for a runner that replies early.
+pub fn run_to_the_end(run: impl FnOnce(Reply<'_>)) -> Result<RunOutput, RunError> {
+    let got = std::sync::Mutex::new(None);
+    run(Reply::new(|answer| {
+        *got.lock().unwrap_or_else(|p| p.into_inner()) = Some(answer);
+    }));
+    got.into_inner()
+        .unwrap_or_else(|p| p.into_inner())
+        .unwrap_or(Err(RunError::Unavailable(Unavailable::RunnerUnavailable)))
+}
+
+/// Clean-ups still under way after their call's answer left. A call that is about to give a
+/// tool its way out (http_fetch) first waits for every clean-up that began before it, because
+/// one that cannot confirm its proxy gone poisons network work (DESIGN.md "Runners"), and the
+/// poisoning must be seen before the next tool runs, as when clean-up came before the answer.
+#[derive(Debug, Default)]
+pub struct Settling {
+    /// The next ticket, and the tickets of the clean-ups under way.
+    state: std::sync::Mutex<(u64, std::collections::BTreeSet<u64>)>,
+    settled: std::sync::Condvar,
+}
+
+/// One clean-up under way; dropping it says it is done.
+#[derive(Debug)]
+pub struct Cleaning<'a> {
+    settling: &'a Settling,
+    ticket: u64,
+}
+
+impl Settling {
+    fn state(&self) -> std::sync::MutexGuard<'_, (u64, std::collections::BTreeSet<u64>)> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Counts a clean-up as under way from now until the guard is dropped.
+    pub fn begin(&self) -> Cleaning<'_> {
+        let mut st = self.state();
+        let ticket = st.0;
+        st.0 += 1;
+        st.1.insert(ticket);
+        Cleaning {
+            settling: self,
+            ticket,
+        }
+    }
+
+    /// Waits until every clean-up begun before now has finished, at most until `deadline`;
+    /// false if one was still under way then.
+    pub fn wait_for_earlier(&self, deadline: std::time::Instant) -> bool {
+        let mut st = self.state();
+        let now_ticket = st.0;
+        loop {
+            if st.1.first().is_none_or(|&t| t >= now_ticket) {
+                return true;
+            }
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            st = match self.settled.wait_timeout(st, left) {
+                Ok((st, _)) => st,
+                Err(p) => p.into_inner().0,
+            };
+        }
+    }
+}
+
+impl Drop for Cleaning<'_> {
+    fn drop(&mut self) {
+        self.settling.state().1.remove(&self.ticket);
+        self.settling.settled.notify_all();
+    }
+}
+
 /// A sandbox backend. Blocking: brokerd calls it from a blocking task, and it must return
 /// within the spec's time limit plus a small bound, whatever the sandbox does.
 pub trait Runner: Send + Sync {
+    /// Runs the call; returns once everything it started is stopped and removed.
     fn run(&self, spec: &RunSpec) -> Result<RunOutput, RunError>;
+
+    /// Runs the call as `run` does, but hands the answer to `reply` as soon as it is known;
+    /// returns once the clean-up is done (or has poisoned the runner). brokerd counts the
+    /// call, and holds its slot, until then.
+    fn run_replying(&self, spec: &RunSpec, reply: Reply<'_>) {
+        reply.send(self.run(spec));
+    }
 
     /// Whether a sandbox or proxy this runner asked to die could not be confirmed dead
     /// (containment poisoning, seed 000 5.1.7): http_fetch answers unavailable until restart.
@@ -299,6 +403,40 @@ pub(crate) fn log_finished(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A waiter waits for the clean-ups begun before it, and not for later ones.
+    #[test]
+    fn settling_waits_for_earlier_clean_ups_only() {
+        use std::time::Instant;
+        let settling = Settling::default();
+        let soon = || Instant::now() + Duration::from_millis(30);
+        assert!(settling.wait_for_earlier(soon()));
+        let earlier = settling.begin();
+        assert!(!settling.wait_for_earlier(soon()));
+        std::thread::scope(|s| {
+            let waiter =
+                s.spawn(|| settling.wait_for_earlier(Instant::now() + Duration::from_secs(30)));
+            std::thread::sleep(Duration::from_millis(20));
+            // Begun after the waiter started: not waited for.
+            let _later = settling.begin();
+            drop(earlier);
+            assert!(waiter.join().expect("waiter"));
+        });
+    }
+
+    #[test]
+    fn an_early_reply_is_the_answer_and_no_reply_is_unavailable() {
+        let out = RunOutput {
+            content: "x".into(),
+            truncated: false,
+        };
+        let sent = out.clone();
+        assert_eq!(run_to_the_end(|reply| reply.send(Ok(sent))), Ok(out));
+        assert_eq!(
+            run_to_the_end(|reply| drop(reply)),
+            Err(RunError::Unavailable(Unavailable::RunnerUnavailable))
+        );
+    }
 
     #[test]
     fn identifiers() {

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use std::os::unix::process::ExitStatusExt;
 
+use super::wake::{first_ready, Signal};
 use super::{Failure, RunOutput};
 
 /// How much of a runner's standard error is kept for the log (seed 003 section 6).
@@ -58,6 +59,9 @@ pub fn verdict(status: ExitStatus, stdout: Vec<u8>, truncated: bool) -> Verdict 
 /// rest is drained so that the writer never blocks (standard error).
 pub struct Capture {
     state: Arc<(Mutex<Vec<u8>>, AtomicBool, AtomicBool)>,
+    /// Raised when the reading ends (the pipe's end, the cap, an error), so a waiter wakes
+    /// then; `None` only if no eventfd could be had, and waits fall back to looking.
+    ended: Option<Arc<Signal>>,
 }
 
 impl Capture {
@@ -71,11 +75,16 @@ impl Capture {
             AtomicBool::new(false),
             AtomicBool::new(false),
         ));
+        let ended = Signal::new().ok().map(Arc::new);
         let Some(mut pipe) = pipe else {
             state.2.store(true, Ordering::SeqCst);
-            return Capture { state };
+            if let Some(s) = &ended {
+                s.raise();
+            }
+            return Capture { state, ended };
         };
         let shared = Arc::clone(&state);
+        let raise = ended.clone();
         thread::spawn(move || {
             let (buf, more, done) = &*shared;
             let mut chunk = vec![0u8; 16 * 1024];
@@ -104,8 +113,21 @@ impl Capture {
                 }
             }
             done.store(true, Ordering::SeqCst);
+            if let Some(s) = raise {
+                s.raise();
+            }
         });
-        Capture { state }
+        Capture { state, ended }
+    }
+
+    /// Readable once the reading has ended: at the pipe's end, or at the cap.
+    pub fn ended_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        self.ended.as_deref().map(Signal::fd)
+    }
+
+    /// The reading has ended.
+    pub fn done(&self) -> bool {
+        self.state.2.load(Ordering::SeqCst)
     }
 
     /// One byte more than `keep` arrived.
@@ -115,7 +137,11 @@ impl Capture {
 
     /// Waits until the pipe reached its end (or the cap), at most until `until`.
     pub fn wait_done(&self, until: Instant) {
-        while !self.state.2.load(Ordering::SeqCst) && Instant::now() < until {
+        if let Some(fd) = self.ended_fd() {
+            let _ = first_ready(&[fd], until);
+            return;
+        }
+        while !self.done() && Instant::now() < until {
             thread::sleep(Duration::from_millis(1));
         }
     }

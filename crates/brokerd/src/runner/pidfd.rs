@@ -6,10 +6,12 @@
 //! so its PID cannot have been reused in between: the pidfd names the process brokerd started.
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::process::ExitStatusExt;
 use std::process::{Child, ExitStatus};
 use std::time::{Duration, Instant};
+
+use super::wake::first_ready;
 
 /// `P_PIDFD` of waitid(2) (Linux 5.4); the libc crate does not name it.
 const P_PIDFD: libc::idtype_t = 3;
@@ -22,6 +24,17 @@ pub const KILL_CONFIRM: Duration = Duration::from_secs(2);
 #[derive(Debug)]
 pub struct Pidfd {
     fd: OwnedFd,
+}
+
+/// What ended a [`Pidfd::wait_exit_or`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Woke {
+    /// The process exited (it is not reaped yet).
+    Exited,
+    /// The other descriptor became readable first.
+    Other,
+    /// The deadline passed.
+    Deadline,
 }
 
 /// What a stop through the pidfd ended with.
@@ -109,27 +122,25 @@ impl Pidfd {
 
     /// Waits up to `limit` for the process to exit: a pidfd polls readable once it has.
     pub fn wait_exit(&self, limit: Duration) -> bool {
-        let deadline = Instant::now() + limit;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let ms = libc::c_int::try_from(left.as_millis()).unwrap_or(libc::c_int::MAX);
-            let mut p = libc::pollfd {
-                fd: self.fd.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            // SAFETY: one valid pollfd, and the count says one.
-            let r = unsafe { libc::poll(&mut p, 1, ms) };
-            if r > 0 {
-                return true;
-            }
-            if r < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            if r < 0 || Instant::now() >= deadline {
-                return false;
-            }
+        first_ready(&[self.fd.as_fd()], Instant::now() + limit).is_some()
+    }
+
+    /// Waits until the process exits, or `other` becomes readable (output that ended), or
+    /// `deadline`, whichever is first; an exit wins over `other` when both are seen at once.
+    pub fn wait_exit_or(&self, other: Option<BorrowedFd<'_>>, deadline: Instant) -> Woke {
+        let mut fds = vec![self.fd.as_fd()];
+        fds.extend(other);
+        match first_ready(&fds, deadline) {
+            Some(0) => Woke::Exited,
+            Some(_) if self.wait_exit(Duration::ZERO) => Woke::Exited,
+            Some(_) => Woke::Other,
+            None => Woke::Deadline,
         }
+    }
+
+    /// The descriptor, for a caller's own poll.
+    pub fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
     }
 
     /// Reaps the process once it has exited (waitid on the pidfd), giving its status.

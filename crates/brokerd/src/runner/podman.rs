@@ -23,9 +23,10 @@ use super::egress::{self, make_private_dir, EGRESS_MOUNT};
 use super::mounts::check_mounts;
 pub use super::output::STDERR_KEEP;
 use super::output::{decode, verdict, Capture, Verdict, DRAIN_GRACE};
+use super::pidfd::Pidfd;
 use super::{
-    dies_with_brokerd, log_finished, mount_changed, Egress, Failure, RunError, RunOutput, RunSpec,
-    Runner, SweepError, Unavailable,
+    dies_with_brokerd, log_finished, mount_changed, Egress, Failure, Reply, RunError, RunOutput,
+    RunSpec, Runner, Settling, SweepError, Unavailable,
 };
 use crate::config::RunnerConfig;
 // What podman and the tools print can quote the model's text: redacted before it is logged.
@@ -34,8 +35,11 @@ use crate::redact::redact;
 /// How long a podman `kill` or `rm` may take before brokerd gives up on it (and poisons).
 /// Two of them, after the default shell limit of 100 s, still end under loopd's 120 s.
 pub const HELPER_TIMEOUT: Duration = Duration::from_secs(8);
-/// How often a running container is looked at.
+/// How often a running podman process is looked at when no pidfd could be had for it (with
+/// one, the wait wakes on its exit).
 const POLL: Duration = Duration::from_millis(10);
+/// How long standard error may take to end once its podman process has exited.
+const STDERR_GRACE: Duration = Duration::from_millis(100);
 
 /// Numbers the containers of this brokerd process (the `<n>` of seed 003 section 6).
 static CONTAINERS: AtomicU64 = AtomicU64::new(0);
@@ -55,6 +59,8 @@ enum Trouble {
     ProxySocket,
     #[error("a container brokerd stopped earlier could not be confirmed gone, so http_fetch is off until restart")]
     Poisoned,
+    #[error("an earlier call's egress proxy was not confirmed removed in time")]
+    EarlierCleanUp,
 }
 
 /// Runs calls with rootless Podman.
@@ -69,6 +75,8 @@ pub struct PodmanRuntime {
     egress_start: Duration,
     helper_timeout: Duration,
     poisoned: AtomicBool,
+    /// Proxy removals still under way after their call's answer left.
+    settling: Settling,
     /// Why podman can never start here (absent, not executable), once seen.
     terminal: std::sync::Mutex<Option<String>>,
 }
@@ -86,6 +94,7 @@ impl PodmanRuntime {
             egress_start: Duration::from_millis(config.egress_start_ms),
             helper_timeout: HELPER_TIMEOUT,
             poisoned: AtomicBool::new(false),
+            settling: Settling::default(),
             terminal: std::sync::Mutex::new(None),
         }
     }
@@ -222,7 +231,7 @@ impl PodmanRuntime {
         let stderr = Capture::start(child.stderr.take(), STDERR_KEEP, false);
         match wait_until(&mut child, Instant::now() + limit) {
             Some(status) => {
-                stderr.wait_done(Instant::now() + POLL * 10);
+                stderr.wait_done(Instant::now() + STDERR_GRACE);
                 Helper::Exited(status, stderr.text())
             }
             None => {
@@ -332,7 +341,16 @@ impl PodmanRuntime {
         }
         // Only wait for the socket to exist: its host path can exceed the 108 bytes of a
         // socket address, so brokerd never connects to it (DESIGN.md "Runners").
-        if egress::wait_for_socket(&guard.dir, deadline, POLL, || false) {
+        if egress::wait_for_socket(&guard.dir, deadline, None) {
+            // The proxies of calls answered before this one are removed, or the runtime is
+            // poisoned, before this tool gets its way out (DESIGN.md "Runners").
+            if !self.settling.wait_for_earlier(deadline) {
+                let detail = format!("waited {:?}", self.egress_start);
+                return Err(self.unavailable(spec, Trouble::EarlierCleanUp, &detail));
+            }
+            if self.poisoned() {
+                return Err(self.unavailable(spec, Trouble::Poisoned, "http_fetch is off"));
+            }
             return Ok(guard);
         }
         let detail = format!(
@@ -376,6 +394,8 @@ impl PodmanRuntime {
         }
         let stdout = Capture::start(child.stdout.take(), self.output_cap, true);
         let stderr = Capture::start(child.stderr.take(), STDERR_KEEP, false);
+        // Taken before anything reaps the child, so it names this podman process.
+        let pidfd = Pidfd::of_child(&child).ok();
 
         let status = loop {
             if stdout.overflowed() {
@@ -399,10 +419,21 @@ impl PodmanRuntime {
                 self.stop(spec, name, &mut child);
                 return Err(RunError::Failed(Failure::TimedOut));
             }
-            thread::sleep(POLL);
+            // Wakes on podman's exit, on standard output's end (the cap), or at the deadline.
+            match &pidfd {
+                Some(p) => {
+                    let watch = if stdout.done() {
+                        None
+                    } else {
+                        stdout.ended_fd()
+                    };
+                    p.wait_exit_or(watch, deadline);
+                }
+                None => thread::sleep(POLL),
+            }
         };
         stdout.wait_done(Instant::now() + DRAIN_GRACE);
-        stderr.wait_done(Instant::now() + POLL * 10);
+        stderr.wait_done(Instant::now() + STDERR_GRACE);
         let truncated = stdout.overflowed();
         let answer = match verdict(status, stdout.bytes(), truncated) {
             Verdict::Output(out) => Ok(out),
@@ -464,8 +495,8 @@ impl PodmanRuntime {
             kill_group(&mut child);
             return Err(SweepError("podman ps did not answer in time".into()));
         };
-        stdout.wait_done(Instant::now() + POLL * 10);
-        stderr.wait_done(Instant::now() + POLL * 10);
+        stdout.wait_done(Instant::now() + STDERR_GRACE);
+        stderr.wait_done(Instant::now() + STDERR_GRACE);
         if !status.success() {
             return Err(SweepError(format!(
                 "podman ps exited with {status}: {}",
@@ -536,32 +567,51 @@ impl Runner for PodmanRuntime {
     }
 
     fn run(&self, spec: &RunSpec) -> Result<RunOutput, RunError> {
+        super::run_to_the_end(|reply| self.run_replying(spec, reply))
+    }
+
+    /// The answer leaves once the tool container is gone (`run --rm`); the proxy's `rm -f` and
+    /// the egress directory's removal come after it, still within the call.
+    fn run_replying(&self, spec: &RunSpec, reply: Reply<'_>) {
         let started = Instant::now();
         if let Some(what) = spec.malformation() {
-            return Err(self.malformed(spec, &what));
+            return reply.send(Err(self.malformed(spec, &what)));
         }
         if spec.egress.is_some() && self.poisoned() {
-            return Err(self.unavailable(spec, Trouble::Poisoned, "http_fetch is off"));
+            return reply.send(Err(self.unavailable(
+                spec,
+                Trouble::Poisoned,
+                "http_fetch is off",
+            )));
         }
         // Podman takes its mount sources as paths (seed 003 section 6) and follows links in
         // them, so the grant's directories are checked before the run and again after it: a
         // directory swapped in between makes the call a refusal, and nothing it printed
         // reaches the model (see `runner::mounts`).
         if let Err(e) = check_mounts(&spec.mounts) {
-            return Err(mount_changed(spec, e));
+            return reply.send(Err(mount_changed(spec, e)));
         }
         let name = PodmanRuntime::container_name(spec);
+        let mut proxy = None;
         let mut answer = match &spec.egress {
-            Some(egress) => self
-                .start_egress(spec, egress, &name)
-                .and_then(|_guard| self.run_tool(spec, &name)),
+            Some(egress) => match self.start_egress(spec, egress, &name) {
+                Ok(guard) => {
+                    proxy = Some(guard);
+                    self.run_tool(spec, &name)
+                }
+                Err(e) => Err(e),
+            },
             None => self.run_tool(spec, &name),
         };
         if let Err(e) = check_mounts(&spec.mounts) {
             answer = Err(mount_changed(spec, e));
         }
         log_finished(spec, &name, &answer, started);
-        answer
+        // Counted from before the answer leaves, so a call that starts after it waits for it.
+        let cleaning = proxy.as_ref().map(|_| self.settling.begin());
+        reply.send(answer);
+        drop(proxy);
+        drop(cleaning);
     }
 }
 
@@ -598,17 +648,25 @@ enum Helper {
 }
 
 /// The process's status once it exits, or `None` at `deadline`.
+/// Called only on a child not reaped yet, so its pidfd names it.
 fn wait_until(child: &mut Child, deadline: Instant) -> Option<ExitStatus> {
+    let pidfd = Pidfd::of_child(child).ok();
     loop {
         match child.try_wait() {
             Ok(Some(status)) => return Some(status),
             Ok(None) => {}
             Err(_) => return None,
         }
-        if Instant::now() >= deadline {
+        let now = Instant::now();
+        if now >= deadline {
             return None;
         }
-        thread::sleep(POLL);
+        match &pidfd {
+            Some(p) => {
+                p.wait_exit(deadline - now);
+            }
+            None => thread::sleep(POLL),
+        }
     }
 }
 
