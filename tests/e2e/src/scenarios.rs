@@ -237,6 +237,8 @@ pub fn run(opts: &crate::Opts) -> Result<ExitCode, String> {
             continue;
         }
         if bench > 0 && name == "sigterm-stops-cleanly" {
+            // A session of its own, whichever scenarios ran before (or none, with --only).
+            suite.session = "s-bench".to_string();
             if let Err(e) = suite.bench(bench) {
                 println!("bench: {e}");
             }
