@@ -14,6 +14,44 @@ pub fn first_ready(fds: &[BorrowedFd<'_>], deadline: Instant) -> Option<usize> {
     first_of(fds, libc::POLLIN, deadline)
 }
 
+/// As [`first_ready`], with a deadline kept to the microsecond (ppoll(2)): for the short
+/// steps of a wait that also looks at something no descriptor signals.
+pub fn first_ready_until(fds: &[BorrowedFd<'_>], deadline: Instant) -> Option<usize> {
+    let mut polled: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|fd| libc::pollfd {
+            fd: fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let ts = libc::timespec {
+            tv_sec: libc::time_t::try_from(left.as_secs()).unwrap_or(libc::time_t::MAX),
+            tv_nsec: libc::c_long::from(left.subsec_nanos() as i32),
+        };
+        // SAFETY: `polled` is a valid array of as many pollfds as the count says, each naming
+        // a descriptor borrowed for the length of this call; `ts` is a valid timespec, and no
+        // signal mask is passed.
+        let r = unsafe {
+            libc::ppoll(
+                polled.as_mut_ptr(),
+                polled.len() as libc::nfds_t,
+                &ts,
+                std::ptr::null(),
+            )
+        };
+        if r > 0 {
+            return polled.iter().position(|p| p.revents != 0);
+        }
+        if r < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
+            continue;
+        }
+        return None;
+    }
+}
+
 /// Blocks until a kernel file that signals changes as POLLPRI (cgroup v2's `cgroup.events`)
 /// changed since it was last read through `fd`, or `deadline`; true if it did. Such files are
 /// always readable, so readability says nothing.
