@@ -12,7 +12,7 @@
 //! with `enforce_limits` a missing mechanism makes calls `unavailable`, never unlimited.
 
 use std::ffi::{OsStr, OsString};
-use std::io::{self, Write};
+use std::io;
 use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
@@ -21,7 +21,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
-use std::thread;
 use std::time::{Duration, Instant};
 
 use super::cgroup::{self, CgroupLimits, CgroupUnavailable, ChildGroup, Mechanism};
@@ -745,13 +744,8 @@ impl BwrapRuntime {
             [Stdio::piped(), Stdio::piped(), Stdio::piped()],
             mount_fds,
         )?;
-        if let Some(mut stdin) = sandbox.child.stdin.take() {
-            // From a thread: a sandbox that never reads must not block brokerd. Dropping the
-            // pipe closes it, which is the tool's end of input.
-            let input = spec.input.clone();
-            thread::spawn(move || {
-                let _ = stdin.write_all(&input);
-            });
+        if let Some(stdin) = sandbox.child.stdin.take() {
+            super::output::feed(stdin, &spec.input);
         }
         let stdout = Capture::start(sandbox.child.stdout.take(), self.output_cap, true);
         let stderr = Capture::start(sandbox.child.stderr.take(), STDERR_KEEP, false);

@@ -155,6 +155,43 @@ impl Capture {
     }
 }
 
+/// Gives a sandbox its standard input and closes it: the call's JSON. What the pipe takes at
+/// once is written here, without blocking (a call's arguments almost always fit); only the
+/// rest goes to a thread of its own, so a sandbox that never reads cannot block brokerd.
+pub fn feed(mut stdin: std::process::ChildStdin, input: &[u8]) {
+    use std::io::Write;
+    use std::os::fd::AsFd;
+    let mut written = 0;
+    let nonblocking = nix::fcntl::fcntl(stdin.as_fd(), nix::fcntl::FcntlArg::F_GETFL)
+        .map(nix::fcntl::OFlag::from_bits_truncate)
+        .and_then(|flags| {
+            let on = flags | nix::fcntl::OFlag::O_NONBLOCK;
+            nix::fcntl::fcntl(stdin.as_fd(), nix::fcntl::FcntlArg::F_SETFL(on)).map(|_| flags)
+        });
+    if let Ok(flags) = nonblocking {
+        while written < input.len() {
+            match stdin.write(&input[written..]) {
+                Ok(0) => return,
+                Ok(n) => written += n,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                // The sandbox closed its end: it reads no more.
+                Err(_) => return,
+            }
+        }
+        if written == input.len() {
+            return;
+        }
+        if nix::fcntl::fcntl(stdin.as_fd(), nix::fcntl::FcntlArg::F_SETFL(flags)).is_err() {
+            return;
+        }
+    }
+    let rest = input[written..].to_vec();
+    thread::spawn(move || {
+        let _ = stdin.write_all(&rest);
+    });
+}
+
 fn lock(m: &Mutex<Vec<u8>>) -> std::sync::MutexGuard<'_, Vec<u8>> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
@@ -187,6 +224,38 @@ pub fn decode(mut bytes: Vec<u8>, truncated: bool) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Input larger than a pipe holds reaches the reader whole; a reader that never reads
+    /// does not hold the caller.
+    #[test]
+    fn feed_delivers_everything_and_never_blocks() {
+        use std::process::{Command, Stdio};
+        let input: Vec<u8> = (0..3 << 20).map(|i| (i % 251) as u8).collect();
+        for size in [0, 10, 70_000, input.len()] {
+            let mut child = Command::new("wc")
+                .arg("-c")
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .spawn()
+                .expect("wc");
+            feed(child.stdin.take().expect("stdin"), &input[..size]);
+            let out = child.wait_with_output().expect("wc output");
+            assert_eq!(
+                String::from_utf8_lossy(&out.stdout).trim(),
+                size.to_string()
+            );
+        }
+        let mut idle = Command::new("sleep")
+            .arg("30")
+            .stdin(Stdio::piped())
+            .spawn()
+            .expect("sleep");
+        let started = Instant::now();
+        feed(idle.stdin.take().expect("stdin"), &input);
+        assert!(started.elapsed() < Duration::from_secs(5), "feed blocked");
+        let _ = idle.kill();
+        let _ = idle.wait();
+    }
 
     #[test]
     fn decode_table() {

@@ -11,7 +11,7 @@
 //! "Runners", containment poisoning).
 
 use std::ffi::OsString;
-use std::io::{ErrorKind, Write};
+use std::io::ErrorKind;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -384,13 +384,8 @@ impl PodmanRuntime {
             }
         };
         let deadline = Instant::now() + spec.timeout;
-        if let Some(mut stdin) = child.stdin.take() {
-            // From a thread: a container that never reads must not block brokerd. Dropping
-            // the pipe closes it, which is the tool's end of input.
-            let input = spec.input.clone();
-            thread::spawn(move || {
-                let _ = stdin.write_all(&input);
-            });
+        if let Some(stdin) = child.stdin.take() {
+            super::output::feed(stdin, &spec.input);
         }
         let stdout = Capture::start(child.stdout.take(), self.output_cap, true);
         let stderr = Capture::start(child.stderr.take(), STDERR_KEEP, false);
