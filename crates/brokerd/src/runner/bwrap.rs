@@ -210,7 +210,7 @@ impl BwrapRuntime {
             layout: Mutex::new(None),
             mechanism: OnceLock::new(),
             // Known from the start: every call, the preflight included, answers unavailable.
-            terminal: Mutex::new(seccomp_missing(seccomp::program().as_deref())),
+            terminal: Mutex::new(seccomp_missing(seccomp::program())),
             poisoned: AtomicBool::new(false),
             settling: Settling::default(),
             weakened: Mutex::new(Vec::new()),
@@ -1307,7 +1307,7 @@ mod tests {
             "{got:?}"
         );
         let program = seccomp::program();
-        assert_eq!(seccomp_missing(program.as_deref()), None);
+        assert_eq!(seccomp_missing(program), None);
         #[cfg(target_arch = "x86_64")]
         assert!(program.is_some(), "x86_64 has its filter");
     }

@@ -65,9 +65,8 @@ impl Pidfd {
         let fd = RawFd::try_from(fd)
             .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "fd out of range"))?;
         // SAFETY: the kernel just returned this descriptor to us, and nothing else owns it.
-        Ok(Pidfd {
-            fd: unsafe { OwnedFd::from_raw_fd(fd) },
-        })
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        Ok(Pidfd { fd })
     }
 
     /// The pidfd of a process that is not brokerd's child, found by `pid` in /proc (a sweep
