@@ -444,8 +444,7 @@ fn poisoned(socket: &Path) -> Result<String, String> {
 }
 
 fn current_user() -> String {
-    // SAFETY: getuid has no preconditions.
-    let uid = unsafe { libc::getuid() };
+    let uid = nix::unistd::getuid();
     std::fs::read_to_string("/etc/passwd")
         .ok()
         .and_then(|t| {
@@ -490,14 +489,15 @@ fn tun_usable() -> Result<String, String> {
 }
 
 fn reachable(path: &Path, write: bool) -> Result<String, String> {
-    use std::ffi::CString;
-    use std::os::unix::ffi::OsStrExt;
-    let Ok(c) = CString::new(path.as_os_str().as_bytes()) else {
-        return Err("the path holds a NUL byte".into());
-    };
-    let mode = libc::R_OK | libc::X_OK | if write { libc::W_OK } else { 0 };
-    // SAFETY: `c` is a valid NUL-terminated string for the duration of the call.
-    if unsafe { libc::access(c.as_ptr(), mode) } == 0 {
+    use nix::unistd::AccessFlags;
+    let mode = AccessFlags::R_OK
+        | AccessFlags::X_OK
+        | if write {
+            AccessFlags::W_OK
+        } else {
+            AccessFlags::empty()
+        };
+    if nix::unistd::access(path, mode).is_ok() {
         Ok(if write {
             "readable and writable".into()
         } else {

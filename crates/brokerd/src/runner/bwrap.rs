@@ -832,8 +832,10 @@ fn sweep_sandboxes(bwrap: &Path, tools_root: &Path) -> (usize, Vec<String>) {
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return (0, failed);
     };
-    // SAFETY: getuid and getpid have no preconditions.
-    let (uid, me) = unsafe { (libc::getuid(), libc::getpid()) };
+    let (uid, me) = (
+        nix::unistd::getuid().as_raw(),
+        nix::unistd::getpid().as_raw(),
+    );
     let marker = tools_root.join("bin");
     for entry in entries.flatten() {
         let Some(pid) = entry

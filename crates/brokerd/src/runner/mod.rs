@@ -32,16 +32,13 @@ pub mod wake;
 /// restart's sweep has looked. A child whose parent died before the setting took effect exits
 /// before exec. The starting thread must wait for the child (every runner does).
 pub fn dies_with_brokerd(cmd: &mut Command) -> &mut Command {
-    // SAFETY: getpid has no preconditions.
-    let brokerd = unsafe { libc::getpid() };
+    let brokerd = nix::unistd::getpid();
     // SAFETY: the hook calls prctl and getppid, both async-signal-safe, and touches no memory
     // shared with the parent.
     unsafe {
         cmd.pre_exec(move || {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
-                return Err(io::Error::last_os_error());
-            }
-            if libc::getppid() != brokerd {
+            nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)?;
+            if nix::unistd::getppid() != brokerd {
                 return Err(io::Error::from_raw_os_error(libc::ESRCH));
             }
             Ok(())

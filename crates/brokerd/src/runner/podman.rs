@@ -677,11 +677,10 @@ fn kill_group(child: &mut Child) {
         return;
     }
     if let Ok(pid) = libc::pid_t::try_from(child.id()) {
-        // SAFETY: kill(2) with a negative pid signals that process group; the group was made
-        // by process_group(0) for this child, which is not reaped yet, so the id is not reused.
-        unsafe {
-            libc::kill(-pid, libc::SIGKILL);
-        }
+        // The group was made by process_group(0) for this child, which is not reaped yet, so
+        // the id is not reused.
+        let group = nix::unistd::Pid::from_raw(pid);
+        let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
     }
     let _ = child.kill();
     let _ = wait_until(child, Instant::now() + Duration::from_secs(1));
