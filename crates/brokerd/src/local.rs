@@ -236,7 +236,7 @@ fn doctor(cfg: &Config, socket: &Path) -> u8 {
     }
 }
 
-/// The bwrap backend's checks (runbook/runner.md#bwrap-unavailable): bwrap is there, the
+/// The bwrap backend's checks ([`runbook::BWRAP_UNAVAILABLE`]): bwrap is there, the
 /// kernel gives it a user namespace, the tools root holds toolkit, and the cgroup mechanism
 /// exists where limits are enforced. Read-only: nothing is prepared or moved.
 fn doctor_bwrap(cfg: &Config, rc: &config::RunnerConfig, mut r: Report, socket: &Path) -> u8 {
@@ -474,7 +474,7 @@ fn subordinate_ids(user: &str) -> Result<String, String> {
 }
 
 /// slirp4netns opens /dev/net/tun as the service user; udev makes it 0666, a host without udev
-/// may not (runbook/runner.md#dev-net-tun).
+/// may not ([`runbook::DEV_NET_TUN`]).
 fn tun_usable() -> Result<String, String> {
     match std::fs::OpenOptions::new()
         .read(true)

@@ -40,7 +40,7 @@ use crate::config::{memory_bytes, BwrapConfig, CgroupMode, RunnerConfig};
 use crate::redact::redact;
 
 /// The runbook entry every `unavailable` line of this runtime ends with.
-pub const RUNBOOK: &str = "runbook/runner.md#bwrap-unavailable";
+pub const RUNBOOK: &str = crate::runbook::BWRAP_UNAVAILABLE;
 /// The size of the sandbox's `/tmp`, as Podman's `--tmpfs=/tmp:...,size=64m`.
 pub const TMP_SIZE: u64 = 64 * 1024 * 1024;
 /// The egress proxy's limits, as Podman's `--memory=128m --pids-limit=64`.
@@ -348,7 +348,7 @@ impl BwrapRuntime {
                 "--remount-ro",
                 "/",
                 "--chdir",
-                "/tmp",
+                proto::tools::DEFAULT_CWD,
                 "/bin/toolkit",
                 spec.tool.as_str(),
             ]
@@ -392,7 +392,7 @@ impl BwrapRuntime {
             ]
             .map(OsString::from),
         );
-        a.push(format!("{EGRESS_MOUNT}/{EGRESS_SOCKET}").into());
+        a.push(proto::tools::EGRESS_SOCKET.into());
         a.push("--allow".into());
         a.push(egress.hosts.join(",").into());
         for cidr in &egress.allow_addresses {

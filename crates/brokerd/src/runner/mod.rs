@@ -10,6 +10,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
+use proto::ident::valid_ident;
 use proto::tools::ToolName;
 
 pub use mounts::{DirId, MountChanged};
@@ -103,7 +104,8 @@ impl RunSpec {
     /// source would be a named volume). The protocol and the policy rule these out before a
     /// spec exists; every runner checks again before it starts anything.
     pub fn malformation(&self) -> Option<String> {
-        if !valid_id(&self.session) || !valid_id(&self.call) {
+        // They become container, directory and cgroup names, so the runners check again.
+        if !valid_ident(&self.session) || !valid_ident(&self.call) {
             return Some("session or call is not an identifier".into());
         }
         if self.mounts.len() > mounts::MAX_MOUNTS {
@@ -152,7 +154,7 @@ impl Unavailable {
     /// The runbook entry that brokerd's log line ends with (never shown to the model).
     pub fn runbook(self) -> &'static str {
         match self {
-            Unavailable::RunnerUnavailable => "runbook/runner.md#runner-unavailable",
+            Unavailable::RunnerUnavailable => crate::runbook::RUNNER_UNAVAILABLE,
         }
     }
 }
@@ -345,19 +347,6 @@ impl SweepError {
     }
 }
 
-/// DESIGN.md "Protocol": 1 to 64 of `A-Za-z0-9_.-`, not `.` or `..`. They become container,
-/// directory and cgroup names, so the runners check them again.
-pub(crate) fn valid_id(s: &str) -> bool {
-    (1..=64).contains(&s.len())
-        && s != "."
-        && s != ".."
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b))
-}
-
-/// Where the operator reads about a grant directory that changed under brokerd.
-pub const MOUNT_CHANGED_RUNBOOK: &str = "runbook/runner.md#grant-directory-changed";
-
 /// The operator's log line for a mount source that changed, and the call's answer.
 pub(crate) fn mount_changed(spec: &RunSpec, e: MountChanged) -> RunError {
     tracing::error!(
@@ -366,7 +355,8 @@ pub(crate) fn mount_changed(spec: &RunSpec, e: MountChanged) -> RunError {
         tool = %spec.tool,
         status = "refused",
         path = %e.path.display(),
-        "{e}; see {MOUNT_CHANGED_RUNBOOK}"
+        "{e}; see {}",
+        crate::runbook::GRANT_DIRECTORY_CHANGED
     );
     RunError::MountChanged(e)
 }
@@ -435,22 +425,31 @@ mod tests {
         );
     }
 
+    /// A spec whose session or call could not name a sandbox is malformed (the rule itself is
+    /// proto::ident's, tested there).
     #[test]
     fn identifiers() {
         let cases = [
             ("s1", true),
             ("a.b_c-d", true),
-            (".", false),
             ("..", false),
             ("", false),
             ("a/b", false),
-            ("a b", false),
         ];
-        for (s, ok) in cases {
-            assert_eq!(valid_id(s), ok, "{s:?}");
+        for (id, ok) in cases {
+            for (session, call) in [(id, "c1"), ("s1", id)] {
+                let spec = RunSpec {
+                    session: session.into(),
+                    call: call.into(),
+                    tool: ToolName::Shell,
+                    input: Vec::new(),
+                    mounts: Vec::new(),
+                    egress: None,
+                    timeout: Duration::from_secs(1),
+                };
+                assert_eq!(spec.malformation().is_none(), ok, "{session:?} {call:?}");
+            }
         }
-        assert!(valid_id(&"a".repeat(64)));
-        assert!(!valid_id(&"a".repeat(65)));
     }
 
     /// The parent-death signal is tied to the starting thread: when it ends, so does the

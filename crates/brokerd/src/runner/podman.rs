@@ -176,7 +176,7 @@ impl PodmanRuntime {
             "/bin/toolkit".into(),
             "egress-proxy".into(),
             "--socket".into(),
-            format!("{EGRESS_MOUNT}/{}", egress::EGRESS_SOCKET).into(),
+            proto::tools::EGRESS_SOCKET.into(),
             "--allow".into(),
             egress.hosts.join(",").into(),
         ];
