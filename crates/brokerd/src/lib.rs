@@ -15,6 +15,7 @@ pub mod glob;
 pub mod local;
 pub mod mode;
 pub mod policy;
+pub mod preflight;
 pub mod preview;
 pub mod probe;
 pub mod protect;

@@ -920,6 +920,11 @@ impl Runner for BwrapRuntime {
         lock(&self.weakened).clone()
     }
 
+    /// `tool_argv` sets both (`--setenv HOME /tmp --setenv TMPDIR /tmp`).
+    fn sets_home_and_tmpdir(&self) -> bool {
+        true
+    }
+
     /// Removes every sandbox, egress directory and sandbox cgroup a crashed brokerd left.
     fn sweep(&self) -> Result<usize, SweepError> {
         let (mut removed, mut failed) = sweep_sandboxes(&self.bwrap, &self.tools_root);

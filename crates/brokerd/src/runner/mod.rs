@@ -319,6 +319,13 @@ pub trait Runner: Send + Sync {
     fn sweep(&self) -> Result<usize, SweepError> {
         Ok(0)
     }
+
+    /// Whether this runner's sandboxes set HOME and TMPDIR to /tmp, which the start-up
+    /// preflight then checks (bwrap's argument list sets them; Podman's, seed 003 section 6,
+    /// sets no environment).
+    fn sets_home_and_tmpdir(&self) -> bool {
+        false
+    }
 }
 
 /// The runner of a brokerd without `[runner]`: the broker refuses every call that would run
