@@ -31,8 +31,8 @@ use super::mounts::{self, open_mounts};
 use super::output::{verdict, Capture, Verdict, DRAIN_GRACE, STDERR_KEEP};
 use super::pidfd::{Pidfd, Stopped, Woke, KILL_CONFIRM};
 use super::{
-    dies_with_brokerd, log_finished, mount_changed, Egress, Failure, Reply, RunError, RunOutput,
-    RunSpec, Runner, Settling, SweepError, Unavailable,
+    dies_with_brokerd, mount_changed, Egress, Failure, Ran, Reply, RunError, RunOutput, RunSpec,
+    Runner, Settling, Steps, SweepError, Unavailable,
 };
 use super::{reaper, seccomp};
 use crate::config::{memory_bytes, BwrapConfig, CgroupMode, RunnerConfig};
@@ -417,17 +417,6 @@ impl BwrapRuntime {
             redact(detail.trim_end()),
         );
         RunError::Unavailable(Unavailable::RunnerUnavailable)
-    }
-
-    fn malformed(&self, spec: &RunSpec, what: &str) -> RunError {
-        tracing::error!(
-            session = %spec.session,
-            call = %spec.call,
-            tool = %spec.tool,
-            status = "failed",
-            "refusing to run a malformed RunSpec: {what}"
-        );
-        RunError::Failed(Failure::CouldNotRun)
     }
 
     /// Logs each optional cgroup knob the first time it is found unsettable, and keeps it
@@ -944,32 +933,41 @@ impl Runner for BwrapRuntime {
         super::run_to_the_end(|reply| self.run_replying(spec, reply))
     }
 
+    fn run_replying(&self, spec: &RunSpec, reply: Reply<'_>) {
+        super::run_call(self, spec, reply)
+    }
+}
+
+impl Steps for BwrapRuntime {
+    /// The tool's sandbox (its cgroup), then the proxy (stopped through its pidfd), its cgroup
+    /// and the egress directory: each confirmed when dropped, or the runtime is poisoned.
+    type Leftovers<'a> = (Option<Sandbox<'a>>, Option<ProxyGuard<'a>>);
+
+    fn refusal(&self, spec: &RunSpec) -> Option<RunError> {
+        let t = self.terminal()?;
+        Some(self.unavailable(
+            spec,
+            Trouble::Terminal(t),
+            "remembered from an earlier call",
+        ))
+    }
+
+    fn poisoned_answer(&self, spec: &RunSpec) -> RunError {
+        self.unavailable(spec, Trouble::Poisoned, "http_fetch is off")
+    }
+
+    fn settling(&self) -> &Settling {
+        &self.settling
+    }
+
     /// The answer leaves once the tool's bwrap has exited; its cgroup's removal and the
     /// proxy's stop come after it, still within the call.
-    fn run_replying(&self, spec: &RunSpec, reply: Reply<'_>) {
-        let started = Instant::now();
-        if let Some(what) = spec.malformation() {
-            return reply.send(Err(self.malformed(spec, &what)));
-        }
-        if let Some(t) = self.terminal() {
-            return reply.send(Err(self.unavailable(
-                spec,
-                Trouble::Terminal(t),
-                "remembered from an earlier call",
-            )));
-        }
-        if spec.egress.is_some() && self.poisoned() {
-            return reply.send(Err(self.unavailable(
-                spec,
-                Trouble::Poisoned,
-                "http_fetch is off",
-            )));
-        }
+    fn run_call<'a>(&'a self, spec: &'a RunSpec) -> Result<Ran<Self::Leftovers<'a>>, RunError> {
         let layout = match self.layout() {
             Ok(l) => l,
             Err(e) => {
                 let detail = format!("{}: {e}", self.tools_root.display());
-                return reply.send(Err(self.unavailable(spec, Trouble::ToolsRoot, &detail)));
+                return Err(self.unavailable(spec, Trouble::ToolsRoot, &detail));
             }
         };
         // What earlier sandboxes left must not count against this one's process limit.
@@ -987,21 +985,18 @@ impl Runner for BwrapRuntime {
             },
             None => self.run_tool(spec, &name, &layout, &mut sandbox),
         };
-        log_finished(spec, &name, &answer, started);
-        // Counted from before the answer leaves, so a call that starts after it waits for it.
-        let cleaning = (proxy.is_some() || sandbox.is_some()).then(|| self.settling.begin());
-        reply.send(answer);
-        // The tool's cgroup, then the proxy (stopped through its pidfd), its cgroup and the
-        // egress directory: each confirmed, or the runtime is poisoned.
-        drop(sandbox);
-        drop(proxy);
-        drop(cleaning);
+        let leftovers = (sandbox.is_some() || proxy.is_some()).then_some((sandbox, proxy));
+        Ok(Ran {
+            sandbox: name,
+            answer,
+            leftovers,
+        })
     }
 }
 
 /// A started bwrap, held by its pidfd. Dropping it stops it (SIGKILL through the pidfd,
 /// confirmed) and removes its cgroup; whatever cannot be confirmed poisons the runtime.
-struct Sandbox<'a> {
+pub(super) struct Sandbox<'a> {
     child: Child,
     pidfd: Pidfd,
     placement: Option<Placement>,
@@ -1110,7 +1105,7 @@ fn drop_placement(p: Placement, poisoned: &AtomicBool) {
 
 /// Stops the proxy and removes the egress directory when the call ends, however it ends:
 /// no proxy outlives its call (seed 003 section 1).
-struct ProxyGuard<'a> {
+pub(super) struct ProxyGuard<'a> {
     spec: &'a RunSpec,
     dir: PathBuf,
     sandbox: Option<Sandbox<'a>>,

@@ -354,6 +354,75 @@ impl SweepError {
     }
 }
 
+/// What one call is in either backend, with the steps that differ left to [`Steps`]: the
+/// spec's own checks, the backend's remembered refusal, http_fetch turned off by poisoning
+/// (seed 000 5.1.7), the run, its log line, the answer, and then the clean-up the answer does
+/// not depend on, counted in the backend's [`Settling`] from before the answer leaves so that
+/// a call that starts after it waits for it.
+fn run_call<S: Steps>(backend: &S, spec: &RunSpec, reply: Reply<'_>) {
+    let started = std::time::Instant::now();
+    if let Some(what) = spec.malformation() {
+        return reply.send(Err(malformed(spec, &what)));
+    }
+    if let Some(refusal) = backend.refusal(spec) {
+        return reply.send(Err(refusal));
+    }
+    if spec.egress.is_some() && backend.poisoned() {
+        return reply.send(Err(backend.poisoned_answer(spec)));
+    }
+    let ran = match backend.run_call(spec) {
+        Ok(ran) => ran,
+        Err(e) => return reply.send(Err(e)),
+    };
+    log_finished(spec, &ran.sandbox, &ran.answer, started);
+    let cleaning = ran.leftovers.as_ref().map(|_| backend.settling().begin());
+    reply.send(ran.answer);
+    drop(ran.leftovers);
+    drop(cleaning);
+}
+
+/// The steps of a call that differ between the backends; [`run_call`] is the rest.
+trait Steps: Runner {
+    /// What a call leaves to stop and remove after its answer has left: dropping it does so.
+    type Leftovers<'a>
+    where
+        Self: 'a;
+
+    /// Why no call may start now, already logged: a failure remembered until restart.
+    fn refusal(&self, _spec: &RunSpec) -> Option<RunError> {
+        None
+    }
+
+    /// The logged answer of an http_fetch while containment is poisoned.
+    fn poisoned_answer(&self, spec: &RunSpec) -> RunError;
+
+    /// Runs the call. `Err`: nothing could start (already logged), so there is nothing to
+    /// clean and no "call finished" line.
+    fn run_call<'a>(&'a self, spec: &'a RunSpec) -> Result<Ran<Self::Leftovers<'a>>, RunError>;
+
+    /// The backend's clean-ups under way.
+    fn settling(&self) -> &Settling;
+}
+
+/// A call that ran: its container or sandbox name, its answer, and what is left to clean.
+struct Ran<L> {
+    pub sandbox: String,
+    pub answer: Result<RunOutput, RunError>,
+    pub leftovers: Option<L>,
+}
+
+/// A spec that should never have reached a runner (the protocol and config check these).
+fn malformed(spec: &RunSpec, what: &str) -> RunError {
+    tracing::error!(
+        session = %spec.session,
+        call = %spec.call,
+        tool = %spec.tool,
+        status = "failed",
+        "refusing to run a malformed RunSpec: {what}"
+    );
+    RunError::Failed(Failure::CouldNotRun)
+}
+
 /// The operator's log line for a mount source that changed, and the call's answer.
 pub(crate) fn mount_changed(spec: &RunSpec, e: MountChanged) -> RunError {
     tracing::error!(
@@ -397,6 +466,127 @@ pub(crate) fn log_finished(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Mutex;
+
+    /// A backend that records what the skeleton asked of it, and when its leftovers went.
+    #[derive(Default)]
+    struct Recorder {
+        refuse: bool,
+        poisoned: bool,
+        settling: Settling,
+        events: Mutex<Vec<&'static str>>,
+    }
+
+    struct Left<'a>(&'a Recorder);
+    impl Drop for Left<'_> {
+        fn drop(&mut self) {
+            self.0.note("cleaned");
+        }
+    }
+
+    impl Recorder {
+        fn note(&self, what: &'static str) {
+            self.events.lock().expect("events").push(what);
+        }
+    }
+
+    impl Runner for Recorder {
+        fn run(&self, spec: &RunSpec) -> Result<RunOutput, RunError> {
+            run_to_the_end(|reply| self.run_replying(spec, reply))
+        }
+        fn run_replying(&self, spec: &RunSpec, reply: Reply<'_>) {
+            run_call(self, spec, reply)
+        }
+        fn poisoned(&self) -> bool {
+            self.poisoned
+        }
+    }
+
+    impl Steps for Recorder {
+        type Leftovers<'a> = Left<'a>;
+        fn refusal(&self, _spec: &RunSpec) -> Option<RunError> {
+            self.refuse
+                .then_some(RunError::Unavailable(Unavailable::RunnerUnavailable))
+        }
+        fn poisoned_answer(&self, _spec: &RunSpec) -> RunError {
+            RunError::Unavailable(Unavailable::RunnerUnavailable)
+        }
+        fn run_call<'a>(&'a self, _spec: &'a RunSpec) -> Result<Ran<Left<'a>>, RunError> {
+            self.note("ran");
+            Ok(Ran {
+                sandbox: "sandbox".into(),
+                answer: Ok(RunOutput {
+                    content: "out".into(),
+                    truncated: false,
+                }),
+                leftovers: Some(Left(self)),
+            })
+        }
+        fn settling(&self) -> &Settling {
+            &self.settling
+        }
+    }
+
+    /// Both backends' call: the checks in order, then the run, the answer, and only then the
+    /// clean-up, counted as under way while the answer leaves.
+    #[test]
+    fn the_skeleton_answers_before_it_cleans_up() {
+        let unavailable = Err(RunError::Unavailable(Unavailable::RunnerUnavailable));
+        let ran = Ok(RunOutput {
+            content: "out".into(),
+            truncated: false,
+        });
+        let answered: &[&str] = &["answered"];
+        let whole: &[&str] = &["ran", "answered", "cleaned"];
+        // (session, http_fetch, refuse, poisoned, answer, events)
+        let table = [
+            (
+                "..",
+                false,
+                false,
+                false,
+                Err(RunError::Failed(Failure::CouldNotRun)),
+                answered,
+            ),
+            ("s1", false, true, false, unavailable.clone(), answered),
+            ("s1", true, false, true, unavailable.clone(), answered),
+            ("s1", false, false, true, ran.clone(), whole),
+            ("s1", true, false, false, ran.clone(), whole),
+        ];
+        for (session, fetch, refuse, poisoned, answer, events) in table {
+            let backend = Recorder {
+                refuse,
+                poisoned,
+                ..Recorder::default()
+            };
+            let spec = RunSpec {
+                session: session.into(),
+                call: "c1".into(),
+                tool: ToolName::Shell,
+                input: Vec::new(),
+                mounts: Vec::new(),
+                egress: fetch.then(|| Egress {
+                    hosts: vec!["example.org".into()],
+                    allow_addresses: Vec::new(),
+                }),
+                timeout: Duration::from_secs(1),
+            };
+            let mut got = None;
+            run_call(
+                &backend,
+                &spec,
+                Reply::new(|a| {
+                    backend.note("answered");
+                    let now = std::time::Instant::now();
+                    let cleaning = !backend.settling.wait_for_earlier(now);
+                    assert_eq!(cleaning, events.len() > 1, "clean-up counted");
+                    got = Some(a);
+                }),
+            );
+            assert_eq!(got, Some(answer), "{session} {fetch} {refuse} {poisoned}");
+            assert_eq!(*backend.events.lock().expect("events"), events);
+        }
+    }
 
     /// A waiter waits for the clean-ups begun before it, and not for later ones.
     #[test]
