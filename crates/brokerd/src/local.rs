@@ -490,6 +490,10 @@ fn tun_usable() -> Result<String, String> {
 
 fn reachable(path: &Path, write: bool) -> Result<String, String> {
     use nix::unistd::AccessFlags;
+    use std::os::unix::ffi::OsStrExt;
+    if path.as_os_str().as_bytes().contains(&0) {
+        return Err("the path holds a NUL byte".into());
+    }
     let mode = AccessFlags::R_OK
         | AccessFlags::X_OK
         | if write {
@@ -497,19 +501,18 @@ fn reachable(path: &Path, write: bool) -> Result<String, String> {
         } else {
             AccessFlags::empty()
         };
-    if nix::unistd::access(path, mode).is_ok() {
-        Ok(if write {
+    match nix::unistd::access(path, mode) {
+        Ok(()) => Ok(if write {
             "readable and writable".into()
         } else {
             "readable".into()
-        })
-    } else {
-        Err(format!(
+        }),
+        Err(e) => Err(format!(
             "not {} by this user ({}); grant it with chown/chmod or an ACL (setfacl -m u:boxmaker:{} …)",
             if write { "readable and writable" } else { "readable" },
-            std::io::Error::last_os_error(),
+            std::io::Error::from(e),
             if write { "rwx" } else { "rx" }
-        ))
+        )),
     }
 }
 
