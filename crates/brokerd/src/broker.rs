@@ -12,18 +12,18 @@ use std::time::{Duration, Instant};
 
 use proto::broker::{AuditHead, Body, Request, Status, ToolSchema, PROTOCOL};
 use proto::ident::Ident;
-use proto::tools::ToolName;
 use tokio::sync::{Notify, Semaphore};
 
 use crate::args;
 use crate::audit::{self, Audit, Decided, Ended, Record, RecordKind};
 use crate::config::{Backend, Config};
 use crate::policy::{Decision, Plan, Policy, Refusal, Why};
+use crate::preflight;
 use crate::preview::{preview, ResultStore};
 use crate::probe::{Kept, RETRY_FIRST};
 use crate::refusals::{RefusalCounter, Verdict};
 use crate::runbook;
-use crate::runner::{Egress, Mount, Reply, RunError, RunOutput, RunSpec, Runner, Unavailable};
+use crate::runner::{Reply, RunError, RunOutput, RunSpec, Runner, Unavailable};
 use crate::tickets::{Binding, Tickets};
 
 /// How many calls may wait for a slot, per running slot, before new ones are answered busy.
@@ -190,127 +190,22 @@ impl Broker {
         if let Some(p) = lock(&self.preflight).standing(Instant::now()) {
             return p;
         }
+        let probe = preflight::Sandbox::new(
+            self.config.runner.as_ref(),
+            self.runner.as_ref(),
+            preflight::writable_grant_dirs(&self.policy),
+        );
         let runner = self.runner.clone();
-        let rc = self.config.runner.as_ref();
-        let limit = Duration::from_millis(rc.map_or(30_000, |r| r.shell_ms));
-        // With enforce_limits the sandbox reads its own limits back (cgroup v2 files): where
-        // they would be ignored, the files are absent or say "max", and calls stay unavailable.
-        let limits = rc.filter(|r| r.enforce_limits).map(|r| {
-            (
-                r.pids.to_string(),
-                crate::config::memory_bytes(&r.memory)
-                    .unwrap_or(0)
-                    .to_string(),
-            )
-        });
-        let mut command = String::from("pwd && test -w /tmp && echo tmp-writable");
-        let mut expected = String::from("/tmp\ntmp-writable\n");
-        // bwrap's argument list sets the environment; Podman's (seed 003 section 6) sets none.
-        if self.backend == Some(Backend::Bwrap) {
-            command.push_str(" && echo \"home=$HOME tmpdir=$TMPDIR\"");
-            expected.push_str("home=/tmp tmpdir=/tmp\n");
-        }
-        // Every directory a grant may write, mounted as a call would mount it.
-        let workspaces = self.writable_grant_dirs();
-        for dir in &workspaces {
-            let quoted = shell_quote(&dir.path.to_string_lossy());
-            command.push_str(&format!(" && test -w {quoted} && echo writable"));
-            expected.push_str("writable\n");
-        }
-        if let Some((pids, memory)) = &limits {
-            command.push_str(" && cat /sys/fs/cgroup/pids.max /sys/fs/cgroup/memory.max");
-            expected.push_str(&format!("{pids}\n{memory}\n"));
-        }
-        let input =
-            serde_json::to_vec(&proto::tools::ShellArgs { command, cwd: None }).unwrap_or_default();
-        let spec = RunSpec {
-            session: "preflight".into(),
-            call: "preflight".into(),
-            tool: ToolName::Shell,
-            input,
-            mounts: workspaces.clone(),
-            egress: None,
-            timeout: limit,
-        };
+        let spec = probe.spec.clone();
         let outcome = tokio::task::spawn_blocking(move || runner.run(&spec)).await;
         self.audit_weakened().await;
-        let mut p = match outcome {
-            Ok(Ok(RunOutput { content, .. })) if content.starts_with(&expected) => Preflight {
-                terminal: false,
-                ok: true,
-                detail: format!(
-                    "a sandbox ran in /tmp with a writable /tmp{}{}{}",
-                    if self.backend == Some(Backend::Bwrap) {
-                        ", HOME and TMPDIR /tmp"
-                    } else {
-                        ""
-                    },
-                    match workspaces.len() {
-                        0 => String::new(),
-                        n => format!(
-                            ", {n} writable grant director{}",
-                            if n == 1 { "y" } else { "ies" }
-                        ),
-                    },
-                    match limits {
-                        Some(_) => " and read back its pids and memory limits",
-                        None => " (limits not enforced)",
-                    }
-                ),
-            },
-            Ok(Ok(RunOutput { content, .. })) => Preflight {
-                terminal: false,
-                ok: false,
-                detail: format!(
-                    "the preflight sandbox answered {:?}, expected it to start with {expected:?}",
-                    audit::clip(&content)
-                ),
-            },
-            Ok(Err(e)) => Preflight {
-                terminal: false,
-                ok: false,
-                detail: format!("the preflight sandbox failed: {e}"),
-            },
-            Err(e) => Preflight {
-                terminal: false,
-                ok: false,
-                detail: format!("the preflight task failed: {e}"),
-            },
-        };
-        self.settle(&mut p);
+        let mut p = probe.judge(outcome.map_err(|e| e.to_string()));
+        preflight::settle(self.runner.as_ref(), &mut p);
         let now = Instant::now();
         let mut kept = lock(&self.preflight);
         kept.record(p.clone(), now);
-        log_preflight("preflight", &p, kept.next_try_in(now));
+        preflight::log("preflight", &p, kept.next_try_in(now));
         p
-    }
-
-    /// Marks a failed preflight terminal when the runner remembered why it can never start.
-    fn settle(&self, p: &mut Preflight) {
-        if p.ok {
-            return;
-        }
-        if let Some(why) = self.runner.terminal_failure() {
-            p.terminal = true;
-            p.detail = format!("{}; remembered until restart: {why}", p.detail);
-        }
-    }
-
-    /// Every directory some grant may write, once each, in config order.
-    fn writable_grant_dirs(&self) -> Vec<Mount> {
-        let mut dirs: Vec<Mount> = Vec::new();
-        for grant in self.policy.grants() {
-            for r in grant.workspace.roots().iter().filter(|r| r.write) {
-                if !dirs.iter().any(|d| d.path == r.path) {
-                    dirs.push(Mount {
-                        path: r.path.clone(),
-                        write: true,
-                        id: r.id,
-                    });
-                }
-            }
-        }
-        dirs
     }
 
     /// The proxy path, proven once before the first http_fetch runs (seed 000 5.1.6): a proxy
@@ -326,72 +221,15 @@ impl Broker {
         if let Some(p) = lock(&self.network).standing(Instant::now()) {
             return p;
         }
-        let mut p = {
-            {
-                let url = NETWORK_PREFLIGHT_URL;
-                let input = serde_json::to_vec(&proto::tools::HttpFetchArgs { url: url.into() })
-                    .unwrap_or_default();
-                let limit = self
-                    .config
-                    .runner
-                    .as_ref()
-                    .map_or(Duration::from_secs(30), |r| {
-                        r.time_limit(ToolName::HttpFetch)
-                    });
-                let spec = RunSpec {
-                    session: "preflight".into(),
-                    call: "network".into(),
-                    tool: ToolName::HttpFetch,
-                    input,
-                    mounts: Vec::new(),
-                    egress: Some(Egress {
-                        hosts: vec!["allowed.invalid".into()],
-                        allow_addresses: Vec::new(),
-                    }),
-                    timeout: limit,
-                };
-                let runner = self.runner.clone();
-                let outcome = tokio::task::spawn_blocking(move || runner.run(&spec)).await;
-                let prefix = format!("http_fetch: {url}: ");
-                match outcome {
-                    Ok(Ok(RunOutput { content, .. }))
-                        if content.starts_with(&prefix) && content.contains("SOCKS") =>
-                    {
-                        Preflight {
-                            terminal: false,
-                            ok: true,
-                            detail: format!(
-                                "the egress proxy refused a host it was not given: {}",
-                                content.trim_end()
-                            ),
-                        }
-                    }
-                    Ok(Ok(RunOutput { content, .. })) => Preflight {
-                        terminal: false,
-                        ok: false,
-                        detail: format!(
-                            "the proxy path answered {:?}, not the proxy's refusal",
-                            audit::clip(&content)
-                        ),
-                    },
-                    Ok(Err(e)) => Preflight {
-                        terminal: false,
-                        ok: false,
-                        detail: format!("the proxy path failed: {e}"),
-                    },
-                    Err(e) => Preflight {
-                        terminal: false,
-                        ok: false,
-                        detail: format!("the network preflight task failed: {e}"),
-                    },
-                }
-            }
-        };
-        self.settle(&mut p);
+        let spec = preflight::network_spec(self.config.runner.as_ref());
+        let runner = self.runner.clone();
+        let outcome = tokio::task::spawn_blocking(move || runner.run(&spec)).await;
+        let mut p = preflight::judge_network(outcome.map_err(|e| e.to_string()));
+        preflight::settle(self.runner.as_ref(), &mut p);
         let now = Instant::now();
         let mut kept = lock(&self.network);
         kept.record(p.clone(), now);
-        log_preflight("network preflight", &p, kept.next_try_in(now));
+        preflight::log("network preflight", &p, kept.next_try_in(now));
         p
     }
 
@@ -969,37 +807,12 @@ impl Broker {
 /// The `backend` of `status` when the config has no `[runner]` section.
 pub const NO_BACKEND: &str = "none";
 
-/// A preflight's outcome in the journal, with when it is tried again.
-fn log_preflight(which: &str, p: &Preflight, next_try: Option<Duration>) {
-    match (p.ok, next_try) {
-        (true, _) => tracing::info!(detail = p.detail, "{which} passed"),
-        (false, Some(wait)) => tracing::error!(
-            detail = p.detail,
-            next_try_in_s = wait.as_secs(),
-            "{which} failed; tried again by a call in {}s; until then calls that need it answer unavailable; see {}",
-            wait.as_secs(),
-            runbook::RUNNER_UNAVAILABLE
-        ),
-        (false, None) => tracing::error!(
-            detail = p.detail,
-            "{which} failed for good: calls that need it answer unavailable until brokerd restarts; see {}",
-            runbook::RUNNER_UNAVAILABLE
-        ),
-    }
-}
-
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic while holding the lock leaves plain data behind; keep serving.
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// What the network preflight fetches: a name under `.invalid` (RFC 6761), never resolved.
-pub const NETWORK_PREFLIGHT_URL: &str = "https://preflight.invalid/";
-
-/// `s` in single quotes for sh, each `'` written as `'\''`.
-fn shell_quote(s: &str) -> String {
-    format!("'{}'", s.replace('\'', "'\\''"))
-}
+pub use crate::preflight::NETWORK_PREFLIGHT_URL;
 
 /// What the model reads when its call's audit record cannot be written.
 pub const AUDIT_UNAVAILABLE: &str = "the call could not be audited, so it was not answered";

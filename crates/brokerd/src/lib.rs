@@ -15,17 +15,13 @@ pub mod glob;
 pub mod local;
 pub mod mode;
 pub mod policy;
+pub mod preflight;
 pub mod preview;
 pub mod probe;
 pub mod protect;
 pub mod redact;
 pub mod refusals;
 pub mod runbook;
-// The runners keep every workspace lint but two: the SAFETY comment of `Pidfd::open` is not
-// on the line clippy reads (the one before `unsafe`), and the seccomp tests' module is
-// `cfg(all(test, target_arch))`, which clippy does not take for a test module.
-#[allow(clippy::undocumented_unsafe_blocks)]
-#[cfg_attr(test, allow(clippy::expect_used, clippy::unwrap_used))]
 pub mod runner;
 pub mod server;
 pub mod tickets;

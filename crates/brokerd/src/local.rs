@@ -236,7 +236,7 @@ fn doctor(cfg: &Config, socket: &Path) -> u8 {
     }
 }
 
-/// The bwrap backend's checks (runbook/runner.md#bwrap-unavailable): bwrap is there, the
+/// The bwrap backend's checks ([`runbook::BWRAP_UNAVAILABLE`]): bwrap is there, the
 /// kernel gives it a user namespace, the tools root holds toolkit, and the cgroup mechanism
 /// exists where limits are enforced. Read-only: nothing is prepared or moved.
 fn doctor_bwrap(cfg: &Config, rc: &config::RunnerConfig, mut r: Report, socket: &Path) -> u8 {
@@ -444,8 +444,7 @@ fn poisoned(socket: &Path) -> Result<String, String> {
 }
 
 fn current_user() -> String {
-    // SAFETY: getuid has no preconditions.
-    let uid = unsafe { libc::getuid() };
+    let uid = nix::unistd::getuid();
     std::fs::read_to_string("/etc/passwd")
         .ok()
         .and_then(|t| {
@@ -475,7 +474,7 @@ fn subordinate_ids(user: &str) -> Result<String, String> {
 }
 
 /// slirp4netns opens /dev/net/tun as the service user; udev makes it 0666, a host without udev
-/// may not (runbook/runner.md#dev-net-tun).
+/// may not ([`runbook::DEV_NET_TUN`]).
 fn tun_usable() -> Result<String, String> {
     match std::fs::OpenOptions::new()
         .read(true)
@@ -490,26 +489,30 @@ fn tun_usable() -> Result<String, String> {
 }
 
 fn reachable(path: &Path, write: bool) -> Result<String, String> {
-    use std::ffi::CString;
+    use nix::unistd::AccessFlags;
     use std::os::unix::ffi::OsStrExt;
-    let Ok(c) = CString::new(path.as_os_str().as_bytes()) else {
+    if path.as_os_str().as_bytes().contains(&0) {
         return Err("the path holds a NUL byte".into());
-    };
-    let mode = libc::R_OK | libc::X_OK | if write { libc::W_OK } else { 0 };
-    // SAFETY: `c` is a valid NUL-terminated string for the duration of the call.
-    if unsafe { libc::access(c.as_ptr(), mode) } == 0 {
-        Ok(if write {
+    }
+    let mode = AccessFlags::R_OK
+        | AccessFlags::X_OK
+        | if write {
+            AccessFlags::W_OK
+        } else {
+            AccessFlags::empty()
+        };
+    match nix::unistd::access(path, mode) {
+        Ok(()) => Ok(if write {
             "readable and writable".into()
         } else {
             "readable".into()
-        })
-    } else {
-        Err(format!(
+        }),
+        Err(e) => Err(format!(
             "not {} by this user ({}); grant it with chown/chmod or an ACL (setfacl -m u:boxmaker:{} …)",
             if write { "readable and writable" } else { "readable" },
-            std::io::Error::last_os_error(),
+            std::io::Error::from(e),
             if write { "rwx" } else { "rx" }
-        ))
+        )),
     }
 }
 

@@ -202,10 +202,11 @@ mod tests {
         assert_eq!(protected("nope", &dir.path().join("nope")), None);
         assert_eq!(protected("d", dir.path()), None);
         let fifo = dir.path().join("fifo");
-        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).expect("cstring");
-        // SAFETY: c is a valid NUL-terminated path that outlives the call.
-        let rc = unsafe { libc::mkfifo(c.as_ptr(), 0o600) };
-        assert_eq!(rc, 0);
+        nix::unistd::mkfifo(
+            &fifo,
+            nix::sys::stat::Mode::S_IRUSR | nix::sys::stat::Mode::S_IWUSR,
+        )
+        .expect("mkfifo");
         assert_eq!(protected("fifo", &fifo), None);
     }
 

@@ -30,8 +30,8 @@ use super::mounts::{self, open_mounts};
 use super::output::{verdict, Capture, Verdict, DRAIN_GRACE, STDERR_KEEP};
 use super::pidfd::{Pidfd, Stopped, Woke, KILL_CONFIRM};
 use super::{
-    dies_with_brokerd, log_finished, mount_changed, Egress, Failure, Reply, RunError, RunOutput,
-    RunSpec, Runner, Settling, SweepError, Unavailable,
+    dies_with_brokerd, mount_changed, Egress, Failure, Ran, Reply, RunError, RunOutput, RunSpec,
+    Runner, Settling, Steps, SweepError, Unavailable,
 };
 use super::{reaper, seccomp};
 use crate::config::{memory_bytes, BwrapConfig, CgroupMode, RunnerConfig};
@@ -39,7 +39,7 @@ use crate::config::{memory_bytes, BwrapConfig, CgroupMode, RunnerConfig};
 use crate::redact::redact;
 
 /// The runbook entry every `unavailable` line of this runtime ends with.
-pub const RUNBOOK: &str = "runbook/runner.md#bwrap-unavailable";
+pub const RUNBOOK: &str = crate::runbook::BWRAP_UNAVAILABLE;
 /// The size of the sandbox's `/tmp`, as Podman's `--tmpfs=/tmp:...,size=64m`.
 pub const TMP_SIZE: u64 = 64 * 1024 * 1024;
 /// The egress proxy's limits, as Podman's `--memory=128m --pids-limit=64`.
@@ -209,7 +209,7 @@ impl BwrapRuntime {
             layout: Mutex::new(None),
             mechanism: OnceLock::new(),
             // Known from the start: every call, the preflight included, answers unavailable.
-            terminal: Mutex::new(seccomp_missing(seccomp::program().as_deref())),
+            terminal: Mutex::new(seccomp_missing(seccomp::program())),
             poisoned: AtomicBool::new(false),
             settling: Settling::default(),
             weakened: Mutex::new(Vec::new()),
@@ -347,7 +347,7 @@ impl BwrapRuntime {
                 "--remount-ro",
                 "/",
                 "--chdir",
-                "/tmp",
+                proto::tools::DEFAULT_CWD,
                 "/bin/toolkit",
                 spec.tool.as_str(),
             ]
@@ -391,7 +391,7 @@ impl BwrapRuntime {
             ]
             .map(OsString::from),
         );
-        a.push(format!("{EGRESS_MOUNT}/{EGRESS_SOCKET}").into());
+        a.push(proto::tools::EGRESS_SOCKET.into());
         a.push("--allow".into());
         a.push(egress.hosts.join(",").into());
         for cidr in &egress.allow_addresses {
@@ -416,17 +416,6 @@ impl BwrapRuntime {
             redact(detail.trim_end()),
         );
         RunError::Unavailable(Unavailable::RunnerUnavailable)
-    }
-
-    fn malformed(&self, spec: &RunSpec, what: &str) -> RunError {
-        tracing::error!(
-            session = %spec.session,
-            call = %spec.call,
-            tool = %spec.tool,
-            status = "failed",
-            "refusing to run a malformed RunSpec: {what}"
-        );
-        RunError::Failed(Failure::CouldNotRun)
     }
 
     /// Logs each optional cgroup knob the first time it is found unsettable, and keeps it
@@ -826,8 +815,10 @@ fn sweep_sandboxes(bwrap: &Path, tools_root: &Path) -> (usize, Vec<String>) {
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return (0, failed);
     };
-    // SAFETY: getuid and getpid have no preconditions.
-    let (uid, me) = unsafe { (libc::getuid(), libc::getpid()) };
+    let (uid, me) = (
+        nix::unistd::getuid().as_raw(),
+        nix::unistd::getpid().as_raw(),
+    );
     let marker = tools_root.join("bin");
     for entry in entries.flatten() {
         let Some(pid) = entry
@@ -912,6 +903,11 @@ impl Runner for BwrapRuntime {
         lock(&self.weakened).clone()
     }
 
+    /// `tool_argv` sets both (`--setenv HOME /tmp --setenv TMPDIR /tmp`).
+    fn sets_home_and_tmpdir(&self) -> bool {
+        true
+    }
+
     /// Removes every sandbox, egress directory and sandbox cgroup a crashed brokerd left.
     fn sweep(&self) -> Result<usize, SweepError> {
         let (mut removed, mut failed) = sweep_sandboxes(&self.bwrap, &self.tools_root);
@@ -931,32 +927,41 @@ impl Runner for BwrapRuntime {
         super::run_to_the_end(|reply| self.run_replying(spec, reply))
     }
 
+    fn run_replying(&self, spec: &RunSpec, reply: Reply<'_>) {
+        super::run_call(self, spec, reply)
+    }
+}
+
+impl Steps for BwrapRuntime {
+    /// The tool's sandbox (its cgroup), then the proxy (stopped through its pidfd), its cgroup
+    /// and the egress directory: each confirmed when dropped, or the runtime is poisoned.
+    type Leftovers<'a> = (Option<Sandbox<'a>>, Option<ProxyGuard<'a>>);
+
+    fn refusal(&self, spec: &RunSpec) -> Option<RunError> {
+        let t = self.terminal()?;
+        Some(self.unavailable(
+            spec,
+            Trouble::Terminal(t),
+            "remembered from an earlier call",
+        ))
+    }
+
+    fn poisoned_answer(&self, spec: &RunSpec) -> RunError {
+        self.unavailable(spec, Trouble::Poisoned, "http_fetch is off")
+    }
+
+    fn settling(&self) -> &Settling {
+        &self.settling
+    }
+
     /// The answer leaves once the tool's bwrap has exited; its cgroup's removal and the
     /// proxy's stop come after it, still within the call.
-    fn run_replying(&self, spec: &RunSpec, reply: Reply<'_>) {
-        let started = Instant::now();
-        if let Some(what) = spec.malformation() {
-            return reply.send(Err(self.malformed(spec, &what)));
-        }
-        if let Some(t) = self.terminal() {
-            return reply.send(Err(self.unavailable(
-                spec,
-                Trouble::Terminal(t),
-                "remembered from an earlier call",
-            )));
-        }
-        if spec.egress.is_some() && self.poisoned() {
-            return reply.send(Err(self.unavailable(
-                spec,
-                Trouble::Poisoned,
-                "http_fetch is off",
-            )));
-        }
+    fn run_call<'a>(&'a self, spec: &'a RunSpec) -> Result<Ran<Self::Leftovers<'a>>, RunError> {
         let layout = match self.layout() {
             Ok(l) => l,
             Err(e) => {
                 let detail = format!("{}: {e}", self.tools_root.display());
-                return reply.send(Err(self.unavailable(spec, Trouble::ToolsRoot, &detail)));
+                return Err(self.unavailable(spec, Trouble::ToolsRoot, &detail));
             }
         };
         // What earlier sandboxes left must not count against this one's process limit.
@@ -974,21 +979,18 @@ impl Runner for BwrapRuntime {
             },
             None => self.run_tool(spec, &name, &layout, &mut sandbox),
         };
-        log_finished(spec, &name, &answer, started);
-        // Counted from before the answer leaves, so a call that starts after it waits for it.
-        let cleaning = (proxy.is_some() || sandbox.is_some()).then(|| self.settling.begin());
-        reply.send(answer);
-        // The tool's cgroup, then the proxy (stopped through its pidfd), its cgroup and the
-        // egress directory: each confirmed, or the runtime is poisoned.
-        drop(sandbox);
-        drop(proxy);
-        drop(cleaning);
+        let leftovers = (sandbox.is_some() || proxy.is_some()).then_some((sandbox, proxy));
+        Ok(Ran {
+            sandbox: name,
+            answer,
+            leftovers,
+        })
     }
 }
 
 /// A started bwrap, held by its pidfd. Dropping it stops it (SIGKILL through the pidfd,
 /// confirmed) and removes its cgroup; whatever cannot be confirmed poisons the runtime.
-struct Sandbox<'a> {
+pub(super) struct Sandbox<'a> {
     child: Child,
     pidfd: Pidfd,
     placement: Option<Placement>,
@@ -1097,7 +1099,7 @@ fn drop_placement(p: Placement, poisoned: &AtomicBool) {
 
 /// Stops the proxy and removes the egress directory when the call ends, however it ends:
 /// no proxy outlives its call (seed 003 section 1).
-struct ProxyGuard<'a> {
+pub(super) struct ProxyGuard<'a> {
     spec: &'a RunSpec,
     dir: PathBuf,
     sandbox: Option<Sandbox<'a>>,
@@ -1301,7 +1303,7 @@ mod tests {
             "{got:?}"
         );
         let program = seccomp::program();
-        assert_eq!(seccomp_missing(program.as_deref()), None);
+        assert_eq!(seccomp_missing(program), None);
         #[cfg(target_arch = "x86_64")]
         assert!(program.is_some(), "x86_64 has its filter");
     }

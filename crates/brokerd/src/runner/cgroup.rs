@@ -100,8 +100,7 @@ impl Mechanism {
             CgroupMode::SystemdScope => {
                 let systemd_run =
                     find_in_path("systemd-run").ok_or(CgroupUnavailable::NoSystemdRun)?;
-                // SAFETY: getuid has no preconditions.
-                let uid = unsafe { libc::getuid() };
+                let uid = nix::unistd::getuid().as_raw();
                 Ok(Mechanism::SystemdScope { systemd_run, uid })
             }
         }
@@ -379,12 +378,7 @@ pub fn scope_dir(uid: u32, unit: &str) -> PathBuf {
 }
 
 fn writable(dir: &Path) -> bool {
-    use std::os::unix::ffi::OsStrExt;
-    let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
-        return false;
-    };
-    // SAFETY: access reads a valid NUL-terminated path.
-    unsafe { libc::access(c.as_ptr(), libc::W_OK) == 0 }
+    nix::unistd::access(dir, nix::unistd::AccessFlags::W_OK).is_ok()
 }
 
 /// The first executable `name` in PATH.

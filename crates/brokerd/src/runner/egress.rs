@@ -12,9 +12,9 @@ use std::time::{Duration, Instant};
 use super::wake::first_ready_until;
 
 /// Where the egress directory appears inside both sandboxes.
-pub const EGRESS_MOUNT: &str = "/run/egress";
+pub const EGRESS_MOUNT: &str = proto::tools::EGRESS_DIR;
 /// The proxy's socket in that directory.
-pub const EGRESS_SOCKET: &str = "egress.sock";
+pub const EGRESS_SOCKET: &str = proto::tools::EGRESS_SOCKET_NAME;
 
 /// `<home>/run/egress/`
 pub fn egress_root(home: &Path) -> PathBuf {

@@ -7,19 +7,14 @@
 use std::io;
 use std::time::Duration;
 
+use nix::sys::resource::{setrlimit, Resource};
+
 /// Largest file a sandbox may write (RLIMIT_FSIZE): above the 64 MiB `/tmp` and far above
 /// anything a tool should write into a workspace in one call.
 pub const FILE_SIZE: u64 = 256 * 1024 * 1024;
 /// Open descriptors per process (RLIMIT_NOFILE): toolkit and busybox need a handful; the
 /// egress proxy needs two per connection and serves at most 8.
 pub const OPEN_FILES: u64 = 1024;
-
-/// setrlimit(2)'s resource type: glibc's own `__rlimit_resource_t`, a plain int elsewhere
-/// (musl, which boxctl and the end-to-end suite are built with).
-#[cfg(target_env = "gnu")]
-pub type Resource = libc::__rlimit_resource_t;
-#[cfg(not(target_env = "gnu"))]
-pub type Resource = libc::c_int;
 
 /// One sandbox's rlimits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,11 +48,11 @@ impl ResourceLimits {
     /// The (resource, value) pairs in the order they are set.
     pub fn table(&self) -> [(Resource, u64); 5] {
         [
-            (libc::RLIMIT_AS, self.address_space),
-            (libc::RLIMIT_NPROC, self.processes),
-            (libc::RLIMIT_FSIZE, self.file_size),
-            (libc::RLIMIT_NOFILE, self.open_files),
-            (libc::RLIMIT_CPU, self.cpu_seconds),
+            (Resource::RLIMIT_AS, self.address_space),
+            (Resource::RLIMIT_NPROC, self.processes),
+            (Resource::RLIMIT_FSIZE, self.file_size),
+            (Resource::RLIMIT_NOFILE, self.open_files),
+            (Resource::RLIMIT_CPU, self.cpu_seconds),
         ]
     }
 
@@ -65,14 +60,7 @@ impl ResourceLimits {
     /// setrlimit), so it may run in a `pre_exec` hook between fork and exec.
     pub fn apply(&self) -> io::Result<()> {
         for (resource, value) in self.table() {
-            let lim = libc::rlimit {
-                rlim_cur: value as libc::rlim_t,
-                rlim_max: value as libc::rlim_t,
-            };
-            // SAFETY: setrlimit reads one valid rlimit struct; it is async-signal-safe.
-            if unsafe { libc::setrlimit(resource, &lim) } != 0 {
-                return Err(io::Error::last_os_error());
-            }
+            setrlimit(resource, value, value)?;
         }
         Ok(())
     }

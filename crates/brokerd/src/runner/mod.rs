@@ -10,6 +10,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
+use proto::ident::valid_ident;
 use proto::tools::ToolName;
 
 pub use mounts::{DirId, MountChanged};
@@ -32,16 +33,13 @@ pub mod wake;
 /// restart's sweep has looked. A child whose parent died before the setting took effect exits
 /// before exec. The starting thread must wait for the child (every runner does).
 pub fn dies_with_brokerd(cmd: &mut Command) -> &mut Command {
-    // SAFETY: getpid has no preconditions.
-    let brokerd = unsafe { libc::getpid() };
+    let brokerd = nix::unistd::getpid();
     // SAFETY: the hook calls prctl and getppid, both async-signal-safe, and touches no memory
     // shared with the parent.
     unsafe {
         cmd.pre_exec(move || {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
-                return Err(io::Error::last_os_error());
-            }
-            if libc::getppid() != brokerd {
+            nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)?;
+            if nix::unistd::getppid() != brokerd {
                 return Err(io::Error::from_raw_os_error(libc::ESRCH));
             }
             Ok(())
@@ -106,7 +104,8 @@ impl RunSpec {
     /// source would be a named volume). The protocol and the policy rule these out before a
     /// spec exists; every runner checks again before it starts anything.
     pub fn malformation(&self) -> Option<String> {
-        if !valid_id(&self.session) || !valid_id(&self.call) {
+        // They become container, directory and cgroup names, so the runners check again.
+        if !valid_ident(&self.session) || !valid_ident(&self.call) {
             return Some("session or call is not an identifier".into());
         }
         if self.mounts.len() > mounts::MAX_MOUNTS {
@@ -155,7 +154,7 @@ impl Unavailable {
     /// The runbook entry that brokerd's log line ends with (never shown to the model).
     pub fn runbook(self) -> &'static str {
         match self {
-            Unavailable::RunnerUnavailable => "runbook/runner.md#runner-unavailable",
+            Unavailable::RunnerUnavailable => crate::runbook::RUNNER_UNAVAILABLE,
         }
     }
 }
@@ -320,6 +319,13 @@ pub trait Runner: Send + Sync {
     fn sweep(&self) -> Result<usize, SweepError> {
         Ok(0)
     }
+
+    /// Whether this runner's sandboxes set HOME and TMPDIR to /tmp, which the start-up
+    /// preflight then checks (bwrap's argument list sets them; Podman's, seed 003 section 6,
+    /// sets no environment).
+    fn sets_home_and_tmpdir(&self) -> bool {
+        false
+    }
 }
 
 /// The runner of a brokerd without `[runner]`: the broker refuses every call that would run
@@ -348,18 +354,74 @@ impl SweepError {
     }
 }
 
-/// DESIGN.md "Protocol": 1 to 64 of `A-Za-z0-9_.-`, not `.` or `..`. They become container,
-/// directory and cgroup names, so the runners check them again.
-pub(crate) fn valid_id(s: &str) -> bool {
-    (1..=64).contains(&s.len())
-        && s != "."
-        && s != ".."
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b))
+/// What one call is in either backend, with the steps that differ left to [`Steps`]: the
+/// spec's own checks, the backend's remembered refusal, http_fetch turned off by poisoning
+/// (seed 000 5.1.7), the run, its log line, the answer, and then the clean-up the answer does
+/// not depend on, counted in the backend's [`Settling`] from before the answer leaves so that
+/// a call that starts after it waits for it.
+fn run_call<S: Steps>(backend: &S, spec: &RunSpec, reply: Reply<'_>) {
+    let started = std::time::Instant::now();
+    if let Some(what) = spec.malformation() {
+        return reply.send(Err(malformed(spec, &what)));
+    }
+    if let Some(refusal) = backend.refusal(spec) {
+        return reply.send(Err(refusal));
+    }
+    if spec.egress.is_some() && backend.poisoned() {
+        return reply.send(Err(backend.poisoned_answer(spec)));
+    }
+    let ran = match backend.run_call(spec) {
+        Ok(ran) => ran,
+        Err(e) => return reply.send(Err(e)),
+    };
+    log_finished(spec, &ran.sandbox, &ran.answer, started);
+    let cleaning = ran.leftovers.as_ref().map(|_| backend.settling().begin());
+    reply.send(ran.answer);
+    drop(ran.leftovers);
+    drop(cleaning);
 }
 
-/// Where the operator reads about a grant directory that changed under brokerd.
-pub const MOUNT_CHANGED_RUNBOOK: &str = "runbook/runner.md#grant-directory-changed";
+/// The steps of a call that differ between the backends; [`run_call`] is the rest.
+trait Steps: Runner {
+    /// What a call leaves to stop and remove after its answer has left: dropping it does so.
+    type Leftovers<'a>
+    where
+        Self: 'a;
+
+    /// Why no call may start now, already logged: a failure remembered until restart.
+    fn refusal(&self, _spec: &RunSpec) -> Option<RunError> {
+        None
+    }
+
+    /// The logged answer of an http_fetch while containment is poisoned.
+    fn poisoned_answer(&self, spec: &RunSpec) -> RunError;
+
+    /// Runs the call. `Err`: nothing could start (already logged), so there is nothing to
+    /// clean and no "call finished" line.
+    fn run_call<'a>(&'a self, spec: &'a RunSpec) -> Result<Ran<Self::Leftovers<'a>>, RunError>;
+
+    /// The backend's clean-ups under way.
+    fn settling(&self) -> &Settling;
+}
+
+/// A call that ran: its container or sandbox name, its answer, and what is left to clean.
+struct Ran<L> {
+    pub sandbox: String,
+    pub answer: Result<RunOutput, RunError>,
+    pub leftovers: Option<L>,
+}
+
+/// A spec that should never have reached a runner (the protocol and config check these).
+fn malformed(spec: &RunSpec, what: &str) -> RunError {
+    tracing::error!(
+        session = %spec.session,
+        call = %spec.call,
+        tool = %spec.tool,
+        status = "failed",
+        "refusing to run a malformed RunSpec: {what}"
+    );
+    RunError::Failed(Failure::CouldNotRun)
+}
 
 /// The operator's log line for a mount source that changed, and the call's answer.
 pub(crate) fn mount_changed(spec: &RunSpec, e: MountChanged) -> RunError {
@@ -369,7 +431,8 @@ pub(crate) fn mount_changed(spec: &RunSpec, e: MountChanged) -> RunError {
         tool = %spec.tool,
         status = "refused",
         path = %e.path.display(),
-        "{e}; see {MOUNT_CHANGED_RUNBOOK}"
+        "{e}; see {}",
+        crate::runbook::GRANT_DIRECTORY_CHANGED
     );
     RunError::MountChanged(e)
 }
@@ -403,6 +466,127 @@ pub(crate) fn log_finished(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Mutex;
+
+    /// A backend that records what the skeleton asked of it, and when its leftovers went.
+    #[derive(Default)]
+    struct Recorder {
+        refuse: bool,
+        poisoned: bool,
+        settling: Settling,
+        events: Mutex<Vec<&'static str>>,
+    }
+
+    struct Left<'a>(&'a Recorder);
+    impl Drop for Left<'_> {
+        fn drop(&mut self) {
+            self.0.note("cleaned");
+        }
+    }
+
+    impl Recorder {
+        fn note(&self, what: &'static str) {
+            self.events.lock().expect("events").push(what);
+        }
+    }
+
+    impl Runner for Recorder {
+        fn run(&self, spec: &RunSpec) -> Result<RunOutput, RunError> {
+            run_to_the_end(|reply| self.run_replying(spec, reply))
+        }
+        fn run_replying(&self, spec: &RunSpec, reply: Reply<'_>) {
+            run_call(self, spec, reply)
+        }
+        fn poisoned(&self) -> bool {
+            self.poisoned
+        }
+    }
+
+    impl Steps for Recorder {
+        type Leftovers<'a> = Left<'a>;
+        fn refusal(&self, _spec: &RunSpec) -> Option<RunError> {
+            self.refuse
+                .then_some(RunError::Unavailable(Unavailable::RunnerUnavailable))
+        }
+        fn poisoned_answer(&self, _spec: &RunSpec) -> RunError {
+            RunError::Unavailable(Unavailable::RunnerUnavailable)
+        }
+        fn run_call<'a>(&'a self, _spec: &'a RunSpec) -> Result<Ran<Left<'a>>, RunError> {
+            self.note("ran");
+            Ok(Ran {
+                sandbox: "sandbox".into(),
+                answer: Ok(RunOutput {
+                    content: "out".into(),
+                    truncated: false,
+                }),
+                leftovers: Some(Left(self)),
+            })
+        }
+        fn settling(&self) -> &Settling {
+            &self.settling
+        }
+    }
+
+    /// Both backends' call: the checks in order, then the run, the answer, and only then the
+    /// clean-up, counted as under way while the answer leaves.
+    #[test]
+    fn the_skeleton_answers_before_it_cleans_up() {
+        let unavailable = Err(RunError::Unavailable(Unavailable::RunnerUnavailable));
+        let ran = Ok(RunOutput {
+            content: "out".into(),
+            truncated: false,
+        });
+        let answered: &[&str] = &["answered"];
+        let whole: &[&str] = &["ran", "answered", "cleaned"];
+        // (session, http_fetch, refuse, poisoned, answer, events)
+        let table = [
+            (
+                "..",
+                false,
+                false,
+                false,
+                Err(RunError::Failed(Failure::CouldNotRun)),
+                answered,
+            ),
+            ("s1", false, true, false, unavailable.clone(), answered),
+            ("s1", true, false, true, unavailable.clone(), answered),
+            ("s1", false, false, true, ran.clone(), whole),
+            ("s1", true, false, false, ran.clone(), whole),
+        ];
+        for (session, fetch, refuse, poisoned, answer, events) in table {
+            let backend = Recorder {
+                refuse,
+                poisoned,
+                ..Recorder::default()
+            };
+            let spec = RunSpec {
+                session: session.into(),
+                call: "c1".into(),
+                tool: ToolName::Shell,
+                input: Vec::new(),
+                mounts: Vec::new(),
+                egress: fetch.then(|| Egress {
+                    hosts: vec!["example.org".into()],
+                    allow_addresses: Vec::new(),
+                }),
+                timeout: Duration::from_secs(1),
+            };
+            let mut got = None;
+            run_call(
+                &backend,
+                &spec,
+                Reply::new(|a| {
+                    backend.note("answered");
+                    let now = std::time::Instant::now();
+                    let cleaning = !backend.settling.wait_for_earlier(now);
+                    assert_eq!(cleaning, events.len() > 1, "clean-up counted");
+                    got = Some(a);
+                }),
+            );
+            assert_eq!(got, Some(answer), "{session} {fetch} {refuse} {poisoned}");
+            assert_eq!(*backend.events.lock().expect("events"), events);
+        }
+    }
 
     /// A waiter waits for the clean-ups begun before it, and not for later ones.
     #[test]
@@ -438,22 +622,31 @@ mod tests {
         );
     }
 
+    /// A spec whose session or call could not name a sandbox is malformed (the rule itself is
+    /// proto::ident's, tested there).
     #[test]
     fn identifiers() {
         let cases = [
             ("s1", true),
             ("a.b_c-d", true),
-            (".", false),
             ("..", false),
             ("", false),
             ("a/b", false),
-            ("a b", false),
         ];
-        for (s, ok) in cases {
-            assert_eq!(valid_id(s), ok, "{s:?}");
+        for (id, ok) in cases {
+            for (session, call) in [(id, "c1"), ("s1", id)] {
+                let spec = RunSpec {
+                    session: session.into(),
+                    call: call.into(),
+                    tool: ToolName::Shell,
+                    input: Vec::new(),
+                    mounts: Vec::new(),
+                    egress: None,
+                    timeout: Duration::from_secs(1),
+                };
+                assert_eq!(spec.malformation().is_none(), ok, "{session:?} {call:?}");
+            }
         }
-        assert!(valid_id(&"a".repeat(64)));
-        assert!(!valid_id(&"a".repeat(65)));
     }
 
     /// The parent-death signal is tied to the starting thread: when it ends, so does the

@@ -13,9 +13,6 @@ use std::time::{Duration, Instant};
 
 use super::wake::first_ready;
 
-/// `P_PIDFD` of waitid(2) (Linux 5.4); the libc crate does not name it.
-const P_PIDFD: libc::idtype_t = 3;
-
 /// How long a process that was sent SIGKILL may take to be seen dead before the signal is
 /// sent once more (seed 000 5.1.8: one retry through the same pidfd, no other fallback).
 pub const KILL_CONFIRM: Duration = Duration::from_secs(2);
@@ -65,9 +62,8 @@ impl Pidfd {
         let fd = RawFd::try_from(fd)
             .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "fd out of range"))?;
         // SAFETY: the kernel just returned this descriptor to us, and nothing else owns it.
-        Ok(Pidfd {
-            fd: unsafe { OwnedFd::from_raw_fd(fd) },
-        })
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        Ok(Pidfd { fd })
     }
 
     /// The pidfd of a process that is not brokerd's child, found by `pid` in /proc (a sweep
@@ -96,9 +92,7 @@ impl Pidfd {
 
     /// Whether this kernel has pidfd_open (Linux 5.3): checked once, on brokerd itself.
     pub fn supported() -> io::Result<()> {
-        // SAFETY: getpid has no preconditions.
-        let me = unsafe { libc::getpid() };
-        Pidfd::open(me).map(drop)
+        Pidfd::open(nix::unistd::getpid().as_raw()).map(drop)
     }
 
     /// pidfd_send_signal(2).
@@ -143,7 +137,9 @@ impl Pidfd {
         self.fd.as_fd()
     }
 
-    /// Reaps the process once it has exited (waitid on the pidfd), giving its status.
+    /// Reaps the process once it has exited (waitid on the pidfd), giving its status. (libc,
+    /// not nix: nix's waitid cannot report a death by a real-time signal.) pidfd_open and
+    /// pidfd_send_signal above are raw system calls because nix has no wrapper for them.
     pub fn reap(&self) -> io::Result<ExitStatus> {
         loop {
             // SAFETY: siginfo_t is plain data; zeroed is a valid value to be overwritten.
@@ -152,7 +148,7 @@ impl Pidfd {
             // pidfd, which names one child of this process.
             let r = unsafe {
                 libc::waitid(
-                    P_PIDFD,
+                    libc::P_PIDFD,
                     self.fd.as_raw_fd() as libc::id_t,
                     &mut info,
                     libc::WEXITED,

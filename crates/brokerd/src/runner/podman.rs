@@ -25,8 +25,8 @@ pub use super::output::STDERR_KEEP;
 use super::output::{decode, verdict, Capture, Verdict, DRAIN_GRACE};
 use super::pidfd::Pidfd;
 use super::{
-    dies_with_brokerd, log_finished, mount_changed, Egress, Failure, Reply, RunError, RunOutput,
-    RunSpec, Runner, Settling, SweepError, Unavailable,
+    dies_with_brokerd, mount_changed, Egress, Failure, Ran, Reply, RunError, RunOutput, RunSpec,
+    Runner, Settling, Steps, SweepError, Unavailable,
 };
 use crate::config::RunnerConfig;
 // What podman and the tools print can quote the model's text: redacted before it is logged.
@@ -176,7 +176,7 @@ impl PodmanRuntime {
             "/bin/toolkit".into(),
             "egress-proxy".into(),
             "--socket".into(),
-            format!("{EGRESS_MOUNT}/{}", egress::EGRESS_SOCKET).into(),
+            proto::tools::EGRESS_SOCKET.into(),
             "--allow".into(),
             egress.hosts.join(",").into(),
         ];
@@ -201,18 +201,6 @@ impl PodmanRuntime {
             why.runbook()
         );
         RunError::Unavailable(why)
-    }
-
-    /// A spec that should never have reached a runner (the protocol and config check these).
-    fn malformed(&self, spec: &RunSpec, what: &str) -> RunError {
-        tracing::error!(
-            session = %spec.session,
-            call = %spec.call,
-            tool = %spec.tool,
-            status = "failed",
-            "refusing to run a malformed RunSpec: {what}"
-        );
-        RunError::Failed(Failure::CouldNotRun)
     }
 
     /// Runs a podman `kill`, `rm` or `run -d`, giving up after `limit`.
@@ -565,26 +553,31 @@ impl Runner for PodmanRuntime {
         super::run_to_the_end(|reply| self.run_replying(spec, reply))
     }
 
+    fn run_replying(&self, spec: &RunSpec, reply: Reply<'_>) {
+        super::run_call(self, spec, reply)
+    }
+}
+
+impl Steps for PodmanRuntime {
+    type Leftovers<'a> = EgressGuard<'a>;
+
+    fn poisoned_answer(&self, spec: &RunSpec) -> RunError {
+        self.unavailable(spec, Trouble::Poisoned, "http_fetch is off")
+    }
+
+    fn settling(&self) -> &Settling {
+        &self.settling
+    }
+
     /// The answer leaves once the tool container is gone (`run --rm`); the proxy's `rm -f` and
     /// the egress directory's removal come after it, still within the call.
-    fn run_replying(&self, spec: &RunSpec, reply: Reply<'_>) {
-        let started = Instant::now();
-        if let Some(what) = spec.malformation() {
-            return reply.send(Err(self.malformed(spec, &what)));
-        }
-        if spec.egress.is_some() && self.poisoned() {
-            return reply.send(Err(self.unavailable(
-                spec,
-                Trouble::Poisoned,
-                "http_fetch is off",
-            )));
-        }
+    fn run_call<'a>(&'a self, spec: &'a RunSpec) -> Result<Ran<EgressGuard<'a>>, RunError> {
         // Podman takes its mount sources as paths (seed 003 section 6) and follows links in
         // them, so the grant's directories are checked before the run and again after it: a
         // directory swapped in between makes the call a refusal, and nothing it printed
         // reaches the model (see `runner::mounts`).
         if let Err(e) = check_mounts(&spec.mounts) {
-            return reply.send(Err(mount_changed(spec, e)));
+            return Err(mount_changed(spec, e));
         }
         let name = PodmanRuntime::container_name(spec);
         let mut proxy = None;
@@ -601,18 +594,17 @@ impl Runner for PodmanRuntime {
         if let Err(e) = check_mounts(&spec.mounts) {
             answer = Err(mount_changed(spec, e));
         }
-        log_finished(spec, &name, &answer, started);
-        // Counted from before the answer leaves, so a call that starts after it waits for it.
-        let cleaning = proxy.as_ref().map(|_| self.settling.begin());
-        reply.send(answer);
-        drop(proxy);
-        drop(cleaning);
+        Ok(Ran {
+            sandbox: name,
+            answer,
+            leftovers: proxy,
+        })
     }
 }
 
 /// Removes the proxy container and the egress directory when the call ends, however it ends
 /// (a panic included): no proxy outlives its call (seed 003 section 1).
-struct EgressGuard<'a> {
+pub(super) struct EgressGuard<'a> {
     runtime: &'a PodmanRuntime,
     spec: &'a RunSpec,
     container: String,
@@ -672,11 +664,10 @@ fn kill_group(child: &mut Child) {
         return;
     }
     if let Ok(pid) = libc::pid_t::try_from(child.id()) {
-        // SAFETY: kill(2) with a negative pid signals that process group; the group was made
-        // by process_group(0) for this child, which is not reaped yet, so the id is not reused.
-        unsafe {
-            libc::kill(-pid, libc::SIGKILL);
-        }
+        // The group was made by process_group(0) for this child, which is not reaped yet, so
+        // the id is not reused.
+        let group = nix::unistd::Pid::from_raw(pid);
+        let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
     }
     let _ = child.kill();
     let _ = wait_until(child, Instant::now() + Duration::from_secs(1));

@@ -15,11 +15,7 @@ use std::sync::Mutex;
 
 /// Makes brokerd the child subreaper of everything it starts (prctl PR_SET_CHILD_SUBREAPER).
 pub fn adopt_orphans() -> io::Result<()> {
-    // SAFETY: prctl with PR_SET_CHILD_SUBREAPER takes one integer and touches no memory.
-    if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+    nix::sys::prctl::set_child_subreaper(true).map_err(io::Error::from)
 }
 
 /// One reaper at a time: a zombie seen by one must not be reaped by another before the first
@@ -82,6 +78,8 @@ fn field<'a>(status: &'a str, name: &str) -> Option<&'a str> {
 /// waitid for one exited child, without blocking. A zombie child's PID cannot be reused before
 /// it is reaped; brokerd's other code reaps only its own children through their pidfds, never
 /// a namespace's PID 1, and reapers take turns, so the PID still names the same process.
+/// (libc, not nix: nix's waitid reaps a child killed by a real-time signal and then reports
+/// EINVAL, which would count it as not reaped.)
 fn reap(pid: libc::pid_t) -> bool {
     let Ok(id) = libc::id_t::try_from(pid) else {
         return false;

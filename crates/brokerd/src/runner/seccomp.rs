@@ -7,124 +7,125 @@
 //! store, eBPF, mounting, module and kexec loading, handles that bypass path lookup, perf
 //! events, userfaultfd, io_uring, namespace joining. Denied calls fail with EPERM (a program
 //! sees an ordinary error); a foreign architecture or the x32 ABI kills the process, so the
-//! numbers below cannot be dodged by switching ABI.
+//! deny list cannot be dodged by switching ABI. seccompiler compiles the list; the x32 guard
+//! is ours, because a deny list (unlike firecracker's allow lists) must catch x32 numbers.
 
 use std::io::{self, Seek, SeekFrom, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::process::Command;
+use std::sync::OnceLock;
+
+use nix::sys::memfd::{memfd_create, MFdFlags};
+pub use seccompiler::sock_filter as SockFilter;
+#[cfg(target_arch = "x86_64")]
+use seccompiler::{BpfProgram, SeccompAction, SeccompFilter, TargetArch};
 
 /// The descriptor bwrap reads the program from: the argument lists say `--seccomp 3`.
 pub const FD: i32 = 3;
 
-/// `struct sock_filter`, as the kernel and bwrap read it.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SockFilter {
-    code: u16,
-    jt: u8,
-    jf: u8,
-    k: u32,
-}
-
-const BPF_LD_W_ABS: u16 = 0x20; // BPF_LD | BPF_W | BPF_ABS
-const BPF_JEQ_K: u16 = 0x15; // BPF_JMP | BPF_JEQ | BPF_K
-const BPF_JGE_K: u16 = 0x35; // BPF_JMP | BPF_JGE | BPF_K
-const BPF_RET_K: u16 = 0x06; // BPF_RET | BPF_K
-
-const SECCOMP_RET_KILL_PROCESS: u32 = 0x8000_0000;
-const SECCOMP_RET_ERRNO: u32 = 0x0005_0000;
-const SECCOMP_RET_ALLOW: u32 = 0x7fff_0000;
-const AUDIT_ARCH_X86_64: u32 = 0xc000_003e;
-/// System call numbers at or above this are the x32 ABI on x86_64.
-const X32_SYSCALL_BIT: u32 = 0x4000_0000;
-
-/// `struct seccomp_data`: the syscall number is at offset 0, the architecture at 4.
-const OFFSET_NR: u32 = 0;
-const OFFSET_ARCH: u32 = 4;
-
-/// The denied calls, by x86_64 number and name.
+/// The denied calls, by number and name.
 #[cfg(target_arch = "x86_64")]
-pub const DENIED: &[(u32, &str)] = &[
-    (101, "ptrace"),
-    (310, "process_vm_readv"),
-    (311, "process_vm_writev"),
-    (248, "add_key"),
-    (249, "request_key"),
-    (250, "keyctl"),
-    (321, "bpf"),
-    (165, "mount"),
-    (166, "umount2"),
-    (155, "pivot_root"),
-    (428, "open_tree"),
-    (429, "move_mount"),
-    (430, "fsopen"),
-    (431, "fsconfig"),
-    (432, "fsmount"),
-    (433, "fspick"),
-    (442, "mount_setattr"),
-    (175, "init_module"),
-    (313, "finit_module"),
-    (176, "delete_module"),
-    (246, "kexec_load"),
-    (320, "kexec_file_load"),
-    (303, "name_to_handle_at"),
-    (304, "open_by_handle_at"),
-    (298, "perf_event_open"),
-    (323, "userfaultfd"),
-    (425, "io_uring_setup"),
-    (426, "io_uring_enter"),
-    (427, "io_uring_register"),
-    (308, "setns"),
-    (163, "acct"),
-    (167, "swapon"),
-    (168, "swapoff"),
-    (169, "reboot"),
+pub const DENIED: &[(libc::c_long, &str)] = &[
+    (libc::SYS_ptrace, "ptrace"),
+    (libc::SYS_process_vm_readv, "process_vm_readv"),
+    (libc::SYS_process_vm_writev, "process_vm_writev"),
+    (libc::SYS_add_key, "add_key"),
+    (libc::SYS_request_key, "request_key"),
+    (libc::SYS_keyctl, "keyctl"),
+    (libc::SYS_bpf, "bpf"),
+    (libc::SYS_mount, "mount"),
+    (libc::SYS_umount2, "umount2"),
+    (libc::SYS_pivot_root, "pivot_root"),
+    (libc::SYS_open_tree, "open_tree"),
+    (libc::SYS_move_mount, "move_mount"),
+    (libc::SYS_fsopen, "fsopen"),
+    (libc::SYS_fsconfig, "fsconfig"),
+    (libc::SYS_fsmount, "fsmount"),
+    (libc::SYS_fspick, "fspick"),
+    (libc::SYS_mount_setattr, "mount_setattr"),
+    (libc::SYS_init_module, "init_module"),
+    (libc::SYS_finit_module, "finit_module"),
+    (libc::SYS_delete_module, "delete_module"),
+    (libc::SYS_kexec_load, "kexec_load"),
+    (libc::SYS_kexec_file_load, "kexec_file_load"),
+    (libc::SYS_name_to_handle_at, "name_to_handle_at"),
+    (libc::SYS_open_by_handle_at, "open_by_handle_at"),
+    (libc::SYS_perf_event_open, "perf_event_open"),
+    (libc::SYS_userfaultfd, "userfaultfd"),
+    (libc::SYS_io_uring_setup, "io_uring_setup"),
+    (libc::SYS_io_uring_enter, "io_uring_enter"),
+    (libc::SYS_io_uring_register, "io_uring_register"),
+    (libc::SYS_setns, "setns"),
+    (libc::SYS_acct, "acct"),
+    (libc::SYS_swapon, "swapon"),
+    (libc::SYS_swapoff, "swapoff"),
+    (libc::SYS_reboot, "reboot"),
 ];
 
-fn stmt(code: u16, k: u32) -> SockFilter {
-    SockFilter {
-        code,
-        jt: 0,
-        jf: 0,
-        k,
-    }
+/// System call numbers at or above this are the x32 ABI on x86_64, where the deny list's
+/// numbers do not apply: such a call kills the process.
+#[cfg(target_arch = "x86_64")]
+const X32_SYSCALL_BIT: u32 = 0x4000_0000;
+
+/// The x32 guard, run before seccompiler's program. It is correct whatever the architecture:
+/// a foreign one is killed by seccompiler's architecture check anyway.
+#[cfg(target_arch = "x86_64")]
+fn x32_guard() -> [SockFilter; 3] {
+    const BPF_LD_W_ABS: u16 = 0x20; // BPF_LD | BPF_W | BPF_ABS
+    const BPF_JGE_K: u16 = 0x35; // BPF_JMP | BPF_JGE | BPF_K
+    const BPF_RET_K: u16 = 0x06; // BPF_RET | BPF_K
+    const OFFSET_NR: u32 = 0; // `struct seccomp_data`: the call's number comes first
+    let kill = u32::from(SeccompAction::KillProcess);
+    [
+        SockFilter {
+            code: BPF_LD_W_ABS,
+            jt: 0,
+            jf: 0,
+            k: OFFSET_NR,
+        },
+        SockFilter {
+            code: BPF_JGE_K,
+            jt: 0,
+            jf: 1,
+            k: X32_SYSCALL_BIT,
+        },
+        SockFilter {
+            code: BPF_RET_K,
+            jt: 0,
+            jf: 0,
+            k: kill,
+        },
+    ]
 }
 
-fn jump(code: u16, k: u32, jt: u8, jf: u8) -> SockFilter {
-    SockFilter { code, jt, jf, k }
+#[cfg(target_arch = "x86_64")]
+fn compile() -> Option<BpfProgram> {
+    let rules = DENIED.iter().map(|&(nr, _)| (nr, Vec::new())).collect();
+    let filter = SeccompFilter::new(
+        rules,
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::EPERM as u32),
+        TargetArch::x86_64,
+    )
+    .ok()?;
+    let listed = BpfProgram::try_from(filter).ok()?;
+    let mut program = x32_guard().to_vec();
+    program.extend(listed);
+    Some(program)
 }
 
-/// The filter program, or `None` on an architecture it has no numbers for: the bwrap runtime
-/// then answers every call `unavailable` (a terminal failure), never a sandbox without it.
-pub fn program() -> Option<Vec<SockFilter>> {
-    #[cfg(target_arch = "x86_64")]
-    {
-        let n = DENIED.len();
-        // Layout: [0] load arch, [1] arch ok?, [2] kill, [3] load nr, [4] x32?, then one jeq
-        // per denied call jumping to the EPERM return, then allow, then EPERM.
-        let mut p = vec![
-            stmt(BPF_LD_W_ABS, OFFSET_ARCH),
-            jump(BPF_JEQ_K, AUDIT_ARCH_X86_64, 1, 0),
-            stmt(BPF_RET_K, SECCOMP_RET_KILL_PROCESS),
-            stmt(BPF_LD_W_ABS, OFFSET_NR),
-            // x32: to the kill above is a backward jump, which BPF forbids; kill here instead.
-            jump(BPF_JGE_K, X32_SYSCALL_BIT, 0, 1),
-            stmt(BPF_RET_K, SECCOMP_RET_KILL_PROCESS),
-        ];
-        for (i, (nr, _)) in DENIED.iter().enumerate() {
-            // From this jeq, the EPERM return is past the remaining jeqs and the allow.
-            let to_eperm = (n - 1 - i) + 1;
-            p.push(jump(BPF_JEQ_K, *nr, to_eperm as u8, 0));
-        }
-        p.push(stmt(BPF_RET_K, SECCOMP_RET_ALLOW));
-        p.push(stmt(BPF_RET_K, SECCOMP_RET_ERRNO | libc::EPERM as u32));
-        Some(p)
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        None
-    }
+#[cfg(not(target_arch = "x86_64"))]
+fn compile() -> Option<Vec<SockFilter>> {
+    None
+}
+
+/// The filter program, or `None` on an architecture it has no deny list for: the bwrap
+/// runtime then answers every call `unavailable` (a terminal failure), never a sandbox
+/// without it. Compiled once.
+pub fn program() -> Option<&'static [SockFilter]> {
+    static PROGRAM: OnceLock<Option<Vec<SockFilter>>> = OnceLock::new();
+    PROGRAM.get_or_init(compile).as_deref()
 }
 
 /// The program as bytes, in the layout bwrap reads from its `--seccomp` descriptor.
@@ -142,14 +143,8 @@ pub fn bytes(p: &[SockFilter]) -> Vec<u8> {
 /// A fresh descriptor holding the program, positioned at its start, for one bwrap to read.
 /// (One per sandbox: bwrap reads from the current offset, which dup'ed descriptors share.)
 pub fn memfd(program: &[SockFilter]) -> io::Result<OwnedFd> {
-    // SAFETY: the name is a valid NUL-terminated string; flags are constants.
-    let fd = unsafe { libc::memfd_create(c"boxmaker-seccomp".as_ptr(), libc::MFD_CLOEXEC) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: memfd_create returned a new descriptor that nothing else owns.
-    let owned = unsafe { OwnedFd::from_raw_fd(fd) };
-    let mut file = std::fs::File::from(owned);
+    let fd = memfd_create(c"boxmaker-seccomp", MFdFlags::MFD_CLOEXEC)?;
+    let mut file = std::fs::File::from(fd);
     file.write_all(&bytes(program))?;
     file.seek(SeekFrom::Start(0))?;
     Ok(OwnedFd::from(file))
@@ -162,10 +157,11 @@ pub fn pass_to(cmd: &mut Command) -> io::Result<Option<OwnedFd>> {
     let Some(p) = program() else {
         return Ok(None);
     };
-    let fd = memfd(&p)?;
+    let fd = memfd(p)?;
     let raw = fd.as_raw_fd();
     // SAFETY: the hook calls only dup2 and fcntl, both async-signal-safe, on a descriptor
-    // that stays open in the parent until the caller drops the returned OwnedFd.
+    // that stays open in the parent until the caller drops the returned OwnedFd. (libc, not
+    // nix: nix's dup2 wants to own the target descriptor, which here is only a number.)
     unsafe {
         cmd.pre_exec(move || {
             // dup2 leaves the copy open across exec; a descriptor already at FD only needs
@@ -184,75 +180,81 @@ pub fn pass_to(cmd: &mut Command) -> io::Result<Option<OwnedFd>> {
     Ok(Some(fd))
 }
 
-#[cfg(all(test, target_arch = "x86_64"))]
+#[cfg(test)]
+#[cfg(target_arch = "x86_64")]
 mod tests {
     use super::*;
+    use nix::sys::signal::Signal;
+    use nix::sys::wait::{waitpid, WaitStatus};
+    use nix::unistd::{fork, ForkResult};
 
-    /// Loads the program in a forked child of the test and reports, through the exit code,
-    /// whether each denied call failed with EPERM and an ordinary call still worked.
-    fn run_in_child(check: fn() -> bool) -> bool {
+    /// How a forked child of the test ended after loading the program and running `check`:
+    /// exit 0 if the check held, 1 if not, or the signal that killed it.
+    fn in_filtered_child(check: fn() -> bool) -> WaitStatus {
         let p = program().expect("x86_64 has a program");
-        let prog = libc::sock_fprog {
-            len: p.len() as u16,
-            filter: p.as_ptr() as *mut libc::sock_filter,
-        };
-        // SAFETY: fork in a test; the child only makes system calls and exits.
-        let pid = unsafe { libc::fork() };
-        assert!(pid >= 0, "fork");
-        if pid == 0 {
-            // SAFETY: prctl with valid arguments; `prog` outlives the call.
-            let ok = unsafe {
-                libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0
-                    && libc::prctl(
-                        libc::PR_SET_SECCOMP,
-                        libc::SECCOMP_MODE_FILTER,
-                        &prog as *const _,
-                    ) == 0
-            };
-            let code = if ok && check() { 0 } else { 1 };
-            // SAFETY: leave the forked child without running the test harness's destructors.
-            unsafe { libc::_exit(code) };
+        // SAFETY: the child only makes system calls (no allocation, no locks) and leaves with
+        // _exit, so the test harness's other threads cannot be caught mid-lock.
+        match unsafe { fork() }.expect("fork") {
+            ForkResult::Child => {
+                let ok = seccompiler::apply_filter(p).is_ok() && check();
+                // SAFETY: leaves the child without running the harness's exit handlers.
+                unsafe { libc::_exit(if ok { 0 } else { 1 }) }
+            }
+            ForkResult::Parent { child } => waitpid(child, None).expect("waitpid"),
         }
-        let mut status = 0;
-        // SAFETY: waiting for the child just forked.
-        unsafe { libc::waitpid(pid, &mut status, 0) };
-        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0
+    }
+
+    fn passed(status: WaitStatus) -> bool {
+        matches!(status, WaitStatus::Exited(_, 0))
     }
 
     fn denied_calls_fail_with_eperm() -> bool {
-        DENIED.iter().all(|(nr, _)| {
+        DENIED.iter().all(|&(nr, _)| {
             // SAFETY: every argument is zero; a denied call never reaches the kernel's handler.
-            let r = unsafe { libc::syscall(*nr as libc::c_long, 0, 0, 0, 0, 0, 0) };
+            let r = unsafe { libc::syscall(nr, 0, 0, 0, 0, 0, 0) };
             r == -1 && io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
         })
     }
 
     fn ordinary_calls_work() -> bool {
-        // SAFETY: getpid and a pipe have no preconditions.
-        unsafe {
-            let mut fds = [0; 2];
-            libc::getpid() > 0 && libc::pipe(fds.as_mut_ptr()) == 0
-        }
+        // Nothing that allocates: the child of a threaded test must not take malloc's lock.
+        nix::unistd::getpid().as_raw() > 0
+            && nix::unistd::pipe().is_ok()
+            && nix::sys::stat::stat("/").is_ok()
+    }
+
+    fn an_x32_call() -> bool {
+        // SAFETY: getpid under the x32 ABI's numbering takes no arguments and changes nothing.
+        unsafe { libc::syscall(libc::SYS_getpid | X32_SYSCALL_BIT as libc::c_long) };
+        true
     }
 
     #[test]
     fn the_filter_denies_its_list_and_allows_the_rest() {
         assert!(
-            run_in_child(denied_calls_fail_with_eperm),
+            passed(in_filtered_child(denied_calls_fail_with_eperm)),
             "a denied call got through"
         );
         assert!(
-            run_in_child(ordinary_calls_work),
+            passed(in_filtered_child(ordinary_calls_work)),
             "an ordinary call was denied"
         );
     }
 
     #[test]
+    fn an_x32_call_kills_the_process() {
+        match in_filtered_child(an_x32_call) {
+            WaitStatus::Signaled(_, Signal::SIGSYS, _) => {}
+            other => panic!("an x32 call was not killed: {other:?}"),
+        }
+    }
+
+    #[test]
     fn the_program_is_well_formed() {
         let p = program().unwrap();
-        assert!(p.len() < 256, "jump offsets are u8");
-        assert_eq!(bytes(&p).len(), p.len() * 8);
-        assert_eq!(p[p.len() - 2], stmt(BPF_RET_K, SECCOMP_RET_ALLOW));
+        assert!(p.len() < 4096, "BPF_MAXINSNS");
+        assert_eq!(bytes(p).len(), p.len() * 8);
+        assert_eq!(p[..3], x32_guard());
         let mut names: Vec<&str> = DENIED.iter().map(|d| d.1).collect();
         names.sort();
         names.dedup();

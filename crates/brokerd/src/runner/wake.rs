@@ -103,9 +103,8 @@ impl Signal {
             return Err(io::Error::last_os_error());
         }
         // SAFETY: the kernel just returned this descriptor, and nothing else owns it.
-        Ok(Signal {
-            fd: unsafe { OwnedFd::from_raw_fd(fd) },
-        })
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        Ok(Signal { fd })
     }
 
     /// Makes the descriptor readable, for good (it is never read, so it stays so).

@@ -1,0 +1,318 @@
+//! The two preflights (seed 000 5.1.6): what each runs and how its answer is judged. The
+//! broker decides when one runs and `probe` keeps its outcome; this module knows what a
+//! working sandbox looks like, and asks the runner for what differs between backends.
+//!
+//! - The start-up preflight: a real minimal shell sandbox, in the default working directory
+//!   with a writable /tmp, every directory a grant may write mounted as a call would mount
+//!   it, and (with `enforce_limits`) its own pids and memory limits read back.
+//! - The network preflight, before the first http_fetch: a proxy allowed only
+//!   `allowed.invalid`, and a fetch of [`NETWORK_PREFLIGHT_URL`] through it, which the proxy
+//!   must refuse by name. No name is resolved and no packet leaves.
+
+use std::time::Duration;
+
+use proto::tools::{ToolName, DEFAULT_CWD};
+
+use crate::audit;
+use crate::config::{self, RunnerConfig};
+use crate::policy::Policy;
+use crate::probe::Preflight;
+use crate::runbook;
+use crate::runner::{Egress, Mount, RunError, RunOutput, RunSpec, Runner};
+
+/// What the network preflight fetches: a name under `.invalid` (RFC 6761), never resolved.
+pub const NETWORK_PREFLIGHT_URL: &str = "https://preflight.invalid/";
+
+/// How a preflight's sandbox ended: the runner's answer, or the task that ran it failing.
+pub type Outcome = Result<Result<RunOutput, RunError>, String>;
+
+/// The start-up preflight: the call it runs and the answer it expects.
+#[derive(Debug, Clone)]
+pub struct Sandbox {
+    pub spec: RunSpec,
+    expected: String,
+    home_and_tmpdir: bool,
+    workspaces: usize,
+    limits: bool,
+}
+
+impl Sandbox {
+    /// The preflight for `rc` (`None`: no `[runner]`, defaults only) on `runner`, with
+    /// `workspaces` mounted writable.
+    pub fn new(rc: Option<&RunnerConfig>, runner: &dyn Runner, workspaces: Vec<Mount>) -> Sandbox {
+        let limit = Duration::from_millis(rc.map_or(30_000, |r| r.shell_ms));
+        // With enforce_limits the sandbox reads its own limits back (cgroup v2 files): where
+        // they would be ignored, the files are absent or say "max", and calls stay unavailable.
+        let limits = rc.filter(|r| r.enforce_limits).map(|r| {
+            (
+                r.pids.to_string(),
+                config::memory_bytes(&r.memory).unwrap_or(0).to_string(),
+            )
+        });
+        let mut command = String::from("pwd && test -w /tmp && echo tmp-writable");
+        let mut expected = format!("{DEFAULT_CWD}\ntmp-writable\n");
+        let home_and_tmpdir = runner.sets_home_and_tmpdir();
+        if home_and_tmpdir {
+            command.push_str(" && echo \"home=$HOME tmpdir=$TMPDIR\"");
+            expected.push_str("home=/tmp tmpdir=/tmp\n");
+        }
+        for dir in &workspaces {
+            let quoted = shell_quote(&dir.path.to_string_lossy());
+            command.push_str(&format!(" && test -w {quoted} && echo writable"));
+            expected.push_str("writable\n");
+        }
+        if let Some((pids, memory)) = &limits {
+            command.push_str(" && cat /sys/fs/cgroup/pids.max /sys/fs/cgroup/memory.max");
+            expected.push_str(&format!("{pids}\n{memory}\n"));
+        }
+        let input =
+            serde_json::to_vec(&proto::tools::ShellArgs { command, cwd: None }).unwrap_or_default();
+        Sandbox {
+            workspaces: workspaces.len(),
+            spec: RunSpec {
+                session: "preflight".into(),
+                call: "preflight".into(),
+                tool: ToolName::Shell,
+                input,
+                mounts: workspaces,
+                egress: None,
+                timeout: limit,
+            },
+            expected,
+            home_and_tmpdir,
+            limits: limits.is_some(),
+        }
+    }
+
+    /// Whether the sandbox answered as a working one does.
+    pub fn judge(&self, outcome: Outcome) -> Preflight {
+        let expected = &self.expected;
+        match outcome {
+            Ok(Ok(RunOutput { content, .. })) if content.starts_with(expected) => Preflight {
+                terminal: false,
+                ok: true,
+                detail: format!(
+                    "a sandbox ran in /tmp with a writable /tmp{}{}{}",
+                    if self.home_and_tmpdir {
+                        ", HOME and TMPDIR /tmp"
+                    } else {
+                        ""
+                    },
+                    match self.workspaces {
+                        0 => String::new(),
+                        n => format!(
+                            ", {n} writable grant director{}",
+                            if n == 1 { "y" } else { "ies" }
+                        ),
+                    },
+                    if self.limits {
+                        " and read back its pids and memory limits"
+                    } else {
+                        " (limits not enforced)"
+                    }
+                ),
+            },
+            Ok(Ok(RunOutput { content, .. })) => Preflight {
+                terminal: false,
+                ok: false,
+                detail: format!(
+                    "the preflight sandbox answered {:?}, expected it to start with {expected:?}",
+                    audit::clip(&content)
+                ),
+            },
+            Ok(Err(e)) => Preflight {
+                terminal: false,
+                ok: false,
+                detail: format!("the preflight sandbox failed: {e}"),
+            },
+            Err(e) => Preflight {
+                terminal: false,
+                ok: false,
+                detail: format!("the preflight task failed: {e}"),
+            },
+        }
+    }
+}
+
+/// The network preflight's call, for `rc`'s http_fetch time limit.
+pub fn network_spec(rc: Option<&RunnerConfig>) -> RunSpec {
+    let input = serde_json::to_vec(&proto::tools::HttpFetchArgs {
+        url: NETWORK_PREFLIGHT_URL.into(),
+    })
+    .unwrap_or_default();
+    let limit = rc.map_or(Duration::from_secs(30), |r| {
+        r.time_limit(ToolName::HttpFetch)
+    });
+    RunSpec {
+        session: "preflight".into(),
+        call: "network".into(),
+        tool: ToolName::HttpFetch,
+        input,
+        mounts: Vec::new(),
+        egress: Some(Egress {
+            hosts: vec!["allowed.invalid".into()],
+            allow_addresses: Vec::new(),
+        }),
+        timeout: limit,
+    }
+}
+
+/// Whether the proxy refused the fetch by name, as a working proxy path does.
+pub fn judge_network(outcome: Outcome) -> Preflight {
+    let prefix = format!("http_fetch: {NETWORK_PREFLIGHT_URL}: ");
+    match outcome {
+        Ok(Ok(RunOutput { content, .. }))
+            if content.starts_with(&prefix) && content.contains("SOCKS") =>
+        {
+            Preflight {
+                terminal: false,
+                ok: true,
+                detail: format!(
+                    "the egress proxy refused a host it was not given: {}",
+                    content.trim_end()
+                ),
+            }
+        }
+        Ok(Ok(RunOutput { content, .. })) => Preflight {
+            terminal: false,
+            ok: false,
+            detail: format!(
+                "the proxy path answered {:?}, not the proxy's refusal",
+                audit::clip(&content)
+            ),
+        },
+        Ok(Err(e)) => Preflight {
+            terminal: false,
+            ok: false,
+            detail: format!("the proxy path failed: {e}"),
+        },
+        Err(e) => Preflight {
+            terminal: false,
+            ok: false,
+            detail: format!("the network preflight task failed: {e}"),
+        },
+    }
+}
+
+/// Marks a failed preflight terminal when the runner remembered why it can never start.
+pub fn settle(runner: &dyn Runner, p: &mut Preflight) {
+    if p.ok {
+        return;
+    }
+    if let Some(why) = runner.terminal_failure() {
+        p.terminal = true;
+        p.detail = format!("{}; remembered until restart: {why}", p.detail);
+    }
+}
+
+/// Every directory some grant may write, once each, in config order.
+pub fn writable_grant_dirs(policy: &Policy) -> Vec<Mount> {
+    let mut dirs: Vec<Mount> = Vec::new();
+    for grant in policy.grants() {
+        for r in grant.workspace.roots().iter().filter(|r| r.write) {
+            if !dirs.iter().any(|d| d.path == r.path) {
+                dirs.push(Mount {
+                    path: r.path.clone(),
+                    write: true,
+                    id: r.id,
+                });
+            }
+        }
+    }
+    dirs
+}
+
+/// A preflight's outcome in the journal, with when it is tried again.
+pub fn log(which: &str, p: &Preflight, next_try: Option<Duration>) {
+    match (p.ok, next_try) {
+        (true, _) => tracing::info!(detail = p.detail, "{which} passed"),
+        (false, Some(wait)) => tracing::error!(
+            detail = p.detail,
+            next_try_in_s = wait.as_secs(),
+            "{which} failed; tried again by a call in {}s; until then calls that need it answer unavailable; see {}",
+            wait.as_secs(),
+            runbook::RUNNER_UNAVAILABLE
+        ),
+        (false, None) => tracing::error!(
+            detail = p.detail,
+            "{which} failed for good: calls that need it answer unavailable until brokerd restarts; see {}",
+            runbook::RUNNER_UNAVAILABLE
+        ),
+    }
+}
+
+/// `s` in single quotes for sh, each `'` written as `'\''`.
+fn shell_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "'\\''"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runner::NoRunner;
+
+    fn ran(content: &str) -> Outcome {
+        Ok(Ok(RunOutput {
+            content: content.into(),
+            truncated: false,
+        }))
+    }
+
+    /// A runner whose sandboxes set HOME and TMPDIR, as bwrap's do.
+    struct SetsHome;
+    impl Runner for SetsHome {
+        fn run(&self, _spec: &RunSpec) -> Result<RunOutput, RunError> {
+            Err(RunError::Unavailable(
+                crate::runner::Unavailable::RunnerUnavailable,
+            ))
+        }
+        fn sets_home_and_tmpdir(&self) -> bool {
+            true
+        }
+    }
+
+    /// (runner sets HOME, sandbox output, passes)
+    #[test]
+    fn the_sandbox_preflight_asks_what_the_runner_promises() {
+        let table: [(&dyn Runner, &str, bool); 5] = [
+            (&NoRunner, "/tmp\ntmp-writable\n", true),
+            (&NoRunner, "/\ntmp-writable\n", false),
+            (
+                &SetsHome,
+                "/tmp\ntmp-writable\nhome=/tmp tmpdir=/tmp\n",
+                true,
+            ),
+            (&SetsHome, "/tmp\ntmp-writable\n", false),
+            (&SetsHome, "/tmp\ntmp-writable\nhome=/ tmpdir=/tmp\n", false),
+        ];
+        for (runner, content, ok) in table {
+            let probe = Sandbox::new(None, runner, Vec::new());
+            assert_eq!(probe.judge(ran(content)).ok, ok, "{content:?}");
+        }
+        let detail = Sandbox::new(None, &SetsHome, Vec::new())
+            .judge(ran("/tmp\ntmp-writable\nhome=/tmp tmpdir=/tmp\n"))
+            .detail;
+        assert_eq!(
+            detail,
+            "a sandbox ran in /tmp with a writable /tmp, HOME and TMPDIR /tmp (limits not enforced)"
+        );
+    }
+
+    #[test]
+    fn the_network_preflight_passes_only_on_the_proxy_s_refusal() {
+        let refusal = "http_fetch: https://preflight.invalid/: curl: (97) Can't complete SOCKS5 connection to preflight.invalid. (2)\n";
+        assert!(judge_network(ran(refusal)).ok);
+        assert!(!judge_network(ran("http_fetch: https://preflight.invalid/: 200 OK\n")).ok);
+        assert!(!judge_network(Err("panicked".into())).ok);
+        let spec = network_spec(None);
+        assert_eq!(
+            spec.egress.map(|e| e.hosts),
+            Some(vec!["allowed.invalid".into()])
+        );
+    }
+
+    #[test]
+    fn quoting() {
+        assert_eq!(shell_quote("/w/it's"), "'/w/it'\\''s'");
+    }
+}
