@@ -266,12 +266,22 @@ impl Broker {
     /// Appends one record, synced, off the async threads.
     async fn record(&self, rec: Record) -> Result<audit::Head, String> {
         let audit = self.audit.clone();
-        let written = tokio::task::spawn_blocking(move || {
+        let append = move || {
             let mut a = audit.lock().unwrap_or_else(|p| p.into_inner());
             a.append(rec).map_err(|e| e.to_string())
-        })
-        .await;
-        match written {
+        };
+        // On brokerd's multi-threaded runtime the write and its sync run on this thread, the
+        // runtime's other work moving to another: no hand-over to a blocking thread and back
+        // on the call's path (two wake-ups, each dear on a virtual machine). Elsewhere (a
+        // current-thread runtime in tests) a blocking thread takes it.
+        let flavor = tokio::runtime::Handle::current().runtime_flavor();
+        if flavor == tokio::runtime::RuntimeFlavor::MultiThread {
+            let written = tokio::task::block_in_place(|| {
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(append))
+            });
+            return written.unwrap_or_else(|_| Err("the audit task failed: it panicked".into()));
+        }
+        match tokio::task::spawn_blocking(append).await {
             Ok(r) => r,
             Err(e) => Err(format!("the audit task failed: {e}")),
         }
