@@ -329,3 +329,29 @@ impl ServerHandler for Bridge {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn call_ids_are_fresh_identifiers_and_the_session_is_one_too() {
+        let b = Bridge::new(Options {
+            socket: PathBuf::from("/nonexistent"),
+            grant: "g".into(),
+            session: None,
+        });
+        assert!(proto::broker::valid_ident(&b.session), "{}", b.session);
+        let ids: Vec<String> = (0..3).map(|_| b.next_call_id()).collect();
+        for id in &ids {
+            assert!(proto::broker::valid_ident(id), "{id}");
+        }
+        assert!(ids[0] != ids[1] && ids[1] != ids[2], "{ids:?}");
+        let named = Bridge::new(Options {
+            socket: PathBuf::from("/nonexistent"),
+            grant: "g".into(),
+            session: Some("mine".into()),
+        });
+        assert_eq!(&*named.session, "mine");
+    }
+}
