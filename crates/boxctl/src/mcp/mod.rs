@@ -12,7 +12,9 @@
 //!   its answer to the end: a cancelled request (`notifications/cancelled`) or a client that
 //!   went away ends nothing that runs in brokerd. The call finishes and is audited as usual,
 //!   its answer is read and dropped, and the connection is closed whole. An `ask` nobody can
-//!   answer any more is declined. Before the process exits it waits for all of that.
+//!   answer any more is declined. Before the process exits it waits for all of that, also
+//!   after SIGTERM or SIGINT (a client's way to stop a server that still works), which stop
+//!   only the serving.
 
 pub mod answer;
 
@@ -60,7 +62,11 @@ pub fn run(opts: Options) -> Result<u8, String> {
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start the runtime: {e}"))?;
-    rt.block_on(serve(opts))
+    let result = rt.block_on(serve(opts));
+    // Every broker operation has ended by now; what may remain is a read of standard input
+    // that cannot be interrupted (after a signal), which must not keep the process alive.
+    rt.shutdown_timeout(Duration::from_millis(100));
+    result
 }
 
 async fn serve(opts: Options) -> Result<u8, String> {
@@ -71,11 +77,21 @@ async fn serve(opts: Options) -> Result<u8, String> {
     let (stdin, stdout) = rmcp::transport::stdio();
     let transport = AsyncRwTransport::new(stdin, stdout).with_max_line_length(MAX_MESSAGE);
     let result = match bridge.serve(transport).await {
-        Ok(running) => running
-            .waiting()
-            .await
-            .map(|_| 0)
-            .map_err(|e| format!("the MCP service ended abnormally: {e}")),
+        Ok(running) => {
+            let stop = running.cancellation_token();
+            let waiting = running.waiting();
+            tokio::pin!(waiting);
+            let ended = tokio::select! {
+                r = &mut waiting => r,
+                () = stop_signal() => {
+                    stop.cancel();
+                    waiting.await
+                }
+            };
+            ended
+                .map(|_| 0)
+                .map_err(|e| format!("the MCP service ended abnormally: {e}"))
+        }
         // The client went away or spoke no MCP before the handshake completed.
         Err(e) => Err(format!("no MCP session: {e}")),
     };
@@ -87,6 +103,23 @@ async fn serve(opts: Options) -> Result<u8, String> {
         let _ = broker.op(move |c| c.end_session(&session)).await;
     }
     result
+}
+
+/// SIGTERM or SIGINT; never, where they cannot be watched.
+async fn stop_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) {
+        (Ok(mut term), Ok(mut int)) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+        }
+        _ => std::future::pending().await,
+    }
 }
 
 /// The way to brokerd: one connection per operation, on a blocking thread, tracked so that
