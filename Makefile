@@ -3,7 +3,7 @@ SHELL := /bin/bash
 MUSL := x86_64-unknown-linux-musl
 TOOLKIT := target/$(MUSL)/release/toolkit
 
-.PHONY: demo test unit static-check toolchain fmt-check clippy nix-check nix-sandbox-check guest-test e2e bench-podman-conf
+.PHONY: demo test unit static-check toolchain fmt-check clippy nix-check nix-sandbox-check guest-test e2e mcp-test bench-podman-conf
 
 toolchain:
 	scripts/setup.sh toolchain
@@ -48,8 +48,13 @@ guest-test: $(TOOLKIT)
 e2e: toolchain
 	tests/e2e/run.sh
 
+# `boxctl mcp` driven by the official Python MCP SDK (tests/mcp/run.sh, as root): a real
+# brokerd on bwrap, in a network namespace with only lo; the SDK pinned in build/mcp-venv.
+mcp-test: toolchain
+	tests/mcp/run.sh
+
 # The whole suite, as CI runs it.
-test: fmt-check clippy static-check unit nix-check nix-sandbox-check e2e guest-test
+test: fmt-check clippy static-check unit nix-check nix-sandbox-check e2e mcp-test guest-test
 
 demo: $(TOOLKIT)
 	scripts/demo.sh

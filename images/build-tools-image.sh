@@ -12,7 +12,9 @@
 # on its line: sha256:<64 hex>.
 #
 #   images/build-tools-image.sh [--toolkit FILE] [--out DIR] [--name NAME] [--extra-ca PEM]
-#                               [--user USER]
+#                               [--user USER] [--tree-only]
+#
+# --tree-only stops after the tree (for the bwrap backend alone): no Podman, no image ID.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -21,6 +23,7 @@ out=$here/build/tools-root
 name=localhost/boxmaker-tools
 extra_ca=""
 user=boxmaker
+tree_only=""
 
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -29,7 +32,8 @@ while [ $# -gt 0 ]; do
         --name) name=$2; shift 2 ;;
         --extra-ca) extra_ca=$2; shift 2 ;;
         --user) user=$2; shift 2 ;;
-        *) echo "usage: $0 [--toolkit FILE] [--out DIR] [--name NAME] [--extra-ca PEM] [--user USER]" >&2; exit 2 ;;
+        --tree-only) tree_only=1; shift ;;
+        *) echo "usage: $0 [--toolkit FILE] [--out DIR] [--name NAME] [--extra-ca PEM] [--user USER] [--tree-only]" >&2; exit 2 ;;
     esac
 done
 
@@ -89,6 +93,7 @@ mv "$new" "$out"
 rm -rf "$out.old"
 trap - EXIT
 say "tree $out: toolkit, busybox, curl and $n libraries, $(du -sh "$out" | cut -f1)"
+[ -z "$tree_only" ] || exit 0
 
 # Into the service user's Podman. The tar is made by root (files owned by root, mode kept) and
 # read by the user's podman from standard input. A fixed mtime keeps the layer reproducible.

@@ -9,8 +9,11 @@
 #                                profile that denies nested user namespaces), lingering, a
 #                                runtime directory
 #   scripts/setup.sh all         toolchain, packages, user
+#   scripts/setup.sh mcp-client  the official Python MCP SDK, pinned, in a venv under build/
+#                                (the client `make mcp-test` drives `boxctl mcp` with)
 #   scripts/setup.sh undo        remove the service user with its files (its containers and
-#                                images go with it) and what `toolchain` added; the packages
+#                                images go with it), what `toolchain` added and the MCP
+#                                client's venv; the packages
 #                                stay: other software may use them
 set -euo pipefail
 
@@ -89,6 +92,33 @@ toolchain() {
 
 packages() {
     install_packages "${RUN_PACKAGES[@]}" || say "packages: nothing to change"
+}
+
+# --- the MCP test client ---------------------------------------------------------------------
+
+# The official Python MCP SDK, pinned: a client of `boxctl mcp` that boxmaker did not write.
+MCP_PY_VERSION=2.3.0
+MCP_VENV=$(cd "$(dirname "$0")/.." && pwd)/build/mcp-venv
+# Debian's own Python (its python3-venv makes the venv), whatever else is on PATH.
+SYSTEM_PYTHON=/usr/bin/python3
+
+mcp_client() {
+    local changed=0
+    install_packages python3 python3-venv && changed=1
+    if [ ! -x "$MCP_VENV/bin/python" ]; then
+        say "making the venv $MCP_VENV"
+        mkdir -p "$(dirname "$MCP_VENV")"
+        "$SYSTEM_PYTHON" -m venv "$MCP_VENV"
+        changed=1
+    fi
+    local have
+    have=$("$MCP_VENV/bin/python" -c 'import importlib.metadata as m; print(m.version("mcp"))' 2>/dev/null || true)
+    if [ "$have" != "$MCP_PY_VERSION" ]; then
+        say "installing the Python MCP SDK mcp==$MCP_PY_VERSION into $MCP_VENV${have:+ (had $have)}"
+        "$MCP_VENV/bin/pip" install --quiet --disable-pip-version-check "mcp==$MCP_PY_VERSION"
+        changed=1
+    fi
+    [ "$changed" = 1 ] || say "mcp-client: nothing to change (mcp $MCP_PY_VERSION in $MCP_VENV)"
 }
 
 # --- the service user ----------------------------------------------------------------------
@@ -333,6 +363,11 @@ pkill_user_processes() {
 undo() {
     local changed=0
     undo_user && changed=1
+    if [ -d "$MCP_VENV" ]; then
+        say "removing the MCP test client's venv $MCP_VENV"
+        rm -rf "$MCP_VENV"
+        changed=1
+    fi
     if rustup target list --installed 2>/dev/null | grep -qx x86_64-unknown-linux-musl; then
         say "removing the Rust target x86_64-unknown-linux-musl"
         rustup target remove x86_64-unknown-linux-musl >/dev/null
@@ -350,9 +385,10 @@ case "${1:-}" in
         packages
         user
         ;;
+    mcp-client) mcp_client ;;
     undo) undo ;;
     *)
-        echo "usage: scripts/setup.sh toolchain | packages | user | all | undo" >&2
+        echo "usage: scripts/setup.sh toolchain | packages | user | all | mcp-client | undo" >&2
         exit 2
         ;;
 esac

@@ -3,6 +3,8 @@
 //! and runners, so boxctl runs `brokerd` with the same command (the `brokerd` next to boxctl's
 //! own executable, else the one on PATH), whose exit code is boxctl's.
 //!
+//! `boxctl mcp` is an MCP server on standard input and output for one grant ([`mcp`]).
+//!
 //! Exit codes of the protocol commands: 0 for `result` (and every other success), 1 for
 //! `refused`, `stopped` or `ask`, 2 for `failed` or `unavailable`, 3 for `error` or bad usage.
 
@@ -14,6 +16,9 @@ use std::process::{Command, ExitCode};
 
 use clap::{CommandFactory, Parser, Subcommand};
 use client::{Body, Client, Request, DEFAULT_SOCKET};
+use proto::ident::Ident;
+
+mod mcp;
 
 /// Bad usage: exit 3, like a protocol error.
 const EXIT_USAGE: u8 = 3;
@@ -80,6 +85,16 @@ enum Cmd {
     },
     /// brokerd's version, backend, preflights, poisoning and audit head.
     Status,
+    /// Serve a grant's tools to an MCP client (Claude Code, Codex, ...) on standard input and
+    /// output; an ask goes to the human through the client's elicitation.
+    Mcp {
+        /// The grant every call runs under (the model cannot choose another).
+        #[arg(long, value_name = "G", value_parser = ident)]
+        grant: String,
+        /// The session the calls belong to [default: a fresh one, ended on exit].
+        #[arg(long, value_name = "S", value_parser = ident)]
+        session: Option<String>,
+    },
     /// Check what a call needs, one line each (as the service user; runs brokerd doctor).
     Doctor,
     /// List the sandboxes of the service user (runs brokerd ps).
@@ -166,6 +181,13 @@ fn run(cli: Cli) -> Result<u8, String> {
             id: "1".into(),
             v: None,
         },
+        Cmd::Mcp { grant, session } => {
+            return mcp::run(mcp::Options {
+                socket: cli.socket.unwrap_or_else(|| PathBuf::from(DEFAULT_SOCKET)),
+                grant,
+                session,
+            })
+        }
         Cmd::Doctor | Cmd::Ps | Cmd::Gc => {
             let name = match cli.command {
                 Cmd::Doctor => "doctor",
@@ -208,6 +230,13 @@ fn run(cli: Cli) -> Result<u8, String> {
     let answer = client.request(&req).map_err(|e| e.to_string())?;
     println!("{}", answer.to_line().trim_end());
     Ok(exit_code(&answer.body))
+}
+
+/// A session or grant name, checked as brokerd checks it.
+fn ident(s: &str) -> Result<String, String> {
+    Ident::parse(s)
+        .map(Ident::into_string)
+        .map_err(|e| e.to_string())
 }
 
 fn print(bytes: &[u8]) -> Result<u8, String> {
@@ -338,6 +367,8 @@ mod tests {
             &["end-session", "s"],
             &["tools", "g"],
             &["status"],
+            &["mcp", "--grant", "g"],
+            &["--socket", "/s", "mcp", "--grant", "g", "--session", "s.1"],
             &["ps"],
             &["gc"],
             &["audit", "verify", "f"],
@@ -368,6 +399,9 @@ mod tests {
             ],
             &["result", "r1", "--offset", "x"],
             &["status", "extra"],
+            &["mcp"],
+            &["mcp", "--grant", "../g"],
+            &["mcp", "--grant", "g", "--session", ""],
             &["audit", "check", "f"],
             &["--socket"],
             &["completions", "nosuchshell"],

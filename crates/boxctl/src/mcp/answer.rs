@@ -1,0 +1,529 @@
+//! What an MCP client sees of brokerd: the grant's tools with their annotations, and each
+//! answer as a tool result. No I/O here; every sentence the model or the owner reads is a
+//! [`Say`].
+
+use std::fmt;
+use std::sync::Arc;
+
+use client::{CallOutcome, ClientError, ResultPage, ToolSchema};
+use rmcp::model::{CallToolResult, ContentBlock, JsonObject, Tool, ToolAnnotations};
+
+/// The bridge's own tool: pages a stored whole output by its `result_id`.
+pub const READ_RESULT: &str = "read_result";
+
+/// The longest argument string sent to brokerd: a longer one cannot fit in one request line
+/// (`proto::broker::MAX_LINE`, with room for the rest of the request).
+pub const MAX_ARGUMENTS: usize = proto::broker::MAX_LINE - 64 * 1024;
+
+/// What each of brokerd's tools does to the world, as MCP's hints say it. A tool brokerd
+/// offers that is not here gets no annotations, which MCP reads as the most careful
+/// (may write, may destroy, reaches the open world).
+const HINTS: &[(&str, Hints)] = &[
+    (
+        "read_file",
+        Hints {
+            read_only: true,
+            destructive: false,
+            open_world: false,
+        },
+    ),
+    (
+        "http_fetch",
+        Hints {
+            read_only: true,
+            destructive: false,
+            open_world: true,
+        },
+    ),
+    (
+        "write_file",
+        Hints {
+            read_only: false,
+            destructive: true,
+            open_world: false,
+        },
+    ),
+    (
+        "shell",
+        Hints {
+            read_only: false,
+            destructive: true,
+            open_world: false,
+        },
+    ),
+    (
+        READ_RESULT,
+        Hints {
+            read_only: true,
+            destructive: false,
+            open_world: false,
+        },
+    ),
+];
+
+#[derive(Debug, Clone, Copy)]
+struct Hints {
+    read_only: bool,
+    destructive: bool,
+    open_world: bool,
+}
+
+fn annotations(tool: &str) -> Option<ToolAnnotations> {
+    let (_, h) = HINTS.iter().find(|(name, _)| *name == tool)?;
+    Some(
+        ToolAnnotations::new()
+            .read_only(h.read_only)
+            .destructive(h.destructive)
+            .open_world(h.open_world),
+    )
+}
+
+/// brokerd's tools for the grant, as MCP tools, then [`READ_RESULT`].
+pub fn tools(from_broker: Vec<ToolSchema>) -> Vec<Tool> {
+    let mut out: Vec<Tool> = from_broker
+        .into_iter()
+        .map(|t| {
+            let schema = match t.parameters {
+                serde_json::Value::Object(o) => o,
+                // MCP wants an object schema; brokerd always sends one.
+                _ => JsonObject::new(),
+            };
+            let tool = Tool::new(t.name.clone(), t.description, Arc::new(schema));
+            match annotations(&t.name) {
+                Some(a) => tool.annotate(a),
+                None => tool,
+            }
+        })
+        .collect();
+    let read_result = Tool::new(
+        READ_RESULT,
+        Say::ReadResultDescription.to_string(),
+        Arc::new(read_result_schema()),
+    );
+    out.push(match annotations(READ_RESULT) {
+        Some(a) => read_result.annotate(a),
+        None => read_result,
+    });
+    out
+}
+
+fn read_result_schema() -> JsonObject {
+    let schema = serde_json::json!({
+        "type": "object",
+        "properties": {
+            "result_id": {
+                "type": "string",
+                "description": "The result_id a truncated result named."
+            },
+            "offset": {
+                "type": "integer",
+                "minimum": 0,
+                "description": "Where the page starts, in characters of the whole output (0 first, then the offset the previous page named)."
+            }
+        },
+        "required": ["result_id"],
+        "additionalProperties": false
+    });
+    match schema {
+        serde_json::Value::Object(o) => o,
+        _ => JsonObject::new(),
+    }
+}
+
+/// The arguments of [`READ_RESULT`].
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReadResult {
+    pub result_id: String,
+    #[serde(default)]
+    pub offset: usize,
+}
+
+impl ReadResult {
+    pub fn parse(arguments: Option<JsonObject>) -> Result<ReadResult, String> {
+        let value = serde_json::Value::Object(arguments.unwrap_or_default());
+        serde_json::from_value(value).map_err(|e| Say::BadReadResult(e.to_string()).to_string())
+    }
+}
+
+/// A call's answer as the tool result the model sees (everything but `ask`, which the bridge
+/// turns into a question to the owner first).
+pub fn outcome(grant: &str, outcome: &CallOutcome) -> CallToolResult {
+    match outcome {
+        CallOutcome::Result {
+            content,
+            truncated,
+            label,
+            result_id,
+        } => {
+            let mut text = format!("[{label}]\n{content}");
+            if *truncated {
+                text.push_str(&Say::Truncated { result_id }.to_string());
+            }
+            CallToolResult::success(vec![ContentBlock::text(text)])
+        }
+        CallOutcome::Refused { reason } => error(Say::Refused { grant, reason }),
+        CallOutcome::Stopped { reason } => error(Say::Stopped { reason }),
+        CallOutcome::Failed { message } => error(Say::Failed { message }),
+        CallOutcome::Unavailable { message } => error(Say::Unavailable { message }),
+        // Never shown as is: the bridge asks the owner, or says it cannot.
+        CallOutcome::Ask { question, .. } => error(Say::CannotAsk { grant, question }),
+    }
+}
+
+/// A page of a stored output, with where the next one starts.
+pub fn page(result_id: &str, page: &ResultPage) -> CallToolResult {
+    let mut text = page.content.clone();
+    text.push_str(
+        &Say::PageEnd {
+            result_id,
+            next: page.next_offset,
+        }
+        .to_string(),
+    );
+    CallToolResult::success(vec![ContentBlock::text(text)])
+}
+
+/// A tool result with `isError: true` saying `say`.
+pub fn error(say: Say<'_>) -> CallToolResult {
+    CallToolResult::error(vec![ContentBlock::text(say.to_string())])
+}
+
+/// What the client library's error means for a call: whether anything may have run.
+pub fn client_error(e: &ClientError) -> CallToolResult {
+    match e {
+        ClientError::Broker(message) => error(Say::BrokerError { message }),
+        ClientError::Connect { .. } => error(Say::Unreachable { error: e }),
+        _ => error(Say::Lost { error: e }),
+    }
+}
+
+/// Every sentence the bridge writes for the model or the owner.
+#[derive(Debug)]
+pub enum Say<'a> {
+    /// The server's instructions to the client.
+    Instructions {
+        grant: &'a str,
+    },
+    ReadResultDescription,
+    /// Appended to a result whose content is a preview.
+    Truncated {
+        result_id: &'a str,
+    },
+    /// Appended to a page of [`READ_RESULT`].
+    PageEnd {
+        result_id: &'a str,
+        next: Option<usize>,
+    },
+    BadReadResult(String),
+    Refused {
+        grant: &'a str,
+        reason: &'a str,
+    },
+    Stopped {
+        reason: &'a str,
+    },
+    Failed {
+        message: &'a str,
+    },
+    Unavailable {
+        message: &'a str,
+    },
+    /// brokerd answered `error`.
+    BrokerError {
+        message: &'a str,
+    },
+    /// brokerd could not be reached: nothing ran.
+    Unreachable {
+        error: &'a ClientError,
+    },
+    /// The connection failed after the request went out: the call may have run.
+    Lost {
+        error: &'a ClientError,
+    },
+    TooLong {
+        len: usize,
+    },
+    /// The question put to the owner through elicitation.
+    Question {
+        grant: &'a str,
+        tool: &'a str,
+        question: &'a str,
+    },
+    /// The client cannot ask the owner (no elicitation).
+    CannotAsk {
+        grant: &'a str,
+        question: &'a str,
+    },
+    /// The owner declined, or dismissed the question.
+    Declined,
+    /// Asking the owner failed.
+    NotAsked {
+        why: String,
+    },
+}
+
+impl fmt::Display for Say<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Say::Instructions { grant } => write!(
+                f,
+                "These tools run through boxmaker under the owner's grant \"{grant}\": each call \
+                 is checked against the grant, runs in a fresh sandbox that sees only the \
+                 granted directories (http_fetch reaches only the granted hosts), and is audited. \
+                 A result starts with its label [grant/tool]; a cut output says how to read the \
+                 rest with read_result. Some calls wait for the owner's approval."
+            ),
+            Say::ReadResultDescription => write!(
+                f,
+                "Read a page of a whole tool output that a result showed only in part (the \
+                 result names its result_id). Start at offset 0; each page names the offset of \
+                 the next one."
+            ),
+            Say::Truncated { result_id } => write!(
+                f,
+                "\n[boxmaker: the output above is cut. Read the whole output with the tool \
+                 read_result {{\"result_id\":\"{result_id}\",\"offset\":0}}; each page names \
+                 where the next one starts.]"
+            ),
+            Say::PageEnd {
+                result_id,
+                next: Some(n),
+            } => write!(
+                f,
+                "\n[boxmaker: more follows: read_result \
+                 {{\"result_id\":\"{result_id}\",\"offset\":{n}}}]"
+            ),
+            Say::PageEnd { next: None, .. } => write!(f, "\n[boxmaker: end of the output]"),
+            Say::BadReadResult(e) => write!(
+                f,
+                "read_result takes {{\"result_id\": string, \"offset\": integer}}: {e}"
+            ),
+            Say::Refused { grant, reason } => {
+                write!(f, "refused by the grant \"{grant}\"; nothing ran: {reason}")
+            }
+            Say::Stopped { reason } => write!(f, "stopped; nothing ran: {reason}"),
+            Say::Failed { message } => write!(f, "the tool failed: {message}"),
+            Say::Unavailable { message } => {
+                write!(f, "the call could not run; nothing ran: {message}")
+            }
+            Say::BrokerError { message } => write!(f, "brokerd answered an error: {message}"),
+            Say::Unreachable { error } => {
+                write!(f, "brokerd cannot be reached; nothing ran: {error}")
+            }
+            Say::Lost { error } => write!(
+                f,
+                "brokerd's answer was lost ({error}); the call may have run: brokerd's audit \
+                 log says"
+            ),
+            Say::TooLong { len } => write!(
+                f,
+                "the arguments are {len} bytes, longer than brokerd takes ({MAX_ARGUMENTS}); \
+                 nothing ran"
+            ),
+            Say::Question {
+                grant,
+                tool,
+                question,
+            } => write!(
+                f,
+                "boxmaker: the grant \"{grant}\" asks you before this {tool} call runs.\n\
+                 {question}\n\
+                 Accept runs it once; decline refuses it."
+            ),
+            Say::CannotAsk { grant, question } => write!(
+                f,
+                "the grant \"{grant}\" asks the owner before this call, and this MCP client \
+                 cannot ask them (it does not support elicitation); nothing ran. The owner \
+                 would be asked: {question}\n\
+                 The owner approves such calls from an MCP client that supports elicitation \
+                 (it shows them the question to accept or decline), or runs the call through \
+                 boxctl (boxctl call, then again with --approval), or changes the grant's mode \
+                 in brokerd's config. A call is never approved on the model's word."
+            ),
+            Say::Declined => write!(f, "the owner declined this call; nothing ran"),
+            Say::NotAsked { why } => write!(
+                f,
+                "the owner could not be asked ({why}); the call was declined and nothing ran"
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text(r: &CallToolResult) -> String {
+        r.content
+            .iter()
+            .filter_map(|c| c.as_text().map(|t| t.text.clone()))
+            .collect::<Vec<_>>()
+            .join("")
+    }
+
+    #[test]
+    fn annotations_say_what_each_tool_does() {
+        let schema = |name: &str| ToolSchema {
+            name: name.into(),
+            description: format!("{name} does things"),
+            parameters: serde_json::json!({"type": "object", "properties": {}}),
+        };
+        let listed = tools(
+            ["read_file", "write_file", "shell", "http_fetch", "newtool"]
+                .map(schema)
+                .to_vec(),
+        );
+        let hint = |name: &str| {
+            let t = listed.iter().find(|t| t.name == name).expect(name);
+            t.annotations.as_ref().map(|a| {
+                (
+                    a.read_only_hint,
+                    a.destructive_hint,
+                    a.open_world_hint,
+                    t.description.as_deref().map(str::to_owned),
+                )
+            })
+        };
+        let cases = [
+            ("read_file", Some(true), Some(false), Some(false)),
+            ("http_fetch", Some(true), Some(false), Some(true)),
+            ("write_file", Some(false), Some(true), Some(false)),
+            ("shell", Some(false), Some(true), Some(false)),
+            (READ_RESULT, Some(true), Some(false), Some(false)),
+        ];
+        for (name, ro, destructive, open) in cases {
+            let (r, d, o, _) = hint(name).expect(name);
+            assert_eq!((r, d, o), (ro, destructive, open), "{name}");
+        }
+        // A tool the table does not know is left to MCP's careful defaults.
+        assert!(hint("newtool").is_none());
+        let rf = listed.iter().find(|t| t.name == "read_file").expect("rf");
+        assert_eq!(rf.description.as_deref(), Some("read_file does things"));
+        assert_eq!(
+            rf.input_schema.get("type"),
+            Some(&serde_json::json!("object"))
+        );
+        assert_eq!(listed.last().map(|t| t.name.as_ref()), Some(READ_RESULT));
+    }
+
+    #[test]
+    fn answers_become_tool_results() {
+        let ok = outcome(
+            "notes",
+            &CallOutcome::Result {
+                content: "hello".into(),
+                truncated: false,
+                label: "notes/shell".into(),
+                result_id: "ab12".into(),
+            },
+        );
+        assert_eq!(ok.is_error, Some(false));
+        assert_eq!(text(&ok), "[notes/shell]\nhello");
+        let cut = outcome(
+            "notes",
+            &CallOutcome::Result {
+                content: "head…tail".into(),
+                truncated: true,
+                label: "notes/shell".into(),
+                result_id: "ab12".into(),
+            },
+        );
+        assert_eq!(cut.is_error, Some(false));
+        assert!(text(&cut).contains(r#"read_result {"result_id":"ab12","offset":0}"#));
+        let errors = [
+            (
+                CallOutcome::Refused {
+                    reason: "outside".into(),
+                },
+                "refused by the grant \"notes\"; nothing ran: outside",
+            ),
+            (
+                CallOutcome::Stopped {
+                    reason: "again".into(),
+                },
+                "stopped; nothing ran: again",
+            ),
+            (
+                CallOutcome::Failed {
+                    message: "time".into(),
+                },
+                "the tool failed: time",
+            ),
+            (
+                CallOutcome::Unavailable {
+                    message: "down".into(),
+                },
+                "the call could not run; nothing ran: down",
+            ),
+        ];
+        for (o, want) in errors {
+            let r = outcome("notes", &o);
+            assert_eq!(r.is_error, Some(true), "{o:?}");
+            assert_eq!(text(&r), want);
+        }
+        let ask = outcome(
+            "review",
+            &CallOutcome::Ask {
+                question: "write x?".into(),
+                ticket: "secret-ticket".into(),
+            },
+        );
+        assert_eq!(ask.is_error, Some(true));
+        assert!(text(&ask).contains("write x?"));
+        assert!(
+            !text(&ask).contains("secret-ticket"),
+            "the ticket is never shown"
+        );
+        let err = client_error(&ClientError::Broker("busy".into()));
+        assert_eq!(
+            (err.is_error, text(&err)),
+            (Some(true), "brokerd answered an error: busy".into())
+        );
+    }
+
+    #[test]
+    fn pages_name_the_next_offset_or_the_end() {
+        let more = page(
+            "ab12",
+            &ResultPage {
+                content: "abc".into(),
+                offset: 0,
+                next_offset: Some(3),
+            },
+        );
+        assert!(text(&more).starts_with("abc\n"));
+        assert!(text(&more).contains(r#"{"result_id":"ab12","offset":3}"#));
+        let last = page(
+            "ab12",
+            &ResultPage {
+                content: "def".into(),
+                offset: 3,
+                next_offset: None,
+            },
+        );
+        assert_eq!(text(&last), "def\n[boxmaker: end of the output]");
+    }
+
+    #[test]
+    fn read_result_arguments_are_strict() {
+        let obj = |v: serde_json::Value| match v {
+            serde_json::Value::Object(o) => Some(o),
+            _ => None,
+        };
+        let ok =
+            ReadResult::parse(obj(serde_json::json!({"result_id": "r", "offset": 5}))).expect("ok");
+        assert_eq!((ok.result_id.as_str(), ok.offset), ("r", 5));
+        let zero = ReadResult::parse(obj(serde_json::json!({"result_id": "r"}))).expect("zero");
+        assert_eq!(zero.offset, 0);
+        for bad in [
+            serde_json::json!({}),
+            serde_json::json!({"result_id": 7}),
+            serde_json::json!({"result_id": "r", "offset": -1}),
+            serde_json::json!({"result_id": "r", "extra": true}),
+        ] {
+            assert!(ReadResult::parse(obj(bad.clone())).is_err(), "{bad}");
+        }
+        assert!(ReadResult::parse(None).is_err());
+    }
+}
