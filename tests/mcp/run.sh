@@ -38,7 +38,8 @@ cleanup() {
         for _ in $(seq 100); do kill -0 "$brokerd_pid" 2>/dev/null || break; sleep 0.1; done
         kill -KILL "$brokerd_pid" 2>/dev/null
     fi
-    [ -n "$holder" ] && kill "$holder" 2>/dev/null
+    # unshare --fork ignores SIGTERM while it waits; --kill-child takes its sleep along.
+    [ -n "$holder" ] && { kill -KILL "$holder"; wait "$holder"; } 2>/dev/null
     rm -rf "$work" "$tree"
 }
 trap cleanup EXIT
@@ -98,7 +99,7 @@ scripts/as-boxmaker "$brokerd" check-config "$state/brokerd.toml" >/dev/null
 # One network namespace for brokerd and the client: only lo, so no packet leaves it. brokerd
 # (as boxmaker) starts inside it and the client runs inside it; nsenter by the holder's pid.
 say "starting brokerd (bwrap) in a network namespace with only lo"
-unshare --net --fork -- sleep infinity &
+unshare --net --fork --kill-child -- sleep infinity &
 holder=$!
 for _ in $(seq 50); do
     [ "$(readlink "/proc/$holder/ns/net")" != "$(readlink /proc/self/ns/net)" ] && break
@@ -107,7 +108,10 @@ done
 in_ns() { nsenter --net="/proc/$holder/ns/net" -- "$@"; }
 in_ns ip link set lo up
 socket=$state/broker.sock
-BROKERD_LOG=info in_ns "$repo/scripts/as-boxmaker" "$brokerd" --config "$state/brokerd.toml" \
+# Not through in_ns: `&` on a shell function forks a subshell, and $! would name it rather than
+# brokerd (nsenter, as-boxmaker and setpriv each exec the next, so $! here is brokerd).
+BROKERD_LOG=info nsenter --net="/proc/$holder/ns/net" -- \
+    "$repo/scripts/as-boxmaker" "$brokerd" --config "$state/brokerd.toml" \
     --socket "$socket" 2>"$state/brokerd.log" &
 brokerd_pid=$!
 for _ in $(seq 100); do
@@ -144,4 +148,15 @@ if [ "$rc" -ne 0 ]; then
     say "brokerd's log (last 30 lines):"
     tail -n 30 "$state/brokerd.log" >&2
 fi
+# Nothing of this run outlives it: brokerd and the namespace's holder are gone after clean-up.
+pids="$brokerd_pid $holder $(pgrep -P "$holder" || true)"
+cleanup
+trap - EXIT
+for pid in $pids; do
+    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    if kill -0 "$pid" 2>/dev/null; then
+        echo "FAIL left running after the test: $(ps -o pid=,args= -p "$pid")" >&2
+        rc=1
+    fi
+done
 exit "$rc"
