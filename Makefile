@@ -62,8 +62,8 @@ demo: $(TOOLKIT)
 # Every bench of BENCHMARKS.md (scripts/bench.sh, as root): its tables rewritten between their
 # markers, docs/bench-scale.svg, and the JSON in build/bench/. Knobs: BENCH_N (40),
 # BENCH_SCALE_CALLS (64), BENCH_SCALE_CLIENTS (1,2,4,8,16), BENCH_SCALE_TOOLS (read_file,shell),
-# BENCH_OVERHEAD_N (2000), BENCH_PODMAN_CONF (0; 1 adds the Podman configuration bench),
-# BENCH_BACKENDS ("podman bwrap"), e.g. `make bench BENCH_N=10 BENCH_PODMAN_CONF=1`.
+# BENCH_OVERHEAD_N (2000), BENCH_PODMAN_CONF (1; 0 leaves the Podman configuration bench out),
+# BENCH_BACKENDS ("podman bwrap"), e.g. `make bench BENCH_N=10 BENCH_PODMAN_CONF=0`.
 BENCH_KNOBS := BENCH_N BENCH_SCALE_CALLS BENCH_SCALE_CLIENTS BENCH_SCALE_TOOLS BENCH_OVERHEAD_N \
 	BENCH_PODMAN_CONF BENCH_BACKENDS BENCH_OUT
 export $(BENCH_KNOBS)

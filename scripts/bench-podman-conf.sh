@@ -176,14 +176,14 @@ done
 what_of() { # VARIANT -> what it changes, for the JSON (BENCHMARKS.md's table)
     case "$1" in
         required) echo "only what the host needs: runtime ${runtime:-default}, cgroup manager ${cgroup_manager:-default}, events logger ${events_logger:-default}" ;;
-        setup) echo "what scripts/setup.sh writes" ;;
-        events-none) echo '[engine] events_logger = "none"' ;;
-        log-passthrough) echo '[containers] log_driver = "passthrough"' ;;
-        log-none) echo '[containers] log_driver = "none"' ;;
+        setup) echo 'what `scripts/setup.sh` writes (the `both` set)' ;;
+        events-none) echo '`[engine] events_logger = "none"`' ;;
+        log-passthrough) echo '`[containers] log_driver = "passthrough"`' ;;
+        log-none) echo '`[containers] log_driver = "none"`' ;;
         both) echo "log-none and events-none" ;;
         fuse-overlayfs) echo "storage through fuse-overlayfs instead of the kernel's overlay" ;;
-        runc | crun) echo "[engine] runtime = \"$1\"" ;;
-        systemd-cgroups) echo '[engine] cgroup_manager = "systemd"' ;;
+        runc | crun) echo "\`[engine] runtime = \"$1\"\`" ;;
+        systemd-cgroups) echo '`[engine] cgroup_manager = "systemd"`' ;;
     esac
 }
 jstr() { printf '"%s"' "$(printf '%s' "$1" | tr -d '\000-\037' | sed 's/\\/\\\\/g; s/"/\\"/g')"; }

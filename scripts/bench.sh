@@ -9,19 +9,19 @@
 #      sandbox (--bench), then calls per second and latency at 1 to 16 concurrent clients with
 #      brokerd's default max_concurrent_calls and with it at the core count (--scale); only the
 #      last scenario runs besides (it stops brokerd);
-#   3. with BENCH_PODMAN_CONF=1, the service user's Podman configuration side by side
+#   3. unless BENCH_PODMAN_CONF=0, the service user's Podman configuration side by side
 #      (scripts/bench-podman-conf.sh: 7 variants, BENCH_N `podman run`s each);
 #   4. `boxmaker-e2e report`: the JSON in BENCH_OUT as the tables between BENCHMARKS.md's
 #      `<!-- bench:NAME -->` markers, and the latency plot docs/bench-scale.svg.
 #
 # Knobs, from the environment (`make bench BENCH_N=10 ...` passes them on):
 #   BENCH_N=40                     calls per tool and side, brokerd next to the bare sandbox
-#                                  (and per variant with BENCH_PODMAN_CONF=1)
+#                                  (and per variant of the Podman configuration bench)
 #   BENCH_SCALE_CALLS=64           calls per row of the scale bench (each client makes at least 1)
 #   BENCH_SCALE_CLIENTS=1,2,4,8,16 the concurrent clients of its rows
 #   BENCH_SCALE_TOOLS=read_file,shell   its tool mix, taken in turns (http_fetch, write_file too)
 #   BENCH_OVERHEAD_N=2000          calls per row of the overhead bench and of its scale rows
-#   BENCH_PODMAN_CONF=0            1 adds the Podman configuration bench
+#   BENCH_PODMAN_CONF=1            0 leaves the Podman configuration bench out
 #   BENCH_BACKENDS="podman bwrap"  the backends of step 2
 #   BENCH_OUT=build/bench          where the JSON and the runs' logs go (emptied first)
 # The JSON stays in BENCH_OUT; `boxmaker-e2e report --dir DIR` prints the tables again.
@@ -34,7 +34,7 @@ scale_calls=${BENCH_SCALE_CALLS:-64}
 scale_clients=${BENCH_SCALE_CLIENTS:-1,2,4,8,16}
 scale_tools=${BENCH_SCALE_TOOLS:-read_file,shell}
 overhead_n=${BENCH_OVERHEAD_N:-2000}
-podman_conf=${BENCH_PODMAN_CONF:-0}
+podman_conf=${BENCH_PODMAN_CONF:-1}
 backends=${BENCH_BACKENDS:-podman bwrap}
 out=${BENCH_OUT:-build/bench}
 case "$out" in /*) ;; *) out=$repo/$out ;; esac
@@ -45,6 +45,7 @@ say() { printf 'bench: %s\n' "$*" >&2; }
 for v in "$n" "$scale_calls" "$overhead_n"; do
     case "$v" in '' | *[!0-9]* | 0) say "BENCH_N, BENCH_SCALE_CALLS and BENCH_OVERHEAD_N are numbers of at least 1"; exit 2 ;; esac
 done
+case "$podman_conf" in 0 | 1) ;; *) say "BENCH_PODMAN_CONF is 0 or 1"; exit 2 ;; esac
 [ "$(id -u)" -eq 0 ] || { say "run as root (the end-to-end suite makes a network namespace and the service user)"; exit 2; }
 
 # A JSON string of $1 (quotes and backslashes escaped, control characters dropped).
@@ -70,7 +71,7 @@ if [ "$podman_conf" = 1 ]; then
     say "3/4 the service user's Podman configuration"
     scripts/bench-podman-conf.sh "$n" --json "$out/podman-conf.json" 2>&1 | tee "$out/podman-conf.log"
 else
-    say "3/4 the Podman configuration bench is left out (BENCH_PODMAN_CONF=1 adds it)"
+    say "3/4 the Podman configuration bench is left out (BENCH_PODMAN_CONF=0)"
 fi
 
 missing=()

@@ -695,6 +695,13 @@ pub fn run(opts: &crate::Opts) -> Result<(), String> {
     if let Some(svg) = opts.one("svg") {
         match results.svg()? {
             Some(text) => {
+                if let Some(parent) = Path::new(&svg)
+                    .parent()
+                    .filter(|p| !p.as_os_str().is_empty())
+                {
+                    std::fs::create_dir_all(parent)
+                        .map_err(|e| format!("{}: {e}", parent.display()))?;
+                }
                 std::fs::write(&svg, text).map_err(|e| format!("{svg}: {e}"))?;
                 eprintln!("report: wrote {svg}");
             }
