@@ -185,9 +185,10 @@ fn fmt_num(x: Option<f64>) -> String {
     match x {
         None => "–".into(),
         Some(x) if !x.is_finite() => "–".into(),
-        Some(x) if x.abs() >= 100.0 => format!("{x:.0}"),
-        Some(x) if x.abs() >= 10.0 => format!("{x:.1}"),
-        Some(x) if x.abs() >= 1.0 => format!("{x:.2}"),
+        // The bounds are where rounding would carry into one more digit (9.996 is "10.0").
+        Some(x) if x.abs() >= 99.95 => format!("{x:.0}"),
+        Some(x) if x.abs() >= 9.995 => format!("{x:.1}"),
+        Some(x) if x.abs() >= 0.9995 => format!("{x:.2}"),
         Some(x) => format!("{x:.3}"),
     }
 }
@@ -788,6 +789,23 @@ mod tests {
             &s
         )
         .is_err());
+    }
+
+    #[test]
+    fn numbers_keep_about_three_digits() {
+        let cases = [
+            (Some(1234.4), "1234"),
+            (Some(99.96), "100"),
+            (Some(9.996), "10.0"),
+            (Some(6.004), "6.00"),
+            (Some(0.9996), "1.00"),
+            (Some(0.4567), "0.457"),
+            (None, "–"),
+            (Some(f64::NAN), "–"),
+        ];
+        for (x, want) in cases {
+            assert_eq!(fmt_num(x), want, "{x:?}");
+        }
     }
 
     #[test]
