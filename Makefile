@@ -3,7 +3,7 @@ SHELL := /bin/bash
 MUSL := x86_64-unknown-linux-musl
 TOOLKIT := target/$(MUSL)/release/toolkit
 
-.PHONY: demo test unit static-check toolchain fmt-check clippy nix-check nix-sandbox-check guest-test e2e mcp-test bench-podman-conf
+.PHONY: demo test unit static-check toolchain fmt-check clippy nix-check nix-sandbox-check guest-test e2e mcp-test bench bench-podman-conf
 
 toolchain:
 	scripts/setup.sh toolchain
@@ -58,6 +58,17 @@ test: fmt-check clippy static-check unit nix-check nix-sandbox-check e2e mcp-tes
 
 demo: $(TOOLKIT)
 	scripts/demo.sh
+
+# Every bench of BENCHMARKS.md (scripts/bench.sh, as root): its tables rewritten between their
+# markers, docs/bench-scale.svg, and the JSON in build/bench/. Knobs: BENCH_N (40),
+# BENCH_SCALE_CALLS (64), BENCH_SCALE_CLIENTS (1,2,4,8,16), BENCH_SCALE_TOOLS (read_file,shell),
+# BENCH_OVERHEAD_N (2000), BENCH_PODMAN_CONF (1; 0 leaves the Podman configuration bench out),
+# BENCH_BACKENDS ("podman bwrap"), e.g. `make bench BENCH_N=10 BENCH_PODMAN_CONF=0`.
+BENCH_KNOBS := BENCH_N BENCH_SCALE_CALLS BENCH_SCALE_CLIENTS BENCH_SCALE_TOOLS BENCH_OVERHEAD_N \
+	BENCH_PODMAN_CONF BENCH_BACKENDS BENCH_OUT
+export $(BENCH_KNOBS)
+bench: $(TOOLKIT)
+	scripts/bench.sh
 
 # The service user's Podman configuration, each choice side by side (BENCHMARKS.md).
 bench-podman-conf: $(TOOLKIT)

@@ -173,6 +173,20 @@ for i in $(seq 1 "$n"); do
 done
 
 # --- the table ---------------------------------------------------------------------------------
+what_of() { # VARIANT -> what it changes, for the JSON (BENCHMARKS.md's table)
+    case "$1" in
+        required) echo "only what the host needs: runtime ${runtime:-default}, cgroup manager ${cgroup_manager:-default}, events logger ${events_logger:-default}" ;;
+        setup) echo 'what `scripts/setup.sh` writes (the `both` set)' ;;
+        events-none) echo '`[engine] events_logger = "none"`' ;;
+        log-passthrough) echo '`[containers] log_driver = "passthrough"`' ;;
+        log-none) echo '`[containers] log_driver = "none"`' ;;
+        both) echo "log-none and events-none" ;;
+        fuse-overlayfs) echo "storage through fuse-overlayfs instead of the kernel's overlay" ;;
+        runc | crun) echo "\`[engine] runtime = \"$1\"\`" ;;
+        systemd-cgroups) echo '`[engine] cgroup_manager = "systemd"`' ;;
+    esac
+}
+jstr() { printf '"%s"' "$(printf '%s' "$1" | tr -d '\000-\037' | sed 's/\\/\\\\/g; s/"/\\"/g')"; }
 pct() { # P VALUES... (microseconds) -> milliseconds with one decimal
     local p=$1
     shift
@@ -189,11 +203,11 @@ for v in "${timed[@]}"; do
     [ -n "$base" ] || base=$p50
     ratio=$(awk -v a="$p50" -v b="$base" 'BEGIN { printf "%.3f", a / b }')
     printf '%-16s %9s %9s %9s\n' "$v" "$p50" "$p95" "$ratio"
-    rows+=("{\"variant\":\"$v\",\"p50_ms\":$p50,\"p95_ms\":$p95,\"vs_required\":$ratio}")
+    rows+=("{\"variant\":\"$v\",\"what\":$(jstr "$(what_of "$v")"),\"p50_ms\":$p50,\"p95_ms\":$p95,\"vs_required\":$ratio}")
 done
 for v in "${!refused[@]}"; do
     printf '%-16s refused here: %s\n' "$v" "${refused[$v]}"
-    rows+=("{\"variant\":\"$v\",\"refused\":$(printf '%s' "${refused[$v]}" | python3 -c 'import json,sys; print(json.dumps(sys.stdin.read()))')}")
+    rows+=("{\"variant\":\"$v\",\"what\":$(jstr "$(what_of "$v")"),\"refused\":$(printf '%s' "${refused[$v]}" | python3 -c 'import json,sys; print(json.dumps(sys.stdin.read()))')}")
 done
 say "$n calls per variant; podman $(as_user podman version --format '{{.Client.Version}}'), runtime ${runtime:-default}, cgroup manager ${cgroup_manager:-default}, cgroups $(stat -fc %T /sys/fs/cgroup)"
 if [ -n "$json" ]; then

@@ -1,7 +1,14 @@
 //! brokerd's own cost per call (framing, decision, audit sync) against a no-op runner, and its
 //! resident memory idle and with 32 calls in flight.
 //!
-//! `cargo run --release -p brokerd --example overhead [-- N]`
+//! `cargo run --release -p brokerd --example overhead [-- N] [--scale M] [--out DIR]`
+//!
+//! Then the scale rows: M calls a row (default 2000) from 1, 2, 4, 8 and 16 concurrent clients,
+//! each on its own connection making its calls in turn (read_file and shell by turns), with
+//! brokerd's default `max_concurrent_calls` and with it at the core count: calls per second and
+//! p50/p95 of what a client waited. `--scale 0` leaves them out. With `--out DIR` the tables
+//! are also written as JSON, `DIR/overhead.json` and `DIR/scale-noop.json`, for
+//! `boxmaker-e2e report` (`make bench`).
 //!
 //! The example starts itself again as the server (`overhead serve CONFIG SOCKET`): the real
 //! `server::serve` and `Broker` with a runner that does nothing (or sleeps 500 ms for a command
@@ -26,6 +33,7 @@ use brokerd::server::{self, Clients};
 use serde_json::{json, Value};
 
 const IN_FLIGHT: usize = 32;
+const SCALE_CLIENTS: &[usize] = &[1, 2, 4, 8, 16];
 const SLOW: Duration = Duration::from_millis(500);
 
 /// One row's request, by its number.
@@ -51,9 +59,17 @@ fn main() {
         serve(Path::new(&args[2]), Path::new(&args[3]));
         return;
     }
-    let n: usize = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(2000);
+    let (n, scale_calls, out) = match parse_args(&args[1..]) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("overhead: {e}\nusage: overhead [N] [--scale M] [--out DIR]");
+            std::process::exit(2);
+        }
+    };
     let work = tempfile::tempdir().expect("tempdir");
-    let grant = std::fs::canonicalize(work.path()).unwrap().join("notes");
+    // The grant apart from the server's state and home, as brokerd's config requires.
+    let granted = tempfile::tempdir().expect("tempdir");
+    let grant = std::fs::canonicalize(granted.path()).unwrap().join("notes");
     std::fs::create_dir_all(&grant).unwrap();
     std::fs::write(grant.join("a.txt"), "a").unwrap();
 
@@ -76,8 +92,9 @@ fn main() {
         "audit", "request", "p50 µs", "p95 µs", "p99 µs", "mean µs"
     );
     let mut memory = None;
+    let mut json_rows = Vec::new();
     for (label, dir) in &places {
-        let srv = Server::start(dir, &grant);
+        let srv = Server::start(dir, &grant, Some(IN_FLIGHT));
         let mut c = srv.connect();
         // Warm up: the classifier, the allocator, the page cache.
         for i in 0..50 {
@@ -126,13 +143,31 @@ fn main() {
                 us(t[n * 99 / 100]),
                 us(mean)
             );
+            json_rows.push(json!({
+                "audit": label,
+                "request": name,
+                "p50_us": us(t[n / 2]),
+                "p95_us": us(t[n * 95 / 100]),
+                "p99_us": us(t[n * 99 / 100]),
+                "mean_us": us(mean),
+            }));
         }
         if *label == "disk" {
             memory = Some((srv.fresh_kib, srv.memory()));
         }
         srv.stop();
     }
+    let mut json_memory = Value::Null;
     if let Some((fresh, (idle, busy, busy_hwm, took))) = memory {
+        json_memory = json!({
+            "fresh_kib": fresh,
+            "idle_kib": idle.0,
+            "busy_kib": busy,
+            "in_flight": IN_FLIGHT,
+            "peak_kib": busy_hwm,
+            "after_kib": idle.1,
+            "concurrent_ms": took.as_secs_f64() * 1e3,
+        });
         println!("\nresident memory of the server process (VmRSS), audit on disk:");
         println!("  idle, right after start-up:       {fresh:>7} KiB");
         println!("  idle, after the rows above:       {:>7} KiB", idle.0);
@@ -147,6 +182,116 @@ fn main() {
             took
         );
     }
+    if let Some(dir) = &out {
+        std::fs::create_dir_all(dir).unwrap();
+        let overhead = json!({
+            "bench": "overhead",
+            "calls": n,
+            "rows": json_rows,
+            "memory": json_memory,
+        });
+        std::fs::write(dir.join("overhead.json"), format!("{overhead:#}\n")).unwrap();
+    }
+    if scale_calls > 0 {
+        let scale = scale(work.path(), &grant, scale_calls);
+        if let Some(dir) = &out {
+            std::fs::write(dir.join("scale-noop.json"), format!("{scale:#}\n")).unwrap();
+        }
+    }
+}
+
+/// The scale rows, audit on disk; their JSON (as `boxmaker-e2e report` reads it).
+fn scale(dir: &Path, grant: &Path, calls: usize) -> Value {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    // brokerd's default, read back from a config without the key.
+    let default_slots = {
+        let probe = dir.join("default.toml");
+        std::fs::write(&probe, config_text(dir, grant, None)).unwrap();
+        brokerd::config::load(&probe)
+            .unwrap()
+            .broker
+            .max_concurrent_calls
+    };
+    let mut settings = vec![(None, default_slots, "default")];
+    if cores != default_slots {
+        settings.push((Some(cores), cores, "cores"));
+    }
+    println!(
+        "\nscale: {calls} calls a row, clients each on a connection of its own, audit on disk"
+    );
+    println!(
+        "{:<22} {:>7} {:>9} {:>9} {:>9} {:>6}",
+        "max_concurrent_calls", "clients", "calls/s", "p50 µs", "p95 µs", "errors"
+    );
+    let mut rows = Vec::new();
+    for (set, slots, which) in settings {
+        let srv = Server::start(dir, grant, set);
+        let warm = srv.connect();
+        let _ = srv.round(vec![warm], 50, "warm");
+        for &clients in SCALE_CLIENTS {
+            let per_client = calls.div_ceil(clients);
+            let conns = (0..clients).map(|_| srv.connect()).collect();
+            let started = Instant::now();
+            let (mut took, errors) = srv.round(conns, per_client, &format!("n{clients}"));
+            let secs = started.elapsed().as_secs_f64();
+            let rate = took.len() as f64 / secs;
+            took.sort();
+            let ms = |q: f64| -> Option<f64> {
+                let i = ((took.len() as f64 - 1.0) * q).round() as usize;
+                took.get(i).map(|d| d.as_secs_f64() * 1e3)
+            };
+            let (p50, p95) = (ms(0.50), ms(0.95));
+            println!(
+                "{:<22} {clients:>7} {rate:>9.0} {:>9.0} {:>9.0} {errors:>6}",
+                format!("{slots} ({which})"),
+                p50.unwrap_or(f64::NAN) * 1e3,
+                p95.unwrap_or(f64::NAN) * 1e3,
+            );
+            rows.push(json!({
+                "slots": slots,
+                "slots_are": which,
+                "clients": clients,
+                "calls": took.len(),
+                "errors": errors,
+                "seconds": secs,
+                "calls_per_s": rate,
+                "p50_ms": p50,
+                "p95_ms": p95,
+            }));
+        }
+        srv.stop();
+    }
+    json!({
+        "bench": "scale",
+        "backend": "noop",
+        "cores": cores,
+        "default_slots": default_slots,
+        "tools": ["read_file", "shell"],
+        "calls_per_row": calls,
+        "rows": rows,
+    })
+}
+
+/// (N, M, DIR) from `[N] [--scale M] [--out DIR]`.
+fn parse_args(args: &[String]) -> Result<(usize, usize, Option<PathBuf>), String> {
+    let (mut n, mut scale, mut out) = (2000, 2000, None);
+    let mut it = args.iter();
+    let number = |v: Option<&String>, what: &str| -> Result<usize, String> {
+        let v = v.ok_or_else(|| format!("{what} needs a number"))?;
+        v.parse()
+            .map_err(|_| format!("{what}: {v:?} is not a number"))
+    };
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--scale" => scale = number(it.next(), "--scale")?,
+            "--out" => out = Some(PathBuf::from(it.next().ok_or("--out needs a directory")?)),
+            v => n = number(Some(&v.to_string()), "N")?,
+        }
+    }
+    if n == 0 {
+        return Err("N must be at least 1".into());
+    }
+    Ok((n, scale, out))
 }
 
 fn call(session: &str, id: &str, tool: &str, args: Value) -> Value {
@@ -177,6 +322,19 @@ struct Client {
 }
 
 impl Client {
+    /// Sends one call and times its answer; `None` for an answer other than a result.
+    fn try_ask(&mut self, req: &Value) -> Option<Duration> {
+        let mut line = req.to_string();
+        line.push('\n');
+        let t = Instant::now();
+        self.w.write_all(line.as_bytes()).ok()?;
+        let mut answer = String::new();
+        self.r.read_line(&mut answer).ok()?;
+        let took = t.elapsed();
+        let a: proto::broker::Answer = serde_json::from_str(&answer).ok()?;
+        (a.kind() == "result").then_some(took)
+    }
+
     /// Sends one request and times its answer.
     fn ask(&mut self, req: &Value) -> Duration {
         let mut line = req.to_string();
@@ -195,18 +353,14 @@ impl Client {
     }
 }
 
-impl Server {
-    fn start(audit_dir: &Path, grant: &Path) -> Server {
-        let socket = audit_dir.join("broker.sock");
-        let config = audit_dir.join("brokerd.toml");
-        std::fs::write(
-            &config,
-            format!(
-                r#"
+/// The server's config; `slots` sets `max_concurrent_calls` (brokerd's default without it).
+fn config_text(audit_dir: &Path, grant: &Path, slots: Option<usize>) -> String {
+    format!(
+        r#"
 [broker]
 clients = [{uid}]
 audit_log = "{audit}"
-max_concurrent_calls = {IN_FLIGHT}
+{slots}
 
 [runner]
 image = "sha256:{hex}"
@@ -217,14 +371,21 @@ mode = "auto"
 tools = ["read_file", "write_file", "shell"]
 paths = [{{ path = "{grant}", write = true }}]
 "#,
-                uid = nix::unistd::getuid().as_raw(),
-                audit = audit_dir.join("audit.jsonl").display(),
-                hex = "a".repeat(64),
-                home = audit_dir.display(),
-                grant = grant.display(),
-            ),
-        )
-        .unwrap();
+        uid = nix::unistd::getuid().as_raw(),
+        audit = audit_dir.join("audit.jsonl").display(),
+        slots = slots.map_or(String::new(), |n| format!("max_concurrent_calls = {n}")),
+        hex = "a".repeat(64),
+        home = audit_dir.display(),
+        grant = grant.display(),
+    )
+}
+
+impl Server {
+    fn start(audit_dir: &Path, grant: &Path, slots: Option<usize>) -> Server {
+        let socket = audit_dir.join("broker.sock");
+        let config = audit_dir.join("brokerd.toml");
+        let _ = std::fs::remove_file(&socket);
+        std::fs::write(&config, config_text(audit_dir, grant, slots)).unwrap();
         let mut child = Command::new(std::env::current_exe().unwrap())
             .arg("serve")
             .arg(&config)
@@ -292,6 +453,51 @@ paths = [{{ path = "{grant}", write = true }}]
         std::thread::sleep(Duration::from_millis(200));
         let after = self.status_kib("VmRSS:");
         ((idle, after), busy, hwm, took)
+    }
+
+    /// Each connection on a thread of its own making `per_client` calls in turn, read_file and
+    /// shell by turns; every answer's wait, and how many were not results.
+    fn round(&self, conns: Vec<Client>, per_client: usize, tag: &str) -> (Vec<Duration>, usize) {
+        let workers: Vec<_> = conns
+            .into_iter()
+            .enumerate()
+            .map(|(i, mut c)| {
+                let session = format!("{tag}c{i}");
+                std::thread::spawn(move || {
+                    (0..per_client)
+                        .map(|k| {
+                            let req = if (i + k) % 2 == 0 {
+                                call(
+                                    &session,
+                                    &format!("k{k}"),
+                                    "read_file",
+                                    json!({"path": "a.txt"}),
+                                )
+                            } else {
+                                call(
+                                    &session,
+                                    &format!("k{k}"),
+                                    "shell",
+                                    json!({"command": "ls -la"}),
+                                )
+                            };
+                            c.try_ask(&req)
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        let mut took = Vec::new();
+        let mut errors = 0;
+        for w in workers {
+            for r in w.join().unwrap_or_default() {
+                match r {
+                    Some(d) => took.push(d),
+                    None => errors += 1,
+                }
+            }
+        }
+        (took, errors)
     }
 
     fn stop(mut self) {

@@ -322,6 +322,9 @@ async fn run(file: &Path, socket: Option<PathBuf>) -> Result<(), String> {
 
     // The broker logs its outcome, and when a failed one is tried again.
     let preflight = broker.preflight().await;
+    // The stop signals are watched before anyone can see brokerd ready (the log, systemd, a
+    // status answer): a SIGTERM right after must stop it cleanly, not kill it.
+    let stop = StopSignals::watch();
     let head = broker.audit_head();
     tracing::info!(audit_seq = head.seq, audit_hash = head.hash, "ready");
     let status = if preflight.ok || backend.is_none() {
@@ -340,7 +343,7 @@ async fn run(file: &Path, socket: Option<PathBuf>) -> Result<(), String> {
         stop_rx,
     ));
 
-    wait_for_stop().await;
+    stop.wait().await;
     tracing::info!(
         "stopping: no new connections; waiting up to {}s for calls in flight",
         grace.as_secs()
@@ -432,19 +435,32 @@ fn start_watchdog() -> Option<tokio::task::JoinHandle<()>> {
     }))
 }
 
-async fn wait_for_stop() {
-    let term = signal(SignalKind::terminate());
-    let int = signal(SignalKind::interrupt());
-    match (term, int) {
-        (Ok(mut term), Ok(mut int)) => {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = int.recv() => {}
-            }
+/// SIGTERM and SIGINT, handled from the moment [`StopSignals::watch`] returns.
+struct StopSignals(Option<(tokio::signal::unix::Signal, tokio::signal::unix::Signal)>);
+
+impl StopSignals {
+    fn watch() -> StopSignals {
+        match (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        ) {
+            (Ok(term), Ok(int)) => StopSignals(Some((term, int))),
+            _ => StopSignals(None),
         }
-        _ => {
-            // Without signal handlers the process cannot stop cleanly; wait for Ctrl-C.
-            let _ = tokio::signal::ctrl_c().await;
+    }
+
+    async fn wait(self) {
+        match self.0 {
+            Some((mut term, mut int)) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = int.recv() => {}
+                }
+            }
+            None => {
+                // Without signal handlers the process cannot stop cleanly; wait for Ctrl-C.
+                let _ = tokio::signal::ctrl_c().await;
+            }
         }
     }
 }

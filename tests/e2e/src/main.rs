@@ -10,7 +10,8 @@
 //!                  [--tools-root DIR] [--user NAME] [--podman PROG] [--tailnet-log FILE]
 //!                  [--only NAME]... [--bench N] [--enforce-limits true|false]
 //!                  [--time-scale N] [--bwrap-cgroup delegated|systemd-scope]
-//!                  [--egress-network pasta|slirp4netns]
+//!                  [--egress-network pasta|slirp4netns] [--bench-out DIR]
+//!                  [--scale N] [--scale-clients LIST] [--scale-tools LIST]
 //!     the scenarios against a brokerd this process starts as the service user, on Podman
 //!     (the default; --image is required) or bwrap (--tools-root is required); its config has
 //!     enforce_limits = false unless --enforce-limits true (a host with cgroup v2 delegation);
@@ -19,6 +20,16 @@
 //!     `[bwrap] cgroup` (brokerd's default, "delegated", when not given); --egress-network
 //!     sets `[runner] egress_network` (when not given: pasta where `podman info` names a pasta
 //!     program, as NixOS's Podman does, else slirp4netns)
+//!     --bench N times N calls of each tool through brokerd next to the bare sandbox, and
+//!     --scale N runs N calls a row at each of --scale-clients (1,2,4,8,16) concurrent
+//!     clients with brokerd's default max_concurrent_calls and with it at the core count
+//!     (tools from --scale-tools, default read_file,shell); both just before the last scenario
+//!     (--only sigterm-stops-cleanly runs them alone); --bench-out DIR writes their JSON
+//!     (bench-<backend>.json, scale-<backend>.json)
+//!
+//! boxmaker-e2e report --dir DIR [--markdown FILE] [--svg FILE]
+//!     the benches' JSON in DIR as BENCHMARKS.md's tables (rewritten between their markers in
+//!     FILE, or printed) and the latency plot (src/report.rs)
 //!
 //! boxmaker-e2e egress-network [--user NAME] [--podman PROG]
 //!     prints the egress network `run` picks without --egress-network: pasta or slirp4netns
@@ -31,7 +42,9 @@
 mod ca;
 mod dns;
 mod https;
+mod report;
 mod scenarios;
+mod stats;
 mod system;
 
 use std::collections::BTreeMap;
@@ -56,7 +69,8 @@ pub const CERT_NAMES: &[&str] = &["ok.test", "*.ok.test", "other.test"];
 
 const USAGE: &str = "usage: boxmaker-e2e ca --out DIR
        boxmaker-e2e serve --ca DIR [--https ADDR]... [--dns ADDR] [--tailnet ADDR]... [--tailnet-log FILE] [--record NAME=IPV4]... [--ready FILE]
-       boxmaker-e2e run --brokerd FILE --work DIR [--backend podman|bwrap] [--image ID] [--tools-root DIR] [--user NAME] [--podman PROG] [--tailnet-log FILE] [--only NAME]... [--bench N] [--enforce-limits true|false] [--time-scale N] [--bwrap-cgroup delegated|systemd-scope] [--egress-network pasta|slirp4netns]
+       boxmaker-e2e run --brokerd FILE --work DIR [--backend podman|bwrap] [--image ID] [--tools-root DIR] [--user NAME] [--podman PROG] [--tailnet-log FILE] [--only NAME]... [--bench N] [--enforce-limits true|false] [--time-scale N] [--bwrap-cgroup delegated|systemd-scope] [--egress-network pasta|slirp4netns] [--bench-out DIR] [--scale N] [--scale-clients LIST] [--scale-tools LIST]
+       boxmaker-e2e report --dir DIR [--markdown FILE] [--svg FILE]
        boxmaker-e2e egress-network [--user NAME] [--podman PROG]";
 
 /// Options as (name, value) pairs, in order; every option takes a value.
@@ -145,8 +159,16 @@ fn main() -> ExitCode {
                 "time-scale",
                 "bwrap-cgroup",
                 "egress-network",
+                "bench-out",
+                "scale",
+                "scale-clients",
+                "scale-tools",
             ])?;
             scenarios::run(&opts)
+        }
+        "report" => {
+            opts.check(&["dir", "markdown", "svg"])?;
+            report::run(&opts).map(|()| ExitCode::SUCCESS)
         }
         "egress-network" => {
             opts.check(&["user", "podman"])?;

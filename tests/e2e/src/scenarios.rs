@@ -20,6 +20,8 @@ use serde_json::{json, Value};
 use crate::https::{BIG, HELLO, TAILNET_GREETING};
 use crate::system::{self, User};
 
+mod scale;
+
 const RO_TEXT: &str = "hello from the read-only directory\n";
 const SHELL_MS: u64 = 4000;
 const OUTPUT_CAP: usize = 65536;
@@ -127,6 +129,9 @@ pub fn run(opts: &crate::Opts) -> Result<ExitCode, String> {
             .map_err(|_| format!("--bench {n:?} is not a number"))?,
         None => 0,
     };
+    let scale = scale::Plan::from_opts(opts)?;
+    // Where the benches' JSON goes (bench-<backend>.json, scale-<backend>.json).
+    let bench_out = opts.one("bench-out").map(PathBuf::from);
     let pre = suite.leftovers()?;
     if !pre.is_empty() {
         return Err(format!(
@@ -239,8 +244,15 @@ pub fn run(opts: &crate::Opts) -> Result<ExitCode, String> {
         if bench > 0 && name == "sigterm-stops-cleanly" {
             // A session of its own, whichever scenarios ran before (or none, with --only).
             suite.session = "s-bench".to_string();
-            if let Err(e) = suite.bench(bench) {
-                println!("bench: {e}");
+            match suite.bench(bench) {
+                Ok(json) => write_bench(bench_out.as_deref(), "bench", b, &json),
+                Err(e) => println!("bench: {e}"),
+            }
+        }
+        if let (Some(plan), "sigterm-stops-cleanly") = (&scale, name) {
+            match suite.scale(plan) {
+                Ok(json) => write_bench(bench_out.as_deref(), "scale", b, &json),
+                Err(e) => println!("scale: {e}"),
             }
         }
         suite.session = format!("s-{name}");
@@ -283,6 +295,17 @@ pub fn run(opts: &crate::Opts) -> Result<ExitCode, String> {
     } else {
         ExitCode::from(1)
     })
+}
+
+/// `<dir>/<what>-<backend>.json`, when `--bench-out` named a directory; a failure is printed, as
+/// a bench's own failure is.
+fn write_bench(dir: Option<&Path>, what: &str, backend: &str, json: &Value) {
+    let Some(dir) = dir else { return };
+    let file = dir.join(format!("{what}-{backend}.json"));
+    let text = format!("{json:#}\n");
+    if let Err(e) = std::fs::create_dir_all(dir).and_then(|()| std::fs::write(&file, text)) {
+        println!("{what}: cannot write {}: {e}", file.display());
+    }
 }
 
 fn check(cond: bool, why: impl FnOnce() -> String) -> Outcome {
@@ -1605,7 +1628,8 @@ impl Suite {
     /// `PodmanRuntime::tool_args` (for http_fetch the proxy's `egress_args` around it), or
     /// `bwrap` of `BwrapRuntime::build_argv` (and `proxy_argv`), as the service user. The
     /// bare side has no rlimits, no pidfd and no output capture beyond reading stdout.
-    fn bench(&mut self, n: usize) -> Outcome {
+    /// Returns the rows as the bench's JSON.
+    fn bench(&mut self, n: usize) -> Result<Value, String> {
         use brokerd::runner::bwrap::{BwrapRuntime, RootLayout};
         use brokerd::runner::podman::PodmanRuntime;
         use brokerd::runner::{Egress, Mount, RunSpec};
@@ -1639,6 +1663,7 @@ impl Suite {
             (ToolName::HttpFetch, json!({ "url": "https://ok.test/" })),
         ];
         let b = self.backend.as_str();
+        let mut rows = Vec::new();
         for (tool, args) in cases {
             self.await_reaped_zombies(0);
             // One warm-up of each side, so the page cache holds what both start.
@@ -1706,8 +1731,22 @@ impl Suite {
                 tool.as_str(),
                 tp50 / bp50,
             );
+            rows.push(json!({
+                "tool": tool.as_str(),
+                "through_p50_ms": tp50,
+                "through_p95_ms": tp95,
+                "bare_p50_ms": bp50,
+                "bare_p95_ms": bp95,
+                "ratio_p50": tp50 / bp50,
+            }));
         }
-        Ok(())
+        Ok(json!({
+            "bench": "ratio",
+            "backend": b,
+            "bare": bare_name,
+            "calls": n,
+            "rows": rows,
+        }))
     }
 
     /// Each bare bwrap leaves an orphaned zombie (the sandbox's inner bwrap) that this host's
