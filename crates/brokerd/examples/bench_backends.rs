@@ -46,8 +46,8 @@ fn main() -> Result<(), String> {
     };
     let rt = BwrapRuntime::new(rc, bc);
     let spec = RunSpec {
-        session: "bench".into(),
-        call: "c".into(),
+        session: proto::ident::Ident::fixed("bench"),
+        call: proto::ident::Ident::fixed("c"),
         tool: ToolName::ReadFile,
         input: serde_json::to_vec(&serde_json::json!({ "path": file }))
             .map_err(|e| e.to_string())?,

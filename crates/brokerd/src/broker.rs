@@ -565,8 +565,8 @@ impl Broker {
 
     async fn run(
         &self,
-        session: &str,
-        call: &str,
+        session: &Ident,
+        call: &Ident,
         plan: Plan,
         received: Instant,
     ) -> Result<Result<RunOutput, RunError>, Busy> {
@@ -587,8 +587,8 @@ impl Broker {
             let budget = Duration::from_millis(self.config.broker.timeout_ms);
             if received.elapsed() + rc.call_budget(plan.tool) >= budget {
                 tracing::warn!(
-                    session,
-                    call,
+                    session = session.as_str(),
+                    call = call.as_str(),
                     waited_ms = received.elapsed().as_millis() as u64,
                     "the call waited for a slot too long to finish within broker.timeout_ms; answered busy"
                 );
@@ -601,8 +601,8 @@ impl Broker {
             .as_ref()
             .map_or(Duration::from_secs(30), |r| r.time_limit(plan.tool));
         let spec = RunSpec {
-            session: session.to_string(),
-            call: call.to_string(),
+            session: session.clone(),
+            call: call.clone(),
             tool: plan.tool,
             input: plan.input,
             mounts: plan.mounts,

@@ -5,6 +5,7 @@
 //! On Podman it also starts one real sandbox, to see that it cannot make a user namespace.
 //! Exit codes: 0 when everything is in order, 2 when a check failed, 3 for bad usage.
 
+use proto::ident::Ident;
 use std::ffi::OsStr;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -388,8 +389,8 @@ fn nested_userns(cfg: &Config, rc: &config::RunnerConfig) -> Result<String, Stri
         .filter(|p| !p.is_empty())
         .unwrap_or_else(|| "none named".into());
     let spec = RunSpec {
-        session: "doctor".into(),
-        call: "userns".into(),
+        session: Ident::fixed("doctor"),
+        call: Ident::fixed("userns"),
         tool: ToolName::Shell,
         input: serde_json::json!({ "command": USERNS_PROBE })
             .to_string()

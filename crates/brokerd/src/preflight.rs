@@ -9,6 +9,7 @@
 //!   `allowed.invalid`, and a fetch of [`NETWORK_PREFLIGHT_URL`] through it, which the proxy
 //!   must refuse by name. No name is resolved and no packet leaves.
 
+use proto::ident::Ident;
 use std::time::Duration;
 
 use proto::tools::{ToolName, DEFAULT_CWD};
@@ -70,8 +71,8 @@ impl Sandbox {
         Sandbox {
             workspaces: workspaces.len(),
             spec: RunSpec {
-                session: "preflight".into(),
-                call: "preflight".into(),
+                session: Ident::fixed("preflight"),
+                call: Ident::fixed("preflight"),
                 tool: ToolName::Shell,
                 input,
                 mounts: workspaces,
@@ -144,8 +145,8 @@ pub fn network_spec(rc: Option<&RunnerConfig>) -> RunSpec {
         r.time_limit(ToolName::HttpFetch)
     });
     RunSpec {
-        session: "preflight".into(),
-        call: "network".into(),
+        session: Ident::fixed("preflight"),
+        call: Ident::fixed("network"),
         tool: ToolName::HttpFetch,
         input,
         mounts: Vec::new(),

@@ -142,8 +142,8 @@ fn runtime(w: &World, extra: &str) -> BwrapRuntime {
 
 fn spec(tool: ToolName, input: serde_json::Value, mounts: Vec<Mount>) -> RunSpec {
     RunSpec {
-        session: "t".into(),
-        call: "c".into(),
+        session: proto::ident::Ident::fixed("t"),
+        call: proto::ident::Ident::fixed("c"),
         tool,
         input: serde_json::to_vec(&input).expect("json"),
         mounts,
@@ -416,7 +416,7 @@ fn egress_proxy_lifecycle() {
         "ls -l /run/egress/; busybox nc -w 2 192.0.2.1 443 </dev/null",
         Vec::new(),
     );
-    s.session = "egress".into();
+    s.session = proto::ident::Ident::fixed("egress");
     s.egress = Some(Egress {
         hosts: vec!["docs.example.org".into()],
         allow_addresses: Vec::new(),

@@ -36,8 +36,8 @@ fn mount(path: &str, write: bool) -> Mount {
 
 fn spec(tool: ToolName, mounts: Vec<Mount>, egress: Option<Egress>) -> RunSpec {
     RunSpec {
-        session: "s1".into(),
-        call: "c1".into(),
+        session: proto::ident::Ident::fixed("s1"),
+        call: proto::ident::Ident::fixed("c1"),
         tool,
         input: b"{}".to_vec(),
         mounts,

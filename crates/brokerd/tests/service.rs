@@ -71,7 +71,10 @@ impl FakeRunner {
     /// Runs that were calls, not brokerd's own preflights.
     fn tool_calls(&self) -> usize {
         let specs = self.specs.lock().unwrap();
-        specs.iter().filter(|s| s.session != "preflight").count()
+        specs
+            .iter()
+            .filter(|s| s.session.as_str() != "preflight")
+            .count()
     }
 
     fn release(&self) {
@@ -139,13 +142,13 @@ impl Runner for FakeRunner {
         if t.contains("UNAVAIL") {
             return Err(RunError::Unavailable(Unavailable::RunnerUnavailable));
         }
-        let content = if spec.session == "preflight" && spec.call == "network" {
+        let content = if spec.session.as_str() == "preflight" && spec.call.as_str() == "network" {
             if self.network_broken.load(Ordering::SeqCst) {
                 format!("http_fetch: {t}: curl: (7) Failed to connect to localhost/run/egress/egress.sock port 1080 after 0 ms: Couldn't connect to server\n")
             } else {
                 format!("http_fetch: {t}: curl: (97) Can't complete SOCKS5 connection to preflight.invalid. (2)\n")
             }
-        } else if spec.session == "preflight" && self.preflight_ok.load(Ordering::SeqCst) {
+        } else if spec.session.as_str() == "preflight" && self.preflight_ok.load(Ordering::SeqCst) {
             let memory = brokerd::config::memory_bytes("512m").unwrap();
             // One line for each writable directory the command tests, as sh would print.
             let writable = "writable\n".repeat(t.matches("test -w '").count());
@@ -729,7 +732,7 @@ fn call_answers_by_kind() {
         by_call["c5"].egress.as_ref().map(|e| e.hosts.clone()),
         Some(vec!["docs.example.org".to_string()])
     );
-    assert_eq!(by_call["c1"].session, "s0");
+    assert_eq!(by_call["c1"].session.as_str(), "s0");
     // The audit: a decision and an outcome for what ran, a decision for the rest.
     let d = svc.decisions();
     let of = |call: &str| -> Vec<(String, String)> {
@@ -1912,7 +1915,7 @@ fn network_preflight() {
             .runner
             .specs()
             .iter()
-            .filter(|s| s.call == "network")
+            .filter(|s| s.call.as_str() == "network")
             .count();
         assert_eq!(probes, 1);
         let a = c.call("s3", "c3", "auto", "shell", json!({"command": "ls"}));
@@ -2019,7 +2022,7 @@ fn a_transient_preflight_failure_is_tried_again() {
         svc.runner
             .specs()
             .iter()
-            .filter(|s| s.call == "network")
+            .filter(|s| s.call.as_str() == "network")
             .count()
     };
     assert_eq!(probes(), 1);

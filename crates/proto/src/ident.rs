@@ -17,7 +17,8 @@ pub fn valid_ident(s: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
 }
 
-/// A string that is a valid identifier. Its only constructor is [`Ident::parse`].
+/// A string that is a valid identifier, made by [`Ident::parse`] (or [`Ident::fixed`] for a
+/// name written in the code).
 ///
 /// ```compile_fail,E0423
 /// let id = proto::ident::Ident(String::from("../x"));
@@ -37,6 +38,19 @@ impl Ident {
             Ok(Ident(s))
         } else {
             Err(NotIdent(s))
+        }
+    }
+
+    /// A name written in the code (`"preflight"`). Checked like any other: a literal that is
+    /// not an identifier fails debug builds (the tests) and becomes `invalid-name` in release,
+    /// so an `Ident` is an identifier whatever the code says.
+    #[track_caller]
+    pub fn fixed(s: &'static str) -> Ident {
+        debug_assert!(valid_ident(s), "{s:?} is not an identifier");
+        if valid_ident(s) {
+            Ident(s.to_string())
+        } else {
+            Ident("invalid-name".to_string())
         }
     }
 

@@ -1683,8 +1683,12 @@ impl Suite {
                     through.push(t.elapsed());
                 }
                 let spec = RunSpec {
-                    session: "bench".into(),
-                    call: format!("{}-{i}", tool.as_str().replace('_', "-")),
+                    session: proto::ident::Ident::fixed("bench"),
+                    call: proto::ident::Ident::parse(format!(
+                        "{}-{i}",
+                        tool.as_str().replace('_', "-")
+                    ))
+                    .map_err(|e| e.to_string())?,
                     tool,
                     input: serde_json::to_vec(&args).unwrap_or_default(),
                     mounts: grant
