@@ -748,12 +748,8 @@ impl BwrapRuntime {
                 });
             }
             // Wakes on bwrap's exit, on standard output's end (the cap), or at the deadline.
-            let watch = if stdout.done() {
-                None
-            } else {
-                stdout.ended_fd()
-            };
-            if sandbox.pidfd.wait_exit_or(watch, deadline) == Woke::Exited {
+            let (watch, until) = stdout.wake(deadline);
+            if sandbox.pidfd.wait_exit_or(watch, until) == Woke::Exited {
                 match sandbox.reap() {
                     Ok(status) => break status,
                     Err(e) => {

@@ -57,6 +57,9 @@ pub fn verdict(status: ExitStatus, stdout: Vec<u8>, truncated: bool) -> Verdict 
 /// A pipe read from its own thread: the first `keep` bytes are kept. With `stop_at_more` the
 /// reading stops at the first byte past `keep` (standard output and its cap); without, the
 /// rest is drained so that the writer never blocks (standard error).
+/// How often a run loop looks at a capture that has no descriptor to wake it.
+pub const LOOK: Duration = Duration::from_millis(10);
+
 pub struct Capture {
     state: Arc<(Mutex<Vec<u8>>, AtomicBool, AtomicBool)>,
     /// Raised when the reading ends (the pipe's end, the cap, an error), so a waiter wakes
@@ -125,6 +128,19 @@ impl Capture {
         self.ended.as_deref().map(Signal::fd)
     }
 
+    /// What a run loop waits on for this capture's end, and until when: the end's descriptor
+    /// and `deadline`; or, with no descriptor to wait on (no eventfd could be had) while the
+    /// reading goes on, a look every [`LOOK`] so that the cap is still seen at once.
+    pub fn wake(&self, deadline: Instant) -> (Option<std::os::fd::BorrowedFd<'_>>, Instant) {
+        if self.done() {
+            return (None, deadline);
+        }
+        match self.ended_fd() {
+            Some(fd) => (Some(fd), deadline),
+            None => (None, deadline.min(Instant::now() + LOOK)),
+        }
+    }
+
     /// The reading has ended.
     pub fn done(&self) -> bool {
         self.state.2.load(Ordering::SeqCst)
@@ -182,13 +198,23 @@ pub fn feed(mut stdin: std::process::ChildStdin, input: &[u8]) {
         if written == input.len() {
             return;
         }
-        if nix::fcntl::fcntl(stdin.as_fd(), nix::fcntl::FcntlArg::F_SETFL(flags)).is_err() {
-            return;
-        }
+        // Back to blocking for the thread; should that fail, the thread waits out each
+        // WouldBlock below instead, and nothing of the input is dropped.
+        let _ = nix::fcntl::fcntl(stdin.as_fd(), nix::fcntl::FcntlArg::F_SETFL(flags));
     }
     let rest = input[written..].to_vec();
     thread::spawn(move || {
-        let _ = stdin.write_all(&rest);
+        let mut at = 0;
+        while at < rest.len() {
+            match stdin.write(&rest[at..]) {
+                Ok(0) => return,
+                Ok(n) => at += n,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == ErrorKind::WouldBlock => thread::sleep(LOOK),
+                // The sandbox closed its end: it reads no more.
+                Err(_) => return,
+            }
+        }
     });
 }
 

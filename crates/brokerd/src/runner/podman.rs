@@ -405,12 +405,8 @@ impl PodmanRuntime {
             // Wakes on podman's exit, on standard output's end (the cap), or at the deadline.
             match &pidfd {
                 Some(p) => {
-                    let watch = if stdout.done() {
-                        None
-                    } else {
-                        stdout.ended_fd()
-                    };
-                    p.wait_exit_or(watch, deadline);
+                    let (watch, until) = stdout.wake(deadline);
+                    p.wait_exit_or(watch, until);
                 }
                 None => thread::sleep(POLL),
             }

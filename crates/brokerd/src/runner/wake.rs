@@ -48,6 +48,10 @@ pub fn first_ready_until(fds: &[BorrowedFd<'_>], deadline: Instant) -> Option<us
         if r < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
             continue;
         }
+        if r < 0 {
+            // ppoll itself failed: the step still passes, so that a caller's loop does not spin.
+            std::thread::sleep(deadline.saturating_duration_since(Instant::now()));
+        }
         return None;
     }
 }
@@ -82,7 +86,13 @@ fn first_of(fds: &[BorrowedFd<'_>], events: libc::c_short, deadline: Instant) ->
         if r < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
             continue;
         }
-        if r < 0 || Instant::now() >= deadline {
+        if r < 0 {
+            // poll itself failed: wait out a short step, so that a caller's loop does not spin.
+            let left = deadline.saturating_duration_since(Instant::now());
+            std::thread::sleep(left.min(std::time::Duration::from_millis(10)));
+            return None;
+        }
+        if Instant::now() >= deadline {
             return None;
         }
     }
