@@ -89,10 +89,8 @@ impl Sandbox {
     pub fn judge(&self, outcome: Outcome) -> Preflight {
         let expected = &self.expected;
         match outcome {
-            Ok(Ok(RunOutput { content, .. })) if content.starts_with(expected) => Preflight {
-                terminal: false,
-                ok: true,
-                detail: format!(
+            Ok(Ok(RunOutput { content, .. })) if content.starts_with(expected) => {
+                Preflight::passed(format!(
                     "a sandbox ran in /tmp with a writable /tmp{}{}{}",
                     if self.home_and_tmpdir {
                         ", HOME and TMPDIR /tmp"
@@ -111,26 +109,14 @@ impl Sandbox {
                     } else {
                         " (limits not enforced)"
                     }
-                ),
-            },
-            Ok(Ok(RunOutput { content, .. })) => Preflight {
-                terminal: false,
-                ok: false,
-                detail: format!(
-                    "the preflight sandbox answered {:?}, expected it to start with {expected:?}",
-                    audit::clip(&content)
-                ),
-            },
-            Ok(Err(e)) => Preflight {
-                terminal: false,
-                ok: false,
-                detail: format!("the preflight sandbox failed: {e}"),
-            },
-            Err(e) => Preflight {
-                terminal: false,
-                ok: false,
-                detail: format!("the preflight task failed: {e}"),
-            },
+                ))
+            }
+            Ok(Ok(RunOutput { content, .. })) => Preflight::failed(format!(
+                "the preflight sandbox answered {:?}, expected it to start with {expected:?}",
+                audit::clip(&content)
+            )),
+            Ok(Err(e)) => Preflight::failed(format!("the preflight sandbox failed: {e}")),
+            Err(e) => Preflight::failed(format!("the preflight task failed: {e}")),
         }
     }
 }
@@ -165,33 +151,17 @@ pub fn judge_network(outcome: Outcome) -> Preflight {
         Ok(Ok(RunOutput { content, .. }))
             if content.starts_with(&prefix) && content.contains("SOCKS") =>
         {
-            Preflight {
-                terminal: false,
-                ok: true,
-                detail: format!(
-                    "the egress proxy refused a host it was not given: {}",
-                    content.trim_end()
-                ),
-            }
+            Preflight::passed(format!(
+                "the egress proxy refused a host it was not given: {}",
+                content.trim_end()
+            ))
         }
-        Ok(Ok(RunOutput { content, .. })) => Preflight {
-            terminal: false,
-            ok: false,
-            detail: format!(
-                "the proxy path answered {:?}, not the proxy's refusal",
-                audit::clip(&content)
-            ),
-        },
-        Ok(Err(e)) => Preflight {
-            terminal: false,
-            ok: false,
-            detail: format!("the proxy path failed: {e}"),
-        },
-        Err(e) => Preflight {
-            terminal: false,
-            ok: false,
-            detail: format!("the network preflight task failed: {e}"),
-        },
+        Ok(Ok(RunOutput { content, .. })) => Preflight::failed(format!(
+            "the proxy path answered {:?}, not the proxy's refusal",
+            audit::clip(&content)
+        )),
+        Ok(Err(e)) => Preflight::failed(format!("the proxy path failed: {e}")),
+        Err(e) => Preflight::failed(format!("the network preflight task failed: {e}")),
     }
 }
 

@@ -22,6 +22,26 @@ pub struct Preflight {
     pub terminal: bool,
 }
 
+impl Preflight {
+    /// A preflight that passed, saying what it saw.
+    pub fn passed(detail: String) -> Preflight {
+        Preflight {
+            ok: true,
+            detail,
+            terminal: false,
+        }
+    }
+
+    /// A failed preflight that a later retry may mend.
+    pub fn failed(detail: String) -> Preflight {
+        Preflight {
+            ok: false,
+            detail,
+            terminal: false,
+        }
+    }
+}
+
 /// A preflight's kept outcome and its retry schedule.
 #[derive(Debug)]
 pub struct Kept {

@@ -134,17 +134,23 @@ impl Results {
             .scale
             .iter()
             .find(|(b, _)| b.as_str() != "noop")
-            .and_then(|(_, v)| v.get("tools"))
-            .and_then(Value::as_array)
-            .map(|t| {
-                t.iter()
-                    .filter_map(Value::as_str)
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            })
+            .map(|(_, v)| tool_list(v))
             .unwrap_or_default();
         format!("tools {tools}; {cores} cores")
     }
+}
+
+/// A bench's `tools`, as "read_file, shell".
+fn tool_list(v: &Value) -> String {
+    v.get("tools")
+        .and_then(Value::as_array)
+        .map(|t| {
+            t.iter()
+                .filter_map(Value::as_str)
+                .collect::<Vec<_>>()
+                .join(", ")
+        })
+        .unwrap_or_default()
 }
 
 fn sorted(m: &BTreeMap<String, Value>) -> Vec<(&str, &Value)> {
@@ -295,16 +301,7 @@ fn overhead_md(v: &Value) -> Result<String, String> {
 fn scale_md(benches: &[(&str, &Value)]) -> Result<String, String> {
     let mut s = String::new();
     for (backend, v) in benches {
-        let tools = v
-            .get("tools")
-            .and_then(Value::as_array)
-            .map(|t| {
-                t.iter()
-                    .filter_map(Value::as_str)
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            })
-            .unwrap_or_default();
+        let tools = tool_list(v);
         let _ = write!(
             s,
             "**{}** ({} calls a row, tools {tools}; {} cores, default `max_concurrent_calls` {}):\n\n\
