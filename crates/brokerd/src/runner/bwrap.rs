@@ -1220,8 +1220,28 @@ mod tests {
                 .spawn()
                 .expect("stand-in")
         };
+        // spawn returns once the exec has begun, but the kernel sets the new program's
+        // arguments a moment later: until then /proc shows an empty command line, and the
+        // sweep would rightly pass the process by. Wait for the arguments to show.
+        let started = |child: &std::process::Child, marker: &Path| {
+            let path = format!("/proc/{}/cmdline", child.id());
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while std::time::Instant::now() < deadline {
+                let cmdline = std::fs::read(&path).unwrap_or_default();
+                if cmdline
+                    .split(|&b| b == 0)
+                    .any(|a| a == marker.as_os_str().as_bytes())
+                {
+                    return;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            panic!("the stand-in never showed its arguments");
+        };
         let mut left = start(&root.join("bin"));
         let mut other = start(&dir.path().join("elsewhere/bin"));
+        started(&left, &root.join("bin"));
+        started(&other, &dir.path().join("elsewhere/bin"));
         let (removed, failed) = sweep_sandboxes(&fake, &root);
         assert_eq!((removed, failed), (1, Vec::<String>::new()));
         use std::os::unix::process::ExitStatusExt;
