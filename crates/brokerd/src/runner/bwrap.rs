@@ -27,8 +27,8 @@ use super::cgroup::{self, CgroupLimits, CgroupUnavailable, ChildGroup, Mechanism
 use super::egress::{self, make_private_dir, EGRESS_MOUNT, EGRESS_SOCKET};
 use super::limits::ResourceLimits;
 use super::mounts::{self, open_mounts};
-use super::output::{verdict, Capture, Verdict, DRAIN_GRACE, STDERR_KEEP};
-use super::pidfd::{Pidfd, Stopped, Woke, KILL_CONFIRM};
+use super::output::{verdict, Capture, Event, Streams, Verdict, DRAIN_GRACE, STDERR_KEEP};
+use super::pidfd::{Pidfd, Stopped, KILL_CONFIRM};
 use super::{
     dies_with_brokerd, mount_changed, Egress, Failure, Ran, Reply, RunError, RunOutput, RunSpec,
     Runner, Settling, Steps, SweepError, Unavailable,
@@ -733,43 +733,39 @@ impl BwrapRuntime {
             [Stdio::piped(), Stdio::piped(), Stdio::piped()],
             mount_fds,
         )?;
-        if let Some(stdin) = sandbox.child.stdin.take() {
-            super::output::feed(stdin, &spec.input);
-        }
-        let stdout = Capture::start(sandbox.child.stdout.take(), self.output_cap, true);
-        let stderr = Capture::start(sandbox.child.stderr.take(), STDERR_KEEP, false);
+        let mut streams = Streams::new(&mut sandbox.child, &spec.input, self.output_cap);
         let status = loop {
-            if stdout.overflowed() {
-                // DESIGN.md "Output": the capped output is the answer, not a time-out.
-                sandbox.stop();
-                return Ok(RunOutput {
-                    content: super::output::decode(stdout.bytes(), true),
-                    truncated: true,
-                });
-            }
-            // Wakes on bwrap's exit, on standard output's end (the cap), or at the deadline.
-            let (watch, until) = stdout.wake(deadline);
-            if sandbox.pidfd.wait_exit_or(watch, until) == Woke::Exited {
-                match sandbox.reap() {
+            // Wakes on bwrap's exit, on standard output passing the cap, or at the deadline,
+            // serving the sandbox's streams meanwhile.
+            match streams.wait(Some(sandbox.pidfd.as_fd()), deadline) {
+                Event::Exited => match sandbox.reap() {
                     Ok(status) => break status,
                     Err(e) => {
                         tracing::error!(session = %spec.session, call = %spec.call, "reaping bwrap failed: {e}");
                         sandbox.stop();
                         return Err(RunError::Failed(Failure::UnexpectedStatus));
                     }
+                },
+                Event::Overflowed => {
+                    // DESIGN.md "Output": the capped output is the answer, not a time-out.
+                    sandbox.stop();
+                    return Ok(RunOutput {
+                        content: super::output::decode(streams.stdout().to_vec(), true),
+                        truncated: true,
+                    });
                 }
-            }
-            if Instant::now() >= deadline {
-                sandbox.stop();
-                return Err(RunError::Failed(Failure::TimedOut));
+                Event::Deadline => {
+                    sandbox.stop();
+                    return Err(RunError::Failed(Failure::TimedOut));
+                }
+                Event::Look => {}
             }
         };
         // bwrap has exited, so the sandbox's PID namespace is gone and the pipes end at once.
-        stdout.wait_done(Instant::now() + DRAIN_GRACE);
-        stderr.wait_done(Instant::now() + STDERR_GRACE);
+        streams.drain(Instant::now() + DRAIN_GRACE);
         *exited = Some(sandbox);
-        let err = stderr.text();
-        if let Some(terminal) = self.setup_failure(status, &stdout.bytes(), &err) {
+        let err = streams.stderr_text();
+        if let Some(terminal) = self.setup_failure(status, streams.stdout(), &err) {
             return Err(match terminal {
                 Some(t) => {
                     self.remember(t.clone());
@@ -778,8 +774,8 @@ impl BwrapRuntime {
                 None => self.unavailable(spec, Trouble::Setup, &err),
             });
         }
-        let truncated = stdout.overflowed();
-        match verdict(status, stdout.bytes(), truncated) {
+        let truncated = streams.overflowed();
+        match verdict(status, streams.stdout().to_vec(), truncated) {
             Verdict::Output(out) => Ok(out),
             Verdict::RunnerFailed => {
                 let detail = format!("bwrap exited with {status}: {err}");

@@ -14,7 +14,9 @@ use std::time::{Duration, Instant};
 
 use std::os::unix::process::ExitStatusExt;
 
-use super::wake::{first_ready, Signal};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+
+use super::wake::{first_ready, poll_until, Signal};
 use super::{Failure, RunOutput};
 
 /// How much of a runner's standard error is kept for the log (seed 003 section 6).
@@ -128,19 +130,6 @@ impl Capture {
         self.ended.as_deref().map(Signal::fd)
     }
 
-    /// What a run loop waits on for this capture's end, and until when: the end's descriptor
-    /// and `deadline`; or, with no descriptor to wait on (no eventfd could be had) while the
-    /// reading goes on, a look every [`LOOK`] so that the cap is still seen at once.
-    pub fn wake(&self, deadline: Instant) -> (Option<std::os::fd::BorrowedFd<'_>>, Instant) {
-        if self.done() {
-            return (None, deadline);
-        }
-        match self.ended_fd() {
-            Some(fd) => (Some(fd), deadline),
-            None => (None, deadline.min(Instant::now() + LOOK)),
-        }
-    }
-
     /// The reading has ended.
     pub fn done(&self) -> bool {
         self.state.2.load(Ordering::SeqCst)
@@ -171,51 +160,255 @@ impl Capture {
     }
 }
 
-/// Gives a sandbox its standard input and closes it: the call's JSON. What the pipe takes at
-/// once is written here, without blocking (a call's arguments almost always fit); only the
-/// rest goes to a thread of its own, so a sandbox that never reads cannot block brokerd.
-pub fn feed(mut stdin: std::process::ChildStdin, input: &[u8]) {
-    use std::io::Write;
-    use std::os::fd::AsFd;
-    let mut written = 0;
-    let nonblocking = nix::fcntl::fcntl(stdin.as_fd(), nix::fcntl::FcntlArg::F_GETFL)
-        .map(nix::fcntl::OFlag::from_bits_truncate)
-        .and_then(|flags| {
-            let on = flags | nix::fcntl::OFlag::O_NONBLOCK;
-            nix::fcntl::fcntl(stdin.as_fd(), nix::fcntl::FcntlArg::F_SETFL(on)).map(|_| flags)
-        });
-    if let Ok(flags) = nonblocking {
-        while written < input.len() {
-            match stdin.write(&input[written..]) {
-                Ok(0) => return,
-                Ok(n) => written += n,
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
-                // The sandbox closed its end: it reads no more.
-                Err(_) => return,
-            }
+/// A tool sandbox's standard streams, served by the thread that waits for it: the call's input
+/// written, standard output kept up to the cap and standard error up to [`STDERR_KEEP`], each
+/// as its pipe becomes ready, in one ppoll(2) with the sandbox's pidfd. No thread is started
+/// for a call and nothing passes between threads, so the exit and the output's end are seen
+/// in the same wake-up.
+pub struct Streams {
+    input: Option<(OwnedFd, Vec<u8>, usize)>,
+    out: Stream,
+    err: Stream,
+}
+
+/// One output pipe: open until its end (or, for standard output, one byte past the cap).
+struct Stream {
+    fd: Option<OwnedFd>,
+    kept: Vec<u8>,
+    keep: usize,
+    /// Reading stops at the first byte past `keep` (standard output: the cap); without, the
+    /// rest is read and dropped, so that the writer never blocks (standard error).
+    stop_at_more: bool,
+    more: bool,
+}
+
+/// What ended a [`Streams::wait`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    /// The pidfd became readable: the process exited.
+    Exited,
+    /// Standard output passed the cap.
+    Overflowed,
+    /// The deadline passed.
+    Deadline,
+    /// A look ([`LOOK`]) with no pidfd to wait on passed: the caller asks the process itself.
+    Look,
+}
+
+/// At most this much is written to the input pipe per wake-up: no more than PIPE_BUF, which a
+/// pipe that polls writable always takes without blocking, even if O_NONBLOCK could not be set.
+const INPUT_STEP: usize = 4096;
+/// At most this much is read per pipe per wake-up.
+const READ_STEP: usize = 64 * 1024;
+
+impl Stream {
+    fn new(fd: Option<OwnedFd>, keep: usize, stop_at_more: bool) -> Stream {
+        Stream {
+            fd: fd.inspect(|fd| set_nonblocking(fd.as_fd())),
+            kept: Vec::new(),
+            keep,
+            stop_at_more,
+            more: false,
         }
-        if written == input.len() {
-            return;
-        }
-        // Back to blocking for the thread; should that fail, the thread waits out each
-        // WouldBlock below instead, and nothing of the input is dropped.
-        let _ = nix::fcntl::fcntl(stdin.as_fd(), nix::fcntl::FcntlArg::F_SETFL(flags));
     }
-    let rest = input[written..].to_vec();
-    thread::spawn(move || {
-        let mut at = 0;
-        while at < rest.len() {
-            match stdin.write(&rest[at..]) {
-                Ok(0) => return,
-                Ok(n) => at += n,
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) if e.kind() == ErrorKind::WouldBlock => thread::sleep(LOOK),
-                // The sandbox closed its end: it reads no more.
-                Err(_) => return,
+
+    /// One read after poll(2) said the pipe is ready: a read that cannot block. The pipe is
+    /// closed at its end, on an error, or (standard output) one byte past the cap.
+    fn read_ready(&mut self, chunk: &mut [u8]) {
+        let Some(fd) = &self.fd else { return };
+        // One byte past the cap is enough to know the output was truncated.
+        let want = if self.stop_at_more {
+            (self.keep - self.kept.len() + 1).min(chunk.len())
+        } else {
+            chunk.len()
+        };
+        match nix::unistd::read(fd, &mut chunk[..want]) {
+            Ok(0) => self.fd = None,
+            Ok(n) => {
+                let room = self.keep - self.kept.len();
+                self.kept.extend_from_slice(&chunk[..n.min(room)]);
+                if n > room {
+                    self.more = true;
+                    if self.stop_at_more {
+                        self.fd = None;
+                    }
+                }
+            }
+            Err(nix::errno::Errno::EINTR | nix::errno::Errno::EAGAIN) => {}
+            Err(_) => self.fd = None,
+        }
+    }
+}
+
+fn set_nonblocking(fd: BorrowedFd<'_>) {
+    use nix::fcntl::{fcntl, FcntlArg, OFlag};
+    // Should this fail, every read and write still waits for poll(2) to say the pipe is
+    // ready, and writes stay within PIPE_BUF: nothing blocks either way.
+    if let Ok(flags) = fcntl(fd, FcntlArg::F_GETFL) {
+        let _ = fcntl(
+            fd,
+            FcntlArg::F_SETFL(OFlag::from_bits_truncate(flags) | OFlag::O_NONBLOCK),
+        );
+    }
+}
+
+impl Streams {
+    /// Takes the child's pipes; `input` is written to its standard input, which is then closed.
+    pub fn new(child: &mut std::process::Child, input: &[u8], out_keep: usize) -> Streams {
+        let input = child.stdin.take().map(|stdin| {
+            let fd = OwnedFd::from(stdin);
+            set_nonblocking(fd.as_fd());
+            (fd, input.to_vec(), 0)
+        });
+        let mut streams = Streams {
+            input,
+            out: Stream::new(child.stdout.take().map(OwnedFd::from), out_keep, true),
+            err: Stream::new(child.stderr.take().map(OwnedFd::from), STDERR_KEEP, false),
+        };
+        // A call's arguments almost always fit the pipe: written now, before the first wait.
+        streams.write_input();
+        streams
+    }
+
+    /// Writes what the input pipe takes without blocking; closes it once all is written, or
+    /// when the sandbox closed its end (it reads no more).
+    fn write_input(&mut self) {
+        let Some((fd, input, at)) = &mut self.input else {
+            return;
+        };
+        while *at < input.len() {
+            let end = input.len().min(*at + INPUT_STEP);
+            match nix::unistd::write(&*fd, &input[*at..end]) {
+                Ok(0) => break,
+                Ok(n) => *at += n,
+                Err(nix::errno::Errno::EINTR) => {}
+                Err(nix::errno::Errno::EAGAIN) => return,
+                Err(_) => break,
             }
         }
-    });
+        self.input = None;
+    }
+
+    /// Serves the streams until the process exits (its pidfd readable), standard output passes
+    /// the cap, or `deadline`; without a pidfd, at most [`LOOK`] at a time.
+    pub fn wait(&mut self, pidfd: Option<BorrowedFd<'_>>, deadline: Instant) -> Event {
+        let mut chunk = vec![0u8; READ_STEP];
+        loop {
+            if self.overflowed() {
+                return Event::Overflowed;
+            }
+            let until = match pidfd {
+                Some(_) => deadline,
+                None => deadline.min(Instant::now() + LOOK),
+            };
+            let (mut polled, slots) = self.pollfds(pidfd);
+            match poll_until(&mut polled, until) {
+                Ok(0) => {}
+                Ok(_) => {
+                    let exited = self.serve(&polled, slots, &mut chunk);
+                    if self.overflowed() {
+                        return Event::Overflowed;
+                    }
+                    if exited {
+                        return Event::Exited;
+                    }
+                    continue;
+                }
+                // ppoll itself failed: a short step, so that the loop does not spin; the
+                // deadline still ends the wait.
+                Err(_) => thread::sleep(until.saturating_duration_since(Instant::now()).min(LOOK)),
+            }
+            if Instant::now() >= deadline {
+                return Event::Deadline;
+            }
+            if pidfd.is_none() && Instant::now() >= until {
+                return Event::Look;
+            }
+        }
+    }
+
+    /// Once the process has exited: the input is dropped and both outputs are read to their
+    /// ends (or the cap), at most until `until` (a process that inherited a pipe must not hold
+    /// the answer).
+    pub fn drain(&mut self, until: Instant) {
+        self.input = None;
+        let mut chunk = vec![0u8; READ_STEP];
+        while self.out.fd.is_some() || self.err.fd.is_some() {
+            let (mut polled, slots) = self.pollfds(None);
+            match poll_until(&mut polled, until) {
+                Ok(0) => break,
+                Ok(_) => {
+                    self.serve(&polled, slots, &mut chunk);
+                }
+                Err(_) if Instant::now() < until => {
+                    thread::sleep(until.saturating_duration_since(Instant::now()).min(LOOK));
+                }
+                Err(_) => break,
+            }
+        }
+        self.out.fd = None;
+        self.err.fd = None;
+    }
+
+    /// The pollfds of what is still open, and where each is: [pidfd, input, out, err].
+    fn pollfds(&self, pidfd: Option<BorrowedFd<'_>>) -> (Vec<libc::pollfd>, [Option<usize>; 4]) {
+        let mut polled = Vec::with_capacity(4);
+        let mut slots = [None; 4];
+        let mut add = |slot: usize, fd: Option<BorrowedFd<'_>>, events: libc::c_short| {
+            if let Some(fd) = fd {
+                slots[slot] = Some(polled.len());
+                polled.push(libc::pollfd {
+                    fd: fd.as_raw_fd(),
+                    events,
+                    revents: 0,
+                });
+            }
+        };
+        add(0, pidfd, libc::POLLIN);
+        add(
+            1,
+            self.input.as_ref().map(|(fd, ..)| fd.as_fd()),
+            libc::POLLOUT,
+        );
+        add(2, self.out.fd.as_ref().map(OwnedFd::as_fd), libc::POLLIN);
+        add(3, self.err.fd.as_ref().map(OwnedFd::as_fd), libc::POLLIN);
+        (polled, slots)
+    }
+
+    /// Serves each stream that poll(2) said is ready; true if the pidfd was.
+    fn serve(
+        &mut self,
+        polled: &[libc::pollfd],
+        slots: [Option<usize>; 4],
+        chunk: &mut [u8],
+    ) -> bool {
+        let ready = |slot: usize| slots[slot].is_some_and(|i| polled[i].revents != 0);
+        if ready(1) {
+            self.write_input();
+        }
+        if ready(2) {
+            self.out.read_ready(chunk);
+        }
+        if ready(3) {
+            self.err.read_ready(chunk);
+        }
+        ready(0)
+    }
+
+    /// One byte more than the cap arrived on standard output.
+    pub fn overflowed(&self) -> bool {
+        self.out.more
+    }
+
+    /// Standard output as kept (up to the cap).
+    pub fn stdout(&self) -> &[u8] {
+        &self.out.kept
+    }
+
+    /// Standard error as kept, for the log.
+    pub fn stderr_text(&self) -> String {
+        String::from_utf8_lossy(&self.err.kept).into_owned()
+    }
 }
 
 fn lock(m: &Mutex<Vec<u8>>) -> std::sync::MutexGuard<'_, Vec<u8>> {
@@ -251,36 +444,133 @@ pub fn decode(mut bytes: Vec<u8>, truncated: bool) -> String {
 mod tests {
     use super::*;
 
-    /// Input larger than a pipe holds reaches the reader whole; a reader that never reads
-    /// does not hold the caller.
+    use crate::runner::pidfd::Pidfd;
+    use std::process::{Child, Command, Stdio};
+
+    fn piped(program: &str, args: &[&str]) -> Child {
+        Command::new(program)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect(program)
+    }
+
+    /// Serves `child` to its exit (or the deadline), as the runners do, then drains.
+    fn serve(child: &mut Child, input: &[u8], keep: usize, limit: Duration) -> (Event, Streams) {
+        let mut streams = Streams::new(child, input, keep);
+        let pidfd = Pidfd::of_child(child).expect("pidfd");
+        let event = streams.wait(Some(pidfd.as_fd()), Instant::now() + limit);
+        if event == Event::Exited {
+            streams.drain(Instant::now() + Duration::from_millis(300));
+        }
+        (event, streams)
+    }
+
+    fn reap(mut child: Child) {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+
+    /// Input larger than a pipe holds reaches the reader whole, while the same thread reads
+    /// what the reader writes back (`cat`: neither side may wait for the other to finish).
     #[test]
-    fn feed_delivers_everything_and_never_blocks() {
-        use std::process::{Command, Stdio};
+    fn input_and_output_are_served_together() {
         let input: Vec<u8> = (0..3 << 20).map(|i| (i % 251) as u8).collect();
         for size in [0, 10, 70_000, input.len()] {
-            let mut child = Command::new("wc")
-                .arg("-c")
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .spawn()
-                .expect("wc");
-            feed(child.stdin.take().expect("stdin"), &input[..size]);
-            let out = child.wait_with_output().expect("wc output");
+            let mut child = piped("wc", &["-c"]);
+            let (event, streams) =
+                serve(&mut child, &input[..size], 1 << 20, Duration::from_secs(30));
+            assert_eq!(event, Event::Exited);
             assert_eq!(
-                String::from_utf8_lossy(&out.stdout).trim(),
+                String::from_utf8_lossy(streams.stdout()).trim(),
                 size.to_string()
             );
+            reap(child);
+
+            let mut child = piped("cat", &[]);
+            let (event, streams) =
+                serve(&mut child, &input[..size], 4 << 20, Duration::from_secs(30));
+            assert_eq!(event, Event::Exited);
+            assert!(streams.stdout() == &input[..size], "cat of {size} bytes");
+            assert!(!streams.overflowed());
+            reap(child);
         }
-        let mut idle = Command::new("sleep")
-            .arg("30")
-            .stdin(Stdio::piped())
-            .spawn()
-            .expect("sleep");
+    }
+
+    /// A sandbox that never reads its input nor exits holds nothing but its own deadline.
+    #[test]
+    fn a_reader_that_never_reads_ends_at_the_deadline() {
+        let input = vec![7u8; 3 << 20];
+        let mut child = piped("sleep", &["30"]);
         let started = Instant::now();
-        feed(idle.stdin.take().expect("stdin"), &input);
-        assert!(started.elapsed() < Duration::from_secs(5), "feed blocked");
-        let _ = idle.kill();
-        let _ = idle.wait();
+        let (event, _) = serve(&mut child, &input, 1024, Duration::from_millis(200));
+        assert_eq!(event, Event::Deadline);
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "the wait blocked"
+        );
+        reap(child);
+    }
+
+    /// Standard output stops one byte past the cap; standard error is read on past its keep,
+    /// so a writer of much error output never blocks.
+    #[test]
+    fn the_cap_and_the_error_output() {
+        let mut child = piped("head", &["-c", "10000000", "/dev/zero"]);
+        let (event, streams) = serve(&mut child, b"", 1000, Duration::from_secs(30));
+        assert_eq!(event, Event::Overflowed);
+        assert!(streams.overflowed());
+        assert_eq!(streams.stdout().len(), 1000);
+        reap(child);
+
+        let script = "head -c 300000 /dev/zero | tr '\\0' e >&2; echo out";
+        let mut child = piped("sh", &["-c", script]);
+        let (event, streams) = serve(&mut child, b"", 1000, Duration::from_secs(30));
+        assert_eq!(event, Event::Exited);
+        assert_eq!(streams.stdout(), b"out\n");
+        assert_eq!(streams.stderr_text(), "e".repeat(STDERR_KEEP));
+        assert!(!streams.overflowed());
+        reap(child);
+    }
+
+    /// A process that inherited the pipes and outlives the sandbox does not hold the drain
+    /// past its grace.
+    #[test]
+    fn the_drain_ends_at_its_grace() {
+        let mut child = piped("sh", &["-c", "sleep 30 & echo early"]);
+        let started = Instant::now();
+        let (event, streams) = serve(&mut child, b"", 1000, Duration::from_secs(30));
+        assert_eq!(event, Event::Exited);
+        assert_eq!(streams.stdout(), b"early\n");
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the drain waited for the grandchild"
+        );
+        reap(child);
+    }
+
+    /// Without a pidfd the wait comes back every look, and the caller asks the process.
+    #[test]
+    fn without_a_pidfd_the_wait_looks() {
+        let mut child = piped("sh", &["-c", "read x; echo got $x"]);
+        let mut streams = Streams::new(&mut child, b"it\n", 1000);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut looks = 0;
+        let status = loop {
+            match streams.wait(None, deadline) {
+                Event::Look => looks += 1,
+                other => panic!("{other:?}"),
+            }
+            if let Some(status) = child.try_wait().expect("try_wait") {
+                break status;
+            }
+        };
+        streams.drain(Instant::now() + Duration::from_secs(5));
+        assert!(status.success());
+        assert!(looks >= 1);
+        assert_eq!(streams.stdout(), b"got it\n");
     }
 
     #[test]

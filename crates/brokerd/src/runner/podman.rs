@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use super::egress::{self, make_private_dir, EGRESS_MOUNT};
 use super::mounts::check_mounts;
 pub use super::output::STDERR_KEEP;
-use super::output::{decode, verdict, Capture, Verdict, DRAIN_GRACE};
+use super::output::{decode, verdict, Capture, Event, Streams, Verdict, DRAIN_GRACE};
 use super::pidfd::Pidfd;
 use super::{
     dies_with_brokerd, mount_changed, Egress, Failure, Ran, Reply, RunError, RunOutput, RunSpec,
@@ -372,20 +372,19 @@ impl PodmanRuntime {
             }
         };
         let deadline = Instant::now() + spec.timeout;
-        if let Some(stdin) = child.stdin.take() {
-            super::output::feed(stdin, &spec.input);
-        }
-        let stdout = Capture::start(child.stdout.take(), self.output_cap, true);
-        let stderr = Capture::start(child.stderr.take(), STDERR_KEEP, false);
+        let mut streams = Streams::new(&mut child, &spec.input, self.output_cap);
         // Taken before anything reaps the child, so it names this podman process.
         let pidfd = Pidfd::of_child(&child).ok();
 
         let status = loop {
-            if stdout.overflowed() {
+            // Wakes on podman's exit, on standard output passing the cap, or at the deadline
+            // (without a pidfd, every look), serving the streams meanwhile.
+            let event = streams.wait(pidfd.as_ref().map(Pidfd::as_fd), deadline);
+            if event == Event::Overflowed {
                 // DESIGN.md "Output": the capped output is the answer, not a time-out.
                 self.stop(spec, name, &mut child);
                 return Ok(RunOutput {
-                    content: decode(stdout.bytes(), true),
+                    content: decode(streams.stdout().to_vec(), true),
                     truncated: true,
                 });
             }
@@ -402,23 +401,14 @@ impl PodmanRuntime {
                 self.stop(spec, name, &mut child);
                 return Err(RunError::Failed(Failure::TimedOut));
             }
-            // Wakes on podman's exit, on standard output's end (the cap), or at the deadline.
-            match &pidfd {
-                Some(p) => {
-                    let (watch, until) = stdout.wake(deadline);
-                    p.wait_exit_or(watch, until);
-                }
-                None => thread::sleep(POLL),
-            }
         };
-        stdout.wait_done(Instant::now() + DRAIN_GRACE);
-        stderr.wait_done(Instant::now() + STDERR_GRACE);
-        let truncated = stdout.overflowed();
-        let answer = match verdict(status, stdout.bytes(), truncated) {
+        streams.drain(Instant::now() + DRAIN_GRACE);
+        let truncated = streams.overflowed();
+        let answer = match verdict(status, streams.stdout().to_vec(), truncated) {
             Verdict::Output(out) => Ok(out),
             Verdict::Failed(f) => Err(RunError::Failed(f)),
             Verdict::RunnerFailed => {
-                let detail = format!("podman exited with {status}: {}", stderr.text());
+                let detail = format!("podman exited with {status}: {}", streams.stderr_text());
                 Err(self.unavailable(spec, Trouble::PodmanFailed, &detail))
             }
         };
@@ -428,7 +418,7 @@ impl PodmanRuntime {
                 call = %spec.call,
                 tool = %spec.tool,
                 "podman exited with {status}; its standard error: {}",
-                redact(stderr.text().trim_end())
+                redact(streams.stderr_text().trim_end())
             );
         }
         answer

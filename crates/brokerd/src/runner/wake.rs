@@ -25,6 +25,20 @@ pub fn first_ready_until(fds: &[BorrowedFd<'_>], deadline: Instant) -> Option<us
             revents: 0,
         })
         .collect();
+    match poll_until(&mut polled, deadline) {
+        Ok(0) => None,
+        Ok(_) => polled.iter().position(|p| p.revents != 0),
+        Err(_) => {
+            // ppoll itself failed: the step still passes, so that a caller's loop does not spin.
+            std::thread::sleep(deadline.saturating_duration_since(Instant::now()));
+            None
+        }
+    }
+}
+
+/// ppoll(2) of `polled` until one is ready or `deadline` (to the microsecond), interruptions
+/// retried: how many are ready (their `revents` set), 0 at the deadline.
+pub fn poll_until(polled: &mut [libc::pollfd], deadline: Instant) -> io::Result<usize> {
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         let ts = libc::timespec {
@@ -32,8 +46,8 @@ pub fn first_ready_until(fds: &[BorrowedFd<'_>], deadline: Instant) -> Option<us
             tv_nsec: libc::c_long::from(left.subsec_nanos() as i32),
         };
         // SAFETY: `polled` is a valid array of as many pollfds as the count says, each naming
-        // a descriptor borrowed for the length of this call; `ts` is a valid timespec, and no
-        // signal mask is passed.
+        // a descriptor the caller keeps open for the length of this call (a negative one is
+        // skipped by the kernel); `ts` is a valid timespec, and no signal mask is passed.
         let r = unsafe {
             libc::ppoll(
                 polled.as_mut_ptr(),
@@ -42,17 +56,13 @@ pub fn first_ready_until(fds: &[BorrowedFd<'_>], deadline: Instant) -> Option<us
                 std::ptr::null(),
             )
         };
-        if r > 0 {
-            return polled.iter().position(|p| p.revents != 0);
+        if r >= 0 {
+            return Ok(r as usize);
         }
-        if r < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
-            continue;
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
         }
-        if r < 0 {
-            // ppoll itself failed: the step still passes, so that a caller's loop does not spin.
-            std::thread::sleep(deadline.saturating_duration_since(Instant::now()));
-        }
-        return None;
     }
 }
 
