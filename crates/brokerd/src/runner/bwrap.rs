@@ -16,9 +16,7 @@ use std::io;
 use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -29,6 +27,7 @@ use super::limits::ResourceLimits;
 use super::mounts::{self, open_mounts};
 use super::output::{verdict, Capture, Event, Streams, Verdict, DRAIN_GRACE, STDERR_KEEP};
 use super::pidfd::{Pidfd, Stopped, KILL_CONFIRM};
+use super::spawn::{self, Io, PreExec, Spawn};
 use super::{
     dies_with_brokerd, mount_changed, Egress, Failure, Ran, Reply, RunError, RunOutput, RunSpec,
     Runner, Settling, Steps, SweepError, Unavailable,
@@ -502,7 +501,7 @@ impl BwrapRuntime {
         argv: Vec<OsString>,
         placement: Placement,
         rlimits: ResourceLimits,
-        stdio: [Stdio; 3],
+        stdio: [Io; 3],
         mount_fds: Vec<OwnedFd>,
     ) -> Result<Sandbox<'_>, RunError> {
         // bwrap's own process in the sandbox (its PID 1) keeps the environment it was started
@@ -513,12 +512,11 @@ impl BwrapRuntime {
         let mut cmd = match &placement {
             Placement::Scope { prefix, .. } => match prefix.split_first() {
                 Some((program, rest)) => {
-                    let mut c = Command::new(find_program(Path::new(program)));
+                    let mut c = Spawn::new(find_program(Path::new(program)));
                     c.args(rest)
                         .arg(find_program(Path::new("env")))
                         .arg("-i")
                         .arg(&bwrap);
-                    c.env_clear();
                     for key in ["XDG_RUNTIME_DIR", "DBUS_SESSION_BUS_ADDRESS"] {
                         if let Some(v) = std::env::var_os(key) {
                             c.env(key, v);
@@ -526,24 +524,22 @@ impl BwrapRuntime {
                     }
                     c
                 }
-                None => Command::new(&bwrap),
+                None => Spawn::new(&bwrap),
             },
-            _ => Command::new(&bwrap),
+            _ => Spawn::new(&bwrap),
         };
-        if !cmd_is_scope(&cmd) {
-            cmd.env_clear();
-        }
-        let [stdin, stdout, stderr] = stdio;
+        // A Spawn passes no environment but what it is given: bwrap starts with nothing.
         dies_with_brokerd(&mut cmd);
-        cmd.args(&argv).stdin(stdin).stdout(stdout).stderr(stderr);
+        cmd.args(&argv).stdio(stdio);
         let procs_fd = match &placement {
             Placement::Group(g) => Some(g.procs_fd()),
             _ => None,
         };
-        // SAFETY: the hook calls only setrlimit and write(2), both async-signal-safe; the fd
-        // it writes to stays open in brokerd until the Sandbox (holding the group) is dropped.
+        // SAFETY: the hook calls only setrlimit and write(2), both async-signal-safe, and
+        // writes no memory; the fd it writes to stays open in brokerd until the Sandbox
+        // (holding the group) is dropped.
         unsafe {
-            cmd.pre_exec(move || {
+            cmd.pre_exec_hook(move || {
                 rlimits.apply()?;
                 if let Some(fd) = procs_fd {
                     cgroup::join_from_child(fd)?;
@@ -589,14 +585,13 @@ impl BwrapRuntime {
                 });
             }
         };
-        let pidfd = match Pidfd::of_child(&child) {
+        let pidfd = match Pidfd::open(child.pid()) {
             Ok(p) => p,
             Err(e) => {
                 // The child is not reaped, so its PID still names it; this is the one place
                 // a PID is used, because no pidfd could be had (EMFILE or a pre-5.3 kernel).
                 let mut child = child;
-                let _ = child.kill();
-                let _ = child.wait();
+                child.kill_and_wait();
                 drop_placement(placement, &self.poisoned);
                 if e.raw_os_error() == Some(libc::ENOSYS) {
                     let t = Terminal::NoPidfd(e.to_string());
@@ -675,10 +670,14 @@ impl BwrapRuntime {
             argv,
             placement,
             rlimits,
-            [Stdio::null(), Stdio::null(), Stdio::piped()],
+            [Io::Null, Io::Null, Io::Piped],
             Vec::new(),
         )?;
-        let stderr = Capture::start(sandbox.child.stderr.take(), STDERR_KEEP, false);
+        let stderr = Capture::start(
+            sandbox.child.stderr.take().map(std::fs::File::from),
+            STDERR_KEEP,
+            false,
+        );
         guard.sandbox = Some(sandbox);
         let pidfd = guard.sandbox.as_ref().map(|s| &s.pidfd);
         let appeared = egress::wait_for_socket(&guard.dir, deadline, pidfd.map(Pidfd::as_fd));
@@ -730,10 +729,12 @@ impl BwrapRuntime {
             argv,
             placement,
             rlimits,
-            [Stdio::piped(), Stdio::piped(), Stdio::piped()],
+            [Io::Piped, Io::Piped, Io::Piped],
             mount_fds,
         )?;
-        let mut streams = Streams::new(&mut sandbox.child, &spec.input, self.output_cap);
+        let child = &mut sandbox.child;
+        let fds = [child.stdin.take(), child.stdout.take(), child.stderr.take()];
+        let mut streams = Streams::of(fds, &spec.input, self.output_cap);
         let status = loop {
             // Wakes on bwrap's exit, on standard output passing the cap, or at the deadline,
             // serving the sandbox's streams meanwhile.
@@ -878,8 +879,11 @@ fn find_program(program: &Path) -> PathBuf {
         .unwrap_or_else(|| program.to_path_buf())
 }
 
-fn cmd_is_scope(cmd: &Command) -> bool {
-    cmd.get_program().as_bytes().ends_with(b"systemd-run")
+fn cmd_is_scope(cmd: &Spawn) -> bool {
+    cmd.program()
+        .as_os_str()
+        .as_bytes()
+        .ends_with(b"systemd-run")
 }
 
 impl Runner for BwrapRuntime {
@@ -983,7 +987,7 @@ impl Steps for BwrapRuntime {
 /// A started bwrap, held by its pidfd. Dropping it stops it (SIGKILL through the pidfd,
 /// confirmed) and removes its cgroup; whatever cannot be confirmed poisons the runtime.
 pub(super) struct Sandbox<'a> {
-    child: Child,
+    child: spawn::Child,
     pidfd: Pidfd,
     placement: Option<Placement>,
     reaped: bool,
@@ -1127,6 +1131,8 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::process::CommandExt;
+    use std::process::Stdio;
 
     #[test]
     fn a_left_sandbox_is_told_by_user_program_and_tools_root() {

@@ -5,9 +5,7 @@
 //! or podman printed on standard error goes to brokerd's log only.
 
 use std::io;
-use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
-use std::process::Command;
 use std::time::Duration;
 
 use proto::ident::Ident;
@@ -25,6 +23,7 @@ pub mod pidfd;
 pub mod podman;
 pub mod reaper;
 pub mod seccomp;
+pub mod spawn;
 pub mod wake;
 
 /// Makes `cmd`'s process get SIGKILL when the brokerd thread that starts it dies, from its
@@ -32,12 +31,12 @@ pub mod wake;
 /// made, and a `podman run` orphaned by a crash would go on creating its container after the
 /// restart's sweep has looked. A child whose parent died before the setting took effect exits
 /// before exec. The starting thread must wait for the child (every runner does).
-pub fn dies_with_brokerd(cmd: &mut Command) -> &mut Command {
+pub fn dies_with_brokerd<C: spawn::PreExec>(cmd: &mut C) -> &mut C {
     let brokerd = nix::unistd::getpid();
     // SAFETY: the hook calls prctl and getppid, both async-signal-safe, and touches no memory
     // shared with the parent.
     unsafe {
-        cmd.pre_exec(move || {
+        cmd.pre_exec_hook(move || {
             nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)?;
             if nix::unistd::getppid() != brokerd {
                 return Err(io::Error::from_raw_os_error(libc::ESRCH));
@@ -634,7 +633,7 @@ mod tests {
     fn a_child_dies_with_the_thread_that_started_it() {
         use std::os::unix::process::ExitStatusExt;
         let start = || {
-            dies_with_brokerd(&mut Command::new("sleep"))
+            dies_with_brokerd(&mut std::process::Command::new("sleep"))
                 .arg("30")
                 .spawn()
                 .expect("sleep")

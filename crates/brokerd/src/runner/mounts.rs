@@ -14,9 +14,7 @@
 use std::fmt;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::os::unix::process::CommandExt;
 use std::path::{Component, Path, PathBuf};
-use std::process::Command;
 
 use nix::errno::Errno;
 use nix::fcntl::{fcntl, openat, openat2, FcntlArg, OFlag, OpenHow, ResolveFlag, AT_FDCWD};
@@ -179,7 +177,10 @@ pub const MAX_MOUNTS: usize = (PARKED_FROM - FIRST_FD) as usize;
 /// Hands `fds` (a call's mounts, in `RunSpec` order) to `cmd` as `FIRST_FD`, `FIRST_FD + 1`,
 /// ... Register it after every other `pre_exec` hook that moves descriptors (the seccomp
 /// filter's). Keep what it returns until the program has started.
-pub fn pass_to(cmd: &mut Command, fds: Vec<OwnedFd>) -> io::Result<Vec<OwnedFd>> {
+pub fn pass_to<C: super::spawn::PreExec>(
+    cmd: &mut C,
+    fds: Vec<OwnedFd>,
+) -> io::Result<Vec<OwnedFd>> {
     if fds.len() > MAX_MOUNTS {
         return Err(io::Error::other(format!(
             "{} directories are more than the {MAX_MOUNTS} a sandbox mounts",
@@ -204,7 +205,7 @@ pub fn pass_to(cmd: &mut Command, fds: Vec<OwnedFd>) -> io::Result<Vec<OwnedFd>>
     // brokerd until the caller drops what this returns; every source is at PARKED_FROM or
     // above and every target below it, so no move overwrites a source.
     unsafe {
-        cmd.pre_exec(move || {
+        cmd.pre_exec_hook(move || {
             for &(from, to) in &moves {
                 if libc::dup2(from, to) < 0 {
                     return Err(io::Error::last_os_error());

@@ -253,17 +253,28 @@ fn set_nonblocking(fd: BorrowedFd<'_>) {
 }
 
 impl Streams {
-    /// Takes the child's pipes; `input` is written to its standard input, which is then closed.
+    /// Takes a std child's pipes, as [`Streams::of`].
     pub fn new(child: &mut std::process::Child, input: &[u8], out_keep: usize) -> Streams {
-        let input = child.stdin.take().map(|stdin| {
-            let fd = OwnedFd::from(stdin);
+        let fds = [
+            child.stdin.take().map(OwnedFd::from),
+            child.stdout.take().map(OwnedFd::from),
+            child.stderr.take().map(OwnedFd::from),
+        ];
+        Streams::of(fds, input, out_keep)
+    }
+
+    /// Takes a child's pipes (standard input, output, error); `input` is written to its
+    /// standard input, which is then closed.
+    pub fn of(fds: [Option<OwnedFd>; 3], input: &[u8], out_keep: usize) -> Streams {
+        let [stdin, stdout, stderr] = fds;
+        let input = stdin.map(|fd| {
             set_nonblocking(fd.as_fd());
             (fd, input.to_vec(), 0)
         });
         let mut streams = Streams {
             input,
-            out: Stream::new(child.stdout.take().map(OwnedFd::from), out_keep, true),
-            err: Stream::new(child.stderr.take().map(OwnedFd::from), STDERR_KEEP, false),
+            out: Stream::new(stdout, out_keep, true),
+            err: Stream::new(stderr, STDERR_KEEP, false),
         };
         // A call's arguments almost always fit the pipe: written now, before the first wait.
         streams.write_input();

@@ -12,8 +12,6 @@
 
 use std::io::{self, Seek, SeekFrom, Write};
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::os::unix::process::CommandExt;
-use std::process::Command;
 use std::sync::OnceLock;
 
 use nix::sys::memfd::{memfd_create, MFdFlags};
@@ -153,7 +151,7 @@ pub fn memfd(program: &[SockFilter]) -> io::Result<OwnedFd> {
 /// Hands the program to the bwrap that `cmd` will start, on [`FD`]. Returns the descriptor,
 /// which the caller keeps until the spawn has returned; `None` where there is no program.
 /// Hooks run in the order they were added: add this one after any that use descriptors.
-pub fn pass_to(cmd: &mut Command) -> io::Result<Option<OwnedFd>> {
+pub fn pass_to<C: super::spawn::PreExec>(cmd: &mut C) -> io::Result<Option<OwnedFd>> {
     let Some(p) = program() else {
         return Ok(None);
     };
@@ -163,7 +161,7 @@ pub fn pass_to(cmd: &mut Command) -> io::Result<Option<OwnedFd>> {
     // that stays open in the parent until the caller drops the returned OwnedFd. (libc, not
     // nix: nix's dup2 wants to own the target descriptor, which here is only a number.)
     unsafe {
-        cmd.pre_exec(move || {
+        cmd.pre_exec_hook(move || {
             // dup2 leaves the copy open across exec; a descriptor already at FD only needs
             // its FD_CLOEXEC cleared (dup2 onto itself would keep it).
             let r = if raw == FD {
