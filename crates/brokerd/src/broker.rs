@@ -23,7 +23,7 @@ use crate::preview::{preview, ResultStore};
 use crate::probe::{Kept, RETRY_FIRST};
 use crate::refusals::{RefusalCounter, Verdict};
 use crate::runbook;
-use crate::runner::{Reply, RunError, RunOutput, RunSpec, Runner, Unavailable};
+use crate::runner::{Cleared, Reply, RunError, RunOutput, RunSpec, Runner, Unavailable};
 use crate::tickets::{Binding, Tickets};
 
 /// How many calls may wait for a slot, per running slot, before new ones are answered busy.
@@ -470,12 +470,9 @@ impl Broker {
         let ran_before = lock(&self.preflight).last().is_some();
         let preflight_ok = !ran_before || self.preflight().await.ok;
 
-        // 5. Audit the decision before anything runs.
-        if let Err(e) = self.record(rec.clone()).await {
-            return self.audit_failed(&e);
-        }
-
-        // 6. Run.
+        // 5. Audit the decision before anything runs, and 6. run. Where a sandbox starts, the
+        // record is written and synced while the runner makes the sandbox ready, and the tool
+        // gets its input only once the record is on disk (`runner::Cleared`).
         let started = Instant::now();
         let failed_preflight = if !preflight_ok {
             Some("the preflight failed")
@@ -484,8 +481,17 @@ impl Broker {
         } else {
             None
         };
+        if failed_preflight.is_some() {
+            if let Err(e) = self.record(rec.clone()).await {
+                return self.audit_failed(&e);
+            }
+        }
         let outcome = match failed_preflight {
-            None => self.run(&session, &call, plan, received).await,
+            None => match self.run(&session, &call, plan, received, rec.clone()).await {
+                Err(NotRun::Audit(e)) => return self.audit_failed(&e),
+                Err(NotRun::Busy) => Err(Busy),
+                Ok(answer) => Ok(answer),
+            },
             Some(which) => {
                 tracing::error!(
                     session = session.as_str(),
@@ -569,17 +575,29 @@ impl Broker {
         call: &Ident,
         plan: Plan,
         received: Instant,
-    ) -> Result<Result<RunOutput, RunError>, Busy> {
-        // The bounded queue: past it, busy.
-        if self.waiting.fetch_add(1, Ordering::SeqCst) >= self.queue_cap {
-            self.waiting.fetch_sub(1, Ordering::SeqCst);
-            return Err(Busy);
-        }
-        let waiting = Counted(&self.waiting, None);
-        let permit = self.slots.clone().acquire_owned().await;
-        drop(waiting);
-        let Ok(permit) = permit else {
-            return Err(Busy);
+        decision: Record,
+    ) -> Result<Result<RunOutput, RunError>, NotRun> {
+        // A free slot: the decision goes to disk while the sandbox is made (below). A call
+        // that must wait for one has its decision on disk before it queues.
+        let (permit, decision) = match self.slots.clone().try_acquire_owned() {
+            Ok(permit) => (permit, Some(decision)),
+            Err(_) => {
+                if let Err(e) = self.record(decision).await {
+                    return Err(NotRun::Audit(e));
+                }
+                // The bounded queue: past it, busy.
+                if self.waiting.fetch_add(1, Ordering::SeqCst) >= self.queue_cap {
+                    self.waiting.fetch_sub(1, Ordering::SeqCst);
+                    return Err(NotRun::Busy);
+                }
+                let waiting = Counted(&self.waiting, None);
+                let permit = self.slots.clone().acquire_owned().await;
+                drop(waiting);
+                let Ok(permit) = permit else {
+                    return Err(NotRun::Busy);
+                };
+                (permit, None)
+            }
         };
         // A call that waited for its slot past what is left of loopd's timeout would be
         // answered after loopd stopped waiting: it does not start.
@@ -592,7 +610,13 @@ impl Broker {
                     waited_ms = received.elapsed().as_millis() as u64,
                     "the call waited for a slot too long to finish within broker.timeout_ms; answered busy"
                 );
-                return Err(Busy);
+                // A call that did not wait has its decision on disk before its busy record.
+                if let Some(decision) = decision {
+                    if let Err(e) = self.record(decision).await {
+                        return Err(NotRun::Audit(e));
+                    }
+                }
+                return Err(NotRun::Busy);
             }
         }
         let timeout = self
@@ -613,8 +637,13 @@ impl Broker {
         self.in_flight.fetch_add(1, Ordering::SeqCst);
         let cleaning = Cleaning(self.in_flight.clone(), self.idle.clone());
         let (answer_tx, answer_rx) = tokio::sync::oneshot::channel();
+        let cleared = match decision {
+            Some(_) => Cleared::pending(),
+            None => Cleared::already(),
+        };
+        let runner_cleared = cleared.clone();
         let task = tokio::task::spawn_blocking(move || {
-            let reply = Reply::new(move |answer| {
+            let reply = Reply::after(runner_cleared, move |answer| {
                 let _ = answer_tx.send(answer);
             });
             runner.run_replying(&spec, reply);
@@ -623,7 +652,18 @@ impl Broker {
             drop(permit);
             drop(cleaning);
         });
-        Ok(match answer_rx.await {
+        // The decision goes to disk on this thread while the runner's thread makes the sandbox.
+        if let Some(decision) = decision {
+            let on_disk = self.record(decision).await;
+            cleared.decide(on_disk.is_ok());
+            if let Err(e) = on_disk {
+                // The runner stops the sandbox before its tool gets its input: nothing runs.
+                let _ = answer_rx.await;
+                return Err(NotRun::Audit(e));
+            }
+        }
+        let answer = answer_rx.await;
+        Ok(match answer {
             Ok(r) => {
                 tokio::spawn(async move {
                     if let Err(e) = task.await {
@@ -829,6 +869,12 @@ pub const AUDIT_UNAVAILABLE: &str = "the call could not be audited, so it was no
 
 /// No slot and no room in the queue.
 struct Busy;
+
+/// Why [`Broker::run`] ran nothing: no slot, or the decision could not be audited.
+enum NotRun {
+    Busy,
+    Audit(String),
+}
 
 /// The second record of an allowed call: whether it ran, how it ended, how long it took.
 fn outcome_record(mut rec: Record, decision: Decided, started: Instant) -> Record {

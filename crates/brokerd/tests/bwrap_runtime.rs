@@ -21,7 +21,8 @@ use brokerd::config;
 use brokerd::runner::bwrap::{BwrapRuntime, Terminal};
 use brokerd::runner::mounts::MountTrouble;
 use brokerd::runner::{
-    DirId, Egress, Failure, Mount, MountChanged, RunError, RunOutput, RunSpec, Runner, Unavailable,
+    Cleared, DirId, Egress, Failure, Mount, MountChanged, Reply, RunError, RunOutput, RunSpec,
+    Runner, Unavailable,
 };
 use proto::tools::ToolName;
 
@@ -673,4 +674,60 @@ fn a_sandbox_whose_processes_cannot_be_seen_to_die_poisons() {
         rt.run(&fetch),
         Err(RunError::Unavailable(Unavailable::RunnerUnavailable))
     );
+}
+
+/// The sandbox is made while brokerd puts the call's decision on disk, but its tool gets its
+/// input only once the record is there; a record that could not be written stops the sandbox
+/// before the tool did anything, and leaves no process behind.
+#[test]
+fn the_tool_waits_for_its_decision_on_disk() {
+    if !bwrap_works() {
+        return;
+    }
+    let w = world();
+    let rt = runtime(&w, "");
+    for (on_disk, name) in [(true, "written.txt"), (false, "never.txt")] {
+        let target = w.work.join(name);
+        let s = spec(
+            ToolName::WriteFile,
+            serde_json::json!({ "path": target, "content": "gated" }),
+            rw(&w.work),
+        );
+        let cleared = Cleared::pending();
+        let decider = cleared.clone();
+        let watched = target.clone();
+        let started = Instant::now();
+        let before = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            // The sandbox has been ready for a while: its tool has not written yet.
+            let written_early = watched.exists();
+            decider.decide(on_disk);
+            written_early
+        });
+        let got = std::sync::Mutex::new(None);
+        rt.run_replying(
+            &s,
+            Reply::after(cleared, |answer| {
+                *got.lock().unwrap() = Some(answer);
+            }),
+        );
+        assert!(
+            !before.join().unwrap(),
+            "the tool ran before its decision was on disk"
+        );
+        let answer = got.into_inner().unwrap().expect("an answer");
+        if on_disk {
+            assert!(started.elapsed() >= Duration::from_millis(300));
+            assert!(answer.is_ok(), "{answer:?}");
+            assert_eq!(std::fs::read_to_string(&target).unwrap(), "gated");
+        } else {
+            assert_eq!(answer, Err(RunError::Failed(Failure::CouldNotRun)));
+            assert!(
+                !target.exists(),
+                "the tool ran although its decision was not audited"
+            );
+            let root = w.root.display().to_string();
+            assert!(!process_with(&root), "the stopped sandbox is still running");
+        }
+    }
 }

@@ -114,6 +114,10 @@ impl Runner for FakeRunner {
     /// `TIDY` in the call: the answer leaves, then the runner's clean-up holds until released.
     fn run_replying(&self, spec: &RunSpec, reply: Reply<'_>) {
         let tidy = target_of(spec).contains("TIDY");
+        // As the real runners: nothing of the call runs before its decision is on disk.
+        if !reply.cleared().wait(Instant::now() + spec.timeout) {
+            return reply.send(Err(RunError::Failed(brokerd::runner::Failure::CouldNotRun)));
+        }
         reply.send(self.run(spec));
         if tidy {
             let mut open = self.gate.open.lock().unwrap();

@@ -29,8 +29,8 @@ use super::output::{verdict, Capture, Event, Streams, Verdict, DRAIN_GRACE, STDE
 use super::pidfd::{Pidfd, Stopped, KILL_CONFIRM};
 use super::spawn::{self, Io, PreExec, Spawn};
 use super::{
-    dies_with_brokerd, mount_changed, Egress, Failure, Ran, Reply, RunError, RunOutput, RunSpec,
-    Runner, Settling, Steps, SweepError, Unavailable,
+    dies_with_brokerd, mount_changed, not_cleared, Cleared, Egress, Failure, Ran, Reply, RunError,
+    RunOutput, RunSpec, Runner, Settling, Steps, SweepError, Unavailable,
 };
 use super::{reaper, seccomp};
 use crate::config::{memory_bytes, BwrapConfig, CgroupMode, RunnerConfig};
@@ -715,6 +715,7 @@ impl BwrapRuntime {
         name: &str,
         layout: &RootLayout,
         exited: &mut Option<Sandbox<'a>>,
+        cleared: &Cleared,
     ) -> Result<RunOutput, RunError> {
         // Right before the sandbox: the directories of the grant and no others.
         let mount_fds = open_mounts(&spec.mounts).map_err(|e| mount_changed(spec, e))?;
@@ -732,6 +733,11 @@ impl BwrapRuntime {
             [Io::Piped, Io::Piped, Io::Piped],
             mount_fds,
         )?;
+        // The sandbox was made while brokerd put the decision on disk; its tool gets its
+        // input only now (dropping the sandbox stops it).
+        if !cleared.wait(deadline) {
+            return Err(not_cleared(spec));
+        }
         let child = &mut sandbox.child;
         let fds = [child.stdin.take(), child.stdout.take(), child.stderr.take()];
         let mut streams = Streams::of(fds, &spec.input, self.output_cap);
@@ -952,7 +958,11 @@ impl Steps for BwrapRuntime {
 
     /// The answer leaves once the tool's bwrap has exited; its cgroup's removal and the
     /// proxy's stop come after it, still within the call.
-    fn run_call<'a>(&'a self, spec: &'a RunSpec) -> Result<Ran<Self::Leftovers<'a>>, RunError> {
+    fn run_call<'a>(
+        &'a self,
+        spec: &'a RunSpec,
+        cleared: &Cleared,
+    ) -> Result<Ran<Self::Leftovers<'a>>, RunError> {
         let layout = match self.layout() {
             Ok(l) => l,
             Err(e) => {
@@ -966,14 +976,16 @@ impl Steps for BwrapRuntime {
         let mut proxy = None;
         let mut sandbox = None;
         let answer = match &spec.egress {
+            // No way out is made before the decision is on disk.
+            Some(_) if !cleared.wait(Instant::now() + spec.timeout) => Err(not_cleared(spec)),
             Some(egress) => match self.start_egress(spec, egress, &name, &layout) {
                 Ok(guard) => {
                     proxy = Some(guard);
-                    self.run_tool(spec, &name, &layout, &mut sandbox)
+                    self.run_tool(spec, &name, &layout, &mut sandbox, cleared)
                 }
                 Err(e) => Err(e),
             },
-            None => self.run_tool(spec, &name, &layout, &mut sandbox),
+            None => self.run_tool(spec, &name, &layout, &mut sandbox, cleared),
         };
         let leftovers = (sandbox.is_some() || proxy.is_some()).then_some((sandbox, proxy));
         Ok(Ran {

@@ -6,7 +6,8 @@
 
 use std::io;
 use std::path::PathBuf;
-use std::time::Duration;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
 
 use proto::ident::Ident;
 use proto::tools::ToolName;
@@ -184,15 +185,88 @@ pub fn stop_budget(backend: crate::config::Backend, tool: ToolName) -> Duration 
 
 /// Where a runner hands a call's answer, once, as soon as it has it: before the clean-up that
 /// the answer does not depend on (a proxy's removal, an empty cgroup's). Dropped unsent, the
-/// caller sees the runner as failed.
-pub struct Reply<'a>(Option<Deliver<'a>>);
+/// caller sees the runner as failed. It also carries whether the call's decision is on disk
+/// yet ([`Cleared`]).
+pub struct Reply<'a>(Option<Deliver<'a>>, Cleared);
+
+/// Whether a call's decision record is on disk (DESIGN.md "Audit": audited before anything
+/// runs). brokerd writes and syncs it while the runner makes the sandbox ready; the runner
+/// gives the tool its input, and an http_fetch its proxy, only once it is. A record that could
+/// not be written stops the call there: the tool never got its input, so nothing ran.
+#[derive(Clone, Debug)]
+pub struct Cleared(Arc<(Mutex<Option<bool>>, Condvar)>);
+
+impl Cleared {
+    /// A decision already on disk.
+    pub fn already() -> Cleared {
+        Cleared(Arc::new((Mutex::new(Some(true)), Condvar::new())))
+    }
+
+    /// A decision being written; [`Cleared::decide`] says how it went.
+    pub fn pending() -> Cleared {
+        Cleared(Arc::new((Mutex::new(None), Condvar::new())))
+    }
+
+    pub fn decide(&self, on_disk: bool) {
+        let (state, changed) = &*self.0;
+        *state.lock().unwrap_or_else(|p| p.into_inner()) = Some(on_disk);
+        changed.notify_all();
+    }
+
+    /// True once the decision is on disk; false if it could not be written, or it is still
+    /// unknown at `deadline`.
+    pub fn wait(&self, deadline: Instant) -> bool {
+        let (state, changed) = &*self.0;
+        let mut got = state.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            if let Some(on_disk) = *got {
+                return on_disk;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            got = changed
+                .wait_timeout(got, left)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
+}
+
+/// The log line and answer of a call stopped because its decision could not be put on disk:
+/// the sandbox is stopped before its tool got its input (brokerd answers that the audit
+/// failed).
+pub(crate) fn not_cleared(spec: &RunSpec) -> RunError {
+    tracing::error!(
+        session = %spec.session,
+        call = %spec.call,
+        tool = %spec.tool,
+        status = "failed",
+        "the call's decision could not be audited; its sandbox was stopped before the tool got its input"
+    );
+    RunError::Failed(Failure::CouldNotRun)
+}
 
 /// What takes a call's answer to whoever waits for it.
 type Deliver<'a> = Box<dyn FnOnce(Result<RunOutput, RunError>) + Send + 'a>;
 
 impl<'a> Reply<'a> {
+    /// A reply for a call whose decision is already on disk.
     pub fn new(to: impl FnOnce(Result<RunOutput, RunError>) + Send + 'a) -> Reply<'a> {
-        Reply(Some(Box::new(to)))
+        Reply(Some(Box::new(to)), Cleared::already())
+    }
+
+    /// A reply for a call whose decision is still being written.
+    pub fn after(
+        cleared: Cleared,
+        to: impl FnOnce(Result<RunOutput, RunError>) + Send + 'a,
+    ) -> Reply<'a> {
+        Reply(Some(Box::new(to)), cleared)
+    }
+
+    pub fn cleared(&self) -> &Cleared {
+        &self.1
     }
 
     pub fn send(mut self, answer: Result<RunOutput, RunError>) {
@@ -286,7 +360,11 @@ pub trait Runner: Send + Sync {
     /// Runs the call as `run` does, but hands the answer to `reply` as soon as it is known;
     /// returns once the clean-up is done (or has poisoned the runner). brokerd counts the
     /// call, and holds its slot, until then.
+    /// A runner that starts nothing before its tool runs only has to wait for the decision.
     fn run_replying(&self, spec: &RunSpec, reply: Reply<'_>) {
+        if !reply.cleared().wait(Instant::now() + spec.timeout) {
+            return reply.send(Err(not_cleared(spec)));
+        }
         reply.send(self.run(spec));
     }
 
@@ -366,7 +444,7 @@ fn run_call<S: Steps>(backend: &S, spec: &RunSpec, reply: Reply<'_>) {
     if spec.egress.is_some() && backend.poisoned() {
         return reply.send(Err(backend.poisoned_answer(spec)));
     }
-    let ran = match backend.run_call(spec) {
+    let ran = match backend.run_call(spec, reply.cleared()) {
         Ok(ran) => ran,
         Err(e) => return reply.send(Err(e)),
     };
@@ -394,7 +472,12 @@ trait Steps: Runner {
 
     /// Runs the call. `Err`: nothing could start (already logged), so there is nothing to
     /// clean and no "call finished" line.
-    fn run_call<'a>(&'a self, spec: &'a RunSpec) -> Result<Ran<Self::Leftovers<'a>>, RunError>;
+    /// The tool gets its input, and an http_fetch its proxy, only once `cleared` says so.
+    fn run_call<'a>(
+        &'a self,
+        spec: &'a RunSpec,
+        cleared: &Cleared,
+    ) -> Result<Ran<Self::Leftovers<'a>>, RunError>;
 
     /// The backend's clean-ups under way.
     fn settling(&self) -> &Settling;
@@ -507,7 +590,11 @@ mod tests {
         fn poisoned_answer(&self, _spec: &RunSpec) -> RunError {
             RunError::Unavailable(Unavailable::RunnerUnavailable)
         }
-        fn run_call<'a>(&'a self, _spec: &'a RunSpec) -> Result<Ran<Left<'a>>, RunError> {
+        fn run_call<'a>(
+            &'a self,
+            _spec: &'a RunSpec,
+            _cleared: &Cleared,
+        ) -> Result<Ran<Left<'a>>, RunError> {
             self.note("ran");
             Ok(Ran {
                 sandbox: "sandbox".into(),
@@ -521,6 +608,28 @@ mod tests {
         fn settling(&self) -> &Settling {
             &self.settling
         }
+    }
+
+    /// A decision already on disk, one written later, one that failed, one never told.
+    #[test]
+    fn cleared_says_whether_the_decision_is_on_disk() {
+        use std::time::{Duration, Instant};
+        let soon = || Instant::now() + Duration::from_millis(50);
+        assert!(Cleared::already().wait(soon()));
+        let later = Cleared::pending();
+        let decider = later.clone();
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            decider.decide(true);
+        });
+        assert!(later.wait(Instant::now() + Duration::from_secs(30)));
+        t.join().expect("decider");
+        let failed = Cleared::pending();
+        failed.decide(false);
+        assert!(!failed.wait(Instant::now() + Duration::from_secs(30)));
+        let started = Instant::now();
+        assert!(!Cleared::pending().wait(started + Duration::from_millis(50)));
+        assert!(started.elapsed() >= Duration::from_millis(50));
     }
 
     /// Both backends' call: the checks in order, then the run, the answer, and only then the

@@ -25,8 +25,8 @@ pub use super::output::STDERR_KEEP;
 use super::output::{decode, verdict, Capture, Event, Streams, Verdict, DRAIN_GRACE};
 use super::pidfd::Pidfd;
 use super::{
-    dies_with_brokerd, mount_changed, Egress, Failure, Ran, Reply, RunError, RunOutput, RunSpec,
-    Runner, Settling, Steps, SweepError, Unavailable,
+    dies_with_brokerd, mount_changed, not_cleared, Cleared, Egress, Failure, Ran, Reply, RunError,
+    RunOutput, RunSpec, Runner, Settling, Steps, SweepError, Unavailable,
 };
 use crate::config::RunnerConfig;
 // What podman and the tools print can quote the model's text: redacted before it is logged.
@@ -350,7 +350,12 @@ impl PodmanRuntime {
     }
 
     /// Runs the tool container and answers by the exit-code table of seed 003 section 6.
-    fn run_tool(&self, spec: &RunSpec, name: &str) -> Result<RunOutput, RunError> {
+    fn run_tool(
+        &self,
+        spec: &RunSpec,
+        name: &str,
+        cleared: &Cleared,
+    ) -> Result<RunOutput, RunError> {
         let spawned = dies_with_brokerd(&mut Command::new(&self.podman))
             .args(self.tool_args(spec, name))
             .stdin(Stdio::piped())
@@ -372,6 +377,12 @@ impl PodmanRuntime {
             }
         };
         let deadline = Instant::now() + spec.timeout;
+        // The container was being made while brokerd put the decision on disk; its tool gets
+        // its input only now.
+        if !cleared.wait(deadline) {
+            self.stop(spec, name, &mut child);
+            return Err(not_cleared(spec));
+        }
         let mut streams = Streams::new(&mut child, &spec.input, self.output_cap);
         // Taken before anything reaps the child, so it names this podman process.
         let pidfd = Pidfd::of_child(&child).ok();
@@ -557,7 +568,11 @@ impl Steps for PodmanRuntime {
 
     /// The answer leaves once the tool container is gone (`run --rm`); the proxy's `rm -f` and
     /// the egress directory's removal come after it, still within the call.
-    fn run_call<'a>(&'a self, spec: &'a RunSpec) -> Result<Ran<EgressGuard<'a>>, RunError> {
+    fn run_call<'a>(
+        &'a self,
+        spec: &'a RunSpec,
+        cleared: &Cleared,
+    ) -> Result<Ran<EgressGuard<'a>>, RunError> {
         // Podman takes its mount sources as paths (seed 003 section 6) and follows links in
         // them, so the grant's directories are checked before the run and again after it: a
         // directory swapped in between makes the call a refusal, and nothing it printed
@@ -568,14 +583,16 @@ impl Steps for PodmanRuntime {
         let name = PodmanRuntime::container_name(spec);
         let mut proxy = None;
         let mut answer = match &spec.egress {
+            // No way out is made before the decision is on disk.
+            Some(_) if !cleared.wait(Instant::now() + spec.timeout) => Err(not_cleared(spec)),
             Some(egress) => match self.start_egress(spec, egress, &name) {
                 Ok(guard) => {
                     proxy = Some(guard);
-                    self.run_tool(spec, &name)
+                    self.run_tool(spec, &name, cleared)
                 }
                 Err(e) => Err(e),
             },
-            None => self.run_tool(spec, &name),
+            None => self.run_tool(spec, &name, cleared),
         };
         if let Err(e) = check_mounts(&spec.mounts) {
             answer = Err(mount_changed(spec, e));
