@@ -481,6 +481,8 @@ mod tests {
         spawn
             .args(["-c", script, "sh", "one", "two words"])
             .env("ONLY", "this")
+            // Where the tools the script uses are (Nix's build sandbox has no /usr/bin of them).
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
             .stdio([Io::Piped, Io::Piped, Io::Null]);
         // SAFETY: dup2 only.
         unsafe {
