@@ -537,7 +537,7 @@ mod tests {
         reap(child);
 
         let script = "head -c 300000 /dev/zero | tr '\\0' e >&2; echo out";
-        let mut child = piped("sh", &["-c", script]);
+        let mut child = piped("/bin/sh", &["-c", script]);
         let (event, streams) = serve(&mut child, b"", 1000, Duration::from_secs(30));
         assert_eq!(event, Event::Exited);
         assert_eq!(streams.stdout(), b"out\n");
@@ -550,7 +550,7 @@ mod tests {
     /// past its grace.
     #[test]
     fn the_drain_ends_at_its_grace() {
-        let mut child = piped("sh", &["-c", "sleep 30 & echo early"]);
+        let mut child = piped("/bin/sh", &["-c", "sleep 30 & echo early"]);
         let started = Instant::now();
         let (event, streams) = serve(&mut child, b"", 1000, Duration::from_secs(30));
         assert_eq!(event, Event::Exited);
@@ -565,7 +565,7 @@ mod tests {
     /// Without a pidfd the wait comes back every look, and the caller asks the process.
     #[test]
     fn without_a_pidfd_the_wait_looks() {
-        let mut child = piped("sh", &["-c", "read x; echo got $x"]);
+        let mut child = piped("/bin/sh", &["-c", "read x; echo got $x"]);
         let mut streams = Streams::new(&mut child, b"it\n", 1000);
         let deadline = Instant::now() + Duration::from_secs(30);
         let mut looks = 0;
