@@ -167,6 +167,9 @@ impl Capture {
 /// in the same wake-up.
 pub struct Streams {
     input: Option<(OwnedFd, Vec<u8>, usize)>,
+    /// The input pipe could be made non-blocking: it is written until it is full. Otherwise
+    /// one step of at most PIPE_BUF is written each time poll(2) says it is writable.
+    input_nonblocking: bool,
     out: Stream,
     err: Stream,
 }
@@ -204,7 +207,9 @@ const READ_STEP: usize = 64 * 1024;
 impl Stream {
     fn new(fd: Option<OwnedFd>, keep: usize, stop_at_more: bool) -> Stream {
         Stream {
-            fd: fd.inspect(|fd| set_nonblocking(fd.as_fd())),
+            fd: fd.inspect(|fd| {
+                set_nonblocking(fd.as_fd());
+            }),
             kept: Vec::new(),
             keep,
             stop_at_more,
@@ -240,16 +245,15 @@ impl Stream {
     }
 }
 
-fn set_nonblocking(fd: BorrowedFd<'_>) {
+/// Whether `fd` is now non-blocking. Should this fail, reads still wait for poll(2) to say
+/// the pipe is ready, and the input is written a step within PIPE_BUF per readiness: nothing
+/// blocks either way.
+fn set_nonblocking(fd: BorrowedFd<'_>) -> bool {
     use nix::fcntl::{fcntl, FcntlArg, OFlag};
-    // Should this fail, every read and write still waits for poll(2) to say the pipe is
-    // ready, and writes stay within PIPE_BUF: nothing blocks either way.
-    if let Ok(flags) = fcntl(fd, FcntlArg::F_GETFL) {
-        let _ = fcntl(
-            fd,
-            FcntlArg::F_SETFL(OFlag::from_bits_truncate(flags) | OFlag::O_NONBLOCK),
-        );
-    }
+    fcntl(fd, FcntlArg::F_GETFL).is_ok_and(|flags| {
+        let on = OFlag::from_bits_truncate(flags) | OFlag::O_NONBLOCK;
+        fcntl(fd, FcntlArg::F_SETFL(on)).is_ok()
+    })
 }
 
 impl Streams {
@@ -267,27 +271,36 @@ impl Streams {
     /// standard input, which is then closed.
     pub fn of(fds: [Option<OwnedFd>; 3], input: &[u8], out_keep: usize) -> Streams {
         let [stdin, stdout, stderr] = fds;
-        let input = stdin.map(|fd| {
-            set_nonblocking(fd.as_fd());
-            (fd, input.to_vec(), 0)
-        });
+        let input_nonblocking = stdin.as_ref().is_some_and(|fd| set_nonblocking(fd.as_fd()));
         let mut streams = Streams {
-            input,
+            input: stdin.map(|fd| (fd, input.to_vec(), 0)),
+            input_nonblocking,
             out: Stream::new(stdout, out_keep, true),
             err: Stream::new(stderr, STDERR_KEEP, false),
         };
-        // A call's arguments almost always fit the pipe: written now, before the first wait.
+        // A call's arguments almost always fit the pipe: written now, before the first wait
+        // (a fresh pipe is empty, so the first step never blocks).
         streams.write_input();
         streams
     }
 
-    /// Writes what the input pipe takes without blocking; closes it once all is written, or
-    /// when the sandbox closed its end (it reads no more).
+    /// Writes what the input pipe takes without blocking (a single step if it could not be
+    /// made non-blocking); closes it once all is written, or when the sandbox closed its end
+    /// (it reads no more).
     fn write_input(&mut self) {
         let Some((fd, input, at)) = &mut self.input else {
             return;
         };
+        let mut steps = if self.input_nonblocking {
+            usize::MAX
+        } else {
+            1
+        };
         while *at < input.len() {
+            if steps == 0 {
+                return;
+            }
+            steps -= 1;
             let end = input.len().min(*at + INPUT_STEP);
             match nix::unistd::write(&*fd, &input[*at..end]) {
                 Ok(0) => break,
@@ -323,7 +336,7 @@ impl Streams {
                     if exited {
                         return Event::Exited;
                     }
-                    continue;
+                    // On to the deadline's check: output that never pauses must not hold it.
                 }
                 // ppoll itself failed: a short step, so that the loop does not spin; the
                 // deadline still ends the wait.
@@ -355,6 +368,10 @@ impl Streams {
                     thread::sleep(until.saturating_duration_since(Instant::now()).min(LOOK));
                 }
                 Err(_) => break,
+            }
+            // Output that never pauses must not hold the drain past its grace either.
+            if Instant::now() >= until {
+                break;
             }
         }
         self.out.fd = None;
@@ -523,6 +540,33 @@ mod tests {
             "the wait blocked"
         );
         reap(child);
+    }
+
+    /// Error output that never pauses (here /dev/zero, always readable) does not hold the
+    /// wait past its deadline, nor the drain past its grace.
+    #[test]
+    fn endless_error_output_does_not_hold_the_deadline() {
+        let sleeper = Command::new("sleep").arg("30").spawn().expect("sleep");
+        let pidfd = Pidfd::of_child(&sleeper).expect("pidfd");
+        let (done, finished) = std::sync::mpsc::channel();
+        let err = OwnedFd::from(std::fs::File::open("/dev/zero").expect("/dev/zero"));
+        let server = thread::spawn(move || {
+            let mut streams = Streams::of([None, None, Some(err)], b"", 1000);
+            let event = streams.wait(
+                Some(pidfd.as_fd()),
+                Instant::now() + Duration::from_millis(100),
+            );
+            streams.drain(Instant::now() + Duration::from_millis(100));
+            let _ = done.send((event, streams.stderr_text().len()));
+        });
+        let got = finished.recv_timeout(Duration::from_secs(10));
+        reap(sleeper);
+        assert_eq!(
+            got,
+            Ok((Event::Deadline, STDERR_KEEP)),
+            "the wait or the drain never ended"
+        );
+        server.join().expect("server");
     }
 
     /// Standard output stops one byte past the cap; standard error is read on past its keep,
