@@ -642,6 +642,8 @@ impl Broker {
             None => Cleared::already(),
         };
         let runner_cleared = cleared.clone();
+        // Should this future be dropped before the record is written, the runner stops.
+        let _undecided = cleared.undecided_on_drop();
         let task = tokio::task::spawn_blocking(move || {
             let reply = Reply::after(runner_cleared, move |answer| {
                 let _ = answer_tx.send(answer);

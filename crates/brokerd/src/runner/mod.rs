@@ -207,10 +207,20 @@ impl Cleared {
         Cleared(Arc::new((Mutex::new(None), Condvar::new())))
     }
 
+    /// Says how the record went; the first word stands.
     pub fn decide(&self, on_disk: bool) {
         let (state, changed) = &*self.0;
-        *state.lock().unwrap_or_else(|p| p.into_inner()) = Some(on_disk);
+        state
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_or_insert(on_disk);
         changed.notify_all();
+    }
+
+    /// Decides "not on disk" when dropped, unless decided before: a writer that goes away
+    /// (a dropped future, a panic) never leaves a runner waiting out its time limit.
+    pub fn undecided_on_drop(&self) -> UndecidedOnDrop {
+        UndecidedOnDrop(self.clone())
     }
 
     /// True once the decision is on disk; false if it could not be written, or it is still
@@ -231,6 +241,15 @@ impl Cleared {
                 .unwrap_or_else(|p| p.into_inner())
                 .0;
         }
+    }
+}
+
+/// See [`Cleared::undecided_on_drop`].
+pub struct UndecidedOnDrop(Cleared);
+
+impl Drop for UndecidedOnDrop {
+    fn drop(&mut self) {
+        self.0.decide(false);
     }
 }
 
@@ -627,6 +646,14 @@ mod tests {
         let failed = Cleared::pending();
         failed.decide(false);
         assert!(!failed.wait(Instant::now() + Duration::from_secs(30)));
+        // The first word stands; a writer gone without one means "not on disk".
+        let once = Cleared::pending();
+        once.decide(true);
+        drop(once.undecided_on_drop());
+        assert!(once.wait(soon()));
+        let gone = Cleared::pending();
+        drop(gone.undecided_on_drop());
+        assert!(!gone.wait(Instant::now() + Duration::from_secs(30)));
         let started = Instant::now();
         assert!(!Cleared::pending().wait(started + Duration::from_millis(50)));
         assert!(started.elapsed() >= Duration::from_millis(50));

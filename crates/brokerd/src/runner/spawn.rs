@@ -27,7 +27,6 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use nix::fcntl::OFlag;
 use nix::sched::CloneFlags;
 use nix::sys::mman::{MapFlags, ProtFlags};
-use nix::sys::signal::{SigSet, SigmaskHow};
 use nix::unistd::Pid;
 
 /// Something a hook can be added to: std's `Command` (a forked child) or a [`Spawn`].
@@ -37,8 +36,8 @@ pub trait PreExec {
     ///
     /// # Safety
     /// As std's `CommandExt::pre_exec`: the hook may call only async-signal-safe functions. It
-    /// must not allocate, take a lock, or write memory that other threads use; in a [`Spawn`]
-    /// it runs in brokerd's own memory while one of its threads waits.
+    /// must not allocate, take a lock, panic, or write memory that other threads use; in a
+    /// [`Spawn`] it runs in brokerd's own memory while one of its threads waits.
     unsafe fn pre_exec_hook<F>(&mut self, hook: F) -> &mut Self
     where
         F: FnMut() -> io::Result<()> + Send + Sync + 'static;
@@ -153,9 +152,12 @@ impl Spawn {
     }
 
     /// Starts the program; returns once it has been exec'd, or with the error that stopped
-    /// it (a hook's, or execve's: `NotFound` for a program that is not there).
+    /// it (a hook's, or execve's: `NotFound` for a program that is not there). A program
+    /// named without a `/` is looked for where the C library looks without a PATH
+    /// (/bin, /usr/bin), never in the working directory.
     pub fn spawn(&mut self) -> io::Result<Child> {
-        let program = c_string(self.program.as_os_str())?;
+        not_dumpable()?;
+        let program = c_string(resolve(&self.program)?.as_os_str())?;
         let mut argv_c = vec![program.clone()];
         for a in &self.args {
             argv_c.push(c_string(a)?);
@@ -211,12 +213,9 @@ impl Spawn {
         // Every signal blocked across the clone, so that none is handled in the child before
         // it has put the handlers back to their defaults (a handler of brokerd's would run on
         // brokerd's memory).
-        let mut before = SigSet::empty();
-        nix::sys::signal::pthread_sigmask(
-            SigmaskHow::SIG_SETMASK,
-            Some(&SigSet::all()),
-            Some(&mut before),
-        )?;
+        // The system call, not the C library's wrapper, which leaves out the two signals it
+        // keeps for itself: those have handlers in brokerd too.
+        let before = set_mask(u64::MAX)?;
         // SAFETY: the child runs `child_main` on its own stack (with a guard page) and ends in
         // execve or _exit; CLONE_VFORK keeps this thread, whose stack and locals the child
         // reads, stopped until then; the child allocates nothing and takes no lock.
@@ -228,7 +227,7 @@ impl Spawn {
                 Some(libc::SIGCHLD),
             )
         };
-        let _ = nix::sys::signal::pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&before), None);
+        let _ = set_mask(before);
         drop(theirs);
         drop(null);
         let pid = cloned?.as_raw();
@@ -333,15 +332,7 @@ unsafe fn in_child(
         for hook in hooks.iter_mut() {
             hook()?;
         }
-        // SAFETY: an empty set from sigemptyset and a null old mask; async-signal-safe.
-        unsafe {
-            let mut empty: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut empty);
-            if libc::pthread_sigmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut()) != 0 {
-                return Err(io::Error::last_os_error());
-            }
-        }
-        Ok(())
+        set_mask(0).map(drop)
     })();
     match prepared {
         Ok(()) => {
@@ -368,6 +359,60 @@ struct KernelSigaction {
     flags: libc::c_ulong,
     restorer: usize,
     mask: u64,
+}
+
+/// rt_sigprocmask(2) of the calling thread to `mask` (bit n-1 for signal n, all 64 of them);
+/// returns the mask before. Async-signal-safe.
+fn set_mask(mask: u64) -> io::Result<u64> {
+    let mut before: u64 = 0;
+    // SAFETY: the kernel reads and writes one 8-byte mask (the size passed) through valid
+    // pointers to locals.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_rt_sigprocmask,
+            libc::SIG_SETMASK,
+            &mask as *const u64,
+            &mut before as *mut u64,
+            8usize,
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(before)
+}
+
+/// Makes this process not dumpable, once: the child shares brokerd's memory until its exec,
+/// and before Linux 5.16 a core dump of one process killed every process sharing its memory
+/// (the check of dumpability comes first, so no dump, no kill). brokerd's memory holds grants
+/// and outputs, which no core file should either. exec makes bwrap dumpable as usual.
+fn not_dumpable() -> io::Result<()> {
+    static DONE: std::sync::OnceLock<Result<(), i32>> = std::sync::OnceLock::new();
+    let done = DONE.get_or_init(|| nix::sys::prctl::set_dumpable(false).map_err(|e| e as i32));
+    done.map_err(io::Error::from_raw_os_error)
+}
+
+/// `program` itself when it names a path; a bare name from /bin or /usr/bin (what the C
+/// library searches without a PATH), `NotFound` if it is in neither.
+fn resolve(program: &Path) -> io::Result<PathBuf> {
+    if program.as_os_str().as_bytes().contains(&b'/') {
+        return Ok(program.to_path_buf());
+    }
+    ["/bin", "/usr/bin"]
+        .iter()
+        .map(|dir| Path::new(dir).join(program))
+        .find(|p| {
+            std::fs::metadata(p).is_ok_and(|m| {
+                use std::os::unix::fs::PermissionsExt;
+                m.is_file() && m.permissions().mode() & 0o111 != 0
+            })
+        })
+        .ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("{} is not in /bin or /usr/bin", program.display()),
+            )
+        })
 }
 
 fn c_string(s: &OsStr) -> io::Result<CString> {
@@ -570,6 +615,70 @@ mod tests {
             .spawn()
             .expect_err("nul");
         assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+    }
+
+    /// Every signal, the C library's own two included, stays blocked in the child until just
+    /// before exec (a hook reads its own mask), and brokerd is left not dumpable.
+    #[test]
+    fn the_child_runs_its_hooks_with_every_signal_blocked() {
+        use std::sync::atomic::AtomicU8;
+        // 0 not looked, 1 all blocked, 2 some not, 3 could not read.
+        static SEEN: AtomicU8 = AtomicU8::new(0);
+        let mut spawn = Spawn::new("/bin/sh");
+        spawn.args(["-c", "exit 0"]);
+        // SAFETY: open, read and close into a buffer on the child's stack; an atomic store.
+        unsafe {
+            spawn.pre_exec_hook(|| {
+                let mut buf = [0u8; 4096];
+                let fd = libc::open(c"/proc/thread-self/status".as_ptr(), libc::O_RDONLY);
+                let n = if fd >= 0 {
+                    libc::read(fd, buf.as_mut_ptr().cast(), buf.len())
+                } else {
+                    -1
+                };
+                libc::close(fd);
+                let seen = match usize::try_from(n) {
+                    Ok(n) => {
+                        let text = &buf[..n];
+                        // All but SIGKILL (9) and SIGSTOP (19), which cannot be blocked.
+                        let want = b"SigBlk:\tfffffffffffbfeff";
+                        if text.windows(want.len()).any(|w| w == want) {
+                            1
+                        } else {
+                            2
+                        }
+                    }
+                    Err(_) => 3,
+                };
+                SEEN.store(seen, Ordering::SeqCst);
+                Ok(())
+            });
+        }
+        let child = spawn.spawn().expect("spawn");
+        assert!(wait(&child).success());
+        assert_eq!(
+            SEEN.load(Ordering::SeqCst),
+            1,
+            "a signal was not blocked in the child"
+        );
+        assert_eq!(nix::sys::prctl::get_dumpable(), Ok(false));
+    }
+
+    /// A bare name is found where the C library looks without a PATH, never elsewhere.
+    #[test]
+    fn a_bare_name_is_looked_for_in_bin_and_usr_bin_only() {
+        let sh = resolve(Path::new("sh")).expect("sh");
+        assert!(
+            sh == Path::new("/bin/sh") || sh == Path::new("/usr/bin/sh"),
+            "{sh:?}"
+        );
+        let e = resolve(Path::new("no-such-program-here")).expect_err("absent");
+        assert_eq!(e.kind(), io::ErrorKind::NotFound);
+        assert_eq!(resolve(Path::new("./x")).expect("path"), Path::new("./x"));
+        let e = Spawn::new("no-such-program-here")
+            .spawn()
+            .expect_err("absent");
+        assert_eq!(e.kind(), io::ErrorKind::NotFound);
     }
 
     /// A hook that overflows the child's stack kills the child on the guard page, and the
