@@ -16,7 +16,9 @@ use std::time::{Duration, Instant};
 
 use brokerd::config;
 use brokerd::runner::podman::PodmanRuntime;
-use brokerd::runner::{Egress, Failure, Reply, RunError, RunOutput, RunSpec, Runner, Unavailable};
+use brokerd::runner::{
+    Cleared, Egress, Failure, Reply, RunError, RunOutput, RunSpec, Runner, Unavailable,
+};
 use proto::tools::ToolName;
 
 mod common;
@@ -633,4 +635,51 @@ fn standard_error_is_logged_redacted() {
     for secret in [SECRET, "pl4ntedbearer", "pl4ntedpw"] {
         assert!(!journal.contains(secret), "{secret} logged:\n{journal}");
     }
+}
+
+/// The container is started while brokerd puts the decision on disk; its tool gets its input
+/// only once the record is there. Without the record, the container is stopped having read
+/// nothing, and an http_fetch starts no proxy at all.
+#[test]
+fn the_tool_and_its_proxy_wait_for_the_decision_on_disk() {
+    let run = |case: &Case, spec: &RunSpec, on_disk: bool| {
+        let cleared = Cleared::pending();
+        let decider = cleared.clone();
+        let stdin = case.dir.join("stdin");
+        let decide = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            let read_early = std::fs::read(&stdin).unwrap_or_default();
+            decider.decide(on_disk);
+            read_early
+        });
+        let mut got = None;
+        case.runtime()
+            .run_replying(spec, Reply::after(cleared, |answer| got = Some(answer)));
+        (got.expect("an answer"), decide.join().expect("decider"))
+    };
+    let case = Case::new("gateopen", r#"cat > "$d/stdin"; echo done"#);
+    let spec = case.spec(ToolName::Shell);
+    let (answer, early) = run(&case, &spec, true);
+    assert_eq!(
+        early, b"",
+        "the tool read its input before the decision was on disk"
+    );
+    assert_eq!(answer, ok("done\n", false));
+    assert_eq!(case.record("stdin"), spec.input);
+
+    let case = Case::new("gateshut", r#"cat > "$d/stdin"; echo done"#);
+    let (answer, _) = run(&case, &case.spec(ToolName::Shell), false);
+    assert_eq!(answer, failed(Failure::CouldNotRun));
+    assert_eq!(case.record("stdin"), b"");
+    assert_eq!(case.verbs(), ["run", "kill", "rm -f"]);
+
+    let case = Case::new("gatefetch", "echo fetched");
+    let (answer, _) = run(&case, &case.spec(ToolName::HttpFetch), false);
+    assert_eq!(answer, failed(Failure::CouldNotRun));
+    assert_eq!(
+        case.verbs(),
+        Vec::<String>::new(),
+        "no proxy before the decision"
+    );
+    assert_eq!(case.egress_dirs(), Vec::<PathBuf>::new());
 }
