@@ -487,11 +487,7 @@ impl Broker {
             }
         }
         let outcome = match failed_preflight {
-            None => match self.run(&session, &call, plan, received, rec.clone()).await {
-                Err(NotRun::Audit(e)) => return self.audit_failed(&e),
-                Err(NotRun::Busy) => Err(Busy),
-                Ok(answer) => Ok(answer),
-            },
+            None => self.run(&session, &call, plan, received, rec.clone()).await,
             Some(which) => {
                 tracing::error!(
                     session = session.as_str(),
@@ -504,7 +500,8 @@ impl Broker {
         };
         let outcome = match outcome {
             Ok(o) => o,
-            Err(Busy) => {
+            Err(NotRun::Audit(e)) => return self.audit_failed(&e),
+            Err(NotRun::Busy) => {
                 rec.status = Some(Ended::Busy);
                 let _ = self
                     .record(outcome_record(rec, Decided::NotRun, started))
@@ -868,9 +865,6 @@ pub use crate::preflight::NETWORK_PREFLIGHT_URL;
 
 /// What the model reads when its call's audit record cannot be written.
 pub const AUDIT_UNAVAILABLE: &str = "the call could not be audited, so it was not answered";
-
-/// No slot and no room in the queue.
-struct Busy;
 
 /// Why [`Broker::run`] ran nothing: no slot, or the decision could not be audited.
 enum NotRun {

@@ -257,12 +257,20 @@ impl Drop for UndecidedOnDrop {
 /// the sandbox is stopped before its tool got its input (brokerd answers that the audit
 /// failed).
 pub(crate) fn not_cleared(spec: &RunSpec) -> RunError {
+    could_not_run(
+        spec,
+        "the call's decision could not be audited; its sandbox was stopped before the tool got its input",
+    )
+}
+
+/// The operator's log line for a call that could not run, and its fixed answer.
+fn could_not_run(spec: &RunSpec, why: &str) -> RunError {
     tracing::error!(
         session = %spec.session,
         call = %spec.call,
         tool = %spec.tool,
         status = "failed",
-        "the call's decision could not be audited; its sandbox was stopped before the tool got its input"
+        "{why}"
     );
     RunError::Failed(Failure::CouldNotRun)
 }
@@ -379,6 +387,7 @@ pub trait Runner: Send + Sync {
     /// Runs the call as `run` does, but hands the answer to `reply` as soon as it is known;
     /// returns once the clean-up is done (or has poisoned the runner). brokerd counts the
     /// call, and holds its slot, until then.
+    ///
     /// A runner that starts nothing before its tool runs only has to wait for the decision.
     fn run_replying(&self, spec: &RunSpec, reply: Reply<'_>) {
         if !reply.cleared().wait(Instant::now() + spec.timeout) {
@@ -491,6 +500,7 @@ trait Steps: Runner {
 
     /// Runs the call. `Err`: nothing could start (already logged), so there is nothing to
     /// clean and no "call finished" line.
+    ///
     /// The tool gets its input, and an http_fetch its proxy, only once `cleared` says so.
     fn run_call<'a>(
         &'a self,
@@ -511,14 +521,10 @@ struct Ran<L> {
 
 /// A spec that should never have reached a runner (the protocol and config check these).
 fn malformed(spec: &RunSpec, what: &str) -> RunError {
-    tracing::error!(
-        session = %spec.session,
-        call = %spec.call,
-        tool = %spec.tool,
-        status = "failed",
-        "refusing to run a malformed RunSpec: {what}"
-    );
-    RunError::Failed(Failure::CouldNotRun)
+    could_not_run(
+        spec,
+        &format!("refusing to run a malformed RunSpec: {what}"),
+    )
 }
 
 /// The operator's log line for a mount source that changed, and the call's answer.

@@ -594,7 +594,7 @@ mod tests {
     /// past its grace.
     #[test]
     fn the_drain_ends_at_its_grace() {
-        let mut child = piped("/bin/sh", &["-c", "sleep 30 & echo early"]);
+        let mut child = piped("/bin/sh", &["-c", "sleep 3 & echo early"]);
         let started = Instant::now();
         let (event, streams) = serve(&mut child, b"", 1000, Duration::from_secs(30));
         assert_eq!(event, Event::Exited);

@@ -23,17 +23,6 @@ pub struct Pidfd {
     fd: OwnedFd,
 }
 
-/// What ended a [`Pidfd::wait_exit_or`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Woke {
-    /// The process exited (it is not reaped yet).
-    Exited,
-    /// The other descriptor became readable first.
-    Other,
-    /// The deadline passed.
-    Deadline,
-}
-
 /// What a stop through the pidfd ended with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stopped {
@@ -117,19 +106,6 @@ impl Pidfd {
     /// Waits up to `limit` for the process to exit: a pidfd polls readable once it has.
     pub fn wait_exit(&self, limit: Duration) -> bool {
         first_ready(&[self.fd.as_fd()], Instant::now() + limit).is_some()
-    }
-
-    /// Waits until the process exits, or `other` becomes readable (output that ended), or
-    /// `deadline`, whichever is first; an exit wins over `other` when both are seen at once.
-    pub fn wait_exit_or(&self, other: Option<BorrowedFd<'_>>, deadline: Instant) -> Woke {
-        let mut fds = vec![self.fd.as_fd()];
-        fds.extend(other);
-        match first_ready(&fds, deadline) {
-            Some(0) => Woke::Exited,
-            Some(_) if self.wait_exit(Duration::ZERO) => Woke::Exited,
-            Some(_) => Woke::Other,
-            None => Woke::Deadline,
-        }
     }
 
     /// The descriptor, for a caller's own poll.
