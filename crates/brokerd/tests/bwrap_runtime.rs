@@ -731,3 +731,49 @@ fn the_tool_waits_for_its_decision_on_disk() {
         }
     }
 }
+
+/// A decision that reaches the disk late shortens the tool's time and never makes the call
+/// longer than its time limit plus the proxy's budget, the tool's limit not counted afresh
+/// after a slow record.
+#[test]
+fn a_late_decision_never_lengthens_the_call() {
+    if !bwrap_works() {
+        return;
+    }
+    let w = world();
+    let rt = runtime(&w, "egress_start_ms = 400");
+    let mut s = shell("sleep 30", Vec::new());
+    s.session = proto::ident::Ident::fixed("late");
+    s.timeout = Duration::from_secs(3);
+    s.egress = Some(Egress {
+        hosts: vec!["docs.example.org".into()],
+        allow_addresses: Vec::new(),
+    });
+    let budget = s.timeout + Duration::from_millis(400);
+    let cleared = Cleared::pending();
+    let decider = cleared.clone();
+    let decide = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(2500));
+        decider.decide(true);
+    });
+    let started = Instant::now();
+    let got = std::sync::Mutex::new(None);
+    rt.run_replying(
+        &s,
+        Reply::after(cleared, |answer| {
+            *got.lock().unwrap() = Some(answer);
+        }),
+    );
+    let took = started.elapsed();
+    decide.join().unwrap();
+    assert_eq!(
+        got.into_inner().unwrap().expect("an answer"),
+        Err(RunError::Failed(Failure::TimedOut))
+    );
+    // Counting the tool's limit afresh after the record would end it at 5.5 s.
+    assert!(
+        took >= budget && took < budget + Duration::from_secs(1),
+        "took {took:?}, budget {budget:?}"
+    );
+    assert!(!rt.poisoned());
+}

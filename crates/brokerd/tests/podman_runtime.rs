@@ -683,3 +683,47 @@ fn the_tool_and_its_proxy_wait_for_the_decision_on_disk() {
     );
     assert_eq!(case.egress_dirs(), Vec::<PathBuf>::new());
 }
+
+/// A decision that reaches the disk late shortens the tool's time and never makes the call
+/// longer than its time limit plus the proxy's budget: the tool's limit is not counted afresh
+/// after a slow record. One that is later still than the time limit starts nothing.
+#[test]
+fn a_late_decision_never_lengthens_the_call() {
+    let limit = Duration::from_secs(3);
+    let budget = limit + Duration::from_millis(EGRESS_START_MS);
+    let run = |case: &Case, after: Duration| {
+        let mut spec = case.spec(ToolName::HttpFetch);
+        spec.timeout = limit;
+        let cleared = Cleared::pending();
+        let decider = cleared.clone();
+        let decide = std::thread::spawn(move || {
+            std::thread::sleep(after);
+            decider.decide(true);
+        });
+        let started = Instant::now();
+        let mut got = None;
+        case.runtime()
+            .run_replying(&spec, Reply::after(cleared, |answer| got = Some(answer)));
+        let took = started.elapsed();
+        decide.join().expect("decider");
+        (got.expect("an answer"), took)
+    };
+    // On disk shortly before the time limit: the proxy and the tool run, within the budget
+    // (counting the tool's limit afresh would end it at 5.5 s).
+    let case = Case::new("latedecision", r#"cat > "$d/stdin"; exec sleep 30"#);
+    let (answer, took) = run(&case, Duration::from_millis(2500));
+    assert_eq!(answer, failed(Failure::TimedOut));
+    assert!(
+        took >= budget && took < budget + Duration::from_secs(1),
+        "took {took:?}, budget {budget:?}"
+    );
+    assert_eq!(case.verbs(), ["proxy", "run", "kill", "rm -f", "rm -f egress"]);
+
+    // On disk only after the time limit: nothing started, and the answer comes at the limit.
+    let case = Case::new("toolate", "echo fetched");
+    let (answer, took) = run(&case, limit + Duration::from_millis(300));
+    assert_eq!(answer, failed(Failure::CouldNotRun));
+    assert!(took >= limit && took < limit + Duration::from_millis(300), "took {took:?}");
+    assert_eq!(case.verbs(), Vec::<String>::new(), "nothing before the decision");
+    assert_eq!(case.egress_dirs(), Vec::<PathBuf>::new());
+}

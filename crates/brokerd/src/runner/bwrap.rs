@@ -29,8 +29,8 @@ use super::output::{verdict, Capture, Event, Streams, Verdict, DRAIN_GRACE, STDE
 use super::pidfd::{Pidfd, Stopped, KILL_CONFIRM};
 use super::spawn::{self, Io, PreExec, Spawn};
 use super::{
-    dies_with_brokerd, mount_changed, not_cleared, Cleared, Egress, Failure, Ran, Reply, RunError,
-    RunOutput, RunSpec, Runner, Settling, Steps, SweepError, Unavailable,
+    dies_with_brokerd, mount_changed, not_cleared, Cleared, Deadlines, Egress, Failure, Ran, Reply,
+    RunError, RunOutput, RunSpec, Runner, Settling, Steps, SweepError, Unavailable,
 };
 use super::{reaper, seccomp};
 use crate::config::{memory_bytes, BwrapConfig, CgroupMode, RunnerConfig};
@@ -643,6 +643,7 @@ impl BwrapRuntime {
         egress: &Egress,
         name: &str,
         layout: &RootLayout,
+        times: &Deadlines,
     ) -> Result<ProxyGuard<'a>, RunError> {
         let dir = self.egress_dir(name);
         if let Err(e) = make_private_dir(&dir) {
@@ -654,7 +655,7 @@ impl BwrapRuntime {
             dir,
             sandbox: None,
         };
-        let deadline = Instant::now() + self.egress_start;
+        let deadline = times.step(self.egress_start);
         let placement = self
             .placement(
                 &format!("{name}-egress"),
@@ -716,6 +717,7 @@ impl BwrapRuntime {
         layout: &RootLayout,
         exited: &mut Option<Sandbox<'a>>,
         cleared: &Cleared,
+        times: &Deadlines,
     ) -> Result<RunOutput, RunError> {
         // Right before the sandbox: the directories of the grant and no others.
         let mount_fds = open_mounts(&spec.mounts).map_err(|e| mount_changed(spec, e))?;
@@ -724,7 +726,7 @@ impl BwrapRuntime {
             .map_err(|e| self.unavailable(spec, Trouble::Limits, &e))?;
         let argv = self.build_argv(spec, name, layout, placement.cgroup_view());
         let rlimits = ResourceLimits::new(self.memory, self.pids, spec.timeout);
-        let deadline = Instant::now() + spec.timeout;
+        let deadline = times.step(spec.timeout);
         let mut sandbox = self.start(
             spec,
             argv,
@@ -973,19 +975,20 @@ impl Steps for BwrapRuntime {
         // What earlier sandboxes left must not count against this one's process limit.
         reaper::reap_orphans();
         let name = BwrapRuntime::sandbox_name(spec);
+        let times = Deadlines::new(spec, self.egress_start);
         let mut proxy = None;
         let mut sandbox = None;
         let answer = match &spec.egress {
             // No way out is made before the decision is on disk.
-            Some(_) if !cleared.wait(Instant::now() + spec.timeout) => Err(not_cleared(spec)),
-            Some(egress) => match self.start_egress(spec, egress, &name, &layout) {
+            Some(_) if !cleared.wait(times.decided()) => Err(not_cleared(spec)),
+            Some(egress) => match self.start_egress(spec, egress, &name, &layout, &times) {
                 Ok(guard) => {
                     proxy = Some(guard);
-                    self.run_tool(spec, &name, &layout, &mut sandbox, cleared)
+                    self.run_tool(spec, &name, &layout, &mut sandbox, cleared, &times)
                 }
                 Err(e) => Err(e),
             },
-            None => self.run_tool(spec, &name, &layout, &mut sandbox, cleared),
+            None => self.run_tool(spec, &name, &layout, &mut sandbox, cleared, &times),
         };
         let leftovers = (sandbox.is_some() || proxy.is_some()).then_some((sandbox, proxy));
         Ok(Ran {

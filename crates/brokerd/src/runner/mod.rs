@@ -244,6 +244,45 @@ impl Cleared {
     }
 }
 
+/// When each step of a call must be over, fixed as the runner takes the call, so that no
+/// step's wait lengthens the next: the decision must be on disk within the tool's time limit,
+/// the proxy up within its start budget, and the tool done within its time limit, and nothing
+/// of the call runs past the time limit plus the proxy's budget (`RunnerConfig::call_budget`,
+/// before its stop). A decision that reaches the disk late shortens the tool's time; it never
+/// makes the call longer.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Deadlines {
+    /// The decision must be on disk by then.
+    decided: Instant,
+    /// No step of the call runs past this (the stop that may follow aside).
+    ends: Instant,
+}
+
+impl Deadlines {
+    /// From now, for `spec`; `egress_start` is the proxy's budget, counted for http_fetch only.
+    pub(crate) fn new(spec: &RunSpec, egress_start: Duration) -> Deadlines {
+        let now = Instant::now();
+        let proxy = match spec.egress {
+            Some(_) => egress_start,
+            None => Duration::ZERO,
+        };
+        Deadlines {
+            decided: now + spec.timeout,
+            ends: now + spec.timeout + proxy,
+        }
+    }
+
+    /// The wait for the decision's record ends then.
+    pub(crate) fn decided(&self) -> Instant {
+        self.decided
+    }
+
+    /// A step that may take `limit` from now: it ends then, or at the call's end if sooner.
+    pub(crate) fn step(&self, limit: Duration) -> Instant {
+        (Instant::now() + limit).min(self.ends)
+    }
+}
+
 /// See [`Cleared::undecided_on_drop`].
 pub struct UndecidedOnDrop(Cleared);
 
@@ -259,7 +298,7 @@ impl Drop for UndecidedOnDrop {
 pub(crate) fn not_cleared(spec: &RunSpec) -> RunError {
     could_not_run(
         spec,
-        "the call's decision could not be audited; its sandbox was stopped before the tool got its input",
+        "the call's decision was not on disk in time (its record could not be written, or not within the tool's time limit); its sandbox was stopped before the tool got its input",
     )
 }
 

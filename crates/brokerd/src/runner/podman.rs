@@ -25,8 +25,8 @@ pub use super::output::STDERR_KEEP;
 use super::output::{decode, verdict, Capture, Event, Streams, Verdict, DRAIN_GRACE};
 use super::pidfd::Pidfd;
 use super::{
-    dies_with_brokerd, mount_changed, not_cleared, Cleared, Egress, Failure, Ran, Reply, RunError,
-    RunOutput, RunSpec, Runner, Settling, Steps, SweepError, Unavailable,
+    dies_with_brokerd, mount_changed, not_cleared, Cleared, Deadlines, Egress, Failure, Ran, Reply,
+    RunError, RunOutput, RunSpec, Runner, Settling, Steps, SweepError, Unavailable,
 };
 use crate::config::RunnerConfig;
 // What podman and the tools print can quote the model's text: redacted before it is logged.
@@ -299,6 +299,7 @@ impl PodmanRuntime {
         spec: &'a RunSpec,
         egress: &Egress,
         name: &str,
+        times: &Deadlines,
     ) -> Result<EgressGuard<'a>, RunError> {
         let guard = EgressGuard {
             runtime: self,
@@ -311,15 +312,16 @@ impl PodmanRuntime {
             return Err(self.unavailable(spec, Trouble::EgressDir, &detail));
         }
         // One budget for starting the proxy and for its socket (seed 003 section 6: 5 s).
-        let deadline = Instant::now() + self.egress_start;
-        match self.helper(&self.egress_args(egress, name), self.egress_start) {
+        let deadline = times.step(self.egress_start);
+        let limit = deadline.saturating_duration_since(Instant::now());
+        match self.helper(&self.egress_args(egress, name), limit) {
             Helper::Exited(status, _) if status.success() => {}
             Helper::Exited(status, stderr) => {
                 let detail = format!("podman exited with {status}: {stderr}");
                 return Err(self.unavailable(spec, Trouble::ProxyFailed, &detail));
             }
             Helper::TimedOut => {
-                let detail = format!("podman run -d took longer than {:?}", self.egress_start);
+                let detail = format!("podman run -d took longer than {limit:?}");
                 return Err(self.unavailable(spec, Trouble::ProxyFailed, &detail));
             }
             Helper::NotStarted(e) => {
@@ -333,7 +335,7 @@ impl PodmanRuntime {
             // The proxies of calls answered before this one are removed, or the runtime is
             // poisoned, before this tool gets its way out (DESIGN.md "Runners").
             if !self.settling.wait_for_earlier(deadline) {
-                let detail = format!("waited {:?}", self.egress_start);
+                let detail = format!("waited {limit:?}");
                 return Err(self.unavailable(spec, Trouble::EarlierCleanUp, &detail));
             }
             if self.poisoned() {
@@ -344,7 +346,7 @@ impl PodmanRuntime {
         let detail = format!(
             "{} did not appear within {:?}",
             guard.dir.join(egress::EGRESS_SOCKET).display(),
-            self.egress_start
+            limit
         );
         Err(self.unavailable(spec, Trouble::ProxySocket, &detail))
     }
@@ -355,6 +357,7 @@ impl PodmanRuntime {
         spec: &RunSpec,
         name: &str,
         cleared: &Cleared,
+        times: &Deadlines,
     ) -> Result<RunOutput, RunError> {
         let spawned = dies_with_brokerd(&mut Command::new(&self.podman))
             .args(self.tool_args(spec, name))
@@ -376,7 +379,7 @@ impl PodmanRuntime {
                 return Err(self.unavailable(spec, Trouble::NoPodman, &detail));
             }
         };
-        let deadline = Instant::now() + spec.timeout;
+        let deadline = times.step(spec.timeout);
         // The container was being made while brokerd put the decision on disk; its tool gets
         // its input only now.
         if !cleared.wait(deadline) {
@@ -581,18 +584,19 @@ impl Steps for PodmanRuntime {
             return Err(mount_changed(spec, e));
         }
         let name = PodmanRuntime::container_name(spec);
+        let times = Deadlines::new(spec, self.egress_start);
         let mut proxy = None;
         let mut answer = match &spec.egress {
             // No way out is made before the decision is on disk.
-            Some(_) if !cleared.wait(Instant::now() + spec.timeout) => Err(not_cleared(spec)),
-            Some(egress) => match self.start_egress(spec, egress, &name) {
+            Some(_) if !cleared.wait(times.decided()) => Err(not_cleared(spec)),
+            Some(egress) => match self.start_egress(spec, egress, &name, &times) {
                 Ok(guard) => {
                     proxy = Some(guard);
-                    self.run_tool(spec, &name, cleared)
+                    self.run_tool(spec, &name, cleared, &times)
                 }
                 Err(e) => Err(e),
             },
-            None => self.run_tool(spec, &name, cleared),
+            None => self.run_tool(spec, &name, cleared, &times),
         };
         if let Err(e) = check_mounts(&spec.mounts) {
             answer = Err(mount_changed(spec, e));
