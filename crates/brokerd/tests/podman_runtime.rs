@@ -717,13 +717,23 @@ fn a_late_decision_never_lengthens_the_call() {
         took >= budget && took < budget + Duration::from_secs(1),
         "took {took:?}, budget {budget:?}"
     );
-    assert_eq!(case.verbs(), ["proxy", "run", "kill", "rm -f", "rm -f egress"]);
+    assert_eq!(
+        case.verbs(),
+        ["proxy", "run", "kill", "rm -f", "rm -f egress"]
+    );
 
     // On disk only after the time limit: nothing started, and the answer comes at the limit.
     let case = Case::new("toolate", "echo fetched");
     let (answer, took) = run(&case, limit + Duration::from_millis(300));
     assert_eq!(answer, failed(Failure::CouldNotRun));
-    assert!(took >= limit && took < limit + Duration::from_millis(300), "took {took:?}");
-    assert_eq!(case.verbs(), Vec::<String>::new(), "nothing before the decision");
+    assert!(
+        took >= limit && took < limit + Duration::from_millis(300),
+        "took {took:?}"
+    );
+    assert_eq!(
+        case.verbs(),
+        Vec::<String>::new(),
+        "nothing before the decision"
+    );
     assert_eq!(case.egress_dirs(), Vec::<PathBuf>::new());
 }

@@ -260,6 +260,24 @@ fn ratio_md(benches: &[(&str, &Value)]) -> Result<String, String> {
         }
     }
     let _ = writeln!(s, "\nCalls per tool and side: {}.", calls.join(", "));
+    for (backend, v) in benches {
+        for r in rows(v, "rows")? {
+            if r.get("beside_p50_ms").is_none() {
+                continue;
+            }
+            let _ = writeln!(
+                s,
+                "\nWhat-if, not what brokerd does: {} {} with the tool container started beside \
+                 its proxy, its input held until the socket is seen (seed 003 section 6 starts \
+                 it only then): p50 {} ms, p95 {} ms, {:.2} of the bare sequence.",
+                cell(backend),
+                cell(&text_of(&r, "tool")?),
+                fmt_num(Some(num(&r, "beside_p50_ms")?)),
+                fmt_num(Some(num(&r, "beside_p95_ms")?)),
+                num(&r, "beside_ratio_p50")?,
+            );
+        }
+    }
     Ok(s)
 }
 
@@ -724,7 +742,10 @@ mod tests {
 
     const RATIO: &str = r#"{"bench":"ratio","backend":"podman","bare":"bare podman run","calls":3,
         "rows":[{"tool":"read_file","through_p50_ms":133.2,"through_p95_ms":140.0,
-        "bare_p50_ms":123.5,"bare_p95_ms":130.1,"ratio_p50":1.0785}]}"#;
+        "bare_p50_ms":123.5,"bare_p95_ms":130.1,"ratio_p50":1.0785},
+        {"tool":"http_fetch","through_p50_ms":288.0,"through_p95_ms":314.0,
+        "bare_p50_ms":387.0,"bare_p95_ms":454.0,"ratio_p50":0.744,
+        "beside_p50_ms":251.0,"beside_p95_ms":280.0,"beside_ratio_p50":0.6486}]}"#;
 
     #[test]
     fn tables_from_json() {
@@ -737,6 +758,11 @@ mod tests {
             vec!["ratio", "scale"]
         );
         assert!(s["ratio"].contains("| podman | read_file | 133 | 140 | 124 | 130 | 1.08 |"));
+        assert!(s["ratio"].contains("| podman | http_fetch | 288 | 314 | 387 | 454 | 0.74 |"));
+        // The what-if is said apart from the table, never as one of its rows.
+        assert!(s["ratio"].contains("podman http_fetch with the tool container started beside"));
+        assert!(s["ratio"].contains("p50 251 ms, p95 280 ms, 0.65 of the bare sequence."));
+        assert!(!s["ratio"].contains("| 251 |"));
         assert!(s["scale"].contains("| 4 (default) | 2 | 120 | 8.00 | 12.5 | 8 | 0 |"));
         // A row without a p95 shows a dash, not a number.
         assert!(s["scale"].contains("| 2 (cores) | 1 | 79.0 | 6.30 | – | 8 | 0 |"));

@@ -1670,6 +1670,9 @@ impl Suite {
             self.result(tool.as_str(), args.clone())?;
             let mut through = Vec::new();
             let mut bare = Vec::new();
+            // What-if, not what brokerd does: on Podman, http_fetch's tool container started
+            // beside its proxy, its input held until the socket is seen (`bare_podman_beside`).
+            let mut beside = Vec::new();
             // The two sides take turns call by call (which goes first alternates), so the
             // host's drift falls on both alike. Each call starts once what the one before it
             // left is gone: no egress directory (brokerd removes it last, after the answer),
@@ -1720,6 +1723,13 @@ impl Suite {
                 if i > 0 {
                     bare.push(t.elapsed());
                 }
+                if let (BareRunner::Podman(rt), ToolName::HttpFetch) = (&bare_runner, tool) {
+                    self.await_settled();
+                    let took = self.bare_podman_beside(rt, &spec, &format!("{name}-beside"))?;
+                    if i > 0 {
+                        beside.push(took);
+                    }
+                }
                 if i > 0 && !through_first {
                     self.await_settled();
                     let t = Instant::now();
@@ -1735,14 +1745,27 @@ impl Suite {
                 tool.as_str(),
                 tp50 / bp50,
             );
-            rows.push(json!({
+            let mut row = json!({
                 "tool": tool.as_str(),
                 "through_p50_ms": tp50,
                 "through_p95_ms": tp95,
                 "bare_p50_ms": bp50,
                 "bare_p95_ms": bp95,
                 "ratio_p50": tp50 / bp50,
-            }));
+            });
+            if !beside.is_empty() {
+                let (sp50, sp95) = percentiles(&mut beside);
+                println!(
+                    "bench {b} {:<10} what-if, tool beside its proxy p50 {sp50:>7.1} ms p95 {sp95:>7.1} ms ; \
+                     ratio to {bare_name} p50 {:.2} (n {n})",
+                    tool.as_str(),
+                    sp50 / bp50,
+                );
+                row["beside_p50_ms"] = json!(sp50);
+                row["beside_p95_ms"] = json!(sp95);
+                row["beside_ratio_p50"] = json!(sp50 / bp50);
+            }
+            rows.push(row);
         }
         Ok(json!({
             "bench": "ratio",
@@ -1825,6 +1848,73 @@ impl Suite {
                 String::from_utf8_lossy(&out.stdout)
             )
         })
+    }
+
+    /// What-if, not what brokerd does (seed 003 section 6 starts the tool container only once
+    /// the proxy's socket exists): the proxy's `run -d` and the tool's `run` of the same
+    /// argument lists started together, the tool's input written once the socket is seen and
+    /// the proxy's `run -d` has exited. Returns the time until the tool's answer; the proxy's
+    /// `rm -f` and the directory's removal come after it, as brokerd's do.
+    fn bare_podman_beside(
+        &self,
+        runtime: &brokerd::runner::podman::PodmanRuntime,
+        spec: &brokerd::runner::RunSpec,
+        name: &str,
+    ) -> Result<Duration, String> {
+        use std::io::{Read, Write};
+        let egress = spec
+            .egress
+            .as_ref()
+            .ok_or("an http_fetch spec has an egress")?;
+        let dir = runtime.egress_dir(name);
+        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+        self.user.chown(&dir)?;
+        let started = Instant::now();
+        let mut proxy = self.user.command(&self.podman);
+        proxy
+            .args(runtime.egress_args(egress, name))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let mut proxy = proxy.spawn().map_err(|e| format!("proxy: {e}"))?;
+        let mut tool = self.user.command(&self.podman);
+        tool.args(runtime.tool_args(spec, name))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        let ran = tool
+            .spawn()
+            .map_err(|e| format!("tool: {e}"))
+            .and_then(|mut tool| {
+                wait_for_socket(&dir, self.t(Duration::from_secs(5)));
+                let proxy_status = proxy.wait().map_err(|e| e.to_string());
+                if let Some(mut stdin) = tool.stdin.take() {
+                    let _ = stdin.write_all(&spec.input);
+                }
+                let mut out = Vec::new();
+                if let Some(mut stdout) = tool.stdout.take() {
+                    let _ = stdout.read_to_end(&mut out);
+                }
+                let status = tool.wait().map_err(|e| e.to_string())?;
+                let took = started.elapsed();
+                check(proxy_status?.success(), || {
+                    format!("proxy of {name} failed")
+                })?;
+                check(status.success(), || {
+                    format!(
+                        "what-if run of {name}: {status} {}",
+                        String::from_utf8_lossy(&out)
+                    )
+                })?;
+                Ok(took)
+            });
+        let _ = proxy.kill();
+        let _ = proxy.wait();
+        let mut rm = self.user.command(&self.podman);
+        rm.args(["rm", "-f", &format!("{name}-egress")]);
+        let _ = system::output(rm, self.t(Duration::from_secs(30)));
+        let _ = std::fs::remove_dir_all(dir);
+        ran
     }
 
     fn bare_bwrap(
