@@ -17,7 +17,11 @@
 #   log-passthrough  [containers] log_driver = "passthrough" (stdio handed to the container)
 #   log-none         [containers] log_driver = "none"
 #   both             log-none and events-none together (what scripts/setup.sh chooses)
-#   fuse-overlayfs   storage through fuse-overlayfs instead of the kernel's overlay (own store)
+#   fuse-overlayfs   storage through fuse-overlayfs instead of the kernel's overlay, in a Podman
+#                    state of its own (its own store, database and user namespace: a rootless
+#                    Podman takes the graph root from the user's data directory, never from
+#                    CONTAINERS_STORAGE_CONF, and a store once used with a mount program keeps
+#                    using it)
 #   runc, crun       [engine] runtime, each        (only where the cgroups are v2 alone: crun
 #                                                  fails on hybrid ones)
 #   systemd-cgroups  [engine] cgroup_manager = "systemd"  (only with a user systemd instance)
@@ -56,8 +60,37 @@ image=$(images/build-tools-image.sh --toolkit "$toolkit" --out build/tools-root-
     --name localhost/boxmaker-tools-bench | tail -n 1)
 
 work=$(mktemp -d /var/tmp/boxmaker-bench-conf.XXXXXX)
-trap 'as_user podman rm -f -a --filter label=boxmaker=bench >/dev/null 2>&1 || true; rm -rf "$work"' EXIT
 chmod 0755 "$work"
+# The fuse-overlayfs variant's own Podman state: its data directory (store and database) and
+# its runtime directory (run root, locks, pause process), both made for this run.
+fuse_run=/run/user/$uid/boxmaker-bench-fuse
+fuse_env=(XDG_DATA_HOME="$work/fuse-data" XDG_RUNTIME_DIR="$fuse_run")
+
+# The bench must leave the service user's Podman as it found it; the one mark a stray storage
+# option leaves for good is its store's record of a mount program (containers/storage then
+# mounts every layer through it, whatever storage.conf says).
+graph_root=$(as_user podman info --format '{{.Store.GraphRoot}}')
+store_mark() { cat "$graph_root/overlay/.has-mount-program" 2>/dev/null || echo absent; }
+mark_before=$(store_mark)
+
+finish() {
+    local rc=$?
+    set +e
+    as_user podman rm -f -a --filter label=boxmaker=bench >/dev/null 2>&1
+    if [ -d "$fuse_run" ]; then
+        as_user env "${fuse_env[@]}" podman rm -f -a >/dev/null 2>&1
+        # Its pause process holds its user namespace (and any fuse-overlayfs mount in it).
+        as_user env "${fuse_env[@]}" podman system migrate >/dev/null 2>&1
+        rm -rf "$fuse_run"
+    fi
+    rm -rf "$work"
+    if [ "$(store_mark)" != "$mark_before" ]; then
+        say "the bench changed $graph_root: its mount-program record was '$mark_before' and is '$(store_mark)'; run 'scripts/as-boxmaker podman system reset' and load the tools image again (runbook/runner.md#podman-store-mount-program)"
+        rc=1
+    fi
+    exit "$rc"
+}
+trap finish EXIT
 install -d -o boxmaker -g boxmaker -m 0755 "$work/notes" "$work/ref" "$work/conf" "$work/img"
 echo "hello from the bench" >"$work/ref/hello.txt"
 chown boxmaker:boxmaker "$work/ref/hello.txt"
@@ -107,24 +140,32 @@ if [ -S "/run/user/$uid/bus" ] && [ "$cgroup_manager" != systemd ]; then
     conf systemd-cgroups "" cgroup_manager=systemd
     variants+=(systemd-cgroups)
 fi
-# Storage: the user's own for all but fuse-overlayfs, which gets a store of its own with the
-# image loaded into it (same image ID: the ID is the config's digest).
+# Storage: the user's own for all but fuse-overlayfs, which gets a Podman state of its own (see
+# above) with the image loaded into it (same image ID: the ID is the config's digest).
 cp "$user_storage" "$work/conf/user-storage.conf" 2>/dev/null || printf '[storage]\ndriver = "overlay"\n' >"$work/conf/user-storage.conf"
-printf '[storage]\ndriver = "overlay"\ngraphroot = "%s"\nrunroot = "%s"\n\n[storage.options.overlay]\nmount_program = "/usr/bin/fuse-overlayfs"\n' \
-    "$work/fuse-store" "/run/user/$uid/boxmaker-bench-fuse" >"$work/conf/fuse-storage.conf"
-install -d -o boxmaker -g boxmaker -m 0700 "$work/fuse-store"
+printf '[storage]\ndriver = "overlay"\n\n[storage.options.overlay]\nmount_program = "/usr/bin/fuse-overlayfs"\n' \
+    >"$work/conf/fuse-storage.conf"
+install -d -o boxmaker -g boxmaker -m 0700 "$work/fuse-data" "$fuse_run"
 chown -R boxmaker:boxmaker "$work/conf"
 
 storage_of() { [ "$1" = fuse-overlayfs ] && echo "$work/conf/fuse-storage.conf" || echo "$work/conf/user-storage.conf"; }
 podman_as() { # VARIANT ARGS...
     local v=$1
     shift
-    as_user env CONTAINERS_CONF="$work/conf/$v.conf" CONTAINERS_STORAGE_CONF="$(storage_of "$v")" podman "$@"
+    local own=()
+    [ "$v" != fuse-overlayfs ] || own=("${fuse_env[@]}")
+    as_user env "${own[@]}" CONTAINERS_CONF="$work/conf/$v.conf" CONTAINERS_STORAGE_CONF="$(storage_of "$v")" podman "$@"
 }
 
 if [ -x /usr/bin/fuse-overlayfs ]; then
     as_user podman save --format oci-archive -o "$work/img/image.tar" "$image" >/dev/null
     podman_as fuse-overlayfs load -i "$work/img/image.tar" >/dev/null
+    # The variant's store is its own, or the bench stops here having touched nothing else.
+    fuse_root=$(podman_as fuse-overlayfs info --format '{{.Store.GraphRoot}}')
+    case "$fuse_root" in
+        "$work/fuse-data/"*) ;;
+        *) say "the fuse-overlayfs variant's store is $fuse_root, not under $work/fuse-data"; exit 1 ;;
+    esac
 else
     say "no /usr/bin/fuse-overlayfs: that variant is left out"
     variants=("${variants[@]/fuse-overlayfs/}")

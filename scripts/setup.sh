@@ -271,6 +271,13 @@ user() {
             say "note: $SERVICE_USER's existing Podman storage was made with another driver; run 'scripts/as-boxmaker podman system reset' if podman complains"
         fi
         write_user_file "$storage" "$driver_conf" && changed=1
+        # containers/storage records in the store that a mount program made its layers, and
+        # then mounts every layer through it whatever storage.conf says (one Podman command
+        # run with a stray mount_program is enough).
+        if [[ "$driver_conf" != *mount_program* ]] &&
+            [ "$(cat "$SERVICE_HOME/.local/share/containers/storage/overlay/.has-mount-program" 2>/dev/null)" = true ]; then
+            say "note: $SERVICE_USER's Podman store was used with fuse-overlayfs and keeps using it, although native overlay works here; run 'scripts/as-boxmaker podman system reset' and load the tools image again (runbook/runner.md#podman-store-mount-program)"
+        fi
     else
         say "note: neither native overlay nor fuse-overlayfs is available: Podman keeps its default storage driver"
     fi
@@ -302,6 +309,14 @@ user() {
     elif [ -c /dev/net/tun ] && [ "$(stat -c %a /dev/net/tun)" != 666 ]; then
         chmod 0666 /dev/net/tun
         say "made /dev/net/tun usable by every user (0666, as udev makes it)"
+        changed=1
+    fi
+    # fuse-overlayfs (the storage where native overlay does not work, and a variant of the
+    # Podman configuration bench) opens /dev/fuse as the service user: udev makes it 0666 too.
+    if command -v fuse-overlayfs >/dev/null 2>&1 && [ -c /dev/fuse ] &&
+        [ "$(stat -c %a /dev/fuse)" != 666 ]; then
+        chmod 0666 /dev/fuse
+        say "made /dev/fuse usable by every user (0666, as udev makes it)"
         changed=1
     fi
     if ! as_user podman info --format '{{.Store.GraphDriverName}} {{.Host.OCIRuntime.Name}}' >/dev/null 2>&1; then
