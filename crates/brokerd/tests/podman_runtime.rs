@@ -488,6 +488,30 @@ fn egress_is_cleaned_up_on_every_path() {
             UNAVAILABLE,
             vec!["proxy", "rm -f egress"],
         ),
+        // The tool starts once the socket exists, while `run -d` is still finishing.
+        (
+            "eearly",
+            r#"touch "$egress_dir/egress.sock"; sleep 0.2; touch "$d/proxy-done""#,
+            r#"[ -e "$d/proxy-done" ] && echo after || echo before"#,
+            ok("before\n", false),
+            vec!["proxy", "run", "rm -f egress"],
+        ),
+        // A `run -d` that fails, or never ends, after its socket appeared is a proxy that
+        // did not start, whatever the tool did meanwhile.
+        (
+            "eproxylate",
+            r#"touch "$egress_dir/egress.sock"; echo 'Error: late' >&2; exit 125"#,
+            "echo body",
+            UNAVAILABLE,
+            vec!["proxy", "run", "rm -f egress"],
+        ),
+        (
+            "eproxystuck",
+            r#"touch "$egress_dir/egress.sock"; exec sleep 30"#,
+            "echo body",
+            UNAVAILABLE,
+            vec!["proxy", "run", "rm -f egress"],
+        ),
     ];
     for (session, proxy, tool, want, verbs) in cases {
         let case = Case::new(session, tool).with("egress", proxy);

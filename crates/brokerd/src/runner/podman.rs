@@ -205,28 +205,24 @@ impl PodmanRuntime {
 
     /// Runs a podman `kill`, `rm` or `run -d`, giving up after `limit`.
     fn helper(&self, args: &[OsString], limit: Duration) -> Helper {
-        let spawned = dies_with_brokerd(&mut Command::new(&self.podman))
+        match self.start_helper(args) {
+            Ok(started) => started.finish(Instant::now() + limit),
+            Err(e) => Helper::NotStarted(e),
+        }
+    }
+
+    /// Starts a podman helper in a process group of its own, its standard error captured.
+    fn start_helper(&self, args: &[OsString]) -> Result<Started, String> {
+        let mut child = dies_with_brokerd(&mut Command::new(&self.podman))
             .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .process_group(0)
-            .spawn();
-        let mut child = match spawned {
-            Ok(child) => child,
-            Err(e) => return Helper::NotStarted(e.to_string()),
-        };
+            .spawn()
+            .map_err(|e| e.to_string())?;
         let stderr = Capture::start(child.stderr.take(), STDERR_KEEP, false);
-        match wait_until(&mut child, Instant::now() + limit) {
-            Some(status) => {
-                stderr.wait_done(Instant::now() + STDERR_GRACE);
-                Helper::Exited(status, stderr.text())
-            }
-            None => {
-                kill_group(&mut child);
-                Helper::TimedOut
-            }
-        }
+        Ok(Started { child, stderr })
     }
 
     /// `podman kill <name>`, then `podman rm -f <name>`, each bounded. Poisons the runtime
@@ -294,6 +290,9 @@ impl PodmanRuntime {
     }
 
     /// Makes the egress directory and starts the proxy; the guard removes both on every path.
+    /// It returns once the proxy's socket exists (seed 003 section 6), when `podman run -d`
+    /// may still be finishing: its outcome is confirmed after the tool
+    /// ([`EgressGuard::confirm_started`]).
     fn start_egress<'a>(
         &'a self,
         spec: &'a RunSpec,
@@ -301,37 +300,41 @@ impl PodmanRuntime {
         name: &str,
         times: &Deadlines,
     ) -> Result<EgressGuard<'a>, RunError> {
-        let guard = EgressGuard {
+        // One budget for starting the proxy and for its socket (seed 003 section 6: 5 s).
+        let deadline = times.step(self.egress_start);
+        let limit = deadline.saturating_duration_since(Instant::now());
+        let mut guard = EgressGuard {
             runtime: self,
             spec,
             container: format!("{name}-egress"),
             dir: self.egress_dir(name),
+            starter: None,
+            started_by: deadline,
         };
         if let Err(e) = make_private_dir(&guard.dir) {
             let detail = format!("{}: {e}", guard.dir.display());
             return Err(self.unavailable(spec, Trouble::EgressDir, &detail));
         }
-        // One budget for starting the proxy and for its socket (seed 003 section 6: 5 s).
-        let deadline = times.step(self.egress_start);
-        let limit = deadline.saturating_duration_since(Instant::now());
-        match self.helper(&self.egress_args(egress, name), limit) {
-            Helper::Exited(status, _) if status.success() => {}
-            Helper::Exited(status, stderr) => {
-                let detail = format!("podman exited with {status}: {stderr}");
-                return Err(self.unavailable(spec, Trouble::ProxyFailed, &detail));
-            }
-            Helper::TimedOut => {
-                let detail = format!("podman run -d took longer than {limit:?}");
-                return Err(self.unavailable(spec, Trouble::ProxyFailed, &detail));
-            }
-            Helper::NotStarted(e) => {
+        let started = match self.start_helper(&self.egress_args(egress, name)) {
+            Ok(started) => started,
+            Err(e) => {
                 let detail = format!("{}: {e}", self.podman.display());
                 return Err(self.unavailable(spec, Trouble::NoPodman, &detail));
             }
-        }
+        };
+        // Taken before anything reaps it, so it names this podman process.
+        let pidfd = Pidfd::of_child(&started.child).ok();
+        guard.starter = Some(started);
         // Only wait for the socket to exist: its host path can exceed the 108 bytes of a
-        // socket address, so brokerd never connects to it (DESIGN.md "Runners").
-        if egress::wait_for_socket(&guard.dir, deadline, None) {
+        // socket address, so brokerd never connects to it (DESIGN.md "Runners"). The wait
+        // also ends when `podman run -d` does, which is then asked how it went.
+        let mut appeared =
+            egress::wait_for_socket(&guard.dir, deadline, pidfd.as_ref().map(Pidfd::as_fd));
+        if !appeared {
+            guard.confirm_started()?;
+            appeared = egress::wait_for_socket(&guard.dir, deadline, None);
+        }
+        if appeared {
             // The proxies of calls answered before this one are removed, or the runtime is
             // poisoned, before this tool gets its way out (DESIGN.md "Runners").
             if !self.settling.wait_for_earlier(deadline) {
@@ -590,9 +593,13 @@ impl Steps for PodmanRuntime {
             // No way out is made before the decision is on disk.
             Some(_) if !cleared.wait(times.decided()) => Err(not_cleared(spec)),
             Some(egress) => match self.start_egress(spec, egress, &name, &times) {
-                Ok(guard) => {
+                Ok(mut guard) => {
+                    let answer = self.run_tool(spec, &name, cleared, &times);
+                    // A proxy whose `podman run -d` failed after its socket appeared is still
+                    // a proxy that did not start: the answer says so, whatever the tool did.
+                    let started = guard.confirm_started();
                     proxy = Some(guard);
-                    self.run_tool(spec, &name, cleared, &times)
+                    started.and(answer)
                 }
                 Err(e) => Err(e),
             },
@@ -616,10 +623,43 @@ pub(super) struct EgressGuard<'a> {
     spec: &'a RunSpec,
     container: String,
     dir: PathBuf,
+    /// The proxy's `podman run -d`, until its outcome is known.
+    starter: Option<Started>,
+    /// When the proxy's start budget ends.
+    started_by: Instant,
+}
+
+impl EgressGuard<'_> {
+    /// How the proxy's `podman run -d` ended, waited for until the proxy's start budget ends
+    /// (it is normally over by the time the socket is seen); `Err` is the logged answer of a
+    /// proxy that did not start. Past the budget it is killed with its process group.
+    fn confirm_started(&mut self) -> Result<(), RunError> {
+        let Some(started) = self.starter.take() else {
+            return Ok(());
+        };
+        let (rt, spec) = (self.runtime, self.spec);
+        match started.finish(self.started_by) {
+            Helper::Exited(status, _) if status.success() => Ok(()),
+            Helper::Exited(status, stderr) => {
+                let detail = format!("podman exited with {status}: {stderr}");
+                Err(rt.unavailable(spec, Trouble::ProxyFailed, &detail))
+            }
+            Helper::TimedOut => {
+                let detail = "podman run -d did not end within the proxy's start budget";
+                Err(rt.unavailable(spec, Trouble::ProxyFailed, detail))
+            }
+            Helper::NotStarted(e) => Err(rt.unavailable(spec, Trouble::NoPodman, &e)),
+        }
+    }
 }
 
 impl Drop for EgressGuard<'_> {
     fn drop(&mut self) {
+        // A `podman run -d` still under way is stopped first, or it could start the proxy
+        // after its removal.
+        if let Some(started) = self.starter.take() {
+            started.finish(Instant::now());
+        }
         self.runtime.remove(self.spec, &self.container, false);
         match std::fs::remove_dir_all(&self.dir) {
             Ok(()) => {}
@@ -630,6 +670,29 @@ impl Drop for EgressGuard<'_> {
                 "could not remove {}: {e}",
                 self.dir.display()
             ),
+        }
+    }
+}
+
+/// A podman helper under way: its process, in a group of its own, and its standard error.
+struct Started {
+    child: Child,
+    stderr: Capture,
+}
+
+impl Started {
+    /// How it ended, waited for until `deadline`; one still running then is killed with its
+    /// process group.
+    fn finish(mut self, deadline: Instant) -> Helper {
+        match wait_until(&mut self.child, deadline) {
+            Some(status) => {
+                self.stderr.wait_done(Instant::now() + STDERR_GRACE);
+                Helper::Exited(status, self.stderr.text())
+            }
+            None => {
+                kill_group(&mut self.child);
+                Helper::TimedOut
+            }
         }
     }
 }
