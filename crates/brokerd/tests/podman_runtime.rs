@@ -488,11 +488,14 @@ fn egress_is_cleaned_up_on_every_path() {
             UNAVAILABLE,
             vec!["proxy", "rm -f egress"],
         ),
-        // The tool starts once the socket exists, while `run -d` is still finishing.
+        // The tool starts once the socket exists, while `run -d` is still finishing: this
+        // `run -d` ends once the tool has looked (or after 0.3 s, within the proxy's budget).
         (
             "eearly",
-            r#"touch "$egress_dir/egress.sock"; sleep 0.2; touch "$d/proxy-done""#,
-            r#"[ -e "$d/proxy-done" ] && echo after || echo before"#,
+            r#"touch "$egress_dir/egress.sock"
+i=0; while [ ! -e "$d/tool-looked" ] && [ $i -lt 30 ]; do sleep 0.01; i=$((i+1)); done
+touch "$d/proxy-done""#,
+            r#"[ -e "$d/proxy-done" ] && echo after || echo before; touch "$d/tool-looked""#,
             ok("before\n", false),
             vec!["proxy", "run", "rm -f egress"],
         ),
