@@ -1671,7 +1671,8 @@ impl Suite {
             let mut through = Vec::new();
             let mut bare = Vec::new();
             // What-if, not what brokerd does: on Podman, http_fetch's tool container started
-            // beside its proxy, its input held until the socket is seen (`bare_podman_beside`).
+            // beside its proxy, its input held until the socket is seen and `run -d` has exited
+            // (`bare_podman_beside`).
             let mut beside = Vec::new();
             // The two sides take turns call by call (which goes first alternates), so the
             // host's drift falls on both alike. Each call starts once what the one before it
