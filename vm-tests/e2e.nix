@@ -35,11 +35,13 @@ rec {
   # The bwrap backend's tools root ([bwrap] tools_root): the test image's files as a tree.
   toolsRoot = testImage.root;
 
-  # in-netns.sh with scripts/as-boxmaker at its path relative to it, as in the repository.
+  # in-netns.sh, hosts-net.sh (the test hosts' layout, which the VM test's own test hosts use
+  # too) and scripts/as-boxmaker, at their paths relative to each other, as in the repository.
   driver = lib.fileset.toSource {
     root = ../.;
     fileset = lib.fileset.unions [
       ../tests/e2e/in-netns.sh
+      ../tests/e2e/hosts-net.sh
       ../scripts/as-boxmaker
     ];
   };

@@ -6,10 +6,10 @@
 # tests/e2e/run.sh (CI on Debian, after its builds) and by the NixOS VM test (vm-tests/e2e.nix,
 # with Nix store paths), so both run the same suite in the same topology.
 #
-# The namespace has no route out: only lo and a dummy interface holding the test hosts'
-# addresses (192.0.2.1 ok.test, 192.0.2.2 other.test, 192.0.2.53 the nameserver,
-# 100.100.100.100 the fake tailnet host; for pasta also an address of its own and a default route
-# onto that interface, which drops every packet). slirp4netns or pasta, started by Podman inside
+# The namespace has no route out: only lo and the interface holding the test hosts' addresses
+# (192.0.2.1 ok.test, 192.0.2.2 other.test, 192.0.2.53 the nameserver, 100.100.100.100 the fake
+# tailnet host), laid out by hosts-net.sh beside this file; for pasta also a default route onto
+# an interface of its own, which leads nowhere. slirp4netns or pasta, started by Podman inside
 # it, connects from inside it too, so no packet of the suite leaves it. Everything made here is removed on
 # exit, whatever happens, and so is every container of the service user labelled boxmaker (the
 # image stays: it is the caller's).
@@ -92,36 +92,11 @@ case " $backends " in
         say "egress network $egress_network"
         ;;
 esac
-# A dummy interface where the kernel has the module, else the namespace's own lo (pasta: a veth
-# pair with both ends in the namespace, as pasta will not take lo).
-dev=bmx0
-if ! ip -n "$ns" link add "$dev" type dummy 2>/dev/null; then
-    dev=lo
-    if [ "$egress_network" = pasta ]; then
-        ip -n "$ns" link add bmx0 type veth peer name bmx1
-        ip -n "$ns" link set bmx1 up
-        dev=bmx0
-    fi
-fi
-ip -n "$ns" link set "$dev" up
-if ip -n "$ns" route show default | grep -q .; then
-    echo "e2e: the namespace has a default route; refusing to run" >&2
-    exit 2
-fi
-# pasta copies the first address and the default route of the namespace's interface into the
-# proxy's container: for it, the interface's first address is one of its own (TEST-NET-2, so
-# that the test hosts' addresses stay theirs), and the default route goes to a gateway on it
-# that does not exist. The interface drops what is sent to it (dummy) or hands it back inside
-# the namespace (veth), so that route leads nowhere and still no packet leaves the namespace.
-if [ "$egress_network" = pasta ]; then
-    ip -n "$ns" addr add 198.51.100.1/24 dev "$dev"
-fi
-for a in 192.0.2.1/32 192.0.2.2/32 192.0.2.53/32 100.100.100.100/32; do
-    ip -n "$ns" addr add "$a" dev "$dev"
-done
-if [ "$egress_network" = pasta ]; then
-    ip -n "$ns" route add default via 198.51.100.254 dev "$dev"
-fi
+# The test hosts, and for pasta a default route on an interface of its own (hosts-net.sh says
+# why: pasta copies that interface's addresses into the proxy's container).
+layout=(--netns "$ns")
+[ "$egress_network" != pasta ] || layout+=(--gateway)
+"$here/hosts-net.sh" "${layout[@]}"
 install -d "/etc/netns/$ns"
 echo "nameserver 192.0.2.53" >"/etc/netns/$ns/resolv.conf"
 
