@@ -208,16 +208,11 @@ fn doctor(cfg: &Config, socket: &Path) -> u8 {
     r.check("nested user namespaces", nested_userns(cfg, rc));
     let user = current_user();
     r.check("subordinate IDs", subordinate_ids(&user));
-    if rc.egress_network == "pasta" {
-        r.check(
-            "egress network",
-            which("pasta").map(|p| format!("pasta at {p}")).ok_or_else(|| {
-                "this host has no pasta (Podman 4.3 on Debian 12 cannot use it): set egress_network = \"slirp4netns\"".to_string()
-            }),
-        );
-    } else {
-        r.check("egress network", Ok(rc.egress_network.clone()));
-    }
+    r.check(
+        "egress network",
+        podman(cfg, &["info", "--format", "json"])
+            .and_then(|info| egress_helper(&info, &rc.egress_network)),
+    );
     if rc.egress_network == "slirp4netns" {
         r.check("/dev/net/tun", tun_usable());
     }
@@ -517,13 +512,26 @@ fn reachable(path: &Path, write: bool) -> Result<String, String> {
     }
 }
 
-fn which(name: &str) -> Option<String> {
-    std::env::var_os("PATH")?
-        .to_string_lossy()
-        .split(':')
-        .map(|d| Path::new(d).join(name))
-        .find(|p| p.is_file())
-        .map(|p| p.display().to_string())
+/// Where Podman finds the egress network's helper program, from `podman info`'s JSON: Podman
+/// looks in its `helper_binaries_dir` (containers.conf; on NixOS Podman's own
+/// `libexec/podman`) before PATH, so PATH alone says nothing about it.
+fn egress_helper(info: &str, network: &str) -> Result<String, String> {
+    let info: serde_json::Value =
+        serde_json::from_str(info).map_err(|e| format!("podman info is not JSON: {e}"))?;
+    let found = info["host"][network]["executable"]
+        .as_str()
+        .filter(|p| !p.is_empty());
+    match (found, network) {
+        (Some(path), _) => Ok(format!("{network} at {path}, where Podman finds it")),
+        (None, "pasta") => Err(format!(
+            "Podman finds no pasta (podman info names none: Podman older than 4.4, as Debian 12's 4.3, or no passt installed where Podman looks); install passt, or set egress_network = \"slirp4netns\"; see {}",
+            runbook::RUNNER_UNAVAILABLE
+        )),
+        (None, _) => Err(format!(
+            "Podman finds no {network} (podman info names none); install it where Podman looks (helper_binaries_dir in containers.conf, or PATH), or set egress_network = \"pasta\" (NixOS's Podman ships pasta, not slirp4netns); see {}",
+            runbook::RUNNER_UNAVAILABLE
+        )),
+    }
 }
 
 fn ps(cfg: &Config) -> Result<u8, String> {
@@ -592,7 +600,38 @@ pub fn audit_verify(path: &Path) -> u8 {
 
 #[cfg(test)]
 mod tests {
-    use super::Userns;
+    use super::{egress_helper, Userns};
+
+    /// The helper as `podman info` reports it: Podman 5 on NixOS (pasta from its own
+    /// libexec, not on PATH), Debian's 4.3 (slirp4netns only), and what is not there.
+    #[test]
+    fn the_egress_helper_is_where_podman_finds_it() {
+        let nixos = r#"{"host":{"pasta":{"executable":"/nix/store/x-podman-5.6/libexec/podman/pasta","package":"passt"},"slirp4netns":{"executable":""}}}"#;
+        let debian =
+            r#"{"host":{"slirp4netns":{"executable":"/usr/bin/slirp4netns","version":"1.2.0"}}}"#;
+        let cases = [
+            (
+                nixos,
+                "pasta",
+                Ok("pasta at /nix/store/x-podman-5.6/libexec/podman/pasta, where Podman finds it"),
+            ),
+            (nixos, "slirp4netns", Err("NixOS's Podman ships pasta")),
+            (
+                debian,
+                "slirp4netns",
+                Ok("slirp4netns at /usr/bin/slirp4netns, where Podman finds it"),
+            ),
+            (debian, "pasta", Err("Podman finds no pasta")),
+            ("not json", "pasta", Err("podman info is not JSON")),
+        ];
+        for (info, network, want) in cases {
+            match (egress_helper(info, network), want) {
+                (Ok(got), Ok(want)) => assert_eq!(got, want),
+                (Err(got), Err(want)) => assert!(got.contains(want), "{network}: {got}"),
+                (got, want) => panic!("{network}: {got:?}, want {want:?}"),
+            }
+        }
+    }
 
     #[test]
     fn the_probe_output_reads_as_the_kernel_answered() {
