@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# The tools image without Nix (DESIGN.md "Layout": images/), with the layout of the Nix image:
+# The tools image without Nix (docs/design.md#deployment), with the layout of the Nix image:
 #
 #   /bin/toolkit                       the static musl toolkit
-#   /bin/busybox, /bin/sh -> busybox   Debian's busybox-static
+#   /bin/busybox                       Debian's busybox-static, and a link to it for every
+#                                      applet in /bin (sh, ls, cat, ...), as the Nix image has:
+#                                      the sandbox's PATH is /bin, and a busybox built without
+#                                      FEATURE_SH_STANDALONE (nixpkgs') finds applets only so
 #   /bin/curl                          Debian's curl and every library ldd names (it speaks
 #                                      socks5h:// to a Unix socket, which the egress design needs)
 #   /etc/ssl/certs/ca-certificates.crt the system CA bundle, plus --extra-ca for the test variant
@@ -56,8 +59,13 @@ install -d -m 0755 "$new/bin" "$new/etc/ssl/certs" "$new/tmp" "$new/run" "$new/p
 chmod 1777 "$new/tmp"
 install -m 0755 "$toolkit" "$new/bin/toolkit"
 install -m 0755 /bin/busybox "$new/bin/busybox"
-ln -s busybox "$new/bin/sh"
 install -m 0755 /usr/bin/curl "$new/bin/curl"
+applets=0
+for applet in $(/bin/busybox --list); do
+    case "$applet" in */*|busybox) continue ;; esac
+    [ -e "$new/bin/$applet" ] || { ln -s busybox "$new/bin/$applet"; applets=$((applets + 1)); }
+done
+[ -L "$new/bin/sh" ] || die "busybox lists no sh applet"
 
 # curl's libraries at the paths the dynamic loader looks for them (the loader itself included).
 libs=$(ldd /usr/bin/curl | awk '/=> \// { print $3 } /^\t\// { print $1 }' | sort -u)
@@ -84,6 +92,8 @@ printf 'root:x:0:\nnobody:x:65534:\n' >"$new/etc/group"
 chroot "$new" /bin/curl --version >/dev/null 2>&1 ||
     die "curl does not start inside the tree ($new); a library is missing"
 chroot "$new" /bin/sh -c 'echo ok' >/dev/null || die "/bin/sh does not start inside the tree"
+# Every program the suite and the runbook run, found in /bin (images/programs.txt).
+"$here/images/check-programs.sh" "$new" || die "the tree lacks programs of images/programs.txt"
 
 rm -rf "$out.old"
 [ -e "$out" ] && mv "$out" "$out.old"
@@ -92,7 +102,7 @@ chmod 0755 "$new"
 mv "$new" "$out"
 rm -rf "$out.old"
 trap - EXIT
-say "tree $out: toolkit, busybox, curl and $n libraries, $(du -sh "$out" | cut -f1)"
+say "tree $out: toolkit, busybox with $applets applet links, curl and $n libraries, $(du -sh "$out" | cut -f1)"
 [ -z "$tree_only" ] || exit 0
 
 # Into the service user's Podman. The tar is made by root (files owned by root, mode kept) and

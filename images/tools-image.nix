@@ -1,11 +1,18 @@
-# The tools image, built by Nix (seed 003 section 7; DESIGN.md "Deployment"). The same layout
-# as images/build-tools-image.sh, the builder without Nix:
+# The tools image, built by Nix (docs/design.md#deployment). The same layout as
+# images/build-tools-image.sh, the builder without Nix:
 #
 #   /bin/toolkit                        the static musl toolkit
-#   /bin/busybox, /bin/sh -> busybox    static busybox, with its applets beside it in /bin
+#   /bin/busybox                        static busybox, and a link to it for every applet in
+#                                       /bin (sh, ls, cat, sed, timeout, nc, ...): nixpkgs'
+#                                       busybox runs no applet without its link (no
+#                                       FEATURE_SH_STANDALONE), and the sandbox's PATH is /bin
 #   /bin/curl                           static curl (socks5h:// over a Unix socket)
 #   /etc/ssl/certs/ca-certificates.crt  the CA bundle, plus extraCaCerts for the test variant
 #   /etc/passwd, /etc/group, /etc/hosts, /etc/resolv.conf, /tmp (1777), /run, /proc, /dev, /sys
+#
+# images/programs.txt lists what the suite and the runbook run there; `make nix-check` lays out
+# both trees of this expression with stand-ins for the store paths and checks that /bin holds
+# each of them (nixos/checks/check.py images).
 #
 # Reproducible: `created` keeps buildLayeredImage's fixed default and the tag is derived from
 # the inputs, so the same inputs give the same image ID (nixos/pkgs/image-id.nix computes it).
@@ -48,15 +55,29 @@ let
     done
   '';
   curl = lib.getBin pkgsStatic.curl;
+  busybox = pkgsStatic.busybox;
+  # busybox and a relative link to it for each applet nixpkgs installs in its bin/: the one
+  # /bin both trees below share.
+  busyboxBin = runCommand "boxmaker-busybox-bin" { } ''
+    mkdir -p $out/bin
+    cp ${busybox}/bin/busybox $out/bin/busybox
+    chmod 0755 $out/bin/busybox
+    for applet in ${busybox}/bin/*; do
+      name=''${applet##*/}
+      [ "$name" = busybox ] || ln -s busybox "$out/bin/$name"
+    done
+    for must in sh ls cat; do
+      [ -L "$out/bin/$must" ] || { echo "tools-image: busybox has no $must applet" >&2; exit 1; }
+    done
+  '';
   # The same files as a plain tree, the bwrap backend's tools root ([bwrap] tools_root): real
   # files, not links into /nix/store (the sandbox has no store), and the tree layout of
-  # images/build-tools-image.sh (busybox's applets other than sh are left out, as there). The
-  # store makes it read-only and /tmp not sticky; the bwrap sandbox mounts its own /tmp.
+  # images/build-tools-image.sh. The store makes it read-only and /tmp not sticky; the bwrap
+  # sandbox mounts its own /tmp.
   root = runCommand "${name}-root" { } ''
     mkdir -p $out/bin $out/etc/ssl/certs
     cp ${toolkit}/bin/toolkit $out/bin/toolkit
-    cp ${pkgsStatic.busybox}/bin/busybox $out/bin/busybox
-    ln -s busybox $out/bin/sh
+    cp -P ${busyboxBin}/bin/* $out/bin/
     cp ${curl}/bin/curl $out/bin/curl
     chmod 0755 $out/bin/*
     cat ${caBundle}/etc/ssl/certs/ca-certificates.crt > $out/etc/ssl/certs/ca-certificates.crt
@@ -69,7 +90,7 @@ dockerTools.buildLayeredImage {
   compressor = "none";
   contents = [
     toolkit
-    pkgsStatic.busybox
+    busyboxBin
     curl
     caBundle
   ];
@@ -78,8 +99,10 @@ dockerTools.buildLayeredImage {
   config = {
     Cmd = [ "/bin/sh" ];
   };
-}
-// {
-  # passthru would change the image's derivation; an attribute beside it does not.
-  inherit root;
+  # Not part of the image's derivation: the bwrap tools root built from the same inputs.
+  passthru = { inherit root; };
+  meta = {
+    description = "boxmaker's tools image: the toolkit, busybox, curl and the CA bundle for every sandbox";
+    platforms = lib.platforms.linux;
+  };
 }
