@@ -22,7 +22,7 @@
           crate = ./nixos/pkgs/boxmaker.nix;
         in
         rec {
-          # brokerd and boxctl: one build of the workspace (its tests are checks.crate-tests).
+          # brokerd and boxctl: one build of the workspace, its tests in the check phase.
           boxmaker = pkgs.callPackage crate { };
           brokerd = boxmaker;
           boxctl = lib.addMetaAttrs { mainProgram = "boxctl"; } boxmaker;
@@ -58,11 +58,8 @@
           p = self.packages.${pkgs.stdenv.hostPlatform.system};
         in
         {
-          # The same build with `cargo test --workspace` in its check phase.
-          crate-tests = pkgs.callPackage ./nixos/pkgs/boxmaker.nix {
-            pname = "boxmaker-crate-tests";
-            runTests = true;
-          };
+          # The package itself: its check phase is `cargo test --workspace`.
+          crate-tests = p.boxmaker;
           toolkit-static = pkgs.runCommand "boxmaker-toolkit-static" {
             nativeBuildInputs = [ pkgs.binutils-unwrapped ];
           } "bash ${./scripts/static-check.sh} ${p.toolkit}/bin/toolkit && touch $out";

@@ -8,18 +8,23 @@
 #                         crates/, tests/e2e/), as git tracks them (a flake sees nothing else)
 #   /build/cargo-vendor-dir  every crate of Cargo.lock (`cargo vendor`), sources replaced in
 #                         /build/.cargo/config.toml as nixpkgs' cargoSetupHook does
-#   /bin/sh               busybox (Nix's sandbox shell); no /bin/bash, no /usr/bin/env, no /tmp,
-#                         no /sys, no /run, no network (a namespace with loopback only)
+#   /bin/sh               busybox (Nix's sandbox shell); no /bin/bash, no /usr/bin/env, no /sys,
+#                         no /run, no network (a namespace with loopback only)
+#   /tmp                  empty, writable, mode 1777 (Nix makes one in every build's chroot)
 #   PATH                  the Rust toolchain, and stdenv's tools: coreutils, findutils,
 #                         diffutils, sed, grep, gawk, tar, gzip, bzip2, xz, make, bash, patch,
 #                         file, and the C compiler and binutils; nothing else of the host's
 #                         /usr/bin (no bwrap, podman, busybox or env there)
+#   /usr                  of the host only what that toolchain loads and links: the shared
+#                         libraries its programs need (ldd), glibc's and libgcc's development
+#                         files, gcc's own directories and the C headers; no /usr/share, no
+#                         /usr/local, no other library
 #   HOME=/homeless-shelter (absent), TMPDIR=/build, NIX_BUILD_CORES=2
 #
 # and then the check phase's command, as nixpkgs' cargoCheckHook builds it from the package's
-# cargoTestFlags:
+# cargoTestFlags and checkFlags (--skip for each name of nixos/pkgs/check-skips.txt):
 #   cargo test -j 2 --profile release --target x86_64-unknown-linux-gnu --offline --workspace \
-#     -- --test-threads=2
+#     -- --test-threads=2 --skip=...
 #
 # The vendored crates are kept in build/nix-vendor (made again when Cargo.lock changes); the
 # build directory is fresh each run and removed after it. NIX_SANDBOX_ALL=1 adds --no-fail-fast,
@@ -38,10 +43,16 @@ done
 # The package's own test flags: what is run here must be what boxmaker.nix asks for.
 grep -q 'cargoTestFlags = \[ "--workspace" \];' nixos/pkgs/boxmaker.nix ||
     { say "nixos/pkgs/boxmaker.nix's cargoTestFlags changed; change this script with it"; exit 1; }
-if grep -q 'postPatch\|preCheck\|checkFlags' nixos/pkgs/boxmaker.nix; then
-    say "nixos/pkgs/boxmaker.nix patches or wraps its check phase; this script does not reproduce that"
+if grep -q 'postPatch\|preCheck' nixos/pkgs/boxmaker.nix ||
+    ! grep -q 'builtins.readFile ./check-skips.txt' nixos/pkgs/boxmaker.nix; then
+    say "nixos/pkgs/boxmaker.nix patches or wraps its check phase, or takes its skip list elsewhere; this script does not reproduce that"
     exit 1
 fi
+skips=()
+while IFS= read -r name; do
+    case "$name" in ''|'#'*) continue ;; esac
+    skips+=("--skip=$name")
+done <nixos/pkgs/check-skips.txt
 
 cores=2
 triple=x86_64-unknown-linux-gnu
@@ -103,15 +114,43 @@ bind_tools=()
 for f in "${tools[@]}"; do
     bind_tools+=(--ro-bind "$f" "/stdenv/bin/$(basename "$f")")
 done
+compilers=()
 for t in cc gcc cpp c++ g++ as ld ld.bfd ar ranlib nm strip objcopy objdump readelf; do
-    p=$(command -v "$t" 2>/dev/null) && bind_tools+=(--ro-bind "$p" "/usr/bin/$t")
+    p=$(command -v "$t" 2>/dev/null) && { bind_tools+=(--ro-bind "$p" "/usr/bin/$t"); compilers+=("$p"); }
 done
 
-command="cargo test -j $cores --profile release --target $triple --offline --workspace${NIX_SANDBOX_ALL:+ --no-fail-fast} -- --test-threads=$cores"
+# Of the host's /usr, what that toolchain loads and links: every shared library its programs
+# (and gcc's own, and the Rust toolchain's) need, glibc's and libgcc's development files, gcc's
+# directories and the C headers. Each file at its own path; nothing else.
+gcc_dirs=()
+for d in /usr/lib/gcc /usr/libexec/gcc /usr/include; do
+    [ -d "$d" ] && gcc_dirs+=(--ro-bind "$d" "$d")
+done
+programs=("${tools[@]}" "${compilers[@]}" /bin/busybox)
+while IFS= read -r f; do programs+=("$f"); done < <(
+    find /usr/libexec/gcc "$sysroot/bin" "$sysroot/lib" -maxdepth 4 -type f \( -perm -u+x -o -name '*.so*' \) 2>/dev/null)
+libs=$(for f in "${programs[@]}"; do ldd "$f" 2>/dev/null; done |
+    awk '/=> \// { print $3 } /^\t\// { print $1 }' | grep -E '^/(usr/)?lib' | sort -u)
+dev=$(dpkg -L libc6 libc6-dev 2>/dev/null |
+    grep -E '^/usr/lib/x86_64-linux-gnu/[^/]+$' | sort -u)
+bind_usr=()
+declare -A seen=()
+for f in $libs $dev; do
+    for p in "$f" "$(readlink -f "$f")"; do
+        case "$p" in /lib/*|/lib64/*) p=/usr$p ;; esac
+        [ -e "$p" ] && [ -z "${seen[$p]:-}" ] || continue
+        seen[$p]=1
+        bind_usr+=(--ro-bind "$p" "$p")
+    done
+done
+
+command="cargo test -j $cores --profile release --target $triple --offline --workspace${NIX_SANDBOX_ALL:+ --no-fail-fast} -- --test-threads=$cores ${skips[*]}"
 # First the sandbox checks itself: what Nix's lacks must be absent here too.
-selfcheck='for p in /bin/bash /usr/bin/env /tmp /sys /run /root "$HOME"; do
+selfcheck='for p in /bin/bash /usr/bin/env /sys /run /root "$HOME" /usr/share /usr/local /usr/lib/python3; do
         if [ -e "$p" ]; then echo "nix-sandbox-check: $p exists in the sandbox" >&2; exit 3; fi
     done
+    [ "$(stat -c %a /tmp)" = 1777 ] && touch /tmp/.w && rm /tmp/.w ||
+        { echo "nix-sandbox-check: /tmp is not a writable 1777 directory" >&2; exit 3; }
     [ "$(id -u)" = 1000 ] || { echo "nix-sandbox-check: not the build user" >&2; exit 3; }
     if grep -v "^ *lo:" /proc/net/dev | grep -q ":"; then
         echo "nix-sandbox-check: a network interface besides lo" >&2; exit 3
@@ -136,8 +175,9 @@ unshare --mount --propagation private -- /bin/sh -c '
     env -i /usr/bin/bwrap \
     --unshare-all --unshare-user --uid 1000 --gid 100 --hostname localhost \
     --die-with-parent \
-    --ro-bind /usr /usr --tmpfs /usr/bin --tmpfs /usr/sbin --tmpfs /usr/local \
+    --dir /usr/bin "${gcc_dirs[@]}" "${bind_usr[@]}" \
     --symlink usr/lib /lib --symlink usr/lib64 /lib64 \
+    --perms 1777 --tmpfs /tmp \
     --dir /bin --ro-bind /bin/busybox /bin/sh \
     --dir /stdenv/bin "${bind_tools[@]}" \
     --ro-bind "$work/rust" /rust \

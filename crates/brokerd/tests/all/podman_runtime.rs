@@ -21,7 +21,7 @@ use brokerd::runner::{
 };
 use proto::tools::ToolName;
 
-mod common;
+use crate::common;
 
 const IMAGE: &str = "localhost/boxmaker-tools@sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
 /// Short limits keep the suite fast; the bound is what "returns promptly" may take on a busy

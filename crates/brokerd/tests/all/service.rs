@@ -28,7 +28,7 @@ use proto::tools::ToolName;
 use serde_json::{json, Value};
 use tokio::sync::watch;
 
-mod common;
+use crate::common;
 
 /// How long any one answer may take before the test calls it hung.
 const PATIENCE: Duration = Duration::from_secs(60);
