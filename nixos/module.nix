@@ -20,7 +20,9 @@ let
   inherit (lib)
     mkOption
     mkEnableOption
+    mkPackageOption
     mkIf
+    mkMerge
     types
     literalExpression
     ;
@@ -77,9 +79,12 @@ let
         printf '%s\n' "$got" >$out
       '';
 
-  # Users made by userborn or systemd-sysusers: neither writes /etc/subuid or /etc/subgid
-  # (autoSubUidGidRange and subUidRanges do nothing there), so the module writes the service
-  # user's range itself, from subIdRange, which it then requires.
+  # Users made by userborn or systemd-sysusers: neither writes /etc/subuid or /etc/subgid in
+  # nixos-26.05 (userborn 0.5 "doesn't handle SUBUID/SUBGIDs"; only the default users script,
+  # update-users-groups.pl, writes them from autoSubUidGidRange and subUidRanges), so the
+  # module writes the service user's range itself, from subIdRange, which it then requires.
+  # As a file (mode 0644), not a link into /etc/static: shadow's newuidmap opens /etc/subuid
+  # with O_NOFOLLOW and refuses a symlink, and rootless Podman could then start nothing.
   usersWithoutSubIds = config.services.userborn.enable || config.systemd.sysusers.enable;
   writesSubIds = !isBwrap && usersWithoutSubIds && cfg.subIdRange != null;
   subIdLine = lib.optionalString writesSubIds "${cfg.user}:${toString cfg.subIdRange.start}:${toString cfg.subIdRange.count}\n";
@@ -140,7 +145,7 @@ let
     mkdir -p "$root" ${lib.concatMapStringsSep " " (d: "\"$root\"${lib.escapeShellArg d}") grantDirs}
     substitute ${fillImageId "brokerd-sandbox.toml" sandboxSettings} sandbox.toml \
       --replace-quiet '${sandboxRoot}' "$root"
-    ${lib.getExe' cfg.package "brokerd"} check-config sandbox.toml
+    ${lib.optionalString cfg.checkConfig "${lib.getExe' cfg.package "brokerd"} check-config sandbox.toml"}
   '';
 
   # --- the units, from units.json -------------------------------------------------------------
@@ -163,6 +168,19 @@ let
     else
       v;
   fillSection = lib.mapAttrs (_: fill);
+  # The service's sections: for the bwrap backend, units.json's "bwrap" section laid over them,
+  # key by key, as the dist drop-in lays it over the dist unit.
+  serviceUnits = lib.mapAttrs (
+    section: settings: settings // lib.optionalAttrs isBwrap (units.bwrap.service.${section} or { })
+  ) units.service;
+  # [Unit] keys that NixOS has options of its own for (systemd.services.<n>.description,
+  # .requires, .after, .wants); the module sets those, and unitConfig gets the rest.
+  unitDependencies = [
+    "Description"
+    "Requires"
+    "After"
+    "Wants"
+  ];
 
   loadImage = pkgs.writeShellScript "boxmaker-load-image" ''
     export PATH=${
@@ -367,6 +385,17 @@ let
               default = 5000;
               description = "How long brokerd waits for the egress proxy's socket.";
             };
+            egress_network = mkOption {
+              type = types.nullOr (
+                types.enum [
+                  "pasta"
+                  "slirp4netns"
+                ]
+              );
+              default = if runner.config.backend == "bwrap" then null else "pasta";
+              defaultText = literalExpression ''"pasta"; null (left out) with the bwrap backend'';
+              description = "The egress proxy container's network. NixOS's Podman has pasta; slirp4netns only where it is installed for Podman. Podman only.";
+            };
           };
         });
       };
@@ -525,11 +554,23 @@ in
   options.services.boxmaker = {
     enable = mkEnableOption "boxmaker's brokerd, which runs an agent's tool calls in rootless Podman or bubblewrap sandboxes";
 
-    package = mkOption {
-      type = types.package;
-      default = pkgs.callPackage ./pkgs/boxmaker.nix { };
-      defaultText = literalExpression "brokerd and boxctl, built from this repository";
-      description = "The package with bin/brokerd and bin/boxctl.";
+    # pkgs.boxmaker where an overlay (or nixpkgs) has one, else the package of this repository.
+    package =
+      mkPackageOption (pkgs // { boxmaker = pkgs.boxmaker or (pkgs.callPackage ./pkgs/boxmaker.nix { }); })
+        "boxmaker"
+        {
+          extraDescription = "It has bin/brokerd and bin/boxctl. Without pkgs.boxmaker (an overlay), the one built from this module's repository.";
+        };
+
+    checkConfig = mkOption {
+      type = types.bool;
+      default = true;
+      description = ''
+        Run `brokerd check-config` on the generated config at build time, so a bad value fails
+        the build with brokerd's own message. Turn it off where the build cannot run the
+        host's brokerd (a system cross-built for another platform); brokerd still checks the
+        config when it starts.
+      '';
     };
 
     toolsImage = mkOption {
@@ -784,30 +825,34 @@ in
 
     # Rootless Podman needs /etc/containers (policy.json, registries.conf, storage.conf) and
     # its package, not what virtualisation.podman adds for everyone else: root's Podman API
-    # socket, every user's podman.socket, the podman group, the prune timer.
+    # socket, every user's podman.socket, the podman group, the prune timer. The unit has Podman
+    # (or bwrap) on its PATH; nothing else of the host gets it from this module.
     virtualisation.containers.enable = mkIf (!isBwrap) true;
-    # Podman or bwrap too, for the runbook's checks as the service user (the unit has it on its
-    # PATH).
-    environment.systemPackages = [
-      cfg.package
-      (if isBwrap then pkgs.bubblewrap else config.virtualisation.podman.package)
+    # boxctl, for the clients and the operator (doctor, ps, gc run the brokerd beside it).
+    environment.systemPackages = [ cfg.package ];
+    environment.etc = mkMerge [
+      { "boxmaker/brokerd.toml".source = configFile; }
+      (mkIf writesSubIds {
+        # Lines: another module's entries for other users are kept beside this one. A file,
+        # not a link (see writesSubIds).
+        subuid = {
+          text = subIdLine;
+          mode = "0644";
+        };
+        subgid = {
+          text = subIdLine;
+          mode = "0644";
+        };
+      })
+      (mkIf (!isBwrap) {
+        # The service user's Podman configuration and the profile it names, where an operator
+        # finds them; the user's own containers.conf links here.
+        "boxmaker/containers.conf".source = podmanContainersConf;
+        "boxmaker/seccomp-nouserns.json".source = seccompProfile;
+      })
     ];
-    environment.etc = {
-      "boxmaker/brokerd.toml".source = configFile;
-    }
-    // lib.optionalAttrs writesSubIds {
-      # Lines: another module's entries for other users are kept beside this one.
-      subuid.text = subIdLine;
-      subgid.text = subIdLine;
-    }
-    // lib.optionalAttrs (!isBwrap) {
-      # The service user's Podman configuration and the profile it names, where an operator
-      # finds them; the user's own containers.conf links here.
-      "boxmaker/containers.conf".source = podmanContainersConf;
-      "boxmaker/seccomp-nouserns.json".source = seccompProfile;
-    };
     # The link, made at boot and on every switch, replacing whatever the user had there.
-    systemd.tmpfiles.rules = lib.optionals (!isBwrap) [
+    systemd.tmpfiles.rules = mkIf (!isBwrap) [
       "d ${cfg.home}/.config 0700 ${cfg.user} ${cfg.group} -"
       "d ${cfg.home}/.config/containers 0700 ${cfg.user} ${cfg.group} -"
       "L+ ${cfg.home}/.config/containers/containers.conf - - - - /etc/boxmaker/containers.conf"
@@ -819,14 +864,16 @@ in
       wantedBy = units.socket.Install.WantedBy;
     };
 
-    systemd.services.boxmaker = {
-      # The bwrap variant is units.json's "bwrap" section laid over the service, as the dist
-      # drop-in lays it over the dist unit.
-      unitConfig = fillSection units.service.Unit // lib.optionalAttrs isBwrap (fillSection units.bwrap.service.Unit);
-      serviceConfig =
-        fillSection units.service.Service
-        // lib.optionalAttrs isBwrap (fillSection units.bwrap.service.Service)
-        // {
+    systemd.services.boxmaker = mkMerge [
+      {
+        # The [Unit] dependencies through NixOS's own options (so that other modules' lists
+        # merge with them), the rest of [Unit] as it is in units.json.
+        description = serviceUnits.Unit.Description;
+        requires = units.service.Unit.Requires;
+        after = units.service.Unit.After;
+        wants = units.service.Unit.Wants;
+        unitConfig = fillSection (removeAttrs serviceUnits.Unit unitDependencies);
+        serviceConfig = fillSection serviceUnits.Service // {
           # The shared steps first (units.json): the start of the user's manager, where Podman
           # or systemd-scope needs it. Then, for Podman, the image: loaded as the service user
           # and checked against the pinned ID, older ones pruned.
@@ -834,19 +881,22 @@ in
             lib.optionals needsUserManager (fill units.service.Service.ExecStartPre)
             ++ lib.optional (!isBwrap) "${loadImage}";
         };
+        # The config names the tools root, so a new tree restarts brokerd through it.
+        restartTriggers = [ configFile ];
+      }
+      # bwrap: the plain, unprivileged bwrap, and no wrappers (nothing setuid is wanted under NoNewPrivileges). NixOS adds systemd itself
+      # (systemd-run) to every service's PATH.
+      (mkIf isBwrap {
+        path = [ pkgs.bubblewrap ];
+      })
       # Podman: /run/wrappers/bin first, where newuidmap and newgidmap are setuid wrappers.
-      # bwrap: the plain, unprivileged bwrap, and no wrappers (nothing setuid is wanted under
-      # NoNewPrivileges). NixOS adds systemd itself (systemd-run) to every service's PATH.
-      path =
-        if isBwrap then
-          [ pkgs.bubblewrap ]
-        else
-          [
-            "/run/wrappers"
-            config.virtualisation.podman.package
-          ];
-      # The config names the tools root, so a new tree restarts brokerd through it.
-      restartTriggers = [ configFile ] ++ lib.optional (!isBwrap) cfg.toolsImage;
-    };
+      (mkIf (!isBwrap) {
+        path = [
+          "/run/wrappers"
+          config.virtualisation.podman.package
+        ];
+        restartTriggers = [ cfg.toolsImage ];
+      })
+    ];
   };
 }

@@ -179,6 +179,11 @@ let
                 type = types.nullOr types.lines;
                 default = null;
               };
+              # "symlink" (a link into /etc/static) or a mode, which makes it a copied file.
+              options.mode = mkOption {
+                type = types.str;
+                default = "symlink";
+              };
             }
           );
         };
@@ -219,6 +224,22 @@ let
                 serviceConfig = mkOption {
                   type = types.attrsOf unitValue;
                   default = { };
+                };
+                description = mkOption {
+                  type = types.str;
+                  default = "";
+                };
+                requires = mkOption {
+                  type = types.listOf types.str;
+                  default = [ ];
+                };
+                after = mkOption {
+                  type = types.listOf types.str;
+                  default = [ ];
+                };
+                wants = mkOption {
+                  type = types.listOf types.str;
+                  default = [ ];
                 };
                 path = mkOption {
                   type = types.listOf (types.either types.package types.str);
@@ -276,12 +297,21 @@ let
       podmanModule = config.virtualisation.podman.enable;
       subuid = config.environment.etc.subuid.text or null;
       subgid = config.environment.etc.subgid.text or null;
+      subuidMode = config.environment.etc.subuid.mode or null;
+      subgidMode = config.environment.etc.subgid.mode or null;
       systemPackages = map (p: p.name) config.environment.systemPackages;
       socket = {
         inherit (sock) unitConfig socketConfig wantedBy;
       };
       service = {
-        inherit (svc) unitConfig serviceConfig;
+        inherit (svc)
+          unitConfig
+          serviceConfig
+          description
+          requires
+          after
+          wants
+          ;
         path = map toString svc.path;
         restartTriggers = map toString svc.restartTriggers;
       };
@@ -305,6 +335,12 @@ let
 
   minimal = {
     enable = true;
+  };
+
+  # A cross-built system: brokerd is not run at build time.
+  noCheck = {
+    enable = true;
+    checkConfig = false;
   };
 
   full = {
@@ -639,6 +675,7 @@ let
 in
 {
   minimal = summary (eval minimal);
+  noCheck = summary (eval noCheck);
   full = summary (eval full);
   seccompBase = summary (eval seccompBase);
   bwrap = summary (eval bwrap);
