@@ -14,7 +14,17 @@
                                          and with the bwrap drop-in (any warning about them
                                          fails), and `systemd-analyze security --offline` shows
                                          the drop-in in effect (where systemd has it)
+    check.py packages PACKAGES-JSON      the flake's packages as eval-packages.nix evaluated them
+                                         against stub-pkgs.nix: nixpkgs' conventions (meta,
+                                         tests on with a skip list), and the VM test's script
+                                         compiles and names nothing it does not define
+    check.py images PACKAGES-JSON        the tools image's two trees (the bwrap root and the
+                                         layered image's root) laid out by the expression's own
+                                         scripts, with stand-ins for the store paths, hold every
+                                         program of images/programs.txt in /bin
 """
+import ast
+import builtins
 import json
 import os
 import re
@@ -183,6 +193,7 @@ def to_toml(settings):
 # The evaluated configurations: their backend and, for bwrap, the cgroup mode.
 CONFIGS = {
     "minimal": ("podman", None),
+    "noCheck": ("podman", None),
     "full": ("podman", None),
     "seccompBase": ("podman", None),
     "bwrap": ("bwrap", "delegated"),
@@ -219,8 +230,15 @@ def module(eval_json, brokerd=None):
         # The user's manager: Podman's cgroup delegation, or systemd-scope's scopes.
         manager = backend == "podman" or cgroup == "systemd-scope"
         # Every setting of units.json reaches the NixOS units unchanged (filled in).
+        # [Unit]'s Description and dependencies go through NixOS's own options.
+        service_unit = dict(c["service"]["unitConfig"])
+        for key, option in (("Description", "description"), ("Requires", "requires"),
+                            ("After", "after"), ("Wants", "wants")):
+            check(key not in service_unit, f"module/{name}: service [Unit] {key} through systemd.services.boxmaker.{option}, not unitConfig")
+            if c["service"][option] not in ("", []):
+                service_unit[key] = c["service"][option]
         for unit, got in (("socket", {"Unit": sock["unitConfig"], "Socket": sock["socketConfig"]}),
-                          ("service", {"Unit": c["service"]["unitConfig"], "Service": svc})):
+                          ("service", {"Unit": service_unit, "Service": svc})):
             for section, settings in expected_units(backend)[unit].items():
                 if section == "Install":
                     check(sock["wantedBy"] == settings["WantedBy"], f"module/{name}: socket WantedBy")
@@ -236,7 +254,10 @@ def module(eval_json, brokerd=None):
         pre = svc["ExecStartPre"]
         path = c["service"]["path"]
         u = c["user"]
-        check(" check-config " in c["configScript"], f"module/{name}: brokerd check-config runs at build time")
+        check((" check-config " in c["configScript"]) == (name != "noCheck"),
+              f"module/{name}: brokerd check-config runs at build time unless checkConfig = false")
+        check(len(c["systemPackages"]) == 1 and "boxmaker" in c["systemPackages"][0],
+              f"module/{name}: only boxmaker's own package is installed system-wide ({c['systemPackages']})")
         check(u["isSystemUser"] and u["home"] == "/var/lib/boxmaker" and u["createHome"],
               f"module/{name}: the system user and its home")
         check((u["linger"] is True) == manager,
@@ -249,8 +270,8 @@ def module(eval_json, brokerd=None):
             check(path[0] == "/run/wrappers", f"module/{name}: /run/wrappers/bin first on PATH")
             check(c["containers"] is True and c["podmanModule"] is False,
                   f"module/{name}: /etc/containers, without virtualisation.podman's root socket and group")
-            check(any(p.startswith("podman") for p in c["systemPackages"]),
-                  f"module/{name}: podman for the runbook's checks ({c['systemPackages']})")
+            check(runner.get("egress_network") == "pasta",
+                  f"module/{name}: egress_network written as pasta, NixOS's Podman's ({runner.get('egress_network')})")
             check(u["autoSubUidGidRange"] or (u["subUidRanges"] and u["subGidRanges"]),
                   f"module/{name}: subordinate ID ranges")
             check("bwrap" not in c["settings"], f"module/{name}: no [bwrap] table")
@@ -275,7 +296,7 @@ def module(eval_json, brokerd=None):
             check(not any("load-image" in x for x in pre), f"module/{name}: no image loading")
             check(len(path) == 1 and path[0].endswith("-bubblewrap"),
                   f"module/{name}: bubblewrap alone on the unit's PATH, no wrappers, no Podman ({path})")
-            check("bubblewrap" in c["systemPackages"], f"module/{name}: bwrap for the runbook's checks")
+            check("egress_network" not in runner, f"module/{name}: no egress_network for bwrap")
             check(c["containers"] is False and c["podmanModule"] is False, f"module/{name}: Podman not enabled")
             check(not u["autoSubUidGidRange"] and not u["subUidRanges"] and not u["subGidRanges"],
                   f"module/{name}: no subordinate ID ranges")
@@ -311,6 +332,9 @@ def module(eval_json, brokerd=None):
         got = r["userborn"][f] or ""
         check(sorted(got.split()) == ["boxmaker:400000:65536"] + (["builder:500000:65536"] if f == "subuid" else []),
               f"module/userborn: /etc/{f} holds the service user's range ({got!r})")
+        # newuidmap opens /etc/subuid with O_NOFOLLOW: a link into /etc/static is refused.
+        check(r["userborn"][f + "Mode"] == "0644",
+              f"module/userborn: /etc/{f} is a file (mode 0644), not a symlink ({r['userborn'][f + 'Mode']!r})")
         check(r["minimal"][f] is None, f"module/minimal: /etc/{f} left to NixOS's own users module")
     # toolsImageId is checked at build time against the ID computed from the image.
     script = r["full"]["imageIdScript"] or ""
@@ -412,9 +436,154 @@ def units():
           f"security --offline shows the drop-in in effect ({', '.join(want)})")
 
 
+# What the NixOS test driver gives a test script besides its own names.
+DRIVER_GLOBALS = {"start_all", "subtest", "machines", "driver", "log", "join_all", "serial_stdout_on",
+                  "serial_stdout_off", "retry", "polling_condition", "create_machine", "vlans",
+                  "t", "os", "Machine"}
+
+
+def undefined_names(source, extra):
+    """Names a script reads that nothing in it, the driver or Python defines."""
+    tree = ast.parse(source)
+    defined = set(dir(builtins)) | DRIVER_GLOBALS | set(extra)
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            defined.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            defined.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            defined.add(node.id)
+        elif isinstance(node, ast.arg):
+            defined.add(node.arg)
+    return sorted({n.id for n in ast.walk(tree)
+                   if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id not in defined})
+
+
+def packages(packages_json):
+    data = json.loads(Path(packages_json).read_text())
+    pk = data["packages"]
+    for name in ("boxmaker", "toolkit", "e2e", "crateTests"):
+        meta = pk[name]["args"].get("meta", {})
+        for field in ("description", "license", "mainProgram", "platforms"):
+            check(meta.get(field), f"packages.{name}: meta.{field} is set")
+    # nixpkgs' convention: a package runs its tests, skipping what its build sandbox cannot run.
+    check(pk["boxmaker"]["args"].get("doCheck") is True, "packages.boxmaker runs its tests (doCheck)")
+    skips = [f for f in pk["boxmaker"]["args"].get("checkFlags", []) if f.startswith("--skip=")]
+    check(skips != [], "packages.boxmaker has a skip list (checkFlags --skip=...) for what the sandbox cannot run")
+    vm = data["vmTest"]
+    check(vm["globalTimeout"] >= 3600 and vm["meta"].get("timeout") == vm["globalTimeout"],
+          f"the VM test's globalTimeout ({vm['globalTimeout']}) fits two suites and meta.timeout says the same")
+    try:
+        compile(vm["testScript"], "testScript", "exec")
+    except SyntaxError as e:
+        check(False, f"the VM test's script compiles: {e}")
+        return
+    missing = undefined_names(vm["testScript"], vm["nodes"])
+    check(missing == [], f"the VM test's script defines every name it reads (not: {missing})")
+    if not FAILED:
+        print(f"packages: meta, tests and skip list of {', '.join(('boxmaker', 'toolkit', 'e2e'))}; "
+              f"the VM test's script ({len(vm['testScript'].splitlines())} lines) compiles")
+
+
+def images(packages_json):
+    """Lays out the Nix image's trees with the expression's own scripts, over stand-ins."""
+    data = json.loads(Path(packages_json).read_text())
+    stubs, steps, img = data["stubs"], data["packages"]["toolsImageSteps"], data["packages"]["toolsImage"]
+    if not shutil.which("bwrap") or not Path("/bin/busybox").is_file():
+        check(False, "images: needs bwrap and a static /bin/busybox (apt-get install bubblewrap busybox-static)")
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        local = {}
+
+        def stand_in(store_path):
+            d = tmp / "store" / Path(store_path).name
+            d.mkdir(parents=True, exist_ok=True)
+            local[store_path] = d
+            return d
+
+        # nixpkgs' busybox: bin/busybox and, as its `make install` with INSTALL_NO_USR puts
+        # them, a relative link per applet in bin/ (bin and usr/bin applets) and sbin/.
+        bb = stand_in(stubs["busybox"]["path"])
+        (bb / "bin").mkdir()
+        (bb / "sbin").mkdir()
+        shutil.copy2("/bin/busybox", bb / "bin/busybox")
+        listed = subprocess.run(["/bin/busybox", "--list-full"], capture_output=True, text=True).stdout.split()
+        for entry in listed:
+            where, name = entry.rsplit("/", 1) if "/" in entry else ("", entry)
+            if name == "busybox" or where not in ("bin", "usr/bin", "sbin", "usr/sbin"):
+                continue
+            into, target = ("sbin", "../bin/busybox") if where.endswith("sbin") else ("bin", "busybox")
+            if not (bb / into / name).exists():
+                os.symlink(target, bb / into / name)
+        for key in ("curl", "toolkit"):
+            d = stand_in(stubs[key]["path"])
+            (d / "bin").mkdir()
+            for prog in stubs[key]["programs"]:
+                shutil.copy2("/bin/true", d / "bin" / prog)
+        ca = stand_in(stubs["caCertificates"]["path"])
+        for f in stubs["caCertificates"]["files"]:
+            (ca / f).parent.mkdir(parents=True, exist_ok=True)
+            (ca / f).write_text("-----BEGIN CERTIFICATE-----\n-----END CERTIFICATE-----\n")
+
+        def localise(text):
+            for store_path, d in sorted(local.items(), key=lambda kv: -len(kv[0])):
+                text = text.replace(store_path, str(d))
+            return text
+
+        # The expression's runCommand scripts, as stdenv runs them (bash, set -eu -o pipefail).
+        for step in steps:
+            out = tmp / "store" / Path(step["out"]).name
+            r = subprocess.run(["bash", "-euo", "pipefail", "-c", localise(step["script"])],
+                               env={"PATH": os.environ["PATH"], "out": str(out)},
+                               capture_output=True, text=True)
+            check(r.returncode == 0, f"images: the {step['name']} build script runs ({r.stderr.strip()})")
+            if r.returncode != 0:
+                return
+            local[step["out"]] = out
+        r = subprocess.run([str(ROOT / "images/check-programs.sh"), str(local[img["root"]])],
+                           capture_output=True, text=True)
+        check(r.returncode == 0, f"images: the bwrap tools root (tools-image.nix's root) {r.stderr.strip()}")
+
+        # The layered image: its contents joined as symlinkJoin (lndir) joins them (a file
+        # becomes a link to its store path, a link keeps its text), then extraCommands in its
+        # root, with the store paths present as they are in the build and in the image.
+        image_root = tmp / "image"
+        image_root.mkdir()
+        for content in img["contents"]:
+            src = local[content]
+            for dirpath, dirnames, filenames in os.walk(src):
+                rel = Path(dirpath).relative_to(src)
+                (image_root / rel).mkdir(parents=True, exist_ok=True)
+                for name in filenames + [d for d in dirnames if (Path(dirpath) / d).is_symlink()]:
+                    at = Path(dirpath) / name
+                    dest = image_root / rel / name
+                    if dest.exists() or dest.is_symlink():
+                        continue
+                    os.symlink(os.readlink(at) if at.is_symlink() else str(Path(content) / rel / name), dest)
+        binds = []
+        for store_path, d in local.items():
+            binds += ["--ro-bind", str(d), store_path]
+            (image_root / store_path.lstrip("/")).mkdir(parents=True, exist_ok=True)
+        r = subprocess.run(["bwrap", "--bind", "/", "/", "--tmpfs", "/nix", *binds, "--chdir", str(image_root),
+                            "bash", "-euo", "pipefail", "-c", img["extraCommands"]],
+                           capture_output=True, text=True)
+        check(r.returncode == 0, f"images: the layered image's extraCommands run in its root ({r.stderr.strip()})")
+        if r.returncode != 0:
+            return
+        bind_args = [a for store_path, d in local.items() for a in ("--bind", str(d), store_path)]
+        r = subprocess.run([str(ROOT / "images/check-programs.sh"), str(image_root), *bind_args],
+                           capture_output=True, text=True)
+        check(r.returncode == 0, f"images: the layered image's root {r.stderr.strip()}")
+    if not FAILED:
+        print("images: the bwrap tools root and the layered image's root, as tools-image.nix lays them out, "
+              "hold every program of images/programs.txt in /bin")
+
+
 def main(argv):
     cmd, args = argv[1], argv[2:]
-    {"lock": lock, "outputs": outputs, "scripts": scripts, "module": module, "units": units}[cmd](*args)
+    {"lock": lock, "outputs": outputs, "scripts": scripts, "module": module, "units": units,
+     "packages": packages, "images": images}[cmd](*args)
     if FAILED:
         print(f"{cmd}: {len(FAILED)} check(s) failed", file=sys.stderr)
         return 1

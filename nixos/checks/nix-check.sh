@@ -13,6 +13,11 @@
 #      configuration, one with its own base seccomp profile, bwrap with cgroup = "delegated"
 #      and with "systemd-scope", and bad ones that must fail); with a brokerd binary (BROKERD, or target/{debug,release}/brokerd) the
 #      configs the module checks at build time go through `brokerd check-config`
+#   6. with NIXPKGS_LIB: the flake's packages and checks evaluated against stubs of the nixpkgs
+#      builders they call (nixos/checks/stub-pkgs.nix, which refuse arguments nixpkgs does not
+#      take): nixpkgs' conventions (meta, tests with a skip list), the VM test's script compiles
+#      and names nothing undefined, and the tools image's two trees, laid out by the
+#      expression's own scripts over stand-ins, hold every program of images/programs.txt
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 say() { printf 'nix-check: %s\n' "$*"; }
@@ -81,4 +86,9 @@ for b in target/debug/brokerd target/release/brokerd; do
     [ -n "$brokerd" ] || { [ -x "$b" ] && brokerd=$b; } || true
 done
 python3 nixos/checks/check.py module "$tmp/eval.json" ${brokerd:+"$brokerd"}
+
+# 6
+nixi --eval --strict --json nixos/checks/eval-packages.nix --arg lib "$lib" >"$tmp/packages.json"
+python3 nixos/checks/check.py packages "$tmp/packages.json"
+python3 nixos/checks/check.py images "$tmp/packages.json"
 say "all passed"

@@ -1,0 +1,83 @@
+# The flake's packages and checks evaluated against stub-pkgs.nix (no nixpkgs here): what each
+# expression asks of nixpkgs, as JSON, for nixos/checks/check.py packages and images. Run by
+# nixos/checks/nix-check.sh:
+#
+#   nix-instantiate --eval --strict --json nixos/checks/eval-packages.nix --arg lib 'import $NIXPKGS_LIB'
+#
+# An argument nixpkgs' builders do not take, or a package the expressions name that the stub set
+# lacks, fails the evaluation.
+{ lib }:
+let
+  pkgs = import ./stub-pkgs.nix { inherit lib; };
+  flake = import ../../flake.nix;
+  system = "x86_64-linux";
+  nixpkgs = {
+    inherit lib;
+    legacyPackages.${system} = pkgs;
+  };
+  outputs = flake.outputs {
+    self = outputs;
+    inherit nixpkgs;
+  };
+  p = outputs.packages.${system};
+  c = outputs.checks.${system};
+
+  # What the package check reads of a buildRustPackage call (src and cargoLock are paths that
+  # are not copied here).
+  rust = d: {
+    inherit (d) name;
+    args = removeAttrs d.rust [
+      "src"
+      "cargoLock"
+    ];
+  };
+  script = d: d.script;
+  image = d: {
+    inherit (d.image) name compressor extraCommands;
+    contents = map toString d.image.contents;
+    root = toString d.root;
+  };
+  # Every stub derivation a value refers to, by store path: what the image checks must stand in.
+  stubs = {
+    busybox = {
+      path = toString pkgs.pkgsStatic.busybox;
+      programs = pkgs.pkgsStatic.busybox.stubPrograms;
+    };
+    curl = {
+      path = toString pkgs.pkgsStatic.curl;
+      programs = pkgs.pkgsStatic.curl.stubPrograms;
+    };
+    caCertificates = {
+      path = toString pkgs.dockerTools.caCertificates;
+      files = pkgs.dockerTools.caCertificates.stubFiles;
+    };
+    toolkit = {
+      path = toString p.toolkit;
+      programs = [ "toolkit" ];
+    };
+  };
+  # The runCommand builds of the image's contents, then of its bwrap root, in that order.
+  imageSteps =
+    img:
+    map (d: {
+      inherit (d) name script;
+      out = toString d;
+    }) (lib.filter (d: d ? script) img.image.contents ++ [ img.root ]);
+  vm = c.vm-boxmaker.test;
+in
+{
+  packages = {
+    boxmaker = rust p.boxmaker;
+    toolkit = rust p.toolkit;
+    e2e = rust p.e2e;
+    crateTests = rust c.crate-tests;
+    toolsImage = image p.tools-image;
+    toolsImageSteps = imageSteps p.tools-image;
+  };
+  inherit stubs;
+  vmTest = {
+    inherit (vm) name globalTimeout testScript;
+    meta = vm.meta or { };
+    nodes = lib.attrNames vm.nodes;
+  };
+}

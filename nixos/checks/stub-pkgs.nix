@@ -1,0 +1,218 @@
+# A stand-in for the parts of nixpkgs that the flake's package expressions call, for evaluating
+# them here, where there is no nixpkgs (nixos/checks/eval-packages.nix). Each builder takes the
+# argument names its nixpkgs counterpart takes (nixos-26.05) and throws on any other, so a
+# misspelt or unknown argument fails here as it would in a real build's evaluation; it returns a
+# derivation-shaped set that records what the expression asked for (its script, its arguments)
+# under a stable made-up store path.
+#
+# `callPackage` is nixpkgs' own semantics: the function's arguments are filled from this set by
+# name, overridden by the ones given; an argument this set lacks and the function needs is an
+# evaluation error naming it.
+{ lib }:
+let
+  storePath = name: "/nix/store/${builtins.substring 0 32 (builtins.hashString "sha256" name)}-${name}";
+
+  drv =
+    name: attrs:
+    {
+      type = "derivation";
+      inherit name;
+      outPath = storePath name;
+      drvPath = storePath "${name}.drv";
+      meta = { };
+      passthru = { };
+    }
+    // attrs;
+
+  # Throws unless every argument name of `args` is one of `allowed`.
+  strict =
+    fname: allowed: args:
+    let
+      unknown = lib.subtractLists allowed (lib.attrNames args);
+    in
+    if unknown == [ ] then
+      args
+    else
+      throw "${fname}: nixpkgs does not take the argument(s) ${lib.concatStringsSep ", " unknown}";
+
+  # stdenv.mkDerivation's common arguments, which every builder below passes on.
+  mkDerivationArgs = [
+    "pname"
+    "version"
+    "name"
+    "src"
+    "srcs"
+    "nativeBuildInputs"
+    "buildInputs"
+    "propagatedBuildInputs"
+    "passthru"
+    "meta"
+    "doCheck"
+    "doInstallCheck"
+    "checkFlags"
+    "checkInputs"
+    "nativeCheckInputs"
+    "preCheck"
+    "postCheck"
+    "preBuild"
+    "postBuild"
+    "preInstall"
+    "postInstall"
+    "postPatch"
+    "patches"
+    "env"
+    "strictDeps"
+    "dontStrip"
+    "preferLocalBuild"
+    "allowSubstitutes"
+  ];
+
+  # A package with a bin/ of the given programs (their files are made by the check).
+  pkg =
+    name: programs:
+    drv name {
+      stubPrograms = programs;
+      meta.mainProgram = lib.head (programs ++ [ name ]);
+    };
+
+  busybox = pkg "busybox" [ "busybox" ];
+
+  self = {
+    inherit lib;
+    stubStorePath = storePath;
+
+    callPackage =
+      fn: overrides:
+      let
+        f = if builtins.isFunction fn then fn else import fn;
+        auto = builtins.intersectAttrs (builtins.functionArgs f) self;
+      in
+      f (auto // overrides);
+
+    stdenv = {
+      buildPlatform.canExecute = _: true;
+      hostPlatform = {
+        system = "x86_64-linux";
+        isStatic = false;
+      };
+    };
+
+    runCommand =
+      name: env: script:
+      drv name {
+        inherit script;
+        env = strict "runCommand (${name})" (
+          mkDerivationArgs
+          ++ [
+            "jq"
+            "src"
+          ]
+        ) env;
+        passthru = env.passthru or { };
+      }
+      // (env.passthru or { });
+
+    writeShellScript = name: text: drv name { inherit text; };
+    writeText = name: text: drv name { inherit text; };
+
+    rustPlatform.buildRustPackage =
+      args:
+      let
+        a = strict "rustPlatform.buildRustPackage" (
+          mkDerivationArgs
+          ++ [
+            "cargoLock"
+            "cargoHash"
+            "cargoBuildFlags"
+            "cargoTestFlags"
+            "buildType"
+            "checkType"
+            "buildNoDefaultFeatures"
+            "buildFeatures"
+            "useNextest"
+            "auditable"
+          ]
+        ) args;
+      in
+      drv "${a.pname}-${a.version}" {
+        rust = a;
+        inherit (a) meta;
+        passthru = a.passthru or { };
+      };
+
+    dockerTools = {
+      # buildLayeredImage passes everything but compressor and meta to streamLayeredImage.
+      buildLayeredImage =
+        args:
+        let
+          a = strict "dockerTools.buildLayeredImage" [
+            "name"
+            "compressor"
+            "meta"
+            "architecture"
+            "config"
+            "contents"
+            "created"
+            "debug"
+            "enableFakechroot"
+            "extraCommands"
+            "fakeRootCommands"
+            "fromImage"
+            "gid"
+            "gname"
+            "includeNixDB"
+            "includeStorePaths"
+            "layeringPipeline"
+            "maxLayers"
+            "mtime"
+            "passthru"
+            "tag"
+            "uid"
+            "uname"
+          ] args;
+        in
+        drv "${baseNameOf a.name}.tar" { image = a; } // (a.passthru or { });
+      caCertificates = drv "ca-certificates" { stubFiles = [ "etc/ssl/certs/ca-certificates.crt" ]; };
+    };
+
+    pkgsStatic = self // {
+      stdenv = self.stdenv // {
+        hostPlatform = self.stdenv.hostPlatform // {
+          isStatic = true;
+        };
+      };
+      inherit busybox;
+      curl = pkg "curl" [ "curl" ];
+    };
+    inherit busybox;
+
+    buildPackages.binutils-unwrapped = pkg "binutils" [ "readelf" ];
+    installShellFiles = drv "install-shell-files" { };
+    jq = pkg "jq" [ "jq" ];
+    bash = pkg "bash" [ "bash" ];
+    gawk = pkg "gawk" [ "awk" ];
+    iproute2 = pkg "iproute2" [ "ip" ];
+    util-linux = pkg "util-linux" [ "unshare" ];
+    bubblewrap = pkg "bubblewrap" [ "bwrap" ];
+    python3 = pkg "python3" [ "python3" ];
+    binutils = pkg "binutils" [ "readelf" ];
+
+    testers.runNixOSTest =
+      test:
+      drv "vm-test-run-${test.name}" {
+        test = strict "testers.runNixOSTest" [
+          "name"
+          "nodes"
+          "testScript"
+          "globalTimeout"
+          "meta"
+          "skipLint"
+          "skipTypeCheck"
+          "extraPythonPackages"
+          "interactive"
+          "defaults"
+        ] test;
+      };
+  };
+in
+self
