@@ -128,8 +128,8 @@ for d in /usr/lib/gcc /usr/libexec/gcc /usr/include; do
 done
 programs=("${tools[@]}" "${compilers[@]}" /bin/busybox)
 while IFS= read -r f; do programs+=("$f"); done < <(
-    find /usr/libexec/gcc "$sysroot/bin" "$sysroot/lib" -maxdepth 4 -type f \( -perm -u+x -o -name '*.so*' \) 2>/dev/null)
-libs=$(for f in "${programs[@]}"; do ldd "$f" 2>/dev/null; done |
+    find /usr/lib/gcc /usr/libexec/gcc "$sysroot/bin" "$sysroot/lib" -maxdepth 4 -type f \( -perm -u+x -o -name '*.so*' \) 2>/dev/null)
+libs=$(for f in "${programs[@]}"; do ldd "$f" 2>/dev/null || true; done |
     awk '/=> \// { print $3 } /^\t\// { print $1 }' | grep -E '^/(usr/)?lib' | sort -u)
 dev=$(dpkg -L libc6 libc6-dev 2>/dev/null |
     grep -E '^/usr/lib/x86_64-linux-gnu/[^/]+$' | sort -u)
