@@ -345,6 +345,12 @@ impl Broker {
             Request::Decline { ticket, .. } => self.decline(&ticket).await,
             Request::EndSession { session, .. } => self.end_session(&session),
             Request::Status { .. } => self.status().await,
+            Request::Changes { .. }
+            | Request::Commit { .. }
+            | Request::Discard { .. }
+            | Request::Approve { .. } => Body::Error {
+                message: "this brokerd has no staged grants".into(),
+            },
         };
         proto::broker::Answer::new(id, body)
     }
@@ -524,6 +530,13 @@ impl Broker {
             ),
             // The runner logged it for the operator; the model reads which directory.
             Err(RunError::MountChanged(e)) => (
+                Ended::Refused,
+                Body::Refused {
+                    reason: e.to_string(),
+                },
+            ),
+            // Protected targets that could not be held: nothing ran, and the reason says why.
+            Err(RunError::Unprotected(e)) => (
                 Ended::Refused,
                 Body::Refused {
                     reason: e.to_string(),

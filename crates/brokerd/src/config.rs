@@ -56,6 +56,43 @@ pub struct BrokerConfig {
     pub ticket_ttl_s: u64,
     pub result_ttl_s: u64,
     pub shutdown_grace_s: u64,
+    /// The peers that may commit, discard and approve; root is not implied, and an empty
+    /// list means nobody over the socket (docs/design.md#staged-writes-and-owners).
+    pub owners: Vec<Client>,
+    /// The most a session may hold in its staged layers, in bytes.
+    pub max_staged_bytes: u64,
+    /// How long staged changes stay without an owner's word; 0: until the owner acts.
+    pub staged_ttl_s: u64,
+}
+
+/// How a grant's protected targets are held (docs/design.md#protected-targets).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Protect {
+    /// Bound read-only over every writable mount of the grant, whatever runs there.
+    Mount,
+    /// The classifier's refusals alone: what it cannot read can write them.
+    Classifier,
+}
+
+/// Where a grant's writes land (docs/design.md#staged-writes-and-owners).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Writes {
+    /// In the granted directory itself.
+    Direct,
+    /// In a layer of the session's, until an owner commits them.
+    Staged,
+}
+
+/// Who approves an `ask` of a grant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Approvals {
+    /// The client that made the call, by sending it again with the ticket.
+    Client,
+    /// An owner (`approve`), before the client's call with the ticket runs.
+    Owner,
 }
 
 /// A peer allowed to connect (checked against SO_PEERCRED). Root is not implied.
@@ -110,6 +147,9 @@ pub struct RunnerConfig {
     pub egress_start_ms: u64,
     /// The service user's home; egress directories live in `<home>/run/egress/`.
     pub home: PathBuf,
+    /// The bounds of the walk that finds the protected targets of a writable grant directory
+    /// (docs/design.md#protected-targets).
+    pub protect: crate::protect::scan::Bounds,
 }
 
 impl RunnerConfig {
@@ -171,6 +211,9 @@ pub struct Grant {
     /// Non-public ranges http_fetch may reach; never loopback, link-local, the tailnet, 0/8 or
     /// multicast.
     pub allow_addresses: Vec<Cidr>,
+    pub protect: Protect,
+    pub writes: Writes,
+    pub approvals: Approvals,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -457,6 +500,9 @@ struct RawBroker {
     ticket_ttl_s: Option<S<u64>>,
     result_ttl_s: Option<S<u64>>,
     shutdown_grace_s: Option<S<u64>>,
+    owners: Option<S<Vec<S<toml::Value>>>>,
+    max_staged_bytes: Option<S<u64>>,
+    staged_ttl_s: Option<S<u64>>,
 }
 
 #[derive(Deserialize)]
@@ -476,6 +522,9 @@ struct RawRunner {
     enforce_limits: Option<bool>,
     egress_start_ms: Option<S<u64>>,
     home: Option<S<String>>,
+    protect_max_depth: Option<S<usize>>,
+    protect_max_entries: Option<S<usize>>,
+    protect_max_targets: Option<S<usize>>,
 }
 
 #[derive(Deserialize)]
@@ -496,6 +545,9 @@ struct RawGrant {
     hosts: Vec<S<String>>,
     #[serde(default)]
     allow_addresses: Vec<S<String>>,
+    protect: Option<Protect>,
+    writes: Option<Writes>,
+    approvals: Option<Approvals>,
 }
 
 #[derive(Deserialize)]
@@ -516,6 +568,8 @@ const DEFAULT_MAX_CONCURRENT_CALLS: usize = 4;
 const DEFAULT_TICKET_TTL_S: u64 = 600;
 const DEFAULT_RESULT_TTL_S: u64 = 600;
 const DEFAULT_SHUTDOWN_GRACE_S: u64 = 30;
+const DEFAULT_MAX_STAGED_BYTES: u64 = 1 << 30;
+
 const DEFAULT_PODMAN: &str = "podman";
 const DEFAULT_EGRESS_NETWORK: &str = "pasta";
 const DEFAULT_OUTPUT_CAP: usize = 262_144;
@@ -657,20 +711,7 @@ impl Checker<'_> {
                 if list.get_ref().is_empty() {
                     return self.err(Some(list.span()), "broker.clients", Problem::NoClients);
                 }
-                let mut clients = Vec::new();
-                for c in list.get_ref() {
-                    match parse_client(c.get_ref()) {
-                        Some(client) => clients.push(client),
-                        None => {
-                            return self.err(
-                                Some(c.span()),
-                                "broker.clients",
-                                Problem::Client(c.get_ref().to_string()),
-                            )
-                        }
-                    }
-                }
-                clients
+                self.clients(list, "broker.clients")?
             }
         };
         let (audit_log, span) = self.value(&b.audit_log, DEFAULT_AUDIT_LOG.to_owned());
@@ -705,7 +746,39 @@ impl Checker<'_> {
                 "broker.result_ttl_s",
             )?,
             shutdown_grace_s: self.value(&b.shutdown_grace_s, DEFAULT_SHUTDOWN_GRACE_S).0,
+            owners: match &b.owners {
+                None => Vec::new(),
+                Some(list) => self.clients(list, "broker.owners")?,
+            },
+            max_staged_bytes: self.positive(
+                &b.max_staged_bytes,
+                DEFAULT_MAX_STAGED_BYTES,
+                "broker.max_staged_bytes",
+            )?,
+            staged_ttl_s: self.value(&b.staged_ttl_s, 0).0,
         })
+    }
+
+    /// A list of peers (`clients`, `owners`): user names, uids, or `@group`.
+    fn clients(
+        &self,
+        list: &S<Vec<S<toml::Value>>>,
+        key: &str,
+    ) -> Result<Vec<Client>, ConfigError> {
+        let mut clients = Vec::new();
+        for c in list.get_ref() {
+            match parse_client(c.get_ref()) {
+                Some(client) => clients.push(client),
+                None => {
+                    return self.err(
+                        Some(c.span()),
+                        key,
+                        Problem::Client(c.get_ref().to_string()),
+                    )
+                }
+            }
+        }
+        Ok(clients)
     }
 
     fn runner(&self, r: &S<RawRunner>, b: &RawBroker) -> Result<RunnerConfig, ConfigError> {
@@ -803,6 +876,26 @@ impl Checker<'_> {
             enforce_limits: r.enforce_limits.unwrap_or(true),
             egress_start_ms,
             home,
+            protect: {
+                let d = crate::protect::scan::Bounds::default();
+                crate::protect::scan::Bounds {
+                    max_depth: self.positive(
+                        &r.protect_max_depth,
+                        d.max_depth,
+                        "runner.protect_max_depth",
+                    )?,
+                    max_entries: self.positive(
+                        &r.protect_max_entries,
+                        d.max_entries,
+                        "runner.protect_max_entries",
+                    )?,
+                    max_targets: self.positive(
+                        &r.protect_max_targets,
+                        d.max_targets,
+                        "runner.protect_max_targets",
+                    )?,
+                }
+            },
         };
         // A call that runs out its limit is then stopped and removed: that too must end
         // before loopd stops waiting.
@@ -933,6 +1026,9 @@ impl Checker<'_> {
             paths,
             hosts,
             allow_addresses,
+            protect: g.protect.unwrap_or(Protect::Mount),
+            writes: g.writes.unwrap_or(Writes::Direct),
+            approvals: g.approvals.unwrap_or(Approvals::Client),
         })
     }
 
@@ -1070,6 +1166,9 @@ mod tests {
                 ticket_ttl_s: 600,
                 result_ttl_s: 600,
                 shutdown_grace_s: 30,
+                owners: vec![],
+                max_staged_bytes: 1 << 30,
+                staged_ttl_s: 0,
             }
         );
         assert_eq!(
@@ -1089,6 +1188,11 @@ mod tests {
                 enforce_limits: true,
                 egress_start_ms: 5_000,
                 home: "/var/lib/boxmaker".into(),
+                protect: crate::protect::scan::Bounds {
+                    max_depth: 32,
+                    max_entries: 100_000,
+                    max_targets: 256,
+                },
             })
         );
         assert_eq!(c.bwrap, None);
@@ -1367,13 +1471,13 @@ tools = ["read_file"]
             ),
             (
                 runner("imag = \"x\""),
-                "c.toml:3:1: unknown field `imag`, expected one of `backend`, `podman`, `image`, `egress_network`, `output_cap`, `memory`, `pids`, `read_file_ms`, `write_file_ms`, `shell_ms`, `http_fetch_ms`, `enforce_limits`, `egress_start_ms`, `home`".into(),
+                "c.toml:3:1: unknown field `imag`, expected one of `backend`, `podman`, `image`, `egress_network`, `output_cap`, `memory`, `pids`, `read_file_ms`, `write_file_ms`, `shell_ms`, `http_fetch_ms`, `enforce_limits`, `egress_start_ms`, `home`, `protect_max_depth`, `protect_max_entries`, `protect_max_targets`".into(),
             ),
             (
                 runner("backend = \"docker\""),
                 "c.toml:3:11: unknown variant `docker`, expected `podman` or `bwrap`".into(),
             ),
-            ("[broker]\npids = 1\n".into(), "c.toml:2:1: unknown field `pids`, expected one of `clients`, `audit_log`, `timeout_ms`, `refusal_repeats`, `preview_chars`, `max_concurrent_calls`, `ticket_ttl_s`, `result_ttl_s`, `shutdown_grace_s`".into()),
+            ("[broker]\npids = 1\n".into(), "c.toml:2:1: unknown field `pids`, expected one of `clients`, `audit_log`, `timeout_ms`, `refusal_repeats`, `preview_chars`, `max_concurrent_calls`, `ticket_ttl_s`, `result_ttl_s`, `shutdown_grace_s`, `owners`, `max_staged_bytes`, `staged_ttl_s`".into()),
             ("[broker]\nclients = []\n".into(), "c.toml:2:11: broker.clients: must name at least one client".into()),
             (
                 "[broker]\nclients = [\"Bad User\"]\n".into(),

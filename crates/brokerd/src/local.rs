@@ -217,6 +217,17 @@ fn doctor(cfg: &Config, socket: &Path) -> u8 {
         r.check("/dev/net/tun", tun_usable());
     }
     r.check("poisoned", poisoned(socket));
+    grant_checks(cfg, &mut r);
+    if r.failed == 0 {
+        0
+    } else {
+        2
+    }
+}
+
+/// Each grant directory is usable by the service user, and each writable one's protected
+/// targets can all be found within the walk's bounds (docs/design.md#protected-targets).
+fn grant_checks(cfg: &Config, r: &mut Report) {
     for (name, g) in &cfg.grants {
         for p in &g.paths {
             r.check(
@@ -225,10 +236,18 @@ fn doctor(cfg: &Config, socket: &Path) -> u8 {
             );
         }
     }
-    if r.failed == 0 {
-        0
-    } else {
-        2
+    for s in crate::protect::scan::survey(cfg) {
+        r.check(
+            &format!("grant {}: protected targets in {}", s.grant, s.path.display()),
+            s.outcome
+                .map(|n| format!("{n}, bound read-only in its writable sandboxes"))
+                .map_err(|e| {
+                    format!(
+                        "{e}: its writable calls are refused; raise [runner] {} or set protect = \"classifier\" for the grant",
+                        e.key().unwrap_or("protect_max_entries")
+                    )
+                }),
+        );
     }
 }
 
@@ -328,14 +347,7 @@ fn doctor_bwrap(cfg: &Config, rc: &config::RunnerConfig, mut r: Report, socket: 
         },
     );
     r.check("poisoned", poisoned(socket));
-    for (name, g) in &cfg.grants {
-        for p in &g.paths {
-            r.check(
-                &format!("grant {name}: {}", p.path.display()),
-                reachable(&p.path, p.write),
-            );
-        }
-    }
+    grant_checks(cfg, &mut r);
     if r.failed == 0 {
         0
     } else {

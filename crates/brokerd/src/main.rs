@@ -157,6 +157,30 @@ fn check_config(file: &Path) -> ExitCode {
         Ok(c)
     }) {
         Ok(c) => {
+            // The walks a writable call will need: past its bounds, such a grant's writable
+            // calls would all be refused (docs/design.md#protected-targets).
+            let mut past = 0;
+            for s in brokerd::protect::scan::survey(&c) {
+                match s.outcome {
+                    Ok(n) => println!(
+                        "grants.{}: {}: {n} protected target(s), bound read-only in its writable sandboxes",
+                        s.grant,
+                        s.path.display()
+                    ),
+                    Err(e) => {
+                        past += 1;
+                        eprintln!(
+                            "{}: grants.{}: {e}: its writable calls would be refused; raise [runner] {} or set protect = \"classifier\" for the grant",
+                            file.display(),
+                            s.grant,
+                            e.key().unwrap_or("protect_max_entries")
+                        );
+                    }
+                }
+            }
+            if past > 0 {
+                return ExitCode::from(1);
+            }
             println!("{}: ok ({} grant(s))", file.display(), c.grants.len());
             ExitCode::SUCCESS
         }

@@ -12,11 +12,12 @@ use proto::tools::{ReadFileArgs, ShellArgs, ToolName, WriteFileArgs};
 
 use crate::args::ToolArgs;
 use crate::classify::{Classifier, ClassifierError, CommandClass};
-use crate::config::{Config, Grant};
+use crate::config::{Config, Grant, Protect, Writes};
 use crate::glob;
 use crate::mode::{ActionClass, Capabilities, Grant as Permit};
-use crate::protect::{pattern_protected, protected, Protection};
+use crate::protect::{pattern_protected, protected_in, Protection};
 use crate::runner::{Egress, Mount};
+use crate::view::{Host, View};
 use crate::visible::{visible, Visible};
 use crate::workspace::{PathRefusal, Root, Workspace, WorkspaceError};
 
@@ -221,8 +222,15 @@ impl Policy {
             .collect()
     }
 
-    /// Decides one call of grant `g`. `tool` is the requested tool, already known to parse.
+    /// Decides one call of grant `g` on the host's tree. `tool` is the requested tool, already
+    /// known to parse.
     pub fn decide(&self, g: &GrantPolicy, args: &ToolArgs) -> Decision {
+        self.decide_in(&Host, g, args)
+    }
+
+    /// Decides one call of grant `g` on `view`'s tree: for a session of a staged grant, the
+    /// merged view its sandboxes see.
+    pub fn decide_in(&self, view: &dyn View, g: &GrantPolicy, args: &ToolArgs) -> Decision {
         let tool = args.tool();
         if !g.grant.tools.contains(&tool) {
             let grant = g.name.clone();
@@ -231,7 +239,7 @@ impl Policy {
         let caps = Capabilities::for_mode(g.grant.mode);
         let (action, input, target, class, egress, question_detail) = match args {
             ToolArgs::ReadFile(a) => {
-                let r = match g.workspace.resolve(tool, &a.path) {
+                let r = match g.workspace.resolve_in(view, tool, &a.path) {
                     Ok(r) => r,
                     Err(e) => return refuse(&a.path, Why::Path(e)),
                 };
@@ -248,11 +256,11 @@ impl Policy {
                 )
             }
             ToolArgs::WriteFile(a) => {
-                let r = match g.workspace.resolve_for_write(tool, &a.path) {
+                let r = match g.workspace.resolve_for_write_in(view, tool, &a.path) {
                     Ok(r) => r,
                     Err(e) => return refuse(&a.path, Why::Path(e)),
                 };
-                if let Some(p) = protected(&a.path, &r.path) {
+                if let Some(p) = protected_in(view, &a.path, &r.path) {
                     return refuse(&a.path, Why::WriteProtected(p));
                 }
                 let input = json(&WriteFileArgs {
@@ -271,8 +279,8 @@ impl Policy {
             }
             ToolArgs::Shell(a) => {
                 let cwd = match &a.cwd {
-                    Some(c) => match g.workspace.resolve(tool, c) {
-                        Ok(r) if r.path.is_dir() => Some(r.path),
+                    Some(c) => match g.workspace.resolve_in(view, tool, c) {
+                        Ok(r) if view.lstat(&r.path).is_ok_and(|m| m.is_dir()) => Some(r.path),
                         Ok(r) => return refuse(c, Why::CwdNotADirectory(r.path)),
                         Err(e) => return refuse(c, Why::Path(e)),
                     },
@@ -290,7 +298,7 @@ impl Policy {
                 let mut undecided = None;
                 for w in &assessment.writes {
                     if assessment.globbed.contains(w) {
-                        match pattern_protection(g, tool, &base, &roots, w) {
+                        match pattern_protection(view, g, tool, &base, &roots, w) {
                             Ok(None) => {}
                             Ok(Some(p)) => {
                                 return refuse(
@@ -306,11 +314,11 @@ impl Policy {
                         continue;
                     }
                     let reached = base.join(w);
-                    let reached = match g.workspace.resolve(tool, &path_string(&reached)) {
+                    let reached = match g.workspace.resolve_in(view, tool, &path_string(&reached)) {
                         Ok(r) => r.path,
                         Err(_) => reached,
                     };
-                    if let Some(why) = protected(w, &reached) {
+                    if let Some(why) = protected_in(view, w, &reached) {
                         let written = w.clone();
                         return refuse(&a.command, Why::ShellWritesProtected { written, why });
                     }
@@ -319,7 +327,7 @@ impl Policy {
                 // where every grant directory is mounted.
                 for t in &assessment.recursive {
                     let at = base.join(t);
-                    let real = std::fs::canonicalize(&at).unwrap_or(at);
+                    let real = crate::workspace::follow(view, &at).unwrap_or(at);
                     if roots.iter().any(|r| r.starts_with(&real)) {
                         assessment.class = CommandClass::Dangerous;
                         assessment.reason = Some(format!(
@@ -397,6 +405,12 @@ impl Policy {
                 path: r.path.clone(),
                 write: r.write && writable,
                 id: r.id,
+                // The mount table holds the protected targets of a writable direct grant; a
+                // staged grant's commit is that gate instead.
+                protect: r.write
+                    && writable
+                    && g.grant.protect == Protect::Mount
+                    && g.grant.writes == Writes::Direct,
             })
             .collect::<Vec<_>>();
         let writes = mounts.iter().any(|m| m.write);
@@ -443,6 +457,7 @@ fn refuse(target: &str, why: Why) -> Decision {
 /// components, or by a file it matches in the grant (expanded on the host, relative to `base`).
 /// `Err` when that cannot be told within the expansion's bounds.
 fn pattern_protection(
+    view: &dyn View,
     g: &GrantPolicy,
     tool: ToolName,
     base: &std::path::Path,
@@ -454,13 +469,13 @@ fn pattern_protection(
         if let Some(p) = pattern_protected(&alt) {
             return Ok(Some(p));
         }
-        for m in glob::expand(&base.join(&alt), roots).ok_or_else(cannot_tell)? {
+        for m in glob::expand_in(view, &base.join(&alt), roots).ok_or_else(cannot_tell)? {
             let shown = path_string(&m);
-            let reached = match g.workspace.resolve(tool, &shown) {
+            let reached = match g.workspace.resolve_in(view, tool, &shown) {
                 Ok(r) => r.path,
                 Err(_) => m,
             };
-            if let Some(p) = protected(&shown, &reached) {
+            if let Some(p) = protected_in(view, &shown, &reached) {
                 return Ok(Some(p));
             }
         }
@@ -966,7 +981,11 @@ paths = [{{ path = "{ro}" }}]
         assert_eq!(
             plan.mounts,
             vec![
-                Mount::at(&f.rw, true).unwrap(),
+                // Writable and direct: its protected targets are held by the mount table.
+                Mount {
+                    protect: true,
+                    ..Mount::at(&f.rw, true).unwrap()
+                },
                 Mount::at(&f.ro, false).unwrap(),
             ]
         );

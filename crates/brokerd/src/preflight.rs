@@ -186,6 +186,7 @@ pub fn writable_grant_dirs(policy: &Policy) -> Vec<Mount> {
                     path: r.path.clone(),
                     write: true,
                     id: r.id,
+                    protect: false,
                 });
             }
         }

@@ -77,6 +77,20 @@ impl User {
         std::os::unix::fs::chown(path, Some(self.uid), Some(self.gid))
             .map_err(|e| format!("chown {}: {e}", path.display()))
     }
+
+    /// `chown` of `path` and everything below it (no link followed).
+    pub fn chown_tree(&self, path: &Path) -> Result<(), String> {
+        std::os::unix::fs::lchown(path, Some(self.uid), Some(self.gid))
+            .map_err(|e| format!("chown {}: {e}", path.display()))?;
+        if std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir()) {
+            let entries =
+                std::fs::read_dir(path).map_err(|e| format!("{}: {e}", path.display()))?;
+            for e in entries.flatten() {
+                self.chown_tree(&e.path())?;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Runs a command to its end within `limit`: (exit code, standard output and error).

@@ -1,20 +1,23 @@
-//! Protected targets (DESIGN.md "Grants and modes" → Paths; seed 000 section 5.1.4).
+//! Protected targets (docs/design.md#protected-targets).
 //!
 //! Generated, vendored and third-party files are not edited by hand: a write is refused when
 //! the path as written or the file it reaches has a `generated`, `build/tmp`, `vendor`,
 //! `third_party` or `node_modules` component, or when the existing file's first five lines say
-//! `@generated` or `DO NOT EDIT`. The sandbox stays the boundary; this gives a clear refusal.
+//! `@generated` or `DO NOT EDIT`. These refusals are what the classifier can see; the
+//! guarantee is the mount table: `scan` finds the protected targets inside a writable grant
+//! directory, and every sandbox that mounts it writable binds them read-only over it.
 
 use std::fmt;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::Read;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Component, Path};
 
 use crate::glob;
 
+pub mod scan;
+
 /// Directory names whose contents are never written.
-const PROTECTED_DIRS: &[&str] = &["generated", "vendor", "third_party", "node_modules"];
+pub(crate) const PROTECTED_DIRS: &[&str] = &["generated", "vendor", "third_party", "node_modules"];
 /// Header markers, looked for in the first `HEADER_LINES` lines.
 const MARKERS: &[&str] = &["@generated", "DO NOT EDIT"];
 const HEADER_LINES: usize = 5;
@@ -50,6 +53,15 @@ impl fmt::Display for Protection {
 /// Whether a write to `written_as` (as the model wrote it), reaching `reached` (resolved), is
 /// refused. The header check reads `reached` if it is an existing regular file.
 pub fn protected(written_as: &str, reached: &Path) -> Option<Protection> {
+    protected_in(&crate::view::Host, written_as, reached)
+}
+
+/// `protected` on `view`'s tree: the header is read from the file the view shows there.
+pub fn protected_in(
+    view: &dyn crate::view::View,
+    written_as: &str,
+    reached: &Path,
+) -> Option<Protection> {
     if let Some(component) = protected_component(Path::new(written_as)) {
         return Some(Protection::Directory {
             path: written_as.to_string(),
@@ -62,7 +74,7 @@ pub fn protected(written_as: &str, reached: &Path) -> Option<Protection> {
             component,
         });
     }
-    header_marker(reached).map(|marker| Protection::Header {
+    header_marker(view, reached).map(|marker| Protection::Header {
         path: written_as.to_string(),
         marker,
     })
@@ -110,25 +122,43 @@ fn protected_component_by(p: &Path, same: impl Fn(&str, &str) -> bool) -> Option
     None
 }
 
-/// The generated-file marker in the first lines of an existing regular file.
-fn header_marker(p: &Path) -> Option<&'static str> {
-    // O_NONBLOCK so that a FIFO does not hang the broker; only regular files are read.
-    let file: File = OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
-        .open(p)
-        .ok()?;
-    if !file.metadata().ok()?.is_file() {
-        return None;
+/// Whether a directory entry named `name`, in a directory named `parent`, is a protected
+/// directory: the protected name it carries (`build/tmp` for a `tmp` inside a `build`).
+pub fn protected_dir_name(name: &str, parent: Option<&str>) -> Option<&'static str> {
+    if let Some(dir) = PROTECTED_DIRS.iter().find(|d| **d == name) {
+        return Some(dir);
     }
-    let mut head = Vec::new();
-    file.take(HEADER_BYTES).read_to_end(&mut head).ok()?;
-    let text = String::from_utf8_lossy(&head);
+    (name == "tmp" && parent == Some("build")).then_some("build/tmp")
+}
+
+/// Whether a path (the grant directory itself, say) has a protected component.
+pub fn has_protected_component(p: &Path) -> Option<String> {
+    protected_component(p)
+}
+
+/// The generated-file marker in the first `HEADER_LINES` lines of `head` (the start of a file).
+pub fn marker_in(head: &[u8]) -> Option<&'static str> {
+    let text = String::from_utf8_lossy(head);
     let first: Vec<&str> = text.lines().take(HEADER_LINES).collect();
     MARKERS
         .iter()
         .find(|m| first.iter().any(|l| l.contains(**m)))
         .copied()
+}
+
+/// How much of a file's start `marker_in` needs.
+pub const HEADER_READ: u64 = HEADER_BYTES;
+
+/// The generated-file marker in the first lines of an existing regular file.
+fn header_marker(view: &dyn crate::view::View, p: &Path) -> Option<&'static str> {
+    // Not waiting on a FIFO; only regular files are read.
+    let file: File = view.open(p).ok()?;
+    if !file.metadata().ok()?.is_file() {
+        return None;
+    }
+    let mut head = Vec::new();
+    file.take(HEADER_BYTES).read_to_end(&mut head).ok()?;
+    marker_in(&head)
 }
 
 #[cfg(test)]

@@ -27,6 +27,7 @@ use super::limits::ResourceLimits;
 use super::mounts::{self, open_mounts};
 use super::output::{verdict, Capture, Event, Streams, Verdict, DRAIN_GRACE, STDERR_KEEP};
 use super::pidfd::{Pidfd, Stopped, KILL_CONFIRM};
+use super::protected::{Held, Protector};
 use super::spawn::{self, Io, PreExec, Spawn};
 use super::{
     dies_with_brokerd, mount_changed, not_cleared, Cleared, Deadlines, Egress, Failure, Ran, Reply,
@@ -169,6 +170,8 @@ pub struct BwrapRuntime {
     settling: Settling,
     /// Cgroup knobs found unsettable, as `weakened` reports them.
     weakened: Mutex<Vec<String>>,
+    /// The protected targets of writable mounts (docs/design.md#protected-targets).
+    protector: Protector,
 }
 
 /// Where a sandbox's limits live, for its argument list and its start.
@@ -212,6 +215,7 @@ impl BwrapRuntime {
             poisoned: AtomicBool::new(false),
             settling: Settling::default(),
             weakened: Mutex::new(Vec::new()),
+            protector: Protector::new(config.protect),
         }
     }
 
@@ -310,6 +314,19 @@ impl BwrapRuntime {
         layout: &RootLayout,
         cgroup_view: Option<&Path>,
     ) -> Vec<OsString> {
+        self.build_argv_with(spec, name, layout, cgroup_view, &[])
+    }
+
+    /// `build_argv` with the writable mounts' protected targets (`protected`, in the order
+    /// their descriptors follow the mounts') bound read-only over them.
+    pub fn build_argv_with(
+        &self,
+        spec: &RunSpec,
+        name: &str,
+        layout: &RootLayout,
+        cgroup_view: Option<&Path>,
+        protected: &[&Path],
+    ) -> Vec<OsString> {
         let mut a = self.common_args(layout, false, true);
         a.extend(
             [
@@ -329,6 +346,17 @@ impl BwrapRuntime {
             a.push(if m.write { "--bind-fd" } else { "--ro-bind-fd" }.into());
             a.push((mounts::FIRST_FD + i as i32).to_string().into());
             a.push(m.path.clone().into_os_string());
+        }
+        // Then each protected target, read-only over its writable mount, from the descriptor
+        // the walk opened (docs/design.md#protected-targets).
+        for (j, path) in protected.iter().enumerate() {
+            a.push("--ro-bind-fd".into());
+            a.push(
+                (mounts::FIRST_FD + (spec.mounts.len() + j) as i32)
+                    .to_string()
+                    .into(),
+            );
+            a.push(path.as_os_str().to_owned());
         }
         if spec.egress.is_some() {
             a.push("--bind".into());
@@ -710,21 +738,32 @@ impl BwrapRuntime {
 
     /// Runs the tool sandbox and answers by seed 003 section 6's table. A sandbox that exited
     /// by itself is left in `exited`, for its cgroup to be removed after the answer.
+    // One call's parts, each of a different owner: bundling them would only rename them.
+    #[allow(clippy::too_many_arguments)]
     fn run_tool<'a>(
         &'a self,
         spec: &RunSpec,
         name: &str,
         layout: &RootLayout,
         exited: &mut Option<Sandbox<'a>>,
+        held: &Held<'_>,
         cleared: &Cleared,
         times: &Deadlines,
     ) -> Result<RunOutput, RunError> {
-        // Right before the sandbox: the directories of the grant and no others.
-        let mount_fds = open_mounts(&spec.mounts).map_err(|e| mount_changed(spec, e))?;
+        // Right before the sandbox: the directories of the grant and no others, then the
+        // protected targets the walk opened.
+        let mut mount_fds = open_mounts(&spec.mounts).map_err(|e| mount_changed(spec, e))?;
+        for t in held.targets() {
+            let fd = t.fd.try_clone().map_err(|e| {
+                self.unavailable(spec, Trouble::Spawn, &format!("protected target: {e}"))
+            })?;
+            mount_fds.push(fd);
+        }
+        let protected: Vec<&Path> = held.targets().map(|t| t.path.as_path()).collect();
         let placement = self
             .placement(name, CgroupLimits::new(self.memory, self.pids))
             .map_err(|e| self.unavailable(spec, Trouble::Limits, &e))?;
-        let argv = self.build_argv(spec, name, layout, placement.cgroup_view());
+        let argv = self.build_argv_with(spec, name, layout, placement.cgroup_view(), &protected);
         let rlimits = ResourceLimits::new(self.memory, self.pids, spec.timeout);
         let deadline = times.step(spec.timeout);
         let mut sandbox = self.start(
@@ -958,11 +997,16 @@ impl Steps for BwrapRuntime {
         &self.settling
     }
 
+    fn protector(&self) -> &Protector {
+        &self.protector
+    }
+
     /// The answer leaves once the tool's bwrap has exited; its cgroup's removal and the
     /// proxy's stop come after it, still within the call.
     fn run_call<'a>(
         &'a self,
         spec: &'a RunSpec,
+        held: &Held<'_>,
         cleared: &Cleared,
     ) -> Result<Ran<Self::Leftovers<'a>>, RunError> {
         let layout = match self.layout() {
@@ -984,11 +1028,11 @@ impl Steps for BwrapRuntime {
             Some(egress) => match self.start_egress(spec, egress, &name, &layout, &times) {
                 Ok(guard) => {
                     proxy = Some(guard);
-                    self.run_tool(spec, &name, &layout, &mut sandbox, cleared, &times)
+                    self.run_tool(spec, &name, &layout, &mut sandbox, held, cleared, &times)
                 }
                 Err(e) => Err(e),
             },
-            None => self.run_tool(spec, &name, &layout, &mut sandbox, cleared, &times),
+            None => self.run_tool(spec, &name, &layout, &mut sandbox, held, cleared, &times),
         };
         let leftovers = (sandbox.is_some() || proxy.is_some()).then_some((sandbox, proxy));
         Ok(Ran {

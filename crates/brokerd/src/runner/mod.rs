@@ -22,6 +22,7 @@ pub mod mounts;
 pub mod output;
 pub mod pidfd;
 pub mod podman;
+pub mod protected;
 pub mod reaper;
 pub mod seccomp;
 pub mod spawn;
@@ -56,6 +57,8 @@ pub struct Mount {
     /// The directory `path` named when the grant was resolved; a sandbox mounts only that one
     /// (`mounts::open_mounts`).
     pub id: DirId,
+    /// Writable: its protected targets are bound read-only over it (`protected`).
+    pub protect: bool,
 }
 
 impl Mount {
@@ -69,6 +72,7 @@ impl Mount {
             path: path.to_path_buf(),
             write,
             id,
+            protect: false,
         })
     }
 }
@@ -165,6 +169,9 @@ pub enum RunError {
     /// A grant directory is not the one resolved at start: a refusal that names it.
     #[error("{0}")]
     MountChanged(MountChanged),
+    /// A writable mount's protected targets could not be held: a refusal that says why.
+    #[error("{0}")]
+    Unprotected(protected::Unprotected),
 }
 
 /// The longest a runner of `backend` takes, past a call's time limit, to stop and remove what
@@ -511,15 +518,39 @@ fn run_call<S: Steps>(backend: &S, spec: &RunSpec, reply: Reply<'_>) {
     if spec.egress.is_some() && backend.poisoned() {
         return reply.send(Err(backend.poisoned_answer(spec)));
     }
-    let ran = match backend.run_call(spec, reply.cleared()) {
+    // The writable mounts' protected targets, held until the sandbox is gone.
+    let held = match backend
+        .protector()
+        .hold(&spec.mounts, started + spec.timeout)
+    {
+        Ok(held) => held,
+        Err(e) => return reply.send(Err(unprotected(spec, e))),
+    };
+    let ran = match backend.run_call(spec, &held, reply.cleared()) {
         Ok(ran) => ran,
         Err(e) => return reply.send(Err(e)),
     };
+    drop(held);
     log_finished(spec, &ran.sandbox, &ran.answer, started);
     let cleaning = ran.leftovers.as_ref().map(|_| backend.settling().begin());
     reply.send(ran.answer);
     drop(ran.leftovers);
     drop(cleaning);
+}
+
+/// The operator's log line for protected targets that could not be held, and the answer.
+fn unprotected(spec: &RunSpec, e: protected::Unprotected) -> RunError {
+    if let protected::Unprotected::Changed(e) = e {
+        return mount_changed(spec, e);
+    }
+    tracing::warn!(
+        session = %spec.session,
+        call = %spec.call,
+        tool = %spec.tool,
+        status = "refused",
+        "{e}"
+    );
+    RunError::Unprotected(e)
 }
 
 /// The steps of a call that differ between the backends; [`run_call`] is the rest.
@@ -537,13 +568,18 @@ trait Steps: Runner {
     /// The logged answer of an http_fetch while containment is poisoned.
     fn poisoned_answer(&self, spec: &RunSpec) -> RunError;
 
+    /// Finds and holds the protected targets of writable mounts.
+    fn protector(&self) -> &protected::Protector;
+
     /// Runs the call. `Err`: nothing could start (already logged), so there is nothing to
     /// clean and no "call finished" line.
     ///
     /// The tool gets its input, and an http_fetch its proxy, only once `cleared` says so.
+    /// `held`'s targets are bound read-only over their writable mounts.
     fn run_call<'a>(
         &'a self,
         spec: &'a RunSpec,
+        held: &protected::Held<'_>,
         cleared: &Cleared,
     ) -> Result<Ran<Self::Leftovers<'a>>, RunError>;
 
@@ -593,7 +629,7 @@ pub(crate) fn log_finished(
         Ok(_) => "result",
         Err(RunError::Failed(_)) => "failed",
         Err(RunError::Unavailable(_)) => "unavailable",
-        Err(RunError::MountChanged(_)) => "refused",
+        Err(RunError::MountChanged(_) | RunError::Unprotected(_)) => "refused",
     };
     tracing::info!(
         session = %spec.session,
@@ -617,6 +653,7 @@ mod tests {
         refuse: bool,
         poisoned: bool,
         settling: Settling,
+        protector: protected::Protector,
         events: Mutex<Vec<&'static str>>,
     }
 
@@ -654,9 +691,13 @@ mod tests {
         fn poisoned_answer(&self, _spec: &RunSpec) -> RunError {
             RunError::Unavailable(Unavailable::RunnerUnavailable)
         }
+        fn protector(&self) -> &protected::Protector {
+            &self.protector
+        }
         fn run_call<'a>(
             &'a self,
             _spec: &'a RunSpec,
+            _held: &protected::Held<'_>,
             _cleared: &Cleared,
         ) -> Result<Ran<Left<'a>>, RunError> {
             self.note("ran");

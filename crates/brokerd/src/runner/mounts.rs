@@ -166,12 +166,13 @@ pub fn mount_order(mounts: &[Mount]) -> Vec<usize> {
 }
 
 /// The descriptor number the i-th mount of a call has in the sandbox program (bwrap's
-/// `--bind-fd FD`): after standard I/O and the seccomp filter's 3.
+/// `--bind-fd FD`): after standard I/O and the seccomp filter's 3. A call's protected
+/// targets follow its mounts.
 pub const FIRST_FD: i32 = 10;
-/// Where the descriptors wait in brokerd: above every number they are moved to in the child,
-/// so that moving one never overwrites another.
+/// Where the descriptors wait in brokerd, at the least: above every number they are moved
+/// to in the child, so that moving one never overwrites another.
 const PARKED_FROM: i32 = 64;
-/// The most directories one call mounts by descriptor.
+/// The most grant directories one call mounts by descriptor.
 pub const MAX_MOUNTS: usize = (PARKED_FROM - FIRST_FD) as usize;
 
 /// Hands `fds` (a call's mounts, in `RunSpec` order) to `cmd` as `FIRST_FD`, `FIRST_FD + 1`,
@@ -181,15 +182,15 @@ pub fn pass_to<C: super::spawn::PreExec>(
     cmd: &mut C,
     fds: Vec<OwnedFd>,
 ) -> io::Result<Vec<OwnedFd>> {
-    if fds.len() > MAX_MOUNTS {
-        return Err(io::Error::other(format!(
-            "{} directories are more than the {MAX_MOUNTS} a sandbox mounts",
-            fds.len()
-        )));
-    }
+    // Above every target number (protected targets can take a call past MAX_MOUNTS); past
+    // the process's descriptor limit F_DUPFD says so.
+    let parked_from = i32::try_from(fds.len())
+        .ok()
+        .and_then(|n| FIRST_FD.checked_add(n))
+        .map_or(i32::MAX, |top| top.max(PARKED_FROM));
     let parked = fds
         .iter()
-        .map(|fd| fcntl(fd, FcntlArg::F_DUPFD_CLOEXEC(PARKED_FROM)).map_err(io::Error::from))
+        .map(|fd| fcntl(fd, FcntlArg::F_DUPFD_CLOEXEC(parked_from)).map_err(io::Error::from))
         .collect::<io::Result<Vec<RawFd>>>()?;
     // SAFETY: each number was just returned by fcntl and is owned by nobody else.
     let parked: Vec<OwnedFd> = parked
@@ -202,7 +203,7 @@ pub fn pass_to<C: super::spawn::PreExec>(
         .map(|(fd, n)| (fd.as_raw_fd(), n))
         .collect();
     // SAFETY: the hook calls only dup2, async-signal-safe, on descriptors that stay open in
-    // brokerd until the caller drops what this returns; every source is at PARKED_FROM or
+    // brokerd until the caller drops what this returns; every source is at parked_from or
     // above and every target below it, so no move overwrites a source.
     unsafe {
         cmd.pre_exec_hook(move || {
@@ -302,6 +303,7 @@ mod tests {
             path: PathBuf::from(p),
             write: false,
             id: DirId { dev: 0, ino: 0 },
+            protect: false,
         };
         let mounts = [
             m("/srv/p/ro"),

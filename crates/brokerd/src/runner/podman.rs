@@ -24,6 +24,7 @@ use super::mounts::check_mounts;
 pub use super::output::STDERR_KEEP;
 use super::output::{decode, verdict, Capture, Event, Streams, Verdict, DRAIN_GRACE};
 use super::pidfd::Pidfd;
+use super::protected::{Held, Protector, Unprotected};
 use super::{
     dies_with_brokerd, mount_changed, not_cleared, Cleared, Deadlines, Egress, Failure, Ran, Reply,
     RunError, RunOutput, RunSpec, Runner, Settling, Steps, SweepError, Unavailable,
@@ -79,6 +80,8 @@ pub struct PodmanRuntime {
     settling: Settling,
     /// Why podman can never start here (absent, not executable), once seen.
     terminal: std::sync::Mutex<Option<String>>,
+    /// The protected targets of writable mounts (docs/design.md#protected-targets).
+    protector: Protector,
 }
 
 impl PodmanRuntime {
@@ -96,6 +99,7 @@ impl PodmanRuntime {
             poisoned: AtomicBool::new(false),
             settling: Settling::default(),
             terminal: std::sync::Mutex::new(None),
+            protector: Protector::new(config.protect),
         }
     }
 
@@ -122,8 +126,14 @@ impl PodmanRuntime {
         egress::egress_dir(&self.home, name)
     }
 
-    /// The tool container's `podman` arguments, in seed 003 section 6's order.
+    /// The tool container's `podman` arguments, in the order of docs/design.md#the-podman-runner.
     pub fn tool_args(&self, spec: &RunSpec, name: &str) -> Vec<OsString> {
+        self.tool_args_with(spec, name, &[])
+    }
+
+    /// `tool_args` with the writable mounts' protected targets bound read-only over them,
+    /// after every grant directory's volume (Podman mounts a parent before what is inside it).
+    pub fn tool_args_with(&self, spec: &RunSpec, name: &str, protected: &[&Path]) -> Vec<OsString> {
         let mut a: Vec<OsString> = vec![
             "run".into(),
             "--rm".into(),
@@ -141,6 +151,9 @@ impl PodmanRuntime {
         ];
         for m in &spec.mounts {
             a.push(volume(&m.path, &m.path, if m.write { "rw" } else { "ro" }));
+        }
+        for p in protected {
+            a.push(volume(p, p, "ro"));
         }
         if spec.egress.is_some() {
             a.push(volume(
@@ -359,11 +372,12 @@ impl PodmanRuntime {
         &self,
         spec: &RunSpec,
         name: &str,
+        protected: &[&Path],
         cleared: &Cleared,
         times: &Deadlines,
     ) -> Result<RunOutput, RunError> {
         let spawned = dies_with_brokerd(&mut Command::new(&self.podman))
-            .args(self.tool_args(spec, name))
+            .args(self.tool_args_with(spec, name, protected))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -572,13 +586,28 @@ impl Steps for PodmanRuntime {
         &self.settling
     }
 
+    fn protector(&self) -> &Protector {
+        &self.protector
+    }
+
     /// The answer leaves once the tool container is gone (`run --rm`); the proxy's `rm -f` and
     /// the egress directory's removal come after it, still within the call.
     fn run_call<'a>(
         &'a self,
         spec: &'a RunSpec,
+        held: &Held<'_>,
         cleared: &Cleared,
     ) -> Result<Ran<EgressGuard<'a>>, RunError> {
+        // Podman's --volume cannot carry a path with ':' or ','.
+        let protected: Vec<&Path> = held.targets().map(|t| t.path.as_path()).collect();
+        if let Some(p) = protected
+            .iter()
+            .find(|p| crate::args::check_grant_path(p).is_err())
+        {
+            let e = Unprotected::Unmountable(p.to_path_buf());
+            tracing::warn!(session = %spec.session, call = %spec.call, status = "refused", "{e}");
+            return Err(RunError::Unprotected(e));
+        }
         // Podman takes its mount sources as paths (seed 003 section 6) and follows links in
         // them, so the grant's directories are checked before the run and again after it: a
         // directory swapped in between makes the call a refusal, and nothing it printed
@@ -594,7 +623,7 @@ impl Steps for PodmanRuntime {
             Some(_) if !cleared.wait(times.decided()) => Err(not_cleared(spec)),
             Some(egress) => match self.start_egress(spec, egress, &name, &times) {
                 Ok(mut guard) => {
-                    let answer = self.run_tool(spec, &name, cleared, &times);
+                    let answer = self.run_tool(spec, &name, &protected, cleared, &times);
                     // A proxy whose `podman run -d` failed after its socket appeared is still
                     // a proxy that did not start: the answer says so, whatever the tool did.
                     let started = guard.confirm_started();
@@ -603,7 +632,7 @@ impl Steps for PodmanRuntime {
                 }
                 Err(e) => Err(e),
             },
-            None => self.run_tool(spec, &name, cleared, &times),
+            None => self.run_tool(spec, &name, &protected, cleared, &times),
         };
         if let Err(e) = check_mounts(&spec.mounts) {
             answer = Err(mount_changed(spec, e));

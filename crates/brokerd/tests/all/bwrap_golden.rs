@@ -49,6 +49,7 @@ fn mount(path: &str, write: bool) -> Mount {
         path: PathBuf::from(path),
         write,
         id: DirId { dev: 0, ino: 0 },
+        protect: false,
     }
 }
 
@@ -165,5 +166,26 @@ fn any_path_survives_as_one_argument() {
         args.iter().filter(|a| *a == odd).count(),
         1,
         "only the destination"
+    );
+}
+
+/// A writable grant directory's protected targets, each bound read-only from the descriptor
+/// the walk opened, numbered after the grant directories' (docs/design.md#protected-targets).
+#[test]
+fn protected_targets_follow_the_mounts() {
+    let rt = runtime();
+    let l = layout();
+    let spec = spec(
+        ToolName::Shell,
+        vec![mount("/srv/notes", true), mount("/srv/ref", false)],
+        None,
+    );
+    let protected = [
+        Path::new("/srv/notes/vendor"),
+        Path::new("/srv/notes/src/gen.rs"),
+    ];
+    assert_golden(
+        "shell-protected.args",
+        &rt.build_argv_with(&spec, NAME, &l, None, &protected),
     );
 }

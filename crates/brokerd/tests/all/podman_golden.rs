@@ -31,6 +31,7 @@ fn mount(path: &str, write: bool) -> Mount {
         path: PathBuf::from(path),
         write,
         id: DirId { dev: 0, ino: 0 },
+        protect: false,
     }
 }
 
@@ -126,4 +127,24 @@ fn names_count_calls_in_this_process() {
         n.parse().expect("a number")
     };
     assert!(n(&b) > n(&a), "{a} then {b}");
+}
+
+/// A writable grant directory's protected targets, each bound read-only over it after every
+/// grant directory's volume (docs/design.md#protected-targets).
+#[test]
+fn protected_targets_follow_the_volumes() {
+    let rt = runtime();
+    let spec = spec(
+        ToolName::Shell,
+        vec![mount("/srv/notes", true), mount("/srv/ref", false)],
+        None,
+    );
+    let protected = [
+        Path::new("/srv/notes/vendor"),
+        Path::new("/srv/notes/src/gen.rs"),
+    ];
+    assert_golden(
+        "shell-protected.args",
+        &rt.tool_args_with(&spec, NAME, &protected),
+    );
 }

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use brokerd::config;
 use brokerd::runner::podman::PodmanRuntime;
 use brokerd::runner::{
-    Cleared, Egress, Failure, Reply, RunError, RunOutput, RunSpec, Runner, Unavailable,
+    Cleared, Egress, Failure, Mount, Reply, RunError, RunOutput, RunSpec, Runner, Unavailable,
 };
 use proto::tools::ToolName;
 
@@ -539,6 +539,7 @@ fn malformed_specs_never_reach_podman() {
         path: "/srv/a:b".into(),
         write: false,
         id: brokerd::runner::DirId { dev: 0, ino: 0 },
+        protect: false,
     }];
     assert_eq!(rt.run(&bad_mount), failed(Failure::CouldNotRun));
     assert!(case.calls().is_empty());
@@ -763,4 +764,45 @@ fn a_late_decision_never_lengthens_the_call() {
         "nothing before the decision"
     );
     assert_eq!(case.egress_dirs(), Vec::<PathBuf>::new());
+}
+
+/// A writable mount's protected targets reach Podman as read-only volumes over it; one that
+/// Podman's --volume cannot carry refuses the call before any podman runs
+/// (docs/design.md#protected-targets).
+#[test]
+fn protected_targets_become_read_only_volumes() {
+    let case = Case::new("protected", "echo ran");
+    let work = tempfile::tempdir().expect("work");
+    let root = std::fs::canonicalize(work.path()).expect("canonical");
+    std::fs::create_dir(root.join("vendor")).expect("vendor");
+    std::fs::write(root.join("gen.rs"), "// @generated\n").expect("gen.rs");
+    let mut spec = case.spec(ToolName::Shell);
+    let mut m = Mount::at(&root, true).expect("mount");
+    m.protect = true;
+    spec.mounts = vec![m];
+    let rt = case.runtime();
+    assert!(rt.run(&spec).is_ok());
+    let run = case
+        .calls()
+        .into_iter()
+        .find(|c| c.starts_with("run -i") || c.starts_with("run --rm"))
+        .expect("run");
+    for target in ["gen.rs", "vendor"] {
+        let p = root.join(target);
+        let want = format!("--volume={}:{}:ro", p.display(), p.display());
+        assert!(run.contains(&want), "{want} not in {run}");
+    }
+
+    let odd = Case::new("protectedodd", "echo ran");
+    std::fs::create_dir(root.join("a:b")).expect("odd");
+    std::fs::create_dir(root.join("a:b/vendor")).expect("odd vendor");
+    let mut spec = odd.spec(ToolName::Shell);
+    let mut m = Mount::at(&root, true).expect("mount");
+    m.protect = true;
+    spec.mounts = vec![m];
+    match odd.runtime().run(&spec) {
+        Err(RunError::Unprotected(e)) => assert!(e.to_string().contains("a:b/vendor"), "{e}"),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    assert!(odd.calls().is_empty(), "{:?}", odd.calls());
 }
