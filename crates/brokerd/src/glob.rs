@@ -7,7 +7,6 @@
 //! directories inside the grant's directories, does not follow a symlink out of them, and stops
 //! at `MAX_ENTRIES` entries: past that, the answer is "cannot tell".
 
-use std::fs;
 use std::path::{Component, Path, PathBuf};
 
 /// The most directory entries one expansion reads.
@@ -192,6 +191,15 @@ fn expand_braces(word: &str, out: &mut Vec<String>, depth: usize) -> Option<()> 
 /// The paths an absolute pattern matches inside `roots` (the grant's directories, resolved).
 /// `None` when the expansion cannot be told within the bounds.
 pub fn expand(pattern: &Path, roots: &[PathBuf]) -> Option<Vec<PathBuf>> {
+    expand_in(&crate::view::Host, pattern, roots)
+}
+
+/// `expand` on `view`'s tree (a session's merged view).
+pub fn expand_in(
+    view: &dyn crate::view::View,
+    pattern: &Path,
+    roots: &[PathBuf],
+) -> Option<Vec<PathBuf>> {
     let mut found = vec![PathBuf::from("/")];
     let mut read = 0;
     let components: Vec<Component> = pattern.components().collect();
@@ -208,22 +216,20 @@ pub fn expand(pattern: &Path, roots: &[PathBuf]) -> Option<Vec<PathBuf>> {
             }
             // Only directories the grant holds are listed; elsewhere the sandbox holds nothing
             // of the owner's.
-            let Ok(real) = fs::canonicalize(dir) else {
+            let Ok(real) = crate::workspace::follow(view, dir) else {
                 continue;
             };
             if !roots.iter().any(|r| real.starts_with(r)) {
                 continue;
             }
-            let Ok(entries) = fs::read_dir(&real) else {
+            let Ok(entries) = view.read_dir(&real) else {
                 continue;
             };
-            for entry in entries {
+            for name in entries {
                 read += 1;
                 if read > MAX_ENTRIES {
                     return None;
                 }
-                let Ok(entry) = entry else { continue };
-                let name = entry.file_name();
                 let Some(name) = name.to_str() else { continue };
                 if matches(part, name)? {
                     next.push(dir.join(name));
@@ -241,6 +247,7 @@ pub fn expand(pattern: &Path, roots: &[PathBuf]) -> Option<Vec<PathBuf>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs;
 
     #[test]
     fn matching() {

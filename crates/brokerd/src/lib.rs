@@ -25,5 +25,6 @@ pub mod runbook;
 pub mod runner;
 pub mod server;
 pub mod tickets;
+pub mod view;
 pub mod visible;
 pub mod workspace;

@@ -15,6 +15,7 @@ use std::path::{Component, Path, PathBuf};
 use proto::tools::ToolName;
 
 use crate::runner::mounts::{self, DirId};
+use crate::view::{Host, View};
 
 /// Longest path accepted (Linux PATH_MAX).
 pub const MAX_PATH_BYTES: usize = 4096;
@@ -203,8 +204,18 @@ impl Workspace {
         &self.roots
     }
 
-    /// Resolves a tool path inside the grant.
+    /// Resolves a tool path inside the grant, on the host's tree.
     pub fn resolve(&self, tool: ToolName, path: &str) -> Result<Resolved, PathRefusal> {
+        self.resolve_in(&Host, tool, path)
+    }
+
+    /// Resolves a tool path inside the grant, on `view`'s tree (a session's merged view).
+    pub fn resolve_in(
+        &self,
+        view: &dyn View,
+        tool: ToolName,
+        path: &str,
+    ) -> Result<Resolved, PathRefusal> {
         let refuse = |why: Why| PathRefusal {
             tool,
             path: path.to_string(),
@@ -228,7 +239,7 @@ impl Workspace {
         } else {
             first.join(path)
         };
-        let real = follow(&joined).map_err(refuse)?;
+        let real = follow(view, &joined).map_err(refuse)?;
         // The most specific root wins: a writable directory inside a read-only one is writable.
         let holder = self
             .roots
@@ -254,7 +265,17 @@ impl Workspace {
 
     /// Like `resolve`, and refuses a path in a read-only directory.
     pub fn resolve_for_write(&self, tool: ToolName, path: &str) -> Result<Resolved, PathRefusal> {
-        let r = self.resolve(tool, path)?;
+        self.resolve_for_write_in(&Host, tool, path)
+    }
+
+    /// Like `resolve_in`, and refuses a path in a read-only directory.
+    pub fn resolve_for_write_in(
+        &self,
+        view: &dyn View,
+        tool: ToolName,
+        path: &str,
+    ) -> Result<Resolved, PathRefusal> {
+        let r = self.resolve_in(view, tool, path)?;
         if !r.writable {
             let root = self
                 .roots
@@ -295,9 +316,9 @@ fn lexical(p: &Path) -> PathBuf {
     out
 }
 
-/// Follows every symlink of an absolute path, component by component. The part that does not
-/// exist yet is appended as written, and may not contain `..`.
-fn follow(path: &Path) -> Result<PathBuf, Why> {
+/// Follows every symlink of an absolute path on `view`'s tree, component by component. The
+/// part that does not exist yet is appended as written, and may not contain `..`.
+pub fn follow(view: &dyn View, path: &Path) -> Result<PathBuf, Why> {
     let mut pending: Vec<OsString> = Vec::new();
     push_front(&mut pending, path);
     let mut out = PathBuf::from("/");
@@ -321,13 +342,13 @@ fn follow(path: &Path) -> Result<PathBuf, Why> {
             out = next;
             continue;
         }
-        match std::fs::symlink_metadata(&next) {
+        match view.lstat(&next) {
             Ok(m) if m.file_type().is_symlink() => {
                 links += 1;
                 if links > MAX_LINKS {
                     return Err(Why::SymlinkLoop);
                 }
-                let target = std::fs::read_link(&next).map_err(|e| io_why(&e))?;
+                let target = view.read_link(&next).map_err(|e| io_why(&e))?;
                 if target.is_absolute() {
                     out = PathBuf::from("/");
                 }

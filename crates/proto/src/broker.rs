@@ -67,6 +67,53 @@ pub enum Request {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         v: Option<u32>,
     },
+    /// What a session's staged grants changed (clients and owners). Without `session`: the
+    /// sessions with changes pending, and no paths.
+    Changes {
+        id: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        v: Option<u32>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        session: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        grant: Option<String>,
+        /// Include each text file's unified diff (bounded).
+        #[serde(default)]
+        diff: bool,
+    },
+    /// Land a session's staged changes in the real directories (owners only). Without
+    /// `paths`, every change of the session (or of `grant`) but protected targets.
+    Commit {
+        id: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        v: Option<u32>,
+        session: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        grant: Option<String>,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        paths: Vec<String>,
+        /// Commit nothing unless every selected path can be committed.
+        #[serde(default)]
+        all_or_nothing: bool,
+    },
+    /// Throw a session's staged changes away (owners only); without `paths`, all of them.
+    Discard {
+        id: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        v: Option<u32>,
+        session: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        grant: Option<String>,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        paths: Vec<String>,
+    },
+    /// An owner approves an `ask` ticket of a grant with `approvals = "owner"` (owners only).
+    Approve {
+        id: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        v: Option<u32>,
+        ticket: String,
+    },
 }
 
 impl Request {
@@ -77,7 +124,11 @@ impl Request {
             | Request::Result { id, .. }
             | Request::Decline { id, .. }
             | Request::EndSession { id, .. }
-            | Request::Status { id, .. } => id,
+            | Request::Status { id, .. }
+            | Request::Changes { id, .. }
+            | Request::Commit { id, .. }
+            | Request::Discard { id, .. }
+            | Request::Approve { id, .. } => id,
         }
     }
 
@@ -88,7 +139,11 @@ impl Request {
             | Request::Result { v, .. }
             | Request::Decline { v, .. }
             | Request::EndSession { v, .. }
-            | Request::Status { v, .. } => *v,
+            | Request::Status { v, .. }
+            | Request::Changes { v, .. }
+            | Request::Commit { v, .. }
+            | Request::Discard { v, .. }
+            | Request::Approve { v, .. } => *v,
         }
     }
 }
@@ -149,6 +204,98 @@ pub enum Body {
     },
     Ended {},
     Status(Status),
+    /// A session's staged changes (`session` null: the sessions with changes pending).
+    Changes {
+        session: Option<String>,
+        changes: Vec<Change>,
+        /// The session's staged bytes (all its layers).
+        bytes: u64,
+        /// `[broker] max_staged_bytes`: past it, the session's writes are refused.
+        max_bytes: u64,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        sessions: Vec<SessionChanges>,
+    },
+    Committed {
+        committed: Vec<String>,
+        #[serde(default)]
+        conflicts: Vec<PathReason>,
+        #[serde(default)]
+        skipped: Vec<PathReason>,
+    },
+    Discarded {
+        discarded: Vec<String>,
+    },
+    Approved {},
+}
+
+/// What happened to one path of a staged layer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChangeKind {
+    Added,
+    Modified,
+    Deleted,
+    /// A file became a directory or a link, or the other way round.
+    TypeChanged,
+    /// Only the permission bits changed.
+    ModeChanged,
+}
+
+impl ChangeKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ChangeKind::Added => "added",
+            ChangeKind::Modified => "modified",
+            ChangeKind::Deleted => "deleted",
+            ChangeKind::TypeChanged => "type_changed",
+            ChangeKind::ModeChanged => "mode_changed",
+        }
+    }
+}
+
+/// One changed path: the real path a commit would write, shown with control characters
+/// escaped.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Change {
+    pub grant: String,
+    pub path: String,
+    pub change: ChangeKind,
+    /// What the path is in the layer: `file`, `dir`, `link`, or `none` (deleted).
+    pub what: String,
+    /// A file's size in the layer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
+    /// A link's target in the layer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
+    /// A protected target (vendored, generated): committed only when named.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub protected: bool,
+    /// The real file changed since the session first staged it: its commit is refused.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub conflict: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub diff: Option<String>,
+}
+
+/// A session with staged changes pending.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionChanges {
+    pub session: String,
+    pub grants: Vec<String>,
+    pub paths: usize,
+    pub bytes: u64,
+}
+
+/// A path and why it was not committed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PathReason {
+    pub path: String,
+    pub reason: String,
 }
 
 /// One tool as a model sees it.
@@ -245,6 +392,10 @@ impl Answer {
             Body::ResultPage { .. } => "result_page",
             Body::Ended {} => "ended",
             Body::Status(_) => "status",
+            Body::Changes { .. } => "changes",
+            Body::Committed { .. } => "committed",
+            Body::Discarded { .. } => "discarded",
+            Body::Approved {} => "approved",
         }
     }
 }
