@@ -24,6 +24,7 @@ pub mod refusals;
 pub mod runbook;
 pub mod runner;
 pub mod server;
+pub mod stage;
 pub mod tickets;
 pub mod view;
 pub mod visible;

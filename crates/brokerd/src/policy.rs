@@ -411,6 +411,8 @@ impl Policy {
                     && writable
                     && g.grant.protect == Protect::Mount
                     && g.grant.writes == Writes::Direct,
+                // The session's layer, which the broker knows.
+                stage: None,
             })
             .collect::<Vec<_>>();
         let writes = mounts.iter().any(|m| m.write);

@@ -187,6 +187,7 @@ pub fn writable_grant_dirs(policy: &Policy) -> Vec<Mount> {
                     write: true,
                     id: r.id,
                     protect: false,
+                    stage: None,
                 });
             }
         }

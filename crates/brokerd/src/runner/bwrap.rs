@@ -26,6 +26,7 @@ use super::egress::{self, make_private_dir, EGRESS_MOUNT, EGRESS_SOCKET};
 use super::limits::ResourceLimits;
 use super::mounts::{self, open_mounts};
 use super::output::{verdict, Capture, Event, Streams, Verdict, DRAIN_GRACE, STDERR_KEEP};
+use super::overlay::Overlays;
 use super::pidfd::{Pidfd, Stopped, KILL_CONFIRM};
 use super::protected::{Held, Protector};
 use super::spawn::{self, Io, PreExec, Spawn};
@@ -147,6 +148,8 @@ enum Trouble {
     Poisoned,
     #[error("an earlier call's egress proxy was not confirmed stopped in time")]
     EarlierCleanUp,
+    #[error("the session's staged layer could not be mounted")]
+    Staged,
 }
 
 /// Runs calls in bubblewrap sandboxes.
@@ -434,12 +437,16 @@ impl BwrapRuntime {
             Trouble::Terminal(t) => format!("{trouble}: {t}"),
             _ => trouble.to_string(),
         };
+        let pointer = match trouble {
+            Trouble::Staged => crate::runbook::STAGED_LAYER,
+            _ => RUNBOOK,
+        };
         tracing::error!(
             session = %spec.session,
             call = %spec.call,
             tool = %spec.tool,
             status = "unavailable",
-            "{what}: {}; see {RUNBOOK}",
+            "{what}: {}; see {pointer}",
             redact(detail.trim_end()),
         );
         RunError::Unavailable(Unavailable::RunnerUnavailable)
@@ -577,6 +584,7 @@ impl BwrapRuntime {
         }
         // After the cgroup hook, which may use the descriptor number the filter goes to; the
         // mount descriptors last, moved to the numbers the argument list names.
+        let passed_fds = mount_fds.len();
         let passed = seccomp::pass_to(&mut cmd)
             .map_err(|e| format!("seccomp filter: {e}"))
             .and_then(|filter| match mounts::pass_to(&mut cmd, mount_fds) {
@@ -591,8 +599,27 @@ impl BwrapRuntime {
                 return Err(self.unavailable(spec, Trouble::Spawn, &detail));
             }
         };
+        // A staged grant directory: the session's layer over it, mounted in the child last
+        // (docs/design.md#staged-writes-and-owners). Held until bwrap has started.
+        let overlays = match Overlays::of(&spec.mounts, passed_fds) {
+            Ok(o) => o,
+            Err(e) => {
+                drop_placement(placement, &self.poisoned);
+                return Err(self.unavailable(spec, Trouble::Staged, &e.to_string()));
+            }
+        };
+        if let Some(o) = &overlays {
+            o.hook(&mut cmd);
+        }
         let child = match cmd.spawn() {
             Ok(c) => c,
+            // With a layer to mount, a failure is the overlay's more likely than bwrap's: never
+            // remembered, and never a fall back to the real directory.
+            Err(e) if overlays.is_some() => {
+                drop_placement(placement, &self.poisoned);
+                let detail = format!("mounting the staged layer, or starting bwrap: {e}");
+                return Err(self.unavailable(spec, Trouble::Staged, &detail));
+            }
             Err(e) => {
                 let detail = format!("{}: {e}", self.bwrap.display());
                 let terminal = match (e.kind(), e.raw_os_error()) {

@@ -20,6 +20,7 @@ pub mod egress;
 pub mod limits;
 pub mod mounts;
 pub mod output;
+pub mod overlay;
 pub mod pidfd;
 pub mod podman;
 pub mod protected;
@@ -59,6 +60,17 @@ pub struct Mount {
     pub id: DirId,
     /// Writable: its protected targets are bound read-only over it (`protected`).
     pub protect: bool,
+    /// A staged grant directory: the session's layer over it (`overlay`, and Podman's `:O`).
+    pub stage: Option<StageMount>,
+}
+
+/// Where a session's layer of a staged grant directory is (docs/design.md#staged-writes-and-owners).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StageMount {
+    pub upper: PathBuf,
+    pub work: PathBuf,
+    /// Where the bwrap backend mounts the merged view before binding it.
+    pub merged: PathBuf,
 }
 
 impl Mount {
@@ -73,6 +85,7 @@ impl Mount {
             write,
             id,
             protect: false,
+            stage: None,
         })
     }
 }

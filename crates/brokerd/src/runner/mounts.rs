@@ -304,6 +304,7 @@ mod tests {
             write: false,
             id: DirId { dev: 0, ino: 0 },
             protect: false,
+            stage: None,
         };
         let mounts = [
             m("/srv/p/ro"),

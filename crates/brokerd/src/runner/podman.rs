@@ -150,7 +150,13 @@ impl PodmanRuntime {
             "--tmpfs=/tmp:rw,size=64m,mode=1777".into(),
         ];
         for m in &spec.mounts {
-            a.push(volume(&m.path, &m.path, if m.write { "rw" } else { "ro" }));
+            match &m.stage {
+                // The session's layer over a staged grant directory. Podman's overlay volume
+                // is writable even for a read-only call: what such a call writes lands in the
+                // layer too, where the owner sees it (docs/design.md#the-podman-runner).
+                Some(s) => a.push(overlay_volume(&m.path, s)),
+                None => a.push(volume(&m.path, &m.path, if m.write { "rw" } else { "ro" })),
+            }
         }
         for p in protected {
             a.push(volume(p, p, "ro"));
@@ -773,6 +779,16 @@ fn kill_group(child: &mut Child) {
 }
 
 /// `--volume=<host>:<inside>:<mode>`, built from bytes so any path survives.
+/// `--volume=<dir>:<dir>:O,upperdir=<upper>,workdir=<work>`: Podman's overlay volume with the
+/// session's layer as its upper directory.
+fn overlay_volume(dir: &Path, stage: &super::StageMount) -> OsString {
+    let mut v = volume(dir, dir, "O,upperdir=");
+    v.push(&stage.upper);
+    v.push(",workdir=");
+    v.push(&stage.work);
+    v
+}
+
 fn volume(host: &Path, inside: &Path, mode: &str) -> OsString {
     let mut v = OsString::from("--volume=");
     v.push(host);

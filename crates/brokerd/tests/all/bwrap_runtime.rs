@@ -328,6 +328,7 @@ fn exit_code_table() {
                     write: false,
                     id: DirId { dev: 1, ino: 1 },
                     protect: false,
+                    stage: None,
                 }],
             ),
             Err(RunError::MountChanged(MountChanged {
@@ -868,4 +869,70 @@ fn snapshot(dir: &Path) -> Vec<(String, String)> {
     }
     out.sort();
     out
+}
+
+/// A staged grant directory: the session's layer over the real one, mounted in the sandbox's
+/// own namespaces. Whatever the command does lands in the layer and the real directory keeps
+/// what it had; a read-only call sees the layer and cannot write
+/// (docs/design.md#staged-writes-and-owners).
+#[test]
+fn a_staged_directory_writes_only_its_layer() {
+    if !bwrap_works() {
+        return;
+    }
+    let w = world();
+    let rt = runtime(&w, "");
+    let layer = w.home.join("layer");
+    let stage = brokerd::runner::StageMount {
+        upper: layer.join("upper"),
+        work: layer.join("work"),
+        merged: layer.join("merged"),
+    };
+    for d in [&stage.upper, &stage.work, &stage.merged] {
+        std::fs::create_dir_all(d).expect("layer dir");
+    }
+    std::fs::write(w.work.join("old.txt"), "old\n").expect("old");
+    let before = snapshot(&w.work);
+    let mut mounts = rw(&w.work);
+    mounts[0].stage = Some(stage.clone());
+    let out = content(rt.run(&shell(
+        &format!(
+            "cd {} && rm -rf * && echo new > new.txt && mkdir d && echo x > d/x && ls && echo done",
+            w.work.display()
+        ),
+        mounts.clone(),
+    )));
+    assert_eq!(out, "d\nnew.txt\ndone\n\n[exit 0]", "{out}");
+    assert_eq!(snapshot(&w.work), before, "the real directory changed");
+    assert_eq!(
+        std::fs::read_to_string(stage.upper.join("new.txt")).expect("staged"),
+        "new\n"
+    );
+    // The next call of the session sees the layer; a read-only one cannot write it.
+    let mut ro_mounts = ro(&w.work);
+    ro_mounts[0].stage = Some(stage.clone());
+    let out = content(rt.run(&shell(
+        &format!(
+            "cd {} && cat new.txt && ls && echo y > y.txt; echo rc=$?",
+            w.work.display()
+        ),
+        ro_mounts,
+    )));
+    assert!(out.starts_with("new\nd\nnew.txt\n"), "{out}");
+    assert!(
+        out.contains("Read-only file system") && out.contains("rc=1"),
+        "{out}"
+    );
+    assert!(!stage.upper.join("y.txt").exists());
+    // A layer that cannot be mounted is unavailable, never the real directory.
+    let mut broken = rw(&w.work);
+    broken[0].stage = Some(brokerd::runner::StageMount {
+        upper: layer.join("missing"),
+        ..stage
+    });
+    assert_eq!(
+        rt.run(&shell("echo hi > x.txt", broken)),
+        Err(RunError::Unavailable(Unavailable::RunnerUnavailable))
+    );
+    assert!(!w.work.join("x.txt").exists());
 }

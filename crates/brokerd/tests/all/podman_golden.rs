@@ -32,6 +32,7 @@ fn mount(path: &str, write: bool) -> Mount {
         write,
         id: DirId { dev: 0, ino: 0 },
         protect: false,
+        stage: None,
     }
 }
 

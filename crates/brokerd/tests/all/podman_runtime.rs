@@ -540,6 +540,7 @@ fn malformed_specs_never_reach_podman() {
         write: false,
         id: brokerd::runner::DirId { dev: 0, ino: 0 },
         protect: false,
+        stage: None,
     }];
     assert_eq!(rt.run(&bad_mount), failed(Failure::CouldNotRun));
     assert!(case.calls().is_empty());

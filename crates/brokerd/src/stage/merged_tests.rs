@@ -1,0 +1,192 @@
+use super::*;
+use std::collections::BTreeMap;
+use std::fs;
+use std::os::unix::fs::symlink;
+use std::process::Command;
+
+/// The merged tree as the view shows it: every path below `real`, with its type and a link's
+/// target or a file's content.
+fn listing(view: &Merged, real: &Path) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![real.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for name in view.read_dir(&d).expect("read_dir") {
+            let p = d.join(&name);
+            let rel = p.strip_prefix(real).expect("inside").display().to_string();
+            let m = view.lstat(&p).expect("lstat");
+            let what = if m.file_type().is_symlink() {
+                format!("l {}", view.read_link(&p).expect("link").display())
+            } else if m.is_dir() {
+                stack.push(p.clone());
+                "d".to_string()
+            } else {
+                let mut s = String::new();
+                io::Read::read_to_string(&mut view.open(&p).expect("open"), &mut s).expect("read");
+                format!("f {s}")
+            };
+            out.insert(rel, what);
+        }
+    }
+    out
+}
+
+/// The same listing of a directory on disk (a mounted overlay).
+fn listing_of_script(out: &str) -> BTreeMap<String, String> {
+    out.lines()
+        .filter_map(|l| l.split_once('\t'))
+        .map(|(p, w)| (p.to_string(), w.to_string()))
+        .collect()
+}
+
+fn lower(root: &Path) {
+    for d in ["keep", "gone", "opaque/sub", "fileToDir", "deep/a/b"] {
+        fs::create_dir_all(root.join(d)).expect("mkdir");
+    }
+    for (f, c) in [
+        ("a.txt", "a"),
+        ("b.txt", "b"),
+        ("keep/k", "k"),
+        ("gone/g", "g"),
+        ("opaque/o", "o"),
+        ("opaque/sub/s", "s"),
+        ("dirToFile", "x"),
+        ("deep/a/b/c", "c"),
+    ] {
+        fs::write(root.join(f), c).expect("write");
+    }
+    symlink("a.txt", root.join("link")).expect("symlink");
+}
+
+/// What a session's commands do, in the layer's terms.
+const SCRIPT: &str = "cd \"$1\" && echo A > a.txt && rm b.txt && rm -rf gone && \
+    rm -rf opaque && mkdir -p opaque/new && echo n > opaque/new/n && \
+    rm -rf fileToDir && echo F > fileToDir && rm dirToFile && mkdir dirToFile && \
+    echo D > dirToFile/d && ln -sf /etc/passwd link && echo c > new.txt && \
+    mkdir -p added/x && echo y > added/x/y && rm deep/a/b/c";
+
+/// A real overlayfs mount (in a user and mount namespace of the test's own) and the view
+/// agree on every path after the same changes; skipped where the kernel gives no such mount.
+#[test]
+fn the_view_is_what_overlayfs_shows() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let base = fs::canonicalize(tmp.path()).expect("canonical");
+    let (real, upper, work, merged) = (
+        base.join("real"),
+        base.join("upper"),
+        base.join("work"),
+        base.join("merged"),
+    );
+    for d in [&real, &upper, &work, &merged] {
+        fs::create_dir_all(d).expect("mkdir");
+    }
+    lower(&real);
+    let list = "cd \"$1\" && find . -mindepth 1 | sort | while read -r p; do \
+        p=${p#./}; if [ -L \"$p\" ]; then printf '%s\\tl %s\\n' \"$p\" \"$(readlink \"$p\")\"; \
+        elif [ -d \"$p\" ]; then printf '%s\\td\\n' \"$p\"; \
+        else printf '%s\\tf %s\\n' \"$p\" \"$(cat \"$p\")\"; fi; done";
+    let script = format!(
+        "mount -t overlay overlay -o lowerdir={},upperdir={},workdir={},userxattr {} || exit 77; \
+         sh -c '{SCRIPT}' sh {} && sh -c '{list}' sh {}",
+        real.display(),
+        upper.display(),
+        work.display(),
+        merged.display(),
+        merged.display(),
+        merged.display()
+    );
+    let out = Command::new("unshare")
+        .args(["-Urm", "sh", "-c", &script])
+        .output();
+    let out = match out {
+        Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).into_owned(),
+        Ok(o) => {
+            assert!(
+                std::env::var_os("CI").is_none() || o.status.code() != Some(77),
+                "CI must mount an overlay: {o:?}"
+            );
+            eprintln!("SKIPPED: no overlay mount in a user namespace here: {o:?}");
+            return;
+        }
+        Err(e) => {
+            eprintln!("SKIPPED: unshare cannot be run: {e}");
+            return;
+        }
+    };
+    let want = listing_of_script(&out);
+    assert!(
+        want.contains_key("opaque/new/n") && !want.contains_key("b.txt"),
+        "{want:?}"
+    );
+    let view = Merged::new(vec![(real.clone(), upper.clone())]);
+    assert_eq!(listing(&view, &real), want);
+    // Nothing of the real directory changed.
+    assert_eq!(fs::read_to_string(real.join("b.txt")).expect("b"), "b");
+}
+
+/// A session with no layer yet sees the real directory; paths outside staged directories are
+/// the host's.
+#[test]
+fn no_layer_is_the_real_tree() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let base = fs::canonicalize(tmp.path()).expect("canonical");
+    let real = base.join("real");
+    fs::create_dir_all(&real).expect("mkdir");
+    lower(&real);
+    let view = Merged::new(vec![(real.clone(), base.join("no-upper-yet"))]);
+    assert_eq!(
+        view.place(&real.join("a.txt")),
+        Place::Real(real.join("a.txt"))
+    );
+    assert_eq!(view.place(&base), Place::Real(base.clone()));
+    let host = Merged::new(vec![]);
+    assert_eq!(listing(&view, &real), listing(&host, &real));
+    assert_eq!(listing(&view, &real).len(), 17);
+}
+
+/// Whiteouts and opaque directories made by hand, as Podman's layer has them.
+#[test]
+fn whiteouts_and_opaque_directories_hide_the_real_tree() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let base = fs::canonicalize(tmp.path()).expect("canonical");
+    let (real, upper) = (base.join("real"), base.join("upper"));
+    fs::create_dir_all(&real).expect("mkdir");
+    fs::create_dir_all(upper.join("opaque")).expect("mkdir");
+    lower(&real);
+    // An unprivileged whiteout (Linux 5.8); an older `.wh.` one.
+    nix::sys::stat::mknod(
+        &upper.join("b.txt"),
+        nix::sys::stat::SFlag::S_IFCHR,
+        nix::sys::stat::Mode::empty(),
+        0,
+    )
+    .expect("whiteout");
+    fs::write(upper.join(".wh.a.txt"), "").expect("old whiteout");
+    fs::write(upper.join("opaque").join(OPAQUE_MARKER), "").expect("opaque marker");
+    let view = Merged::new(vec![(real.clone(), upper.clone())]);
+    assert_eq!(view.place(&real.join("b.txt")), Place::Gone);
+    assert_eq!(view.place(&real.join("a.txt")), Place::Gone);
+    assert_eq!(view.place(&real.join("opaque/o")), Place::Gone);
+    assert_eq!(
+        view.read_dir(&real.join("opaque")).expect("dir"),
+        Vec::<OsString>::new()
+    );
+    let mut top: Vec<String> = view
+        .read_dir(&real)
+        .expect("dir")
+        .into_iter()
+        .map(|n| n.to_string_lossy().into_owned())
+        .collect();
+    top.sort();
+    assert_eq!(
+        top,
+        [
+            "deep",
+            "dirToFile",
+            "fileToDir",
+            "gone",
+            "keep",
+            "link",
+            "opaque"
+        ]
+    );
+}
