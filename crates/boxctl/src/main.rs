@@ -1,4 +1,4 @@
-//! `boxctl`: the operator's CLI (DESIGN.md "Command lines"). The protocol commands go
+//! `boxctl`: the operator's CLI (docs/design.md#command-lines). The protocol commands go
 //! through the `client` library; `doctor`, `ps`, `gc` and `audit verify` need brokerd's config
 //! and runners, so boxctl runs `brokerd` with the same command (the `brokerd` next to boxctl's
 //! own executable, else the one on PATH), whose exit code is boxctl's.
@@ -7,6 +7,8 @@
 //!
 //! Exit codes of the protocol commands: 0 for `result` (and every other success), 1 for
 //! `refused`, `stopped` or `ask`, 2 for `failed` or `unavailable`, 3 for `error` or bad usage.
+//! A `commit` that left a selected path out (a conflict, or a protected target not named) is
+//! not a success: 1, so that a script sees that the real tree is not what the session wrote.
 
 use std::ffi::OsString;
 use std::io::Write;
@@ -15,10 +17,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
 use clap::{CommandFactory, Parser, Subcommand};
-use client::{Body, Client, Request, DEFAULT_SOCKET};
+use client::{Body, Client, ClientError, Request, DEFAULT_SOCKET};
 use proto::ident::Ident;
+use proto::visible::Shown;
 
 mod mcp;
+mod staged;
 
 /// Bad usage: exit 3, like a protocol error.
 const EXIT_USAGE: u8 = 3;
@@ -26,7 +30,8 @@ const EXIT_USAGE: u8 = 3;
 /// The boxmaker operator's CLI: talks to brokerd over its socket
 ///
 /// Exit codes: 0 for result (and every other success), 1 for refused, stopped or ask, 2 for
-/// failed or unavailable, 3 for error or bad usage.
+/// failed or unavailable, 3 for error or bad usage. commit exits 1 when a path it selected was
+/// a conflict or skipped.
 #[derive(Debug, Parser)]
 #[command(name = "boxctl", version)]
 struct Cli {
@@ -85,6 +90,60 @@ enum Cmd {
     },
     /// brokerd's version, backend, preflights, poisoning and audit head.
     Status,
+    /// A session's staged changes; without --session, the sessions with changes pending.
+    Changes {
+        /// The session whose changes to show.
+        #[arg(long, value_name = "S", value_parser = ident)]
+        session: Option<String>,
+        /// Only this grant's changes.
+        #[arg(long, value_name = "G", value_parser = ident)]
+        grant: Option<String>,
+        /// Include each text file's diff (bounded by brokerd).
+        #[arg(long)]
+        diff: bool,
+        /// For a person: a line per path (kind, path, size), then the diffs, with control
+        /// characters shown as escapes; not the answer line.
+        #[arg(long)]
+        text: bool,
+    },
+    /// The sessions with staged changes pending.
+    Sessions {
+        /// For a person: a line per session, not the answer line.
+        #[arg(long)]
+        text: bool,
+    },
+    /// Land a session's staged changes in the real directories (owners only); exit 1 when a
+    /// selected path was a conflict or skipped.
+    Commit {
+        /// The session whose changes to commit.
+        #[arg(long, value_name = "S", value_parser = ident)]
+        session: String,
+        /// Only this grant's changes.
+        #[arg(long, value_name = "G", value_parser = ident)]
+        grant: Option<String>,
+        /// Commit nothing unless every selected path can be committed.
+        #[arg(long)]
+        all_or_nothing: bool,
+        /// Only these paths, as changes shows them; a protected target is committed only when
+        /// named [default: every change but protected targets].
+        #[arg(value_name = "PATH")]
+        paths: Vec<String>,
+    },
+    /// Throw a session's staged changes away (owners only).
+    Discard {
+        /// The session whose changes to discard.
+        #[arg(long, value_name = "S", value_parser = ident)]
+        session: String,
+        /// Only this grant's changes.
+        #[arg(long, value_name = "G", value_parser = ident)]
+        grant: Option<String>,
+        /// Only these paths, as changes shows them [default: every change].
+        #[arg(value_name = "PATH")]
+        paths: Vec<String>,
+    },
+    /// Approve an ask ticket of a grant with approvals = "owner" (owners only); the client
+    /// that was asked then runs the call with it.
+    Approve { ticket: String },
     /// Serve a grant's tools to an MCP client (Claude Code, Codex, ...) on standard input and
     /// output; an ask goes to the human through the client's elicitation.
     Mcp {
@@ -138,6 +197,8 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: Cli) -> Result<u8, String> {
+    // Whether the answer is rendered for a person instead of printed as its line.
+    let mut text = false;
     let req = match cli.command {
         Cmd::Call {
             session,
@@ -180,6 +241,60 @@ fn run(cli: Cli) -> Result<u8, String> {
         Cmd::Status => Request::Status {
             id: "1".into(),
             v: None,
+        },
+        Cmd::Changes {
+            session,
+            grant,
+            diff,
+            text: as_text,
+        } => {
+            text = as_text;
+            Request::Changes {
+                id: "1".into(),
+                v: None,
+                session,
+                grant,
+                diff,
+            }
+        }
+        Cmd::Sessions { text: as_text } => {
+            text = as_text;
+            Request::Changes {
+                id: "1".into(),
+                v: None,
+                session: None,
+                grant: None,
+                diff: false,
+            }
+        }
+        Cmd::Commit {
+            session,
+            grant,
+            all_or_nothing,
+            paths,
+        } => Request::Commit {
+            id: "1".into(),
+            v: None,
+            session,
+            grant,
+            paths,
+            all_or_nothing,
+        },
+        Cmd::Discard {
+            session,
+            grant,
+            paths,
+        } => Request::Discard {
+            id: "1".into(),
+            v: None,
+            session,
+            grant,
+            paths,
+        },
+        Cmd::Approve { ticket } => Request::Approve {
+            id: "1".into(),
+            v: None,
+            ticket,
         },
         Cmd::Mcp { grant, session } => {
             return mcp::run(mcp::Options {
@@ -228,7 +343,39 @@ fn run(cli: Cli) -> Result<u8, String> {
     let socket = cli.socket.unwrap_or_else(|| PathBuf::from(DEFAULT_SOCKET));
     let mut client = Client::connect(&socket).map_err(|e| e.to_string())?;
     let answer = client.request(&req).map_err(|e| e.to_string())?;
-    println!("{}", answer.to_line().trim_end());
+    match (text, &answer.body) {
+        (true, Body::Error { message }) => {
+            let e = ClientError::Broker(Shown(message).to_string());
+            eprintln!("boxctl: {e}");
+        }
+        (
+            true,
+            Body::Changes {
+                session: None,
+                sessions,
+                ..
+            },
+        ) => print!("{}", staged::SessionList(sessions)),
+        (
+            true,
+            Body::Changes {
+                session: Some(session),
+                changes,
+                bytes,
+                max_bytes,
+                ..
+            },
+        ) => print!(
+            "{}",
+            staged::Report {
+                session,
+                changes,
+                bytes: *bytes,
+                max_bytes: *max_bytes,
+            }
+        ),
+        _ => println!("{}", answer.to_line().trim_end()),
+    }
     Ok(exit_code(&answer.body))
 }
 
@@ -265,11 +412,14 @@ fn brokerd_path() -> PathBuf {
         .unwrap_or_else(|| Path::new("brokerd").to_path_buf())
 }
 
-/// DESIGN.md: 0 for result, 1 for refused, stopped or ask, 2 for failed or unavailable, 3 for
-/// error.
+/// docs/design.md#protocol: 0 for result, 1 for refused, stopped or ask, 2 for failed or
+/// unavailable, 3 for error; and 1 for a commit that left a selected path out.
 fn exit_code(body: &Body) -> u8 {
     match body {
         Body::Refused { .. } | Body::Stopped { .. } | Body::Ask { .. } => 1,
+        Body::Committed {
+            conflicts, skipped, ..
+        } if !conflicts.is_empty() || !skipped.is_empty() => 1,
         Body::Failed { .. } | Body::Unavailable { .. } => 2,
         Body::Error { .. } => 3,
         _ => 0,
@@ -278,6 +428,24 @@ fn exit_code(body: &Body) -> u8 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A commit answer that landed `/srv/notes/b` and left out the conflicts and skipped paths.
+    fn committed(conflicts: &[&str], skipped: &[&str]) -> Body {
+        let left = |paths: &[&str]| {
+            paths
+                .iter()
+                .map(|p| client::PathReason {
+                    path: p.to_string(),
+                    reason: "r".into(),
+                })
+                .collect()
+        };
+        Body::Committed {
+            committed: vec!["/srv/notes/b".into()],
+            conflicts: left(conflicts),
+            skipped: left(skipped),
+        }
+    }
 
     #[test]
     fn exit_codes_follow_design() {
@@ -305,6 +473,26 @@ mod tests {
             (Body::Error { message: "".into() }, 3),
             (Body::Declined {}, 0),
             (Body::Ended {}, 0),
+            (
+                Body::Changes {
+                    session: None,
+                    changes: vec![],
+                    bytes: 0,
+                    max_bytes: 1,
+                    sessions: vec![],
+                },
+                0,
+            ),
+            (committed(&[], &[]), 0),
+            (committed(&["/srv/notes/a"], &[]), 1),
+            (committed(&[], &["/srv/notes/Cargo.lock"]), 1),
+            (
+                Body::Discarded {
+                    discarded: vec!["/srv/notes/a".into()],
+                },
+                0,
+            ),
+            (Body::Approved {}, 0),
         ];
         for (body, code) in cases {
             assert_eq!(exit_code(&body), code, "{body:?}");
@@ -374,8 +562,199 @@ mod tests {
             &["audit", "verify", "f"],
             &["completions", "bash"],
             &["man"],
+            &["changes"],
+            &["changes", "--text"],
+            &[
+                "changes",
+                "--session",
+                "s1",
+                "--grant",
+                "g",
+                "--diff",
+                "--text",
+            ],
+            &["sessions"],
+            &["sessions", "--text"],
+            &["commit", "--session", "s1"],
+            &["discard", "--session", "s1", "--grant", "g"],
+            &["approve", "t"],
         ] {
             assert!(parse(ok).is_ok(), "{ok:?}");
+        }
+    }
+
+    #[test]
+    fn staged_commands_make_the_protocol_requests() {
+        let commit = parse(&[
+            "commit",
+            "--session",
+            "s1",
+            "--grant",
+            "notes",
+            "--all-or-nothing",
+            "/srv/notes/a b",
+            "/srv/notes/c",
+        ])
+        .expect("commit");
+        match commit.command {
+            Cmd::Commit {
+                session,
+                grant,
+                all_or_nothing,
+                paths,
+            } => assert_eq!(
+                (session, grant, all_or_nothing, paths),
+                (
+                    "s1".into(),
+                    Some("notes".into()),
+                    true,
+                    vec!["/srv/notes/a b".to_string(), "/srv/notes/c".into()]
+                )
+            ),
+            other => panic!("{other:?}"),
+        }
+        let discard = parse(&["discard", "--session", "s1"]).expect("discard");
+        match discard.command {
+            Cmd::Discard {
+                session,
+                grant,
+                paths,
+            } => assert_eq!((session, grant, paths), ("s1".into(), None, vec![])),
+            other => panic!("{other:?}"),
+        }
+        let changes = parse(&["changes", "--diff"]).expect("changes");
+        assert!(matches!(
+            changes.command,
+            Cmd::Changes {
+                session: None,
+                grant: None,
+                diff: true,
+                text: false
+            }
+        ));
+    }
+
+    /// boxctl against a brokerd stand-in on a socket of its own: the request each staged
+    /// command sends and the code it exits with.
+    #[test]
+    fn staged_commands_exit_by_their_answers() {
+        let committed =
+            r#"{"id":"1","kind":"committed","committed":["/a"],"conflicts":[],"skipped":[]}"#;
+        let conflict = r#"{"id":"1","kind":"committed","committed":[],"conflicts":[{"path":"/a","reason":"changed"}],"skipped":[]}"#;
+        let skipped = r#"{"id":"1","kind":"committed","committed":["/a"],"conflicts":[],"skipped":[{"path":"/b","reason":"protected: name it to commit it"}]}"#;
+        let not_owner = r#"{"id":"1","kind":"error","message":"not an owner of this brokerd"}"#;
+        let sessions = r#"{"id":"1","kind":"changes","session":null,"changes":[],"bytes":0,"max_bytes":9,"sessions":[{"session":"s1","grants":["g"],"paths":1,"bytes":3}]}"#;
+        let changes = r#"{"id":"1","kind":"changes","session":"s1","changes":[{"grant":"g","path":"/a","change":"added","what":"file","size":3,"diff":"+abc\u001b"}],"bytes":3,"max_bytes":9}"#;
+        // (command line, answer, the request sent, exit code)
+        let cases: [(&[&str], &str, &str, u8); 10] = [
+            (
+                &["commit", "--session", "s1"],
+                committed,
+                r#"{"op":"commit","id":"1","session":"s1","all_or_nothing":false}"#,
+                0,
+            ),
+            (
+                &["commit", "--session", "s1", "--all-or-nothing", "/a"],
+                conflict,
+                r#"{"op":"commit","id":"1","session":"s1","paths":["/a"],"all_or_nothing":true}"#,
+                1,
+            ),
+            (
+                &["commit", "--session", "s1", "--grant", "g"],
+                skipped,
+                r#"{"op":"commit","id":"1","session":"s1","grant":"g","all_or_nothing":false}"#,
+                1,
+            ),
+            (
+                &["commit", "--session", "s1"],
+                not_owner,
+                r#"{"op":"commit","id":"1","session":"s1","all_or_nothing":false}"#,
+                3,
+            ),
+            (
+                &["discard", "--session", "s1", "/a"],
+                r#"{"id":"1","kind":"discarded","discarded":["/a"]}"#,
+                r#"{"op":"discard","id":"1","session":"s1","paths":["/a"]}"#,
+                0,
+            ),
+            (
+                &["approve", "t"],
+                r#"{"id":"1","kind":"approved"}"#,
+                r#"{"op":"approve","id":"1","ticket":"t"}"#,
+                0,
+            ),
+            (
+                &["approve", "t"],
+                not_owner,
+                r#"{"op":"approve","id":"1","ticket":"t"}"#,
+                3,
+            ),
+            (
+                &["sessions", "--text"],
+                sessions,
+                r#"{"op":"changes","id":"1","diff":false}"#,
+                0,
+            ),
+            (
+                &["changes", "--session", "s1", "--diff", "--text"],
+                changes,
+                r#"{"op":"changes","id":"1","session":"s1","diff":true}"#,
+                0,
+            ),
+            (
+                &["changes", "--session", "s1", "--text"],
+                not_owner,
+                r#"{"op":"changes","id":"1","session":"s1","diff":false}"#,
+                3,
+            ),
+        ];
+        for (n, (args, answer, want, code)) in cases.into_iter().enumerate() {
+            let socket =
+                std::env::temp_dir().join(format!("boxctl-test-{}-{n}.sock", std::process::id()));
+            let _ = std::fs::remove_file(&socket);
+            let listener = std::os::unix::net::UnixListener::bind(&socket).expect("bind");
+            let answer = answer.to_string();
+            let server = std::thread::spawn(move || {
+                let (stream, _) = listener.accept().expect("accept");
+                let mut line = String::new();
+                std::io::BufRead::read_line(&mut std::io::BufReader::new(&stream), &mut line)
+                    .expect("request");
+                (&stream)
+                    .write_all(format!("{answer}\n").as_bytes())
+                    .expect("answer");
+                line
+            });
+            let mut line: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+            line.extend(["--socket".to_string(), socket.display().to_string()]);
+            let cli = Cli::try_parse_from(std::iter::once("boxctl".to_string()).chain(line))
+                .expect("command line");
+            assert_eq!(run(cli), Ok(code), "{args:?}");
+            assert_eq!(server.join().expect("server").trim_end(), want, "{args:?}");
+            let _ = std::fs::remove_file(&socket);
+        }
+    }
+
+    /// The man page and the completions are clap's, and name the staged commands.
+    #[test]
+    fn man_page_and_completions_render() {
+        let mut man = Vec::new();
+        clap_mangen::Man::new(Cli::command())
+            .render(&mut man)
+            .expect("man");
+        let man = String::from_utf8(man).expect("utf-8");
+        for shell in [
+            clap_complete::Shell::Bash,
+            clap_complete::Shell::Zsh,
+            clap_complete::Shell::Fish,
+        ] {
+            let mut out = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "boxctl", &mut out);
+            let out = String::from_utf8(out).expect("utf-8");
+            for cmd in ["changes", "sessions", "commit", "discard", "approve"] {
+                assert!(man.contains(cmd), "man: {cmd}");
+                assert!(out.contains(cmd), "{shell}: {cmd}");
+            }
+            assert!(out.contains("all-or-nothing"), "{shell}");
         }
     }
 
@@ -405,6 +784,15 @@ mod tests {
             &["audit", "check", "f"],
             &["--socket"],
             &["completions", "nosuchshell"],
+            &["changes", "s1"],
+            &["changes", "--session", "../s"],
+            &["sessions", "--session", "s1"],
+            &["commit"],
+            &["commit", "/srv/notes/a"],
+            &["commit", "--session", "s1", "--grant", ""],
+            &["discard", "--grant", "g"],
+            &["approve"],
+            &["approve", "t1", "t2"],
         ] {
             let e = parse(bad).expect_err(&format!("{bad:?}"));
             assert!(e.use_stderr(), "{bad:?}: {e}");

@@ -455,6 +455,12 @@ mod tests {
             r#"{"op":"result","id":"4","result_id":"r7"}"#,
             r#"{"op":"end_session","id":"5","session":"s1"}"#,
             r#"{"op":"status","id":"6"}"#,
+            r#"{"op":"changes","id":"7","session":"s1","grant":"notes","diff":true}"#,
+            r#"{"op":"changes","id":"7"}"#,
+            r#"{"op":"commit","id":"8","session":"s1","grant":"notes","paths":["/srv/notes/a.txt"],"all_or_nothing":true}"#,
+            r#"{"op":"commit","id":"8","session":"s1"}"#,
+            r#"{"op":"discard","id":"9","session":"s1","grant":"notes","paths":["/srv/notes/a.txt"]}"#,
+            r#"{"op":"approve","id":"10","ticket":"t"}"#,
         ];
         for line in lines {
             let r: Request = serde_json::from_str(line).expect(line);
@@ -469,6 +475,10 @@ mod tests {
             r#"{"op":"status","id":"1","extra":true}"#,
             r#"{"op":"call","id":"1","session":"s","call":"c","grant":"g","tool":"shell","arguments":{"command":"ls"}}"#,
             r#"{"op":"result","id":"4","result_id":"r7","offset":-1}"#,
+            r#"{"op":"commit","id":"8"}"#,
+            r#"{"op":"discard","id":"9","paths":["/srv/notes/a.txt"]}"#,
+            r#"{"op":"approve","id":"10"}"#,
+            r#"{"op":"changes","id":"7","diff":"yes"}"#,
         ];
         for line in bad {
             assert!(serde_json::from_str::<Request>(line).is_err(), "{line}");
@@ -513,6 +523,76 @@ mod tests {
                     },
                 ),
                 r#"{"id":"4","kind":"result_page","content":"c","offset":0,"next_offset":null}"#,
+            ),
+            (
+                Answer::new(
+                    Some("7".into()),
+                    Body::Changes {
+                        session: Some("s1".into()),
+                        changes: vec![Change {
+                            grant: "notes".into(),
+                            path: "/srv/notes/a.txt".into(),
+                            change: ChangeKind::Modified,
+                            what: "file".into(),
+                            size: Some(12),
+                            sha256: Some("ab".into()),
+                            target: None,
+                            mode: None,
+                            protected: false,
+                            conflict: false,
+                            diff: Some("--- a".into()),
+                        }],
+                        bytes: 4096,
+                        max_bytes: 8192,
+                        sessions: vec![],
+                    },
+                ),
+                r#"{"id":"7","kind":"changes","session":"s1","changes":[{"grant":"notes","path":"/srv/notes/a.txt","change":"modified","what":"file","size":12,"sha256":"ab","diff":"--- a"}],"bytes":4096,"max_bytes":8192}"#,
+            ),
+            (
+                Answer::new(
+                    Some("7".into()),
+                    Body::Changes {
+                        session: None,
+                        changes: vec![],
+                        bytes: 0,
+                        max_bytes: 8192,
+                        sessions: vec![SessionChanges {
+                            session: "s1".into(),
+                            grants: vec!["notes".into()],
+                            paths: 2,
+                            bytes: 4096,
+                        }],
+                    },
+                ),
+                r#"{"id":"7","kind":"changes","session":null,"changes":[],"bytes":0,"max_bytes":8192,"sessions":[{"session":"s1","grants":["notes"],"paths":2,"bytes":4096}]}"#,
+            ),
+            (
+                Answer::new(
+                    Some("8".into()),
+                    Body::Committed {
+                        committed: vec!["/srv/notes/a.txt".into()],
+                        conflicts: vec![],
+                        skipped: vec![PathReason {
+                            path: "/srv/notes/Cargo.lock".into(),
+                            reason: "protected: name it to commit it".into(),
+                        }],
+                    },
+                ),
+                r#"{"id":"8","kind":"committed","committed":["/srv/notes/a.txt"],"conflicts":[],"skipped":[{"path":"/srv/notes/Cargo.lock","reason":"protected: name it to commit it"}]}"#,
+            ),
+            (
+                Answer::new(
+                    Some("9".into()),
+                    Body::Discarded {
+                        discarded: vec!["/srv/notes/a.txt".into()],
+                    },
+                ),
+                r#"{"id":"9","kind":"discarded","discarded":["/srv/notes/a.txt"]}"#,
+            ),
+            (
+                Answer::new(Some("10".into()), Body::Approved {}),
+                r#"{"id":"10","kind":"approved"}"#,
             ),
         ];
         for (answer, line) in cases {

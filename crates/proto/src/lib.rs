@@ -7,6 +7,9 @@
 //! - [`ident`]: session, call and grant names, which become container and directory names.
 //! - [`hosts`]: host names and host patterns. brokerd checks grants and URLs with them; the
 //!   egress proxy checks every connection with the same functions.
+//! - [`visible`]: the model's text as a person may see it (escapes for what would hide or
+//!   rearrange it). brokerd shows questions, reasons and the audit log with it; clients show
+//!   staged paths and diffs.
 //!
 //! No I/O and no async runtime live here.
 
@@ -15,3 +18,4 @@ pub mod broker;
 pub mod hosts;
 pub mod ident;
 pub mod tools;
+pub mod visible;

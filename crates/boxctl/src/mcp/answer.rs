@@ -1,15 +1,23 @@
 //! What an MCP client sees of brokerd: the grant's tools with their annotations, and each
 //! answer as a tool result. No I/O here; every sentence the model or the owner reads is a
 //! [`Say`].
+//!
+//! Besides brokerd's tools the bridge offers two of its own, both read only: [`READ_RESULT`]
+//! pages a cut output, and [`STAGED_CHANGES`] shows what the session's writes left staged for
+//! the owner (docs/design.md#staged-writes-and-owners). Committing, discarding and approving
+//! are the owner's, never a tool's.
 
 use std::fmt;
 use std::sync::Arc;
 
-use client::{CallOutcome, ClientError, ResultPage, ToolSchema};
+use client::{CallOutcome, Changes, ClientError, ResultPage, ToolSchema};
 use rmcp::model::{CallToolResult, ContentBlock, JsonObject, Tool, ToolAnnotations};
 
 /// The bridge's own tool: pages a stored whole output by its `result_id`.
 pub const READ_RESULT: &str = "read_result";
+
+/// The bridge's own tool: the session's staged changes, awaiting the owner's commit.
+pub const STAGED_CHANGES: &str = "staged_changes";
 
 /// The longest argument string sent to brokerd: a longer one cannot fit in one request line
 /// (`proto::broker::MAX_LINE`, with room for the rest of the request).
@@ -59,6 +67,14 @@ const HINTS: &[(&str, Hints)] = &[
             open_world: false,
         },
     ),
+    (
+        STAGED_CHANGES,
+        Hints {
+            read_only: true,
+            destructive: false,
+            open_world: false,
+        },
+    ),
 ];
 
 #[derive(Debug, Clone, Copy)]
@@ -78,8 +94,10 @@ fn annotations(tool: &str) -> Option<ToolAnnotations> {
     )
 }
 
-/// brokerd's tools for the grant, as MCP tools, then [`READ_RESULT`].
+/// brokerd's tools for the grant, as MCP tools, then [`READ_RESULT`], then [`STAGED_CHANGES`]
+/// when one of the grant's tools may write (a grant that cannot write has nothing staged).
 pub fn tools(from_broker: Vec<ToolSchema>) -> Vec<Tool> {
+    let may_write = from_broker.iter().any(|t| may_write(&t.name));
     let mut out: Vec<Tool> = from_broker
         .into_iter()
         .map(|t| {
@@ -104,7 +122,81 @@ pub fn tools(from_broker: Vec<ToolSchema>) -> Vec<Tool> {
         Some(a) => read_result.annotate(a),
         None => read_result,
     });
+    if may_write {
+        let staged = Tool::new(
+            STAGED_CHANGES,
+            Say::StagedChangesDescription.to_string(),
+            Arc::new(staged_changes_schema()),
+        );
+        out.push(match annotations(STAGED_CHANGES) {
+            Some(a) => staged.annotate(a),
+            None => staged,
+        });
+    }
     out
+}
+
+/// Whether a tool of brokerd's may write: not read only by [`HINTS`], or not in it.
+fn may_write(tool: &str) -> bool {
+    HINTS
+        .iter()
+        .find(|(name, _)| *name == tool)
+        .is_none_or(|(_, h)| !h.read_only)
+}
+
+fn staged_changes_schema() -> JsonObject {
+    let schema = serde_json::json!({
+        "type": "object",
+        "properties": {
+            "diff": {
+                "type": "boolean",
+                "description": "Include each changed text file's diff (bounded)."
+            }
+        },
+        "additionalProperties": false
+    });
+    match schema {
+        serde_json::Value::Object(o) => o,
+        _ => JsonObject::new(),
+    }
+}
+
+/// The arguments of [`STAGED_CHANGES`].
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StagedChanges {
+    #[serde(default)]
+    pub diff: bool,
+}
+
+impl StagedChanges {
+    pub fn parse(arguments: Option<JsonObject>) -> Result<StagedChanges, String> {
+        let value = serde_json::Value::Object(arguments.unwrap_or_default());
+        serde_json::from_value(value).map_err(|e| Say::BadStagedChanges(e.to_string()).to_string())
+    }
+}
+
+/// The session's staged changes as the model reads them: what is held, a line per path (as
+/// the owner's `boxctl changes --text` shows it), the diffs.
+pub fn changes(grant: &str, c: &Changes) -> CallToolResult {
+    if c.changes.is_empty() {
+        return CallToolResult::success(vec![ContentBlock::text(
+            Say::NoStagedChanges { grant }.to_string(),
+        )]);
+    }
+    let mut text = Say::Staged {
+        grant,
+        paths: c.changes.len(),
+        bytes: c.bytes,
+        max_bytes: c.max_bytes,
+    }
+    .to_string();
+    text.push_str(&crate::staged::ChangeList(&c.changes).to_string());
+    if c.changes.iter().any(|c| c.diff.is_some()) {
+        text.push('\n');
+        text.push_str(&crate::staged::Diffs(&c.changes).to_string());
+    }
+    CallToolResult::success(vec![ContentBlock::text(text)])
 }
 
 fn read_result_schema() -> JsonObject {
@@ -194,6 +286,7 @@ pub fn client_error(e: &ClientError) -> CallToolResult {
     match e {
         ClientError::Broker(message) => error(Say::BrokerError { message }),
         ClientError::Connect { .. } => error(Say::Unreachable { error: e }),
+        ClientError::RequestTooLong { .. } => error(Say::NotSent { error: e }),
         _ => error(Say::Lost { error: e }),
     }
 }
@@ -216,6 +309,18 @@ pub enum Say<'a> {
         next: Option<usize>,
     },
     BadReadResult(String),
+    StagedChangesDescription,
+    BadStagedChanges(String),
+    /// Before the lines of [`STAGED_CHANGES`].
+    Staged {
+        grant: &'a str,
+        paths: usize,
+        bytes: u64,
+        max_bytes: u64,
+    },
+    NoStagedChanges {
+        grant: &'a str,
+    },
     Refused {
         grant: &'a str,
         reason: &'a str,
@@ -239,6 +344,10 @@ pub enum Say<'a> {
     },
     /// The connection failed after the request went out: the call may have run.
     Lost {
+        error: &'a ClientError,
+    },
+    /// The client library would not send the request: nothing ran.
+    NotSent {
         error: &'a ClientError,
     },
     TooLong {
@@ -299,6 +408,34 @@ impl fmt::Display for Say<'_> {
                 f,
                 "read_result takes {{\"result_id\": string, \"offset\": integer}}: {e}"
             ),
+            Say::StagedChangesDescription => write!(
+                f,
+                "List this session's staged changes awaiting the owner's commit: the files \
+                 this grant's calls added, modified or deleted. They wait in the session's \
+                 layer: your calls see them, the real files have them only once the owner \
+                 commits them, and the owner may discard them instead. Read only: nothing \
+                 here commits, discards or approves. With \"diff\": true, each changed text \
+                 file's diff follows."
+            ),
+            Say::BadStagedChanges(e) => {
+                write!(f, "staged_changes takes {{\"diff\": boolean}}: {e}")
+            }
+            Say::Staged {
+                grant,
+                paths,
+                bytes,
+                max_bytes,
+            } => writeln!(
+                f,
+                "[boxmaker: {paths} staged change(s) of the grant \"{grant}\" in this \
+                 session, awaiting the owner's commit ({bytes} of {max_bytes} bytes staged); \
+                 the real files change only when the owner commits them]"
+            ),
+            Say::NoStagedChanges { grant } => write!(
+                f,
+                "[boxmaker: no staged changes of the grant \"{grant}\" in this session await \
+                 the owner's commit]"
+            ),
             Say::Refused { grant, reason } => {
                 write!(f, "refused by the grant \"{grant}\"; nothing ran: {reason}")
             }
@@ -316,6 +453,9 @@ impl fmt::Display for Say<'_> {
                 "brokerd's answer was lost ({error}); the call may have run: brokerd's audit \
                  log says"
             ),
+            Say::NotSent { error } => {
+                write!(f, "nothing was sent to brokerd; nothing ran: {error}")
+            }
             Say::TooLong { len } => write!(
                 f,
                 "the arguments are {len} bytes, longer than brokerd takes ({MAX_ARGUMENTS}); \
@@ -391,6 +531,7 @@ mod tests {
             ("write_file", Some(false), Some(true), Some(false)),
             ("shell", Some(false), Some(true), Some(false)),
             (READ_RESULT, Some(true), Some(false), Some(false)),
+            (STAGED_CHANGES, Some(true), Some(false), Some(false)),
         ];
         for (name, ro, destructive, open) in cases {
             let (r, d, o, _) = hint(name).expect(name);
@@ -404,7 +545,124 @@ mod tests {
             rf.input_schema.get("type"),
             Some(&serde_json::json!("object"))
         );
-        assert_eq!(listed.last().map(|t| t.name.as_ref()), Some(READ_RESULT));
+        let names: Vec<&str> = listed.iter().map(|t| t.name.as_ref()).collect();
+        assert_eq!(names[names.len() - 2..], [READ_RESULT, STAGED_CHANGES]);
+    }
+
+    /// staged_changes is offered where the grant may write: a tool that is not read only, or
+    /// one the table does not know.
+    #[test]
+    fn staged_changes_is_offered_to_grants_that_may_write() {
+        // (brokerd's tools, offered)
+        let cases: [(&[&str], bool); 6] = [
+            (&[], false),
+            (&["read_file"], false),
+            (&["read_file", "http_fetch"], false),
+            (&["read_file", "write_file"], true),
+            (&["shell"], true),
+            (&["newtool"], true),
+        ];
+        for (names, offered) in cases {
+            let from_broker = names
+                .iter()
+                .map(|n| ToolSchema {
+                    name: n.to_string(),
+                    description: String::new(),
+                    parameters: serde_json::json!({"type": "object"}),
+                })
+                .collect();
+            let listed = tools(from_broker);
+            let staged = listed.iter().find(|t| t.name == STAGED_CHANGES);
+            assert_eq!(staged.is_some(), offered, "{names:?}");
+            if let Some(t) = staged {
+                let desc = t.description.as_deref().unwrap_or_default();
+                assert!(desc.contains("awaiting the owner's commit"), "{desc}");
+                assert!(desc.contains("Read only"), "{desc}");
+                assert_eq!(
+                    t.input_schema.get("additionalProperties"),
+                    Some(&serde_json::json!(false))
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn staged_changes_become_a_read_only_listing() {
+        use client::{Change, ChangeKind};
+        let change = |path: &str, diff: Option<&str>| Change {
+            grant: "notes".into(),
+            path: path.into(),
+            change: ChangeKind::Added,
+            what: "file".into(),
+            size: Some(3),
+            sha256: None,
+            target: None,
+            mode: None,
+            protected: false,
+            conflict: false,
+            diff: diff.map(str::to_owned),
+        };
+        let of = |changes: Vec<Change>| Changes {
+            session: Some("s1".into()),
+            changes,
+            bytes: 3,
+            max_bytes: 100,
+            sessions: vec![],
+        };
+        // (changes, the text the model reads)
+        let cases = [
+            (
+                of(vec![]),
+                "[boxmaker: no staged changes of the grant \"notes\" in this session await the \
+                 owner's commit]",
+            ),
+            (
+                of(vec![change("/srv/notes/a\u{1b}", None)]),
+                "[boxmaker: 1 staged change(s) of the grant \"notes\" in this session, awaiting \
+                 the owner's commit (3 of 100 bytes staged); the real files change only when \
+                 the owner commits them]\n\
+                 added         /srv/notes/a\\x1b  3 bytes\n",
+            ),
+            (
+                of(vec![change("/srv/notes/b", Some("+abc\n"))]),
+                "[boxmaker: 1 staged change(s) of the grant \"notes\" in this session, awaiting \
+                 the owner's commit (3 of 100 bytes staged); the real files change only when \
+                 the owner commits them]\n\
+                 added         /srv/notes/b  3 bytes\n\
+                 \n\
+                 +abc\n",
+            ),
+        ];
+        for (c, want) in cases {
+            let r = changes("notes", &c);
+            assert_eq!(r.is_error, Some(false), "{c:?}");
+            assert_eq!(text(&r), want);
+        }
+    }
+
+    #[test]
+    fn staged_changes_arguments_are_strict() {
+        let obj = |v: serde_json::Value| match v {
+            serde_json::Value::Object(o) => Some(o),
+            _ => None,
+        };
+        // (arguments, diff when they parse)
+        let cases = [
+            (Some(serde_json::json!({})), Some(false)),
+            (None, Some(false)),
+            (Some(serde_json::json!({"diff": true})), Some(true)),
+            (Some(serde_json::json!({"diff": "yes"})), None),
+            (Some(serde_json::json!({"session": "other"})), None),
+            (Some(serde_json::json!({"grant": "other"})), None),
+        ];
+        for (args, want) in cases {
+            let got = StagedChanges::parse(args.clone().and_then(obj)).map(|a| a.diff);
+            match (got, want) {
+                (Ok(d), Some(w)) => assert_eq!(d, w, "{args:?}"),
+                (Err(e), None) => assert!(e.starts_with("staged_changes takes"), "{e}"),
+                (got, _) => panic!("{args:?}: {got:?}"),
+            }
+        }
     }
 
     #[test]
@@ -479,6 +737,13 @@ mod tests {
         assert_eq!(
             (err.is_error, text(&err)),
             (Some(true), "brokerd answered an error: busy".into())
+        );
+        let unsent = client_error(&ClientError::RequestTooLong { len: 5 << 20 });
+        assert_eq!(unsent.is_error, Some(true));
+        assert!(
+            text(&unsent).starts_with("nothing was sent to brokerd; nothing ran: "),
+            "{}",
+            text(&unsent)
         );
     }
 

@@ -3,7 +3,10 @@
 //! arguments, never the grant, and never approves its own calls.
 //!
 //! - `tools/list` is brokerd's `tools` answer for the grant, with MCP's annotations
-//!   ([`answer::tools`]), plus `read_result`, which pages a cut output by its `result_id`.
+//!   ([`answer::tools`]), plus `read_result`, which pages a cut output by its `result_id`, and
+//!   for a grant that may write `staged_changes`, brokerd's `changes` for this session and
+//!   grant. Both are read only: the bridge never sends `commit`, `discard` or `approve`, which
+//!   are the owner's (docs/design.md#staged-writes-and-owners).
 //! - `tools/call` is one broker `call` with a fresh call id. An `ask` becomes an elicitation
 //!   to the human when the client declares it: accept sends the same call again with the
 //!   ticket, decline or cancel sends `decline`. Without elicitation the model is told that
@@ -35,7 +38,7 @@ use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use answer::{ReadResult, Say, MAX_ARGUMENTS, READ_RESULT};
+use answer::{ReadResult, Say, StagedChanges, MAX_ARGUMENTS, READ_RESULT, STAGED_CHANGES};
 
 /// The longest JSON-RPC line read from the client. A request up to this long is parsed and
 /// answered (a call whose arguments brokerd cannot take is an error result, and brokerd never
@@ -281,6 +284,23 @@ impl Bridge {
             Err(e) => answer::client_error(&e),
         }
     }
+
+    /// The session's staged changes of this grant, read only.
+    async fn staged_changes(&self, arguments: Option<rmcp::model::JsonObject>) -> CallToolResult {
+        let StagedChanges { diff } = match StagedChanges::parse(arguments) {
+            Ok(a) => a,
+            Err(text) => return CallToolResult::error(vec![rmcp::model::ContentBlock::text(text)]),
+        };
+        let (session, grant) = (self.session.clone(), self.grant.clone());
+        match self
+            .broker
+            .op(move |client| client.changes(Some(&session), Some(&grant), diff))
+            .await
+        {
+            Ok(changes) => answer::changes(&self.grant, &changes),
+            Err(e) => answer::client_error(&e),
+        }
+    }
 }
 
 /// A call as the bridge keeps it between its first sending and its approval.
@@ -346,6 +366,9 @@ impl ServerHandler for Bridge {
             if request.name == READ_RESULT {
                 return this.read_result(request.arguments).await;
             }
+            if request.name == STAGED_CHANGES {
+                return this.staged_changes(request.arguments).await;
+            }
             // The model's arguments as it wrote them, for brokerd to parse strictly.
             let arguments = serde_json::Value::Object(request.arguments.unwrap_or_default());
             this.call(
@@ -386,5 +409,61 @@ mod tests {
             session: Some("mine".into()),
         });
         assert_eq!(&*named.session, "mine");
+    }
+
+    /// staged_changes asks brokerd for this session's and this grant's changes, whatever the
+    /// model writes, and sends nothing else.
+    #[tokio::test]
+    async fn staged_changes_reads_the_bridges_own_session_and_grant() {
+        use std::io::{BufRead, Write};
+        let socket = std::env::temp_dir().join(format!("boxctl-mcp-{}.sock", std::process::id()));
+        let _ = std::fs::remove_file(&socket);
+        let listener = std::os::unix::net::UnixListener::bind(&socket).expect("bind");
+        let broker = std::thread::spawn(move || {
+            let mut seen = Vec::new();
+            // One connection per operation: a strict model argument sends nothing.
+            if let Ok((stream, _)) = listener.accept() {
+                let mut line = String::new();
+                std::io::BufReader::new(&stream)
+                    .read_line(&mut line)
+                    .expect("request");
+                let req: serde_json::Value = serde_json::from_str(&line).expect("json");
+                let answer = serde_json::json!({
+                    "id": req["id"], "kind": "changes", "session": "mine", "changes": [],
+                    "bytes": 0, "max_bytes": 10
+                });
+                (&stream)
+                    .write_all(format!("{answer}\n").as_bytes())
+                    .expect("answer");
+                seen.push(req);
+            }
+            seen
+        });
+        let b = Bridge::new(Options {
+            socket: socket.clone(),
+            grant: "notes".into(),
+            session: Some("mine".into()),
+        });
+        let obj = |v: serde_json::Value| match v {
+            serde_json::Value::Object(o) => Some(o),
+            _ => None,
+        };
+        let refused = b
+            .staged_changes(obj(serde_json::json!({"session": "other"})))
+            .await;
+        assert_eq!(refused.is_error, Some(true));
+        let listed = b
+            .staged_changes(obj(serde_json::json!({"diff": true})))
+            .await;
+        assert_eq!(listed.is_error, Some(false), "{listed:?}");
+        let seen = broker.join().expect("broker");
+        let _ = std::fs::remove_file(&socket);
+        assert_eq!(seen.len(), 1, "{seen:?}");
+        let mut req = seen[0].clone();
+        req.as_object_mut().map(|o| o.remove("id"));
+        assert_eq!(
+            req,
+            serde_json::json!({"op": "changes", "session": "mine", "grant": "notes", "diff": true})
+        );
     }
 }
