@@ -524,7 +524,9 @@ fn serve(config: &Path, socket: &Path) {
         server::serve(
             listener,
             broker,
-            Arc::new(Clients::of_uids([nix::unistd::getuid().as_raw()])),
+            Arc::new(brokerd::server::Peers::clients(Clients::of_uids([
+                nix::unistd::getuid().as_raw(),
+            ]))),
             stop_rx,
         )
         .await;

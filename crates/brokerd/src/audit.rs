@@ -47,6 +47,18 @@ pub enum RecordKind {
     Event,
     /// The line before this one was torn (a crash mid-write); it is not part of the chain.
     TornTail,
+    /// An owner's commit or discard of a session's staged changes (or their expiry).
+    Staged,
+}
+
+/// One path of a commit or discard: the real path, what changed, and the sha256 of what
+/// landed (a file's).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StagedPath {
+    pub path: String,
+    pub change: proto::broker::ChangeKind,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
 }
 
 /// What was decided about a call: a record's `decision`.
@@ -69,6 +81,12 @@ pub enum Decided {
     Ran,
     /// The second record of an allowed call that did not run (busy).
     NotRun,
+    /// An owner approved an ask of a grant with `approvals = "owner"`.
+    OwnerApproved,
+    /// An owner committed staged changes.
+    Committed,
+    /// An owner discarded staged changes (or `staged_ttl_s` did).
+    Discarded,
 }
 
 /// How a call ended: a record's `status`.
@@ -142,6 +160,12 @@ pub struct Record {
     pub torn_sha256: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub torn_bytes: Option<u64>,
+    /// A commit's or discard's paths: what landed or went.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub paths: Vec<StagedPath>,
+    /// A commit's paths that did not land (conflicts, protected targets not named).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub not_landed: Vec<StagedPath>,
 }
 
 /// The last record: its number and the hash of its line.

@@ -580,7 +580,7 @@ const DEFAULT_WRITE_FILE_MS: u64 = 30_000;
 const DEFAULT_SHELL_MS: u64 = 100_000;
 const DEFAULT_HTTP_FETCH_MS: u64 = 60_000;
 const DEFAULT_EGRESS_START_MS: u64 = 5_000;
-const DEFAULT_HOME: &str = "/var/lib/boxmaker";
+pub const DEFAULT_HOME: &str = "/var/lib/boxmaker";
 const DEFAULT_TOOLS_ROOT: &str = "/var/lib/boxmaker/tools-root";
 /// Podman refuses a memory limit under 6 MiB; say so at load time, not at the first call.
 const MIN_MEMORY: u64 = 6 << 20;

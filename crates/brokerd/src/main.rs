@@ -153,7 +153,7 @@ fn print(bytes: &[u8]) -> ExitCode {
 fn check_config(file: &Path) -> ExitCode {
     match config::load(file).map_err(|e| e.to_string()).and_then(|c| {
         Policy::new(&c).map_err(|e| format!("{}: {e}", file.display()))?;
-        Clients::resolve(&client_names(&c)).map_err(|e| format!("{}: {e}", file.display()))?;
+        peers(&c).map_err(|e| format!("{}: {e}", file.display()))?;
         Ok(c)
     }) {
         Ok(c) => {
@@ -191,10 +191,18 @@ fn check_config(file: &Path) -> ExitCode {
     }
 }
 
-fn client_names(c: &Config) -> Vec<String> {
-    c.broker
-        .clients
-        .iter()
+/// The clients and owners of the config, looked up now.
+fn peers(c: &Config) -> Result<server::Peers, String> {
+    Ok(server::Peers {
+        clients: Clients::resolve(&client_names(&c.broker.clients))
+            .map_err(|e| format!("broker.clients: {e}"))?,
+        owners: Clients::resolve(&client_names(&c.broker.owners))
+            .map_err(|e| format!("broker.owners: {e}"))?,
+    })
+}
+
+fn client_names(list: &[config::Client]) -> Vec<String> {
+    list.iter()
         .map(|cl| match cl {
             config::Client::User(u) => u.clone(),
             config::Client::Uid(n) => n.to_string(),
@@ -257,8 +265,7 @@ fn serve(file: &Path, socket: Option<PathBuf>) -> ExitCode {
 async fn run(file: &Path, socket: Option<PathBuf>) -> Result<(), String> {
     let config = config::load(file).map_err(|e| e.to_string())?;
     let policy = Policy::new(&config).map_err(|e| format!("{}: {e}", file.display()))?;
-    let clients =
-        Clients::resolve(&client_names(&config)).map_err(|e| format!("{}: {e}", file.display()))?;
+    let clients = peers(&config).map_err(|e| format!("{}: {e}", file.display()))?;
     // The socket's directory, known only now (systemd's RuntimeDirectory, or --socket).
     let socket_dirs: Vec<config::StatePlace> = socket
         .iter()
@@ -324,6 +331,12 @@ async fn run(file: &Path, socket: Option<PathBuf>) -> Result<(), String> {
 
     let grace = Duration::from_secs(config.broker.shutdown_grace_s);
     let enforce = config.runner.as_ref().is_none_or(|rc| rc.enforce_limits);
+    let owner_socket = config
+        .runner
+        .as_ref()
+        .map_or(Path::new(config::DEFAULT_HOME), |r| r.home.as_path())
+        .join(OWNER_SOCKET);
+    let staged_ttl = config.broker.staged_ttl_s;
     let broker = Arc::new(Broker::new(config, policy, runner.clone(), audit));
     let mut start = format!(
         "brokerd {} started, backend {}",
@@ -364,8 +377,36 @@ async fn run(file: &Path, socket: Option<PathBuf>) -> Result<(), String> {
         listener,
         broker.clone(),
         Arc::new(clients),
-        stop_rx,
+        stop_rx.clone(),
     ));
+    // The service user's own way in, as an owner (docs/design.md#staged-writes-and-owners):
+    // a socket in its home that no one else can reach, for commits where `owners` names
+    // nobody on the shared socket.
+    let owner_server = match owner_listener(&owner_socket) {
+        Ok(l) => Some(tokio::spawn(server::serve(
+            l,
+            broker.clone(),
+            Arc::new(server::Peers {
+                clients: Clients::default(),
+                owners: Clients::of_uids([nix::unistd::geteuid().as_raw()]),
+            }),
+            stop_rx.clone(),
+        ))),
+        Err(e) => {
+            tracing::warn!("{}: {e}; the owner's socket is off", owner_socket.display());
+            None
+        }
+    };
+    // Staged changes past the owner's staged_ttl_s go, audited; checked each minute.
+    let expiry = (staged_ttl > 0).then(|| {
+        let broker = broker.clone();
+        tokio::spawn(async move {
+            loop {
+                broker.expire_staged().await;
+                tokio::time::sleep(Duration::from_secs(60)).await;
+            }
+        })
+    });
 
     stop.wait().await;
     tracing::info!(
@@ -379,6 +420,13 @@ async fn run(file: &Path, socket: Option<PathBuf>) -> Result<(), String> {
     broker.begin_shutdown();
     let _ = stop_tx.send(true);
     let _ = server.await;
+    if let Some(s) = owner_server {
+        let _ = s.await;
+    }
+    if let Some(e) = expiry {
+        e.abort();
+    }
+    let _ = std::fs::remove_file(&owner_socket);
     let drained = broker.drain(grace).await;
     if !drained {
         tracing::warn!("calls still running after the grace period; removing their sandboxes");
@@ -402,6 +450,20 @@ async fn run(file: &Path, socket: Option<PathBuf>) -> Result<(), String> {
     let head = broker.audit_head();
     tracing::info!(audit_seq = head.seq, audit_hash = head.hash, "stopped");
     Ok(())
+}
+
+/// Where, under the service home, the service user reaches brokerd as an owner.
+const OWNER_SOCKET: &str = "owner.sock";
+
+/// The owner's socket: made afresh (a stale one of a crash removed), mode 0600 in the home
+/// (0700, so nobody else reaches it even before the chmod), so only the service user can
+/// connect; a peer is an owner only with the service user's own uid.
+fn owner_listener(path: &Path) -> Result<UnixListener, String> {
+    let _ = std::fs::remove_file(path);
+    let l = UnixListener::bind(path).map_err(|e| e.to_string())?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+        .map_err(|e| e.to_string())?;
+    Ok(l)
 }
 
 /// The socket from systemd (LISTEN_FDS) or `--socket PATH`.

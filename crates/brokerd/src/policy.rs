@@ -117,6 +117,9 @@ pub enum Why {
     /// No `[runner]` is configured (DESIGN.md "Service").
     #[error("no tool runner is configured on this host; nothing was run")]
     NoRunner,
+    /// A staged grant's layer cannot take the call (the session's bytes, a layer in use).
+    #[error("{0}")]
+    Staged(String),
 }
 
 impl Why {
@@ -136,8 +139,10 @@ impl Why {
             Why::ModeForbids { .. } => "mode_forbids",
             Why::Approval(crate::tickets::TicketError::Unknown) => "approval_unknown",
             Why::Approval(crate::tickets::TicketError::Mismatch) => "approval_mismatch",
+            Why::Approval(crate::tickets::TicketError::NotApproved) => "approval_pending",
             Why::UnavailableEarlier { .. } => "unavailable_earlier",
             Why::NoRunner => "no_runner",
+            Why::Staged(_) => "staged",
         }
     }
 }

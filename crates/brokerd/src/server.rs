@@ -50,11 +50,11 @@ pub struct Clients {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClientsError {
-    #[error("broker.clients: no user named {0:?}")]
+    #[error("no user named {0:?}")]
     NoUser(String),
-    #[error("broker.clients: no group named {0:?}")]
+    #[error("no group named {0:?}")]
     NoGroup(String),
-    #[error("broker.clients: looking up {0:?} failed: {1}")]
+    #[error("looking up {0:?} failed: {1}")]
     Lookup(String, nix::Error),
 }
 
@@ -100,6 +100,23 @@ impl Clients {
         match nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid)) {
             Ok(Some(u)) => self.group_members.contains(&u.name),
             _ => false,
+        }
+    }
+}
+
+/// Who may connect: the clients, and the owners (who may also commit, discard and approve).
+#[derive(Debug, Default)]
+pub struct Peers {
+    pub clients: Clients,
+    pub owners: Clients,
+}
+
+impl Peers {
+    /// Clients alone, no owner (tests and `--socket` runs).
+    pub fn clients(clients: Clients) -> Peers {
+        Peers {
+            clients,
+            owners: Clients::default(),
         }
     }
 }
@@ -183,7 +200,7 @@ fn error_line(id: Option<String>, e: &FrameError) -> String {
 pub async fn serve(
     listener: UnixListener,
     broker: Arc<Broker>,
-    clients: Arc<Clients>,
+    clients: Arc<Peers>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
@@ -225,13 +242,15 @@ async fn refuse(mut stream: UnixStream, e: FrameError) {
 async fn connection(
     stream: UnixStream,
     broker: Arc<Broker>,
-    clients: &Clients,
+    peers: &Peers,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    let owner = |c: &tokio::net::unix::UCred| peers.owners.allows(c.uid(), c.gid());
     let peer = match stream.peer_cred() {
-        Ok(c) if clients.allows(c.uid(), c.gid()) => Peer {
+        Ok(c) if owner(&c) || peers.clients.allows(c.uid(), c.gid()) => Peer {
             uid: c.uid(),
             pid: c.pid(),
+            owner: owner(&c),
         },
         Ok(c) => {
             tracing::warn!(

@@ -28,12 +28,17 @@ pub enum TicketError {
     Unknown,
     #[error("the approval ticket was issued for a different call; re-send exactly the call that was asked about")]
     Mismatch,
+    #[error("the owner has not approved this call yet; it runs once an owner approves the ticket, and the ticket stays valid until then")]
+    NotApproved,
 }
 
 #[derive(Debug)]
 struct Entry {
     binding: Binding,
     expires: Instant,
+    /// The grant's `approvals = "owner"`: the ticket redeems only once an owner approved it.
+    needs_owner: bool,
+    approved: bool,
 }
 
 #[derive(Debug)]
@@ -53,8 +58,14 @@ impl Tickets {
         }
     }
 
-    /// Issues a fresh ticket for `binding`.
+    /// Issues a fresh ticket for `binding`, which the client that made the call redeems.
     pub fn issue(&mut self, binding: Binding, now: Instant) -> String {
+        self.issue_for(binding, now, false)
+    }
+
+    /// Issues a fresh ticket for `binding`; with `needs_owner` it redeems only once an owner
+    /// approved it (`approve`).
+    pub fn issue_for(&mut self, binding: Binding, now: Instant, needs_owner: bool) -> String {
         self.expire(now);
         while self.live.len() >= MAX_TICKETS {
             match self.order.pop_front() {
@@ -70,6 +81,8 @@ impl Tickets {
             Entry {
                 binding,
                 expires: now + self.ttl,
+                needs_owner,
+                approved: false,
             },
         );
         self.order.push_back(ticket.clone());
@@ -85,11 +98,26 @@ impl Tickets {
         now: Instant,
     ) -> Result<(), TicketError> {
         self.expire(now);
+        // Not yet approved by an owner: kept, for the client to send again once it is.
+        if let Some(e) = self.live.get(ticket) {
+            if e.needs_owner && !e.approved && &e.binding == binding {
+                return Err(TicketError::NotApproved);
+            }
+        }
         let entry = self.live.remove(ticket).ok_or(TicketError::Unknown)?;
         if &entry.binding != binding {
             return Err(TicketError::Mismatch);
         }
         Ok(())
+    }
+
+    /// An owner approves `ticket`; the call it was for is returned for the audit record.
+    pub fn approve(&mut self, ticket: &str, now: Instant) -> Option<Binding> {
+        self.expire(now);
+        self.live.get_mut(ticket).map(|e| {
+            e.approved = true;
+            e.binding.clone()
+        })
     }
 
     /// The owner declined: the ticket is gone, and the call it was for is returned for the

@@ -175,6 +175,8 @@ pub struct BwrapRuntime {
     weakened: Mutex<Vec<String>>,
     /// The protected targets of writable mounts (docs/design.md#protected-targets).
     protector: Protector,
+    /// The user namespace staged sandboxes mount their layers in, made at the first one.
+    staging: Mutex<Option<OwnedFd>>,
 }
 
 /// Where a sandbox's limits live, for its argument list and its start.
@@ -219,6 +221,7 @@ impl BwrapRuntime {
             settling: Settling::default(),
             weakened: Mutex::new(Vec::new()),
             protector: Protector::new(config.protect),
+            staging: Mutex::new(None),
         }
     }
 
@@ -431,6 +434,21 @@ impl BwrapRuntime {
         a
     }
 
+    /// The staged mounts of `spec`, in the staging user namespace (made at the first).
+    fn overlays(&self, spec: &RunSpec, passed: usize) -> io::Result<Option<Overlays>> {
+        if spec.mounts.iter().all(|m| m.stage.is_none()) {
+            return Ok(None);
+        }
+        let mut staging = lock(&self.staging);
+        if staging.is_none() {
+            *staging = Some(super::overlay::staging_userns()?);
+        }
+        match staging.as_ref() {
+            Some(userns) => Overlays::of(&spec.mounts, passed, userns),
+            None => Ok(None),
+        }
+    }
+
     /// Writes the log line of an `unavailable` answer, ending with the runbook pointer.
     fn unavailable(&self, spec: &RunSpec, trouble: Trouble, detail: &str) -> RunError {
         let what = match &trouble {
@@ -601,7 +619,7 @@ impl BwrapRuntime {
         };
         // A staged grant directory: the session's layer over it, mounted in the child last
         // (docs/design.md#staged-writes-and-owners). Held until bwrap has started.
-        let overlays = match Overlays::of(&spec.mounts, passed_fds) {
+        let overlays = match self.overlays(spec, passed_fds) {
             Ok(o) => o,
             Err(e) => {
                 drop_placement(placement, &self.poisoned);

@@ -4,9 +4,11 @@
 //! descriptor as every grant directory is. bwrap 0.8 (Debian 12) has no `--overlay`, and an
 //! unprivileged overlay mount needs a user namespace of its own (Linux 5.11, `userxattr`).
 //!
-//! In the child, in this order: a new user and mount namespace; the service user mapped to
-//! itself (so the layer's files are the service user's, and bwrap runs as it did); the mounts
-//! made private; then per staged mount one overlay at the layer's `merged` directory, whose
+//! In the child, in this order: brokerd's staging user namespace (the service user mapped to
+//! itself, so the layer's files are the service user's and bwrap runs as it did; made once by
+//! `staging_userns`, since brokerd is not dumpable and its vfork child cannot write its own
+//! uid_map) and a new mount namespace of it; the mounts made private; then per staged mount one
+//! overlay at the layer's `merged` directory, whose
 //! descriptor replaces the real directory's at the number bwrap binds. A writable mount's
 //! overlay writes into the layer; a read-only mount's has the layer as its top lower layer and
 //! no upper, so the kernel refuses every write.
@@ -53,8 +55,59 @@ struct Item {
 /// The staged mounts of a call.
 pub struct Overlays {
     items: Vec<Item>,
-    uid_map: CString,
-    gid_map: CString,
+    /// `staging_userns`'s descriptor.
+    userns: i32,
+}
+
+/// A user namespace that maps the service user to itself, for the staged sandboxes' mounts:
+/// made by a short-lived child (dumpable, unlike brokerd, so that its maps can be written),
+/// and kept as a descriptor that each staged sandbox's child joins.
+pub fn staging_userns() -> io::Result<OwnedFd> {
+    use nix::unistd::{fork, pipe, ForkResult};
+    let (ready_r, ready_w) = pipe()?;
+    let (go_r, go_w) = pipe()?;
+    // SAFETY: the child calls only close, prctl, unshare, write, read and _exit, all
+    // async-signal-safe, on descriptors it owns, then exits without returning.
+    match unsafe { fork() }? {
+        // SAFETY: in the forked child, as above: async-signal-safe calls only, then _exit.
+        ForkResult::Child => unsafe {
+            // Its copies of the parent's ends: the read below ends when the parent's closes.
+            libc::close(go_w.as_raw_fd());
+            libc::close(ready_r.as_raw_fd());
+            libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0);
+            let ok: u8 = u8::from(libc::unshare(libc::CLONE_NEWUSER) == 0);
+            libc::write(ready_w.as_raw_fd(), (&ok as *const u8).cast(), 1);
+            let mut b = 0u8;
+            libc::read(go_r.as_raw_fd(), (&mut b as *mut u8).cast(), 1);
+            libc::_exit(0)
+        },
+        ForkResult::Parent { child } => {
+            drop(ready_w);
+            drop(go_r);
+            let result = (|| -> io::Result<OwnedFd> {
+                let mut ok = [0u8];
+                let n = nix::unistd::read(&ready_r, &mut ok)?;
+                if n != 1 || ok[0] != 1 {
+                    return Err(io::Error::other(
+                        "the kernel gives no user namespace to the service user",
+                    ));
+                }
+                let (uid, gid) = (nix::unistd::getuid(), nix::unistd::getgid());
+                let proc = format!("/proc/{child}");
+                std::fs::write(format!("{proc}/setgroups"), "deny")?;
+                std::fs::write(format!("{proc}/uid_map"), format!("{uid} {uid} 1\n"))?;
+                std::fs::write(format!("{proc}/gid_map"), format!("{gid} {gid} 1\n"))?;
+                Ok(open(
+                    format!("{proc}/ns/user").as_str(),
+                    OFlag::O_RDONLY | OFlag::O_CLOEXEC,
+                    Mode::empty(),
+                )?)
+            })();
+            drop(go_w);
+            let _ = nix::sys::wait::waitpid(child, None);
+            result
+        }
+    }
 }
 
 fn c_path(p: &Path) -> io::Result<CString> {
@@ -65,7 +118,7 @@ impl Overlays {
     /// The overlays of `mounts` that are staged; `None` when none is. `passed` is how many
     /// descriptors `mounts::pass_to` moves to `FIRST_FD` on: the reserved numbers are above
     /// them, where no move can overwrite them.
-    pub fn of(mounts: &[Mount], passed: usize) -> io::Result<Option<Overlays>> {
+    pub fn of(mounts: &[Mount], passed: usize, userns: &OwnedFd) -> io::Result<Option<Overlays>> {
         let above = FIRST_FD
             .checked_add(i32::try_from(passed).map_err(io::Error::other)?)
             .ok_or_else(|| io::Error::other("too many descriptors"))?;
@@ -128,11 +181,9 @@ impl Overlays {
         if items.is_empty() {
             return Ok(None);
         }
-        let (uid, gid) = (nix::unistd::getuid(), nix::unistd::getgid());
         Ok(Some(Overlays {
             items,
-            uid_map: CString::new(format!("{uid} {uid} 1\n")).map_err(io::Error::other)?,
-            gid_map: CString::new(format!("{gid} {gid} 1\n")).map_err(io::Error::other)?,
+            userns: userns.as_raw_fd(),
         }))
     }
 
@@ -154,13 +205,9 @@ impl Overlays {
                         .collect(),
                 })
                 .collect(),
-            maps: [
-                (c"/proc/self/setgroups".as_ptr(), c"deny".as_ptr()),
-                (c"/proc/self/uid_map".as_ptr(), self.uid_map.as_ptr()),
-                (c"/proc/self/gid_map".as_ptr(), self.gid_map.as_ptr()),
-            ],
+            userns: self.userns,
         };
-        // SAFETY: the hook calls only unshare, openat2 (syscall), fstat, open, write, close,
+        // SAFETY: the hook calls only setns, unshare, openat2 (syscall), fstat, open, close,
         // mount and dup2, all async-signal-safe, and reads only the strings `self` owns, which
         // the caller keeps alive until the program has started; it allocates nothing.
         unsafe {
@@ -180,7 +227,7 @@ struct RawItem {
 /// The hook's work.
 struct Plan {
     items: Vec<RawItem>,
-    maps: [(*const libc::c_char, *const libc::c_char); 3],
+    userns: i32,
 }
 
 // SAFETY: the pointers are read-only views of CStrings the spawning thread keeps alive and
@@ -201,16 +248,8 @@ impl Plan {
         // SAFETY: each call gets NUL-terminated strings that outlive it (see `hook`), a
         // stack value or integers; none keeps a pointer.
         unsafe {
-            check(libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS))?;
-            for (path, text) in self.maps {
-                let fd = check(libc::open(path, libc::O_WRONLY | libc::O_CLOEXEC))?;
-                let len = libc::strlen(text);
-                let written = libc::write(fd, text.cast(), len);
-                libc::close(fd);
-                if written < 0 || written as usize != len {
-                    return Err(io::Error::last_os_error());
-                }
-            }
+            check(libc::setns(self.userns, libc::CLONE_NEWUSER))?;
+            check(libc::unshare(libc::CLONE_NEWNS))?;
             check(libc::mount(
                 std::ptr::null(),
                 c"/".as_ptr(),

@@ -244,12 +244,32 @@ fn empty_dir(dir: OwnedFd) -> Result<(), NotLanded> {
 }
 
 /// Removes a directory tree of brokerd's own state (a layer), entries of other owners
-/// included where the directory lets brokerd unlink them.
+/// included where the directory lets brokerd unlink them. overlayfs leaves its `work/work`
+/// directory mode 0: brokerd's own such directories are opened up first.
 pub fn remove_tree(dir: &Path) -> io::Result<()> {
     match fs::remove_dir_all(dir) {
-        Ok(()) => Ok(()),
+        Ok(()) => return Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) if e.kind() != io::ErrorKind::PermissionDenied => return Err(e),
+        Err(_) => {}
+    }
+    open_up(dir);
+    match fs::remove_dir_all(dir) {
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(e),
+        other => other,
+    }
+}
+
+/// Gives every directory below `dir` that brokerd owns mode 0700 (no link followed).
+fn open_up(dir: &Path) {
+    let _ = fs::set_permissions(dir, fs::Permissions::from_mode(0o700));
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        if e.file_type().is_ok_and(|t| t.is_dir()) {
+            open_up(&e.path());
+        }
     }
 }
 
@@ -333,9 +353,9 @@ pub fn commit(
     all_or_nothing: bool,
     protected: impl Fn(&Found) -> Option<PathBuf>,
 ) -> io::Result<Report> {
+    let root = open_root(&layer.real)?;
     normalize_opaque(layer)?;
     let mut meta = Meta::read(layer)?;
-    let root = open_root(&layer.real)?;
     let mut report = Report::default();
     let mut ready = Vec::new();
     for f in select(found, named) {

@@ -24,7 +24,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::{Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use serde::{Deserialize, Serialize};
@@ -228,19 +228,25 @@ pub struct Stage {
     /// Layers a call of this process is using (by layer directory).
     busy: Mutex<HashSet<PathBuf>>,
     freed: Condvar,
+    /// The podman program, when Podman's overlays made the layers: what its container's
+    /// mapped root left (overlayfs' `work/work`, mode 0, owned by a subordinate uid) goes
+    /// through `podman unshare`.
+    podman: Option<PathBuf>,
 }
 
 /// The layers a call holds until dropped: no other call of this process, and no commit,
 /// touches them meanwhile.
 #[derive(Debug)]
-pub struct Holding<'a> {
+pub struct Holding {
     dirs: Vec<PathBuf>,
-    _locks: Vec<nix::fcntl::Flock<File>>,
-    stage: &'a Stage,
+    locks: Vec<nix::fcntl::Flock<File>>,
+    stage: Arc<Stage>,
 }
 
-impl Drop for Holding<'_> {
+impl Drop for Holding {
     fn drop(&mut self) {
+        // The file locks go first: whoever is woken next takes them at once.
+        self.locks.clear();
         if let Ok(mut busy) = self.stage.busy.lock() {
             for d in &self.dirs {
                 busy.remove(d);
@@ -259,7 +265,14 @@ impl Stage {
             ttl: (ttl_s > 0).then(|| Duration::from_secs(ttl_s)),
             busy: Mutex::new(HashSet::new()),
             freed: Condvar::new(),
+            podman: None,
         }
+    }
+
+    /// Layers that Podman's overlays write (see `podman`).
+    pub fn with_podman(mut self, podman: PathBuf) -> Stage {
+        self.podman = Some(podman);
+        self
     }
 
     pub fn root(&self) -> &Path {
@@ -321,12 +334,12 @@ impl Stage {
     /// Holds `layers` for one call, waiting until `deadline` for another call of the session
     /// (or a commit) to finish with them. The session's staged bytes are checked when `writes`.
     pub fn hold(
-        &self,
+        self: &Arc<Self>,
         session: &Ident,
         layers: &[Layer],
         writes: bool,
         deadline: Instant,
-    ) -> Result<Holding<'_>, StageError> {
+    ) -> Result<Holding, StageError> {
         if writes {
             let bytes = self.bytes(session);
             if bytes >= self.max_bytes {
@@ -369,8 +382,8 @@ impl Stage {
         busy.extend(dirs.iter().cloned());
         Ok(Holding {
             dirs,
-            _locks: locks,
-            stage: self,
+            locks,
+            stage: self.clone(),
         })
     }
 
@@ -445,7 +458,11 @@ impl Stage {
 
     /// Takes a layer for an owner's commit or discard: no sandbox of it runs meanwhile, in
     /// this process or another.
-    pub fn exclusive(&self, layer: &Layer, deadline: Instant) -> Result<Holding<'_>, StageError> {
+    pub fn exclusive(
+        self: &Arc<Self>,
+        layer: &Layer,
+        deadline: Instant,
+    ) -> Result<Holding, StageError> {
         let mut busy = self
             .busy
             .lock()
@@ -465,8 +482,8 @@ impl Stage {
         busy.insert(layer.dir.clone());
         Ok(Holding {
             dirs: vec![layer.dir.clone()],
-            _locks: vec![lock],
-            stage: self,
+            locks: vec![lock],
+            stage: self.clone(),
         })
     }
 
@@ -492,7 +509,13 @@ impl Stage {
     /// Removes a layer whole (a discard of everything, or its expiry), and the session's
     /// directory once it holds no layer.
     pub fn remove_layer(&self, session: &Ident, layer: &Layer) -> io::Result<()> {
-        commit::remove_tree(&layer.dir)?;
+        match (commit::remove_tree(&layer.dir), &self.podman) {
+            (Ok(()), _) => {}
+            (Err(e), Some(podman)) if e.kind() == io::ErrorKind::PermissionDenied => {
+                remove_as_container_root(podman, &layer.dir)?;
+            }
+            (Err(e), _) => return Err(e),
+        }
         let dir = self.session_dir(session);
         if fs::read_dir(&dir)
             .map(|mut d| d.next().is_none())
@@ -501,6 +524,26 @@ impl Stage {
             let _ = fs::remove_dir(&dir);
         }
         Ok(())
+    }
+}
+
+/// `podman unshare rm -rf DIR`: in the user namespace of the service user's Podman, where its
+/// containers' mapped root can be removed.
+fn remove_as_container_root(podman: &Path, dir: &Path) -> io::Result<()> {
+    let out = std::process::Command::new(podman)
+        .args(["unshare", "rm", "-rf", "--"])
+        .arg(dir)
+        .stdin(std::process::Stdio::null())
+        .output()?;
+    if out.status.success() && !dir.exists() {
+        Ok(())
+    } else {
+        Err(io::Error::other(format!(
+            "podman unshare rm -rf {}: {} {}",
+            dir.display(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        )))
     }
 }
 

@@ -126,7 +126,7 @@ hosts = ["docs.example.org"]
     rt.spawn(server::serve(
         listener,
         broker,
-        Arc::new(Clients::of_uids([uid])),
+        Arc::new(server::Peers::clients(Clients::of_uids([uid]))),
         stop_rx,
     ));
 

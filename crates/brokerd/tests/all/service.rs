@@ -44,7 +44,7 @@ struct Gate {
 }
 
 #[derive(Default)]
-struct FakeRunner {
+pub(crate) struct FakeRunner {
     specs: Mutex<Vec<RunSpec>>,
     /// Runs that have started (including held ones).
     started: AtomicUsize,
@@ -64,7 +64,7 @@ impl FakeRunner {
         self.specs.lock().unwrap().clone()
     }
 
-    fn calls(&self) -> usize {
+    pub(crate) fn calls(&self) -> usize {
         self.specs.lock().unwrap().len()
     }
 
@@ -174,25 +174,27 @@ impl Runner for FakeRunner {
 // ---------------------------------------------------------------------------------------------
 // The service under test.
 
-struct Opts {
-    clients: Option<Clients>,
+pub(crate) struct Opts {
+    pub(crate) clients: Option<Clients>,
+    pub(crate) owners: Option<Clients>,
     /// Audit at this path instead of `<dir>/audit.jsonl`.
-    audit: Option<PathBuf>,
-    max_concurrent_calls: usize,
-    refusal_repeats: u32,
+    pub(crate) audit: Option<PathBuf>,
+    pub(crate) max_concurrent_calls: usize,
+    pub(crate) refusal_repeats: u32,
     /// Leave out the `[runner]` section.
-    no_runner: bool,
+    pub(crate) no_runner: bool,
     /// Lines added to `[broker]` and to `[runner]`.
-    broker_extra: &'static str,
-    runner_extra: &'static str,
+    pub(crate) broker_extra: &'static str,
+    pub(crate) runner_extra: &'static str,
     /// The first wait before a failed preflight is tried again.
-    preflight_retry: Option<Duration>,
+    pub(crate) preflight_retry: Option<Duration>,
 }
 
 impl Default for Opts {
     fn default() -> Self {
         Opts {
             clients: None,
+            owners: None,
             audit: None,
             max_concurrent_calls: 4,
             refusal_repeats: 5,
@@ -204,29 +206,29 @@ impl Default for Opts {
     }
 }
 
-struct Service {
+pub(crate) struct Service {
     dir: tempfile::TempDir,
     socket: PathBuf,
     audit: PathBuf,
     rw: PathBuf,
     ro: PathBuf,
-    runner: Arc<FakeRunner>,
+    pub(crate) runner: Arc<FakeRunner>,
     broker: Arc<Broker>,
     stop: watch::Sender<bool>,
     rt: tokio::runtime::Runtime,
     verify_audit: bool,
 }
 
-fn me() -> u32 {
+pub(crate) fn me() -> u32 {
     nix::unistd::getuid().as_raw()
 }
 
 impl Service {
-    fn start() -> Service {
+    pub(crate) fn start() -> Service {
         Service::with(Opts::default())
     }
 
-    fn with(opts: Opts) -> Service {
+    pub(crate) fn with(opts: Opts) -> Service {
         Service::in_dir(tempfile::tempdir().expect("tempdir"), opts)
     }
 
@@ -278,6 +280,12 @@ hosts = ["docs.example.org"]
 mode = "auto"
 tools = ["read_file", "write_file", "shell"]
 paths = [{{ path = "{ro}" }}]
+
+[grants.owned]
+mode = "ask"
+tools = ["read_file", "write_file", "shell"]
+paths = [{{ path = "{rw}", write = true }}]
+approvals = "owner"
 "#,
             uid = me(),
             audit = audit.display(),
@@ -326,7 +334,10 @@ paths = [{{ path = "{ro}" }}]
         rt.spawn(server::serve(
             listener,
             broker.clone(),
-            Arc::new(clients),
+            Arc::new(server::Peers {
+                clients,
+                owners: opts.owners.unwrap_or_default(),
+            }),
             stop_rx,
         ));
         Service {
@@ -343,7 +354,7 @@ paths = [{{ path = "{ro}" }}]
         }
     }
 
-    fn connect(&self) -> Client {
+    pub(crate) fn connect(&self) -> Client {
         let s = UnixStream::connect(&self.socket).expect("connect");
         s.set_read_timeout(Some(PATIENCE)).unwrap();
         Client {
@@ -417,7 +428,7 @@ impl Drop for Service {
     }
 }
 
-struct Client {
+pub(crate) struct Client {
     r: BufReader<UnixStream>,
     w: UnixStream,
 }
@@ -450,13 +461,20 @@ impl Client {
         self.answer()
     }
 
-    fn req(&mut self, v: Value) -> Answer {
+    pub(crate) fn req(&mut self, v: Value) -> Answer {
         let a = self.raw(v.to_string().as_bytes());
         assert_eq!(a.id.as_deref(), v["id"].as_str(), "the id is echoed");
         a
     }
 
-    fn call(&mut self, session: &str, call: &str, grant: &str, tool: &str, args: Value) -> Answer {
+    pub(crate) fn call(
+        &mut self,
+        session: &str,
+        call: &str,
+        grant: &str,
+        tool: &str,
+        args: Value,
+    ) -> Answer {
         self.req(call_req(session, call, grant, tool, &args, None))
     }
 
@@ -478,7 +496,7 @@ impl Client {
     }
 }
 
-fn call_req(
+pub(crate) fn call_req(
     session: &str,
     call: &str,
     grant: &str,
@@ -857,7 +875,11 @@ fn result_ids_are_unguessable_and_bound_to_the_caller() {
             json!({"op": "result", "id": "p", "result_id": result_id, "offset": 0}),
         )
         .expect("request");
-        let peer = brokerd::broker::Peer { uid, pid: None };
+        let peer = brokerd::broker::Peer {
+            uid,
+            pid: None,
+            owner: false,
+        };
         svc.rt.block_on(svc.broker.handle(req, peer)).body
     };
     assert!(matches!(page(me(), &first), Body::ResultPage { .. }));

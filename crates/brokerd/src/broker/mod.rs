@@ -24,7 +24,11 @@ use crate::probe::{Kept, RETRY_FIRST};
 use crate::refusals::{RefusalCounter, Verdict};
 use crate::runbook;
 use crate::runner::{Cleared, Reply, RunError, RunOutput, RunSpec, Runner, Unavailable};
+use crate::stage::{Holding, Layer, Stage};
 use crate::tickets::{Binding, Tickets};
+
+mod staged;
+use staged::NotStaged;
 
 /// How many calls may wait for a slot, per running slot, before new ones are answered busy.
 pub const QUEUE_PER_SLOT: usize = 8;
@@ -40,6 +44,8 @@ pub const PAGE_CHARS: usize = 50_000;
 pub struct Peer {
     pub uid: u32,
     pub pid: Option<i32>,
+    /// One of `[broker] owners`: may commit, discard and approve.
+    pub owner: bool,
 }
 
 /// Protocol errors (answered `error`, no decision made).
@@ -57,6 +63,8 @@ pub enum ProtocolError {
     Busy,
     #[error("brokerd is shutting down")]
     ShuttingDown,
+    #[error("not an owner of this brokerd")]
+    NotOwner,
 }
 
 pub use crate::probe::Preflight;
@@ -96,6 +104,8 @@ pub struct Broker {
     shutting_down: std::sync::atomic::AtomicBool,
     /// How many of the runner's `weakened` lines are audited already.
     weakened_audited: Mutex<usize>,
+    /// Every session's layers of staged grants (`stage`).
+    stage: Arc<Stage>,
 }
 
 /// A call counted in flight until its clean-up, on a runner thread, is done.
@@ -149,6 +159,17 @@ impl Broker {
             backend: config.runner.as_ref().map(|r| r.backend),
             shutting_down: std::sync::atomic::AtomicBool::new(false),
             weakened_audited: Mutex::new(0),
+            stage: Arc::new({
+                let rc = config.runner.as_ref();
+                let home = rc.map_or(std::path::Path::new(crate::config::DEFAULT_HOME), |r| {
+                    &r.home
+                });
+                let stage = Stage::new(home, b.max_staged_bytes, b.staged_ttl_s);
+                match rc {
+                    Some(r) if r.backend == Backend::Podman => stage.with_podman(r.podman.clone()),
+                    _ => stage,
+                }
+            }),
             config,
         }
     }
@@ -345,12 +366,29 @@ impl Broker {
             Request::Decline { ticket, .. } => self.decline(&ticket).await,
             Request::EndSession { session, .. } => self.end_session(&session),
             Request::Status { .. } => self.status().await,
-            Request::Changes { .. }
-            | Request::Commit { .. }
-            | Request::Discard { .. }
-            | Request::Approve { .. } => Body::Error {
-                message: "this brokerd has no staged grants".into(),
-            },
+            Request::Changes {
+                session,
+                grant,
+                diff,
+                ..
+            } => self.changes(session, grant, diff).await,
+            Request::Commit {
+                session,
+                grant,
+                paths,
+                all_or_nothing,
+                ..
+            } => {
+                self.commit(peer, session, grant, paths, all_or_nothing)
+                    .await
+            }
+            Request::Discard {
+                session,
+                grant,
+                paths,
+                ..
+            } => self.discard(peer, session, grant, paths).await,
+            Request::Approve { ticket, .. } => self.approve(peer, &ticket).await,
         };
         proto::broker::Answer::new(id, body)
     }
@@ -414,9 +452,13 @@ impl Broker {
         };
         rec.target = Some(target);
 
-        // 3. Decide. Without a runner the decision is still made and audited, and whatever
-        // would run is refused (seed 003 section 6, DESIGN.md "Service").
-        let decision = self.policy.decide(grant, &parsed);
+        // 3. Decide, on the tree the sandbox will see: a staged grant's session sees its
+        // layers. Without a runner the decision is still made and audited, and whatever would
+        // run is refused (docs/design.md#service).
+        let decision = match self.staged_view(&session, grant) {
+            Some(view) => self.policy.decide_in(&view, grant, &parsed),
+            None => self.policy.decide(grant, &parsed),
+        };
         if let (None, Decision::Allow(plan) | Decision::Ask(plan, _)) =
             (&self.config.runner, &decision)
         {
@@ -436,9 +478,18 @@ impl Broker {
                     arguments: arguments.clone(),
                 };
                 rec.class = plan.class;
+                let by_owner = grant.grant.approvals == crate::config::Approvals::Owner;
                 match approval {
                     None => {
-                        let ticket = self.state().tickets.issue(binding, Instant::now());
+                        let ticket =
+                            self.state()
+                                .tickets
+                                .issue_for(binding, Instant::now(), by_owner);
+                        let question = if by_owner {
+                            format!("{question} (an owner approves it: boxctl approve TICKET)")
+                        } else {
+                            question
+                        };
                         rec.decision = Some(Decided::Ask);
                         rec.reason = Some(audit::clip(&question));
                         if let Err(e) = self.record(rec).await {
@@ -451,6 +502,17 @@ impl Broker {
                             self.state()
                                 .tickets
                                 .redeem(&ticket, &binding, Instant::now());
+                        // Waiting for an owner is no refusal to count: the ticket stays.
+                        if let Err(e @ crate::tickets::TicketError::NotApproved) = redeemed {
+                            rec.decision = Some(Decided::Refused);
+                            rec.reason = Some(e.to_string());
+                            return match self.record(rec).await {
+                                Ok(_) => Body::Refused {
+                                    reason: e.to_string(),
+                                },
+                                Err(err) => self.audit_failed(&err),
+                            };
+                        }
                         if let Err(e) = redeemed {
                             let refusal = Refusal::new(parsed.target(), Why::Approval(e));
                             return self.refused(rec, &session, &tool, refusal).await;
@@ -472,6 +534,32 @@ impl Broker {
             let refusal = Refusal::new(parsed.target(), why);
             return self.refused(rec, &session, &tool, refusal).await;
         }
+        // A staged grant's call runs over its session's layers, held for the call: a session
+        // past its bytes, or a layer another call of it is using, is a refusal; a layer that
+        // cannot be made is unavailable, never the real directory.
+        let mut plan = plan;
+        let budget = self
+            .config
+            .runner
+            .as_ref()
+            .map_or(Duration::from_secs(30), |r| r.call_budget(plan.tool));
+        let staged = match self.stage_plan(&session, grant, &mut plan, Instant::now() + budget) {
+            Ok(s) => s,
+            Err(NotStaged::Refused(why)) => {
+                let refusal = Refusal::new(parsed.target(), Why::Staged(why));
+                return self.refused(rec, &session, &tool, refusal).await;
+            }
+            Err(NotStaged::Unavailable(why)) => {
+                Broker::log_unstaged(&session, &call, &why);
+                rec.status = Some(Ended::Unavailable);
+                if let Err(e) = self.record(rec).await {
+                    return self.audit_failed(&e);
+                }
+                return Body::Unavailable {
+                    message: Unavailable::RunnerUnavailable.to_string(),
+                };
+            }
+        };
         // A preflight that failed for now is tried again once its retry is due.
         let ran_before = lock(&self.preflight).last().is_some();
         let preflight_ok = !ran_before || self.preflight().await.ok;
@@ -493,7 +581,10 @@ impl Broker {
             }
         }
         let outcome = match failed_preflight {
-            None => self.run(&session, &call, plan, received, rec.clone()).await,
+            None => {
+                self.run(&session, &call, plan, received, rec.clone(), staged)
+                    .await
+            }
             Some(which) => {
                 tracing::error!(
                     session = session.as_str(),
@@ -586,6 +677,7 @@ impl Broker {
         plan: Plan,
         received: Instant,
         decision: Record,
+        staged: Option<(Holding, Vec<Layer>)>,
     ) -> Result<Result<RunOutput, RunError>, NotRun> {
         // A free slot: the decision goes to disk while the sandbox is made (below). A call
         // that must wait for one has its decision on disk before it queues.
@@ -654,11 +746,22 @@ impl Broker {
         let runner_cleared = cleared.clone();
         // Should this future be dropped before the record is written, the runner stops.
         let _undecided = cleared.undecided_on_drop();
+        let stage = self.stage.clone();
         let task = tokio::task::spawn_blocking(move || {
             let reply = Reply::after(runner_cleared, move |answer| {
                 let _ = answer_tx.send(answer);
             });
             runner.run_replying(&spec, reply);
+            // What the call staged is recorded (the real paths as they are now, for conflicts)
+            // before another call or a commit may take the layers.
+            if let Some((holding, layers)) = staged {
+                for l in &layers {
+                    if let Err(e) = stage.record_first(l) {
+                        tracing::warn!(layer = %l.dir.display(), "recording what was staged failed: {e}");
+                    }
+                }
+                drop(holding);
+            }
             // The slot and the count in flight are held until the clean-up after the answer
             // is done: `max_concurrent_calls` bounds sandboxes, not answers.
             drop(permit);
