@@ -2,8 +2,9 @@
 # `make demo`: boxmaker for real on a fresh Debian 12 machine (as root). Installs what is
 # missing, builds, makes the tools image and the service user, starts brokerd as that user with
 # an example config, runs a short scripted session through boxctl (each tool, a refusal, an ask
-# and its approval), shows the audit records, stops brokerd with SIGTERM and checks that no
-# container is left.
+# and its approval, protected files held by the mount table, a staged grant whose destructive
+# command is read, partly committed and partly discarded by the owner), shows the audit
+# records, stops brokerd with SIGTERM and checks that no container is left.
 #
 # No network is used by the session: http_fetch is shown only as a refusal (a host outside the
 # grant), which brokerd decides before anything runs. The end-to-end suite (make e2e) fetches
@@ -49,6 +50,13 @@ echo "image $image"
 step "an example config: $state/brokerd.toml"
 install -d -m 0755 "$demo" "$demo/ref"
 install -d -o boxmaker -g boxmaker -m 0755 "$demo/notes"
+rm -rf "$demo/project"
+install -d -o boxmaker -g boxmaker -m 0755 "$demo/project" "$demo/project/src" "$demo/notes/vendor"
+printf '# project\n\nA staged grant: what the agent changes waits for the owner.\n' >"$demo/project/README.md"
+printf 'int main(void) { return 0; }\n' >"$demo/project/src/main.c"
+printf 'TODO: tests\n' >"$demo/project/TODO"
+printf 'int vendored;\n' >"$demo/notes/vendor/lib.c"
+chown -R boxmaker:boxmaker "$demo/project" "$demo/notes/vendor"
 install -d -o boxmaker -g boxmaker -m 0750 "$state"
 install -d -o boxmaker -g root -m 0750 "$sock_dir"
 printf 'boxmaker runs every tool call in a fresh container.\nThis directory is granted read-only.\n' >"$demo/ref/README.txt"
@@ -56,6 +64,7 @@ chmod 0644 "$demo/ref/README.txt"
 cat >"$state/brokerd.toml" <<CONF
 [broker]
 clients = ["root"]                  # this demo's boxctl runs as root
+owners = ["root"]                   # ... and commits and discards what a staged grant holds
 audit_log = "$state/audit.jsonl"
 shutdown_grace_s = 5
 
@@ -76,6 +85,12 @@ hosts = ["docs.example.org"]
 mode = "ask"
 tools = ["read_file", "write_file"]
 paths = [ { path = "$demo/notes", write = true } ]
+
+[grants.project]                    # staged: every write waits in the session's layer
+mode = "auto"
+tools = ["read_file", "write_file", "shell"]
+paths = [ { path = "$demo/project", write = true } ]
+writes = "staged"
 CONF
 chown boxmaker:boxmaker "$state/brokerd.toml"
 cat "$state/brokerd.toml"
@@ -137,6 +152,38 @@ step "the owner approves: the same call again, with the ticket"
 n=$((n - 1))
 call review write_file "$args" --approval "$ticket"
 echo "on the host: $(cat "$demo/notes/review.txt")"
+
+step "protected files: a command the classifier cannot read tries to change vendor/"
+# The command as the model would send it, as a JSON string.
+js() { local s=${1//\\/\\\\}; s=${s//\"/\\\"}; printf '"%s"' "$s"; }
+cmd="sh -c \"\$(printf '%s' 'echo x > vendor/lib.c; rm -rf vendor; mv vendor v2')\"; echo done"
+call notes shell "{\"command\":$(js "$cmd"),\"cwd\":$(js "$demo/notes")}"
+echo "on the host, unchanged: $(cat "$demo/notes/vendor/lib.c")"
+
+step "staged writes: the same kind of command on the staged grant deletes everything"
+show "ls -A $demo/project"
+ls -A "$demo/project"
+cmd="sh -c \"\$(printf '%s' 'rm -rf ./*; echo \"# rewritten by the agent\" > README.md')\"; ls -A"
+call project shell "{\"command\":$(js "$cmd"),\"cwd\":$(js "$demo/project")}"
+echo "on the host, nothing changed:"
+ls -A "$demo/project"
+
+step "the owner reads what the session staged"
+show "boxctl changes --session demo --grant project --text --diff"
+target/release/boxctl --socket "$socket" changes --session demo --grant project --text --diff
+
+step "the owner commits the README alone"
+show "boxctl commit --session demo --grant project $demo/project/README.md"
+target/release/boxctl --socket "$socket" commit --session demo --grant project "$demo/project/README.md"
+echo "on the host:"
+ls -A "$demo/project"
+cat "$demo/project/README.md"
+
+step "and discards the rest: the deletions never reach the host"
+show "boxctl discard --session demo --grant project"
+target/release/boxctl --socket "$socket" discard --session demo --grant project
+ls -A "$demo/project"
+target/release/boxctl --socket "$socket" changes --session demo --grant project --text
 
 step "the audit log: one hash-chained record per decision (metadata only)"
 show "tail -n 4 $state/audit.jsonl"

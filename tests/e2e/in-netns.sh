@@ -68,6 +68,13 @@ cleanup() {
         [ -n "$ids" ] && as_user podman rm -f $ids >/dev/null 2>&1
         as_user podman rm -f boxmaker-e2e-control >/dev/null 2>&1
         find /var/lib/boxmaker/run/egress -mindepth 1 -maxdepth 1 -exec rm -rf {} + 2>/dev/null
+        # The staged layers of this run's directories (layers outlive brokerd by design); what
+        # Podman's overlays left owned by a subordinate uid goes through podman unshare.
+        for layer in $(grep -l "\"$work/" /var/lib/boxmaker/staged/*/d-*/layer.json 2>/dev/null); do
+            d=$(dirname "$layer")
+            rm -rf "$d" 2>/dev/null || as_user podman unshare rm -rf "$d" >/dev/null 2>&1
+        done
+        find /var/lib/boxmaker/staged -mindepth 1 -maxdepth 1 -type d -empty -delete 2>/dev/null
         # The user's Podman pause process was started inside the namespace (and would keep it
         # and its resolv.conf): stop it, Podman starts a fresh one on its next command.
         as_user podman system migrate >/dev/null 2>&1

@@ -32,6 +32,8 @@ pub struct Results {
     scale: BTreeMap<String, Value>,
     overhead: Option<Value>,
     podman_conf: Option<Value>,
+    /// By backend: staged calls next to direct ones.
+    staged: BTreeMap<String, Value>,
 }
 
 /// The order backends appear in, tables and plot alike.
@@ -84,6 +86,10 @@ impl Results {
                 self.scale.insert(b, v);
             }
             "overhead" => self.overhead = Some(v),
+            "staged" => {
+                let b = text_of(&v, "backend")?;
+                self.staged.insert(b, v);
+            }
             "podman-conf" => self.podman_conf = Some(v),
             other => return Err(format!("unknown bench {other:?}")),
         }
@@ -101,6 +107,9 @@ impl Results {
         }
         if let Some(o) = &self.overhead {
             out.insert("overhead", overhead_md(o)?);
+        }
+        if !self.staged.is_empty() {
+            out.insert("staged", staged_md(&sorted(&self.staged))?);
         }
         if !self.scale.is_empty() {
             out.insert("scale", scale_md(&sorted(&self.scale))?);
@@ -277,6 +286,43 @@ fn ratio_md(benches: &[(&str, &Value)]) -> Result<String, String> {
                 num(&r, "beside_ratio_p50")?,
             );
         }
+    }
+    Ok(s)
+}
+
+/// Staged calls next to direct ones, and `changes` on a large layer.
+fn staged_md(benches: &[(&str, &Value)]) -> Result<String, String> {
+    let mut s = String::from(
+        "| backend | tool | direct p50 ms | p95 ms | staged p50 ms | p95 ms | ratio p50 |\n\
+         |---|---|---|---|---|---|---|\n",
+    );
+    for (backend, v) in benches {
+        for r in rows(v, "rows")? {
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {} | {} | {} | {:.2} |",
+                cell(backend),
+                cell(&text_of(&r, "tool")?),
+                fmt_num(Some(num(&r, "direct_p50_ms")?)),
+                fmt_num(Some(num(&r, "direct_p95_ms")?)),
+                fmt_num(Some(num(&r, "staged_p50_ms")?)),
+                fmt_num(Some(num(&r, "staged_p95_ms")?)),
+                num(&r, "ratio_p50")?,
+            );
+        }
+    }
+    for (backend, v) in benches {
+        let _ = writeln!(
+            s,
+            "\n`changes` of {} staged paths on {}: p50 {} ms, p95 {} ms; with diffs p50 {} ms, p95 {} ms ({} calls per tool and side).",
+            num(v, "changes_paths")?,
+            cell(backend),
+            fmt_num(Some(num(v, "changes_p50_ms")?)),
+            fmt_num(Some(num(v, "changes_p95_ms")?)),
+            fmt_num(Some(num(v, "changes_diff_p50_ms")?)),
+            fmt_num(Some(num(v, "changes_diff_p95_ms")?)),
+            num(v, "calls")?,
+        );
     }
     Ok(s)
 }

@@ -21,12 +21,14 @@ use crate::https::{BIG, HELLO, TAILNET_GREETING};
 use crate::system::{self, User};
 
 mod scale;
+mod staged;
 
 const RO_TEXT: &str = "hello from the read-only directory\n";
 const SHELL_MS: u64 = 4000;
 const OUTPUT_CAP: usize = 65536;
 const GRANT: &str = "e2e";
 const ASK_GRANT: &str = "e2e-ask";
+const STAGED_GRANT: &str = "e2e-staged";
 /// A variable only brokerd's environment has, looked for in every sandbox.
 const CANARY_NAME: &str = "BOXMAKER_E2E_CANARY";
 const CANARY_VALUE: &str = "planted-in-brokerd-s-environment";
@@ -98,6 +100,8 @@ struct Suite {
     work: PathBuf,
     rw: PathBuf,
     ro: PathBuf,
+    /// The staged grant's directory (`writes = "staged"`).
+    staged: PathBuf,
     egress_root: PathBuf,
     image: String,
     /// Podman's network for the egress proxy: `--egress-network`, or what this host's Podman
@@ -216,6 +220,35 @@ pub fn run(opts: &crate::Opts) -> Result<ExitCode, String> {
         ),
         ("no-nested-user-namespaces", Suite::no_nested_userns),
         (
+            "staged-destructive-command-leaves-the-host-alone",
+            Suite::staged_destructive,
+        ),
+        (
+            "staged-writes-are-the-session-s-own",
+            Suite::staged_session_own,
+        ),
+        (
+            "staged-commit-lands-what-the-sandbox-saw",
+            Suite::staged_commit_exact,
+        ),
+        (
+            "staged-conflict-refused-for-that-path",
+            Suite::staged_conflict,
+        ),
+        (
+            "staged-swapped-directory-is-not-followed",
+            Suite::staged_swapped_dir,
+        ),
+        (
+            "staged-protected-target-needs-naming",
+            Suite::staged_protected,
+        ),
+        ("staged-size-bound", Suite::staged_size_bound),
+        (
+            "staged-changes-survive-a-crash",
+            Suite::staged_survive_crash,
+        ),
+        (
             "protected-targets-hold-against-an-unreadable-command",
             Suite::protected_targets_hold,
         ),
@@ -251,6 +284,10 @@ pub fn run(opts: &crate::Opts) -> Result<ExitCode, String> {
             match suite.bench(bench) {
                 Ok(json) => write_bench(bench_out.as_deref(), "bench", b, &json),
                 Err(e) => println!("bench: {e}"),
+            }
+            match suite.bench_staged(bench) {
+                Ok(json) => write_bench(bench_out.as_deref(), "staged", b, &json),
+                Err(e) => println!("bench staged: {e}"),
             }
         }
         if let (Some(plan), "sigterm-stops-cleanly") = (&scale, name) {
@@ -373,11 +410,14 @@ impl Suite {
                 .map_err(|e| format!("{}: {e}", p.display()))
         };
         let (rw, ro, state) = (work.join("rw"), work.join("ro"), work.join("state"));
+        let staged = work.join("staged");
         mk(work, 0o755)?;
         mk(&ro, 0o755)?;
         mk(&rw, 0o755)?;
+        mk(&staged, 0o755)?;
         mk(&state, 0o750)?;
         user.chown(&rw)?;
+        user.chown(&staged)?;
         user.chown(&state)?;
         let hello = ro.join("hello.txt");
         std::fs::write(&hello, RO_TEXT).map_err(|e| format!("{}: {e}", hello.display()))?;
@@ -434,6 +474,9 @@ audit_log = "{state}/audit.jsonl"
 timeout_ms = {timeout_ms}
 refusal_repeats = 50
 shutdown_grace_s = {grace_s}
+# The suite's client (root) may commit and discard its staged changes.
+owners = [0]
+max_staged_bytes = {max_staged}
 
 [runner]
 {backend_keys}enforce_limits = {enforce_limits}
@@ -456,11 +499,19 @@ allow_addresses = ["192.0.2.0/24"]
 mode = "ask"
 tools = ["read_file", "write_file", "shell"]
 paths = [ {{ path = "{rw}", write = true }} ]
+
+[grants.{STAGED_GRANT}]
+mode = "auto"
+tools = ["read_file", "write_file", "shell"]
+paths = [ {{ path = "{staged}", write = true }} ]
+writes = "staged"
 {bwrap_section}"#,
             state = state.display(),
             home = user.home.display(),
             rw = rw.display(),
             ro = ro.display(),
+            staged = staged.display(),
+            max_staged = staged::MAX_STAGED_BYTES,
             timeout_ms = ms(60000),
             grace_s = ms(5),
             shell_ms = ms(SHELL_MS),
@@ -495,6 +546,7 @@ paths = [ {{ path = "{rw}", write = true }} ]
             work: work.to_path_buf(),
             rw,
             ro,
+            staged,
             image,
             egress_network,
             child: None,

@@ -1,0 +1,522 @@
+//! Staged writes end to end (docs/design.md#staged-writes-and-owners): the `e2e-staged` grant
+//! keeps each session's writes in its layer, and the suite (an owner) reads, commits and
+//! discards them. Each scenario leaves the staged directory and the session's layer empty.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use client::{Body, Client, Staged};
+use serde_json::{json, Value};
+
+use super::{call_on, check, show, Outcome, Suite, CALL_WAIT, STAGED_GRANT};
+
+/// `[broker] max_staged_bytes` of the suite's brokerd: small, for the bound's scenario.
+pub const MAX_STAGED_BYTES: u64 = 4 * 1024 * 1024;
+
+/// Lists a tree, the same way inside a sandbox and on the host: each path below the working
+/// directory with its type, a link's target, a file's md5 and permission bits.
+const LISTING: &str = "find . -mindepth 1 | sort | while read -r p; do \
+    if [ -L \"$p\" ]; then echo \"$p l $(readlink \"$p\")\"; \
+    elif [ -d \"$p\" ]; then echo \"$p d $(stat -c %a \"$p\")\"; \
+    else echo \"$p f $(stat -c %a \"$p\") $(md5sum < \"$p\" | cut -d' ' -f1)\"; fi; done";
+
+impl Suite {
+    /// This run's session of the scenario: layers outlive brokerd (they are the owner's), so
+    /// another run's (or backend's) of the same scenario must not be this one's.
+    fn staged_session(&self) -> String {
+        let name: String = self.session.chars().take(40).collect();
+        format!(
+            "{name}-{}{}",
+            &self.backend.as_str()[..1],
+            std::process::id()
+        )
+    }
+
+    fn staged_call(&mut self, session: &str, tool: &str, args: Value) -> Result<Body, String> {
+        self.calls += 1;
+        call_on(
+            &self.socket,
+            self.t(CALL_WAIT),
+            session,
+            &self.call_id(),
+            STAGED_GRANT,
+            tool,
+            args,
+            None,
+        )
+    }
+
+    /// A shell command in the staged directory, which must give a result.
+    fn staged_shell(&mut self, session: &str, command: &str) -> Result<String, String> {
+        let cwd = self.staged.display().to_string();
+        match self.staged_call(session, "shell", json!({ "command": command, "cwd": cwd }))? {
+            Body::Result { content, .. } => Ok(content),
+            other => Err(format!("expected a result, got {}", show(&other))),
+        }
+    }
+
+    fn owner(&self) -> Result<Client, String> {
+        let c = Client::connect(&self.socket).map_err(|e| e.to_string())?;
+        c.set_timeout(Some(self.t(CALL_WAIT)))
+            .map_err(|e| e.to_string())?;
+        Ok(c)
+    }
+
+    /// The session's staged changes: (path relative to the staged directory, kind).
+    fn staged_changes(&self, session: &str) -> Result<Vec<(String, String)>, String> {
+        let changes = self
+            .owner()?
+            .changes(Some(session), Some(STAGED_GRANT), false)
+            .map_err(|e| e.to_string())?;
+        Ok(changes
+            .changes
+            .iter()
+            .map(|c| {
+                let rel = Path::new(&c.path)
+                    .strip_prefix(&self.staged)
+                    .map_or(c.path.clone(), |p| p.display().to_string());
+                (rel, c.change.as_str().to_string())
+            })
+            .collect())
+    }
+
+    fn discard_all(&self, session: &str) -> Outcome {
+        self.owner()?
+            .discard(&Staged {
+                session,
+                grant: Some(STAGED_GRANT),
+                paths: &[],
+            })
+            .map(drop)
+            .map_err(|e| e.to_string())
+    }
+
+    /// The staged directory filled afresh: files, a directory, a vendored file, all the
+    /// service user's.
+    fn staged_fill(&self) -> Outcome {
+        let d = &self.staged;
+        clear_dir(d)?;
+        let fill = || -> std::io::Result<()> {
+            std::fs::create_dir_all(d.join("src"))?;
+            std::fs::create_dir_all(d.join("vendor"))?;
+            std::fs::write(d.join("a.txt"), "a\n")?;
+            std::fs::write(d.join("b.txt"), "b\n")?;
+            std::fs::write(d.join("src/main.rs"), "fn main() {}\n")?;
+            std::fs::write(d.join("vendor/lib.c"), "int a;\n")?;
+            std::fs::write(d.join(".hidden"), "h\n")?;
+            Ok(())
+        };
+        fill().map_err(|e| format!("host: {e}"))?;
+        self.user.chown_tree(d)
+    }
+
+    fn host_listing(&self) -> Result<String, String> {
+        let out = Command::new("sh")
+            .args(["-c", LISTING])
+            .current_dir(&self.staged)
+            .output()
+            .map_err(|e| format!("host listing: {e}"))?;
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// A command the classifier cannot read (`sh -c "$(printf ...)"`, run in `auto`)
+    /// deletes everything: the host's directory is byte for byte as it was, `changes` lists
+    /// every deletion, and a discard leaves it so.
+    pub(super) fn staged_destructive(&mut self) -> Outcome {
+        let session = self.staged_session();
+        self.staged_fill()?;
+        let before = self.host_listing()?;
+        let out = self.staged_shell(
+            &session,
+            "sh -c \"$(printf '%s' 'rm -rf ./* ./.[!.]*; ls -A; echo gone')\"",
+        )?;
+        check(out.starts_with("gone\n"), || format!("output {out:?}"))?;
+        check(self.host_listing()? == before, || {
+            "the host's directory changed".to_string()
+        })?;
+        let changes = self.staged_changes(&session)?;
+        let mut deleted: Vec<&str> = changes
+            .iter()
+            .filter(|(_, k)| k == "deleted")
+            .map(|(p, _)| p.as_str())
+            .collect();
+        deleted.sort();
+        check(
+            deleted == [".hidden", "a.txt", "b.txt", "src", "vendor"] && changes.len() == 5,
+            || format!("changes {changes:?}"),
+        )?;
+        self.discard_all(&session)?;
+        check(self.staged_changes(&session)?.is_empty(), || {
+            "changes left after a discard".into()
+        })?;
+        check(self.host_listing()? == before, || {
+            "the host's directory changed after the discard".to_string()
+        })
+    }
+
+    /// What a session stages is there for its next call, and for no other session or the
+    /// host.
+    pub(super) fn staged_session_own(&mut self) -> Outcome {
+        let session = self.staged_session();
+        let other = format!("{session}-other");
+        self.staged_fill()?;
+        let file = self.staged.join("mine.txt");
+        let path = file.display().to_string();
+        match self.staged_call(
+            &session,
+            "write_file",
+            json!({ "path": path, "content": "mine\n" }),
+        )? {
+            Body::Result { .. } => {}
+            other => return Err(format!("write_file: {}", show(&other))),
+        }
+        match self.staged_call(&session, "read_file", json!({ "path": path }))? {
+            Body::Result { content, .. } => {
+                check(content == "mine\n", || format!("read back {content:?}"))?
+            }
+            other => return Err(format!("read_file in the session: {}", show(&other))),
+        }
+        let theirs = self.staged_call(&other, "read_file", json!({ "path": path }))?;
+        check(
+            !matches!(&theirs, Body::Result { content, .. } if content == "mine\n"),
+            || format!("another session read it: {}", show(&theirs)),
+        )?;
+        check(!file.exists(), || "the file is on the host".into())?;
+        self.discard_all(&session)
+    }
+
+    /// A commit lands exactly what the sandbox saw (compared as a listing made the same way
+    /// inside the sandbox and on the host), a link to /etc as a link.
+    pub(super) fn staged_commit_exact(&mut self) -> Outcome {
+        let session = self.staged_session();
+        self.staged_fill()?;
+        let seen = self.staged_shell(
+            &session,
+            &format!(
+                "echo A >> a.txt && rm b.txt && mkdir -p new/deep && echo d > new/deep/d && \
+                 chmod 600 src/main.rs && ln -s /etc etc-link && rm -rf src && mkdir src && \
+                 echo s > src/lib.rs && {LISTING}"
+            ),
+        )?;
+        let seen = seen
+            .strip_suffix("\n[exit 0]")
+            .unwrap_or(&seen)
+            .trim_end_matches('\n')
+            .to_string();
+        let committed = self
+            .owner()?
+            .commit(
+                &Staged {
+                    session: &session,
+                    grant: Some(STAGED_GRANT),
+                    paths: &[],
+                },
+                false,
+            )
+            .map_err(|e| e.to_string())?;
+        check(
+            committed.conflicts.is_empty() && committed.skipped.is_empty(),
+            || format!("commit {committed:?}"),
+        )?;
+        let host = self.host_listing()?;
+        check(host.trim_end_matches('\n') == seen, || {
+            format!("the host after the commit:\n{host}\nthe sandbox saw:\n{seen}")
+        })?;
+        let link = std::fs::symlink_metadata(self.staged.join("etc-link"))
+            .map_err(|e| format!("etc-link: {e}"))?;
+        check(link.file_type().is_symlink(), || {
+            "etc-link is not a link".into()
+        })?;
+        check(self.staged_changes(&session)?.is_empty(), || {
+            "changes left after the commit".into()
+        })
+    }
+
+    /// The host edits a file after the session staged it: that path is a conflict, the rest
+    /// lands.
+    pub(super) fn staged_conflict(&mut self) -> Outcome {
+        let session = self.staged_session();
+        self.staged_fill()?;
+        self.staged_shell(&session, "echo staged > a.txt && echo staged > b.txt")?;
+        std::fs::write(self.staged.join("a.txt"), "the owner's edit\n")
+            .map_err(|e| format!("host: {e}"))?;
+        let committed = self
+            .owner()?
+            .commit(
+                &Staged {
+                    session: &session,
+                    grant: Some(STAGED_GRANT),
+                    paths: &[],
+                },
+                false,
+            )
+            .map_err(|e| e.to_string())?;
+        let a = self.staged.join("a.txt").display().to_string();
+        let b = self.staged.join("b.txt").display().to_string();
+        check(
+            committed.committed == [b.clone()]
+                && committed.conflicts.iter().map(|c| &c.path).eq([&a]),
+            || format!("commit {committed:?}"),
+        )?;
+        let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
+        check(
+            read(&a) == "the owner's edit\n" && read(&b) == "staged\n",
+            || format!("host a.txt {:?}, b.txt {:?}", read(&a), read(&b)),
+        )?;
+        self.discard_all(&session)
+    }
+
+    /// A real directory swapped for a link to elsewhere after staging: that path's commit is
+    /// refused and nothing is written where the link leads.
+    pub(super) fn staged_swapped_dir(&mut self) -> Outcome {
+        let session = self.staged_session();
+        self.staged_fill()?;
+        self.staged_shell(&session, "echo evil > src/new.rs")?;
+        let elsewhere = self.work.join("elsewhere");
+        let _ = std::fs::remove_dir_all(&elsewhere);
+        std::fs::create_dir_all(&elsewhere).map_err(|e| format!("host: {e}"))?;
+        self.user.chown(&elsewhere)?;
+        std::fs::rename(self.staged.join("src"), self.staged.join("src-moved"))
+            .map_err(|e| format!("host: {e}"))?;
+        std::os::unix::fs::symlink(&elsewhere, self.staged.join("src"))
+            .map_err(|e| format!("host: {e}"))?;
+        let committed = self
+            .owner()?
+            .commit(
+                &Staged {
+                    session: &session,
+                    grant: Some(STAGED_GRANT),
+                    paths: &[],
+                },
+                false,
+            )
+            .map_err(|e| e.to_string())?;
+        let written = std::fs::read_dir(&elsewhere)
+            .map(|d| d.count())
+            .unwrap_or(0);
+        let _ = std::fs::remove_dir_all(&elsewhere);
+        check(written == 0, || "written through the link".into())?;
+        // The directory itself (a link now) and the file below it: neither lands.
+        let new_rs = self.staged.join("src/new.rs").display().to_string();
+        check(
+            committed.committed.is_empty() && committed.conflicts.iter().any(|c| c.path == new_rs),
+            || format!("commit {committed:?}"),
+        )?;
+        self.discard_all(&session)
+    }
+
+    /// A protected target the command wrote stays out of a commit until it is named.
+    pub(super) fn staged_protected(&mut self) -> Outcome {
+        let session = self.staged_session();
+        self.staged_fill()?;
+        self.staged_shell(
+            &session,
+            "sh -c \"$(printf '%s' 'echo patched > vendor/lib.c; echo x > a.txt')\"",
+        )?;
+        let lib = self.staged.join("vendor/lib.c");
+        let mut owner = self.owner()?;
+        let all = Staged {
+            session: &session,
+            grant: Some(STAGED_GRANT),
+            paths: &[],
+        };
+        let first = owner.commit(&all, false).map_err(|e| e.to_string())?;
+        let lib_shown = lib.display().to_string();
+        check(first.skipped.iter().any(|s| s.path == lib_shown), || {
+            format!("commit {first:?}")
+        })?;
+        let now = std::fs::read_to_string(&lib).unwrap_or_default();
+        check(now == "int a;\n", || format!("vendor/lib.c became {now:?}"))?;
+        let named = [lib_shown];
+        let second = owner
+            .commit(
+                &Staged {
+                    paths: &named,
+                    ..all
+                },
+                false,
+            )
+            .map_err(|e| e.to_string())?;
+        let now = std::fs::read_to_string(&lib).unwrap_or_default();
+        check(second.committed.len() == 1 && now == "patched\n", || {
+            format!("named commit {second:?}, vendor/lib.c {now:?}")
+        })
+    }
+
+    /// Past `max_staged_bytes` a session's writes are refused, naming the limit; `changes`
+    /// shows the bytes.
+    pub(super) fn staged_size_bound(&mut self) -> Outcome {
+        let session = self.staged_session();
+        self.staged_fill()?;
+        let mib = MAX_STAGED_BYTES / (1024 * 1024) + 1;
+        let out = self.staged_shell(
+            &session,
+            &format!("dd if=/dev/zero of=big bs=1048576 count={mib} 2>/dev/null; wc -c < big"),
+        )?;
+        check(out.starts_with(&format!("{}\n", mib * 1024 * 1024)), || {
+            format!("writing {mib} MiB: {out:?}")
+        })?;
+        let refused = self.staged_call(
+            &session,
+            "write_file",
+            json!({ "path": self.staged.join("more.txt").display().to_string(), "content": "x" }),
+        )?;
+        check(
+            matches!(&refused, Body::Refused { reason } if reason.contains("max_staged_bytes")),
+            || {
+                format!(
+                    "expected a refusal naming the limit, got {}",
+                    show(&refused)
+                )
+            },
+        )?;
+        let changes = self
+            .owner()?
+            .changes(Some(&session), Some(STAGED_GRANT), false)
+            .map_err(|e| e.to_string())?;
+        check(changes.bytes >= MAX_STAGED_BYTES, || {
+            format!("changes says {} bytes", changes.bytes)
+        })?;
+        self.discard_all(&session)
+    }
+
+    /// Staged changes are the owner's data: a SIGKILL of brokerd and its restart keep them.
+    pub(super) fn staged_survive_crash(&mut self) -> Outcome {
+        let session = self.staged_session();
+        self.staged_fill()?;
+        self.staged_shell(&session, "echo kept > kept.txt")?;
+        if let Some(mut child) = self.child.take() {
+            crate::system::signal(&child, libc::SIGKILL);
+            let _ = child.wait();
+        }
+        std::thread::sleep(Duration::from_millis(200));
+        self.start_brokerd()?;
+        let changes = self.staged_changes(&session)?;
+        check(
+            changes == [("kept.txt".to_string(), "added".to_string())],
+            || format!("after the restart: {changes:?}"),
+        )?;
+        self.discard_all(&session)
+    }
+}
+
+/// Empties a directory (the staged grant's, between scenarios).
+fn clear_dir(d: &PathBuf) -> Outcome {
+    let entries = std::fs::read_dir(d).map_err(|e| format!("{}: {e}", d.display()))?;
+    for e in entries.flatten() {
+        let p = e.path();
+        let gone = match std::fs::symlink_metadata(&p) {
+            Ok(m) if m.is_dir() => std::fs::remove_dir_all(&p),
+            _ => std::fs::remove_file(&p),
+        };
+        gone.map_err(|e| format!("{}: {e}", p.display()))?;
+    }
+    Ok(())
+}
+
+/// The percentiles (p50, p95) of `times`, in milliseconds.
+fn p50_p95(times: &mut [Duration]) -> (f64, f64) {
+    super::percentiles(times)
+}
+
+impl Suite {
+    /// The staged bench: the same write_file and shell call on the direct grant and on the
+    /// staged one, alternating, `n` each (p50 and p95 through brokerd); then `changes` on a
+    /// layer of 1,000 changed files, with and without diffs.
+    pub(super) fn bench_staged(&mut self, n: usize) -> Result<Value, String> {
+        let session = format!("s-bench-staged-{}", std::process::id());
+        self.staged_fill()?;
+        let mut rows = Vec::new();
+        for tool in ["write_file", "shell"] {
+            let (mut direct, mut staged) = (Vec::new(), Vec::new());
+            for i in 0..=n {
+                for staged_now in [i % 2 == 0, i % 2 != 0] {
+                    let (grant_dir, into) = match staged_now {
+                        true => (self.staged.clone(), &mut staged),
+                        false => (self.rw.clone(), &mut direct),
+                    };
+                    let args = match tool {
+                        "write_file" => json!({
+                            "path": grant_dir.join("bench.txt").display().to_string(),
+                            "content": "bench\n"
+                        }),
+                        _ => {
+                            json!({ "command": "echo hi > bench.txt", "cwd": grant_dir.display().to_string() })
+                        }
+                    };
+                    let t = std::time::Instant::now();
+                    let body = match staged_now {
+                        true => self.staged_call(&session, tool, args)?,
+                        false => self.call(tool, args)?,
+                    };
+                    let took = t.elapsed();
+                    if !matches!(body, Body::Result { .. }) {
+                        return Err(format!("{tool}: {}", show(&body)));
+                    }
+                    // The first of each is a warm-up.
+                    if i > 0 {
+                        into.push(took);
+                    }
+                }
+            }
+            let (dp50, dp95) = p50_p95(&mut direct);
+            let (sp50, sp95) = p50_p95(&mut staged);
+            println!(
+                "bench {} {tool:<10} direct p50 {dp50:>7.1} ms p95 {dp95:>7.1} ms ; staged p50 {sp50:>7.1} ms p95 {sp95:>7.1} ms ; ratio p50 {:.2} (n {n})",
+                self.backend.as_str(),
+                sp50 / dp50
+            );
+            rows.push(json!({
+                "tool": tool,
+                "direct_p50_ms": dp50,
+                "direct_p95_ms": dp95,
+                "staged_p50_ms": sp50,
+                "staged_p95_ms": sp95,
+                "ratio_p50": sp50 / dp50,
+            }));
+        }
+        self.discard_all(&session)?;
+        // 1,000 changed files: 990 added, 10 modified.
+        self.staged_shell(
+            &session,
+            "mkdir -p many && i=0; while [ $i -lt 990 ]; do echo $i > many/f$i; i=$((i+1)); done; \
+             for f in a.txt b.txt; do echo x >> $f; done; echo made",
+        )?;
+        let mut owner = self.owner()?;
+        let count = owner
+            .changes(Some(&session), Some(STAGED_GRANT), false)
+            .map_err(|e| e.to_string())?
+            .changes
+            .len();
+        let mut timed = |diff: bool| -> Result<(f64, f64), String> {
+            let mut times = Vec::new();
+            for _ in 0..10 {
+                let t = std::time::Instant::now();
+                owner
+                    .changes(Some(&session), Some(STAGED_GRANT), diff)
+                    .map_err(|e| e.to_string())?;
+                times.push(t.elapsed());
+            }
+            Ok(p50_p95(&mut times))
+        };
+        let (cp50, cp95) = timed(false)?;
+        let (dp50, dp95) = timed(true)?;
+        println!(
+            "bench {} changes of {count} paths p50 {cp50:.1} ms p95 {cp95:.1} ms ; with diffs p50 {dp50:.1} ms p95 {dp95:.1} ms",
+            self.backend.as_str()
+        );
+        self.discard_all(&session)?;
+        Ok(json!({
+            "bench": "staged",
+            "backend": self.backend.as_str(),
+            "calls": n,
+            "rows": rows,
+            "changes_paths": count,
+            "changes_p50_ms": cp50,
+            "changes_p95_ms": cp95,
+            "changes_diff_p50_ms": dp50,
+            "changes_diff_p95_ms": dp95,
+        }))
+    }
+}
