@@ -98,15 +98,16 @@ let
   # Only the Podman image's ID is computed; the bwrap backend never builds the image itself.
   needsImageId = (finalSettings.runner.image or null) == imageIdPlaceholder;
 
-  # What brokerd check-config can check inside the build sandbox: clients are looked up in
-  # /etc/passwd and grant directories must exist, neither of which holds there. So this copy
-  # names uid 0 as its client, and each grant directory under a placeholder root that the
-  # build fills with empty directories. The assertions below check the clients' form, and
-  # brokerd checks the real values when it starts.
+  # What brokerd check-config can check inside the build sandbox: clients and owners are
+  # looked up in /etc/passwd and grant directories must exist, neither of which holds there.
+  # So this copy names uid 0 as its client (and owner, where there are owners), and each grant
+  # directory under a placeholder root that the build fills with empty directories. The
+  # assertions below check the names' form, and brokerd checks the real values when it starts.
   sandboxRoot = "@BOXMAKER_SANDBOX_ROOT@";
   sandboxSettings = finalSettings // {
     broker = finalSettings.broker // {
       clients = [ 0 ];
+      owners = lib.optional ((finalSettings.broker.owners or [ ]) != [ ]) 0;
     };
     grants = lib.mapAttrs (
       _: g:
@@ -280,6 +281,42 @@ let
           100.64.0.0/10, 0.0.0.0/8 or multicast).
         '';
       };
+      writes = mkOption {
+        type = types.enum [
+          "direct"
+          "staged"
+        ];
+        default = "direct";
+        description = ''
+          "staged": every write of a session lands in a layer of that session and reaches the
+          directory only when an owner commits it (settings.broker.owners, `boxctl commit`);
+          "direct": writes land at once.
+        '';
+      };
+      approvals = mkOption {
+        type = types.enum [
+          "client"
+          "owner"
+        ];
+        default = "client";
+        description = ''
+          Who approves an ask: the client re-sending the call with its ticket, or "owner": an
+          owner (`boxctl approve TICKET`) first, so an agent loop cannot approve its own calls.
+        '';
+      };
+      protect = mkOption {
+        type = types.enum [
+          "mount"
+          "classifier"
+        ];
+        default = "mount";
+        description = ''
+          How generated, vendored and third-party files in writable directories are held:
+          "mount" binds them read-only in every writable sandbox (found by a bounded walk,
+          settings.runner.protect_max_*); "classifier" leaves them to the command classifier's
+          refusals alone.
+        '';
+      };
     };
   };
 
@@ -297,6 +334,16 @@ let
               default = [ "@${cfg.clientGroup}" ];
               defaultText = literalExpression ''[ "@''${config.services.boxmaker.clientGroup}" ]'';
               description = "Who is served: user names, uids, or \"@group\". Root is not implied.";
+            };
+            owners = mkOption {
+              type = types.listOf (types.either types.str types.ints.unsigned);
+              default = [ ];
+              example = [ "alice" ];
+              description = ''
+                Who may commit, discard and approve (staged grants, approvals = "owner"): user
+                names, uids, or "@group". Root is not implied; an empty list leaves it to the
+                service user, on its own socket (<home>/owner.sock).
+              '';
             };
             audit_log = mkOption {
               type = types.str;
@@ -727,7 +774,14 @@ in
 
   config = mkIf cfg.enable {
     services.boxmaker.settings.grants = lib.mapAttrs (_: g: {
-      inherit (g) mode tools hosts;
+      inherit (g)
+        mode
+        tools
+        hosts
+        writes
+        approvals
+        protect
+        ;
       paths = map (p: { inherit (p) path write; }) g.paths;
       allow_addresses = g.allowAddresses;
     }) cfg.grants;
@@ -774,6 +828,10 @@ in
       {
         assertion = lib.all (c: lib.isInt c || matches clientRegex c) s.broker.clients && s.broker.clients != [ ];
         message = "services.boxmaker.settings.broker.clients: ${builtins.toJSON s.broker.clients}: name at least one client, each a user name, a uid, or \"@\" and a group name.";
+      }
+      {
+        assertion = lib.all (c: lib.isInt c || matches clientRegex c) s.broker.owners;
+        message = "services.boxmaker.settings.broker.owners: ${builtins.toJSON s.broker.owners}: each a user name, a uid, or \"@\" and a group name.";
       }
       {
         assertion = lib.hasPrefix "/" s.broker.audit_log && lib.hasPrefix "/" s.runner.home;

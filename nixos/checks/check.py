@@ -316,6 +316,13 @@ def module(eval_json, brokerd=None):
           "module/full: explicit subordinate range")
     check(r["full"]["service"]["serviceConfig"]["TimeoutStopSec"] == "75",
           "module/full: TimeoutStopSec follows shutdown_grace_s")
+    project = r["full"]["settings"]["grants"].get("project", {})
+    check((project.get("writes"), project.get("approvals"), project.get("protect")) == ("staged", "owner", "classifier")
+          and r["full"]["settings"]["grants"]["notes"].get("writes") == "direct",
+          f"module/full: a grant's writes, approvals and protect reach the config ({project})")
+    check(r["full"]["sandboxSettings"]["broker"].get("owners") == [0]
+          and r["minimal"]["sandboxSettings"]["broker"].get("owners") == [],
+          "module: the build-time check names uid 0 as the owner where there are owners")
     check(r["bwrap"]["settings"]["bwrap"]["tools_root"].endswith("-callPackage-tools-image.nix-root"),
           "module/bwrap: the tools root defaults to the tools image's .root")
     check(r["bwrapScope"]["settings"]["bwrap"]["tools_root"] == "/var/lib/boxmaker/tools-root",

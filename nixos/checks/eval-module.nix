@@ -362,6 +362,10 @@ let
         timeout_ms = 200000;
         shutdown_grace_s = 45;
         max_concurrent_calls = 2;
+        owners = [
+          "alice"
+          2000
+        ];
       };
       runner = {
         shell_ms = 150000;
@@ -394,6 +398,19 @@ let
         "*.example.net"
       ];
       allowAddresses = [ "192.168.1.0/24" ];
+    };
+    grants.project = {
+      mode = "auto";
+      tools = [ "shell" ];
+      paths = [
+        {
+          path = "/srv/project";
+          write = true;
+        }
+      ];
+      writes = "staged";
+      approvals = "owner";
+      protect = "classifier";
     };
   };
 
