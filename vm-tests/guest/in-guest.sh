@@ -321,6 +321,20 @@ else
     fail write-read "write $a; read $b; owner '$owner'"
 fi
 
+# Every decision is one journal line with its fields under their own names: the refusal of a
+# path outside the grant is found by DECISION=refused, with its kind and without the path.
+a=$(call g1 refused read_file "$(jq -cn '{path: "/etc/boxmaker-guest-refused"}')")
+sleep 1
+line=$(journalctl --no-pager -o json -u "$service_unit" DECISION=refused CALL=refused 2>/dev/null | tail -n 1)
+ran=$(journalctl --no-pager -o json -u "$service_unit" DECISION=allow CALL=write 2>/dev/null | tail -n 1)
+if [ "$(jq -r .kind <<<"$a")" = refused ] && [ "$(jq -r .KIND <<<"$line" 2>/dev/null)" = path ] &&
+    [ "$(jq -r .TOOL <<<"$line")" = read_file ] && [ "$(jq -r .SESSION <<<"$line")" = g1 ] &&
+    [[ "$line" != *boxmaker-guest-refused* ]] && [ "$(jq -r .STATUS <<<"$ran" 2>/dev/null)" = result ]; then
+    ok journal-decisions "refused: kind $(jq -r .KIND <<<"$line"); allowed write: status $(jq -r .STATUS <<<"$ran"), $(jq -r .DURATION_MS <<<"$ran") ms"
+else
+    fail journal-decisions "answer $a; refused line '$line'; write line '$ran'"
+fi
+
 # A fork loop: more processes than --pids-limit allows; busybox sh says it cannot fork.
 a=$(call g1 forks shell "$(shell_args 'i=0; while [ $i -lt 100 ]; do sleep 10 & i=$((i+1)); done; echo all-forked')")
 content=$(jq -r '.content // .message // empty' <<<"$a")

@@ -107,6 +107,25 @@ pub enum Ended {
     Cancelled,
 }
 
+impl Decided {
+    /// The word on disk (and in the journal's `decision` field).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Decided::Allow => "allow",
+            Decided::Ask => "ask",
+            Decided::Approved => "approved",
+            Decided::Declined => "declined",
+            Decided::Refused => "refused",
+            Decided::Stopped => "stopped",
+            Decided::Ran => "ran",
+            Decided::NotRun => "not_run",
+            Decided::OwnerApproved => "owner_approved",
+            Decided::Committed => "committed",
+            Decided::Discarded => "discarded",
+        }
+    }
+}
+
 impl Ended {
     /// The word on disk (and in the journal's `status` field).
     pub fn as_str(self) -> &'static str {

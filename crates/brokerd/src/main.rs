@@ -218,7 +218,9 @@ fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("BROKERD_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     if std::env::var_os("JOURNAL_STREAM").is_some() {
-        if let Ok(journald) = tracing_journald::layer() {
+        // The fields under their own names, so that `journalctl -u boxmaker DECISION=refused`
+        // finds every refusal (docs/design.md#service); none collides with journald's own.
+        if let Ok(journald) = tracing_journald::layer().map(|l| l.with_field_prefix(None)) {
             let _ = tracing_subscriber::registry()
                 .with(filter)
                 .with(journald)

@@ -437,7 +437,7 @@ impl Broker {
                 let target = args::raw_target(&arguments);
                 rec.target = Some(audit::summary(&target));
                 let refusal = Refusal::new(&target, Why::Arguments(e.to_string()));
-                return self.refused(rec, &session, &tool, refusal).await;
+                return self.refused(rec, &session, &tool, refusal, received).await;
             }
         };
         let target = match &parsed {
@@ -464,11 +464,22 @@ impl Broker {
         {
             rec.class = plan.class;
             let refusal = Refusal::new(parsed.target(), Why::NoRunner);
-            return self.refused(rec, &session, &tool, refusal).await;
+            return self.refused(rec, &session, &tool, refusal, received).await;
+        }
+        // 4. A session whose sandbox was seen missing writes nothing more
+        // (docs/design.md#preflight-and-poisoning): checked before a ticket is issued or
+        // redeemed, so nobody is asked to approve a write that would then be refused.
+        if let Decision::Allow(plan) | Decision::Ask(plan, _) = &decision {
+            if plan.writes && self.state().unavailable.contains(session.as_str()) {
+                rec.class = plan.class;
+                let why = Why::UnavailableEarlier { tool: tool.clone() };
+                let refusal = Refusal::new(parsed.target(), why);
+                return self.refused(rec, &session, &tool, refusal, received).await;
+            }
         }
         let plan = match decision {
             Decision::Allow(plan) => plan,
-            Decision::Refuse(r) => return self.refused(rec, &session, &tool, r).await,
+            Decision::Refuse(r) => return self.refused(rec, &session, &tool, r, received).await,
             Decision::Ask(plan, question) => {
                 let binding = Binding {
                     session: session.to_string(),
@@ -492,6 +503,7 @@ impl Broker {
                         };
                         rec.decision = Some(Decided::Ask);
                         rec.reason = Some(audit::clip(&question));
+                        journal(&rec, None, received);
                         if let Err(e) = self.record(rec).await {
                             return self.audit_failed(&e);
                         }
@@ -506,6 +518,7 @@ impl Broker {
                         if let Err(e @ crate::tickets::TicketError::NotApproved) = redeemed {
                             rec.decision = Some(Decided::Refused);
                             rec.reason = Some(e.to_string());
+                            journal(&rec, Some(Why::Approval(e).kind()), received);
                             return match self.record(rec).await {
                                 Ok(_) => Body::Refused {
                                     reason: e.to_string(),
@@ -515,7 +528,7 @@ impl Broker {
                         }
                         if let Err(e) = redeemed {
                             let refusal = Refusal::new(parsed.target(), Why::Approval(e));
-                            return self.refused(rec, &session, &tool, refusal).await;
+                            return self.refused(rec, &session, &tool, refusal, received).await;
                         }
                         rec.decision = Some(Decided::Approved);
                         plan
@@ -528,12 +541,6 @@ impl Broker {
             rec.decision = Some(Decided::Allow);
         }
 
-        // 4. A session that saw the runner unavailable writes nothing more (seed 000 5.1.5).
-        if plan.writes && self.state().unavailable.contains(session.as_str()) {
-            let why = Why::UnavailableEarlier { tool: tool.clone() };
-            let refusal = Refusal::new(parsed.target(), why);
-            return self.refused(rec, &session, &tool, refusal).await;
-        }
         // A staged grant's call runs over its session's layers, held for the call: a session
         // past its bytes, or a layer another call of it is using, is a refusal; a layer that
         // cannot be made is unavailable, never the real directory.
@@ -547,11 +554,12 @@ impl Broker {
             Ok(s) => s,
             Err(NotStaged::Refused(why)) => {
                 let refusal = Refusal::new(parsed.target(), Why::Staged(why));
-                return self.refused(rec, &session, &tool, refusal).await;
+                return self.refused(rec, &session, &tool, refusal, received).await;
             }
             Err(NotStaged::Unavailable(why)) => {
                 Broker::log_unstaged(&session, &call, &why);
                 rec.status = Some(Ended::Unavailable);
+                journal(&rec, None, received);
                 if let Err(e) = self.record(rec).await {
                     return self.audit_failed(&e);
                 }
@@ -568,10 +576,15 @@ impl Broker {
         // record is written and synced while the runner makes the sandbox ready, and the tool
         // gets its input only once the record is on disk (`runner::Cleared`).
         let started = Instant::now();
+        // The start-up preflight says whether a sandbox can start at all; the network one
+        // only whether the way out works.
         let failed_preflight = if !preflight_ok {
-            Some("the preflight failed")
+            Some(("the preflight failed", Unavailable::RunnerUnavailable))
         } else if plan.egress.is_some() && !self.network_preflight().await.ok {
-            Some("the network preflight failed")
+            Some((
+                "the network preflight failed",
+                Unavailable::EgressUnavailable,
+            ))
         } else {
             None
         };
@@ -585,14 +598,14 @@ impl Broker {
                 self.run(&session, &call, plan, received, rec.clone(), staged)
                     .await
             }
-            Some(which) => {
+            Some((which, why)) => {
                 tracing::error!(
                     session = session.as_str(),
                     call = call.as_str(),
                     "{which}; see {}",
-                    runbook::RUNNER_UNAVAILABLE
+                    why.runbook()
                 );
-                Ok(Err(RunError::Unavailable(Unavailable::RunnerUnavailable)))
+                Ok(Err(RunError::Unavailable(why)))
             }
         };
         let outcome = match outcome {
@@ -600,6 +613,7 @@ impl Broker {
             Err(NotRun::Audit(e)) => return self.audit_failed(&e),
             Err(NotRun::Busy) => {
                 rec.status = Some(Ended::Busy);
+                journal(&rec, None, received);
                 let _ = self
                     .record(outcome_record(rec, Decided::NotRun, started))
                     .await;
@@ -634,7 +648,9 @@ impl Broker {
                 },
             ),
             Err(RunError::Unavailable(u)) => {
-                self.mark_unavailable(&session);
+                if u.sandbox_missing() {
+                    self.mark_unavailable(&session);
+                }
                 tracing::error!(
                     session = session.as_str(),
                     call = call.as_str(),
@@ -652,15 +668,7 @@ impl Broker {
             }
         };
         rec.status = Some(status);
-        tracing::info!(
-            session = session.as_str(),
-            call = call.as_str(),
-            grant = grant_name,
-            tool,
-            status = status.as_str(),
-            duration_ms = started.elapsed().as_millis() as u64,
-            "call"
-        );
+        journal(&rec, None, received);
         if let Err(e) = self
             .record(outcome_record(rec, Decided::Ran, started))
             .await
@@ -824,7 +832,14 @@ impl Broker {
     }
 
     /// A refusal, or from the Nth same refusal in a session on, a stop; audited either way.
-    async fn refused(&self, mut rec: Record, session: &str, tool: &str, refusal: Refusal) -> Body {
+    async fn refused(
+        &self,
+        mut rec: Record,
+        session: &str,
+        tool: &str,
+        refusal: Refusal,
+        received: Instant,
+    ) -> Body {
         let reason = refusal.reason();
         // Counted by (tool, target, which refusal): the target is normalised there, so `x`,
         // `./x` and `x/` are one refusal (seed 000 5.1.4), and two different targets are two.
@@ -851,6 +866,7 @@ impl Broker {
             }
         };
         rec.reason = Some(audit::clip(&reason));
+        journal(&rec, Some(kind), received);
         match self.record(rec).await {
             Ok(_) => body,
             Err(e) => self.audit_failed(&e),
@@ -927,6 +943,7 @@ impl Broker {
             status: Some(Ended::Cancelled),
             ..Record::default()
         };
+        journal(&rec, None, Instant::now());
         match self.record(rec).await {
             Ok(_) => Body::Declined {},
             Err(e) => self.audit_failed(&e),
@@ -967,6 +984,29 @@ impl Broker {
             },
         })
     }
+}
+
+/// One journal line per decision about a call (docs/design.md#service): who, which grant and
+/// tool, what was decided, how it ended (when it has), how long brokerd took from the request,
+/// and for a refusal its kind. Never the model's text: not the target, not the reason.
+fn journal(rec: &Record, kind: Option<&'static str>, received: Instant) {
+    let field = |f: &Option<String>| f.clone().unwrap_or_default();
+    tracing::info!(
+        session = field(&rec.session),
+        call = field(&rec.call),
+        grant = field(&rec.grant),
+        // A tool name the model made up is its text: only the four are named.
+        tool = rec
+            .tool
+            .as_deref()
+            .and_then(proto::tools::ToolName::parse)
+            .map_or("other", proto::tools::ToolName::as_str),
+        decision = rec.decision.map_or("", Decided::as_str),
+        status = rec.status.map_or("", Ended::as_str),
+        kind = kind.unwrap_or(""),
+        duration_ms = received.elapsed().as_millis() as u64,
+        "decision"
+    );
 }
 
 /// The `backend` of `status` when the config has no `[runner]` section.

@@ -455,8 +455,21 @@ impl BwrapRuntime {
             Trouble::Terminal(t) => format!("{trouble}: {t}"),
             _ => trouble.to_string(),
         };
-        let pointer = match trouble {
-            Trouble::Staged => crate::runbook::STAGED_LAYER,
+        let why = match trouble {
+            Trouble::Staged => Unavailable::LayerUnavailable,
+            Trouble::EgressDir
+            | Trouble::ProxyFailed
+            | Trouble::ProxySocket
+            | Trouble::Poisoned
+            | Trouble::EarlierCleanUp => Unavailable::EgressUnavailable,
+            Trouble::Terminal(_)
+            | Trouble::Spawn
+            | Trouble::Setup
+            | Trouble::ToolsRoot
+            | Trouble::Limits => Unavailable::RunnerUnavailable,
+        };
+        let pointer = match why {
+            Unavailable::LayerUnavailable => why.runbook(),
             _ => RUNBOOK,
         };
         tracing::error!(
@@ -467,7 +480,7 @@ impl BwrapRuntime {
             "{what}: {}; see {pointer}",
             redact(detail.trim_end()),
         );
-        RunError::Unavailable(Unavailable::RunnerUnavailable)
+        RunError::Unavailable(why)
     }
 
     /// Logs each optional cgroup knob the first time it is found unsettable, and keeps it

@@ -157,19 +157,41 @@ pub enum Failure {
     UnexpectedStatus,
 }
 
-/// Why nothing could run: the seed's fixed sentence, plus where the operator should look.
+/// Why nothing could run. The model reads one fixed sentence whatever the part that failed
+/// (docs/design.md#runners); the variant says which part it was, for the operator's pointer
+/// and for the session's "known down" mark, which only a missing sandbox sets
+/// (docs/design.md#preflight-and-poisoning).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum Unavailable {
+    /// The sandbox itself could not be made or started: no call of this kind can run.
     #[error("the tool runner could not start the container")]
     RunnerUnavailable,
+    /// The way out of an `http_fetch` could not be made (its egress directory, its proxy, the
+    /// network preflight, or http_fetch turned off by poisoning): the sandbox itself is not
+    /// known to be down.
+    #[error("the tool runner could not start the container")]
+    EgressUnavailable,
+    /// A staged grant's layer could not be made or mounted: the sandbox itself is not known
+    /// to be down, and nothing falls back to writing in place.
+    #[error("the tool runner could not start the container")]
+    LayerUnavailable,
 }
 
 impl Unavailable {
     /// The runbook entry that brokerd's log line ends with (never shown to the model).
     pub fn runbook(self) -> &'static str {
         match self {
-            Unavailable::RunnerUnavailable => crate::runbook::RUNNER_UNAVAILABLE,
+            Unavailable::RunnerUnavailable | Unavailable::EgressUnavailable => {
+                crate::runbook::RUNNER_UNAVAILABLE
+            }
+            Unavailable::LayerUnavailable => crate::runbook::STAGED_LAYER,
         }
+    }
+
+    /// Whether this says the sandbox itself is missing: only then are the session's later
+    /// writes refused rather than attempted.
+    pub fn sandbox_missing(self) -> bool {
+        self == Unavailable::RunnerUnavailable
     }
 }
 

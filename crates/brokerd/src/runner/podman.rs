@@ -209,7 +209,14 @@ impl PodmanRuntime {
     /// Writes the log line of an `unavailable` answer (DESIGN.md "Service": it ends with the
     /// runbook pointer) and gives the answer.
     fn unavailable(&self, spec: &RunSpec, trouble: Trouble, detail: &str) -> RunError {
-        let why = Unavailable::RunnerUnavailable;
+        let why = match trouble {
+            Trouble::EgressDir
+            | Trouble::ProxyFailed
+            | Trouble::ProxySocket
+            | Trouble::Poisoned
+            | Trouble::EarlierCleanUp => Unavailable::EgressUnavailable,
+            Trouble::NoPodman | Trouble::PodmanFailed => Unavailable::RunnerUnavailable,
+        };
         tracing::error!(
             session = %spec.session,
             call = %spec.call,

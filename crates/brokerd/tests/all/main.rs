@@ -11,6 +11,7 @@
 mod bwrap_golden;
 mod bwrap_runtime;
 mod common;
+mod decisions;
 mod owners;
 mod podman_golden;
 mod podman_runtime;

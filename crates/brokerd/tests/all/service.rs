@@ -52,7 +52,7 @@ pub(crate) struct FakeRunner {
     /// Answer the start-up preflight as a working sandbox would.
     preflight_ok: std::sync::atomic::AtomicBool,
     /// Answer the network preflight as a broken proxy path would (curl finds no proxy).
-    network_broken: std::sync::atomic::AtomicBool,
+    pub(crate) network_broken: std::sync::atomic::AtomicBool,
     /// What the runner reports as a failure no retry can mend.
     terminal: Mutex<Option<String>>,
     /// What the runner reports as confinement this host does not apply.
@@ -145,6 +145,9 @@ impl Runner for FakeRunner {
         }
         if t.contains("UNAVAIL") {
             return Err(RunError::Unavailable(Unavailable::RunnerUnavailable));
+        }
+        if t.contains("EGRESSDOWN") {
+            return Err(RunError::Unavailable(Unavailable::EgressUnavailable));
         }
         let content = if spec.session.as_str() == "preflight" && spec.call.as_str() == "network" {
             if self.network_broken.load(Ordering::SeqCst) {
@@ -518,11 +521,11 @@ fn path(p: &Path, name: &str) -> String {
     p.join(name).display().to_string()
 }
 
-fn kind(a: &Answer) -> &'static str {
+pub(crate) fn kind(a: &Answer) -> &'static str {
     a.kind()
 }
 
-fn message(a: &Answer) -> String {
+pub(crate) fn message(a: &Answer) -> String {
     match &a.body {
         Body::Refused { reason } | Body::Stopped { reason } => reason.clone(),
         Body::Failed { message } | Body::Unavailable { message } | Body::Error { message } => {
@@ -533,7 +536,7 @@ fn message(a: &Answer) -> String {
     }
 }
 
-fn ticket(a: &Answer) -> String {
+pub(crate) fn ticket(a: &Answer) -> String {
     match &a.body {
         Body::Ask { ticket, .. } => ticket.clone(),
         other => panic!("expected ask, got {other:?}"),
