@@ -156,6 +156,10 @@ async def sdk_checks(args):
         if marker in t:
             rid = t.split(marker, 1)[1].split('"', 1)[0]
         check("a long output is cut and says how to read the rest", not r.is_error and rid is not None and t.startswith("[work/shell]\n1\n2\n"), t[:200])
+        # The note names where the cut begins: the preview's head is the output up to there.
+        head = t[len("[work/shell]\n"):].split("\n[... ", 1)[0]
+        at = json.loads(t.split("read_result ", 1)[1].split("}", 1)[0] + "}")["offset"] if rid else None
+        check("the cut note reads on from where the preview's head ends", at == len(head) and at > 0 and f"continues at offset {at}:" in t, f"offset {at}, head of {len(head)} chars")
         whole, offset, pages = "", 0, 0
         while rid is not None and pages < 50:
             p = await b.call("read_result", {"result_id": rid, "offset": offset})

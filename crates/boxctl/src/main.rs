@@ -456,6 +456,7 @@ mod tests {
                     truncated: false,
                     label: "g/t".into(),
                     result_id: "r1".into(),
+                    continues_at: None,
                 },
                 0,
             ),

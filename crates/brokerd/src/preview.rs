@@ -10,33 +10,49 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-/// The marker line put where the middle was cut.
-fn marker(cut: usize) -> String {
+/// The marker line put where the middle was cut: how much, and the character offset at which
+/// the `result` op continues (the first character cut).
+fn marker(cut: usize, at: usize) -> String {
     format!(
-        "\n[... {cut} characters cut; the whole output: page through it with its result_id ...]\n"
+        "\n[... {cut} characters cut; the output continues at offset {at}: page through it with its result_id ...]\n"
     )
 }
 
 /// Keeps the head and tail of `content` within `max_chars` characters, the marker included.
-/// Returns the preview and whether anything was cut.
-pub fn preview(content: &str, max_chars: usize) -> (String, bool) {
+/// Returns the preview and, when something was cut, the character offset at which the whole
+/// output continues after the preview's head.
+pub fn preview(content: &str, max_chars: usize) -> (String, Option<usize>) {
     let total = content.chars().count();
     if total <= max_chars {
-        return (content.to_string(), false);
+        return (content.to_string(), None);
     }
-    // The marker's length depends on the number it carries; two rounds settle it.
-    let mut keep = 0;
-    let mut mark = marker(total);
-    for _ in 0..3 {
+    // The marker's length depends on the numbers it carries, which depend on its length: a
+    // few rounds settle it (each can only add a digit), and the last check makes sure.
+    let split = |keep: usize| {
+        let head_n = keep.div_ceil(2);
+        (head_n, marker(total - keep, head_n))
+    };
+    let mut keep = max_chars;
+    let mut best: Option<(usize, usize, String)> = None;
+    for _ in 0..8 {
+        let (head_n, mark) = split(keep);
         let mark_len = mark.chars().count();
         if mark_len >= max_chars {
-            // No room for a marker: the head alone, still within the budget.
-            return (content.chars().take(max_chars).collect(), true);
+            break;
         }
-        keep = max_chars - mark_len;
-        mark = marker(total - keep);
+        if keep + mark_len <= max_chars && best.as_ref().is_none_or(|(k, ..)| keep > *k) {
+            best = Some((keep, head_n, mark));
+        }
+        let room = max_chars - mark_len;
+        if room == keep {
+            break;
+        }
+        keep = room;
     }
-    let head_n = keep.div_ceil(2);
+    let Some((keep, head_n, mark)) = best else {
+        // No room for a marker: the head alone, still within the budget.
+        return (content.chars().take(max_chars).collect(), Some(max_chars));
+    };
     let tail_n = keep - head_n;
     let head_end = byte_at_char(content, head_n);
     let tail_start = byte_at_char(content, total - tail_n);
@@ -44,7 +60,7 @@ pub fn preview(content: &str, max_chars: usize) -> (String, bool) {
     out.push_str(&content[..head_end]);
     out.push_str(&mark);
     out.push_str(&content[tail_start..]);
-    (out, true)
+    (out, Some(head_n))
 }
 
 /// The byte offset of the `n`th character (the length when past the end).
@@ -199,7 +215,7 @@ mod tests {
         ];
         for (content, max, cut) in cases {
             let (p, was_cut) = preview(content, max);
-            assert_eq!(was_cut, cut, "{max}");
+            assert_eq!(was_cut.is_some(), cut, "{max}");
             assert!(p.chars().count() <= max, "{max}: {}", p.chars().count());
             if !cut {
                 assert_eq!(p, content);
@@ -212,8 +228,8 @@ mod tests {
         let content: String = (0..1000)
             .map(|i| char::from(b'a' + (i % 26) as u8))
             .collect();
-        let (p, cut) = preview(&content, 200);
-        assert!(cut);
+        let (p, at) = preview(&content, 200);
+        let at = at.expect("cut");
         assert_eq!(p.chars().count(), 200);
         // What is kept plus what the marker says was cut is the whole.
         let n_cut: usize = p
@@ -222,15 +238,54 @@ mod tests {
             .and_then(|r| r.split(' ').next())
             .and_then(|n| n.parse().ok())
             .unwrap_or(0);
-        let kept = 200 - marker(n_cut).chars().count();
+        let kept = 200 - marker(n_cut, at).chars().count();
         assert_eq!(kept + n_cut, 1000, "{p}");
-        assert!(p.starts_with(&content[..50]));
-        assert!(p.ends_with(&content[content.len() - 50..]));
+        // The marker names where the output continues: right after the head, which is the
+        // content's first `at` characters; the tail is what follows the cut.
+        assert!(p.contains(&format!("continues at offset {at}:")), "{p}");
+        assert!(p.starts_with(&format!("{}\n[... ", &content[..at])), "{p}");
+        assert!(p.ends_with(&content[at + n_cut..]), "{p}");
+        assert!(p.starts_with(&content[..40]));
+        assert!(p.ends_with(&content[content.len() - 40..]));
         // Multi-byte content is cut between characters.
         let wide: String = "é😀".repeat(500);
         let (p, _) = preview(&wide, 150);
         assert!(p.chars().count() <= 150);
         assert!(p.starts_with('é') && p.ends_with('😀'));
+    }
+
+    /// Whatever the lengths, the preview fits, and what its marker says is true: the head is
+    /// the output up to the offset it names, and the tail is what follows the characters it
+    /// says were cut.
+    #[test]
+    fn the_marker_is_true_for_every_length() {
+        let content: String = (0..20_000)
+            .map(|i| char::from(b'a' + (i % 26) as u8))
+            .collect();
+        for total in [150, 999, 1_000, 1_001, 9_999, 10_000, 20_000] {
+            let c = &content[..total];
+            for max in (0..400).chain([999, 1_000, 5_000]) {
+                let (p, at) = preview(c, max);
+                assert!(p.chars().count() <= max, "{total}/{max}: {p}");
+                let Some(at) = at else {
+                    assert_eq!(p, c);
+                    continue;
+                };
+                let Some((head, rest)) = p.split_once("\n[... ") else {
+                    // No room for a marker: the head alone.
+                    assert_eq!((p.as_str(), at), (&c[..max], max));
+                    continue;
+                };
+                let cut: usize = rest.split(' ').next().and_then(|n| n.parse().ok()).unwrap();
+                assert!(
+                    rest.contains(&format!("continues at offset {at}:")),
+                    "{rest}"
+                );
+                assert_eq!(head, &c[..at], "{total}/{max}");
+                let tail = rest.split_once("...]\n").map(|(_, t)| t).unwrap();
+                assert_eq!(tail, &c[at + cut..], "{total}/{max}");
+            }
+        }
     }
 
     #[derive(Clone)]

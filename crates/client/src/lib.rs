@@ -65,6 +65,8 @@ pub enum CallOutcome {
         truncated: bool,
         label: String,
         result_id: String,
+        /// Where the preview cut the output: the offset to page on from.
+        continues_at: Option<usize>,
     },
     /// The grant does not allow it; nothing ran.
     Refused { reason: String },
@@ -222,11 +224,13 @@ impl Client {
                 truncated,
                 label,
                 result_id,
+                continues_at,
             } => CallOutcome::Result {
                 content,
                 truncated,
                 label,
                 result_id,
+                continues_at,
             },
             Body::Refused { reason } => CallOutcome::Refused { reason },
             Body::Ask { question, ticket } => CallOutcome::Ask { question, ticket },

@@ -167,6 +167,10 @@ pub enum Body {
         /// `<grant>/<tool>`: what the output is labelled by.
         label: String,
         result_id: String,
+        /// Where the preview cut the output: the character offset at which `result` continues
+        /// (the first character not shown). Absent when the preview is the whole output.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        continues_at: Option<usize>,
     },
     /// The grant does not allow it; nothing ran.
     Refused {
@@ -496,9 +500,23 @@ mod tests {
                         truncated: false,
                         label: "notes/shell".into(),
                         result_id: "r7".into(),
+                        continues_at: None,
                     },
                 ),
                 r#"{"id":"1","kind":"result","content":"x","truncated":false,"label":"notes/shell","result_id":"r7"}"#,
+            ),
+            (
+                Answer::new(
+                    Some("2".into()),
+                    Body::Result {
+                        content: "a\n[... 8 characters cut; the output continues at offset 1: page through it with its result_id ...]\nz".into(),
+                        truncated: true,
+                        label: "notes/shell".into(),
+                        result_id: "r8".into(),
+                        continues_at: Some(1),
+                    },
+                ),
+                r#"{"id":"2","kind":"result","content":"a\n[... 8 characters cut; the output continues at offset 1: page through it with its result_id ...]\nz","truncated":true,"label":"notes/shell","result_id":"r8","continues_at":1}"#,
             ),
             (
                 Answer::new(

@@ -247,10 +247,19 @@ pub fn outcome(grant: &str, outcome: &CallOutcome) -> CallToolResult {
             truncated,
             label,
             result_id,
+            continues_at,
         } => {
             let mut text = format!("[{label}]\n{content}");
-            if *truncated {
-                text.push_str(&Say::Truncated { result_id }.to_string());
+            match continues_at {
+                Some(offset) => text.push_str(
+                    &Say::Truncated {
+                        result_id,
+                        offset: *offset,
+                    }
+                    .to_string(),
+                ),
+                None if *truncated => text.push_str(&Say::Capped.to_string()),
+                None => {}
             }
             CallToolResult::success(vec![ContentBlock::text(text)])
         }
@@ -299,10 +308,13 @@ pub enum Say<'a> {
         grant: &'a str,
     },
     ReadResultDescription,
-    /// Appended to a result whose content is a preview.
+    /// Appended to a result whose content is a preview: where the whole output continues.
     Truncated {
         result_id: &'a str,
+        offset: usize,
     },
+    /// Appended to a result cut at the output cap, with nothing more kept.
+    Capped,
     /// Appended to a page of [`READ_RESULT`].
     PageEnd {
         result_id: &'a str,
@@ -389,11 +401,16 @@ impl fmt::Display for Say<'_> {
                  result names its result_id). Start at offset 0; each page names the offset of \
                  the next one."
             ),
-            Say::Truncated { result_id } => write!(
+            Say::Truncated { result_id, offset } => write!(
                 f,
-                "\n[boxmaker: the output above is cut. Read the whole output with the tool \
-                 read_result {{\"result_id\":\"{result_id}\",\"offset\":0}}; each page names \
-                 where the next one starts.]"
+                "\n[boxmaker: the output above is cut. Read on from where the cut begins with \
+                 the tool read_result {{\"result_id\":\"{result_id}\",\"offset\":{offset}}} \
+                 (offset 0 is the start); each page names where the next one starts.]"
+            ),
+            Say::Capped => write!(
+                f,
+                "\n[boxmaker: the tool printed more than its output cap; the output above is \
+                 all that was kept.]"
             ),
             Say::PageEnd {
                 result_id,
@@ -674,6 +691,7 @@ mod tests {
                 truncated: false,
                 label: "notes/shell".into(),
                 result_id: "ab12".into(),
+                continues_at: None,
             },
         );
         assert_eq!(ok.is_error, Some(false));
@@ -685,10 +703,27 @@ mod tests {
                 truncated: true,
                 label: "notes/shell".into(),
                 result_id: "ab12".into(),
+                continues_at: Some(4),
             },
         );
         assert_eq!(cut.is_error, Some(false));
-        assert!(text(&cut).contains(r#"read_result {"result_id":"ab12","offset":0}"#));
+        assert!(text(&cut).contains(r#"read_result {"result_id":"ab12","offset":4}"#));
+        let capped = outcome(
+            "notes",
+            &CallOutcome::Result {
+                content: "all there is".into(),
+                truncated: true,
+                label: "notes/shell".into(),
+                result_id: "ab12".into(),
+                continues_at: None,
+            },
+        );
+        assert!(
+            text(&capped).contains("all that was kept"),
+            "{}",
+            text(&capped)
+        );
+        assert!(!text(&capped).contains("read_result"));
         let errors = [
             (
                 CallOutcome::Refused {

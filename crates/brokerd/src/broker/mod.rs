@@ -817,7 +817,7 @@ impl Broker {
 
     fn result_body(&self, peer: Peer, out: RunOutput, label: String) -> Body {
         let max = self.config.broker.preview_chars;
-        let (content, cut) = preview(&out.content, max);
+        let (content, continues_at) = preview(&out.content, max);
         let result_id = self
             .state()
             .results
@@ -825,8 +825,10 @@ impl Broker {
             .unwrap_or_default();
         Body::Result {
             content,
-            truncated: out.truncated || cut,
+            truncated: out.truncated || continues_at.is_some(),
             label,
+            // Nothing to continue with where the whole could not be kept.
+            continues_at: continues_at.filter(|_| !result_id.is_empty()),
             result_id,
         }
     }

@@ -801,6 +801,7 @@ fn result_paging() {
         content,
         truncated,
         result_id,
+        continues_at,
         ..
     } = a.body
     else {
@@ -809,6 +810,26 @@ fn result_paging() {
     assert!(truncated, "cut to the preview");
     assert!(content.chars().count() <= 200, "{}", content.len());
     assert!(content.starts_with("abc") && content.contains("characters cut"));
+    // The marker and the answer name where the output continues: the preview's head is the
+    // output up to there, and a page from there starts with what the preview cut.
+    let at = continues_at.expect("the preview names where it continues");
+    assert!(
+        content.contains(&format!("the output continues at offset {at}:")),
+        "{content}"
+    );
+    let head = content.split("\n[... ").next().unwrap_or_default();
+    assert_eq!(head.chars().count(), at, "{content}");
+    let p = c.req(json!({"op": "result", "id": "at", "result_id": result_id, "offset": at}));
+    let Body::ResultPage { content: page, .. } = p.body else {
+        panic!("{p:?}");
+    };
+    let expected_next: String = "abcdefghijklmnopqrstuvwxyz"
+        .chars()
+        .cycle()
+        .skip(at)
+        .take(10)
+        .collect();
+    assert!(page.starts_with(&expected_next), "{}", &page[..20]);
     let mut whole = String::new();
     let mut offset = Some(0);
     let mut offsets = Vec::new();
