@@ -17,6 +17,7 @@ pub mod mode;
 pub mod policy;
 pub mod preflight;
 pub mod preview;
+pub mod privileges;
 pub mod probe;
 pub mod protect;
 pub mod redact;

@@ -217,6 +217,7 @@ fn doctor(cfg: &Config, socket: &Path) -> u8 {
         r.check("/dev/net/tun", tun_usable());
     }
     r.check("poisoned", poisoned(socket));
+    r.check("privileges", privileges(socket));
     grant_checks(cfg, &mut r);
     if r.failed == 0 {
         0
@@ -347,6 +348,7 @@ fn doctor_bwrap(cfg: &Config, rc: &config::RunnerConfig, mut r: Report, socket: 
         },
     );
     r.check("poisoned", poisoned(socket));
+    r.check("privileges", privileges(socket));
     grant_checks(cfg, &mut r);
     if r.failed == 0 {
         0
@@ -448,6 +450,35 @@ fn poisoned(socket: &Path) -> Result<String, String> {
         Ok(client::Body::Status(s)) => Ok(format!("no (brokerd at {}, {} backend)", socket.display(), s.backend)),
         Ok(other) => Ok(format!("unknown: brokerd answered {:?}", other)),
         Err(e) => Ok(format!("unknown: no brokerd to ask at {} ({e})", socket.display())),
+    }
+}
+
+/// What the running brokerd says of its own privileges (docs/design.md#service): it refuses
+/// to start as root or holding a capability, so a brokerd that reports one is a failure; no
+/// brokerd to ask, or one too old to say, is not.
+fn privileges(socket: &Path) -> Result<String, String> {
+    let asked = client::Client::connect(socket).and_then(|mut c| {
+        c.set_timeout(Some(PODMAN_TIMEOUT))?;
+        c.request(&client::Request::Status {
+            id: "1".into(),
+            v: None,
+        })
+    });
+    match asked.map(|a| a.body) {
+        Ok(client::Body::Status(s)) => {
+            match s.privileges.map(crate::privileges::Privileges::of_status) {
+                Some(p) => match p.refusal() {
+                    None => Ok(p.summary()),
+                    Some(why) => Err(format!("{}: {why}", p.summary())),
+                },
+                None => Ok("unknown: brokerd does not say".into()),
+            }
+        }
+        Ok(other) => Ok(format!("unknown: brokerd answered {:?}", other)),
+        Err(e) => Ok(format!(
+            "unknown: no brokerd to ask at {} ({e})",
+            socket.display()
+        )),
     }
 }
 

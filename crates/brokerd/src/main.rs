@@ -265,6 +265,12 @@ fn serve(file: &Path, socket: Option<PathBuf>) -> ExitCode {
 }
 
 async fn run(file: &Path, socket: Option<PathBuf>) -> Result<(), String> {
+    // Nothing is read or opened as root or with a capability (docs/design.md#service).
+    let privileges = brokerd::privileges::Privileges::read()?;
+    if let Some(why) = privileges.refusal() {
+        return Err(why);
+    }
+    tracing::info!("privileges: {}", privileges.summary());
     let config = config::load(file).map_err(|e| e.to_string())?;
     let policy = Policy::new(&config).map_err(|e| format!("{}: {e}", file.display()))?;
     let clients = peers(&config).map_err(|e| format!("{}: {e}", file.display()))?;

@@ -324,6 +324,20 @@ pub struct Status {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub weakened: Vec<String>,
     pub audit_head: AuditHead,
+    /// brokerd's user IDs and capabilities; absent from a brokerd that could not read them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub privileges: Option<PrivilegesStatus>,
+}
+
+/// brokerd's privileges as `status` shows them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PrivilegesStatus {
+    /// Real, effective and saved user IDs.
+    pub uids: [u32; 3],
+    /// Capabilities in the effective, permitted, inheritable or ambient set (`CAP_...`).
+    pub capabilities: Vec<String>,
+    /// The bounding set.
+    pub bounding: Vec<String>,
 }
 
 /// A preflight as `status` shows it: `{"ok": null, "detail": ...}` before it has run, then

@@ -984,6 +984,9 @@ impl Broker {
                 seq: head.seq,
                 hash: head.hash,
             },
+            privileges: crate::privileges::Privileges::read()
+                .ok()
+                .map(crate::privileges::Privileges::shown),
         })
     }
 }

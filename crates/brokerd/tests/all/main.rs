@@ -16,4 +16,5 @@ mod owners;
 mod podman_golden;
 mod podman_runtime;
 mod podman_service;
+mod privileges;
 mod service;
