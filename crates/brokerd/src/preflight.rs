@@ -34,7 +34,8 @@ pub struct Sandbox {
     expected: String,
     home_and_tmpdir: bool,
     workspaces: usize,
-    limits: bool,
+    /// The limit files read back (with `enforce_limits`).
+    limits: Option<Vec<&'static str>>,
 }
 
 impl Sandbox {
@@ -45,10 +46,15 @@ impl Sandbox {
         // With enforce_limits the sandbox reads its own limits back (cgroup v2 files): where
         // they would be ignored, the files are absent or say "max", and calls stay unavailable.
         let limits = rc.filter(|r| r.enforce_limits).map(|r| {
-            (
-                r.pids.to_string(),
-                config::memory_bytes(&r.memory).unwrap_or(0).to_string(),
-            )
+            runner.limit_files().unwrap_or_else(|| {
+                vec![
+                    ("pids.max", r.pids.to_string()),
+                    (
+                        "memory.max",
+                        config::memory_bytes(&r.memory).unwrap_or(0).to_string(),
+                    ),
+                ]
+            })
         });
         let mut command = String::from("pwd && test -w /tmp && echo tmp-writable");
         let mut expected = format!("{DEFAULT_CWD}\ntmp-writable\n");
@@ -62,9 +68,12 @@ impl Sandbox {
             command.push_str(&format!(" && test -w {quoted} && echo writable"));
             expected.push_str("writable\n");
         }
-        if let Some((pids, memory)) = &limits {
-            command.push_str(" && cat /sys/fs/cgroup/pids.max /sys/fs/cgroup/memory.max");
-            expected.push_str(&format!("{pids}\n{memory}\n"));
+        if let Some(files) = &limits {
+            command.push_str(" && cat");
+            for (file, value) in files {
+                command.push_str(&format!(" /sys/fs/cgroup/{file}"));
+                expected.push_str(&format!("{value}\n"));
+            }
         }
         let input =
             serde_json::to_vec(&proto::tools::ShellArgs { command, cwd: None }).unwrap_or_default();
@@ -81,7 +90,7 @@ impl Sandbox {
             },
             expected,
             home_and_tmpdir,
-            limits: limits.is_some(),
+            limits: limits.map(|files| files.iter().map(|(f, _)| *f).collect()),
         }
     }
 
@@ -104,10 +113,9 @@ impl Sandbox {
                             if n == 1 { "y" } else { "ies" }
                         ),
                     },
-                    if self.limits {
-                        " and read back its pids and memory limits"
-                    } else {
-                        " (limits not enforced)"
+                    match &self.limits {
+                        Some(files) => format!(" and read back its limits ({})", files.join(", ")),
+                        None => " (limits not enforced)".to_string(),
                     }
                 ))
             }
@@ -269,6 +277,61 @@ mod tests {
             detail,
             "a sandbox ran in /tmp with a writable /tmp, HOME and TMPDIR /tmp (limits not enforced)"
         );
+    }
+
+    /// A runner that sets swap and CPU as well, as bwrap's cgroups do.
+    struct SetsAll;
+    impl Runner for SetsAll {
+        fn run(&self, _spec: &RunSpec) -> Result<RunOutput, RunError> {
+            Err(RunError::Unavailable(
+                crate::runner::Unavailable::RunnerUnavailable,
+            ))
+        }
+        fn limit_files(&self) -> Option<Vec<(&'static str, String)>> {
+            Some(
+                crate::runner::cgroup::CgroupLimits::new(512 << 20, 128)
+                    .files()
+                    .to_vec(),
+            )
+        }
+    }
+
+    /// With enforce_limits every knob the runner sets is read back: one that says "max" (a
+    /// swap limit the host ignored) fails the preflight; without enforce_limits none is read.
+    #[test]
+    fn the_preflight_reads_back_every_limit_the_runner_sets() {
+        let text = "[runner]\nimage = \"sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"\nenforce_limits = true\nmemory = \"512m\"\npids = 128\n";
+        let cfg = crate::config::parse(text, "t.toml").expect("config");
+        let rc = cfg.runner.as_ref();
+        let bytes = (512u64 << 20).to_string();
+        let all = Sandbox::new(rc, &SetsAll, Vec::new());
+        let cmd = String::from_utf8_lossy(&all.spec.input).into_owned();
+        assert!(
+            cmd.contains("cat /sys/fs/cgroup/pids.max /sys/fs/cgroup/memory.max /sys/fs/cgroup/memory.swap.max /sys/fs/cgroup/cpu.max"),
+            "{cmd}"
+        );
+        let good = format!("/tmp\ntmp-writable\n128\n{bytes}\n0\n100000 100000\n");
+        let judged = all.judge(ran(&good));
+        assert!(judged.ok, "{}", judged.detail);
+        assert!(
+            judged
+                .detail
+                .ends_with("read back its limits (pids.max, memory.max, memory.swap.max, cpu.max)"),
+            "{}",
+            judged.detail
+        );
+        let swap_ignored = format!("/tmp\ntmp-writable\n128\n{bytes}\nmax\n100000 100000\n");
+        assert!(!all.judge(ran(&swap_ignored)).ok);
+        // A runner that names none: the configured pids and memory only.
+        let two = Sandbox::new(rc, &NoRunner, Vec::new());
+        assert!(
+            two.judge(ran(&format!("/tmp\ntmp-writable\n128\n{bytes}\n")))
+                .ok
+        );
+        let text = "[runner]\nimage = \"sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"\nenforce_limits = false\n";
+        let cfg = crate::config::parse(text, "t.toml").expect("config");
+        let none = Sandbox::new(cfg.runner.as_ref(), &SetsAll, Vec::new());
+        assert!(!String::from_utf8_lossy(&none.spec.input).contains("/sys/fs/cgroup"));
     }
 
     #[test]

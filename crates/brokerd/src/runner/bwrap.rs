@@ -536,6 +536,26 @@ impl BwrapRuntime {
         match self.mechanism() {
             Ok(Mechanism::Delegated { root }) => {
                 match ChildGroup::create(root, group_name, &limits) {
+                    // Weaker than configured, so it does not run (docs/design.md#limits).
+                    Ok(g) if self.enforce_limits && !g.unset().is_empty() => {
+                        let why = g
+                            .unset()
+                            .iter()
+                            .map(|(knob, why)| format!("{knob} cannot be set: {why}"))
+                            .collect::<Vec<_>>()
+                            .join("; ");
+                        let dir = g.dir().to_path_buf();
+                        // Nothing ran in it: a group that will not go is litter, not a risk.
+                        if !g.remove() {
+                            tracing::warn!(
+                                "{}: could not be removed; the next sweep removes it",
+                                dir.display()
+                            );
+                        }
+                        Err(format!(
+                            "{why}; with enforce_limits = true no sandbox runs weaker than configured"
+                        ))
+                    }
                     Ok(g) => {
                         self.note_unset(g.unset());
                         Ok(Placement::Group(g))
@@ -1009,6 +1029,12 @@ impl Runner for BwrapRuntime {
         true
     }
 
+    /// Every knob [`CgroupLimits`] sets, swap and CPU included: with `enforce_limits` none may
+    /// be missing, whichever mechanism placed the sandbox.
+    fn limit_files(&self) -> Option<Vec<(&'static str, String)>> {
+        Some(CgroupLimits::new(self.memory, self.pids).files().to_vec())
+    }
+
     /// Removes every sandbox, egress directory and sandbox cgroup a crashed brokerd left.
     fn sweep(&self) -> Result<usize, SweepError> {
         let (mut removed, mut failed) = sweep_sandboxes(&self.bwrap, &self.tools_root);
@@ -1250,6 +1276,62 @@ mod tests {
     use super::*;
     use std::os::unix::process::CommandExt;
     use std::process::Stdio;
+
+    /// A runtime on a delegated subtree that is a plain directory: new groups get only the
+    /// files listed, as a host without swap accounting or the cpu controller would give them.
+    fn on_fake_subtree(enforce: bool, files: &[&str]) -> (tempfile::TempDir, BwrapRuntime) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let text = format!(
+            "[runner]\nbackend = \"bwrap\"\nenforce_limits = {enforce}\nhome = \"{}\"\n[bwrap]\ntools_root = \"/nonexistent\"\n",
+            dir.path().join("home").display()
+        );
+        let cfg = crate::config::parse(&text, "t.toml").expect("config");
+        let rt = BwrapRuntime::new(
+            cfg.runner.as_ref().expect("runner"),
+            cfg.bwrap.as_ref().expect("bwrap"),
+        );
+        let root = dir.path().join("subtree");
+        for name in ["s-c-1", "s-c-2"] {
+            let group = root.join(format!("{}{name}", cgroup::SANDBOX_PREFIX));
+            std::fs::create_dir_all(&group).expect("group");
+            for f in files {
+                std::fs::write(group.join(f), "").expect("file");
+            }
+        }
+        assert!(rt.mechanism.set(Ok(Mechanism::Delegated { root })).is_ok());
+        (dir, rt)
+    }
+
+    /// With `enforce_limits = true` a sandbox whose group lacks a knob (here memory.swap.max:
+    /// no swap accounting) is not made: the call would answer unavailable. With `false` it is
+    /// placed, and the weaker confinement is noted for `status`.
+    #[test]
+    fn a_knob_that_cannot_be_set_is_no_sandbox_when_limits_are_enforced() {
+        let limits = CgroupLimits::new(512 << 20, 128);
+        let (_d, rt) = on_fake_subtree(true, &["cgroup.procs", "cpu.max"]);
+        match rt.placement("s-c-1", limits) {
+            Err(why) => assert!(
+                why.contains("memory.swap.max cannot be set")
+                    && why.contains("enforce_limits = true"),
+                "{why}"
+            ),
+            Ok(_) => panic!("placed without memory.swap.max"),
+        }
+        assert!(rt.weakened().is_empty());
+        let (_d, rt) = on_fake_subtree(true, &["cgroup.procs", "cpu.max", "memory.swap.max"]);
+        assert!(matches!(
+            rt.placement("s-c-1", limits),
+            Ok(Placement::Group(_))
+        ));
+        let (_d, rt) = on_fake_subtree(false, &["cgroup.procs"]);
+        assert!(matches!(
+            rt.placement("s-c-2", limits),
+            Ok(Placement::Group(_))
+        ));
+        let weakened = rt.weakened();
+        assert_eq!(weakened.len(), 2, "{weakened:?}");
+        assert!(weakened[0].starts_with("memory.swap.max "), "{weakened:?}");
+    }
 
     #[test]
     fn a_left_sandbox_is_told_by_user_program_and_tools_root() {

@@ -190,10 +190,25 @@ pub struct ChildGroup {
     unset: Vec<(&'static str, String)>,
 }
 
-/// Knobs a host may lack (no swap accounting, no cpu controller delegated): a sandbox still
-/// runs without them, with its memory and pids limits, and the weaker confinement is logged,
+/// Knobs a host may lack (no swap accounting, no cpu controller delegated). With
+/// `enforce_limits = true` a sandbox whose group lacks one does not run (docs/design.md#limits);
+/// with `false` it runs with its memory and pids limits, and the weaker confinement is logged,
 /// audited and shown by `status`.
 pub const OPTIONAL_KNOBS: [&str; 2] = ["memory.swap.max", "cpu.max"];
+
+impl CgroupLimits {
+    /// Every cgroup v2 file these limits set, with the value a sandbox reads back from it:
+    /// what the preflight checks with `enforce_limits`.
+    pub fn files(&self) -> [(&'static str, String); 4] {
+        let (quota, period) = self.cpu_max;
+        [
+            ("pids.max", self.pids_max.to_string()),
+            ("memory.max", self.memory_max.to_string()),
+            ("memory.swap.max", "0".to_string()),
+            ("cpu.max", format!("{quota} {period}")),
+        ]
+    }
+}
 
 impl ChildGroup {
     /// Makes `<root>/sandbox-<name>` and writes its limits before anything runs in it.
@@ -204,18 +219,16 @@ impl ChildGroup {
             Err(e) if e.kind() != io::ErrorKind::AlreadyExists => return Err(e),
             _ => {}
         }
-        std::fs::write(dir.join("memory.max"), limits.memory_max.to_string())?;
-        std::fs::write(dir.join("pids.max"), limits.pids_max.to_string())?;
         // Swap would let a sandbox exceed memory.max unseen; absent without swap accounting.
-        let (quota, period) = limits.cpu_max;
-        let values = [
-            ("memory.swap.max", "0".to_string()),
-            ("cpu.max", format!("{quota} {period}")),
-        ];
         let mut unset = Vec::new();
-        for (knob, value) in values {
+        for (knob, value) in limits.files() {
             let file = dir.join(knob);
-            if !file.exists() {
+            if !OPTIONAL_KNOBS.contains(&knob) {
+                if let Err(e) = std::fs::write(&file, value) {
+                    remove_group(&dir);
+                    return Err(e);
+                }
+            } else if !file.exists() {
                 unset.push((
                     knob,
                     "absent (the controller is not enabled for this group)".to_string(),

@@ -509,6 +509,14 @@ pub trait Runner: Send + Sync {
     fn sets_home_and_tmpdir(&self) -> bool {
         false
     }
+
+    /// The cgroup v2 files this runner sets its sandboxes' limits in, each with the value a
+    /// sandbox reads back from it, which the preflight checks with `enforce_limits`. `None`:
+    /// the configured `pids.max` and `memory.max` (what Podman's `--pids-limit` and `--memory`
+    /// set).
+    fn limit_files(&self) -> Option<Vec<(&'static str, String)>> {
+        None
+    }
 }
 
 /// The runner of a brokerd without `[runner]`: the broker refuses every call that would run

@@ -453,7 +453,7 @@ fn egress_proxy_lifecycle() {
     let started = Instant::now();
     assert_eq!(
         rt.run(&s),
-        Err(RunError::Unavailable(Unavailable::RunnerUnavailable))
+        Err(RunError::Unavailable(Unavailable::EgressUnavailable))
     );
     assert!(
         started.elapsed() < Duration::from_secs(3),
@@ -674,7 +674,7 @@ fn a_sandbox_whose_processes_cannot_be_seen_to_die_poisons() {
     });
     assert_eq!(
         rt.run(&fetch),
-        Err(RunError::Unavailable(Unavailable::RunnerUnavailable))
+        Err(RunError::Unavailable(Unavailable::EgressUnavailable))
     );
 }
 
@@ -932,7 +932,7 @@ fn a_staged_directory_writes_only_its_layer() {
     });
     assert_eq!(
         rt.run(&shell("echo hi > x.txt", broken)),
-        Err(RunError::Unavailable(Unavailable::RunnerUnavailable))
+        Err(RunError::Unavailable(Unavailable::LayerUnavailable))
     );
     assert!(!w.work.join("x.txt").exists());
 }

@@ -195,6 +195,9 @@ fn failed(f: Failure) -> Result<RunOutput, RunError> {
 }
 const UNAVAILABLE: Result<RunOutput, RunError> =
     Err(RunError::Unavailable(Unavailable::RunnerUnavailable));
+/// The way out could not be made: unavailable, with the sandbox itself not known to be down.
+const EGRESS_UNAVAILABLE: Result<RunOutput, RunError> =
+    Err(RunError::Unavailable(Unavailable::EgressUnavailable));
 
 /// Seed 003 section 6's exit-code table, one case per row.
 #[test]
@@ -343,7 +346,7 @@ fn a_podman_kill_that_hangs_is_still_bounded_and_poisons_http_fetch() {
     // DESIGN.md "Runners": a sandbox not confirmed dead turns http_fetch off until restart.
     assert!(rt.poisoned());
     let before = case.calls().len();
-    assert_eq!(rt.run(&case.spec(ToolName::HttpFetch)), UNAVAILABLE);
+    assert_eq!(rt.run(&case.spec(ToolName::HttpFetch)), EGRESS_UNAVAILABLE);
     assert_eq!(case.calls().len(), before, "nothing was started");
     // Other tools still run.
     std::fs::write(case.dir.join("tool.sh"), "echo fine").expect("tool.sh");
@@ -471,21 +474,21 @@ fn egress_is_cleaned_up_on_every_path() {
             "enosock",
             ":",
             "echo never",
-            UNAVAILABLE,
+            EGRESS_UNAVAILABLE,
             vec!["proxy", "rm -f egress"],
         ),
         (
             "eproxy125",
             "echo 'Error: pasta: unsupported network' >&2; exit 125",
             "echo never",
-            UNAVAILABLE,
+            EGRESS_UNAVAILABLE,
             vec!["proxy", "rm -f egress"],
         ),
         (
             "eproxyhang",
             "exec sleep 30",
             "echo never",
-            UNAVAILABLE,
+            EGRESS_UNAVAILABLE,
             vec!["proxy", "rm -f egress"],
         ),
         // The tool starts once the socket exists, while `run -d` is still finishing: this
@@ -505,14 +508,14 @@ touch "$d/proxy-done""#,
             "eproxylate",
             r#"touch "$egress_dir/egress.sock"; echo 'Error: late' >&2; exit 125"#,
             "echo body",
-            UNAVAILABLE,
+            EGRESS_UNAVAILABLE,
             vec!["proxy", "run", "rm -f egress"],
         ),
         (
             "eproxystuck",
             r#"touch "$egress_dir/egress.sock"; exec sleep 30"#,
             "echo body",
-            UNAVAILABLE,
+            EGRESS_UNAVAILABLE,
             vec!["proxy", "run", "rm -f egress"],
         ),
     ];
@@ -634,7 +637,7 @@ fn a_failed_rm_poisons_unless_the_container_is_confirmed_gone() {
         );
         assert_eq!(rt.poisoned(), poisoned, "{session}");
         if poisoned {
-            assert_eq!(rt.run(&case.spec(ToolName::HttpFetch)), UNAVAILABLE);
+            assert_eq!(rt.run(&case.spec(ToolName::HttpFetch)), EGRESS_UNAVAILABLE);
         }
     }
 }
