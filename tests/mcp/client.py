@@ -64,9 +64,10 @@ def text_of(result):
 class Bridge:
     """One `boxctl mcp` process through the SDK's stdio client."""
 
-    def __init__(self, args, grant, elicit=None):
+    def __init__(self, args, grant, elicit=None, session=None):
+        extra = ["--session", session] if session else []
         self.params = StdioServerParameters(
-            command=args.boxctl, args=["--socket", args.socket, "mcp", "--grant", grant]
+            command=args.boxctl, args=["--socket", args.socket, "mcp", "--grant", grant] + extra
         )
         self.elicit = elicit
         self.asked = []
@@ -223,6 +224,32 @@ async def sdk_checks(args):
     records = audit(args)
     decisions = [r.get("decision") for r in records if r.get("grant") == "review"]
     check("brokerd audited the asks, the approval and the declines", decisions.count("ask") == 4 and decisions.count("approved") == 1 and decisions.count("declined") == 2, decisions)
+
+    print("== grant draft (staged): writes wait for the owner's commit")
+    draft = os.path.join(args.work, "draft")
+    session = "mcp-draft"
+    target = f"{draft}/staged.txt"
+    async with Bridge(args, "draft", session=session) as b:
+        names = [t.name for t in (await b.list_tools()).tools]
+        check("tools/list of a staged grant offers staged_changes", "staged_changes" in names, names)
+        r = await b.call("write_file", {"path": target, "content": "staged through MCP\n"})
+        check("a write to a staged grant runs and leaves the real directory alone", not r.is_error and not os.path.exists(target), text_of(r))
+        r = await b.call("read_file", {"path": target})
+        check("the session reads its own staged write", not r.is_error and "staged through MCP" in text_of(r), text_of(r))
+        r = await b.call("staged_changes", {})
+        t = text_of(r)
+        check("staged_changes lists the staged file, awaiting the owner", not r.is_error and "1 staged change(s)" in t and "staged.txt" in t and "awaiting the owner's commit" in t, t)
+        r = await b.call("staged_changes", {"diff": True})
+        check("staged_changes with diff shows the staged text", not r.is_error and "+staged through MCP" in text_of(r), text_of(r))
+        r = await b.call("staged_changes", {"diff": "yes"})
+        check("staged_changes with a bad argument is an error result", r.is_error, text_of(r))
+        names = [t.name for t in (await b.list_tools()).tools]
+        check("the model gets no tool to commit, discard or approve", not any(n in names for n in ["commit", "discard", "approve"]), names)
+    done = subprocess.run([args.boxctl, "--socket", args.socket, "commit", "--session", session], capture_output=True, text=True)
+    landed = open(target).read() if os.path.exists(target) else None
+    check("the owner's commit puts the staged file in the real directory", done.returncode == 0 and landed == "staged through MCP\n", f"exit {done.returncode}: {done.stdout}{done.stderr}; file {landed!r}")
+    committed = [r for r in audit(args) if r.get("decision") == "committed" and r.get("session") == session]
+    check("the commit is audited with its path", len(committed) == 1 and any(p.get("path") == target for p in committed[0].get("paths", [])), committed)
 
 
 class Raw:

@@ -58,7 +58,7 @@ images/build-tools-image.sh --toolkit "$toolkit" --out "$tree" --tree-only
 
 state=$work/state
 install -d -m 0755 "$work" "$work/ro"
-install -d -o boxmaker -g boxmaker -m 0755 "$work/rw"
+install -d -o boxmaker -g boxmaker -m 0755 "$work/rw" "$work/draft"
 install -d -o boxmaker -g boxmaker -m 0750 "$state"
 printf 'read through MCP\n' >"$work/ro/hello.txt"
 chmod 0644 "$work/ro/hello.txt"
@@ -66,6 +66,7 @@ cat >"$state/brokerd.toml" <<CONF
 # Written by tests/mcp/run.sh for one run.
 [broker]
 clients = [0]                        # the test's boxctl mcp runs as root
+owners = [0]                         # and commits the staged grant's changes
 audit_log = "$state/audit.jsonl"
 timeout_ms = 60000
 preview_chars = 2000                 # small, so that a few pages of output are cut
@@ -92,6 +93,12 @@ hosts = ["docs.example.org"]
 mode = "ask"
 tools = ["read_file", "write_file"]
 paths = [ { path = "$work/rw", write = true } ]
+
+[grants.draft]                       # staged: writes wait in a layer for the owner's commit
+mode = "auto"
+tools = ["read_file", "write_file", "shell"]
+paths = [ { path = "$work/draft", write = true } ]
+writes = "staged"
 CONF
 chown boxmaker:boxmaker "$state/brokerd.toml"
 scripts/as-boxmaker "$brokerd" check-config "$state/brokerd.toml" >/dev/null

@@ -55,6 +55,14 @@ pub enum ClientError {
     Unexpected { op: &'static str, got: &'static str },
 }
 
+/// What `tools` answers for a grant.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GrantTools {
+    pub tools: Vec<ToolSchema>,
+    /// Its writes wait in a staged layer for an owner's commit.
+    pub staged: bool,
+}
+
 /// One tool call's outcome (docs/design.md#answers: the answers to `call`).
 #[derive(Debug, Clone, PartialEq)]
 pub enum CallOutcome {
@@ -297,7 +305,8 @@ impl Client {
     }
 
     /// The tools the grant offers in its mode, as a model sees them.
-    pub fn tools(&mut self, grant: &str) -> Result<Vec<ToolSchema>, ClientError> {
+    /// The grant's tools, and whether its writes are staged.
+    pub fn tools(&mut self, grant: &str) -> Result<GrantTools, ClientError> {
         let req = Request::Tools {
             id: self.next_id(),
             v: None,
@@ -305,7 +314,7 @@ impl Client {
         };
         let answer = self.request(&req)?;
         match answer.body {
-            Body::Tools { tools } => Ok(tools),
+            Body::Tools { tools, staged } => Ok(GrantTools { tools, staged }),
             _ => Err(unexpected("tools", &answer)),
         }
     }

@@ -200,6 +200,10 @@ pub enum Body {
     Declined {},
     Tools {
         tools: Vec<ToolSchema>,
+        /// The grant's writes wait in a staged layer for an owner's commit
+        /// (`writes = "staged"`); absent when they land directly.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        staged: bool,
     },
     ResultPage {
         content: String,

@@ -95,9 +95,10 @@ fn annotations(tool: &str) -> Option<ToolAnnotations> {
 }
 
 /// brokerd's tools for the grant, as MCP tools, then [`READ_RESULT`], then [`STAGED_CHANGES`]
-/// when one of the grant's tools may write (a grant that cannot write has nothing staged).
-pub fn tools(from_broker: Vec<ToolSchema>) -> Vec<Tool> {
-    let may_write = from_broker.iter().any(|t| may_write(&t.name));
+/// when the grant's writes are staged and one of its tools may write (otherwise there is never
+/// anything staged to list).
+pub fn tools(from_broker: Vec<ToolSchema>, staged: bool) -> Vec<Tool> {
+    let may_write = staged && from_broker.iter().any(|t| may_write(&t.name));
     let mut out: Vec<Tool> = from_broker
         .into_iter()
         .map(|t| {
@@ -530,6 +531,7 @@ mod tests {
             ["read_file", "write_file", "shell", "http_fetch", "newtool"]
                 .map(schema)
                 .to_vec(),
+            true,
         );
         let hint = |name: &str| {
             let t = listed.iter().find(|t| t.name == name).expect(name);
@@ -566,20 +568,24 @@ mod tests {
         assert_eq!(names[names.len() - 2..], [READ_RESULT, STAGED_CHANGES]);
     }
 
-    /// staged_changes is offered where the grant may write: a tool that is not read only, or
-    /// one the table does not know.
+    /// staged_changes is offered where the grant's writes are staged and it may write: a tool
+    /// that is not read only, or one the table does not know. A grant whose writes land
+    /// directly never has anything staged.
     #[test]
-    fn staged_changes_is_offered_to_grants_that_may_write() {
-        // (brokerd's tools, offered)
-        let cases: [(&[&str], bool); 6] = [
-            (&[], false),
-            (&["read_file"], false),
-            (&["read_file", "http_fetch"], false),
-            (&["read_file", "write_file"], true),
-            (&["shell"], true),
-            (&["newtool"], true),
+    fn staged_changes_is_offered_to_staged_grants_that_may_write() {
+        // (brokerd's tools, writes staged, offered)
+        let cases: [(&[&str], bool, bool); 9] = [
+            (&[], true, false),
+            (&["read_file"], true, false),
+            (&["read_file", "http_fetch"], true, false),
+            (&["read_file", "write_file"], true, true),
+            (&["shell"], true, true),
+            (&["newtool"], true, true),
+            (&["read_file", "write_file"], false, false),
+            (&["shell"], false, false),
+            (&["newtool"], false, false),
         ];
-        for (names, offered) in cases {
+        for (names, staged, offered) in cases {
             let from_broker = names
                 .iter()
                 .map(|n| ToolSchema {
@@ -588,7 +594,7 @@ mod tests {
                     parameters: serde_json::json!({"type": "object"}),
                 })
                 .collect();
-            let listed = tools(from_broker);
+            let listed = tools(from_broker, staged);
             let staged = listed.iter().find(|t| t.name == STAGED_CHANGES);
             assert_eq!(staged.is_some(), offered, "{names:?}");
             if let Some(t) = staged {

@@ -346,7 +346,9 @@ impl ServerHandler for Bridge {
     ) -> Result<ListToolsResult, ErrorData> {
         let grant = self.grant.to_string();
         match self.broker.op(move |c| c.tools(&grant)).await {
-            Ok(tools) => Ok(ListToolsResult::with_all_items(answer::tools(tools))),
+            Ok(g) => Ok(ListToolsResult::with_all_items(answer::tools(
+                g.tools, g.staged,
+            ))),
             Err(e) => Err(ErrorData::internal_error(
                 format!("brokerd's tools for this grant: {e}"),
                 None,

@@ -912,7 +912,10 @@ impl Broker {
                 parameters: t.parameters(),
             })
             .collect();
-        Body::Tools { tools }
+        Body::Tools {
+            tools,
+            staged: g.grant.writes == crate::config::Writes::Staged,
+        }
     }
 
     /// A page of a stored output; another peer's id is as unknown as one never given.

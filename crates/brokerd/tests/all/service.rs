@@ -1269,9 +1269,10 @@ fn tools_per_mode() {
     ];
     for (grant, want) in cases {
         let a = c.req(json!({"op": "tools", "id": grant, "grant": grant}));
-        let Body::Tools { tools } = a.body else {
+        let Body::Tools { tools, staged } = a.body else {
             panic!("{grant}: {a:?}");
         };
+        assert!(!staged, "{grant}: its writes land directly");
         let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
         assert_eq!(names, want, "{grant}");
         for t in &tools {
