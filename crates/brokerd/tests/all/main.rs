@@ -16,3 +16,4 @@ mod podman_golden;
 mod podman_runtime;
 mod podman_service;
 mod service;
+mod status;
