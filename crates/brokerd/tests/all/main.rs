@@ -16,4 +16,5 @@ mod podman_golden;
 mod podman_runtime;
 mod podman_service;
 mod service;
+mod slots;
 mod status;
