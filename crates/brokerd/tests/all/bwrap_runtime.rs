@@ -646,7 +646,8 @@ fn address_randomisation_cannot_be_switched_off() {
                busybox linux64 cat /proc/self/personality; cat /proc/self/personality";
     let out = content(rt.run(&shell(cmd, Vec::new())));
     assert!(
-        out.contains("Operation not permitted") && out.contains("no-randomize-refused"),
+        out.contains("personality(0x40000): Operation not permitted")
+            && out.contains("no-randomize-refused"),
         "{out}"
     );
     assert!(
