@@ -1,4 +1,4 @@
-//! The audit log (DESIGN.md "Service" → Audit log; seed 000's AuditLogger).
+//! The audit log (docs/design.md#audit).
 //!
 //! Append-only JSON lines, metadata only: never file contents or output. Each record carries
 //! `seq` (one more than the record before) and `prev`, the hex SHA-256 of the previous line's
@@ -12,11 +12,16 @@
 //! `torn_tail` record that names its hash; nothing already written is ever rewritten.
 //! Rotation by size renames the file to `<path>.1` (older ones shift up) and the first record
 //! of the new file carries the chain on.
+//!
+//! A record holds the log's lock across its sync, so a stalled disk stalls every record after
+//! it. What `status` reports comes from a [`Watch`] instead, which never waits for a record:
+//! the head so far, and how long the record being written has been at it.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -33,6 +38,8 @@ pub const DEFAULT_KEEP: usize = 10;
 /// Longest summary (command, path, URL) kept in a record, in characters of the model's text
 /// (an escape that shows one character counts as one).
 pub const MAX_SUMMARY_CHARS: usize = 1024;
+/// A record being written for longer than this is a stalled audit (`status` says so).
+pub const STALLED_AFTER: Duration = Duration::from_secs(5);
 /// How much of the end of the file is read to find the last record.
 const TAIL_BYTES: u64 = 1024 * 1024;
 
@@ -290,6 +297,53 @@ pub struct Audit {
     rotation: Rotation,
     /// A write failed: the file may end in a torn line, handled before the next record.
     needs_recovery: bool,
+    watch: Watch,
+    before_sync: Option<Box<dyn FnMut() + Send>>,
+}
+
+/// The log as others see it without waiting for a record: its head, and since when the record
+/// being written (rotation, write and sync) has been at it. Its lock is held only to copy.
+#[derive(Clone, Default)]
+pub struct Watch(Arc<Mutex<Seen>>);
+
+#[derive(Default)]
+struct Seen {
+    head: Option<Head>,
+    writing_since: Option<Instant>,
+}
+
+impl Watch {
+    fn seen(&self) -> MutexGuard<'_, Seen> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The last record written and synced.
+    pub fn head(&self) -> Head {
+        self.seen().head.clone().unwrap_or_else(Head::genesis)
+    }
+
+    /// How long the record being written has been at it, once that is past
+    /// [`STALLED_AFTER`]; `None` while records go through.
+    pub fn stalled_for(&self) -> Option<Duration> {
+        let since = self.seen().writing_since?;
+        Some(since.elapsed()).filter(|d| *d > STALLED_AFTER)
+    }
+}
+
+/// Marks a record as being written until dropped, however `append` returns.
+struct Writing<'a>(&'a Watch);
+
+impl<'a> Writing<'a> {
+    fn start(w: &'a Watch) -> Writing<'a> {
+        w.seen().writing_since = Some(Instant::now());
+        Writing(w)
+    }
+}
+
+impl Drop for Writing<'_> {
+    fn drop(&mut self) {
+        self.0.seen().writing_since = None;
+    }
 }
 
 impl Audit {
@@ -300,6 +354,8 @@ impl Audit {
 
     pub fn open_with(path: &Path, rotation: Rotation) -> Result<Audit, AuditError> {
         let (file, head, size) = continue_chain(path)?;
+        let watch = Watch::default();
+        watch.seen().head = Some(head.clone());
         Ok(Audit {
             path: path.to_path_buf(),
             sink: Box::new(file),
@@ -307,6 +363,8 @@ impl Audit {
             size,
             rotation,
             needs_recovery: false,
+            watch,
+            before_sync: None,
         })
     }
 
@@ -314,8 +372,29 @@ impl Audit {
         self.head.clone()
     }
 
+    /// The head and the record in progress, readable while a record holds the log.
+    pub fn watch(&self) -> Watch {
+        self.watch.clone()
+    }
+
+    /// Runs `hook` before each record's sync, on the thread writing it: a test stalls the
+    /// audit disk with it. Nothing in brokerd sets one.
+    pub fn before_sync(&mut self, hook: impl FnMut() + Send + 'static) {
+        self.before_sync = Some(Box::new(hook));
+    }
+
     /// Numbers, chains, writes and syncs one record; returns the new head.
-    pub fn append(&mut self, mut rec: Record) -> Result<Head, AuditError> {
+    pub fn append(&mut self, rec: Record) -> Result<Head, AuditError> {
+        let watch = self.watch.clone();
+        let writing = Writing::start(&watch);
+        let appended = self.append_now(rec);
+        // A failed write may have re-read the chain: the watch follows the head either way.
+        watch.seen().head = Some(self.head.clone());
+        drop(writing);
+        appended
+    }
+
+    fn append_now(&mut self, mut rec: Record) -> Result<Head, AuditError> {
         if self.needs_recovery {
             let (file, head, size) = continue_chain(&self.path)?;
             self.sink = Box::new(file);
@@ -333,7 +412,13 @@ impl Audit {
         if self.rotation.max_bytes > 0 && self.size > 0 && over && is_regular(&self.path) {
             self.rotate()?;
         }
-        let written = self.sink.put(&line).and_then(|()| self.sink.sync());
+        let hook = &mut self.before_sync;
+        let written = self.sink.put(&line).and_then(|()| {
+            if let Some(h) = hook {
+                h();
+            }
+            self.sink.sync()
+        });
         if let Err(e) = written {
             self.needs_recovery = true;
             return Err(AuditError::Write(e));

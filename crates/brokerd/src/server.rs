@@ -1,26 +1,46 @@
-//! The listener: peers, frames and connections (DESIGN.md "Life of a call" 1-2, "Protocol").
+//! The listener: peers, frames and connections (docs/design.md#life-of-a-call 1-2,
+//! docs/design.md#protocol).
 //!
 //! Each connection is served by its own task and answered in order; concurrency comes from
 //! more connections. A line is at most [`proto::broker::MAX_LINE`] bytes; a longer one is
 //! answered with an `error` and skipped to its end. A peer not in `[broker] clients` gets one
-//! `error` line and is closed. A connection idle for [`IDLE_TIMEOUT`] is closed, and at most
-//! [`MAX_CONNECTIONS`] are served at once, so silent clients cannot pile up.
+//! `error` line and is closed.
+//!
+//! Silent clients cannot pile up, and one peer cannot lock the others out: a connection must
+//! send its first request within [`FIRST_REQUEST_TIMEOUT`], and after it may stay silent for
+//! [`IDLE_TIMEOUT`]; at most [`MAX_CONNECTIONS`] are served at once, at most
+//! [`MAX_CONNECTIONS_PER_UID`] of them for one peer uid, and the last
+//! [`RESERVED_CONNECTIONS`] only for a uid that holds fewer than [`RESERVE_PER_UID`].
 
-use std::collections::HashSet;
-use std::sync::Arc;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use proto::broker::{Answer, Body, Request, MAX_LINE, PROTOCOL};
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::unix::{OwnedWriteHalf, UCred};
 use tokio::net::{UnixListener, UnixStream};
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::watch;
+use tokio::time::Instant;
 
 use crate::broker::{Broker, Peer};
 
-/// A connection that sends nothing for this long is closed.
+/// A connection that has sent a request and then sends nothing for this long is closed.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(900);
+/// A connection that has sent no request this long after it was accepted gets an `error` line
+/// and is closed. Empty lines and lines that are not requests do not count.
+pub const FIRST_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 /// The most connections served at once; more are answered `busy` and closed.
 pub const MAX_CONNECTIONS: usize = 256;
+/// The most connections one peer uid holds at once; more are answered `busy` and closed.
+pub const MAX_CONNECTIONS_PER_UID: usize = 128;
+/// The last slots of [`MAX_CONNECTIONS`], kept for the peers that are not the busy ones: once
+/// fewer than this many are free, only a uid holding fewer than [`RESERVE_PER_UID`] is served.
+pub const RESERVED_CONNECTIONS: usize = 64;
+/// See [`RESERVED_CONNECTIONS`]: the reserve is shared by at least this many more uids.
+pub const RESERVE_PER_UID: usize = 8;
+/// How long the `error` line of a connection closed for saying nothing may take to write.
+const FAREWELL_WRITE: Duration = Duration::from_secs(1);
 
 /// Protocol errors a client can read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -37,6 +57,67 @@ pub enum FrameError {
     PeerNotAllowed,
     #[error("busy: too many connections")]
     TooManyConnections,
+    #[error("busy: too many connections from this user")]
+    TooManyFromUser,
+    #[error("no request within {} s of connecting; the connection is closed", FIRST_REQUEST_TIMEOUT.as_secs())]
+    NoRequest,
+}
+
+/// The connection slots of one listener: all peers together, each uid's, and the reserve.
+#[derive(Debug, Default)]
+struct Slots {
+    held: Mutex<Held>,
+}
+
+#[derive(Debug, Default)]
+struct Held {
+    total: usize,
+    by_uid: HashMap<u32, usize>,
+}
+
+/// One connection's slot, given back when dropped.
+struct Slot {
+    slots: Arc<Slots>,
+    uid: u32,
+}
+
+impl Slots {
+    fn held(&self) -> std::sync::MutexGuard<'_, Held> {
+        // The counts are plain numbers; a panic elsewhere leaves them usable.
+        self.held.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A slot for a connection of `uid`, or why not.
+    fn take(self: &Arc<Self>, uid: u32) -> Result<Slot, FrameError> {
+        let mut h = self.held();
+        let mine = h.by_uid.get(&uid).copied().unwrap_or(0);
+        if h.total >= MAX_CONNECTIONS {
+            return Err(FrameError::TooManyConnections);
+        }
+        let in_reserve = h.total >= MAX_CONNECTIONS - RESERVED_CONNECTIONS;
+        if mine >= MAX_CONNECTIONS_PER_UID || (in_reserve && mine >= RESERVE_PER_UID) {
+            return Err(FrameError::TooManyFromUser);
+        }
+        h.total += 1;
+        *h.by_uid.entry(uid).or_default() += 1;
+        Ok(Slot {
+            slots: self.clone(),
+            uid,
+        })
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut h = self.slots.held();
+        h.total = h.total.saturating_sub(1);
+        if let Some(n) = h.by_uid.get_mut(&self.uid) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                h.by_uid.remove(&self.uid);
+            }
+        }
+    }
 }
 
 /// The configured clients, resolved once at start: user names and uids to uids, `@group`
@@ -203,7 +284,7 @@ pub async fn serve(
     clients: Arc<Peers>,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let slots = Arc::new(Slots::default());
     loop {
         tokio::select! {
             _ = shutdown.changed() => {
@@ -218,16 +299,30 @@ pub async fn serve(
                         continue;
                     }
                 };
-                let Ok(permit) = slots.clone().try_acquire_owned() else {
-                    tokio::spawn(refuse(stream, FrameError::TooManyConnections));
-                    continue;
+                let accepted_at = Instant::now();
+                // The slot is the peer's uid's: SO_PEERCRED is a getsockopt, no lookup.
+                let cred = match stream.peer_cred() {
+                    Ok(c) => c,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "no peer credentials; connection refused");
+                        tokio::spawn(refuse(stream, FrameError::PeerNotAllowed));
+                        continue;
+                    }
+                };
+                let slot = match slots.take(cred.uid()) {
+                    Ok(slot) => slot,
+                    Err(e) => {
+                        tracing::debug!(uid = cred.uid(), "{e}");
+                        tokio::spawn(refuse(stream, e));
+                        continue;
+                    }
                 };
                 let broker = broker.clone();
                 let clients = clients.clone();
                 let shutdown = shutdown.clone();
                 tokio::spawn(async move {
-                    connection(stream, broker, &clients, shutdown).await;
-                    drop(permit);
+                    connection(stream, cred, accepted_at, broker, &clients, shutdown).await;
+                    drop(slot);
                 });
             }
         }
@@ -239,38 +334,57 @@ async fn refuse(mut stream: UnixStream, e: FrameError) {
     let _ = stream.shutdown().await;
 }
 
+/// Writes `bytes` unless the peer leaves them unread past `by`; false when not written.
+async fn write_by(write: &mut OwnedWriteHalf, bytes: &[u8], by: Instant) -> bool {
+    matches!(
+        tokio::time::timeout_at(by, write.write_all(bytes)).await,
+        Ok(Ok(()))
+    )
+}
+
 async fn connection(
     stream: UnixStream,
+    cred: UCred,
+    accepted_at: Instant,
     broker: Arc<Broker>,
     peers: &Peers,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let owner = |c: &tokio::net::unix::UCred| peers.owners.allows(c.uid(), c.gid());
-    let peer = match stream.peer_cred() {
-        Ok(c) if owner(&c) || peers.clients.allows(c.uid(), c.gid()) => Peer {
-            uid: c.uid(),
-            pid: c.pid(),
-            owner: owner(&c),
-        },
-        Ok(c) => {
-            tracing::warn!(
-                uid = c.uid(),
-                pid = c.pid(),
-                "peer not in broker.clients; connection refused"
-            );
-            return refuse(stream, FrameError::PeerNotAllowed).await;
-        }
-        Err(e) => {
-            tracing::warn!(error = %e, "no peer credentials; connection refused");
-            return refuse(stream, FrameError::PeerNotAllowed).await;
-        }
+    let owner = peers.owners.allows(cred.uid(), cred.gid());
+    if !owner && !peers.clients.allows(cred.uid(), cred.gid()) {
+        tracing::warn!(
+            uid = cred.uid(),
+            pid = cred.pid(),
+            "peer not in broker.clients; connection refused"
+        );
+        return refuse(stream, FrameError::PeerNotAllowed).await;
+    }
+    let peer = Peer {
+        uid: cred.uid(),
+        pid: cred.pid(),
+        owner,
     };
     let (read, mut write) = stream.into_split();
     let mut reader = BufReader::new(read);
+    // Until its first request a connection has FIRST_REQUEST_TIMEOUT in all; after it,
+    // IDLE_TIMEOUT between lines (docs/design.md#protocol).
+    let first_request_by = accepted_at + FIRST_REQUEST_TIMEOUT;
+    let mut requested = false;
     loop {
+        let wait_until = match requested {
+            true => Instant::now() + IDLE_TIMEOUT,
+            false => first_request_by,
+        };
         let frame = tokio::select! {
             f = read_frame(&mut reader, MAX_LINE) => f,
-            _ = tokio::time::sleep(IDLE_TIMEOUT) => return,
+            _ = tokio::time::sleep_until(wait_until) => {
+                if !requested {
+                    tracing::debug!(uid = peer.uid, pid = peer.pid, "no request in time; closed");
+                    let line = error_line(None, &FrameError::NoRequest);
+                    write_by(&mut write, line.as_bytes(), Instant::now() + FAREWELL_WRITE).await;
+                }
+                return;
+            }
             _ = shutdown.changed() => return,
         };
         // Held until the answer is written, so a shutdown's drain waits for it.
@@ -280,6 +394,7 @@ async fn connection(
             Ok(Frame::Line(l)) if l.iter().all(u8::is_ascii_whitespace) => continue,
             Ok(Frame::Line(l)) => match parse_request(&l) {
                 Ok(req) => {
+                    requested = true;
                     answering = Some(broker.answering());
                     broker.handle(req, peer).await.to_line()
                 }
@@ -288,10 +403,15 @@ async fn connection(
             Ok(Frame::TooLong) => error_line(None, &FrameError::TooLong),
             Ok(Frame::Eof) | Err(_) => return,
         };
-        let written = write.write_all(answer.as_bytes()).await;
+        // A peer that leaves its answers unread holds its slot no longer than a silent one.
+        let write_until = match requested {
+            true => Instant::now() + IDLE_TIMEOUT,
+            false => first_request_by,
+        };
+        let written = write_by(&mut write, answer.as_bytes(), write_until).await;
         drop(answering);
-        if written.is_err() {
-            // The client vanished; whatever ran has been audited already.
+        if !written {
+            // The client vanished or stopped reading; whatever ran has been audited already.
             return;
         }
     }
@@ -372,6 +492,44 @@ mod tests {
             assert!(e.to_string().starts_with(msg), "{e}");
         }
         assert!(parse_request(br#"{"op":"status","id":"9","v":1}"#).is_ok());
+    }
+
+    /// One uid gets its share and no more; a second busy uid gets what is left outside the
+    /// reserve; the reserve serves other uids a few each; and every slot comes back.
+    #[test]
+    fn slots_bound_each_uid_and_keep_a_reserve() {
+        let slots = Arc::new(Slots::default());
+        let hog: Vec<Slot> = (0..MAX_CONNECTIONS_PER_UID)
+            .map(|_| slots.take(1).unwrap())
+            .collect();
+        assert_eq!(slots.take(1).err(), Some(FrameError::TooManyFromUser));
+        let mut second = Vec::new();
+        while let Ok(s) = slots.take(2) {
+            second.push(s);
+        }
+        assert_eq!(
+            second.len(),
+            MAX_CONNECTIONS - RESERVED_CONNECTIONS - MAX_CONNECTIONS_PER_UID
+        );
+        let mut others = Vec::new();
+        for uid in 100..100 + (RESERVED_CONNECTIONS / RESERVE_PER_UID) as u32 {
+            for _ in 0..RESERVE_PER_UID {
+                others.push(slots.take(uid).unwrap());
+            }
+            let full = slots.held().total == MAX_CONNECTIONS;
+            let why = match full {
+                true => FrameError::TooManyConnections,
+                false => FrameError::TooManyFromUser,
+            };
+            assert_eq!(slots.take(uid).err(), Some(why));
+        }
+        assert_eq!(others.len(), RESERVED_CONNECTIONS);
+        assert_eq!(slots.take(999).err(), Some(FrameError::TooManyConnections));
+        drop(hog);
+        assert!(slots.take(1).is_ok(), "a slot given back is taken again");
+        drop((second, others));
+        let h = slots.held();
+        assert_eq!((h.total, h.by_uid.len()), (0, 0));
     }
 
     #[test]

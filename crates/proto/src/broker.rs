@@ -327,7 +327,12 @@ pub struct Status {
     /// cannot be set), one line each; absent when nothing is.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub weakened: Vec<String>,
+    /// The last record written and synced.
     pub audit_head: AuditHead,
+    /// How long the audit record being written has been at it, once that is past 5 s: the
+    /// audit disk is stalled, and calls wait for it. Absent while records go through.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub audit_stalled_ms: Option<u64>,
     /// brokerd's user IDs and capabilities; absent from a brokerd that could not read them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub privileges: Option<PrivilegesStatus>,

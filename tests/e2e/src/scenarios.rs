@@ -220,6 +220,10 @@ pub fn run(opts: &crate::Opts) -> Result<ExitCode, String> {
         ),
         ("no-nested-user-namespaces", Suite::no_nested_userns),
         (
+            "address-randomisation-stays-on",
+            Suite::address_randomisation_stays_on,
+        ),
+        (
             "staged-destructive-command-leaves-the-host-alone",
             Suite::staged_destructive,
         ),
@@ -1429,6 +1433,23 @@ writes = "staged"
         check(content.contains("2\ndone\n"), || {
             format!("an ordinary pipeline failed: {content:?}")
         })
+    }
+
+    /// A sandbox cannot switch address space randomisation off (`setarch -R`, personality
+    /// `ADDR_NO_RANDOMIZE`): bwrap's seccomp filter refuses it with EPERM, Podman's default
+    /// profile with ENOSYS. Programs still run with the default personality.
+    fn address_randomisation_stays_on(&mut self) -> Outcome {
+        let cmd = "busybox linux64 -R cat /proc/self/personality 2>&1 || echo refused; \
+                   cat /proc/self/personality";
+        let content = self.shell(cmd)?;
+        check(
+            content.contains("personality(0x40000): ") && content.contains("refused\n"),
+            || format!("the sandbox switched randomisation off, or could not try: {content:?}"),
+        )?;
+        check(
+            !content.contains("00040000") && content.contains("00000000\n"),
+            || format!("the sandbox's personality is not the default: {content:?}"),
+        )
     }
 
     /// The id of the current call: `c<n>`, or padded to 64 characters.

@@ -84,6 +84,8 @@ pub struct Broker {
     policy: Policy,
     runner: Arc<dyn Runner>,
     audit: Arc<Mutex<Audit>>,
+    /// The audit head and any stalled record, read without waiting for a record's sync.
+    audit_watch: audit::Watch,
     state: Mutex<State>,
     slots: Arc<Semaphore>,
     waiting: AtomicUsize,
@@ -149,6 +151,7 @@ impl Broker {
             idle: Arc::new(Notify::new()),
             policy,
             runner,
+            audit_watch: audit.watch(),
             audit: Arc::new(Mutex::new(audit)),
             state: Mutex::new(state),
             preflight: Mutex::new(Kept::new(RETRY_FIRST)),
@@ -340,8 +343,9 @@ impl Broker {
         }
     }
 
+    /// The last record synced; never waits for a record being written (docs/design.md#audit).
     pub fn audit_head(&self) -> audit::Head {
-        self.audit.lock().unwrap_or_else(|p| p.into_inner()).head()
+        self.audit_watch.head()
     }
 
     pub async fn handle(&self, req: Request, peer: Peer) -> proto::broker::Answer {
@@ -987,6 +991,10 @@ impl Broker {
                 seq: head.seq,
                 hash: head.hash,
             },
+            audit_stalled_ms: self
+                .audit_watch
+                .stalled_for()
+                .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
             privileges: crate::privileges::Privileges::read()
                 .ok()
                 .map(crate::privileges::Privileges::shown),

@@ -5,10 +5,12 @@
 //! The program allows everything except a short deny list of calls no tool needs and that
 //! widen the kernel surface a sandboxed process can reach: tracing other processes, the key
 //! store, eBPF, mounting, module and kexec loading, handles that bypass path lookup, perf
-//! events, userfaultfd, io_uring, namespace joining. Denied calls fail with EPERM (a program
-//! sees an ordinary error); a foreign architecture or the x32 ABI kills the process, so the
-//! deny list cannot be dodged by switching ABI. seccompiler compiles the list; the x32 guard
-//! is ours, because a deny list (unlike firecracker's allow lists) must catch x32 numbers.
+//! events, userfaultfd, io_uring, namespace joining; and `personality` with anything but the
+//! default or the query, so address space randomisation cannot be switched off
+//! (`setarch -R`). Denied calls fail with EPERM (a program sees an ordinary error); a foreign
+//! architecture or the x32 ABI kills the process, so the deny list cannot be dodged by
+//! switching ABI. seccompiler compiles the list; the x32 guard is ours, because a deny list
+//! (unlike firecracker's allow lists) must catch x32 numbers.
 
 use std::io::{self, Seek, SeekFrom, Write};
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -17,7 +19,10 @@ use std::sync::OnceLock;
 use nix::sys::memfd::{memfd_create, MFdFlags};
 pub use seccompiler::sock_filter as SockFilter;
 #[cfg(target_arch = "x86_64")]
-use seccompiler::{BpfProgram, SeccompAction, SeccompFilter, TargetArch};
+use seccompiler::{
+    BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
+    SeccompRule, TargetArch,
+};
 
 /// The descriptor bwrap reads the program from: the argument lists say `--seccomp 3`.
 pub const FD: i32 = 3;
@@ -61,6 +66,17 @@ pub const DENIED: &[(libc::c_long, &str)] = &[
     (libc::SYS_reboot, "reboot"),
 ];
 
+/// The only arguments `personality` takes in a sandbox: `PER_LINUX` (the default every process
+/// starts with) and `0xffffffff` (the query, which changes nothing). Anything else fails with
+/// EPERM: above all `ADDR_NO_RANDOMIZE` (`setarch -R`), which would turn address space
+/// randomisation off for what the process runs next. Podman's default profile also allows
+/// `PER_LINUX32` (`0x8`) and `UNAME26` (`0x20000`, and both `0x20008`), which only change what
+/// `uname` reports; no tool needs them, so the bwrap filter allows less
+/// (docs/design.md#the-bwrap-runner). The kernel reads the argument as 32 bits, and so does the
+/// filter: the upper half of the register cannot smuggle a value past it.
+#[cfg(target_arch = "x86_64")]
+pub const PERSONALITIES: &[u32] = &[0, 0xffff_ffff];
+
 /// System call numbers at or above this are the x32 ABI on x86_64, where the deny list's
 /// numbers do not apply: such a call kills the process.
 #[cfg(target_arch = "x86_64")]
@@ -99,7 +115,18 @@ fn x32_guard() -> [SockFilter; 3] {
 
 #[cfg(target_arch = "x86_64")]
 fn compile() -> Option<BpfProgram> {
-    let rules = DENIED.iter().map(|&(nr, _)| (nr, Vec::new())).collect();
+    let mut rules: std::collections::BTreeMap<_, _> =
+        DENIED.iter().map(|&(nr, _)| (nr, Vec::new())).collect();
+    // One rule: denied when the argument is none of the allowed ones.
+    let other_personality = PERSONALITIES
+        .iter()
+        .map(|&p| SeccompCondition::new(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Ne, p.into()))
+        .collect::<Result<Vec<_>, _>>()
+        .ok()?;
+    rules.insert(
+        libc::SYS_personality,
+        vec![SeccompRule::new(other_personality).ok()?],
+    );
     let filter = SeccompFilter::new(
         rules,
         SeccompAction::Allow,
@@ -221,6 +248,38 @@ mod tests {
             && nix::sys::stat::stat("/").is_ok()
     }
 
+    /// `personality` with `arg` as the raw register: its result, or the errno.
+    fn personality(arg: u64) -> Result<libc::c_long, i32> {
+        // SAFETY: personality takes one integer and touches no memory of ours.
+        let r = unsafe { libc::syscall(libc::SYS_personality, arg) };
+        match r {
+            -1 => Err(io::Error::last_os_error().raw_os_error().unwrap_or(0)),
+            r => Ok(r),
+        }
+    }
+
+    fn only_the_default_personality_and_the_query() -> bool {
+        const ADDR_NO_RANDOMIZE: u64 = 0x0040000;
+        let denied = [
+            ADDR_NO_RANDOMIZE,
+            ADDR_NO_RANDOMIZE | 0xffff_ffff_0000_0000,
+            0x8,       // PER_LINUX32
+            0x20000,   // UNAME26
+            0x0400000, // READ_IMPLIES_EXEC
+            0xffff_fffe,
+        ];
+        let before = personality(0xffff_ffff);
+        before.is_ok()
+            && denied
+                .iter()
+                .all(|&p| personality(p) == Err(libc::EPERM))
+            && personality(0xffff_ffff) == before
+            // What the kernel reads is 32 bits: a stray upper half is still the default.
+            && [0, 0x1_0000_0000]
+                .iter()
+                .all(|&p| personality(p).is_ok())
+    }
+
     fn an_x32_call() -> bool {
         // SAFETY: getpid under the x32 ABI's numbering takes no arguments and changes nothing.
         unsafe { libc::syscall(libc::SYS_getpid | X32_SYSCALL_BIT as libc::c_long) };
@@ -236,6 +295,16 @@ mod tests {
         assert!(
             passed(in_filtered_child(ordinary_calls_work)),
             "an ordinary call was denied"
+        );
+    }
+
+    #[test]
+    fn address_randomisation_cannot_be_switched_off() {
+        assert!(
+            passed(in_filtered_child(
+                only_the_default_personality_and_the_query
+            )),
+            "a personality other than the default and the query got through"
         );
     }
 

@@ -632,6 +632,31 @@ fn the_sandbox_sees_nothing_of_brokerd_s_environment() {
     );
 }
 
+/// Address space randomisation cannot be switched off in a sandbox: `setarch -R` (busybox's
+/// `linux64 -R`, personality `ADDR_NO_RANDOMIZE`) fails with EPERM and runs nothing, while the
+/// default personality and the query still work (docs/design.md#the-bwrap-runner).
+#[test]
+fn address_randomisation_cannot_be_switched_off() {
+    if !bwrap_works() {
+        return;
+    }
+    let w = world();
+    let rt = runtime(&w, "");
+    let cmd = "busybox linux64 -R cat /proc/self/personality 2>&1 || echo no-randomize-refused; \
+               busybox linux64 cat /proc/self/personality; cat /proc/self/personality";
+    let out = content(rt.run(&shell(cmd, Vec::new())));
+    assert!(
+        out.contains("personality(0x40000): Operation not permitted")
+            && out.contains("no-randomize-refused"),
+        "{out}"
+    );
+    assert!(
+        !out.contains("00040000"),
+        "ran without randomisation: {out}"
+    );
+    assert!(out.contains("00000000\n00000000\n"), "{out}");
+}
+
 /// Seed 000 5.1.7: without a cgroup, a sandbox asked to die is seen to die through bwrap's
 /// children, each a PID namespace's init. A "bwrap" whose child is not one (here a script
 /// that starts a sleeper of its own) leaves processes that cannot be seen to die: the child

@@ -18,3 +18,5 @@ mod podman_runtime;
 mod podman_service;
 mod privileges;
 mod service;
+mod slots;
+mod status;

@@ -191,6 +191,8 @@ pub(crate) struct Opts {
     pub(crate) runner_extra: &'static str,
     /// The first wait before a failed preflight is tried again.
     pub(crate) preflight_retry: Option<Duration>,
+    /// Run before each audit record's sync (`Audit::before_sync`).
+    pub(crate) before_audit_sync: Option<Box<dyn FnMut() + Send>>,
 }
 
 impl Default for Opts {
@@ -205,6 +207,7 @@ impl Default for Opts {
             broker_extra: "",
             runner_extra: "",
             preflight_retry: None,
+            before_audit_sync: None,
         }
     }
 }
@@ -235,7 +238,7 @@ impl Service {
         Service::in_dir(tempfile::tempdir().expect("tempdir"), opts)
     }
 
-    fn in_dir(dir: tempfile::TempDir, opts: Opts) -> Service {
+    fn in_dir(dir: tempfile::TempDir, mut opts: Opts) -> Service {
         let base = std::fs::canonicalize(dir.path()).expect("canonical tempdir");
         let rw = base.join("notes");
         let ro = base.join("ref");
@@ -316,7 +319,10 @@ approvals = "owner"
             brokerd::config::parse(&text, "service.toml").unwrap_or_else(|e| panic!("{e}"));
         let policy = Policy::new(&config).expect("policy");
         let runner = Arc::new(FakeRunner::default());
-        let log = Audit::open(&config.broker.audit_log).expect("audit");
+        let mut log = Audit::open(&config.broker.audit_log).expect("audit");
+        if let Some(hook) = opts.before_audit_sync.take() {
+            log.before_sync(hook);
+        }
         let mut broker = Broker::new(config, policy, runner.clone(), log);
         if let Some(first) = opts.preflight_retry {
             broker = broker.with_preflight_retry(first);
@@ -355,6 +361,11 @@ approvals = "owner"
             stop,
             rt,
         }
+    }
+
+    /// The socket, and the directory that holds it.
+    pub(crate) fn socket(&self) -> &Path {
+        &self.socket
     }
 
     pub(crate) fn connect(&self) -> Client {
