@@ -126,24 +126,29 @@ fn podman_with<A: AsRef<OsStr>>(
     }
 }
 
+/// doctor's lines, printed as they come and kept.
+#[derive(Default)]
 struct Report {
     failed: usize,
+    lines: Vec<String>,
 }
 
 impl Report {
     fn check(&mut self, what: &str, outcome: Result<String, String>) {
-        match outcome {
-            Ok(detail) => println!("ok    {what}: {detail}"),
+        let line = match outcome {
+            Ok(detail) => format!("ok    {what}: {detail}"),
             Err(fix) => {
                 self.failed += 1;
-                println!("FAIL  {what}: {fix}");
+                format!("FAIL  {what}: {fix}")
             }
-        }
+        };
+        println!("{line}");
+        self.lines.push(line);
     }
 }
 
 fn doctor(cfg: &Config, socket: &Path) -> u8 {
-    let mut r = Report { failed: 0 };
+    let mut r = Report::default();
     let Some(rc) = &cfg.runner else {
         r.check(
             "runner",
@@ -216,8 +221,7 @@ fn doctor(cfg: &Config, socket: &Path) -> u8 {
     if rc.egress_network == "slirp4netns" {
         r.check("/dev/net/tun", tun_usable());
     }
-    r.check("poisoned", poisoned(socket));
-    r.check("privileges", privileges(socket));
+    running_checks(socket, &mut r);
     grant_checks(cfg, &mut r);
     if r.failed == 0 {
         0
@@ -347,8 +351,7 @@ fn doctor_bwrap(cfg: &Config, rc: &config::RunnerConfig, mut r: Report, socket: 
             )),
         },
     );
-    r.check("poisoned", poisoned(socket));
-    r.check("privileges", privileges(socket));
+    running_checks(socket, &mut r);
     grant_checks(cfg, &mut r);
     if r.failed == 0 {
         0
@@ -431,9 +434,10 @@ fn nested_userns(cfg: &Config, rc: &config::RunnerConfig) -> Result<String, Stri
     }
 }
 
-/// What the running brokerd says of its containment (DESIGN.md "Runners"): a sandbox or
-/// proxy it could not confirm dead is a failure; no brokerd to ask is not.
-fn poisoned(socket: &Path) -> Result<String, String> {
+/// The running brokerd's `status`, asked once for the checks that read it: `None` (with why)
+/// when there is no brokerd to ask or it answered something else, which those checks report
+/// as unknown rather than failed.
+fn running_status(socket: &Path) -> Result<client::Status, String> {
     let asked = client::Client::connect(socket).and_then(|mut c| {
         c.set_timeout(Some(PODMAN_TIMEOUT))?;
         c.request(&client::Request::Status {
@@ -442,42 +446,83 @@ fn poisoned(socket: &Path) -> Result<String, String> {
         })
     });
     match asked.map(|a| a.body) {
-        Ok(client::Body::Status(s)) if s.poisoned => Err(format!(
-            "yes: brokerd ({} backend) could not confirm a sandbox or proxy dead, so http_fetch answers unavailable until it restarts; see {} (section 6)",
-            s.backend,
-            runbook::RUNNER_UNAVAILABLE
+        Ok(client::Body::Status(s)) => Ok(s),
+        Ok(other) => Err(format!("unknown: brokerd answered {:?}", other)),
+        Err(e) => Err(format!(
+            "unknown: no brokerd to ask at {} ({e})",
+            socket.display()
         )),
-        Ok(client::Body::Status(s)) => Ok(format!("no (brokerd at {}, {} backend)", socket.display(), s.backend)),
-        Ok(other) => Ok(format!("unknown: brokerd answered {:?}", other)),
-        Err(e) => Ok(format!("unknown: no brokerd to ask at {} ({e})", socket.display())),
     }
 }
 
-/// What the running brokerd says of its own privileges (docs/design.md#service): it refuses
-/// to start as root or holding a capability, so a brokerd that reports one is a failure; no
-/// brokerd to ask, or one too old to say, is not.
-fn privileges(socket: &Path) -> Result<String, String> {
-    let asked = client::Client::connect(socket).and_then(|mut c| {
-        c.set_timeout(Some(PODMAN_TIMEOUT))?;
-        c.request(&client::Request::Status {
-            id: "1".into(),
-            v: None,
-        })
-    });
-    match asked.map(|a| a.body) {
-        Ok(client::Body::Status(s)) => {
-            match s.privileges.map(crate::privileges::Privileges::of_status) {
-                Some(p) => match p.refusal() {
-                    None => Ok(p.summary()),
-                    Some(why) => Err(format!("{}: {why}", p.summary())),
-                },
-                None => Ok("unknown: brokerd does not say".into()),
-            }
-        }
-        Ok(other) => Ok(format!("unknown: brokerd answered {:?}", other)),
-        Err(e) => Ok(format!(
-            "unknown: no brokerd to ask at {} ({e})",
-            socket.display()
+/// What the running brokerd says of itself: its containment (docs/design.md#preflight-and-poisoning:
+/// a sandbox or proxy it could not confirm dead is a failure), its privileges
+/// (docs/design.md#service: it refuses to start as root or holding a capability, so one that
+/// reports either is a failure) and its audit log (a record stuck in its write is a failure).
+/// No brokerd to ask is none of these.
+fn running_checks(socket: &Path, r: &mut Report) {
+    let status = running_status(socket);
+    r.check(
+        "poisoned",
+        status
+            .as_ref()
+            .map_err(String::clone)
+            .map_or_else(Ok, |s| poisoned(socket, s)),
+    );
+    r.check(
+        "privileges",
+        status
+            .as_ref()
+            .map_err(String::clone)
+            .map_or_else(Ok, privileges),
+    );
+    r.check(
+        "audit",
+        status
+            .as_ref()
+            .map_err(String::clone)
+            .map_or_else(Ok, audit_stalled),
+    );
+}
+
+fn poisoned(socket: &Path, s: &client::Status) -> Result<String, String> {
+    if s.poisoned {
+        return Err(format!(
+            "yes: brokerd ({} backend) could not confirm a sandbox or proxy dead, so http_fetch answers unavailable until it restarts; see {} (section 6)",
+            s.backend,
+            runbook::RUNNER_UNAVAILABLE
+        ));
+    }
+    Ok(format!(
+        "no (brokerd at {}, {} backend)",
+        socket.display(),
+        s.backend
+    ))
+}
+
+fn privileges(s: &client::Status) -> Result<String, String> {
+    match s
+        .privileges
+        .clone()
+        .map(crate::privileges::Privileges::of_status)
+    {
+        Some(p) => match p.refusal() {
+            None => Ok(p.summary()),
+            Some(why) => Err(format!("{}: {why}", p.summary())),
+        },
+        None => Ok("unknown: brokerd does not say".into()),
+    }
+}
+
+fn audit_stalled(s: &client::Status) -> Result<String, String> {
+    match s.audit_stalled_ms {
+        Some(ms) => Err(format!(
+            "a record has been writing for {ms} ms: calls wait for it; see {}",
+            runbook::AUDIT_STALLED
+        )),
+        None => Ok(format!(
+            "writing; head {} {}",
+            s.audit_head.seq, s.audit_head.hash
         )),
     }
 }
@@ -712,12 +757,15 @@ mod tests {
 }
 
 #[cfg(test)]
-mod poisoned_tests {
+mod running_tests {
     use std::io::{BufRead, BufReader, Write};
     use std::os::unix::net::UnixListener;
 
-    /// A brokerd that answers one status line with `poisoned`.
-    fn broker_saying(poisoned: bool) -> (tempfile::TempDir, std::path::PathBuf) {
+    /// A brokerd that answers one status line with `poisoned` and `extra` fields.
+    fn broker_answering(
+        poisoned: bool,
+        extra: &'static str,
+    ) -> (tempfile::TempDir, std::path::PathBuf) {
         let dir = tempfile::tempdir().expect("tempdir");
         let socket = dir.path().join("broker.sock");
         let listener = UnixListener::bind(&socket).expect("bind");
@@ -726,7 +774,7 @@ mod poisoned_tests {
                 let mut line = String::new();
                 let _ = BufReader::new(&stream).read_line(&mut line);
                 let answer = format!(
-                    r#"{{"id":"1","kind":"status","protocol":1,"version":"t","backend":"bwrap","enforce_limits":true,"preflight":{{}},"poisoned":{poisoned},"audit_head":{{"seq":1,"hash":"h"}}}}"#
+                    r#"{{"id":"1","kind":"status","protocol":1,"version":"t","backend":"bwrap","enforce_limits":true,"preflight":{{}},"poisoned":{poisoned},"audit_head":{{"seq":1,"hash":"h"}}{extra}}}"#
                 );
                 let _ = (&stream).write_all(format!("{answer}\n").as_bytes());
             }
@@ -734,15 +782,53 @@ mod poisoned_tests {
         (dir, socket)
     }
 
-    /// DESIGN.md "Runners": doctor shows a poisoned brokerd as a failure.
+    /// The doctor lines of what the brokerd on `socket` says of itself.
+    fn lines(socket: &std::path::Path) -> (usize, Vec<String>) {
+        let mut r = super::Report::default();
+        super::running_checks(socket, &mut r);
+        (r.failed, r.lines.clone())
+    }
+
+    /// docs/design.md#preflight-and-poisoning: doctor shows a poisoned brokerd as a failure;
+    /// docs/design.md#service: and one that reports a privilege or a stalled audit record.
     #[test]
-    fn doctor_shows_poisoning() {
-        let (_d, socket) = broker_saying(true);
-        let got = super::poisoned(&socket);
-        assert!(got.as_ref().is_err_and(|e| e.starts_with("yes")), "{got:?}");
-        let (_d, socket) = broker_saying(false);
-        assert!(super::poisoned(&socket).is_ok_and(|s| s.starts_with("no")));
+    fn doctor_shows_what_brokerd_says_of_itself() {
+        let (_d, socket) = broker_answering(true, "");
+        let (failed, got) = lines(&socket);
+        assert_eq!(failed, 1, "{got:?}");
+        assert!(
+            got.iter()
+                .any(|l| l.contains("poisoned") && l.contains("yes")),
+            "{got:?}"
+        );
+        let well = r#","privileges":{"uids":[990,990,990],"capabilities":[],"bounding":["CAP_SETGID","CAP_SETUID"]}"#;
+        let (_d, socket) = broker_answering(false, well);
+        let (failed, got) = lines(&socket);
+        assert_eq!(failed, 0, "{got:?}");
+        assert!(
+            got.iter().any(|l| l.contains("uid 990, no capabilities")),
+            "{got:?}"
+        );
+        let root =
+            r#","privileges":{"uids":[0,0,0],"capabilities":["CAP_SYS_ADMIN"],"bounding":[]}"#;
+        let (_d, socket) = broker_answering(false, root);
+        let (failed, got) = lines(&socket);
+        assert_eq!(failed, 1, "{got:?}");
+        assert!(
+            got.iter().any(|l| l.contains("does not serve as root")),
+            "{got:?}"
+        );
+        let (_d, socket) = broker_answering(false, r#","audit_stalled_ms":7000"#);
+        let (failed, got) = lines(&socket);
+        assert_eq!(failed, 1, "{got:?}");
+        assert!(
+            got.iter()
+                .any(|l| l.contains("7000 ms") && l.contains("audit-stalled")),
+            "{got:?}"
+        );
         let nowhere = std::path::Path::new("/nonexistent/broker.sock");
-        assert!(super::poisoned(nowhere).is_ok_and(|s| s.starts_with("unknown")));
+        let (failed, got) = lines(nowhere);
+        assert_eq!(failed, 0, "{got:?}");
+        assert!(got.iter().all(|l| l.contains("unknown")), "{got:?}");
     }
 }

@@ -15,13 +15,15 @@ pub const NESTED_USERNS: &str = "runbook/runner.md#nested-userns";
 pub const DEV_NET_TUN: &str = "runbook/runner.md#dev-net-tun";
 /// An audit record could not be written.
 pub const AUDIT_UNWRITABLE: &str = "runbook/audit.md#audit-unwritable";
+/// An audit record has been writing for longer than it should: the disk under it is stalled.
+pub const AUDIT_STALLED: &str = "runbook/audit.md#audit-stalled";
 /// A staged grant's layer could not be mounted (it never falls back to the real directory).
 pub const STAGED_LAYER: &str = "runbook/runner.md#staged-layer";
 /// Staged changes: reading, committing, discarding, and what a conflict means.
 pub const STAGED_CHANGES: &str = "runbook/staged.md#staged-changes";
 
 /// Every anchor above, for the test that each exists.
-pub const ALL: [&str; 9] = [
+pub const ALL: [&str; 10] = [
     RUNNER,
     RUNNER_UNAVAILABLE,
     BWRAP_UNAVAILABLE,
@@ -29,6 +31,7 @@ pub const ALL: [&str; 9] = [
     NESTED_USERNS,
     DEV_NET_TUN,
     AUDIT_UNWRITABLE,
+    AUDIT_STALLED,
     STAGED_LAYER,
     STAGED_CHANGES,
 ];
