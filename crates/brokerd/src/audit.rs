@@ -297,6 +297,8 @@ pub struct Audit {
     rotation: Rotation,
     /// A write failed: the file may end in a torn line, handled before the next record.
     needs_recovery: bool,
+    /// Records written with [`Audit::append_unsynced`] and not yet synced.
+    unsynced: bool,
     watch: Watch,
     before_sync: Option<Box<dyn FnMut() + Send>>,
 }
@@ -363,6 +365,7 @@ impl Audit {
             size,
             rotation,
             needs_recovery: false,
+            unsynced: false,
             watch,
             before_sync: None,
         })
@@ -383,24 +386,67 @@ impl Audit {
         self.before_sync = Some(Box::new(hook));
     }
 
-    /// Numbers, chains, writes and syncs one record; returns the new head.
+    /// Numbers, chains, writes and syncs one record (and any written unsynced before it);
+    /// returns the new head.
     pub fn append(&mut self, rec: Record) -> Result<Head, AuditError> {
+        self.append_with(rec, true)
+    }
+
+    /// Numbers, chains and writes one record without waiting for the disk: for a call's
+    /// outcome, whose answer need not wait for it (docs/design.md#audit). It reaches the disk
+    /// with [`Audit::sync`] or with the next record `append` writes, whichever is first; a
+    /// crash before either loses it, and `audit verify` then names the decision left without
+    /// its outcome.
+    pub fn append_unsynced(&mut self, rec: Record) -> Result<Head, AuditError> {
+        self.append_with(rec, false)
+    }
+
+    /// Syncs what [`Audit::append_unsynced`] wrote, if anything.
+    pub fn sync(&mut self) -> Result<(), AuditError> {
+        if !self.unsynced {
+            return Ok(());
+        }
         let watch = self.watch.clone();
         let writing = Writing::start(&watch);
-        let appended = self.append_now(rec);
+        let synced = self.sync_now();
+        drop(writing);
+        synced
+    }
+
+    fn sync_now(&mut self) -> Result<(), AuditError> {
+        if let Some(h) = &mut self.before_sync {
+            h();
+        }
+        match self.sink.sync() {
+            Ok(()) => {
+                self.unsynced = false;
+                Ok(())
+            }
+            Err(e) => {
+                self.needs_recovery = true;
+                Err(AuditError::Write(e))
+            }
+        }
+    }
+
+    fn append_with(&mut self, rec: Record, sync: bool) -> Result<Head, AuditError> {
+        let watch = self.watch.clone();
+        let writing = Writing::start(&watch);
+        let appended = self.append_now(rec, sync);
         // A failed write may have re-read the chain: the watch follows the head either way.
         watch.seen().head = Some(self.head.clone());
         drop(writing);
         appended
     }
 
-    fn append_now(&mut self, mut rec: Record) -> Result<Head, AuditError> {
+    fn append_now(&mut self, mut rec: Record, sync: bool) -> Result<Head, AuditError> {
         if self.needs_recovery {
             let (file, head, size) = continue_chain(&self.path)?;
             self.sink = Box::new(file);
             self.head = head;
             self.size = size;
             self.needs_recovery = false;
+            self.unsynced = false;
         }
         rec.seq = self.head.seq + 1;
         rec.prev = self.head.hash.clone();
@@ -410,18 +456,19 @@ impl Audit {
         line.push(b'\n');
         let over = self.size + line.len() as u64 > self.rotation.max_bytes;
         if self.rotation.max_bytes > 0 && self.size > 0 && over && is_regular(&self.path) {
+            // What the old file holds unsynced reaches its disk before it is renamed away.
+            if self.unsynced {
+                self.sync_now()?;
+            }
             self.rotate()?;
         }
-        let hook = &mut self.before_sync;
-        let written = self.sink.put(&line).and_then(|()| {
-            if let Some(h) = hook {
-                h();
-            }
-            self.sink.sync()
-        });
-        if let Err(e) = written {
+        if let Err(e) = self.sink.put(&line) {
             self.needs_recovery = true;
             return Err(AuditError::Write(e));
+        }
+        self.unsynced = true;
+        if sync {
+            self.sync_now()?;
         }
         self.size += line.len() as u64;
         self.head = Head { seq: rec.seq, hash };
@@ -643,6 +690,69 @@ pub fn verify_rotated(path: &Path) -> Result<Head, VerifyError> {
     last.ok_or(VerifyError::Empty {
         path: path.to_path_buf(),
     })
+}
+
+/// A call decided to run whose outcome the log does not hold: still running when the log was
+/// read, or brokerd stopped (a crash, a power loss) before the outcome reached the disk.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unfinished {
+    pub seq: u64,
+    pub session: String,
+    pub call: String,
+    pub tool: String,
+}
+
+impl std::fmt::Display for Unfinished {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "record {}: session {} call {} ({}) was decided to run and has no outcome record: it was still running, or brokerd stopped before its outcome reached the disk",
+            self.seq, self.session, self.call, self.tool
+        )
+    }
+}
+
+/// The calls of `<path>.N` .. `<path>` decided to run without an outcome record after them
+/// (read after [`verify_rotated`] passed; lines that are not records are skipped).
+pub fn unfinished(path: &Path) -> Result<Vec<Unfinished>, VerifyError> {
+    let mut files: Vec<PathBuf> = (1..)
+        .map(|k| rotated(path, k))
+        .take_while(|p| p.exists())
+        .collect();
+    files.reverse();
+    files.push(path.to_path_buf());
+    let mut open: Vec<Unfinished> = Vec::new();
+    for f in files {
+        let bytes = std::fs::read(&f).map_err(|e| VerifyError::Read {
+            path: f.clone(),
+            error: e.to_string(),
+        })?;
+        for rec in bytes
+            .split(|b| *b == b'\n')
+            .filter_map(|l| serde_json::from_slice::<Record>(l).ok())
+        {
+            let (Some(session), Some(call)) = (rec.session, rec.call) else {
+                continue;
+            };
+            let same = |u: &Unfinished| u.session == session && u.call == call;
+            match (rec.decision, rec.status) {
+                (Some(Decided::Allow | Decided::Approved), None) => {
+                    open.retain(|u| !same(u));
+                    open.push(Unfinished {
+                        seq: rec.seq,
+                        session,
+                        call,
+                        tool: rec.tool.unwrap_or_default(),
+                    });
+                }
+                (Some(Decided::Ran | Decided::NotRun), _) | (_, Some(_)) => {
+                    open.retain(|u| !same(u))
+                }
+                _ => {}
+            }
+        }
+    }
+    Ok(open)
 }
 
 /// Returns the first record's (seq, prev) as a Head, and the file's head.
@@ -1130,6 +1240,97 @@ mod tests {
         let mut a = Audit::open_with(&path, rotation).expect("reopen");
         assert_eq!(a.head(), head);
         assert_eq!(a.append(call(21)).expect("append").seq, 21);
+    }
+
+    /// A sink over a file that counts its syncs.
+    struct Counting(File, Arc<Mutex<usize>>);
+    impl Sink for Counting {
+        fn put(&mut self, buf: &[u8]) -> io::Result<()> {
+            Write::write_all(&mut self.0, buf)
+        }
+        fn sync(&mut self) -> io::Result<()> {
+            *self.1.lock().expect("count") += 1;
+            Ok(())
+        }
+    }
+
+    /// An outcome written unsynced is in the file at once and reaches the disk with the next
+    /// synced record or an explicit sync, each one sync; nothing pending is no sync at all.
+    #[test]
+    fn unsynced_records_are_synced_by_the_next_record_or_a_sync() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("a.jsonl");
+        let mut a = Audit::open(&path).expect("open");
+        let syncs = Arc::new(Mutex::new(0));
+        let file = open_append(&path).expect("file");
+        a.sink = Box::new(Counting(file, syncs.clone()));
+        let n = || *syncs.lock().expect("count");
+        a.append(call(1)).expect("decision");
+        assert_eq!(n(), 1);
+        a.append_unsynced(call(2)).expect("outcome");
+        assert_eq!(n(), 1, "the outcome does not wait for the disk");
+        assert_eq!(lines(&path).len(), 2, "but it is written");
+        assert_eq!(a.head().seq, 2);
+        a.append(call(3)).expect("next decision");
+        assert_eq!(n(), 2, "one sync covers the outcome and the next record");
+        a.sync().expect("nothing pending");
+        assert_eq!(n(), 2);
+        a.append_unsynced(call(4)).expect("outcome");
+        a.sync().expect("sync");
+        a.sync().expect("again");
+        assert_eq!(n(), 3);
+        assert_eq!(verify(&path).map(|h| h.seq), Ok(4));
+    }
+
+    /// A decision without its outcome (a crash lost it, or the call still runs) is named by
+    /// `unfinished`, across rotated files; a decided call with an outcome, a refusal, and a
+    /// record that carries its own status are not.
+    #[test]
+    fn a_decision_whose_outcome_was_lost_is_named() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("a.jsonl");
+        let rotation = Rotation {
+            max_bytes: 600,
+            keep: 5,
+        };
+        let mut a = Audit::open_with(&path, rotation).expect("open");
+        let rec = |call: &str, decision: Decided, status: Option<Ended>| Record {
+            kind: RecordKind::Call,
+            session: Some("s".into()),
+            call: Some(call.into()),
+            tool: Some("shell".into()),
+            decision: Some(decision),
+            status,
+            ..Record::default()
+        };
+        a.append(rec("done", Decided::Allow, None)).expect("append");
+        a.append_unsynced(rec("done", Decided::Ran, Some(Ended::Result)))
+            .expect("append");
+        a.append(rec("ref", Decided::Refused, None))
+            .expect("append");
+        a.append(rec("busy", Decided::Allow, None)).expect("append");
+        a.append_unsynced(rec("busy", Decided::NotRun, Some(Ended::Busy)))
+            .expect("append");
+        a.append(rec("layer", Decided::Allow, Some(Ended::Unavailable)))
+            .expect("append");
+        a.append(rec("asked", Decided::Ask, None)).expect("append");
+        a.append(rec("asked", Decided::Approved, None))
+            .expect("append");
+        a.append(rec("lost", Decided::Allow, None)).expect("append");
+        a.sync().expect("sync");
+        assert!(rotated(&path, 1).exists(), "the records span files");
+        assert!(verify_rotated(&path).is_ok());
+        let open: Vec<(String, u64)> = unfinished(&path)
+            .expect("read")
+            .into_iter()
+            .map(|u| (u.call, u.seq))
+            .collect();
+        assert_eq!(open, [("asked".to_string(), 8), ("lost".to_string(), 9)]);
+        let said = unfinished(&path).expect("read")[1].to_string();
+        assert!(
+            said.contains("brokerd stopped before its outcome reached the disk"),
+            "{said}"
+        );
     }
 
     struct FullDisk;

@@ -674,6 +674,10 @@ pub fn audit_verify(path: &Path) -> u8 {
                 head.seq,
                 head.hash
             );
+            // Not a broken chain: a call whose outcome a crash lost, or one still running.
+            for u in crate::audit::unfinished(path).unwrap_or_default() {
+                println!("note: {u}");
+            }
             0
         }
         Err(e) => {

@@ -455,6 +455,10 @@ async fn run(file: &Path, socket: Option<PathBuf>) -> Result<(), String> {
     if let Some(w) = watchdog {
         w.abort();
     }
+    // The last outcomes reach the disk before the head is said to be the log's.
+    if let Err(e) = broker.sync_audit().await {
+        tracing::error!("{e}; see {}", runbook::AUDIT_UNWRITABLE);
+    }
     let head = broker.audit_head();
     tracing::info!(audit_seq = head.seq, audit_hash = head.hash, "stopped");
     Ok(())

@@ -289,10 +289,39 @@ impl Broker {
 
     /// Appends one record, synced, off the async threads.
     async fn record(&self, rec: Record) -> Result<audit::Head, String> {
+        self.write(rec, true).await
+    }
+
+    /// Appends a call's outcome without waiting for the disk (docs/design.md#audit): the next
+    /// record's sync covers it, one sync for both, or, where no record follows within
+    /// [`OUTCOME_SYNC_WITHIN`], a sync of its own. The decision before it was synced before
+    /// the tool got its input.
+    async fn record_outcome(&self, rec: Record) -> Result<audit::Head, String> {
+        let head = self.write(rec, false).await?;
+        let audit = self.audit.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(OUTCOME_SYNC_WITHIN).await;
+            let synced = tokio::task::spawn_blocking(move || lock(&audit).sync()).await;
+            if let Ok(Err(e)) = synced {
+                tracing::error!(
+                    error = %e,
+                    "a call's outcome record could not be synced; see {}",
+                    runbook::AUDIT_UNWRITABLE
+                );
+            }
+        });
+        Ok(head)
+    }
+
+    async fn write(&self, rec: Record, sync: bool) -> Result<audit::Head, String> {
         let audit = self.audit.clone();
         let append = move || {
             let mut a = audit.lock().unwrap_or_else(|p| p.into_inner());
-            a.append(rec).map_err(|e| e.to_string())
+            match sync {
+                true => a.append(rec),
+                false => a.append_unsynced(rec),
+            }
+            .map_err(|e| e.to_string())
         };
         // On brokerd's multi-threaded runtime the write and its sync run on this thread, the
         // runtime's other work moving to another: no hand-over to a blocking thread and back
@@ -346,6 +375,14 @@ impl Broker {
     /// The last record synced; never waits for a record being written (docs/design.md#audit).
     pub fn audit_head(&self) -> audit::Head {
         self.audit_watch.head()
+    }
+
+    /// Syncs the outcomes written without waiting for the disk (at shutdown).
+    pub async fn sync_audit(&self) -> Result<(), String> {
+        let audit = self.audit.clone();
+        tokio::task::spawn_blocking(move || lock(&audit).sync().map_err(|e| e.to_string()))
+            .await
+            .map_err(|e| format!("the audit task failed: {e}"))?
     }
 
     pub async fn handle(&self, req: Request, peer: Peer) -> proto::broker::Answer {
@@ -619,7 +656,7 @@ impl Broker {
                 rec.status = Some(Ended::Busy);
                 journal(&rec, None, received);
                 let _ = self
-                    .record(outcome_record(rec, Decided::NotRun, started))
+                    .record_outcome(outcome_record(rec, Decided::NotRun, started))
                     .await;
                 return error(ProtocolError::Busy);
             }
@@ -674,7 +711,7 @@ impl Broker {
         rec.status = Some(status);
         journal(&rec, None, received);
         if let Err(e) = self
-            .record(outcome_record(rec, Decided::Ran, started))
+            .record_outcome(outcome_record(rec, Decided::Ran, started))
             .await
         {
             return self.audit_failed(&e);
@@ -1024,6 +1061,9 @@ fn journal(rec: &Record, kind: Option<&'static str>, received: Instant) {
         "decision"
     );
 }
+
+/// The longest a call's outcome record waits for the disk when no other record follows it.
+pub const OUTCOME_SYNC_WITHIN: Duration = Duration::from_millis(100);
 
 /// The `backend` of `status` when the config has no `[runner]` section.
 pub const NO_BACKEND: &str = "none";
