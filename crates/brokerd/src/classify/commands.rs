@@ -8,6 +8,9 @@ impl Walk<'_> {
     /// Classifies one program run with its (already scanned) arguments.
     pub(super) fn program(&mut self, name: &str, args: &[Arg]) {
         use CommandClass::*;
+        if !self.spend(1 + args.len() as u64) {
+            return;
+        }
         let name = match program_name(name) {
             Some(n) => n,
             None => {

@@ -32,8 +32,9 @@
 //!   are classified as the code they are; a download, a decoder or unreadable text upstream
 //!   makes it `Dangerous`.
 //! - A command whose tree has errors is also read piece by piece, since an error can swallow
-//!   what follows it. Past `MAX_COMMAND_BYTES`, `MAX_DEPTH`, `MAX_WRITES` or `TIME_BUDGET`
-//!   the assessment names the `Bound` and the policy refuses the command.
+//!   what follows it. Past `MAX_COMMAND_BYTES`, `MAX_DEPTH`, `MAX_WRITES` or `MAX_WORK` the
+//!   assessment names the `Bound` and the policy refuses the command. The bounds count work,
+//!   not time, so that the answer does not depend on how busy the host is.
 //!
 //! Modules: `walk` (the syntax tree), `words` (quote removal), `opts` and `specs` (options),
 //! `commands` (one program), `pipes` (pipelines), `wrappers`, `find`, `git`, `sed`, `archives`, `paths`, `programs`
@@ -44,7 +45,6 @@ use std::fmt;
 use std::path::{Component, Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
-use std::time::{Duration, Instant};
 
 use tree_sitter::{Language, Node, ParseOptions, Parser};
 
@@ -82,8 +82,14 @@ const MAX_DEPTH: usize = 64;
 /// At most this many write targets are reported; a command naming more is `ShellComplex`.
 const MAX_WRITES: usize = 256;
 
-/// The time one command may take to parse and walk, nested code included.
-const TIME_BUDGET: Duration = Duration::from_millis(500);
+/// The work one command may take to read, nested code included: parser operations, syntax
+/// nodes, words and programs, and `NESTED_WORK` for each nested reading. Work is counted, not
+/// timed, so that a command gets the same answer however busy the host is.
+const MAX_WORK: u64 = 1_000_000;
+
+/// What one nested reading (`sh -c`, a wrapper's command, a piece after a parse error) costs
+/// beyond the work inside it.
+const NESTED_WORK: u64 = 32;
 
 /// What a shell command may do, from least to most reach (the order is used for "max").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -146,8 +152,8 @@ pub enum Bound {
     Nul,
     /// Nests deeper than `MAX_DEPTH` (substitutions, wrappers, `sh -c` in `sh -c`).
     Depth,
-    /// Takes longer than `TIME_BUDGET` to parse and walk.
-    Time,
+    /// Takes more than `MAX_WORK` to parse and walk.
+    Work,
     /// Names more than `MAX_WRITES` write targets.
     Writes,
 }
@@ -158,7 +164,7 @@ impl fmt::Display for Bound {
             Bound::Length => "the command is longer than the classifier reads (64 KiB)",
             Bound::Nul => "the command contains a NUL byte",
             Bound::Depth => "the command nests deeper than the classifier reads",
-            Bound::Time => "the command takes longer to read than the classifier allows",
+            Bound::Work => "the command takes more work to read than the classifier allows",
             Bound::Writes => "the command writes more paths than the classifier checks",
         })
     }
@@ -305,7 +311,8 @@ impl Classifier {
 
     /// Classifies `command` for a grant whose directories are `roots`.
     pub fn classify(&self, command: &str, roots: &[PathBuf]) -> Assessment {
-        let mut walk = Walk::new(&self.language, roots, 0, None, Instant::now() + TIME_BUDGET);
+        let budget = Budget::default();
+        let mut walk = Walk::new(&self.language, roots, 0, None, &budget);
         walk.source(command);
         walk.finish()
     }

@@ -1,6 +1,27 @@
 //! The walk over the syntax tree: statements, words, redirections and the write targets they name.
 
+use std::cell::Cell;
+
 use super::*;
+
+/// The work spent on one command, shared by every nested reading of it (see `MAX_WORK`).
+#[derive(Debug, Default)]
+pub(super) struct Budget {
+    used: Cell<u64>,
+}
+
+impl Budget {
+    /// Adds `units`; false once the command has taken more than `MAX_WORK`.
+    pub(super) fn spend(&self, units: u64) -> bool {
+        let used = self.used.get().saturating_add(units);
+        self.used.set(used);
+        used <= MAX_WORK
+    }
+}
+
+/// tree-sitter calls the progress callback once per this many parser operations.
+const PARSER_OPERATIONS_PER_CALLBACK: u64 = 100;
+
 pub(super) struct Walk<'a> {
     pub(super) language: &'a Language,
     pub(super) roots: &'a [PathBuf],
@@ -28,8 +49,8 @@ pub(super) struct Walk<'a> {
     pub(super) wrote_other: bool,
     /// A bound the command went past: it is refused.
     pub(super) beyond: Option<Bound>,
-    /// Past this instant nothing more is parsed: the command is `ShellComplex`.
-    pub(super) deadline: Instant,
+    /// The work this command may still take; past it nothing more is read.
+    pub(super) budget: &'a Budget,
     /// A command or process substitution runs a download or a decoder: code built from its
     /// output is as good as fetched.
     pub(super) fetched: bool,
@@ -41,7 +62,7 @@ impl<'a> Walk<'a> {
         roots: &'a [PathBuf],
         depth: usize,
         cwd: Option<String>,
-        deadline: Instant,
+        budget: &'a Budget,
     ) -> Self {
         Walk {
             language,
@@ -58,7 +79,7 @@ impl<'a> Walk<'a> {
             link_targets: Vec::new(),
             in_link: false,
             wrote_other: false,
-            deadline,
+            budget,
             fetched: false,
             beyond: None,
         }
@@ -103,7 +124,7 @@ impl<'a> Walk<'a> {
             self.roots,
             self.depth + 1,
             self.cwd.clone(),
-            self.deadline,
+            self.budget,
         );
         inner.fetched = self.fetched;
         inner.cwd_unknown = self.cwd_unknown;
@@ -177,8 +198,20 @@ impl<'a> Walk<'a> {
         }
     }
 
+    /// Spends `units` of the command's work; false (and the command is refused) past the bound.
+    pub(super) fn spend(&mut self, units: u64) -> bool {
+        if self.budget.spend(units) {
+            return true;
+        }
+        self.beyond(Bound::Work);
+        false
+    }
+
     /// Parses and walks a whole command text.
     pub(super) fn source(&mut self, command: &str) {
+        if !self.spend(NESTED_WORK) {
+            return;
+        }
         if self.depth > MAX_DEPTH {
             self.beyond(Bound::Depth);
             return;
@@ -203,9 +236,10 @@ impl<'a> Walk<'a> {
             );
             return;
         }
-        let deadline = self.deadline;
-        let mut past_deadline = |_: &tree_sitter::ParseState| Instant::now() > deadline;
-        let options = ParseOptions::new().progress_callback(&mut past_deadline);
+        let budget = self.budget;
+        let mut over_budget =
+            |_: &tree_sitter::ParseState| !budget.spend(PARSER_OPERATIONS_PER_CALLBACK);
+        let options = ParseOptions::new().progress_callback(&mut over_budget);
         let bytes = command.as_bytes();
         let parsed = parser.parse_with_options(
             &mut |offset, _| bytes.get(offset..).unwrap_or(&[]),
@@ -213,7 +247,7 @@ impl<'a> Walk<'a> {
             Some(options),
         );
         let Some(tree) = parsed else {
-            self.beyond(Bound::Time);
+            self.beyond(Bound::Work);
             return;
         };
         let root = tree.root_node();
@@ -266,8 +300,7 @@ impl<'a> Walk<'a> {
             self.beyond(Bound::Depth);
             return;
         }
-        if Instant::now() > self.deadline {
-            self.beyond(Bound::Time);
+        if !self.spend(1) {
             return;
         }
         self.depth += 1;
@@ -356,6 +389,9 @@ impl<'a> Walk<'a> {
     pub(super) fn scan(&mut self, n: Node, src: &str) {
         if self.depth > MAX_DEPTH {
             self.beyond(Bound::Depth);
+            return;
+        }
+        if !self.spend(1) {
             return;
         }
         if dollar_string(n) {
