@@ -6,21 +6,21 @@ use super::*;
 
 impl Walk<'_> {
     /// Classifies one program run with its (already scanned) arguments.
-    pub(super) fn program(&mut self, name: &str, args: &[Arg]) {
+    pub(super) fn program(&mut self, word: &str, args: &[Arg]) {
         use CommandClass::*;
         if !self.spend(1 + args.len() as u64) {
             return;
         }
-        let name = match program_name(name) {
-            Some(n) => n,
-            None => {
-                self.raise(
-                    ShellComplex,
-                    format!("{name} is run by a path outside the system's program directories"),
-                );
-                return;
-            }
-        };
+        let pn = program_name(word, self.cwd.as_deref());
+        if !pn.system {
+            // Read as the program its name says (`/tmp/rm -rf /` is still dangerous), and as
+            // one that may be any.
+            self.raise(
+                ShellComplex,
+                format!("{word} is run by a path outside the system's program directories"),
+            );
+        }
+        let name = pn.name.as_str();
         if PLAIN_READERS.contains(&name) {
             return;
         }
@@ -35,11 +35,14 @@ impl Walk<'_> {
             );
         }
         if let Some(spec) = spec_of(name) {
-            self.by_spec(name, spec, args);
+            match &spec.runs {
+                Some(runs) => self.wrapped(name, spec, runs, args),
+                None => self.by_spec(name, spec, args),
+            }
             return;
         }
         match name {
-            "busybox" => self.busybox(args),
+            "busybox" | "toybox" => self.busybox(name, args),
             "eval" | "source" | "." => {
                 self.raise(ShellComplex, format!("{name} runs shell code"));
                 self.fetched_code(name, args);
@@ -72,7 +75,7 @@ impl Walk<'_> {
                 }
             }
             "let" | "enable" | "shopt" | "read" | "mapfile" | "readarray" | "coproc" | "fc"
-            | "hash" | "su" | "unshare" | "chroot" => self.raise(
+            | "hash" => self.raise(
                 ShellComplex,
                 format!("{name} runs or changes code the classifier does not see"),
             ),
@@ -142,10 +145,7 @@ impl Walk<'_> {
                 self.raise(ShellComplex, format!("{n} runs a program"));
                 self.interpreter_inline(n, args);
             }
-            other => self.raise(
-                ShellComplex,
-                format!("{other} is not a program the classifier knows"),
-            ),
+            other => self.unknown_program(other, args),
         }
     }
 
@@ -238,31 +238,15 @@ impl Walk<'_> {
     fn by_spec(&mut self, name: &str, spec: &Spec, args: &[Arg]) {
         use CommandClass::*;
         let p = parse(name, spec, args);
-        for problem in &p.problems {
-            self.raise(ShellComplex, problem.clone());
-        }
-        for g in &p.given {
-            match g.effect() {
-                Effect::Write => {
-                    if let Some(v) = &g.value {
-                        self.write_target(v);
-                    }
-                }
-                Effect::Run => {
-                    self.raise(ShellComplex, format!("{name} {} runs a program", g.spelled))
-                }
-                Effect::Mutate => self.raise(WorkspaceMutating, format!("{name} {}", g.spelled)),
-                Effect::Unguard => self.raise(
-                    Dangerous,
-                    format!("{name} {} removes the guard for /", g.spelled),
-                ),
-                Effect::Plain | Effect::Recursive | Effect::Query => {}
-            }
-        }
+        self.option_effects(name, &p);
         let recursive = p.with_effect(Effect::Recursive).next().is_some();
         let writer = matches!(
             spec.operands,
-            Operands::Written | Operands::Deleted | Operands::Changed | Operands::Copied
+            Operands::Written
+                | Operands::Deleted
+                | Operands::DeletedTrees
+                | Operands::Changed
+                | Operands::Copied
         );
         if writer && self.input_operands {
             self.raise(
@@ -283,6 +267,10 @@ impl Walk<'_> {
                 self.raise(WorkspaceMutating, name.to_string());
                 self.deletes(name, recursive, &p.operands);
             }
+            Operands::DeletedTrees => {
+                self.raise(WorkspaceMutating, name.to_string());
+                self.deletes(name, true, &p.operands);
+            }
             Operands::Changed => {
                 self.raise(WorkspaceMutating, name.to_string());
                 // The mode or owner comes first unless --reference names it.
@@ -290,7 +278,8 @@ impl Walk<'_> {
                 self.deletes(name, recursive, p.operands.get(skip..).unwrap_or(&[]));
             }
             Operands::Copied => self.copied(name, &p),
-            Operands::Command => self.wrapped(name, &p),
+            // Runners are read by `wrapped` before the spec is parsed here.
+            Operands::Command => {}
             Operands::Own => match name {
                 "sed" => self.sed(&p),
                 "uniq" => {
@@ -305,6 +294,33 @@ impl Walk<'_> {
                     format!("{other} has no reader in the classifier"),
                 ),
             },
+        }
+    }
+
+    /// What a program's options do beyond how it reads: the files they write, the programs
+    /// they run, the guards they remove. The problems of reading them make it `ShellComplex`.
+    pub(super) fn option_effects(&mut self, name: &str, p: &Parsed) {
+        use CommandClass::*;
+        for problem in &p.problems {
+            self.raise(ShellComplex, problem.clone());
+        }
+        for g in &p.given {
+            match g.effect() {
+                Effect::Write => {
+                    if let Some(v) = &g.value {
+                        self.write_target(v);
+                    }
+                }
+                Effect::Run => {
+                    self.raise(ShellComplex, format!("{name} {} runs a program", g.spelled))
+                }
+                Effect::Mutate => self.raise(WorkspaceMutating, format!("{name} {}", g.spelled)),
+                Effect::Unguard => self.raise(
+                    Dangerous,
+                    format!("{name} {} removes the guard for /", g.spelled),
+                ),
+                _ => {}
+            }
         }
     }
 

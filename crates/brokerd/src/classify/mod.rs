@@ -1,4 +1,4 @@
-//! Shell command classification (DESIGN.md "Grants and modes"; seed 000's CommandPolicy).
+//! Shell command classification (docs/design.md, "Modes and the classifier").
 //!
 //! The command is parsed with tree-sitter-bash and the syntax tree is walked; nothing here
 //! matches regular expressions against the command string. The walk is conservative: a node
@@ -24,10 +24,17 @@
 //! - The sandbox's shell is busybox ash; the grammar is bash's. Where they read a command
 //!   differently (`[[ ]]`, `$'...'`, `$"..."`, `{a,b}`, `&>`, `|&`, `<<<`, arrays) the command
 //!   is at least `ShellComplex`, and `$'...'` is decoded as bash does to name the program.
-//! - A wrapper (`busybox`, `env`, `nice`, `timeout`, `xargs`, `find -exec`, `sh -c`, `eval`,
-//!   ...) is at least as bad as what it runs. Program options are data (`specs`), parsed as
-//!   getopt_long parses them (`opts`). A program in command position the classifier cannot
-//!   name has its arguments read as each destroying program would read them.
+//! - A program word is a path: `/bin//rm`, `/bin/../bin/rm` and `./rm` after `cd /bin` are
+//!   `rm`; any other path is read by its last component, as a program that may be another
+//!   (`paths`).
+//! - A runner (`runners`: `env`, `nice`, `timeout`, `unshare`, `setpriv`, `flock`, `chroot`,
+//!   `su -c`, `script -c`, `watch`, `sudo`, ...) is at least as bad as what it runs; its table
+//!   lists the options that take values, so that the command is found however they are
+//!   spelled. Program options are data (`specs`), parsed as getopt_long parses them (`opts`).
+//! - A program the classifier cannot name (`$X`, `mytool`, `./x`) is `ShellComplex`, and its
+//!   arguments are read as what it may run: as each destroying program would read them, from
+//!   any word naming a program the classifier knows, and as shell code where a word holds a
+//!   space. A dangerous reading makes it `Dangerous`.
 //! - Text piped into a shell is at least `ShellComplex`; echo/printf text and here-documents
 //!   are classified as the code they are; a download, a decoder or unreadable text upstream
 //!   makes it `Dangerous`.
@@ -37,9 +44,10 @@
 //!   not time, so that the answer does not depend on how busy the host is.
 //!
 //! Modules: `walk` (the syntax tree), `words` (quote removal), `opts` and `specs` (options),
-//! `commands` (one program), `pipes` (pipelines), `wrappers`, `find`, `git`, `sed`, `archives`, `paths`, `programs`
-//! (lists of programs by kind); `adversarial.toml` is the table of hostile commands checked
-//! when the classifier is built.
+//! `runners` (programs that run their arguments), `commands` (one program), `pipes`
+//! (pipelines), `wrappers`, `targets` (where writes land), `find`, `git`, `sed`, `archives`,
+//! `paths`, `programs` (lists of programs by kind); `adversarial.toml` is the table of hostile
+//! commands checked when the classifier is built.
 
 use std::fmt;
 use std::path::{Component, Path, PathBuf};
@@ -56,8 +64,10 @@ mod opts;
 mod paths;
 mod pipes;
 mod programs;
+mod runners;
 mod sed;
 mod specs;
+mod targets;
 mod walk;
 mod words;
 mod wrappers;

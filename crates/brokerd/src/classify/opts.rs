@@ -16,6 +16,7 @@ pub(super) static LENIENT: Spec = Spec {
     abbreviate: false,
     unknown_harmless: true,
     options: Vec::new(),
+    runs: None,
 };
 
 /// One option as given.

@@ -1,7 +1,7 @@
 //! Pipelines: what each stage runs through its wrappers, and text that reaches a shell.
 
-use super::opts::parse;
-use super::specs::{spec_of, Effect, Operands};
+use super::specs::spec_of;
+use super::wrappers::{unwrap, What};
 use super::*;
 
 impl Walk<'_> {
@@ -110,41 +110,39 @@ pub(super) fn stage_program(n: Node, src: &str) -> Option<(String, Vec<Arg>)> {
     }
 }
 
-/// The program a command runs with its arguments, with wrappers (`env X=1`, `busybox`, `nice`,
-/// `exec`, `sudo` ...) looked through; `None` when a wrapper's command cannot be read.
+/// The program a command runs with its arguments, with runners (`env X=1`, `busybox`, `nice`,
+/// `sudo`, `su -c CODE` ...) looked through; a runner that runs a shell on its input is `sh`;
+/// `None` when a runner's command cannot be read.
 pub(super) fn resolve_program(prog: &str, args: &[Arg]) -> Option<(String, Vec<Arg>)> {
-    let mut name = program_name(prog)?.to_string();
+    let mut name = program_name(prog, None).name;
     let mut args = args.to_vec();
     for _ in 0..MAX_DEPTH {
         let rest: Vec<Arg> = match name.as_str() {
-            "busybox" => args.clone(),
-            n => match spec_of(n) {
-                Some(spec) if spec.operands == Operands::Command => {
-                    let p = parse(n, spec, &args);
-                    if p.with_effect(Effect::Query).next().is_some() {
-                        return Some((name, args));
+            "busybox" | "toybox" => args.clone(),
+            n => match spec_of(n).map(|s| (s, s.runs)) {
+                Some((spec, Some(runs))) => match unwrap(n, spec, &runs, &args).runs.first() {
+                    Some(What::Program(words)) => words.clone(),
+                    Some(What::Shell(shell_args)) => {
+                        return Some(("sh".into(), shell_args.clone()))
                     }
-                    let mut ops: &[Arg] = &p.operands;
-                    if n == "timeout" {
-                        ops = ops.get(1..).unwrap_or(&[]);
+                    // Code the runner hands a shell: its first words, as the shell splits them.
+                    Some(What::Code(words)) => {
+                        let texts: Option<Vec<&str>> = words.iter().map(|a| a.text()).collect();
+                        texts?
+                            .join(" ")
+                            .split_whitespace()
+                            .map(Arg::literal)
+                            .collect()
                     }
-                    if n == "env" {
-                        while ops
-                            .first()
-                            .is_some_and(|a| a.text().is_some_and(|t| t.contains('=')))
-                        {
-                            ops = &ops[1..];
-                        }
-                    }
-                    ops.to_vec()
-                }
+                    _ => return Some((name, args)),
+                },
                 _ => return Some((name, args)),
             },
         };
         let Some((first, tail)) = rest.split_first() else {
             return Some((name, args));
         };
-        name = program_name(first.text()?)?.to_string();
+        name = program_name(first.text()?, None).name;
         args = tail.to_vec();
     }
     None

@@ -147,6 +147,41 @@ pub(super) const SENSITIVE_PREFIXES: &[&str] = &[
 /// Write targets that are not files.
 pub(super) const HARMLESS_SINKS: &[&str] = &["/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty"];
 
+/// Programs `Walk::program` reads by name (beyond the spec table, shells and interpreters).
+pub(super) const READ_BY_NAME: &[&str] = &[
+    "busybox",
+    "toybox",
+    "eval",
+    "source",
+    ".",
+    "alias",
+    "trap",
+    "cd",
+    "pushd",
+    "set",
+    "find",
+    "xxd",
+    "unzip",
+    "git",
+    "dd",
+    "kill",
+    "systemctl",
+    "init",
+    "telinit",
+];
+
+/// Whether the classifier knows what `name` does beyond reading: a word naming it in an
+/// unknown program's arguments may be the command it runs.
+pub(super) fn is_known_program(name: &str) -> bool {
+    super::specs::spec_of(name).is_some()
+        || READ_BY_NAME.contains(&name)
+        || SHELLS.contains(&name)
+        || is_interpreter(name)
+        || SYSTEM_STOPPERS.contains(&name)
+        || DISK_WRECKERS.contains(&name)
+        || name.starts_with("mkfs")
+}
+
 pub(super) fn is_interpreter(name: &str) -> bool {
     interpreter_code_opts(name).is_some()
 }

@@ -214,8 +214,9 @@ fn piped_into_shell() -> impl Strategy<Value = String> {
         })
 }
 
-/// Every option of the spec table that writes, runs, mutates or unguards, with its program and
-/// whether the program abbreviates long options.
+/// Every option of the spec table that writes, runs, mutates or unguards, carries code or moves
+/// the command to another root or session, with its program and whether the program
+/// abbreviates long options.
 fn effectful_options() -> Vec<(&'static str, Opt, Vec<&'static str>, bool)> {
     let mut out = Vec::new();
     for (name, spec) in specs::all() {
@@ -223,7 +224,15 @@ fn effectful_options() -> Vec<(&'static str, Opt, Vec<&'static str>, bool)> {
         for o in &spec.options {
             if matches!(
                 o.effect,
-                Effect::Write | Effect::Run | Effect::Mutate | Effect::Unguard
+                Effect::Write
+                    | Effect::Run
+                    | Effect::Mutate
+                    | Effect::Unguard
+                    | Effect::Code
+                    | Effect::Split
+                    | Effect::Root
+                    | Effect::Login
+                    | Effect::Edit
             ) {
                 out.push((name, o.clone(), longs.clone(), spec.abbreviate));
             }
@@ -266,6 +275,115 @@ fn spell_option(o: &Opt, longs: &[&str], abbreviate: bool, form: u8, cut: usize)
         (Takes::Attached, _) | (Takes::Value, 2) => format!("--{name}={value}"),
         (Takes::Value, _) => format!("--{name} {value}"),
     })
+}
+
+/// Runners as their tables list them, prefixes that take a program and its arguments.
+const RUNNER_PREFIXES: &[&str] = &[
+    "unshare -r",
+    "unshare --map-root-user --mount",
+    "setpriv --nnp --reuid=1000",
+    "flock /tmp/l",
+    "flock -w 5 9",
+    "ionice -c3",
+    "ionice -c 2 -n 7",
+    "chrt -i 0",
+    "chrt --fifo 1",
+    "taskset 0x1",
+    "taskset -c 0-3",
+    "chroot /",
+    "chroot --userspec=1:1 /",
+    "runuser -u nobody --",
+    "chpst -u nobody",
+    "watch -x",
+    "watch -n 1",
+    "time -p",
+    "prlimit --nofile=1024",
+    "prlimit -n1024",
+    "systemd-run --user --wait",
+    "doas -u root",
+    "sudo -E -u root --",
+    "nsenter -t 1 -m",
+    "setarch x86_64 -R",
+    "linux64",
+    "/lib64/ld-linux-x86-64.so.2",
+    "strace -f -o /dev/null",
+    "env -",
+    "env -i -u X Y=1",
+    "env X=1 - -u Y",
+    "nice -n 5",
+    "nice -5",
+    "timeout -s KILL 5",
+    "stdbuf -o0",
+    "nohup",
+    "eatmydata",
+    "xvfb-run -a",
+    "fakeroot",
+    "mytool",
+    "ssh localhost",
+];
+
+/// Runners that take shell code: the command is quoted as one word after them.
+const CODE_RUNNERS: &[&str] = &[
+    "su -c",
+    "su root -c",
+    "su - root -c",
+    "script -qc",
+    "flock /tmp/l -c",
+    "runuser nobody -c",
+    "sg users -c",
+    "watch",
+    "sudo sh -c",
+    "env -S",
+    "unshare -r sh -c",
+    "tmux new-session -d",
+];
+
+/// Ways of naming `rm`: system paths however spelled, and paths that may be another program.
+const RM_SPELLINGS: &[&str] = &[
+    "rm",
+    "/bin/rm",
+    "/bin//rm",
+    "/usr/bin/../bin/rm",
+    "//usr//bin/rm",
+    "/usr/./bin/rm",
+    "/proc/self/root/usr/bin/rm",
+    "/tmp/rm",
+    "./rm",
+    "busybox rm",
+    "toybox rm",
+];
+
+const DELETES: &[&str] = &[
+    "-rf /srv/notes",
+    "-r /srv/ref/",
+    "-fr /srv",
+    "-rf /",
+    "-R -f -- /srv/notes",
+];
+
+/// A recursive delete of a grant root, through any chain of runners, code runners and
+/// program spellings.
+fn through_runners() -> impl Strategy<Value = String> {
+    (
+        prop::sample::select(RM_SPELLINGS),
+        prop::sample::select(DELETES),
+        prop::collection::vec(prop::sample::select(RUNNER_PREFIXES), 0..4),
+        prop::option::of(prop::sample::select(CODE_RUNNERS)),
+        any::<bool>(),
+    )
+        .prop_map(|(rm, delete, runners, code, cd_bin)| {
+            let mut c = format!("{rm} {delete}");
+            for r in runners {
+                c = format!("{r} {c}");
+            }
+            if let Some(runner) = code {
+                c = format!("{runner} {}", quoted(&c));
+            }
+            if cd_bin {
+                c = format!("cd /bin && {c}");
+            }
+            c
+        })
 }
 
 fn roots() -> Vec<PathBuf> {
@@ -321,6 +439,16 @@ proptest! {
         };
         let got = classify(&command, &roots());
         prop_assert!(got.class > ReadOnly, "{command:?} is {} ({:?})", got.class, got.reason);
+    }
+
+    /// Family "runners and program spellings" (issue #25).
+    #[test]
+    fn runners_and_paths_do_not_hide_a_dangerous_command(command in through_runners()) {
+        let got = classify(&command, &roots());
+        prop_assert!(
+            got.class == Dangerous || got.beyond.is_some(),
+            "{command:?} is {} ({:?})", got.class, got.reason
+        );
     }
 
     #[test]

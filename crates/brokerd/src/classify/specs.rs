@@ -24,11 +24,14 @@ pub(super) enum Operands {
     Written,
     /// Deletes each of them (rm, rmdir, shred, unlink); recursively with a `recursive` option.
     Deleted,
+    /// Deletes each of them and all they hold, always (rimraf, trash-put).
+    DeletedTrees,
     /// Copies or links the sources to the last operand (cp, mv, install, ln).
     Copied,
     /// A mode or owner first, then the files it changes (chmod, chown, chgrp).
     Changed,
-    /// A command to run, with its own arguments (env, nice, timeout, xargs...).
+    /// A command to run, with its own arguments: how it is found is the spec's `Runs`
+    /// (`runners`).
     Command,
     /// The program's own module reads them (sed, git, tar, uniq...).
     Own,
@@ -49,9 +52,83 @@ pub(super) enum Effect {
     Recursive,
     /// Removes a guard against destroying `/`.
     Unguard,
-    /// Asks about the command instead of running it (`command -v`).
+    /// Asks about the command, or acts on another process, instead of running one
+    /// (`command -v`, `taskset -p`).
     Query,
+    /// Its value is shell code the program runs (`su -c CODE`).
+    Code,
+    /// Its value is split into the command's first words (`env -S 'CMD ARGS'`).
+    Split,
+    /// The command runs in the directory its value names (`env -C DIR`).
+    Chdir,
+    /// The command runs with the directory its value names as `/` (`unshare -R DIR`).
+    Root,
+    /// The command runs in a login session, in the user's home (`su -l`).
+    Login,
+    /// The command runs through a shell; with none, the shell reads its input (`sudo -s`).
+    Shell,
+    /// The operands are files it edits (`sudo -e`).
+    Edit,
 }
+
+/// Operands of a runner before its command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Before {
+    /// The command is the first operand.
+    Nothing,
+    /// This many operands come first (timeout's DURATION, flock's FILE).
+    Skip(usize),
+    /// The first operand may be a value or the command (chrt's priority, runcon's context):
+    /// both readings are taken.
+    Maybe,
+    /// The first operand is the command's root directory (chroot's NEWROOT).
+    Root,
+}
+
+/// What a runner's operands after `Before` are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Shape {
+    /// A program and its arguments.
+    Command,
+    /// Arguments of a shell (su USER ARGS: the shell runs ARGS as a script).
+    ShellArgs,
+    /// Words joined and run as shell code, unless the named option is given (watch, sg).
+    Joined(Option<&'static str>),
+    /// Files it writes; the command comes from an option (script FILE -c CODE).
+    Files(&'static str),
+}
+
+/// How a program that runs its arguments finds what it runs.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Runs {
+    pub(super) before: Before,
+    pub(super) shape: Shape,
+    /// Given no command, it runs a shell on its input (unshare, chroot, su).
+    pub(super) bare_shell: bool,
+    /// An option that makes the operands a command instead of shell arguments (runuser -u).
+    pub(super) command_with: Option<&'static str>,
+    /// Words right after `before` that make the next word shell code (flock FILE -c CODE).
+    pub(super) code_after: &'static [&'static str],
+    /// A lone `-` before the command stands for this option (env's -i, su's --login).
+    pub(super) dash: Option<&'static str>,
+    /// NAME=VALUE operands before the command set its environment (env).
+    pub(super) assignments: bool,
+    /// Runs its command as another user, in other namespaces, another root or a service:
+    /// at least `ShellComplex`, whatever the command.
+    pub(super) elsewhere: bool,
+}
+
+/// A runner that takes options and then a program and its arguments.
+pub(super) const RUNS: Runs = Runs {
+    before: Before::Nothing,
+    shape: Shape::Command,
+    bare_shell: false,
+    command_with: None,
+    code_after: &[],
+    dash: None,
+    assignments: false,
+    elsewhere: false,
+};
 
 /// One option of a program.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -87,17 +164,19 @@ pub(super) enum Takes {
     Attached,
 }
 
-/// A program's spec as written in `SPECS`.
-struct RawSpec {
-    names: &'static [&'static str],
-    operands: Operands,
+/// A program's spec as written in `SPECS` and `runners::RUNNERS`.
+pub(super) struct RawSpec {
+    pub(super) names: &'static [&'static str],
+    pub(super) operands: Operands,
     /// Options end at the first operand (getopt's `+`): the operands are a command.
-    stop_at_operand: bool,
+    pub(super) stop_at_operand: bool,
     /// Long options may be abbreviated.
-    abbreviate: bool,
+    pub(super) abbreviate: bool,
     /// Options the spec does not list are harmless (the program has many, none of them write).
-    unknown_harmless: bool,
-    options: &'static str,
+    pub(super) unknown_harmless: bool,
+    pub(super) options: &'static str,
+    /// For a runner, how it finds what it runs.
+    pub(super) runs: Option<Runs>,
 }
 
 /// A program's spec, compiled.
@@ -108,9 +187,10 @@ pub(super) struct Spec {
     pub(super) abbreviate: bool,
     pub(super) unknown_harmless: bool,
     pub(super) options: Vec<Opt>,
+    pub(super) runs: Option<Runs>,
 }
 
-const fn spec(
+pub(super) const fn spec(
     names: &'static [&'static str],
     operands: Operands,
     options: &'static str,
@@ -122,13 +202,19 @@ const fn spec(
         abbreviate: true,
         unknown_harmless: false,
         options,
+        runs: None,
     }
 }
 
-/// A wrapper: options, then the command it runs.
-const fn wrapper(names: &'static [&'static str], options: &'static str) -> RawSpec {
+/// A runner: options, then what `runs` says (by default a program and its arguments).
+pub(super) const fn runner(
+    names: &'static [&'static str],
+    options: &'static str,
+    runs: Runs,
+) -> RawSpec {
     RawSpec {
         stop_at_operand: true,
+        runs: Some(runs),
         ..spec(names, Operands::Command, options)
     }
 }
@@ -209,6 +295,16 @@ const SPECS: &[RawSpec] = &[
         "f,force n,iterations= random-source= s,size= u remove=? v,verbose x,exact z,zero",
     ),
     spec(&["unlink"], Operands::Deleted, ""),
+    spec(
+        &["rimraf"],
+        Operands::DeletedTrees,
+        "G,no-glob glob v,verbose i,interactive preserve-root no-preserve-root:unguard impl=",
+    ),
+    spec(
+        &["trash-put", "trash"],
+        Operands::DeletedTrees,
+        "d,directory f,force i,interactive r,R,recursive trash-dir= v,verbose",
+    ),
     spec(
         &["rm"],
         Operands::Deleted,
@@ -307,41 +403,6 @@ const SPECS: &[RawSpec] = &[
          xattrs no-xattrs selinux no-selinux acls no-acls atime-preserve=? \
          ignore-command-error no-ignore-command-error",
     ),
-    // Wrappers: options, then a command.
-    wrapper(
-        &["env"],
-        "i,ignore-environment 0,null u,unset= C,chdir= S,split-string=:run v,debug \
-         a,argv0= block-signal=? default-signal=? ignore-signal=? list-signal-handling",
-    ),
-    wrapper(&["nice"], "n,adjustment="),
-    wrapper(&["nohup"], ""),
-    wrapper(
-        &["timeout"],
-        "f,foreground k,kill-after= p,preserve-status s,signal= v,verbose",
-    ),
-    wrapper(&["stdbuf"], "i,input= o,output= e,error="),
-    wrapper(
-        &["time"],
-        "f,format= o,output=:write a,append p,portability v,verbose q,quiet",
-    ),
-    wrapper(&["command", "builtin"], "p v:query V:query"),
-    wrapper(&["exec"], "c l a="),
-    wrapper(
-        &["sudo"],
-        "u,user= g,group= E,preserve-env=? H,set-home i,login s,shell n,non-interactive \
-         k,reset-timestamp b,background p,prompt= S,stdin A,askpass D,chdir= C,close-from= \
-         h,host= P,preserve-groups T,command-timeout= R,chroot= l,list v,validate \
-         K,remove-timestamp",
-    ),
-    wrapper(&["doas"], "u= n s C= L"),
-    wrapper(&["setsid"], "c,ctty f,fork w,wait"),
-    wrapper(
-        // GNU and busybox take `-e` and `-i` with an attached value only.
-        &["xargs"],
-        "0,null a,arg-file= d,delimiter= E= e,eof=? I= i,replace=? L= l,max-lines=? \
-         n,max-args= o,open-tty P,max-procs= p,interactive process-slot-var= \
-         r,no-run-if-empty s,max-chars= show-limits t,verbose x,exit",
-    ),
 ];
 
 /// Programs and their compiled specs, or why the table does not compile.
@@ -349,7 +410,7 @@ fn compiled() -> &'static Result<HashMap<&'static str, Spec>, String> {
     static SPECS_BY_NAME: OnceLock<Result<HashMap<&'static str, Spec>, String>> = OnceLock::new();
     SPECS_BY_NAME.get_or_init(|| {
         let mut out = HashMap::new();
-        for raw in SPECS {
+        for raw in SPECS.iter().chain(super::runners::RUNNERS) {
             let options = compile_options(raw.options, raw.names)?;
             for name in raw.names {
                 let spec = Spec {
@@ -358,6 +419,7 @@ fn compiled() -> &'static Result<HashMap<&'static str, Spec>, String> {
                     abbreviate: raw.abbreviate,
                     unknown_harmless: raw.unknown_harmless,
                     options: options.clone(),
+                    runs: raw.runs,
                 };
                 if out.insert(*name, spec).is_some() {
                     return Err(format!("the program {name} has two specs"));
@@ -404,6 +466,13 @@ fn compile_options(text: &'static str, names: &[&str]) -> Result<Vec<Opt>, Strin
                     "recursive" => Effect::Recursive,
                     "unguard" => Effect::Unguard,
                     "query" => Effect::Query,
+                    "code" => Effect::Code,
+                    "split" => Effect::Split,
+                    "chdir" => Effect::Chdir,
+                    "root" => Effect::Root,
+                    "login" => Effect::Login,
+                    "shell" => Effect::Shell,
+                    "edit" => Effect::Edit,
                     other => return Err(format!("{program}: unknown effect `{other}`")),
                 },
             ),

@@ -22,6 +22,15 @@ impl Budget {
 /// tree-sitter calls the progress callback once per this many parser operations.
 const PARSER_OPERATIONS_PER_CALLBACK: u64 = 100;
 
+/// The directory that is `/` for a command run by `chroot`, `unshare -R` and the like.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Reroot {
+    No,
+    At(PathBuf),
+    /// One the classifier cannot name: an absolute path may be anything.
+    Unknown,
+}
+
 pub(super) struct Walk<'a> {
     pub(super) language: &'a Language,
     pub(super) roots: &'a [PathBuf],
@@ -38,6 +47,8 @@ pub(super) struct Walk<'a> {
     /// The working directory changed to one the classifier cannot name (`cd $D`, `pushd`,
     /// `env -C`): any relative path may then be a grant directory.
     pub(super) cwd_unknown: bool,
+    /// The directory that is `/` for the command (`chroot DIR`, `unshare -R DIR`).
+    pub(super) reroot: Reroot,
     /// The program being walked gets more operands from its input (xargs, find -exec): names
     /// the classifier cannot see.
     pub(super) input_operands: bool,
@@ -75,6 +86,7 @@ impl<'a> Walk<'a> {
             recursive: Vec::new(),
             cwd,
             cwd_unknown: false,
+            reroot: Reroot::No,
             input_operands: false,
             link_targets: Vec::new(),
             in_link: false,
@@ -128,6 +140,7 @@ impl<'a> Walk<'a> {
         );
         inner.fetched = self.fetched;
         inner.cwd_unknown = self.cwd_unknown;
+        inner.reroot = self.reroot.clone();
         inner
     }
 
@@ -150,52 +163,6 @@ impl<'a> Walk<'a> {
         }
         self.link_targets.extend(inner.link_targets);
         self.wrote_other |= inner.wrote_other;
-    }
-
-    /// A program the classifier cannot name (`$X -rf /`): its arguments are read as each
-    /// program that destroys would read them, and a dangerous reading is the class.
-    fn as_any_destroyer(&mut self, args: &[Arg]) {
-        for candidate in ["rm", "chmod", "chown", "find", "dd", "kill"] {
-            let mut inner = self.nested();
-            inner.program(candidate, args);
-            if inner.class == CommandClass::Dangerous {
-                self.raise(
-                    CommandClass::Dangerous,
-                    format!(
-                        "a program the classifier cannot name, with arguments that are dangerous \
-                         for {candidate}"
-                    ),
-                );
-                return;
-            }
-        }
-    }
-
-    /// `ln SOURCE...`: remembered, see `finish`.
-    pub(super) fn made_link(&mut self, source: &Arg) {
-        match source.text() {
-            Some(t) if !self.link_targets.iter().any(|l| l == t) => {
-                self.link_targets.push(t.to_string())
-            }
-            Some(_) => {}
-            None => self.raise(
-                CommandClass::ShellComplex,
-                format!(
-                    "a link to a path the classifier cannot read ({})",
-                    source.raw
-                ),
-            ),
-        }
-    }
-
-    pub(super) fn push_write(&mut self, w: String) {
-        if self.writes.len() >= MAX_WRITES {
-            self.beyond(Bound::Writes);
-            return;
-        }
-        if !self.writes.contains(&w) {
-            self.writes.push(w);
-        }
     }
 
     /// Spends `units` of the command's work; false (and the command is refused) past the bound.
@@ -598,93 +565,6 @@ impl<'a> Walk<'a> {
         }
     }
 
-    /// A path the command writes.
-    pub(super) fn write_target(&mut self, a: &Arg) {
-        self.wrote_other |= !self.in_link;
-        let Some(t) = a.text() else {
-            self.raise(
-                CommandClass::ShellComplex,
-                format!("a write to a path the classifier cannot read ({})", a.raw),
-            );
-            self.push_write(a.raw.clone());
-            return;
-        };
-        if HARMLESS_SINKS.contains(&t) || t.starts_with("/dev/fd/") {
-            return;
-        }
-        if t.starts_with("/dev/") || t.starts_with("/proc/") || t.starts_with("/sys/") {
-            self.raise(
-                CommandClass::Dangerous,
-                format!("a write to the device or kernel file {t}"),
-            );
-        }
-        self.raise(CommandClass::WorkspaceMutating, format!("writes {t}"));
-        let shown = match &self.cwd {
-            Some(dir) if !t.starts_with('/') && !t.starts_with('~') => {
-                Path::new(dir).join(t).to_string_lossy().into_owned()
-            }
-            _ => t.to_string(),
-        };
-        if a.pattern && !self.globbed.contains(&shown) {
-            self.globbed.push(shown.clone());
-        }
-        self.push_write(shown);
-    }
-
-    /// Whether a recursive target is a grant root, an ancestor of one, `/`, `~` or the cwd.
-    /// Whether `a` moved away empties a root: the root or a directory holding one, or every
-    /// entry of one (`/srv/notes/*`, `*` where the working directory may be a root).
-    pub(super) fn empties_root(&self, a: &Arg) -> bool {
-        match a.text() {
-            Some(t) if a.pattern => {
-                let last = t.rsplit('/').next().unwrap_or(t);
-                !crate::glob::has_literal(last) && self.wipes_root(a)
-            }
-            _ => self.wipes_root(a),
-        }
-    }
-
-    /// Whether a path is outside every grant directory (so what goes there leaves the grant).
-    pub(super) fn outside_roots(&self, a: &Arg) -> bool {
-        let Some(t) = a.text() else { return true };
-        let p = normalise(Path::new(t));
-        p.has_root() && !self.roots.iter().any(|r| p.starts_with(normalise(r)))
-    }
-
-    pub(super) fn wipes_root(&self, a: &Arg) -> bool {
-        let Some(t) = a.text() else { return true };
-        let mut t = t.to_string();
-        if a.pattern {
-            // `/srv/notes/*` wipes `/srv/notes`; keep the directory before the first pattern.
-            let cut = t.find(['*', '?', '[', '{', '}']).unwrap_or(t.len());
-            let dir_end = t[..cut].rfind('/').map(|i| i + 1).unwrap_or(0);
-            t.truncate(dir_end);
-        }
-        if let Some(rest) = t.strip_prefix('~') {
-            let after_user = rest.find('/').map(|i| &rest[i..]).unwrap_or("");
-            return normalise(Path::new(&format!(".{after_user}")))
-                .as_os_str()
-                .is_empty();
-        }
-        let joined = match &self.cwd {
-            Some(dir) if !t.starts_with('/') => Path::new(dir).join(&t),
-            _ => PathBuf::from(&t),
-        };
-        let p = normalise(&joined);
-        if !p.has_root() {
-            // Relative to a working directory the classifier does not know: `.`, `*` and
-            // anything climbing out with `..` may be a root.
-            return self.cwd_unknown || p.as_os_str().is_empty() || p.starts_with("..");
-        }
-        if p == Path::new("/") {
-            return true;
-        }
-        self.roots.iter().any(|r| {
-            let r = normalise(r);
-            r.starts_with(&p)
-        })
-    }
-
     pub(super) fn assignment(&mut self, n: Node, src: &str) {
         if let Some(name) = n.child_by_field_name("name") {
             let name = &src[name.byte_range()];
@@ -789,7 +669,7 @@ impl<'a> Walk<'a> {
                 CommandClass::ShellComplex,
                 "a variable or expansion in command position",
             );
-            self.as_any_destroyer(&args);
+            self.args_as_commands(&src[word.byte_range()], &args);
             self.redirects_of(n, src, None);
             return;
         };
@@ -797,7 +677,7 @@ impl<'a> Walk<'a> {
             // `/bin/r? -rf /` runs whatever the pattern matches; bash makes `{rm,-rf,/}` the
             // words `rm -rf /`.
             self.raise(CommandClass::ShellComplex, "a pattern in command position");
-            self.as_any_destroyer(&args);
+            self.args_as_commands(&prog, &args);
             if let Some(words) = crate::glob::alternatives(&prog).filter(|w| w.len() > 1) {
                 let rest: Vec<&str> = args.iter().map(|a| a.raw.as_str()).collect();
                 let mut inner = self.nested();

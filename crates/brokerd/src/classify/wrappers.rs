@@ -1,8 +1,178 @@
-//! Programs that run other programs or code: env, nice, timeout, xargs, `sh -c`, eval.
+//! Programs that run other programs or code: runners (`runners`), busybox, xargs, `sh -c`,
+//! eval, and programs the classifier cannot name.
 
-use super::opts::Parsed;
-use super::specs::Effect;
+use super::opts::{parse, Parsed};
+use super::specs::{Before, Effect, Runs, Shape, Spec};
 use super::*;
+
+/// What a runner runs, read from its arguments.
+#[derive(Debug, Clone)]
+pub(super) enum What {
+    /// Nothing: a query (`command -v`), or no command.
+    Nothing,
+    /// A program word and its arguments.
+    Program(Vec<Arg>),
+    /// Shell code: the words joined by spaces (`su -c CODE`, `watch WORDS`).
+    Code(Vec<Arg>),
+    /// A shell with these arguments; with none it reads its input (a bare `unshare`).
+    Shell(Vec<Arg>),
+}
+
+/// A runner's arguments, split.
+pub(super) struct Unwrapped<'s> {
+    pub(super) parsed: Parsed<'s>,
+    /// Each reading of what it runs, the likelier first (two where `Before::Maybe` leaves it
+    /// open).
+    pub(super) runs: Vec<What>,
+    /// Files the runner itself writes (script's log, sudo -e's files).
+    pub(super) files: Vec<Arg>,
+    /// NAME=VALUE operands that set the command's environment (env).
+    pub(super) assignments: Vec<String>,
+    /// Directories the command runs in, and directories that are its `/`.
+    pub(super) chdir: Vec<Arg>,
+    pub(super) root: Vec<Arg>,
+    /// The command runs in a login session, in a home directory.
+    pub(super) login: bool,
+}
+
+/// Splits a runner's arguments by its spec: options (`-` and NAME=VALUE where the runner takes
+/// them, in any order), the operands before the command, and what it runs.
+pub(super) fn unwrap<'s>(name: &str, spec: &'s Spec, runs: &Runs, args: &[Arg]) -> Unwrapped<'s> {
+    let mut parsed = parse(name, spec, args);
+    let mut ops = std::mem::take(&mut parsed.operands);
+    let mut assignments = Vec::new();
+    let mut login = false;
+    // `env - X=1 -u Y rm`: a lone dash, assignments and more options, in any order.
+    for _ in 0..args.len() {
+        let Some(t) = ops.first().and_then(|a| a.text()) else {
+            break;
+        };
+        if t == "-" && runs.dash.is_some() {
+            login |= runs.dash == Some("login");
+            ops.remove(0);
+        } else if runs.assignments && t.contains('=') && !t.starts_with('-') {
+            assignments.push(t.to_string());
+            ops.remove(0);
+        } else if runs.assignments && t.starts_with('-') && t.len() > 1 {
+            ops = reparse(name, spec, &ops, &mut parsed);
+        } else {
+            break;
+        }
+    }
+    let mut root = Vec::new();
+    // With the user given by an option (`runuser -u USER`), no operand comes before the command.
+    let before = match runs.command_with {
+        Some(option) if parsed.has(option) => Before::Nothing,
+        _ => runs.before,
+    };
+    let after = |n: usize, ops: &[Arg], parsed: &mut Parsed<'s>| -> Vec<Arg> {
+        let rest = ops.get(n..).unwrap_or(&[]);
+        // `flock FILE -c CODE`: the words that make the next one code are not options.
+        match rest.first().and_then(|a| a.text()) {
+            Some(t) if runs.code_after.contains(&t) => rest.to_vec(),
+            _ => reparse(name, spec, rest, parsed),
+        }
+    };
+    let readings: Vec<Vec<Arg>> = match before {
+        Before::Nothing => vec![ops],
+        Before::Skip(n) => vec![after(n, &ops, &mut parsed)],
+        Before::Root => {
+            root.extend(ops.first().cloned());
+            vec![after(1, &ops, &mut parsed)]
+        }
+        Before::Maybe => {
+            let skipped = after(1, &ops, &mut parsed);
+            // A number first is a priority or a mask: that reading is the likelier one.
+            let number = ops
+                .first()
+                .and_then(|a| a.text())
+                .is_some_and(|t| t.starts_with(|c: char| c.is_ascii_digit()));
+            if number {
+                vec![skipped, ops]
+            } else {
+                vec![ops, skipped]
+            }
+        }
+    };
+    login |= parsed.with_effect(Effect::Login).next().is_some();
+    let values = |effect: Effect| -> Vec<Arg> {
+        parsed
+            .with_effect(effect)
+            .filter_map(|g| g.value.clone())
+            .collect()
+    };
+    let chdir = values(Effect::Chdir);
+    root.extend(values(Effect::Root));
+    let code = values(Effect::Code);
+    let split = values(Effect::Split);
+    let shell = parsed.with_effect(Effect::Shell).next().is_some();
+    let query = parsed.with_effect(Effect::Query).next().is_some();
+    let edit = parsed.with_effect(Effect::Edit).next().is_some();
+    let mut files = Vec::new();
+    let mut what = Vec::new();
+    for ops in readings {
+        let given = |option: &str| parsed.has(option);
+        what.push(if query {
+            What::Nothing
+        } else if edit {
+            files.extend(ops);
+            What::Nothing
+        } else if !code.is_empty() {
+            What::Code(code.clone())
+        } else if let Some(first) = split.first() {
+            // `env -S 'CMD ARGS' MORE`: the value split into words, then the operands as
+            // they were written.
+            let mut words = vec![first.clone()];
+            words.extend(ops.iter().map(|a| Arg::literal(&a.raw)));
+            What::Code(words)
+        } else if ops
+            .first()
+            .and_then(|a| a.text())
+            .is_some_and(|t| runs.code_after.contains(&t))
+        {
+            What::Code(ops.get(1).cloned().into_iter().collect())
+        } else {
+            let command = runs.command_with.is_some_and(given);
+            match runs.shape {
+                Shape::ShellArgs if !command => What::Shell(ops),
+                Shape::Files(default) => {
+                    match ops.is_empty() {
+                        true if !default.is_empty() => files.push(Arg::literal(default)),
+                        _ => files.extend(ops),
+                    }
+                    match runs.bare_shell {
+                        true => What::Shell(Vec::new()),
+                        false => What::Nothing,
+                    }
+                }
+                Shape::Joined(unless) if !unless.is_some_and(given) && !ops.is_empty() => {
+                    What::Code(ops)
+                }
+                _ if ops.is_empty() && (runs.bare_shell || shell) => What::Shell(Vec::new()),
+                _ if ops.is_empty() => What::Nothing,
+                _ => What::Program(ops),
+            }
+        });
+    }
+    Unwrapped {
+        parsed,
+        runs: what,
+        files,
+        assignments,
+        chdir,
+        root,
+        login,
+    }
+}
+
+/// Parses `ops` again as options and a command (options after a runner's first operands, or
+/// after env's assignments), adding the options to `parsed`; returns the operands.
+fn reparse<'s>(name: &str, spec: &'s Spec, ops: &[Arg], parsed: &mut Parsed<'s>) -> Vec<Arg> {
+    let again = parse(name, spec, ops);
+    parsed.given.extend(again.given);
+    parsed.problems.extend(again.problems);
+    again.operands
+}
 
 impl Walk<'_> {
     /// The command a wrapper runs, classified as a program of its own: the wrapper is at least
@@ -20,75 +190,131 @@ impl Walk<'_> {
                     self.program(p, tail);
                     self.depth -= 1;
                 }
-                None => self.raise(
-                    CommandClass::ShellComplex,
-                    format!("{wrapper} runs a program the classifier cannot read"),
-                ),
-            }
-        }
-    }
-
-    /// env, nice, nohup, timeout, stdbuf, time, command, exec, xargs: their command.
-    pub(super) fn wrapped(&mut self, name: &str, p: &Parsed) {
-        let mut rest: &[Arg] = &p.operands;
-        match name {
-            "command" | "builtin" if p.with_effect(Effect::Query).next().is_some() => return,
-            "exec" => self.raise(CommandClass::ShellComplex, "exec replaces the shell"),
-            "sudo" | "doas" | "setsid" => self.raise(
-                CommandClass::ShellComplex,
-                format!("{name} runs a program as another user or session"),
-            ),
-            "timeout" => rest = rest.get(1..).unwrap_or(&[]),
-            "env" => {
-                // `env -S 'CMD ARGS'` splits its value into the command it runs.
-                if let Some(split) = p.values("split-string").first() {
-                    if let Some(text) = split.text() {
-                        let words: Vec<&str> = rest.iter().map(|a| a.raw.as_str()).collect();
-                        let mut inner = self.nested();
-                        inner.source(&format!("{text} {}", words.join(" ")));
-                        self.absorb(inner);
-                    }
-                    return;
-                }
-                if !p.values("chdir").is_empty() {
-                    self.cwd_unknown = true;
+                None => {
                     self.raise(
                         CommandClass::ShellComplex,
-                        "env -C runs the command in another directory",
+                        format!("{wrapper} runs a program the classifier cannot read"),
                     );
-                }
-                while let Some((first, tail)) = rest.split_first() {
-                    let Some((var, _)) = first.text().and_then(|t| t.split_once('=')) else {
-                        break;
-                    };
-                    if is_sensitive_var(var) {
-                        self.raise(
-                            CommandClass::ShellComplex,
-                            format!("sets {var}, which changes what programs run"),
-                        );
-                    }
-                    rest = tail;
+                    self.unknown_program(&first.raw, tail);
                 }
             }
-            "xargs" => {
-                self.xargs(rest);
-                return;
-            }
-            _ => {}
         }
-        self.run_rest(name, rest);
     }
 
-    /// `busybox APPLET ARGS` is the applet; `busybox` alone and `--list` only print.
-    pub(super) fn busybox(&mut self, args: &[Arg]) {
+    /// A runner (`runners`): its own options' effects, then what it runs, in the directory
+    /// and root it runs it in.
+    pub(super) fn wrapped(&mut self, name: &str, spec: &Spec, runs: &Runs, args: &[Arg]) {
+        use CommandClass::*;
+        let u = unwrap(name, spec, runs, args);
+        self.option_effects(name, &u.parsed);
+        if runs.elsewhere {
+            self.raise(
+                ShellComplex,
+                format!(
+                    "{name} runs its command as another user, in other namespaces, another \
+                     root or a service"
+                ),
+            );
+        }
+        for var in u.assignments.iter().filter_map(|a| a.split_once('=')) {
+            if is_sensitive_var(var.0) {
+                self.raise(
+                    ShellComplex,
+                    format!("sets {}, which changes what programs run", var.0),
+                );
+            }
+        }
+        for f in &u.files {
+            self.write_target(f);
+        }
+        if name == "xargs" {
+            if let Some(What::Program(words)) = u.runs.first() {
+                self.xargs(words);
+            }
+            return;
+        }
+        let mut inner = self.nested();
+        inner.input_operands = self.input_operands;
+        for dir in &u.chdir {
+            match dir.text() {
+                Some(d) => {
+                    inner.cwd = Some(match &inner.cwd {
+                        Some(cur) if !d.starts_with('/') => {
+                            Path::new(cur).join(d).to_string_lossy().into_owned()
+                        }
+                        _ => d.to_string(),
+                    })
+                }
+                None => inner.cwd_unknown = true,
+            }
+        }
+        if u.login {
+            inner.cwd_unknown = true;
+        }
+        for r in &u.root {
+            // The command starts in its new root, where the walk's directory means nothing.
+            match r.text().map(|t| normalise(Path::new(t))) {
+                Some(p) if p == Path::new("/") => {}
+                Some(p) if p.has_root() => inner.reroot = Reroot::At(p),
+                _ => inner.reroot = Reroot::Unknown,
+            }
+            inner.cwd = None;
+            inner.cwd_unknown = true;
+        }
+        for (k, what) in u.runs.iter().enumerate() {
+            // The less likely reading counts only for what it writes and whether it is
+            // dangerous (`chrt 0 ls` does not run a program named `0`).
+            let mut reading = inner.nested();
+            reading.input_operands = inner.input_operands;
+            match what {
+                What::Nothing => {}
+                What::Program(words) => reading.run_rest(name, words),
+                What::Code(words) => reading.run_code(name, words),
+                What::Shell(shell_args) => {
+                    reading.raise(ShellComplex, format!("{name} runs a shell"));
+                    reading.run_rest(name, &[&[Arg::literal("sh")], &shell_args[..]].concat());
+                }
+            }
+            match k {
+                0 => inner.absorb(reading),
+                _ => inner.take_reading(name, reading),
+            }
+        }
+        self.absorb(inner);
+    }
+
+    /// Shell code a program runs (`su -c`, `watch`, `flock -c`): its words joined by spaces.
+    pub(super) fn run_code(&mut self, name: &str, words: &[Arg]) {
+        let texts: Option<Vec<&str>> = words.iter().map(|a| a.text()).collect();
+        match texts {
+            Some(texts) if !texts.is_empty() => {
+                self.raise(
+                    CommandClass::ShellComplex,
+                    format!("{name} runs shell code"),
+                );
+                let mut inner = self.nested();
+                inner.source(&texts.join(" "));
+                self.absorb(inner);
+            }
+            Some(_) => {}
+            None => self.raise(
+                CommandClass::ShellComplex,
+                format!("{name} runs code the classifier cannot read"),
+            ),
+        }
+    }
+
+    /// `busybox APPLET ARGS` (and toybox's) is the applet; alone or with `--list` they only
+    /// print.
+    pub(super) fn busybox(&mut self, name: &str, args: &[Arg]) {
         match args.first().map(|a| a.text()) {
             None => {}
-            Some(Some("--list" | "--list-full" | "--help")) => {}
+            Some(Some("--list" | "--list-full" | "--help" | "--long")) => {}
             Some(Some(t)) if t.starts_with('-') => self.raise(
                 CommandClass::ShellComplex,
-                format!("busybox {t} is an option the classifier does not read"),
+                format!("{name} {t} is an option the classifier does not read"),
             ),
-            Some(_) => self.run_rest("busybox", args),
+            Some(_) => self.run_rest(name, args),
         }
     }
 
@@ -218,5 +444,90 @@ impl Walk<'_> {
                 return;
             }
         }
+    }
+}
+
+/// Programs whose reading of an unknown program's arguments can find a dangerous command.
+const DESTROYERS: &[&str] = &["rm", "chmod", "chown", "find", "dd", "kill"];
+
+/// At most this many words of an unknown program's arguments are read as commands.
+const MAX_ARG_READINGS: usize = 16;
+
+impl Walk<'_> {
+    /// A program the classifier cannot name (`mytool`, `$X`, `./x`): `ShellComplex`, and its
+    /// arguments are read as what it may run (`args_as_commands`).
+    pub(super) fn unknown_program(&mut self, shown: &str, args: &[Arg]) {
+        self.raise(
+            CommandClass::ShellComplex,
+            format!("{shown} is not a program the classifier knows"),
+        );
+        self.args_as_commands(shown, args);
+    }
+
+    /// Arguments a program the classifier cannot see through may run: read as each destroying
+    /// program would read them (`$X -rf /`), from each word naming a program the classifier
+    /// knows (`mytool rm -rf /`), and as shell code where a word holds a space or an operator
+    /// (`ssh host 'rm -rf /'`). A dangerous reading makes the command `Dangerous`; the writes
+    /// of every reading are reported.
+    pub(super) fn args_as_commands(&mut self, shown: &str, args: &[Arg]) {
+        for candidate in DESTROYERS {
+            let mut inner = self.nested();
+            inner.input_operands = self.input_operands;
+            inner.program(candidate, args);
+            if inner.class == CommandClass::Dangerous {
+                self.raise(
+                    CommandClass::Dangerous,
+                    format!(
+                        "{shown}, a program the classifier cannot name, gets arguments that are \
+                         dangerous for {candidate}"
+                    ),
+                );
+                break;
+            }
+        }
+        for (k, a) in args.iter().enumerate().take(MAX_ARG_READINGS) {
+            let Some(t) = a.text() else { continue };
+            if !is_known_program(&program_name(t, None).name) {
+                continue;
+            }
+            let mut inner = self.nested();
+            inner.input_operands = self.input_operands;
+            inner.program(t, args.get(k + 1..).unwrap_or(&[]));
+            self.take_reading(shown, inner);
+        }
+        let code = args
+            .iter()
+            .filter_map(|a| a.text())
+            .filter(|t| t.contains([' ', '\t', '\n', ';', '|', '&']));
+        for text in code.take(MAX_ARG_READINGS).collect::<Vec<_>>() {
+            let mut inner = self.nested();
+            inner.source(text);
+            self.take_reading(shown, inner);
+        }
+    }
+
+    /// One guessed reading of what a program runs: its writes, and its class if dangerous.
+    pub(super) fn take_reading(&mut self, shown: &str, inner: Walk<'_>) {
+        if inner.class == CommandClass::Dangerous {
+            self.raise(
+                CommandClass::Dangerous,
+                format!(
+                    "{shown} may run what its arguments say: {}",
+                    inner.reason.as_deref().unwrap_or_default()
+                ),
+            );
+        }
+        if let Some(bound) = inner.beyond {
+            self.beyond(bound);
+        }
+        for w in inner.writes {
+            self.push_write(w);
+        }
+        for g in inner.globbed {
+            if !self.globbed.contains(&g) {
+                self.globbed.push(g);
+            }
+        }
+        self.recursive.extend(inner.recursive);
     }
 }

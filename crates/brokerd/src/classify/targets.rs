@@ -1,0 +1,138 @@
+//! The paths a command writes: where they land (after a `cd`, under a `chroot`), whether they
+//! are devices, and whether one is a grant directory, holds one or empties one.
+
+use super::*;
+
+impl Walk<'_> {
+    /// Where a path the command names lands: joined to the working directory the walk
+    /// followed, then under the root a runner gave the command.
+    pub(super) fn land(&self, t: &str) -> String {
+        let joined = match &self.cwd {
+            Some(dir) if !t.starts_with('/') && !t.starts_with('~') => {
+                Path::new(dir).join(t).to_string_lossy().into_owned()
+            }
+            _ => t.to_string(),
+        };
+        match &self.reroot {
+            Reroot::At(root) if joined.starts_with('/') => root
+                .join(joined.trim_start_matches('/'))
+                .to_string_lossy()
+                .into_owned(),
+            _ => joined,
+        }
+    }
+
+    /// A path the command writes.
+    pub(super) fn write_target(&mut self, a: &Arg) {
+        self.wrote_other |= !self.in_link;
+        let Some(t) = a.text() else {
+            self.raise(
+                CommandClass::ShellComplex,
+                format!("a write to a path the classifier cannot read ({})", a.raw),
+            );
+            self.push_write(a.raw.clone());
+            return;
+        };
+        let shown = self.land(t);
+        // `//dev/sda`, `/dev/../dev/sda` and `sda` after `cd /dev` are the disk too.
+        let lexical = normalise(Path::new(&shown));
+        let sink = lexical
+            .to_str()
+            .is_some_and(|l| HARMLESS_SINKS.contains(&l));
+        if sink || lexical.starts_with("/dev/fd") {
+            return;
+        }
+        if ["/dev", "/proc", "/sys"]
+            .iter()
+            .any(|k| lexical.starts_with(k))
+        {
+            self.raise(
+                CommandClass::Dangerous,
+                format!("a write to the device or kernel file {shown}"),
+            );
+        }
+        self.raise(CommandClass::WorkspaceMutating, format!("writes {t}"));
+        if a.pattern && !self.globbed.contains(&shown) {
+            self.globbed.push(shown.clone());
+        }
+        self.push_write(shown);
+    }
+
+    /// `ln SOURCE...`: remembered, see `finish`.
+    pub(super) fn made_link(&mut self, source: &Arg) {
+        match source.text() {
+            Some(t) if !self.link_targets.iter().any(|l| l == t) => {
+                self.link_targets.push(t.to_string())
+            }
+            Some(_) => {}
+            None => self.raise(
+                CommandClass::ShellComplex,
+                format!(
+                    "a link to a path the classifier cannot read ({})",
+                    source.raw
+                ),
+            ),
+        }
+    }
+
+    pub(super) fn push_write(&mut self, w: String) {
+        if self.writes.len() >= MAX_WRITES {
+            self.beyond(Bound::Writes);
+            return;
+        }
+        if !self.writes.contains(&w) {
+            self.writes.push(w);
+        }
+    }
+
+    /// Whether `a` moved away empties a root: the root or a directory holding one, or every
+    /// entry of one (`/srv/notes/*`, `*` where the working directory may be a root).
+    pub(super) fn empties_root(&self, a: &Arg) -> bool {
+        match a.text() {
+            Some(t) if a.pattern => {
+                let last = t.rsplit('/').next().unwrap_or(t);
+                !crate::glob::has_literal(last) && self.wipes_root(a)
+            }
+            _ => self.wipes_root(a),
+        }
+    }
+
+    /// Whether a path is outside every grant directory (so what goes there leaves the grant).
+    pub(super) fn outside_roots(&self, a: &Arg) -> bool {
+        let Some(t) = a.text() else { return true };
+        let p = normalise(Path::new(&self.land(t)));
+        p.has_root() && !self.roots.iter().any(|r| p.starts_with(normalise(r)))
+    }
+
+    /// Whether a target is a grant root, an ancestor of one, `/`, `~` or a working directory
+    /// that may be one.
+    pub(super) fn wipes_root(&self, a: &Arg) -> bool {
+        let Some(t) = a.text() else { return true };
+        let mut t = t.to_string();
+        if a.pattern {
+            // `/srv/notes/*` wipes `/srv/notes`; keep the directory before the first pattern.
+            let cut = t.find(['*', '?', '[', '{', '}']).unwrap_or(t.len());
+            let dir_end = t[..cut].rfind('/').map(|i| i + 1).unwrap_or(0);
+            t.truncate(dir_end);
+        }
+        if let Some(rest) = t.strip_prefix('~') {
+            let after_user = rest.find('/').map(|i| &rest[i..]).unwrap_or("");
+            return normalise(Path::new(&format!(".{after_user}")))
+                .as_os_str()
+                .is_empty();
+        }
+        let p = normalise(Path::new(&self.land(&t)));
+        if !p.has_root() {
+            // Relative to a working directory the classifier does not know: `.`, `*` and
+            // anything climbing out with `..` may be a root.
+            return self.cwd_unknown || p.as_os_str().is_empty() || p.starts_with("..");
+        }
+        if p == Path::new("/") || self.reroot == Reroot::Unknown {
+            return true;
+        }
+        self.roots.iter().any(|r| {
+            let r = normalise(r);
+            r.starts_with(&p)
+        })
+    }
+}
