@@ -1,7 +1,8 @@
-//! tar, patch and unzip: the files they write, or `ShellComplex` when only the archive or the
-//! patch names them.
+//! tar, zip, unzip, rsync and patch: the files they write and delete, or `ShellComplex` when
+//! only the archive or the patch names them.
 
 use super::opts::Parsed;
+use super::specs::Effect;
 use super::*;
 
 impl Walk<'_> {
@@ -25,6 +26,61 @@ impl Walk<'_> {
         if extract && !o.has("to-stdout") {
             let dir = o.values("directory").last().map(|a| (*a).clone());
             self.extracts("tar -x", dir, &o.operands);
+        }
+        if writes_archive && o.has("remove-files") {
+            // The members are deleted once archived: a root archived away is gone.
+            self.deletes("tar --remove-files", true, &o.operands);
+        }
+    }
+
+    /// `zip ARCHIVE FILES`: the archive is written; `-m` deletes the files once zipped.
+    pub(super) fn zip(&mut self, o: &Parsed, args: &[Arg]) {
+        // `-TT CMD` tests the archive with CMD; getopt would read it as `-T -T`.
+        if let Some(at) = args.iter().position(|a| a.text() == Some("-TT")) {
+            self.run_code("zip -TT", args.get(at + 1..at + 2).unwrap_or(&[]));
+        }
+        let Some((archive, files)) = o.operands.split_first() else {
+            return;
+        };
+        self.write_target(archive);
+        if o.has("move") {
+            self.deletes(
+                "zip -m",
+                o.has_any(&["recurse-paths", "recurse-patterns"]),
+                files,
+            );
+        }
+    }
+
+    /// `rsync SRC... DEST`: DEST is written; `--delete` empties what of DEST the sources lack,
+    /// `--remove-source-files` deletes the sources' files.
+    pub(super) fn rsync(&mut self, o: &Parsed) {
+        let remote = |a: &Arg| {
+            a.text().is_none_or(|t| {
+                t.starts_with("rsync://")
+                    || t.split_once(':')
+                        .is_some_and(|(host, _)| !host.contains('/'))
+            })
+        };
+        if o.operands.iter().any(remote) {
+            self.raise(CommandClass::ShellComplex, "rsync to or from another host");
+        }
+        let (Some(dest), true) = (o.operands.last(), o.operands.len() >= 2) else {
+            return;
+        };
+        if o.has_any(&["dry-run", "list-only"]) {
+            return;
+        }
+        let sources = &o.operands[..o.operands.len() - 1];
+        let recursive = o.has_any(&["recursive", "archive"]);
+        let deleting = o.with_effect(Effect::Recursive).next().is_some();
+        if deleting {
+            self.deletes("rsync --delete", true, std::slice::from_ref(dest));
+        } else {
+            self.write_target(dest);
+        }
+        if o.has("remove-source-files") {
+            self.deletes("rsync --remove-source-files", recursive, sources);
         }
     }
 
@@ -89,11 +145,9 @@ impl Walk<'_> {
         }
         for m in members {
             match (dir.as_ref().and_then(|d| d.text()), m.text()) {
-                (Some(d), Some(t)) => self.write_target(&Arg {
-                    lit: Some(Path::new(d).join(t).to_string_lossy().into_owned()),
-                    pattern: m.pattern,
-                    raw: m.raw.clone(),
-                }),
+                (Some(d), Some(t)) => {
+                    self.write_target(&m.with_text(&Path::new(d).join(t).to_string_lossy()))
+                }
                 _ => self.write_target(m),
             }
         }

@@ -93,11 +93,7 @@ impl Walk<'_> {
             "dd" => {
                 for a in args {
                     if let Some(of) = a.text().and_then(|t| t.strip_prefix("of=")) {
-                        self.write_target(&Arg {
-                            lit: Some(of.to_string()),
-                            pattern: a.pattern,
-                            raw: a.raw.clone(),
-                        });
+                        self.write_target(&a.with_text(of));
                     }
                 }
             }
@@ -243,6 +239,7 @@ impl Walk<'_> {
         let writer = matches!(
             spec.operands,
             Operands::Written
+                | Operands::Emptied
                 | Operands::Deleted
                 | Operands::DeletedTrees
                 | Operands::Changed
@@ -262,6 +259,10 @@ impl Walk<'_> {
                 for t in &p.operands {
                     self.write_target(t);
                 }
+            }
+            Operands::Emptied => {
+                self.raise(WorkspaceMutating, name.to_string());
+                self.deletes(name, false, &p.operands);
             }
             Operands::Deleted => {
                 self.raise(WorkspaceMutating, name.to_string());
@@ -288,6 +289,8 @@ impl Walk<'_> {
                     }
                 }
                 "tar" => self.tar(&p),
+                "zip" => self.zip(&p, args),
+                "rsync" => self.rsync(&p),
                 "patch" => self.patch(&p),
                 other => self.raise(
                     ShellComplex,
@@ -326,17 +329,32 @@ impl Walk<'_> {
 
     /// Targets of rm, rmdir, chmod and the like; a recursive one of a root is dangerous, and so
     /// is one whose targets come from the command's input.
-    fn deletes(&mut self, name: &str, recursive: bool, targets: &[Arg]) {
+    pub(super) fn deletes(&mut self, name: &str, recursive: bool, targets: &[Arg]) {
         use CommandClass::*;
         for t in targets {
-            if recursive && self.wipes_root(t) {
+            // `{}` of a find no test narrows is the start and everything under it; what a
+            // narrowing test leaves is no grant directory.
+            let whole = recursive || t.found == Found::Every;
+            if whole && t.found != Found::Some && self.wipes_root(t) {
+                let what = match t.found {
+                    Found::No => format!("{name} -r of {}", t.raw),
+                    _ => format!(
+                        "{name} of everything find finds under {}",
+                        t.text().unwrap_or(&t.raw)
+                    ),
+                };
                 self.raise(
                     Dangerous,
-                    format!("{name} -r of {}, a grant directory, / or the home", t.raw),
+                    format!("{what}, a grant directory, / or the home"),
+                );
+            } else if t.pattern && t.found == Found::No && name != "rmdir" && self.empties_root(t) {
+                self.raise(
+                    Dangerous,
+                    format!("{name} of every entry of a grant directory ({})", t.raw),
                 );
             }
             self.write_target(t);
-            if recursive {
+            if whole {
                 if let Some(shown) = self.writes.last().cloned() {
                     self.recursive.push(shown);
                 }
@@ -369,19 +387,29 @@ impl Walk<'_> {
         let pos = &o.operands;
         if name == "mv" {
             // A moved file is gone from where it was; moved out of the grant, a root's
-            // contents are gone from it.
+            // contents are gone from it, and a root moved anywhere is gone as a root.
             let dest = targets.last().copied().or(pos.last());
             let sources = if targets.is_empty() && !pos.is_empty() {
                 &pos[..pos.len() - 1]
             } else {
                 &pos[..]
             };
+            let emptied = |w: &Self, s: &Arg| s.found != Found::Some && w.empties_root(s);
             if dest.is_some_and(|d| self.outside_roots(d))
-                && sources.iter().any(|s| self.empties_root(s))
+                && sources.iter().any(|s| emptied(self, s))
             {
                 self.raise(
                     CommandClass::Dangerous,
                     "mv takes a grant directory's contents out of the grant",
+                );
+            }
+            if let Some(root) = sources.iter().find(|s| self.names_root(s)) {
+                self.raise(
+                    CommandClass::Dangerous,
+                    format!(
+                        "mv moves {}, a grant directory or one holding it, away",
+                        root.raw
+                    ),
                 );
             }
             for p in pos {

@@ -16,7 +16,11 @@
 //!   the `w`/`e` flags, `p`, `d`, `q`, ...); `w`, `e`, `r` and the rest make it `ShellComplex`.
 //! - `rm -r`, `chmod -R`, `chown -R` of `.`, `*`, `..`, `~`, `/`, a grant root or an ancestor
 //!   of one are `Dangerous`; so are those whose target the classifier cannot read (an
-//!   expansion), because it could be any of these.
+//!   expansion), because it could be any of these. So are deleting, emptying or moving out of
+//!   the grant every entry of one by a pattern (`rm /srv/notes/*`), and moving one anywhere.
+//! - `find`'s tests narrow what its actions see only when they need what most files lack and
+//!   cannot match a grant directory (`-name '*.o'`, not `-name '[!.]*'` or `-regex '.+'`);
+//!   `{}` of `-exec`, and the names find prints into `xargs`, stand for everything it finds.
 //! - Arithmetic (`$((..))`, `((..))`, `[[ a -eq b ]]`) and `${..}` with operators are
 //!   `ShellComplex`: bash evaluates array subscripts inside them, which can run commands.
 //! - Relative paths are relative to the shell's working directory, which the classifier does
@@ -145,7 +149,13 @@ pub struct Assessment {
     /// The writes that are shell patterns (`gen*/x`, `{a,b}/c`): the shell expands them to the
     /// files they match, which the protected-target checks must look for.
     pub globbed: Vec<String>,
-    /// A bound of the classifier the command went past (length, nesting, time): what it does
+    /// A write the walk could not place, which may land anywhere in the grant: a relative
+    /// write after a `cd`, `pushd`, `env -C`, `git -C` or `make -C` it could not follow; what
+    /// `find` reaches (`{}` of `-exec`, `-delete`: reported in `writes` as the path find starts
+    /// from); names a command reads from its input (`xargs`); files only an archive or a patch
+    /// names. The policy treats it as possibly protected.
+    pub unplaced: bool,
+    /// A bound of the classifier the command went past (length, nesting, work): what it does
     /// cannot be told, so it is refused whatever the mode.
     pub beyond: Option<Bound>,
     /// What made the command this class (for an `ask` question and the audit); `None` for a

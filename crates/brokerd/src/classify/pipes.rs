@@ -1,5 +1,6 @@
 //! Pipelines: what each stage runs through its wrappers, and text that reaches a shell.
 
+use super::find::read_find;
 use super::specs::spec_of;
 use super::wrappers::{unwrap, What};
 use super::*;
@@ -13,8 +14,12 @@ impl Walk<'_> {
                 stages.push(ch);
             }
         }
-        for s in &stages {
+        for (k, s) in stages.iter().enumerate() {
+            // `find ROOT | xargs rm`: xargs gets what find prints.
+            let saved = self.piped_names.take();
+            self.piped_names = found_upstream(&stages[..k], src, self.roots);
             self.statement(*s, src);
+            self.piped_names = saved;
         }
         let mut c = n.walk();
         if n.children(&mut c).any(|ch| ch.kind() == "|&") {
@@ -144,6 +149,25 @@ pub(super) fn resolve_program(prog: &str, args: &[Arg]) -> Option<(String, Vec<A
         };
         name = program_name(first.text()?, None).name;
         args = tail.to_vec();
+    }
+    None
+}
+
+/// Programs that pass on some of the lines they read, unchanged.
+const LINE_FILTERS: &[&str] = &[
+    "grep", "egrep", "fgrep", "head", "tail", "sort", "uniq", "cat", "tee", "tac", "shuf",
+];
+
+/// The names a `find` upstream of a stage prints, through filters that pass lines on.
+fn found_upstream(stages: &[Node], src: &str, roots: &[PathBuf]) -> Option<Vec<Arg>> {
+    for stage in stages.iter().rev() {
+        let (program, args) = stage_program(*stage, src)?;
+        if program == "find" {
+            return Some(read_find(&args, roots).printed());
+        }
+        if !LINE_FILTERS.contains(&program.as_str()) {
+            return None;
+        }
     }
     None
 }

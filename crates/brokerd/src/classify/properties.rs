@@ -386,6 +386,62 @@ fn through_runners() -> impl Strategy<Value = String> {
         })
 }
 
+/// Tests that leave a grant directory's files in: they match everything, or match the root.
+const BROAD_TESTS: &[&str] = &[
+    "",
+    "-name '[!.]*'",
+    "-name '[^.]*'",
+    "-name '*'",
+    "-name '?*'",
+    "-name '*.*'",
+    "-iname '*'",
+    "-name '*[a-z]*'",
+    "-path '*'",
+    "-wholename '*/*'",
+    "-regex '.*'",
+    "-regex '.+'",
+    "-iregex '.*[a-z].*'",
+    "-type f",
+    "-mindepth 1",
+    "-newer /etc/hostname",
+    "-name '*.o' -o",
+    "! -name '*.o'",
+    "-not -name x",
+];
+
+/// What find does with what it finds, in place of `-delete`.
+const FIND_DESTROYERS: &[&str] = &[
+    "-delete",
+    "-exec rm {} +",
+    "-exec rm -f {} \\;",
+    "-exec /bin/rm -rf {} +",
+    "-execdir rm {} \\;",
+    "-exec mv {} /tmp \\;",
+    "-exec mv -t /tmp {} +",
+    "-exec shred -u {} +",
+    "-exec truncate -s0 {} +",
+    "-exec chmod 000 {} +",
+    "-exec sh -c 'rm -rf \"$1\"' _ {} \\;",
+    "-print0 | xargs -0 rm -f",
+    "| xargs -I{} mv {} /tmp",
+    "| sort | xargs rm",
+];
+
+/// A find over a grant directory whose tests leave its files in, with an action that
+/// destroys what it finds.
+fn find_over_a_root() -> impl Strategy<Value = String> {
+    (
+        prop::sample::select(&["", "-L ", "-H ", "-P ", "-O3 ", "-D exec "][..]),
+        prop::sample::select(&["/srv/notes", "/srv/ref/", "/srv/notes/."][..]),
+        prop::sample::select(BROAD_TESTS),
+        prop::sample::select(FIND_DESTROYERS),
+        prop::sample::select(&["", "busybox ", "nice "][..]),
+    )
+        .prop_map(|(lead, start, test, action, runner)| {
+            format!("{runner}find {lead}{start} {test} {action}")
+        })
+}
+
 fn roots() -> Vec<PathBuf> {
     EXAMPLE_ROOTS.iter().map(PathBuf::from).collect()
 }
@@ -444,6 +500,16 @@ proptest! {
     /// Family "runners and program spellings" (issue #25).
     #[test]
     fn runners_and_paths_do_not_hide_a_dangerous_command(command in through_runners()) {
+        let got = classify(&command, &roots());
+        prop_assert!(
+            got.class == Dangerous || got.beyond.is_some(),
+            "{command:?} is {} ({:?})", got.class, got.reason
+        );
+    }
+
+    /// Family "find tests that match everything" (issue #25).
+    #[test]
+    fn find_tests_that_match_everything_do_not_narrow(command in find_over_a_root()) {
         let got = classify(&command, &roots());
         prop_assert!(
             got.class == Dangerous || got.beyond.is_some(),

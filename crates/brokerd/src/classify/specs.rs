@@ -20,8 +20,10 @@ use std::sync::OnceLock;
 pub(super) enum Operands {
     /// Reads them.
     Read,
-    /// Writes each of them (touch, mkdir, tee, truncate).
+    /// Writes each of them (touch, mkdir, tee).
     Written,
+    /// Empties each of them (truncate): as bad as deleting them.
+    Emptied,
     /// Deletes each of them (rm, rmdir, shred, unlink); recursively with a `recursive` option.
     Deleted,
     /// Deletes each of them and all they hold, always (rimraf, trash-put).
@@ -174,6 +176,9 @@ pub(super) struct RawSpec {
     pub(super) abbreviate: bool,
     /// Options the spec does not list are harmless (the program has many, none of them write).
     pub(super) unknown_harmless: bool,
+    /// A first word without a dash is a bundle of short options whose values follow in order
+    /// (`tar xfC a.tar dir`).
+    pub(super) bundled_first: bool,
     pub(super) options: &'static str,
     /// For a runner, how it finds what it runs.
     pub(super) runs: Option<Runs>,
@@ -186,6 +191,7 @@ pub(super) struct Spec {
     pub(super) stop_at_operand: bool,
     pub(super) abbreviate: bool,
     pub(super) unknown_harmless: bool,
+    pub(super) bundled_first: bool,
     pub(super) options: Vec<Opt>,
     pub(super) runs: Option<Runs>,
 }
@@ -201,6 +207,7 @@ pub(super) const fn spec(
         stop_at_operand: false,
         abbreviate: true,
         unknown_harmless: false,
+        bundled_first: false,
         options,
         runs: None,
     }
@@ -281,7 +288,7 @@ const SPECS: &[RawSpec] = &[
     ),
     spec(
         &["truncate"],
-        Operands::Written,
+        Operands::Emptied,
         "c,no-create o,io-blocks r,reference= s,size=",
     ),
     spec(
@@ -378,9 +385,54 @@ const SPECS: &[RawSpec] = &[
          Y,basename-prefix= z,suffix= Z,set-utc x,debug= follow-symlinks",
     ),
     spec(
-        &["tar"],
+        // zip's two-letter options (`-FF`, `-sf`) read as clusters of its one-letter ones.
+        &["zip"],
         Operands::Own,
-        "A,catenate,concatenate c,create d,diff,compare delete r,append t,list test-label \
+        "a,ascii A,adjust-sfx b,temp-path= c,entry-comments C,preserve-case d,delete:mutate \
+         D,no-dir-entries e,encrypt E,longnames f,freshen F,fix g,grow H i,include j,junk-paths \
+         J,junk-sfx k,DOS-names l,to-crlf L,license m,move:mutate M,must-match n,suffixes= \
+         o,latest-time O,output-file=:write p,paths P,password= q,quiet r,recurse-paths \
+         R,recurse-patterns s,split-size= S,system-hidden t,from-date= T,test u,update \
+         U,copy-entries v,verbose V,VMS-portable w,VMS-versions X,no-extra x,exclude y,symlinks \
+         z,archive-comment Z,compression-method= 0 1 2 3 4 5 6 7 8 9 @,names-stdin \
+         unzip-command=:run",
+    ),
+    spec(
+        // `--delete` and its kin are marked `recursive`: they empty what of DEST the sources
+        // lack.
+        &["rsync"],
+        Operands::Own,
+        "v,verbose info= debug= stderr= q,quiet no-motd c,checksum a,archive r,recursive \
+         no-recursive no-r R,relative no-implied-dirs b,backup backup-dir=:write suffix= \
+         u,update inplace append append-verify d,dirs mkpath l,links L,copy-links \
+         copy-unsafe-links safe-links munge-links k,copy-dirlinks K,keep-dirlinks H,hard-links \
+         p,perms no-perms E,executability chmod= A,acls X,xattrs o,owner no-owner g,group \
+         no-group devices copy-devices write-devices specials D t,times no-times U,atimes \
+         open-noatime N,crtimes O,omit-dir-times J,omit-link-times super fake-super S,sparse \
+         preallocate n,dry-run W,whole-file no-whole-file checksum-choice= cc= \
+         x,one-file-system B,block-size= e,rsh=:run rsync-path=:run existing \
+         ignore-existing remove-source-files:mutate del:recursive delete:recursive \
+         delete-before:recursive delete-during:recursive delete-delay:recursive \
+         delete-after:recursive delete-excluded:recursive ignore-missing-args \
+         delete-missing-args:recursive ignore-errors force max-delete= max-size= min-size= \
+         max-alloc= partial partial-dir=:write delay-updates m,prune-empty-dirs numeric-ids \
+         usermap= groupmap= chown= timeout= contimeout= I,ignore-times size-only \
+         modify-window= T,temp-dir=:write y,fuzzy compare-dest= copy-dest= link-dest= \
+         z,compress no-compress compress-choice= zc= compress-level= zl= skip-compress= \
+         C,cvs-exclude f,filter= F exclude= exclude-from= include= include-from= files-from= \
+         0,from0 old-args s,secluded-args trust-sender copy-as= address= port= sockopts= \
+         blocking-io outbuf= stats 8,8-bit-output h,human-readable progress P \
+         i,itemize-changes M,remote-option= out-format= log-file=:write log-file-format= \
+         password-file= early-input= list-only bwlimit= stop-after= stop-at= fsync \
+         write-batch=:write only-write-batch=:write read-batch= protocol= iconv= \
+         checksum-seed= 4,ipv4 6,ipv6 V",
+    ),
+    RawSpec {
+        bundled_first: true,
+        ..spec(
+            &["tar"],
+            Operands::Own,
+            "A,catenate,concatenate c,create d,diff,compare delete r,append t,list test-label \
          u,update x,extract,get C,directory= f,file= a,auto-compress I,use-compress-program=:run \
          j,bzip2 J,xz lzip lzma lzop z,gzip,gunzip,ungzip Z,compress,uncompress zstd \
          v,verbose k,keep-old-files keep-newer-files skip-old-files overwrite \
@@ -402,7 +454,8 @@ const SPECS: &[RawSpec] = &[
          L,tape-length= R,block-number V,label= backup=? suffix= occurrence=? \
          xattrs no-xattrs selinux no-selinux acls no-acls atime-preserve=? \
          ignore-command-error no-ignore-command-error",
-    ),
+        )
+    },
 ];
 
 /// Programs and their compiled specs, or why the table does not compile.
@@ -418,6 +471,7 @@ fn compiled() -> &'static Result<HashMap<&'static str, Spec>, String> {
                     stop_at_operand: raw.stop_at_operand,
                     abbreviate: raw.abbreviate,
                     unknown_harmless: raw.unknown_harmless,
+                    bundled_first: raw.bundled_first,
                     options: options.clone(),
                     runs: raw.runs,
                 };

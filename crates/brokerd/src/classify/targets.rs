@@ -34,6 +34,10 @@ impl Walk<'_> {
             return;
         };
         let shown = self.land(t);
+        let relative = !shown.starts_with('/') && !shown.starts_with('~');
+        self.unplaced |= a.found != Found::No
+            || (relative && self.cwd_unknown)
+            || (!relative && self.reroot == Reroot::Unknown);
         // `//dev/sda`, `/dev/../dev/sda` and `sda` after `cd /dev` are the disk too.
         let lexical = normalise(Path::new(&shown));
         let sink = lexical
@@ -95,6 +99,18 @@ impl Walk<'_> {
             }
             _ => self.wipes_root(a),
         }
+    }
+
+    /// Whether `a` names a grant directory or one holding it by itself (`/srv/notes`, `~`,
+    /// `.`, `..`), not a name that may be one only because the working directory is unknown.
+    pub(super) fn names_root(&self, a: &Arg) -> bool {
+        let Some(t) = a.text() else { return false };
+        let plain = !t.starts_with('/') && !t.starts_with('~') && self.cwd.is_none();
+        let climbs = {
+            let p = normalise(Path::new(t));
+            p.as_os_str().is_empty() || p.starts_with("..")
+        };
+        a.found == Found::No && !a.pattern && (!plain || climbs) && self.wipes_root(a)
     }
 
     /// Whether a path is outside every grant directory (so what goes there leaves the grant).

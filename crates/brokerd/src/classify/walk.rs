@@ -42,6 +42,8 @@ pub(super) struct Walk<'a> {
     pub(super) recursive: Vec<String>,
     /// The writes the shell expands as patterns (`gen*/x`), for the protected-target checks.
     pub(super) globbed: Vec<String>,
+    /// A write the walk could not place (see `Assessment::unplaced`).
+    pub(super) unplaced: bool,
     /// The directory of the last literal `cd`, to report relative writes under it.
     pub(super) cwd: Option<String>,
     /// The working directory changed to one the classifier cannot name (`cd $D`, `pushd`,
@@ -49,9 +51,11 @@ pub(super) struct Walk<'a> {
     pub(super) cwd_unknown: bool,
     /// The directory that is `/` for the command (`chroot DIR`, `unshare -R DIR`).
     pub(super) reroot: Reroot,
-    /// The program being walked gets more operands from its input (xargs, find -exec): names
-    /// the classifier cannot see.
+    /// The program being walked gets more operands from its input (xargs): names the
+    /// classifier cannot see.
     pub(super) input_operands: bool,
+    /// The names a `find` upstream in the pipeline prints (`Found` words): what xargs gets.
+    pub(super) piped_names: Option<Vec<Arg>>,
     /// Targets of the links the command makes: a link made and written through in one command
     /// writes its target.
     pub(super) link_targets: Vec<String>,
@@ -84,10 +88,12 @@ impl<'a> Walk<'a> {
             writes: Vec::new(),
             globbed: Vec::new(),
             recursive: Vec::new(),
+            unplaced: false,
             cwd,
             cwd_unknown: false,
             reroot: Reroot::No,
             input_operands: false,
+            piped_names: None,
             link_targets: Vec::new(),
             in_link: false,
             wrote_other: false,
@@ -109,6 +115,7 @@ impl<'a> Walk<'a> {
         Assessment {
             recursive: self.recursive,
             globbed: self.globbed,
+            unplaced: self.unplaced,
             beyond: self.beyond,
             class: self.class,
             writes: self.writes,
@@ -152,6 +159,7 @@ impl<'a> Walk<'a> {
             self.push_write(w);
         }
         self.fetched |= inner.fetched;
+        self.unplaced |= inner.unplaced;
         self.recursive.extend(inner.recursive);
         for g in inner.globbed {
             if !self.globbed.contains(&g) {

@@ -10,6 +10,20 @@ pub(super) struct Arg {
     pub(super) pattern: bool,
     /// The source text (for messages and unreadable write targets).
     pub(super) raw: String,
+    /// `{}` of `find -exec` (and the names find gives xargs): `lit` is the path find starts
+    /// from, and the word stands for what it finds under it.
+    pub(super) found: Found,
+}
+
+/// What a `{}` of `find` stands for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Found {
+    /// Not a `{}`.
+    No,
+    /// Every file under the start path, the start included: no test narrows what find finds.
+    Every,
+    /// Some files under the start path, none of them a grant directory or one holding one.
+    Some,
 }
 
 impl Arg {
@@ -24,11 +38,13 @@ impl Arg {
                 lit: Some(t),
                 pattern,
                 raw,
+                found: Found::No,
             },
             None => Arg {
                 lit: None,
                 pattern: false,
                 raw,
+                found: Found::No,
             },
         }
     }
@@ -38,6 +54,15 @@ impl Arg {
             lit: Some(s.to_string()),
             pattern: false,
             raw: s.to_string(),
+            found: Found::No,
+        }
+    }
+
+    /// The same word read as `text` (a value cut from it, `of=FILE`, a member under `-C DIR`).
+    pub(super) fn with_text(&self, text: &str) -> Arg {
+        Arg {
+            lit: Some(text.to_string()),
+            ..self.clone()
         }
     }
 }

@@ -229,12 +229,13 @@ impl Walk<'_> {
         }
         if name == "xargs" {
             if let Some(What::Program(words)) = u.runs.first() {
-                self.xargs(words);
+                self.xargs(&u.parsed, words);
             }
             return;
         }
         let mut inner = self.nested();
         inner.input_operands = self.input_operands;
+        inner.piped_names = self.piped_names.clone();
         for dir in &u.chdir {
             match dir.text() {
                 Some(d) => {
@@ -318,11 +319,39 @@ impl Walk<'_> {
         }
     }
 
-    /// xargs' command gets more operands from the input: names the classifier cannot see.
-    fn xargs(&mut self, rest: &[Arg]) {
+    /// xargs' command gets more operands from its input: the names a find upstream prints
+    /// (`{}`-like words, see `find`), or names the classifier cannot see.
+    fn xargs(&mut self, p: &Parsed, words: &[Arg]) {
+        let replace: Option<String> = p
+            .values("I")
+            .into_iter()
+            .chain(p.values("replace"))
+            .filter_map(|a| a.text())
+            .map(str::to_string)
+            .next()
+            .or_else(|| p.has_any(&["I", "replace"]).then(|| "{}".to_string()));
         let mut inner = self.nested();
-        inner.input_operands = true;
-        inner.run_rest("xargs", rest);
+        match self.piped_names.clone() {
+            Some(names) => {
+                for name in names {
+                    let command: Vec<Arg> = match &replace {
+                        Some(r) => words
+                            .iter()
+                            .map(|w| match w.text() {
+                                Some(t) if t.contains(r.as_str()) => name.clone(),
+                                _ => w.clone(),
+                            })
+                            .collect(),
+                        None => words.iter().cloned().chain([name]).collect(),
+                    };
+                    inner.run_rest("xargs", &command);
+                }
+            }
+            None => {
+                inner.input_operands = true;
+                inner.run_rest("xargs", words);
+            }
+        }
         if inner.class > CommandClass::ReadOnly {
             self.raise(
                 CommandClass::ShellComplex,
@@ -529,5 +558,6 @@ impl Walk<'_> {
             }
         }
         self.recursive.extend(inner.recursive);
+        self.unplaced |= inner.unplaced;
     }
 }
