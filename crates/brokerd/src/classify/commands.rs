@@ -21,6 +21,13 @@ impl Walk<'_> {
             );
         }
         let name = pn.name.as_str();
+        if !word.contains('/') && self.call_function(word, args) {
+            return;
+        }
+        // `./x.sh` the command itself writes: what it writes there runs.
+        if word.contains('/') {
+            self.run_written("sh", &Arg::literal(word));
+        }
         if PLAIN_READERS.contains(&name) {
             return;
         }
@@ -43,15 +50,19 @@ impl Walk<'_> {
         }
         match name {
             "busybox" | "toybox" => self.busybox(name, args),
-            "eval" | "source" | "." => {
+            "eval" => self.run_code(name, args),
+            "source" | "." => {
                 self.raise(ShellComplex, format!("{name} runs shell code"));
-                self.fetched_code(name, args);
-                if name != "eval" {
-                    return;
-                }
-                self.inline_shell(args);
+                self.script_operand(name, args.first());
             }
-            "pushd" | "popd" => {
+            "pushd" => {
+                self.raise(
+                    ShellComplex,
+                    format!("{name} changes the working directory"),
+                );
+                self.cd(args);
+            }
+            "popd" => {
                 self.cwd_unknown = true;
                 self.raise(
                     ShellComplex,
@@ -134,14 +145,13 @@ impl Walk<'_> {
                     ShellComplex,
                     format!("{n} runs code the classifier does not see"),
                 );
-                self.fetched_code(n, args);
-                self.shell_inline(args);
+                self.shell_inline(n, args);
             }
             n if is_interpreter(n) => {
                 self.raise(ShellComplex, format!("{n} runs a program"));
                 self.interpreter_inline(n, args);
             }
-            other => self.unknown_program(other, args),
+            other => self.unknown_program(other, args, pn.system),
         }
     }
 
@@ -189,6 +199,8 @@ impl Walk<'_> {
                     }
                     _ => dir.to_string(),
                 };
+                // An absolute directory is known whatever came before.
+                self.cwd_unknown &= !dir.starts_with('/');
                 self.cwd = Some(next);
             }
             _ => {
@@ -201,14 +213,16 @@ impl Walk<'_> {
         }
     }
 
+    /// `set -e`, `set -o pipefail`; `set -- WORDS` sets the positional parameters (`vars`).
     pub(super) fn set(&mut self, args: &[Arg]) {
         let mut i = 0;
         while let Some(a) = args.get(i) {
             i += 1;
             let t = a.text().unwrap_or("");
-            let ok_flags = (t.starts_with('-') || t.starts_with('+'))
-                && t.len() > 1
-                && t[1..].chars().all(|c| "euxvo".contains(c));
+            if t == "--" || !(t.starts_with('-') || t.starts_with('+')) {
+                return;
+            }
+            let ok_flags = t.len() > 1 && t[1..].chars().all(|c| "euxvo".contains(c));
             if !ok_flags {
                 self.raise(
                     CommandClass::ShellComplex,
@@ -290,6 +304,9 @@ impl Walk<'_> {
                 }
                 "tar" => self.tar(&p),
                 "zip" => self.zip(&p, args),
+                "mknod" => self.mknod(&p),
+                "make" | "gmake" | "ninja" => self.make(name, &p, args),
+                "curl" | "wget" => self.download(name, &p),
                 "rsync" => self.rsync(&p),
                 "patch" => self.patch(&p),
                 other => self.raise(
@@ -324,6 +341,92 @@ impl Walk<'_> {
                 ),
                 _ => {}
             }
+        }
+    }
+
+    /// make and ninja run recipes the classifier does not see: `ShellComplex`, and their
+    /// arguments may name what they run. A makefile the command itself writes is read as
+    /// code; `-C DIR` builds in DIR, which is written.
+    fn make(&mut self, name: &str, p: &Parsed, args: &[Arg]) {
+        let files: Vec<Arg> = match p.values("file").first() {
+            Some(f) => vec![(*f).clone()],
+            None => ["GNUmakefile", "makefile", "Makefile"]
+                .iter()
+                .map(|m| Arg::literal(m))
+                .collect(),
+        };
+        let mut inner = self.nested();
+        for d in p.values("directory") {
+            inner.write_target(d);
+            match d.text() {
+                Some(t) => inner.cwd = Some(inner.land(t)),
+                None => inner.cwd_unknown = true,
+            }
+        }
+        for f in &files {
+            inner.run_written("make", f);
+        }
+        self.absorb(inner);
+        self.raise(
+            CommandClass::ShellComplex,
+            format!("{name} runs the recipes of a makefile"),
+        );
+        self.args_as_commands(name, args, true);
+    }
+
+    /// curl and wget: a download (the network is the grant's business), and the files they
+    /// save it to: `-o FILE`, or a name taken from the URL (`curl -O`, wget by default).
+    fn download(&mut self, name: &str, p: &Parsed) {
+        self.raise(CommandClass::ShellComplex, format!("{name} downloads"));
+        let named = p
+            .values("output")
+            .into_iter()
+            .chain(p.values("output-document"));
+        let named: Vec<Arg> = named.filter(|a| a.text() != Some("-")).cloned().collect();
+        for f in &named {
+            self.write_target(f);
+        }
+        let from_url = match name {
+            "curl" => p.has_any(&["remote-name", "remote-name-all"]),
+            _ => p.values("output-document").is_empty(),
+        };
+        if !from_url {
+            return;
+        }
+        let dir = p
+            .values("output-dir")
+            .into_iter()
+            .chain(p.values("directory-prefix"))
+            .last()
+            .and_then(|d| d.text());
+        for url in &p.operands {
+            let base = url.text().and_then(|u| {
+                let path = u.split(['?', '#']).next().unwrap_or(u);
+                path.rsplit('/')
+                    .next()
+                    .filter(|b| !b.is_empty() && !path.ends_with("//"))
+            });
+            let file = match (dir, base) {
+                (Some(d), Some(b)) => Path::new(d).join(b).to_string_lossy().into_owned(),
+                (None, Some(b)) => b.to_string(),
+                (Some(d), None) => d.to_string(),
+                (None, None) => "index.html".to_string(),
+            };
+            self.write_target(&url.with_text(&file));
+        }
+        // A recursive download writes what the pages link to.
+        self.unplaced |= p.has_any(&["recursive", "mirror"]);
+    }
+
+    /// `mknod NAME TYPE [MAJOR MINOR]`: a block or character device is a way to a disk or
+    /// to the kernel, which any later write reaches.
+    fn mknod(&mut self, p: &Parsed) {
+        if let Some(name) = p.operands.first() {
+            self.write_target(name);
+        }
+        match p.operands.get(1).and_then(|a| a.text()) {
+            Some("p") => {}
+            _ => self.raise(CommandClass::Dangerous, "mknod makes a device file"),
         }
     }
 
@@ -362,10 +465,10 @@ impl Walk<'_> {
         }
         // A link made earlier in the command may lead to a root: `ln -s / x; rm -rf x/`.
         let linked_root = self
-            .link_targets
+            .links
             .clone()
             .iter()
-            .any(|l| self.wipes_root(&Arg::literal(l)));
+            .any(|(_, l)| self.wipes_root(&Arg::literal(l)));
         if recursive && linked_root && !targets.is_empty() {
             self.raise(
                 Dangerous,
@@ -416,14 +519,32 @@ impl Walk<'_> {
                 self.write_target(p);
             }
         }
-        if name == "ln" || (name == "cp" && o.has_any(&["symbolic-link", "link"])) {
-            let sources = if targets.is_empty() && pos.len() >= 2 {
-                &pos[..pos.len() - 1]
-            } else {
-                &pos[..]
+        if matches!(name, "ln" | "link") || (name == "cp" && o.has_any(&["symbolic-link", "link"]))
+        {
+            let symbolic = o.has_any(&["symbolic", "symbolic-link"]);
+            let (sources, dir) = match (targets.last(), pos.split_last()) {
+                (Some(t), _) => (&pos[..], t.text()),
+                (None, Some((last, rest))) if !rest.is_empty() => (rest, last.text()),
+                _ => (&pos[..], None),
             };
+            let base = |s: &Arg| {
+                s.text()
+                    .and_then(|t| Path::new(t).file_name())
+                    .map(|b| b.to_string_lossy().into_owned())
+                    .unwrap_or_default()
+            };
+            // The link is DEST itself, or DEST/NAME when DEST is a directory.
+            let into_dir =
+                !targets.is_empty() || sources.len() > 1 || dir.is_some_and(|d| d.ends_with('/'));
             for s in sources {
-                self.made_link(s);
+                match dir {
+                    Some(d) if into_dir => {
+                        let inside = Path::new(d).join(base(s)).to_string_lossy().into_owned();
+                        self.made_link(s, &inside, symbolic);
+                    }
+                    Some(d) => self.made_link(s, d, symbolic),
+                    None => self.made_link(s, &base(s), symbolic),
+                }
             }
         }
         if self.input_operands && targets.is_empty() {
@@ -457,16 +578,5 @@ impl Walk<'_> {
             }
         }
         self.in_link = false;
-    }
-
-    /// Code built from a download or a decoder's output (`sh -c "$(curl ...)"`, `eval
-    /// "$(base64 -d ...)"`, `bash <(curl ...)`).
-    fn fetched_code(&mut self, name: &str, args: &[Arg]) {
-        if self.fetched && args.iter().any(|a| a.lit.is_none()) {
-            self.raise(
-                CommandClass::Dangerous,
-                format!("{name} runs code built from a download or a decoder"),
-            );
-        }
     }
 }

@@ -12,8 +12,9 @@
 //! Decisions written down here:
 //! - `awk` (and every interpreter) is `ShellComplex`: its programs can call `system()` and write
 //!   files, and telling them apart would mean parsing awk.
-//! - `sed` without `-i` is `ReadOnly` only when every script uses plain commands (`s` without
-//!   the `w`/`e` flags, `p`, `d`, `q`, ...); `w`, `e`, `r` and the rest make it `ShellComplex`.
+//! - `sed` is read script by script: `w FILE` and `s///w FILE` write FILE, `e COMMAND` runs
+//!   COMMAND, `e` and `s///e` run the text sed reads (`Dangerous`); a script it cannot read
+//!   is `ShellComplex`.
 //! - `rm -r`, `chmod -R`, `chown -R` of `.`, `*`, `..`, `~`, `/`, a grant root or an ancestor
 //!   of one are `Dangerous`; so are those whose target the classifier cannot read (an
 //!   expansion), because it could be any of these. So are deleting, emptying or moving out of
@@ -39,19 +40,30 @@
 //!   arguments are read as what it may run: as each destroying program would read them, from
 //!   any word naming a program the classifier knows, and as shell code where a word holds a
 //!   space. A dangerous reading makes it `Dangerous`.
-//! - Text piped into a shell is at least `ShellComplex`; echo/printf text and here-documents
-//!   are classified as the code they are; a download, a decoder or unreadable text upstream
-//!   makes it `Dangerous`.
+//! - Anything into a shell is code (`produce`): text piped, redirected or substituted into a
+//!   program that runs what it reads (a shell, an interpreter, `source /dev/stdin`, `at`,
+//!   `xargs sh -c`, ed's `!`) is at least `ShellComplex`, and `Dangerous` unless every
+//!   producer is literal text (echo, printf, yes, a here-document, through filters that pass
+//!   lines on) that is read as a safe command. So are code and commands built from a
+//!   program's output (`eval "$(cat f)"`, `$(cat f)`), and a file the command itself writes
+//!   and then runs.
+//! - Variables, positional parameters and functions the command sets are followed (`vars`):
+//!   `c='rm -rf /'; $c`, `f() { "$@"; }; f rm -rf /` are read as what they run; one set from
+//!   text the classifier cannot read makes a command built from it `Dangerous`; functions
+//!   calling each other are a fork bomb's shape.
+//! - A write through a link the command makes writes the link's target (`ln -s /dev x;
+//!   echo > x/sda` writes the disk).
 //! - A command whose tree has errors is also read piece by piece, since an error can swallow
 //!   what follows it. Past `MAX_COMMAND_BYTES`, `MAX_DEPTH`, `MAX_WRITES` or `MAX_WORK` the
 //!   assessment names the `Bound` and the policy refuses the command. The bounds count work,
 //!   not time, so that the answer does not depend on how busy the host is.
 //!
-//! Modules: `walk` (the syntax tree), `words` (quote removal), `opts` and `specs` (options),
-//! `runners` (programs that run their arguments), `commands` (one program), `pipes`
-//! (pipelines), `wrappers`, `targets` (where writes land), `find`, `git`, `sed`, `archives`,
-//! `paths`, `programs` (lists of programs by kind); `adversarial.toml` is the table of hostile
-//! commands checked when the classifier is built.
+//! Modules: `walk` (the syntax tree), `words` (quote removal, a word's parts), `vars`, `opts`
+//! and `specs` (options), `runners` (programs that run their arguments), `commands` (one
+//! program), `pipes` (pipelines), `produce` (what a command prints), `redirects`, `wrappers`,
+//! `targets` (where writes land), `find`, `git`, `sed`, `archives`, `paths`, `programs` (lists
+//! of programs by kind); `adversarial.toml` is the table of hostile commands checked when the
+//! classifier is built.
 
 use std::fmt;
 use std::path::{Component, Path, PathBuf};
@@ -67,11 +79,14 @@ mod git;
 mod opts;
 mod paths;
 mod pipes;
+mod produce;
 mod programs;
+mod redirects;
 mod runners;
 mod sed;
 mod specs;
 mod targets;
+mod vars;
 mod walk;
 mod words;
 mod wrappers;
@@ -83,7 +98,9 @@ mod tests;
 
 use paths::*;
 use pipes::*;
+use produce::*;
 use programs::*;
+use vars::*;
 use walk::*;
 use words::*;
 

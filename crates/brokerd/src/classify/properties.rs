@@ -442,6 +442,104 @@ fn find_over_a_root() -> impl Strategy<Value = String> {
         })
 }
 
+/// Producers of text the classifier cannot read, or of literal dangerous commands.
+const PRODUCERS: &[&str] = &[
+    "cat cmds.txt",
+    "ls",
+    "git log -1 --format=%s",
+    "curl -fsSL https://x.example/i",
+    "base64 -d payload",
+    "yes 'rm -rf /srv/notes'",
+    "echo 'rm -rf /srv/notes'",
+    "printf 'rm -rf /srv/ref'",
+    "echo rm -rf /srv/notes",
+    "yes ls | tr l r",
+    "echo 'ls' | sed s/ls/rm/",
+    "cat <<'EOF'\nrm -rf /srv/notes\nEOF\n",
+];
+
+/// Filters between a producer and what runs its text: they pass lines on, or change them.
+const FILTERS: &[&str] = &[
+    "",
+    "| head -n 1",
+    "| head -1",
+    "| grep rm",
+    "| sort",
+    "| cat",
+    "| tee log",
+    "| uniq",
+    "| tail -n 1",
+    "| head -c 100",
+];
+
+/// Programs that run what they read, in the shapes a command hands them text.
+const CODE_SINKS: &[&str] = &[
+    "{P} {F} | sh",
+    "{P} {F} | bash -s",
+    "{P} {F} | busybox sh",
+    "{P} {F} | env -i sh",
+    "{P} {F} | sudo -s",
+    "{P} {F} | su",
+    "{P} {F} | unshare -r",
+    "{P} {F} | source /dev/stdin",
+    "{P} {F} | at now",
+    "{P} {F} | xargs -I{} sh -c '{}'",
+    "{P} {F} | xargs sh -c 'eval \"$@\"' _",
+    "sh <({P} {F})",
+    "bash < <({P} {F})",
+    "source <({P} {F})",
+    "eval \"$({P} {F})\"",
+    "sh -c \"$({P} {F})\"",
+    "c=$({P} {F}); $c",
+    "c=$({P} {F}); eval \"$c\"",
+];
+
+/// Text from a producer the classifier cannot read, or dangerous text, into what runs it.
+fn text_into_code() -> impl Strategy<Value = String> {
+    (
+        prop::sample::select(PRODUCERS),
+        prop::sample::select(FILTERS),
+        prop::sample::select(CODE_SINKS),
+    )
+        .prop_map(|(producer, filter, sink)| sink.replace("{P}", producer).replace("{F}", filter))
+}
+
+/// Ways of building `rm -rf ROOT` from variables, positional parameters and functions the
+/// command sets, and of writing a device through a link it makes.
+const BUILT_COMMANDS: &[&str] = &[
+    "@V@='@C@'; $@V@",
+    "@V@=\"@C@\"; eval \"$@V@\"",
+    "@V@='@C@'; sh -c \"$@V@\"",
+    "@V@='@C@'; echo \"$@V@\" | sh",
+    "set -- @C@; \"$@\"",
+    "@V@() { \"$@\"; }; @V@ @C@",
+    "@V@() { eval \"$*\"; }; @V@ @C@",
+    "for @V@ in '@C@'; do $@V@; done",
+    "@V@=(@C@); \"${@V@[@]}\"",
+    "${@V@:-@C@}",
+    "$(echo @C@)",
+    "read -r @V@ < f; $@V@",
+    "@V@=$(cat f); $@V@",
+    "a=rm; @V@=\"$a -rf /srv/notes\"; $@V@",
+    "@V@() { @V@2|@V@2& }; @V@2() { @V@|@V@& }; @V@",
+    "@V@() { eval @V@2; }; @V@2() { @V@ & @V@; }; @V@",
+    "ln -s /dev/sda @V@; echo x > @V@",
+    "ln -s /dev @V@; echo x > @V@/sda",
+    "ln -sf /dev/nvme0n1 @V@ && dd if=/dev/zero of=@V@",
+    "cd /dev && echo x > sda",
+    "sed -n '1e @C@' f",
+    "sed 's|.*|@C@|e' f",
+];
+
+fn built_command() -> impl Strategy<Value = String> {
+    (
+        prop::sample::select(BUILT_COMMANDS),
+        prop::sample::select(&["c", "cmd", "x1", "_f", "run"][..]),
+        prop::sample::select(&["rm -rf /srv/notes", "rm -r /srv/ref", "rm -fr /srv"][..]),
+    )
+        .prop_map(|(shape, var, command)| shape.replace("@V@", var).replace("@C@", command))
+}
+
 fn roots() -> Vec<PathBuf> {
     EXAMPLE_ROOTS.iter().map(PathBuf::from).collect()
 }
@@ -510,6 +608,28 @@ proptest! {
     /// Family "find tests that match everything" (issue #25).
     #[test]
     fn find_tests_that_match_everything_do_not_narrow(command in find_over_a_root()) {
+        let got = classify(&command, &roots());
+        prop_assert!(
+            got.class == Dangerous || got.beyond.is_some(),
+            "{command:?} is {} ({:?})", got.class, got.reason
+        );
+    }
+
+    /// Family "text into a shell" (issue #25): whatever hands a program that runs what it
+    /// reads text the classifier cannot read, or dangerous text, is dangerous.
+    #[test]
+    fn text_into_code_is_dangerous_unless_it_is_a_safe_literal(command in text_into_code()) {
+        let got = classify(&command, &roots());
+        prop_assert!(
+            got.class == Dangerous || got.beyond.is_some(),
+            "{command:?} is {} ({:?})", got.class, got.reason
+        );
+    }
+
+    /// Family "text into a shell": commands built from variables, positional parameters and
+    /// functions, recursion through other functions, sed's `e` and device writes through links.
+    #[test]
+    fn commands_built_by_the_command_are_read(command in built_command()) {
         let got = classify(&command, &roots());
         prop_assert!(
             got.class == Dangerous || got.beyond.is_some(),

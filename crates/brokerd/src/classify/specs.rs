@@ -286,6 +286,52 @@ const SPECS: &[RawSpec] = &[
         Operands::Written,
         "m,mode= p,parents v,verbose Z context=?",
     ),
+    spec(&["mkfifo"], Operands::Written, "m,mode= Z context=?"),
+    RawSpec {
+        // Downloaders have hundreds of options; these take values or write files.
+        unknown_harmless: true,
+        ..spec(
+            &["curl"],
+            Operands::Own,
+            "o,output= O,remote-name remote-name-all output-dir= D,dump-header=:write \
+             c,cookie-jar=:write trace=:write trace-ascii=:write stderr=:write libcurl=:write \
+             etag-save=:write K,config=:run d,data= H,header= X,request= u,user= A,user-agent= \
+             e,referer= b,cookie= F,form= T,upload-file= x,proxy= m,max-time= w,write-out= \
+             r,range= Y,speed-limit= y,speed-time= z,time-cond= E,cert= C,continue-at= \
+             data-binary= data-raw= data-urlencode= json= url= connect-timeout= retry= cacert= \
+             capath= key= resolve= interface= limit-rate= max-filesize= proxy-user= \
+             oauth2-bearer= aws-sigv4= unix-socket= abstract-unix-socket= create-dirs \
+             J,remote-header-name",
+        )
+    },
+    RawSpec {
+        unknown_harmless: true,
+        ..spec(
+            &["wget"],
+            Operands::Own,
+            "O,output-document= o,output-file=:write a,append-output=:write \
+             P,directory-prefix= e,execute=:run i,input-file= B,base= config=:run \
+             U,user-agent= header= post-data= post-file= body-data= body-file= user= password= \
+             t,tries= T,timeout= w,wait= Q,quota= limit-rate= load-cookies= \
+             save-cookies=:write warc-file=:write l,level= A,accept= R,reject= D,domains= \
+             I,include-directories= X,exclude-directories= ca-certificate= certificate= \
+             private-key= use-askpass=:run r,recursive m,mirror",
+        )
+    },
+    RawSpec {
+        // Builders: what matters is the makefile and the directory; other options are read
+        // as harmless flags.
+        unknown_harmless: true,
+        ..spec(
+            &["make", "gmake", "ninja"],
+            Operands::Own,
+            "f,file,makefile= C,directory= I,include-dir= j,jobs=? l,load-average=? \
+             o,old-file,assume-old= W,what-if,new-file,assume-new= eval=:run O,output-sync=? \
+             debug=? shuffle=? t,tool=",
+        )
+    },
+    spec(&["link"], Operands::Copied, ""),
+    spec(&["mknod"], Operands::Own, "m,mode= Z context=?"),
     spec(
         &["truncate"],
         Operands::Emptied,

@@ -59,23 +59,37 @@ impl Walk<'_> {
         if a.pattern && !self.globbed.contains(&shown) {
             self.globbed.push(shown.clone());
         }
+        if !self.in_link
+            && self.other_writes.len() < MAX_WRITES
+            && !self.other_writes.contains(&shown)
+        {
+            self.other_writes.push(shown.clone());
+        }
         self.push_write(shown);
     }
 
-    /// `ln SOURCE...`: remembered, see `finish`.
-    pub(super) fn made_link(&mut self, source: &Arg) {
-        match source.text() {
-            Some(t) if !self.link_targets.iter().any(|l| l == t) => {
-                self.link_targets.push(t.to_string())
-            }
-            Some(_) => {}
-            None => self.raise(
+    /// A link named `name` to `source` (`symbolic`: a relative source is relative to the
+    /// link's directory): remembered, see `finish`.
+    pub(super) fn made_link(&mut self, source: &Arg, name: &str, symbolic: bool) {
+        let Some(t) = source.text() else {
+            self.raise(
                 CommandClass::ShellComplex,
                 format!(
                     "a link to a path the classifier cannot read ({})",
                     source.raw
                 ),
-            ),
+            );
+            return;
+        };
+        let link = self.land(name);
+        let target = match Path::new(&link).parent() {
+            Some(dir) if symbolic && !t.starts_with('/') => {
+                dir.join(t).to_string_lossy().into_owned()
+            }
+            _ => self.land(t),
+        };
+        if !self.links.contains(&(link.clone(), target.clone())) {
+            self.links.push((link, target));
         }
     }
 
@@ -141,7 +155,8 @@ impl Walk<'_> {
         if !p.has_root() {
             // Relative to a working directory the classifier does not know: `.`, `*` and
             // anything climbing out with `..` may be a root.
-            return self.cwd_unknown || p.as_os_str().is_empty() || p.starts_with("..");
+            return !self.strict_roots
+                && (self.cwd_unknown || p.as_os_str().is_empty() || p.starts_with(".."));
         }
         if p == Path::new("/") || self.reroot == Reroot::Unknown {
             return true;

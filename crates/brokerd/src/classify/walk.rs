@@ -44,6 +44,9 @@ pub(super) struct Walk<'a> {
     pub(super) globbed: Vec<String>,
     /// A write the walk could not place (see `Assessment::unplaced`).
     pub(super) unplaced: bool,
+    /// Relative paths count as a grant directory only when the walk knows the directory
+    /// (reading an unknown program's arguments as a destroyer's: `ctags -R .` is no delete).
+    pub(super) strict_roots: bool,
     /// The directory of the last literal `cd`, to report relative writes under it.
     pub(super) cwd: Option<String>,
     /// The working directory changed to one the classifier cannot name (`cd $D`, `pushd`,
@@ -56,19 +59,23 @@ pub(super) struct Walk<'a> {
     pub(super) input_operands: bool,
     /// The names a `find` upstream in the pipeline prints (`Found` words): what xargs gets.
     pub(super) piped_names: Option<Vec<Arg>>,
-    /// Targets of the links the command makes: a link made and written through in one command
-    /// writes its target.
-    pub(super) link_targets: Vec<String>,
-    /// `ln` is writing its link names now; `wrote_other`: something else was written.
+    /// The links the command makes, (link, target) as they land: a link made and written
+    /// through in one command writes its target.
+    pub(super) links: Vec<(String, String)>,
+    /// `ln` is writing its link names now; `wrote_other`: something else was written, and
+    /// `other_writes` what.
     pub(super) in_link: bool,
     pub(super) wrote_other: bool,
+    pub(super) other_writes: Vec<String>,
+    /// Files a redirection writes, with the text when the command shows it: run later in the
+    /// command, that text is the code (`echo CMD > x.sh; sh x.sh`).
+    pub(super) written: Vec<(String, Option<String>)>,
     /// A bound the command went past: it is refused.
     pub(super) beyond: Option<Bound>,
     /// The work this command may still take; past it nothing more is read.
     pub(super) budget: &'a Budget,
-    /// A command or process substitution runs a download or a decoder: code built from its
-    /// output is as good as fetched.
-    pub(super) fetched: bool,
+    /// The variables and functions the command sets (`vars`).
+    pub(super) scope: Scope,
 }
 
 impl<'a> Walk<'a> {
@@ -89,27 +96,37 @@ impl<'a> Walk<'a> {
             globbed: Vec::new(),
             recursive: Vec::new(),
             unplaced: false,
+            strict_roots: false,
             cwd,
             cwd_unknown: false,
             reroot: Reroot::No,
             input_operands: false,
             piped_names: None,
-            link_targets: Vec::new(),
+            links: Vec::new(),
             in_link: false,
             wrote_other: false,
+            other_writes: Vec::new(),
+            written: Vec::new(),
             budget,
-            fetched: false,
+            scope: Scope::default(),
             beyond: None,
         }
     }
 
     pub(super) fn finish(mut self) -> Assessment {
         // A link is only a way to a file; written through in the same command (or by code the
-        // classifier cannot see), its target is what is written.
+        // classifier cannot see), its target is what is written: `ln -s /dev x; echo > x/sda`
+        // writes the disk.
         let through = self.class >= CommandClass::ShellComplex || self.wrote_other;
-        if through {
-            for t in std::mem::take(&mut self.link_targets) {
-                self.push_write(t);
+        for (link, target) in std::mem::take(&mut self.links) {
+            for w in self.other_writes.clone() {
+                let rest = w.strip_prefix(link.as_str());
+                if let Some(rest) = rest.filter(|r| r.is_empty() || r.starts_with('/')) {
+                    self.write_target(&Arg::literal(&format!("{target}{rest}")));
+                }
+            }
+            if through {
+                self.write_target(&Arg::literal(&target));
             }
         }
         Assessment {
@@ -145,7 +162,9 @@ impl<'a> Walk<'a> {
             self.cwd.clone(),
             self.budget,
         );
-        inner.fetched = self.fetched;
+        inner.scope = self.scope.clone();
+        inner.written = self.written.clone();
+        inner.other_writes = self.other_writes.clone();
         inner.cwd_unknown = self.cwd_unknown;
         inner.reroot = self.reroot.clone();
         inner
@@ -158,7 +177,6 @@ impl<'a> Walk<'a> {
         for w in inner.writes {
             self.push_write(w);
         }
-        self.fetched |= inner.fetched;
         self.unplaced |= inner.unplaced;
         self.recursive.extend(inner.recursive);
         for g in inner.globbed {
@@ -169,8 +187,10 @@ impl<'a> Walk<'a> {
         if self.beyond.is_none() {
             self.beyond = inner.beyond;
         }
-        self.link_targets.extend(inner.link_targets);
+        self.links.extend(inner.links);
         self.wrote_other |= inner.wrote_other;
+        self.other_writes.extend(inner.other_writes);
+        self.written.extend(inner.written);
     }
 
     /// Spends `units` of the command's work; false (and the command is refused) past the bound.
@@ -233,6 +253,7 @@ impl<'a> Walk<'a> {
                 "the command does not parse as shell",
             );
         }
+        self.collect(root, command);
         self.statement(root, command);
         if command.contains("\\\n") {
             // The shell removes a backslash-newline before it splits words (`r\<newline>m` is
@@ -383,7 +404,6 @@ impl<'a> Walk<'a> {
                     "process substitution"
                 };
                 self.raise(CommandClass::ShellComplex, what);
-                self.fetched |= runs_fetch(n, src, 0);
                 self.depth += 1;
                 self.container(n, src);
                 self.depth -= 1;
@@ -431,148 +451,6 @@ impl<'a> Walk<'a> {
         Arg::of(n, src)
     }
 
-    pub(super) fn redirected(&mut self, n: Node, src: &str) {
-        let body = n.child_by_field_name("body");
-        if let Some(b) = body {
-            self.statement(b, src);
-        }
-        // A here-document of a pipeline feeds its first stage; the text may reach a shell later.
-        let into = match body {
-            Some(b) if b.kind() == "pipeline" => pipeline_code_reader(b, src, 1),
-            Some(b) => stage_program(b, src).map(|(p, _)| p),
-            None => None,
-        };
-        let mut c = n.walk();
-        for ch in n.named_children(&mut c) {
-            if Some(ch) == body {
-                continue;
-            }
-            self.redirect(ch, src, into.as_deref());
-        }
-    }
-
-    /// A redirection; `into` is the program whose input or output it is, if known.
-    pub(super) fn redirect(&mut self, r: Node, src: &str, into: Option<&str>) {
-        match r.kind() {
-            "file_redirect" => {
-                let op = first_token(r).unwrap_or("");
-                let dest = r.child_by_field_name("destination");
-                let dest_arg = dest.map(|d| self.arg(d, src));
-                match op {
-                    "<" => {}
-                    ">&-" | "<&-" => {}
-                    ">&" | "<&" => {
-                        let fd_dup = dest_arg.as_ref().and_then(|a| a.text()).is_some_and(|t| {
-                            t == "-" || (!t.is_empty() && t.chars().all(|c| c.is_ascii_digit()))
-                        });
-                        if !fd_dup {
-                            match dest_arg {
-                                Some(a) if op == ">&" => {
-                                    self.raise(
-                                        CommandClass::ShellComplex,
-                                        format!("{ASH_DIFFERS}: >& to a file"),
-                                    );
-                                    self.write_target(&a);
-                                }
-                                _ => self.raise(
-                                    CommandClass::ShellComplex,
-                                    "a redirection the classifier does not read",
-                                ),
-                            }
-                        }
-                    }
-                    ">" | ">>" | "&>" | "&>>" | ">|" => match dest_arg {
-                        Some(a) if op.starts_with('&') => {
-                            self.raise(CommandClass::ShellComplex, format!("{ASH_DIFFERS}: {op}"));
-                            self.write_target(&a);
-                        }
-                        Some(a) => self.write_target(&a),
-                        None => {
-                            self.raise(CommandClass::ShellComplex, "a redirection without a target")
-                        }
-                    },
-                    _ => self.raise(
-                        CommandClass::ShellComplex,
-                        "a redirection the classifier does not read",
-                    ),
-                }
-            }
-            "heredoc_redirect" => {
-                // `cat <<EOF | sh`: the pipeline after the here-document's start reads its text.
-                let mut c = r.walk();
-                let downstream = r
-                    .named_children(&mut c)
-                    .find(|ch| ch.kind() == "pipeline")
-                    .and_then(|p| pipeline_code_reader(p, src, 0));
-                let mut c = r.walk();
-                for ch in r.named_children(&mut c) {
-                    match ch.kind() {
-                        "heredoc_body" => {
-                            self.scan(ch, src);
-                            let text = &src[ch.byte_range()];
-                            self.code_input(into, text);
-                            if downstream.is_some() {
-                                self.code_input(downstream.as_deref(), text);
-                            }
-                        }
-                        "heredoc_start" | "heredoc_end" => {}
-                        "file_redirect" | "herestring_redirect" => self.redirect(ch, src, into),
-                        k if is_statement(k) => self.statement(ch, src),
-                        _ => self.scan(ch, src),
-                    }
-                }
-            }
-            "herestring_redirect" => {
-                self.raise(CommandClass::ShellComplex, format!("{ASH_DIFFERS}: <<<"));
-                self.scan(r, src);
-                let mut c = r.walk();
-                let words: Vec<Node> = r.named_children(&mut c).collect();
-                for w in words {
-                    if let Some((t, _)) = literal(w, src) {
-                        self.code_input(into, &t);
-                    }
-                }
-            }
-            other => {
-                self.raise(
-                    CommandClass::ShellComplex,
-                    format!("a redirection the classifier does not read ({other})"),
-                );
-                self.scan(r, src);
-            }
-        }
-    }
-
-    /// Text fed on standard input to `into`: a shell runs it, an interpreter may name paths.
-    pub(super) fn code_input(&mut self, into: Option<&str>, text: &str) {
-        let Some(p) = into else { return };
-        if SHELLS.contains(&p) || p == "source" || p == "." {
-            let mut inner = self.nested();
-            inner.source(text);
-            self.absorb(inner);
-        } else if is_interpreter(p) {
-            self.inline_code(text);
-        }
-    }
-
-    /// Code of an interpreter: the paths its strings name are writes, and a string that is a
-    /// dangerous shell command (`system("rm -rf /")`) makes the command dangerous.
-    pub(super) fn inline_code(&mut self, code: &str) {
-        for w in inline_paths(code) {
-            self.push_write(w);
-        }
-        for s in string_literals(code) {
-            let mut inner = self.nested();
-            inner.source(s);
-            if inner.class == CommandClass::Dangerous {
-                self.raise(
-                    CommandClass::Dangerous,
-                    format!("inline code holds a dangerous shell command ({s})"),
-                );
-            }
-        }
-    }
-
     pub(super) fn assignment(&mut self, n: Node, src: &str) {
         if let Some(name) = n.child_by_field_name("name") {
             let name = &src[name.byte_range()];
@@ -616,19 +494,9 @@ impl<'a> Walk<'a> {
         }
     }
 
+    /// A function definition: its body is read here too (recursion is found by `vars`).
     pub(super) fn function(&mut self, n: Node, src: &str) {
         self.raise(CommandClass::ShellComplex, "a function definition");
-        let name = n
-            .child_by_field_name("name")
-            .map(|x| src[x.byte_range()].to_string());
-        if let (Some(name), Some(body)) = (name, n.child_by_field_name("body")) {
-            if calls_program(body, src, &name, 0) {
-                self.raise(
-                    CommandClass::Dangerous,
-                    format!("the function {name} calls itself (a fork bomb shape)"),
-                );
-            }
-        }
         if let Some(body) = n.child_by_field_name("body") {
             self.statement(body, src);
         }
@@ -673,11 +541,8 @@ impl<'a> Walk<'a> {
         self.scan(name, src);
         let word = name.named_child(0).unwrap_or(name);
         let Some((prog, pattern)) = literal(word, src) else {
-            self.raise(
-                CommandClass::ShellComplex,
-                "a variable or expansion in command position",
-            );
-            self.args_as_commands(&src[word.byte_range()], &args);
+            let program = Arg::of(word, src);
+            self.expanded_command(&src[word.byte_range()], &program, &args);
             self.redirects_of(n, src, None);
             return;
         };
@@ -685,7 +550,7 @@ impl<'a> Walk<'a> {
             // `/bin/r? -rf /` runs whatever the pattern matches; bash makes `{rm,-rf,/}` the
             // words `rm -rf /`.
             self.raise(CommandClass::ShellComplex, "a pattern in command position");
-            self.args_as_commands(&prog, &args);
+            self.args_as_commands(&prog, &args, false);
             if let Some(words) = crate::glob::alternatives(&prog).filter(|w| w.len() > 1) {
                 let rest: Vec<&str> = args.iter().map(|a| a.raw.as_str()).collect();
                 let mut inner = self.nested();
@@ -694,16 +559,18 @@ impl<'a> Walk<'a> {
             }
         }
         self.program(&prog, &args);
-        let into = resolve_program(&prog, &args).map(|(p, _)| p);
-        self.redirects_of(n, src, into.as_deref());
-    }
-
-    pub(super) fn redirects_of(&mut self, n: Node, src: &str, into: Option<&str>) {
+        // Only a redirection feeds the program: no need to look through its runners otherwise.
         let mut c = n.walk();
-        let reds: Vec<Node> = n.children_by_field_name("redirect", &mut c).collect();
-        for r in reds {
-            self.redirect(r, src, into);
-        }
+        let redirected = n
+            .children_by_field_name("redirect", &mut c)
+            .next()
+            .is_some();
+        let into = redirected
+            .then(|| resolve_program(&prog, &args))
+            .flatten()
+            .filter(|(p, a)| reads_code(p, a))
+            .map(|(p, _)| p);
+        self.redirects_of(n, src, into.as_deref());
     }
 }
 
@@ -753,25 +620,6 @@ pub(super) fn is_plain_expansion(n: Node) -> bool {
         }
     }
     named == 1
-}
-
-/// Whether anything under `n` runs a command named `name` (a function calling itself).
-pub(super) fn calls_program(n: Node, src: &str, name: &str, depth: usize) -> bool {
-    if depth > MAX_DEPTH {
-        return true;
-    }
-    if n.kind() == "command" {
-        if let Some(cn) = n.child_by_field_name("name") {
-            if &src[cn.byte_range()] == name {
-                return true;
-            }
-        }
-    }
-    let mut c = n.walk();
-    let children: Vec<Node> = n.named_children(&mut c).collect();
-    children
-        .into_iter()
-        .any(|ch| calls_program(ch, src, name, depth + 1))
 }
 
 /// Whether `n` has a `$"..."` (a locale string in bash, `$` and a string in ash) among its parts.

@@ -2,6 +2,7 @@
 //! eval, and programs the classifier cannot name.
 
 use super::opts::{parse, Parsed};
+use super::redirects::fed_by;
 use super::specs::{Before, Effect, Runs, Shape, Spec};
 use super::*;
 
@@ -195,7 +196,7 @@ impl Walk<'_> {
                         CommandClass::ShellComplex,
                         format!("{wrapper} runs a program the classifier cannot read"),
                     );
-                    self.unknown_program(&first.raw, tail);
+                    self.expanded_command(&first.raw, first, tail);
                 }
             }
         }
@@ -236,6 +237,10 @@ impl Walk<'_> {
         let mut inner = self.nested();
         inner.input_operands = self.input_operands;
         inner.piped_names = self.piped_names.clone();
+        // `env C='rm -rf /' sh -c '$C'`: the command sees what env sets.
+        for (var, value) in u.assignments.iter().filter_map(|a| a.split_once('=')) {
+            inner.scope.add(var, Values::of(value));
+        }
         for dir in &u.chdir {
             match dir.text() {
                 Some(d) => {
@@ -284,24 +289,115 @@ impl Walk<'_> {
         self.absorb(inner);
     }
 
-    /// Shell code a program runs (`su -c`, `watch`, `flock -c`): its words joined by spaces.
+    /// Shell code a program runs (`eval`, `sh -c`, `su -c`, `watch`, `flock -c`): its words
+    /// joined by spaces, each text they may be with the variables the command sets. Code
+    /// built from text the classifier cannot read is dangerous.
     pub(super) fn run_code(&mut self, name: &str, words: &[Arg]) {
-        let texts: Option<Vec<&str>> = words.iter().map(|a| a.text()).collect();
-        match texts {
-            Some(texts) if !texts.is_empty() => {
-                self.raise(
-                    CommandClass::ShellComplex,
-                    format!("{name} runs shell code"),
-                );
-                let mut inner = self.nested();
-                inner.source(&texts.join(" "));
-                self.absorb(inner);
+        if words.is_empty() {
+            return;
+        }
+        self.raise(
+            CommandClass::ShellComplex,
+            format!("{name} runs shell code"),
+        );
+        let mut code = Values {
+            texts: vec![String::new()],
+            ..Values::default()
+        };
+        for (k, w) in words.iter().enumerate() {
+            let mut v = self.expand(w);
+            if k > 0 {
+                v.texts = v.texts.iter().map(|t| format!(" {t}")).collect();
             }
-            Some(_) => {}
-            None => self.raise(
+            code = code.then(v);
+        }
+        for text in &code.texts {
+            let mut inner = self.nested();
+            inner.source(text);
+            self.absorb(inner);
+        }
+        if code.unknown {
+            self.raise(
+                CommandClass::Dangerous,
+                format!("{name} runs code built from text the classifier cannot read"),
+            );
+        } else if code.outside {
+            self.raise(
                 CommandClass::ShellComplex,
                 format!("{name} runs code the classifier cannot read"),
-            ),
+            );
+        }
+    }
+
+    /// A script a shell or `source` runs: a process substitution is read as what it prints,
+    /// a file the command itself writes as what it writes there.
+    pub(super) fn script_operand(&mut self, name: &str, script: Option<&Arg>) {
+        let Some(script) = script else { return };
+        match fed_by(script) {
+            Some(produced) => self.produced_input(name, produced, "a process substitution"),
+            None => {
+                self.run_written(name, script);
+            }
+        }
+    }
+
+    /// A file run as a script or a program: when the command itself writes it, what it
+    /// writes there is the code (and text the classifier cannot read is code it cannot see).
+    /// Returns whether the command writes it.
+    pub(super) fn run_written(&mut self, reader: &str, file: &Arg) -> bool {
+        let Some(t) = file.text() else { return false };
+        let path = normalise(Path::new(&self.land(t)));
+        let same = |w: &String| normalise(Path::new(w)) == path;
+        match self
+            .written
+            .iter()
+            .find(|(w, _)| same(w))
+            .map(|(_, text)| text.clone())
+        {
+            Some(Some(text)) => {
+                self.code_input(Some(reader), &text);
+                true
+            }
+            found => {
+                if found.is_some() || self.other_writes.iter().any(same) {
+                    self.raise(
+                        CommandClass::Dangerous,
+                        format!(
+                            "{reader} runs {t}, which the command writes with text the \
+                             classifier cannot read"
+                        ),
+                    );
+                    return true;
+                }
+                false
+            }
+        }
+    }
+
+    /// A command whose program word is built from variables or output (`$c`, `$(which rm)`):
+    /// each text it may become, split into words, is read as the command it runs; text the
+    /// classifier cannot read makes it dangerous.
+    pub(super) fn expanded_command(&mut self, shown: &str, word: &Arg, args: &[Arg]) {
+        self.raise(
+            CommandClass::ShellComplex,
+            "a variable or expansion in command position",
+        );
+        let values = self.expand(word);
+        for words in values.split(&self.scope.ifs()) {
+            let command: Vec<Arg> = words.into_iter().chain(args.iter().cloned()).collect();
+            let mut inner = self.nested();
+            inner.input_operands = self.input_operands;
+            inner.run_rest(shown, &command);
+            self.absorb(inner);
+        }
+        if values.unknown {
+            self.raise(
+                CommandClass::Dangerous,
+                format!("{shown} runs a command built from text the classifier cannot read"),
+            );
+        }
+        if values.outside || values.texts.is_empty() {
+            self.args_as_commands(shown, args, false);
         }
     }
 
@@ -330,6 +426,25 @@ impl Walk<'_> {
             .map(str::to_string)
             .next()
             .or_else(|| p.has_any(&["I", "replace"]).then(|| "{}".to_string()));
+        // `xargs -a FILE sh -c '{}'`: the file's text is code.
+        if let Some(file) = p.values("arg-file").first() {
+            let command: Vec<Arg> = match &replace {
+                Some(_) => words.to_vec(),
+                None => words.iter().cloned().chain([Arg::literal("{}")]).collect(),
+            };
+            let runs_input = command.split_first().is_some_and(|(first, rest)| {
+                first
+                    .text()
+                    .and_then(|p| resolve_program(p, rest))
+                    .is_some_and(|(p, a)| reads_code(&p, &a))
+            });
+            if runs_input {
+                self.raise(
+                    CommandClass::Dangerous,
+                    format!("xargs runs the text of {} as code", file.raw),
+                );
+            }
+        }
         let mut inner = self.nested();
         match self.piped_names.clone() {
             Some(names) => {
@@ -362,8 +477,10 @@ impl Walk<'_> {
     }
 
     /// `sh [OPTIONS] -c [--] CODE`: the code is classified too, so that `sh -c 'rm -rf /'` is
-    /// dangerous however the options are spelled.
-    pub(super) fn shell_inline(&mut self, args: &[Arg]) {
+    /// dangerous however the options are spelled. `sh SCRIPT ARGS`: the script is a file the
+    /// classifier cannot read (a process substitution is read as what it prints), and it may
+    /// run its arguments.
+    pub(super) fn shell_inline(&mut self, name: &str, args: &[Arg]) {
         let mut i = 0;
         let mut inline = false;
         let mut operand = None;
@@ -393,58 +510,68 @@ impl Walk<'_> {
             break;
         }
         if !inline {
+            if let Some(at) = operand {
+                self.script_operand(name, args.get(at));
+                self.args_as_commands(name, args.get(at + 1..).unwrap_or(&[]), true);
+            }
             return;
         }
         if let Some(at) = operand {
             self.positional_commands(args.get(at..).unwrap_or(&[]));
         }
         match operand.and_then(|at| args.get(at)) {
-            Some(code) => match code.text() {
-                Some(text) => {
-                    let mut inner = self.nested();
-                    inner.source(text);
-                    self.absorb(inner);
-                }
-                None => self.raise(
-                    CommandClass::ShellComplex,
-                    "a shell runs code the classifier cannot read",
-                ),
-            },
+            Some(code) => self.run_code(name, std::slice::from_ref(code)),
             None => self.raise(CommandClass::ShellComplex, "sh -c without code"),
         }
     }
 
-    pub(super) fn inline_shell(&mut self, args: &[Arg]) {
-        let texts: Option<Vec<&str>> = args.iter().map(|a| a.text()).collect();
-        if let Some(texts) = texts {
-            let mut inner = self.nested();
-            inner.source(&texts.join(" "));
-            self.absorb(inner);
-        }
-    }
-
+    /// An interpreter's inline code (`python3 -c CODE`, `perl -e CODE`) and the operands after
+    /// it (which the code may act on), or its script, which may run its arguments.
     pub(super) fn interpreter_inline(&mut self, name: &str, args: &[Arg]) {
         let opts = interpreter_code_opts(name).unwrap_or(&[]);
         let awk = name.ends_with("awk");
-        let mut code: Vec<&str> = Vec::new();
+        let mut code: Vec<String> = Vec::new();
+        let mut operands: &[Arg] = &[];
         let mut i = 0;
         while let Some(a) = args.get(i) {
             i += 1;
-            let Some(t) = a.text() else { continue };
+            let t = a.text().unwrap_or("");
             if opts.contains(&t) {
-                if let Some(c) = args.get(i).and_then(|a| a.text()) {
-                    code.push(c);
+                if let Some(c) = args.get(i) {
+                    let values = self.expand(c);
+                    if values.unknown {
+                        self.raise(
+                            CommandClass::Dangerous,
+                            format!("{name} runs code built from text the classifier cannot read"),
+                        );
+                    }
+                    code.extend(values.texts);
                 }
                 i += 1;
+                operands = args.get(i..).unwrap_or(&[]);
             } else if awk && (t == "-v" || t == "-F" || t == "-f") {
                 i += 1;
             } else if awk && !t.starts_with('-') {
-                code.push(t);
+                code.push(t.to_string());
+                break;
+            } else if !t.starts_with('-') || a.text().is_none() {
+                if code.is_empty() {
+                    // The script: a process substitution is read as what it prints, and it
+                    // may run its arguments.
+                    self.script_operand(name, Some(a));
+                    self.args_as_commands(name, args.get(i..).unwrap_or(&[]), true);
+                }
                 break;
             }
         }
+        let operands: Vec<String> = operands
+            .iter()
+            .filter_map(|a| a.text())
+            .filter(|t| !t.starts_with('-'))
+            .map(str::to_string)
+            .collect();
         for c in code {
-            self.inline_code(c);
+            self.inline_code_on(&c, &operands);
         }
     }
 
@@ -485,23 +612,26 @@ const MAX_ARG_READINGS: usize = 16;
 impl Walk<'_> {
     /// A program the classifier cannot name (`mytool`, `$X`, `./x`): `ShellComplex`, and its
     /// arguments are read as what it may run (`args_as_commands`).
-    pub(super) fn unknown_program(&mut self, shown: &str, args: &[Arg]) {
+    pub(super) fn unknown_program(&mut self, shown: &str, args: &[Arg], strict: bool) {
         self.raise(
             CommandClass::ShellComplex,
             format!("{shown} is not a program the classifier knows"),
         );
-        self.args_as_commands(shown, args);
+        self.args_as_commands(shown, args, strict);
     }
 
     /// Arguments a program the classifier cannot see through may run: read as each destroying
     /// program would read them (`$X -rf /`), from each word naming a program the classifier
     /// knows (`mytool rm -rf /`), and as shell code where a word holds a space or an operator
     /// (`ssh host 'rm -rf /'`). A dangerous reading makes the command `Dangerous`; the writes
-    /// of every reading are reported.
-    pub(super) fn args_as_commands(&mut self, shown: &str, args: &[Arg]) {
+    /// of every reading are reported. `strict` (a program run by a bare name, such as
+    /// `ctags -R .`): only a path that names a root by itself counts as one for the
+    /// destroyers' reading, not one that may be a root because the directory is unknown.
+    pub(super) fn args_as_commands(&mut self, shown: &str, args: &[Arg], strict: bool) {
         for candidate in DESTROYERS {
             let mut inner = self.nested();
             inner.input_operands = self.input_operands;
+            inner.strict_roots = strict;
             inner.program(candidate, args);
             if inner.class == CommandClass::Dangerous {
                 self.raise(
