@@ -5,6 +5,36 @@ use super::opts::Parsed;
 use super::specs::Effect;
 use super::*;
 
+/// Compressors, and whether they only print (`zcat` and its kin decompress to the output).
+pub(super) const COMPRESSORS: &[(&str, bool)] = &[
+    ("gzip", false),
+    ("gunzip", false),
+    ("zcat", true),
+    ("pigz", false),
+    ("unpigz", false),
+    ("bzip2", false),
+    ("bunzip2", false),
+    ("bzcat", true),
+    ("xz", false),
+    ("unxz", false),
+    ("xzcat", true),
+    ("lzma", false),
+    ("unlzma", false),
+    ("lzcat", true),
+    ("zstd", false),
+    ("unzstd", false),
+    ("zstdcat", true),
+    ("lz4", false),
+    ("lz4cat", true),
+];
+
+/// unzip's letters that take a value (`-d DIR`, `-P PASSWORD`, `-O`/`-I CHARSET`).
+const UNZIP_VALUED: &str = "dPOI";
+/// Its letters that make it list, test or print instead of extracting.
+const UNZIP_READS: &str = "ltpczZ";
+/// Its other letters.
+const UNZIP_FLAGS: &str = "abBCDfFjJKLMnNoqsTuUVvWX$:^2";
+
 impl Walk<'_> {
     pub(super) fn tar(&mut self, o: &Parsed) {
         let extract = o.has("extract");
@@ -24,8 +54,16 @@ impl Walk<'_> {
             }
         }
         if extract && !o.has("to-stdout") {
-            let dir = o.values("directory").last().map(|a| (*a).clone());
-            self.extracts("tar -x", dir, &o.operands);
+            // Every `-C DIR` is written (members named after one land in it).
+            let dirs = o.values("directory");
+            if let Some((last, before)) = dirs.split_last() {
+                for d in before {
+                    self.write_target(d);
+                }
+                self.extracts("tar -x", Some((*last).clone()), &o.operands);
+            } else {
+                self.extracts("tar -x", None, &o.operands);
+            }
         }
         if writes_archive && o.has("remove-files") {
             // The members are deleted once archived: a root archived away is gone.
@@ -84,48 +122,127 @@ impl Walk<'_> {
         }
     }
 
-    pub(super) fn patch(&mut self, o: &Parsed) {
-        if o.has("dry-run") {
-            return;
-        }
-        match o.operands.first() {
-            Some(orig) if o.values("output").is_empty() => self.write_target(orig),
-            Some(_) => {}
-            None if !o.values("output").is_empty() => {}
-            None => {
-                self.raise(CommandClass::WorkspaceMutating, "patch");
-                self.raise(
-                    CommandClass::ShellComplex,
-                    "patch writes the files its patch names, which the classifier cannot see",
-                );
-            }
-        }
-    }
-
-    /// unzip's options are its own: `-d DIR`, `-x` before exclusions, single letters.
+    /// unzip's options are its own: single letters anywhere among the operands, `-d DIR` (or
+    /// `-dDIR`) where to extract, `-x` before names left out; `-l`, `-t`, `-p`, `-c`, `-z`,
+    /// `-Z` (and `-v` first) only read.
     pub(super) fn unzip(&mut self, args: &[Arg]) {
         let mut dir = None;
         let mut operands = Vec::new();
         let mut only_reads = false;
+        let mut excluding = false;
         let mut i = 0;
         while let Some(a) = args.get(i) {
             i += 1;
-            match a.text() {
-                Some("-d") => {
-                    dir = args.get(i).cloned();
-                    i += 1;
+            let t = match a.text() {
+                Some(t) if t.starts_with('-') && t.len() > 1 => t,
+                _ => {
+                    if !excluding {
+                        operands.push(a.clone());
+                    }
+                    continue;
                 }
-                Some("-x") => break,
-                Some(t) if t.starts_with('-') && t.len() > 1 => {
-                    only_reads |= t.chars().any(|c| "ltvZpcz".contains(c));
+            };
+            excluding = false;
+            let letters: Vec<char> = t.chars().skip(1).collect();
+            for (k, c) in letters.iter().enumerate() {
+                if UNZIP_VALUED.contains(*c) {
+                    let rest: String = letters[k + 1..].iter().collect();
+                    let value = match rest.is_empty() {
+                        true => {
+                            i += 1;
+                            args.get(i - 1).cloned()
+                        }
+                        false => Some(a.with_text(&rest)),
+                    };
+                    if *c == 'd' {
+                        dir = value;
+                    }
+                    break;
                 }
-                _ => operands.push(a.clone()),
+                match c {
+                    'x' => excluding = true,
+                    // `-v` first is a listing; later, verbosity.
+                    'v' if i == 1 && k == 0 => only_reads = true,
+                    _ if UNZIP_READS.contains(*c) => only_reads = true,
+                    _ if UNZIP_FLAGS.contains(*c) => {}
+                    _ => self.raise(
+                        CommandClass::ShellComplex,
+                        format!("unzip -{c} is an option the classifier does not know"),
+                    ),
+                }
             }
         }
         if only_reads {
             return;
         }
         self.extracts("unzip", dir, operands.get(1..).unwrap_or(&[]));
+    }
+
+    /// A compressor: with `-c`, `-t`, `-l`, or no file, or as `zcat`, it only reads; otherwise
+    /// each file is replaced by its (de)compressed form, beside it.
+    pub(super) fn compressor(&mut self, name: &str, o: &Parsed) {
+        let prints = COMPRESSORS.iter().any(|(c, cat)| *c == name && *cat);
+        if prints || o.with_effect(Effect::Query).next().is_some() {
+            return;
+        }
+        for f in &o.operands {
+            if f.text() != Some("-") {
+                self.write_target(f);
+            }
+        }
+        // `-r DIR`: every file under it.
+        self.unplaced |= o.has("recursive") && !o.operands.is_empty();
+    }
+
+    /// `split [FILE [PREFIX]]` and `csplit -f PREFIX FILE PATTERNS`: files named PREFIX and
+    /// a suffix.
+    pub(super) fn split(&mut self, name: &str, o: &Parsed) {
+        let prefix = match name {
+            "csplit" => o.values("prefix").first().map(|a| (*a).clone()),
+            _ => o.operands.get(1).cloned(),
+        };
+        let default = if name == "csplit" { "xx" } else { "x" };
+        let prefix = prefix.unwrap_or_else(|| Arg::literal(default));
+        match prefix.text() {
+            Some(p) => self.write_target(&Arg {
+                pattern: true,
+                ..prefix.with_text(&format!("{p}*"))
+            }),
+            None => self.write_target(&prefix),
+        }
+    }
+
+    /// `patch [-d DIR] [ORIGINAL [PATCHFILE]]`: ORIGINAL (under DIR) is written; without it,
+    /// the files the patch names, under DIR.
+    pub(super) fn patch(&mut self, o: &Parsed) {
+        if o.has("dry-run") {
+            return;
+        }
+        let dir = o.values("directory").last().map(|a| (*a).clone());
+        let mut inner = self.nested();
+        if let Some(d) = &dir {
+            match d.text() {
+                Some(t) => inner.cwd = Some(inner.land(t)),
+                None => inner.cwd_unknown = true,
+            }
+        }
+        match o.operands.first() {
+            Some(orig) if o.values("output").is_empty() => inner.write_target(orig),
+            Some(_) => {}
+            None if !o.values("output").is_empty() => {}
+            None => {
+                inner.raise(CommandClass::WorkspaceMutating, "patch");
+                inner.raise(
+                    CommandClass::ShellComplex,
+                    "patch writes the files its patch names, which the classifier cannot see",
+                );
+                if let Some(d) = &dir {
+                    self.write_target(d);
+                }
+                inner.unplaced = true;
+            }
+        }
+        self.absorb(inner);
     }
 
     /// Members extracted into `dir` (or the working directory): written; none named means
@@ -142,6 +259,7 @@ impl Walk<'_> {
                     "{what} writes the files the archive names, which the classifier cannot see"
                 ),
             );
+            self.unplaced = true;
         }
         for m in members {
             match (dir.as_ref().and_then(|d| d.text()), m.text()) {

@@ -1,5 +1,7 @@
 //! One program run with its arguments: the dispatch and the programs that write or delete.
 
+use super::archives::COMPRESSORS;
+use super::editors::is_editor;
 use super::opts::{parse, Parsed, LENIENT};
 use super::specs::{spec_of, Effect, Operands, Spec};
 use super::*;
@@ -149,8 +151,11 @@ impl Walk<'_> {
             }
             n if is_interpreter(n) => {
                 self.raise(ShellComplex, format!("{n} runs a program"));
-                self.interpreter_inline(n, args);
+                if !self.script_interpreter(n, args) {
+                    self.interpreter_inline(n, args);
+                }
             }
+            n if is_editor(n) => self.editor(n, args),
             other => self.unknown_program(other, args, pn.system),
         }
     }
@@ -253,6 +258,7 @@ impl Walk<'_> {
         let writer = matches!(
             spec.operands,
             Operands::Written
+                | Operands::Rewritten { .. }
                 | Operands::Emptied
                 | Operands::Deleted
                 | Operands::DeletedTrees
@@ -266,6 +272,7 @@ impl Walk<'_> {
                     "{name} changes names read from the input, which the classifier cannot see"
                 ),
             );
+            self.unplaced = true;
         }
         match spec.operands {
             Operands::Read => {}
@@ -293,6 +300,15 @@ impl Walk<'_> {
                 self.deletes(name, recursive, p.operands.get(skip..).unwrap_or(&[]));
             }
             Operands::Copied => self.copied(name, &p),
+            Operands::Rewritten { leading, always } => {
+                let checks = p.with_effect(Effect::Query).next().is_some();
+                let asked = p.with_effect(Effect::InPlace).next().is_some();
+                if (always && !checks) || asked {
+                    for t in p.operands.get(leading..).unwrap_or(&[]) {
+                        self.write_target(t);
+                    }
+                }
+            }
             // Runners are read by `wrapped` before the spec is parsed here.
             Operands::Command => {}
             Operands::Own => match name {
@@ -307,6 +323,8 @@ impl Walk<'_> {
                 "mknod" => self.mknod(&p),
                 "make" | "gmake" | "ninja" => self.make(name, &p, args),
                 "curl" | "wget" => self.download(name, &p),
+                "split" | "csplit" => self.split(name, &p),
+                n if COMPRESSORS.iter().any(|(c, _)| *c == n) => self.compressor(name, &p),
                 "rsync" => self.rsync(&p),
                 "patch" => self.patch(&p),
                 other => self.raise(

@@ -182,6 +182,27 @@ const SUBS: &[Sub] = &[
     ),
 ];
 
+/// Subcommands that rewrite files of the work tree they do not name.
+const TREE_CHANGERS: &[&str] = &[
+    "stash",
+    "checkout",
+    "switch",
+    "reset",
+    "merge",
+    "pull",
+    "rebase",
+    "cherry-pick",
+    "revert",
+    "am",
+    "apply",
+    "restore",
+    "clean",
+    "rm",
+    "mv",
+    "submodule",
+    "sparse-checkout",
+];
+
 /// Config keys whose value is a command git runs (`alias.x=!CMD`, `core.pager=CMD`): read as
 /// code when they are set.
 const COMMAND_KEYS: &[&str] = &[
@@ -271,6 +292,12 @@ impl Walk<'_> {
             }
         }
         inner.git_sub(sub, rest);
+        // `git -C vendor stash pop` rewrites files under vendor it does not name.
+        if TREE_CHANGERS.contains(&sub) && inner.class >= WorkspaceMutating {
+            for d in &dirs {
+                self.write_target(d);
+            }
+        }
         self.absorb(inner);
     }
 
@@ -378,7 +405,10 @@ impl Walk<'_> {
                     self.write_target(&d);
                 }
             }
-            "format-patch" if long_values(rest, "output-directory", 1).is_empty() => {
+            "format-patch"
+                if long_values(rest, "output-directory", 1).is_empty()
+                    && short_values(rest, "-o").is_empty() =>
+            {
                 self.write_target(&Arg {
                     pattern: true,
                     ..Arg::literal("[0-9]*.patch")

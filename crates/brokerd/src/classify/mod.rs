@@ -6,8 +6,12 @@
 //! never `ReadOnly`. The class of a list or pipeline is the highest class of its parts.
 //!
 //! Besides the class, the walk collects the paths the command writes, as far as the parse tells
-//! (redirection targets, tee, cp/mv/install/ln destinations, touch/truncate/mkdir/rm targets,
-//! `sed -i` files, string literals of inline programs), for the protected-target checks.
+//! (redirections, `<>` included; tee, cp/mv/install/ln destinations, touch/truncate/mkdir/rm
+//! targets, `sed -i` and `sed w` files, archives' `-C`/`-d` directories, `patch -d`, `git -C`,
+//! split's prefix, in-place rewriters (`rewriters`), editors and `perl -i` (`editors`), string
+//! literals of inline programs), for the protected-target checks. A write it cannot place (after
+//! a `cd` it cannot follow, `{}` of find, names read from the input, files only an archive or a
+//! patch names) sets `Assessment::unplaced`.
 //!
 //! Decisions written down here:
 //! - `awk` (and every interpreter) is `ShellComplex`: its programs can call `system()` and write
@@ -25,7 +29,8 @@
 //! - Arithmetic (`$((..))`, `((..))`, `[[ a -eq b ]]`) and `${..}` with operators are
 //!   `ShellComplex`: bash evaluates array subscripts inside them, which can run commands.
 //! - Relative paths are relative to the shell's working directory, which the classifier does
-//!   not know; after a literal `cd DIR` they are reported joined to `DIR`.
+//!   not know; after a literal `cd DIR` (`pushd`, `env -C`, `git -C`, `make -C`, `patch -d`)
+//!   they are reported joined to `DIR`, and after one it cannot follow they are unplaced.
 //! - The sandbox's shell is busybox ash; the grammar is bash's. Where they read a command
 //!   differently (`[[ ]]`, `$'...'`, `$"..."`, `{a,b}`, `&>`, `|&`, `<<<`, arrays) the command
 //!   is at least `ShellComplex`, and `$'...'` is decoded as bash does to name the program.
@@ -61,8 +66,8 @@
 //! Modules: `walk` (the syntax tree), `words` (quote removal, a word's parts), `vars`, `opts`
 //! and `specs` (options), `runners` (programs that run their arguments), `commands` (one
 //! program), `pipes` (pipelines), `produce` (what a command prints), `redirects`, `wrappers`,
-//! `targets` (where writes land), `find`, `git`, `sed`, `archives`, `paths`, `programs` (lists
-//! of programs by kind); `adversarial.toml` is the table of hostile commands checked when the
+//! `targets` (where writes land), `find`, `git`, `sed`, `archives`, `rewriters`, `editors`,
+//! `paths`, `programs` (lists of programs by kind); `adversarial.toml` is the table of hostile commands checked when the
 //! classifier is built.
 
 use std::fmt;
@@ -74,6 +79,7 @@ use tree_sitter::{Language, Node, ParseOptions, Parser};
 
 mod archives;
 mod commands;
+mod editors;
 mod find;
 mod git;
 mod opts;
@@ -82,6 +88,7 @@ mod pipes;
 mod produce;
 mod programs;
 mod redirects;
+mod rewriters;
 mod runners;
 mod sed;
 mod specs;
@@ -287,9 +294,12 @@ struct Case {
     command: String,
     class: CommandClass,
     writes: Option<Vec<String>>,
+    /// Whether the walk cannot place a write (`Assessment::unplaced`), where the table says.
+    unplaced: Option<bool>,
 }
 
-/// Checks every command of `ADVERSARIAL`: its class, and its writes where the table gives them.
+/// Checks every command of `ADVERSARIAL`: its class, and its writes and whether one is
+/// unplaced where the table gives them.
 fn check_adversarial(classifier: &Classifier, roots: &[PathBuf]) -> Result<usize, ClassifierError> {
     let table: Adversarial =
         toml::from_str(ADVERSARIAL).map_err(|e| ClassifierError::Table(e.to_string()))?;
@@ -308,6 +318,15 @@ fn check_adversarial(classifier: &Classifier, roots: &[PathBuf]) -> Result<usize
                     command: case.command.clone(),
                     expected: format!("writes {writes:?}"),
                     got: format!("writes {:?}", got.writes),
+                });
+            }
+        }
+        if let Some(unplaced) = case.unplaced {
+            if got.unplaced != unplaced {
+                return Err(ClassifierError::Case {
+                    command: case.command.clone(),
+                    expected: format!("unplaced {unplaced}"),
+                    got: format!("unplaced {}", got.unplaced),
                 });
             }
         }

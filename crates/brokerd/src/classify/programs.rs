@@ -198,6 +198,7 @@ pub(super) const READ_BY_NAME: &[&str] = &[
 /// unknown program's arguments may be the command it runs.
 pub(super) fn is_known_program(name: &str) -> bool {
     super::specs::spec_of(name).is_some()
+        || super::editors::is_editor(name)
         || READ_BY_NAME.contains(&name)
         || SHELLS.contains(&name)
         || is_interpreter(name)

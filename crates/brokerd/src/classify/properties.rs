@@ -540,6 +540,123 @@ fn built_command() -> impl Strategy<Value = String> {
         .prop_map(|(shape, var, command)| shape.replace("@V@", var).replace("@C@", command))
 }
 
+/// Ways of writing a file `@T@`.
+const FILE_WRITERS: &[&str] = &[
+    "echo x > @T@",
+    "ls 1<>@T@",
+    "cp a @T@",
+    "tee @T@ < a",
+    "sed -i s/a/b/ @T@",
+    "sed -n 'w @T@' f",
+    "perl -pi -e s/a/b/ @T@",
+    "perl -i.bak -pe 1 @T@",
+    "ruby -i -pe 1 @T@",
+    "ex -c wq @T@",
+    "vim -es -c wq @T@",
+    "dos2unix @T@",
+    "sd a b @T@",
+    "gofmt -w @T@",
+    "black @T@",
+    "iconv -f a -t b -o @T@ x",
+    "shuf -o @T@ x",
+    "sort -o @T@ x",
+    "split x @T@",
+    "csplit -f @T@ x /a/",
+    "dd if=a of=@T@",
+    "xxd -r h @T@",
+    "git archive -o @T@ HEAD",
+    "curl -o @T@ https://x.example/a",
+    "mkfifo @T@",
+    "rsync -a a @T@",
+    "install -D a @T@",
+    "truncate -s0 @T@",
+    "gzip @T@",
+    "zip @T@ a",
+    "tree -o @T@",
+    "time -o @T@ ls",
+    "script -q @T@ -c ls",
+    "python3 -c \"open('@T@','w')\"",
+];
+
+/// Ways of writing files under a directory `@D@`.
+const DIR_WRITERS: &[&str] = &[
+    "tar xf a.tar -C @D@",
+    "tar -xf a.tar --directory=@D@",
+    "unzip -d@D@ a.zip",
+    "unzip a.zip -d @D@",
+    "patch -d @D@ -p1 < f",
+    "git apply --directory=@D@ f",
+    "git -C @D@ checkout -- x",
+    "git -C @D@ stash pop",
+    "env -C @D@ touch x",
+    "make -C @D@",
+    "cd @D@ && touch x",
+    "find . -exec cp {} @D@/ \\;",
+];
+
+/// Writes the walk cannot place: it must say so.
+const UNPLACED_WRITERS: &[&str] = &[
+    "cd \"$X\" && touch x",
+    "env -C \"$X\" touch x",
+    "pushd \"$X\"; echo > y",
+    "git -C \"$X\" checkout -- x",
+    "find . -name '*.c' -exec sed -i s/a/b/ {} +",
+    "find . -delete",
+    "xargs touch < list",
+    "tar xf a.tar",
+    "unzip a.zip",
+    "patch -p1 < f",
+    "git apply f.diff",
+    "echo x > \"$OUT\"",
+];
+
+/// A write to a protected file or directory, or one the walk cannot place.
+fn protected_write() -> impl Strategy<Value = String> {
+    let target = prop::sample::select(
+        &[
+            "vendor/x.c",
+            "generated/a.rs",
+            "node_modules/m/i.js",
+            "third_party/l.h",
+            "build/tmp/o",
+            "src/vendor/y",
+        ][..],
+    );
+    let dir = prop::sample::select(
+        &[
+            "vendor",
+            "generated",
+            "node_modules",
+            "third_party",
+            "build/tmp",
+            "a/vendor",
+        ][..],
+    );
+    let shape = prop_oneof![
+        prop::sample::select(FILE_WRITERS),
+        prop::sample::select(DIR_WRITERS),
+        prop::sample::select(UNPLACED_WRITERS),
+    ];
+    (
+        shape,
+        target,
+        dir,
+        prop::sample::select(&["", "nice ", "env X=1 ", "busybox ", "timeout 5 ", "sudo "][..]),
+    )
+        .prop_map(|(shape, target, dir, runner)| {
+            // A runner runs `cd` in a child: it changes nothing.
+            let runner = if shape.starts_with("cd ") || shape.starts_with("pushd ") {
+                ""
+            } else {
+                runner
+            };
+            format!(
+                "{runner}{}",
+                shape.replace("@T@", target).replace("@D@", dir)
+            )
+        })
+}
+
 fn roots() -> Vec<PathBuf> {
     EXAMPLE_ROOTS.iter().map(PathBuf::from).collect()
 }
@@ -634,6 +751,21 @@ proptest! {
         prop_assert!(
             got.class == Dangerous || got.beyond.is_some(),
             "{command:?} is {} ({:?})", got.class, got.reason
+        );
+    }
+
+    /// Family "protected writes the walk loses" (issue #25): every write is reported, at a
+    /// path the protected-target check sees, or as one the walk cannot place.
+    #[test]
+    fn writes_are_reported_or_unplaced(command in protected_write()) {
+        let got = classify(&command, &roots());
+        let protected = got
+            .writes
+            .iter()
+            .any(|w| crate::protect::protected(w, std::path::Path::new(w)).is_some());
+        prop_assert!(
+            got.unplaced || protected,
+            "{command:?} writes {:?} ({}, {:?})", got.writes, got.class, got.reason
         );
     }
 

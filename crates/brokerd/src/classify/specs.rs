@@ -32,6 +32,10 @@ pub(super) enum Operands {
     Copied,
     /// A mode or owner first, then the files it changes (chmod, chown, chgrp).
     Changed,
+    /// Rewrites each of them in place, past the first `leading` (sd's FIND and REPLACE): always
+    /// (`always`) unless a `query` option asks only to check, or only with an `inplace` option
+    /// (`gofmt -w`).
+    Rewritten { leading: usize, always: bool },
     /// A command to run, with its own arguments: how it is found is the spec's `Runs`
     /// (`runners`).
     Command,
@@ -71,6 +75,8 @@ pub(super) enum Effect {
     Shell,
     /// The operands are files it edits (`sudo -e`).
     Edit,
+    /// Makes the program rewrite its operands in place (`gofmt -w`).
+    InPlace,
 }
 
 /// Operands of a runner before its command.
@@ -287,6 +293,57 @@ const SPECS: &[RawSpec] = &[
         "m,mode= p,parents v,verbose Z context=?",
     ),
     spec(&["mkfifo"], Operands::Written, "m,mode= Z context=?"),
+    spec(&["sponge"], Operands::Written, "a"),
+    spec(
+        &["shuf"],
+        Operands::Read,
+        "o,output=:write e,echo i,input-range= n,head-count= random-source= r,repeat \
+         z,zero-terminated",
+    ),
+    spec(
+        &["iconv"],
+        Operands::Read,
+        "f,from-code= t,to-code= l,list c o,output=:write s,silent verbose",
+    ),
+    RawSpec {
+        // tree's options are single letters and single-dash words, read as flags but these.
+        unknown_harmless: true,
+        abbreviate: false,
+        ..spec(
+            &["tree"],
+            Operands::Read,
+            "o=:write L= P= I= H= T= charset= filelimit= timefmt= sort= gitfile= infofile=",
+        )
+    },
+    RawSpec {
+        // The compressors share these options; others are read as flags.
+        unknown_harmless: true,
+        ..spec(
+            &[
+                "gzip", "gunzip", "zcat", "pigz", "unpigz", "bzip2", "bunzip2", "bzcat", "xz",
+                "unxz", "xzcat", "lzma", "unlzma", "lzcat", "zstd", "unzstd", "zstdcat", "lz4",
+                "lz4cat",
+            ],
+            Operands::Own,
+            "c,stdout,to-stdout:query d,decompress,uncompress k,keep f,force t,test:query \
+             l,list:query r,recursive S,suffix= n,no-name N,name q,quiet v,verbose T,threads= \
+             F,format= C,check= M,memlimit= files= files0= o=:write rm:mutate D= \
+             output-dir-flat=:write output-dir-mirror=:write b,blocking=",
+        )
+    },
+    spec(
+        &["split"],
+        Operands::Own,
+        "a,suffix-length= additional-suffix= b,bytes= C,line-bytes= d numeric-suffixes=? x \
+         hex-suffixes=? e,elide-empty-files filter=:run l,lines= n,number= t,separator= \
+         u,unbuffered verbose 0 1 2 3 4 5 6 7 8 9",
+    ),
+    spec(
+        &["csplit"],
+        Operands::Own,
+        "f,prefix= b,suffix-format= k,keep-files suppress-matched n,digits= s,q,quiet,silent \
+         z,elide-empty-files",
+    ),
     RawSpec {
         // Downloaders have hundreds of options; these take values or write files.
         unknown_harmless: true,
@@ -509,7 +566,8 @@ fn compiled() -> &'static Result<HashMap<&'static str, Spec>, String> {
     static SPECS_BY_NAME: OnceLock<Result<HashMap<&'static str, Spec>, String>> = OnceLock::new();
     SPECS_BY_NAME.get_or_init(|| {
         let mut out = HashMap::new();
-        for raw in SPECS.iter().chain(super::runners::RUNNERS) {
+        let tables = [SPECS, super::runners::RUNNERS, super::rewriters::REWRITERS];
+        for raw in tables.iter().flat_map(|t| t.iter()) {
             let options = compile_options(raw.options, raw.names)?;
             for name in raw.names {
                 let spec = Spec {
@@ -573,6 +631,7 @@ fn compile_options(text: &'static str, names: &[&str]) -> Result<Vec<Opt>, Strin
                     "login" => Effect::Login,
                     "shell" => Effect::Shell,
                     "edit" => Effect::Edit,
+                    "inplace" => Effect::InPlace,
                     other => return Err(format!("{program}: unknown effect `{other}`")),
                 },
             ),

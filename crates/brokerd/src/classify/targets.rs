@@ -30,6 +30,8 @@ impl Walk<'_> {
                 CommandClass::ShellComplex,
                 format!("a write to a path the classifier cannot read ({})", a.raw),
             );
+            // It may be any path.
+            self.unplaced = true;
             self.push_write(a.raw.clone());
             return;
         };

@@ -37,6 +37,12 @@ fn adversarial_table() {
                 ));
             }
         }
+        if case.unplaced.is_some_and(|u| u != got.unplaced) {
+            failures.push(format!(
+                "{:?}: expected unplaced {:?}, got {}",
+                case.command, case.unplaced, got.unplaced
+            ));
+        }
     }
     assert!(failures.is_empty(), "\n{}", failures.join("\n"));
 }

@@ -113,6 +113,13 @@ pub(super) fn unwrap<'s>(name: &str, spec: &'s Spec, runs: &Runs, args: &[Arg]) 
     let mut what = Vec::new();
     for ops in readings {
         let given = |option: &str| parsed.has(option);
+        // `script LOG -c CODE`: its files whatever it runs.
+        if let Shape::Files(default) = runs.shape {
+            match ops.is_empty() {
+                true if !default.is_empty() => files.push(Arg::literal(default)),
+                _ => files.extend(ops.iter().cloned()),
+            }
+        }
         what.push(if query {
             What::Nothing
         } else if edit {
@@ -136,16 +143,10 @@ pub(super) fn unwrap<'s>(name: &str, spec: &'s Spec, runs: &Runs, args: &[Arg]) 
             let command = runs.command_with.is_some_and(given);
             match runs.shape {
                 Shape::ShellArgs if !command => What::Shell(ops),
-                Shape::Files(default) => {
-                    match ops.is_empty() {
-                        true if !default.is_empty() => files.push(Arg::literal(default)),
-                        _ => files.extend(ops),
-                    }
-                    match runs.bare_shell {
-                        true => What::Shell(Vec::new()),
-                        false => What::Nothing,
-                    }
-                }
+                Shape::Files(_) => match runs.bare_shell {
+                    true => What::Shell(Vec::new()),
+                    false => What::Nothing,
+                },
                 Shape::Joined(unless) if !unless.is_some_and(given) && !ops.is_empty() => {
                     What::Code(ops)
                 }
