@@ -6,6 +6,11 @@ use super::opts::{parse, Parsed, LENIENT};
 use super::specs::{spec_of, Effect, Operands, Spec};
 use super::*;
 
+/// xxd's option letters that take a value, their long spellings, and its other letters.
+const XXD_VALUED: &str = "cglnosR";
+const XXD_LONG: &[&str] = &["-cols", "-groupsize", "-len", "-name", "-offset", "-seek"];
+const XXD_FLAGS: &str = "abCdeEhiprPuv-";
+
 impl Walk<'_> {
     /// Classifies one program run with its (already scanned) arguments.
     pub(super) fn program(&mut self, word: &str, args: &[Arg]) {
@@ -95,12 +100,7 @@ impl Walk<'_> {
             "cd" => self.cd(args),
             "set" => self.set(args),
             "find" => self.find(args),
-            "xxd" => {
-                let o = parse(name, &LENIENT, args);
-                if let Some(out) = o.operands.get(1) {
-                    self.write_target(out);
-                }
-            }
+            "xxd" => self.xxd(args),
             "unzip" => self.unzip(args),
             "git" => self.git(args),
             "dd" => {
@@ -149,6 +149,7 @@ impl Walk<'_> {
                 );
                 self.shell_inline(n, args);
             }
+            n if n.ends_with("awk") && is_interpreter(n) => self.awk(n, args),
             n if is_interpreter(n) => {
                 self.raise(ShellComplex, format!("{n} runs a program"));
                 if !self.script_interpreter(n, args) {
@@ -434,6 +435,38 @@ impl Walk<'_> {
         }
         // A recursive download writes what the pages link to.
         self.unplaced |= p.has_any(&["recursive", "mirror"]);
+    }
+
+    /// `xxd [OPTIONS] [INFILE [OUTFILE]]`: xxd reads an option by its first letter (`-l 16`,
+    /// `-len 16`, `-l16`); OUTFILE is written.
+    fn xxd(&mut self, args: &[Arg]) {
+        let mut operands = Vec::new();
+        let mut i = 0;
+        while let Some(a) = args.get(i) {
+            i += 1;
+            let t = match a.text() {
+                Some(t) if t.starts_with('-') && t.len() > 1 => t,
+                _ => {
+                    operands.push(a.clone());
+                    continue;
+                }
+            };
+            let letter = t.chars().nth(1).unwrap_or('-');
+            if XXD_VALUED.contains(letter) {
+                // The value is the next word after `-l` or `-len`, else attached.
+                if t.len() == 2 || XXD_LONG.contains(&t) {
+                    i += 1;
+                }
+            } else if !XXD_FLAGS.contains(letter) {
+                self.raise(
+                    CommandClass::ShellComplex,
+                    format!("xxd {t} is an option the classifier does not know"),
+                );
+            }
+        }
+        if let Some(out) = operands.get(1).filter(|o| o.text() != Some("-")) {
+            self.write_target(out);
+        }
     }
 
     /// `mknod NAME TYPE [MAJOR MINOR]`: a block or character device is a way to a disk or

@@ -14,8 +14,11 @@
 //! patch names) sets `Assessment::unplaced`.
 //!
 //! Decisions written down here:
-//! - `awk` (and every interpreter) is `ShellComplex`: its programs can call `system()` and write
-//!   files, and telling them apart would mean parsing awk.
+//! - An awk program the classifier reads whole (`awk`) is `ReadOnly` when it has no `system()`,
+//!   no pipe, no `getline` from a command and no output redirection; what it writes or runs is
+//!   read as that, and a command it builds from text it reads is `Dangerous`. Every other
+//!   interpreter is `ShellComplex`: its string literals are read as paths it may write and
+//!   commands it may run.
 //! - `sed` is read script by script: `w FILE` and `s///w FILE` write FILE, `e COMMAND` runs
 //!   COMMAND, `e` and `s///e` run the text sed reads (`Dangerous`); a script it cannot read
 //!   is `ShellComplex`.
@@ -66,7 +69,7 @@
 //! Modules: `walk` (the syntax tree), `words` (quote removal, a word's parts), `vars`, `opts`
 //! and `specs` (options), `runners` (programs that run their arguments), `commands` (one
 //! program), `pipes` (pipelines), `produce` (what a command prints), `redirects`, `wrappers`,
-//! `targets` (where writes land), `find`, `git`, `sed`, `archives`, `rewriters`, `editors`,
+//! `targets` (where writes land), `find`, `git`, `sed`, `awk`, `archives`, `rewriters`, `editors`,
 //! `paths`, `programs` (lists of programs by kind); `adversarial.toml` is the table of hostile commands checked when the
 //! classifier is built.
 
@@ -78,6 +81,7 @@ use serde::{Deserialize, Serialize};
 use tree_sitter::{Language, Node, ParseOptions, Parser};
 
 mod archives;
+mod awk;
 mod commands;
 mod editors;
 mod find;

@@ -69,6 +69,27 @@ pub(super) const PLAIN_READERS: &[&str] = &[
     "yes",
     "tsort",
     "numfmt",
+    // Process, binary and system information.
+    "ps",
+    "pgrep",
+    "pidof",
+    "uptime",
+    "free",
+    "vmstat",
+    "lscpu",
+    "groups",
+    "locale",
+    "getconf",
+    "tty",
+    "arch",
+    "logname",
+    "users",
+    "who",
+    "nm",
+    "readelf",
+    "objdump",
+    "size",
+    "bc",
 ];
 
 pub(super) const SHELLS: &[&str] = &[

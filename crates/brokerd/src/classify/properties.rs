@@ -64,7 +64,9 @@ const CORES: &[(Kind, &str, &str)] = &[
     (Kind::Changes, "sh", "script.sh"),
     (Kind::Changes, "python3", "x.py"),
     (Kind::Changes, "perl", "-e 1"),
-    (Kind::Changes, "awk", "{print} f"),
+    (Kind::Reads, "awk", "'{print $1}' f"),
+    (Kind::Changes, "awk", "'{print > \"out\"}' f"),
+    (Kind::Changes, "awk", "'{system(\"ls\")}' f"),
     (Kind::Changes, "make", ""),
     (Kind::Changes, "rg", "--pre ./x p"),
     (Kind::Changes, "dd", "if=a of=b"),
@@ -657,6 +659,61 @@ fn protected_write() -> impl Strategy<Value = String> {
         })
 }
 
+/// Honest reads (`@F@` a file, `@N@` a number) that must stay `read_only`.
+const HONEST_READS: &[&str] = &[
+    "git stash list",
+    "git stash show -p stash@{@N@}",
+    "git worktree list",
+    "git remote -v",
+    "git log --stat -@N@",
+    "xxd -l @N@ @F@",
+    "xxd -s @N@ -l @N@ @F@",
+    "xxd -c @N@ -g 1 @F@",
+    "xxd -len @N@ @F@",
+    "od -A x -t x1z -N @N@ @F@",
+    "tar tf @F@.tar",
+    "tar tvf @F@.tar",
+    "tar tzf @F@.tgz",
+    "tar -tvzf @F@.tgz",
+    "tar xOf @F@.tar m",
+    "zcat @F@.gz",
+    "gzip -dc @F@.gz",
+    "gunzip -c @F@.gz",
+    "xzcat @F@.xz",
+    "xz -dc @F@.xz",
+    "bzcat @F@.bz2",
+    "zstd -dc @F@.zst",
+    "unzip -l @F@.zip",
+    "unzip -p @F@.zip m",
+    "awk '{print $@N@}' @F@",
+    "awk -F: '{print $@N@}' @F@",
+    "awk 'NR>@N@ {s+=$@N@} END {print s}' @F@",
+    "awk -v n=@N@ 'NR<=n' @F@",
+    "awk '{ if ($@N@ > @N@) print $1 }' @F@",
+    "awk 'length($0) > @N@' @F@",
+    "awk '{ a[$1]++ } END { for (k in a) print k, a[k] }' @F@",
+    "awk '/x/ { c++ } END { print c }' @F@",
+    "awk '{ gsub(/a/, \"b\"); print }' @F@",
+    "gawk '{ print tolower($0) }' @F@",
+    "sed -n '@N@,@N@p' @F@",
+    "sed '$a end' @F@",
+];
+
+/// An honest read, alone or in a pipeline of readers.
+fn honest_read() -> impl Strategy<Value = String> {
+    (
+        prop::sample::select(HONEST_READS),
+        prop::sample::select(&["notes.md", "data.csv", "/srv/ref/a", "x"][..]),
+        1u32..200,
+        prop::sample::select(&["", " | head", " | sort | uniq -c", " | wc -l", " | grep x"][..]),
+        prop::sample::select(&["", "nice ", "timeout 5 ", "env LANG=C "][..]),
+    )
+        .prop_map(|(read, file, n, pipe, runner)| {
+            let read = read.replace("@F@", file).replace("@N@", &n.to_string());
+            format!("{runner}{read}{pipe}")
+        })
+}
+
 fn roots() -> Vec<PathBuf> {
     EXAMPLE_ROOTS.iter().map(PathBuf::from).collect()
 }
@@ -767,6 +824,13 @@ proptest! {
             got.unplaced || protected,
             "{command:?} writes {:?} ({}, {:?})", got.writes, got.class, got.reason
         );
+    }
+
+    /// Family "honest reads blocked" (issue #25).
+    #[test]
+    fn honest_reads_stay_read_only(command in honest_read()) {
+        let got = classify(&command, &roots());
+        prop_assert!(got.class == ReadOnly, "{command:?} is {} ({:?})", got.class, got.reason);
     }
 
     #[test]

@@ -229,7 +229,8 @@ impl Walk<'_> {
                 inner.source(text);
                 self.absorb(inner);
             }
-            Some(Reader::Interpreter | Reader::Awk) => self.inline_code(text),
+            Some(Reader::Interpreter) => self.inline_code(text),
+            Some(Reader::Awk) => self.awk_program(p, text, false),
             Some(Reader::Sed) => self.sed_script(Some(text)),
             Some(Reader::Bang) => {
                 self.raise(CommandClass::ShellComplex, format!("{p} runs commands"));

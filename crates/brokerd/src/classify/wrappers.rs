@@ -530,7 +530,6 @@ impl Walk<'_> {
     /// it (which the code may act on), or its script, which may run its arguments.
     pub(super) fn interpreter_inline(&mut self, name: &str, args: &[Arg]) {
         let opts = interpreter_code_opts(name).unwrap_or(&[]);
-        let awk = name.ends_with("awk");
         let mut code: Vec<String> = Vec::new();
         let mut operands: &[Arg] = &[];
         let mut i = 0;
@@ -550,11 +549,6 @@ impl Walk<'_> {
                 }
                 i += 1;
                 operands = args.get(i..).unwrap_or(&[]);
-            } else if awk && (t == "-v" || t == "-F" || t == "-f") {
-                i += 1;
-            } else if awk && !t.starts_with('-') {
-                code.push(t.to_string());
-                break;
             } else if !t.starts_with('-') || a.text().is_none() {
                 if code.is_empty() {
                     // The script: a process substitution is read as what it prints, and it
