@@ -194,6 +194,85 @@ impl Walk<'_> {
         self.unplaced |= o.has("recursive") && !o.operands.is_empty();
     }
 
+    /// `7z COMMAND [-oDIR] ARCHIVE [FILES]`: `a`, `u`, `d`, `rn` write the archive; `x` and
+    /// `e` extract into DIR (or here); `l`, `t`, `h`, `i`, `b` only read.
+    pub(super) fn sevenzip(&mut self, args: &[Arg]) {
+        let (switches, words): (Vec<&Arg>, Vec<&Arg>) = args
+            .iter()
+            .partition(|a| a.text().is_some_and(|t| t.starts_with('-') && t.len() > 1));
+        let dir = switches.iter().find_map(|a| {
+            a.text()
+                .and_then(|t| t.strip_prefix("-o"))
+                .map(|d| a.with_text(d))
+        });
+        let command = words.first().and_then(|a| a.text()).unwrap_or("");
+        let archive = words.get(1);
+        match command {
+            "a" | "u" | "d" | "rn" => {
+                if let Some(a) = archive {
+                    self.write_target(a);
+                }
+            }
+            "x" | "e" => {
+                let members: Vec<Arg> = words.iter().skip(2).map(|a| (*a).clone()).collect();
+                self.extracts("7z x", dir, &members);
+            }
+            "l" | "t" | "h" | "i" | "b" => {}
+            _ => self.raise(
+                CommandClass::ShellComplex,
+                "7z without a command the classifier reads",
+            ),
+        }
+    }
+
+    /// cpio: `-i` extracts what the archive names (under `-D DIR`), `-p DIR` copies into DIR,
+    /// `-o` writes the archive (`-F`/`-O FILE`); `-t` only lists.
+    pub(super) fn cpio(&mut self, o: &Parsed) {
+        if o.with_effect(Effect::Query).next().is_some() && !o.has("extract") {
+            return;
+        }
+        if o.has("extract") {
+            let dir = o.values("directory").last().map(|a| (*a).clone());
+            self.extracts("cpio -i", dir, &[]);
+        } else if o.has("pass-through") {
+            self.extracts("cpio -p", o.operands.first().cloned(), &[]);
+        } else if o.has("create") {
+            for f in o.values("file").into_iter().chain(o.values("O")) {
+                self.write_target(f);
+            }
+        } else {
+            self.raise(
+                CommandClass::ShellComplex,
+                "cpio without a mode the classifier reads",
+            );
+        }
+    }
+
+    /// `ar OPERATIONS [POSITION] ARCHIVE [MEMBERS]`: `d`, `m`, `q`, `r`, `s` write the archive;
+    /// `x` extracts its members here; `t` and `p` only read.
+    pub(super) fn ar(&mut self, args: &[Arg]) {
+        let Some((ops, rest)) = args.split_first() else {
+            return;
+        };
+        let ops = ops.text().unwrap_or("").trim_start_matches('-');
+        // `a`, `b` and `i` name a member to place the others by, before the archive.
+        let skip = usize::from(ops.contains(['a', 'b', 'i']));
+        let archive = rest.get(skip);
+        let members = rest.get(skip + 1..).unwrap_or(&[]);
+        if ops.contains(['d', 'm', 'q', 'r', 's']) {
+            if let Some(a) = archive {
+                self.write_target(a);
+            }
+        } else if ops.contains('x') {
+            self.extracts("ar x", None, members);
+        } else if !ops.contains(['t', 'p']) {
+            self.raise(
+                CommandClass::ShellComplex,
+                "ar without an operation the classifier reads",
+            );
+        }
+    }
+
     /// `split [FILE [PREFIX]]` and `csplit -f PREFIX FILE PATTERNS`: files named PREFIX and
     /// a suffix.
     pub(super) fn split(&mut self, name: &str, o: &Parsed) {
@@ -247,7 +326,7 @@ impl Walk<'_> {
 
     /// Members extracted into `dir` (or the working directory): written; none named means
     /// every member, which only the archive knows.
-    fn extracts(&mut self, what: &str, dir: Option<Arg>, members: &[Arg]) {
+    pub(super) fn extracts(&mut self, what: &str, dir: Option<Arg>, members: &[Arg]) {
         self.raise(CommandClass::WorkspaceMutating, what.to_string());
         if let Some(d) = &dir {
             self.write_target(d);

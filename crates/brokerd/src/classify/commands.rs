@@ -28,7 +28,7 @@ impl Walk<'_> {
             );
         }
         let name = pn.name.as_str();
-        if !word.contains('/') && self.call_function(word, args) {
+        if !word.contains('/') && (self.call_alias(word, args) || self.call_function(word, args)) {
             return;
         }
         // `./x.sh` the command itself writes: what it writes there runs.
@@ -147,6 +147,12 @@ impl Walk<'_> {
                     ShellComplex,
                     format!("{n} runs code the classifier does not see"),
                 );
+                // A shell first runs the file BASH_ENV or ENV names.
+                for var in ["BASH_ENV", "ENV"] {
+                    for file in self.scope.texts(var) {
+                        self.run_written(n, &Arg::literal(&file));
+                    }
+                }
                 self.shell_inline(n, args);
             }
             n if n.ends_with("awk") && is_interpreter(n) => self.awk(n, args),
@@ -319,12 +325,15 @@ impl Walk<'_> {
                         self.write_target(out);
                     }
                 }
-                "tar" => self.tar(&p),
+                "tar" | "bsdtar" | "gtar" => self.tar(&p),
                 "zip" => self.zip(&p, args),
                 "mknod" => self.mknod(&p),
                 "make" | "gmake" | "ninja" => self.make(name, &p, args),
                 "curl" | "wget" => self.download(name, &p),
                 "split" | "csplit" => self.split(name, &p),
+                "7z" | "7za" | "7zr" => self.sevenzip(args),
+                "cpio" => self.cpio(&p),
+                "ar" => self.ar(args),
                 n if COMPRESSORS.iter().any(|(c, _)| *c == n) => self.compressor(name, &p),
                 "rsync" => self.rsync(&p),
                 "patch" => self.patch(&p),

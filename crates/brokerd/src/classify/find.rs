@@ -358,10 +358,15 @@ impl Walk<'_> {
                     );
                     for s in expr.starts.iter().take(MAX_FIND_STARTS) {
                         let found = FindExpr::found(s, *narrowed);
+                        // `{}` inside a word (`of={}`) stands for the path there.
+                        let start = found.text().unwrap_or("");
                         let words: Vec<Arg> = command
                             .iter()
                             .map(|a| match a.text() {
-                                Some(t) if t.contains("{}") => found.clone(),
+                                Some(t) if t.contains("{}") => Arg {
+                                    lit: Some(t.replace("{}", start)),
+                                    ..found.clone()
+                                },
                                 _ => a.clone(),
                             })
                             .collect();

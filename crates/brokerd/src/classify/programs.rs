@@ -90,6 +90,19 @@ pub(super) const PLAIN_READERS: &[&str] = &[
     "objdump",
     "size",
     "bc",
+    // Readers of archives and compressed files, and formatters of text.
+    "zipinfo",
+    "zgrep",
+    "zegrep",
+    "zfgrep",
+    "xzgrep",
+    "bzgrep",
+    "zstdgrep",
+    "zdiff",
+    "zcmp",
+    "pr",
+    "cal",
+    "look",
 ];
 
 pub(super) const SHELLS: &[&str] = &[

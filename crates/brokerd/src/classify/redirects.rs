@@ -256,7 +256,11 @@ impl Walk<'_> {
     /// (`shutil.rmtree`) of a string or operand naming a grant directory, `.` or `~`, or that
     /// deletes or moves a path naming one, is dangerous.
     pub(super) fn inline_code_on(&mut self, code: &str, operands: &[String]) {
-        for w in inline_paths(code) {
+        // The paths it names, in its strings or its operands (`process.argv[1]`).
+        let named = operands
+            .iter()
+            .filter(|o| o.contains(['/', '.']) && !o.contains("://"));
+        for w in inline_paths(code).into_iter().chain(named.cloned()) {
             self.push_write(w);
         }
         let strings = string_literals(code);

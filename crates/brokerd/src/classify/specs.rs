@@ -293,6 +293,29 @@ const SPECS: &[RawSpec] = &[
         "m,mode= p,parents v,verbose Z context=?",
     ),
     spec(&["mkfifo"], Operands::Written, "m,mode= Z context=?"),
+    spec(
+        &["scp"],
+        Operands::Copied,
+        "1 2 3 4 6 A B C O p q r R T v c= D= F= i= J= l= o= P= S= X=",
+    ),
+    RawSpec {
+        // 7z's switches are `-oDIR`, `-tzip`...: read by its own reader.
+        unknown_harmless: true,
+        ..spec(&["7z", "7za", "7zr"], Operands::Own, "")
+    },
+    RawSpec {
+        unknown_harmless: true,
+        ..spec(
+            &["cpio"],
+            Operands::Own,
+            "i,extract o,create p,pass-through t,list:query D,directory= d,make-directories \
+             F,file= O= I= H,format= E,pattern-file= R,owner= to-stdout:query",
+        )
+    },
+    RawSpec {
+        unknown_harmless: true,
+        ..spec(&["ar"], Operands::Own, "")
+    },
     spec(&["sponge"], Operands::Written, "a"),
     spec(
         &["shuf"],
@@ -533,7 +556,7 @@ const SPECS: &[RawSpec] = &[
     RawSpec {
         bundled_first: true,
         ..spec(
-            &["tar"],
+            &["tar", "bsdtar", "gtar"],
             Operands::Own,
             "A,catenate,concatenate c,create d,diff,compare delete r,append t,list test-label \
          u,update x,extract,get C,directory= f,file= a,auto-compress I,use-compress-program=:run \

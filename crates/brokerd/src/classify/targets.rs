@@ -30,9 +30,14 @@ impl Walk<'_> {
                 CommandClass::ShellComplex,
                 format!("a write to a path the classifier cannot read ({})", a.raw),
             );
-            // It may be any path.
+            // It may be any path; the ones the command shows are reported too.
             self.unplaced = true;
             self.push_write(a.raw.clone());
+            let values = self.expand(a);
+            for v in values.texts {
+                let shown = self.land(&v);
+                self.push_write(shown);
+            }
             return;
         };
         let shown = self.land(t);
@@ -58,6 +63,13 @@ impl Walk<'_> {
             );
         }
         self.raise(CommandClass::WorkspaceMutating, format!("writes {t}"));
+        // Every file under a root rewritten (`find ROOT -exec dd of={}`): its contents are gone.
+        if a.found == Found::Every && self.wipes_root(a) {
+            self.raise(
+                CommandClass::Dangerous,
+                format!("rewrites every file find finds under {t}, which may be a grant directory"),
+            );
+        }
         if a.pattern && !self.globbed.contains(&shown) {
             self.globbed.push(shown.clone());
         }
@@ -154,6 +166,21 @@ impl Walk<'_> {
                 .is_empty();
         }
         let p = normalise(Path::new(&self.land(&t)));
+        // Through a link the command made: `ln -s /srv x; rm -rf x/notes`.
+        for (link, target) in &self.links {
+            let rest = p.strip_prefix(normalise(Path::new(link))).ok();
+            if let Some(rest) = rest.filter(|_| !link.is_empty()) {
+                let through = normalise(&Path::new(target).join(rest));
+                if through.has_root()
+                    && self
+                        .roots
+                        .iter()
+                        .any(|r| normalise(r).starts_with(&through))
+                {
+                    return true;
+                }
+            }
+        }
         if !p.has_root() {
             // Relative to a working directory the classifier does not know: `.`, `*` and
             // anything climbing out with `..` may be a root.

@@ -44,6 +44,8 @@ pub(super) struct Scope {
     pub(super) functions: Vec<Function>,
     /// The functions being called now (a call of one of them is not read again).
     pub(super) calling: Vec<String>,
+    /// Aliases the command defines, and their text.
+    pub(super) aliases: Vec<(String, String)>,
 }
 
 /// The texts a word may become.
@@ -100,6 +102,11 @@ impl Values {
 }
 
 impl Scope {
+    /// The texts a variable the command sets may hold.
+    pub(super) fn texts(&self, name: &str) -> Vec<String> {
+        self.get(name).map(|v| v.texts.clone()).unwrap_or_default()
+    }
+
     /// The characters `IFS` may hold, where the command sets it.
     pub(super) fn ifs(&self) -> Vec<char> {
         self.get("IFS")
@@ -285,6 +292,27 @@ impl Walk<'_> {
                 }
             }
             "command" => self.collect_command(n, src),
+            // `declare -n REF=NAME`: REF stands for another variable, whatever it holds.
+            "declaration_command" => {
+                let mut c = n.walk();
+                let children: Vec<Node> = n.named_children(&mut c).collect();
+                let nameref = children.iter().any(|ch| {
+                    ch.kind() == "word" && {
+                        let t = &src[ch.byte_range()];
+                        t.starts_with('-') && t.contains('n')
+                    }
+                });
+                if nameref {
+                    for ch in children
+                        .iter()
+                        .filter(|ch| ch.kind() == "variable_assignment")
+                    {
+                        if let Some(name) = ch.child_by_field_name("name") {
+                            self.scope.add(&src[name.byte_range()], unknown());
+                        }
+                    }
+                }
+            }
             "function_definition" => {
                 let name = n.child_by_field_name("name").map(|x| &src[x.byte_range()]);
                 if let (Some(name), Some(body)) = (name, n.child_by_field_name("body")) {
@@ -330,6 +358,14 @@ impl Walk<'_> {
                 // `mapfile` without a name fills MAPFILE; `read` without one fills REPLY.
                 self.scope.add("MAPFILE", unknown.clone());
                 self.scope.add("REPLY", unknown);
+            }
+            "alias" => {
+                for (name, text) in names.filter_map(|t| t.split_once('=')) {
+                    let def = (name.to_string(), text.to_string());
+                    if !self.scope.aliases.contains(&def) {
+                        self.scope.aliases.push(def);
+                    }
+                }
             }
             "printf" => {
                 let mut words = names.skip_while(|t| *t != "-v").skip(1);
@@ -452,6 +488,29 @@ impl Walk<'_> {
     /// What a word may become, with the variables the command sets.
     pub(super) fn expand(&self, a: &Arg) -> Values {
         self.scope.expand(a)
+    }
+
+    /// A program word that is an alias the command defines: its text, then the arguments.
+    /// Returns false when `name` is no such alias.
+    pub(super) fn call_alias(&mut self, name: &str, args: &[Arg]) -> bool {
+        let texts: Vec<String> = self
+            .scope
+            .aliases
+            .iter()
+            .filter(|(n, _)| n == name)
+            .map(|(_, t)| t.clone())
+            .collect();
+        if texts.is_empty() || self.scope.calling.iter().any(|c| c == name) {
+            return false;
+        }
+        let raw: Vec<&str> = args.iter().map(|a| a.raw.as_str()).collect();
+        for text in texts {
+            let mut inner = self.nested();
+            inner.scope.calling.push(name.to_string());
+            inner.source(&format!("{text} {}", raw.join(" ")));
+            self.absorb(inner);
+        }
+        true
     }
 
     /// A call of a function the command defines: its body, with the call's arguments as
