@@ -126,8 +126,10 @@ const MAX_WRITES: usize = 256;
 
 /// The work one command may take to read, nested code included: parser operations, syntax
 /// nodes, words and programs, and `NESTED_WORK` for each nested reading. Work is counted, not
-/// timed, so that a command gets the same answer however busy the host is.
-const MAX_WORK: u64 = 1_000_000;
+/// timed, so that a command gets the same answer however busy the host is. A 64 KiB script of
+/// loops and conditions takes about half of it; 64 KiB of one construct repeated (`ls;`,
+/// `sh|`, `eval `) goes past it.
+const MAX_WORK: u64 = 250_000;
 
 /// What one nested reading (`sh -c`, a wrapper's command, a piece after a parse error) costs
 /// beyond the work inside it.

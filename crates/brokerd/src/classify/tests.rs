@@ -406,6 +406,22 @@ fn bad_input_is_bounded() {
             format!("echo {}", fill("a", MAX_COMMAND_BYTES - 5)),
         ),
         (
+            // An honest script nearly as long as the classifier reads: within its bounds.
+            "64 KiB of a script",
+            (0..)
+                .map(|i| {
+                    format!(
+                        "for f in src/*.c; do\n  if grep -q 'x{i}' \"$f\"; then\n    \
+                         sed -i 's/a{i}/b{i}/g' \"$f\"\n  fi\ndone\n"
+                    )
+                })
+                .scan(0, |len, step| {
+                    *len += step.len();
+                    (*len < MAX_COMMAND_BYTES).then_some(step)
+                })
+                .collect::<String>(),
+        ),
+        (
             "64 KiB and one byte",
             format!("echo {}", fill("a", MAX_COMMAND_BYTES)),
         ),
@@ -496,20 +512,21 @@ fn bad_input_is_bounded() {
 /// past (it is then refused).
 fn expected(what: &str) -> (CommandClass, Option<Bound>) {
     match what {
-        "64 KiB of one word"
-        | "64 KiB of statements"
-        | "replaced invalid UTF-8"
-        | "control characters" => (ReadOnly, None),
-        "64 KiB of redirections" => (WorkspaceMutating, None),
-        "64 KiB of quotes"
-        | "64 KiB of pipes into sh"
-        | "a parse error"
-        | "10 000 backquotes"
-        | "10 000 unclosed substitutions"
-        | "10 000 unclosed ifs" => (ShellComplex, None),
+        "64 KiB of one word" | "replaced invalid UTF-8" | "control characters" => (ReadOnly, None),
+        "64 KiB of quotes" | "64 KiB of a script" | "a parse error" | "10 000 backquotes" => {
+            (ShellComplex, None)
+        }
         "64 KiB and one byte" => (ShellComplex, Some(Bound::Length)),
         "NUL" | "only NULs" => (ShellComplex, Some(Bound::Nul)),
-        "64 KiB of eval" | "64 KiB of braces" => (ShellComplex, Some(Bound::Work)),
+        "64 KiB of statements"
+        | "64 KiB of redirections"
+        | "64 KiB of pipes into sh"
+        | "64 KiB of nice"
+        | "64 KiB of eval"
+        | "64 KiB of xargs"
+        | "64 KiB of braces"
+        | "10 000 unclosed substitutions"
+        | "10 000 unclosed ifs" => (ShellComplex, Some(Bound::Work)),
         _ => (ShellComplex, Some(Bound::Depth)),
     }
 }

@@ -14,6 +14,12 @@ use super::*;
 /// At most this many texts are told apart for one word; more make it unknown.
 const MAX_VALUES: usize = 16;
 
+/// What a command that sets something must contain: an assignment's `=`, a function's `(`
+/// (or `function`), and the commands that set variables, parameters and aliases.
+const SETTERS: &[&str] = &[
+    "=", "(", "function", "for", "read", "mapfile", "getopts", "printf", "set", "alias",
+];
+
 /// Commands that set the variables they name to text the classifier cannot read.
 const READERS: &[&str] = &["read", "mapfile", "readarray", "getopts"];
 
@@ -236,7 +242,13 @@ impl Walk<'_> {
     /// Collects the assignments and function definitions of the tree under `n` (twice, so
     /// that one using another set later is read with it).
     pub(super) fn collect(&mut self, n: Node, src: &str) {
-        for _ in 0..2 {
+        // Only these words set variables, parameters, aliases or functions: a command
+        // without them has nothing to collect.
+        if !SETTERS.iter().any(|w| src.contains(w)) {
+            return;
+        }
+        self.collect_in(n, src, 0);
+        if !self.scope.vars.is_empty() {
             self.collect_in(n, src, 0);
         }
         self.recursion();
