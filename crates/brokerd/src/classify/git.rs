@@ -364,7 +364,10 @@ impl Walk<'_> {
             "apply" | "am" => {
                 self.raise(
                     ShellComplex,
-                    format!("git {sub} writes the files its patch names, which the classifier cannot see"),
+                    format!(
+                        "git {sub} writes the files its patch names, which the classifier \
+                         cannot see"
+                    ),
                 );
                 self.unplaced = true;
             }

@@ -69,9 +69,12 @@
 //! Modules: `walk` (the syntax tree), `words` (quote removal, a word's parts), `vars`, `opts`
 //! and `specs` (options), `runners` (programs that run their arguments), `commands` (one
 //! program), `pipes` (pipelines), `produce` (what a command prints), `redirects`, `wrappers`,
-//! `targets` (where writes land), `find`, `git`, `sed`, `awk`, `archives`, `rewriters`, `editors`,
-//! `paths`, `programs` (lists of programs by kind); `adversarial.toml` is the table of hostile commands checked when the
-//! classifier is built.
+//! `targets` (where writes land), `find`, `git`, `sed`, `awk`, `archives`, `rewriters`,
+//! `editors`, `paths`, `programs` (lists of programs by kind); `adversarial.toml` is the table
+//! of hostile commands checked when the classifier is built.
+//!
+//! Enumeration trails a hostile model: what keeps protected targets is the mount that holds
+//! them read-only; the classifier decides what to ask about.
 
 use std::fmt;
 use std::path::{Component, Path, PathBuf};
