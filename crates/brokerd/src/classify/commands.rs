@@ -284,9 +284,12 @@ impl Walk<'_> {
         match spec.operands {
             Operands::Read => {}
             Operands::Written => {
+                // touch and mkdir make files empty or directories: nothing that runs.
+                self.in_meta = matches!(name, "touch" | "mkdir");
                 for t in &p.operands {
                     self.write_target(t);
                 }
+                self.in_meta = false;
             }
             Operands::Emptied => {
                 self.raise(WorkspaceMutating, name.to_string());
@@ -304,7 +307,9 @@ impl Walk<'_> {
                 self.raise(WorkspaceMutating, name.to_string());
                 // The mode or owner comes first unless --reference names it.
                 let skip = usize::from(!p.has("reference"));
+                self.in_meta = true;
                 self.deletes(name, recursive, p.operands.get(skip..).unwrap_or(&[]));
+                self.in_meta = false;
             }
             Operands::Copied => self.copied(name, &p),
             Operands::Rewritten { leading, always } => {

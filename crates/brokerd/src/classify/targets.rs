@@ -79,6 +79,13 @@ impl Walk<'_> {
         {
             self.other_writes.push(shown.clone());
         }
+        let content = !self.in_link && !self.in_meta;
+        if content
+            && self.content_writes.len() < MAX_WRITES
+            && !self.content_writes.contains(&shown)
+        {
+            self.content_writes.push(shown.clone());
+        }
         self.push_write(shown);
     }
 
@@ -141,6 +148,27 @@ impl Walk<'_> {
         a.found == Found::No && !a.pattern && (!plain || climbs) && self.wipes_root(a)
     }
 
+    /// Whether a pattern (landed where the walk knows) may match a grant directory or one
+    /// holding it: by its whole path, or, relative to a directory the walk does not know, by
+    /// its last component.
+    fn pattern_matches_root(&self, pattern: &str) -> bool {
+        let landed = self.land(pattern);
+        let last = landed
+            .trim_end_matches('/')
+            .rsplit('/')
+            .next()
+            .unwrap_or(&landed);
+        self.roots.iter().any(|r| {
+            normalise(r).ancestors().any(|h| {
+                let whole = crate::glob::matches(&landed, &h.to_string_lossy());
+                let name = h
+                    .file_name()
+                    .map(|n| crate::glob::matches(last, &n.to_string_lossy()));
+                whole != Some(false) || (!landed.starts_with('/') && name.flatten() == Some(true))
+            })
+        })
+    }
+
     /// Whether a path is outside every grant directory (so what goes there leaves the grant).
     pub(super) fn outside_roots(&self, a: &Arg) -> bool {
         let Some(t) = a.text() else { return true };
@@ -152,9 +180,34 @@ impl Walk<'_> {
     /// that may be one.
     pub(super) fn wipes_root(&self, a: &Arg) -> bool {
         let Some(t) = a.text() else { return true };
+        // `{a,b}` forms: any of the words it makes.
+        if a.pattern && t.contains('{') {
+            if let Some(words) = crate::glob::alternatives(t).filter(|w| w.len() > 1) {
+                return words.iter().any(|w| {
+                    let word = Arg {
+                        pattern: crate::glob::is_pattern(w),
+                        ..a.with_text(w)
+                    };
+                    self.wipes_root(&word)
+                });
+            }
+        }
         let mut t = t.to_string();
         if a.pattern {
-            // `/srv/notes/*` wipes `/srv/notes`; keep the directory before the first pattern.
+            // `/srv/notes/*` wipes `/srv/notes`; `*.o` wipes what it matches, which is a root
+            // (or holds one) only when the pattern matches one, or `.` or `..`.
+            let last = t
+                .trim_end_matches('/')
+                .rsplit('/')
+                .next()
+                .unwrap_or(&t)
+                .to_string();
+            if crate::glob::has_literal(&last) {
+                let dots = [".", ".."]
+                    .iter()
+                    .any(|d| crate::glob::matches(&last, d) != Some(false));
+                return dots || self.pattern_matches_root(&t);
+            }
             let cut = t.find(['*', '?', '[', '{', '}']).unwrap_or(t.len());
             let dir_end = t[..cut].rfind('/').map(|i| i + 1).unwrap_or(0);
             t.truncate(dir_end);

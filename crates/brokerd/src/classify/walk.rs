@@ -67,6 +67,10 @@ pub(super) struct Walk<'a> {
     pub(super) in_link: bool,
     pub(super) wrote_other: bool,
     pub(super) other_writes: Vec<String>,
+    /// A program that changes files' names, modes or times but not what they hold (chmod,
+    /// touch) is writing now; `content_writes`: the files whose text may have changed.
+    pub(super) in_meta: bool,
+    pub(super) content_writes: Vec<String>,
     /// Files a redirection writes, with the text when the command shows it: run later in the
     /// command, that text is the code (`echo CMD > x.sh; sh x.sh`).
     pub(super) written: Vec<(String, Option<String>)>,
@@ -106,6 +110,8 @@ impl<'a> Walk<'a> {
             in_link: false,
             wrote_other: false,
             other_writes: Vec::new(),
+            in_meta: false,
+            content_writes: Vec::new(),
             written: Vec::new(),
             budget,
             scope: Scope::default(),
@@ -165,6 +171,7 @@ impl<'a> Walk<'a> {
         inner.scope = self.scope.clone();
         inner.written = self.written.clone();
         inner.other_writes = self.other_writes.clone();
+        inner.content_writes = self.content_writes.clone();
         inner.cwd_unknown = self.cwd_unknown;
         inner.reroot = self.reroot.clone();
         inner
@@ -190,6 +197,7 @@ impl<'a> Walk<'a> {
         self.links.extend(inner.links);
         self.wrote_other |= inner.wrote_other;
         self.other_writes.extend(inner.other_writes);
+        self.content_writes.extend(inner.content_writes);
         self.written.extend(inner.written);
     }
 

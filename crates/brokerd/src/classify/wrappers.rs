@@ -360,7 +360,7 @@ impl Walk<'_> {
                 true
             }
             found => {
-                if found.is_some() || self.other_writes.iter().any(same) {
+                if found.is_some() || self.content_writes.iter().any(same) {
                     self.raise(
                         CommandClass::Dangerous,
                         format!(
