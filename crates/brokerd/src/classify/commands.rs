@@ -6,6 +6,9 @@ use super::opts::{parse, Parsed, LENIENT};
 use super::specs::{spec_of, Effect, Operands, Spec};
 use super::*;
 
+/// Patterns pkill and killall match every process name by.
+const EVERY_NAME: &[&str] = &[".", ".*", "^", "", ".+", "^.*$"];
+
 /// xxd's option letters that take a value, their long spellings, and its other letters.
 const XXD_VALUED: &str = "cglnosR";
 const XXD_LONG: &[&str] = &["-cols", "-groupsize", "-len", "-name", "-offset", "-seek"];
@@ -111,6 +114,18 @@ impl Walk<'_> {
                 }
             }
             "kill" => self.kill(args),
+            "pkill" | "killall" => {
+                // A pattern every process name matches signals every process, as kill -1 does.
+                let everyone = args
+                    .iter()
+                    .filter_map(|a| a.text())
+                    .filter(|t| !t.starts_with('-'))
+                    .any(|t| EVERY_NAME.contains(&t));
+                match everyone {
+                    true => self.raise(Dangerous, format!("{name} signals every process")),
+                    false => self.raise(ShellComplex, format!("{name} signals other processes")),
+                }
+            }
             "systemctl" => {
                 let stops = [
                     "poweroff",
