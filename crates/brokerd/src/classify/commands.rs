@@ -1,23 +1,43 @@
 //! One program run with its arguments: the dispatch and the programs that write or delete.
 
+use super::archives::COMPRESSORS;
+use super::editors::is_editor;
 use super::opts::{parse, Parsed, LENIENT};
 use super::specs::{spec_of, Effect, Operands, Spec};
 use super::*;
 
+/// Patterns pkill and killall match every process name by.
+const EVERY_NAME: &[&str] = &[".", ".*", "^", "", ".+", "^.*$"];
+
+/// xxd's option letters that take a value, their long spellings, and its other letters.
+const XXD_VALUED: &str = "cglnosR";
+const XXD_LONG: &[&str] = &["-cols", "-groupsize", "-len", "-name", "-offset", "-seek"];
+const XXD_FLAGS: &str = "abCdeEhiprPuv-";
+
 impl Walk<'_> {
     /// Classifies one program run with its (already scanned) arguments.
-    pub(super) fn program(&mut self, name: &str, args: &[Arg]) {
+    pub(super) fn program(&mut self, word: &str, args: &[Arg]) {
         use CommandClass::*;
-        let name = match program_name(name) {
-            Some(n) => n,
-            None => {
-                self.raise(
-                    ShellComplex,
-                    format!("{name} is run by a path outside the system's program directories"),
-                );
-                return;
-            }
-        };
+        if !self.spend(1 + args.len() as u64) {
+            return;
+        }
+        let pn = program_name(word, self.cwd.as_deref());
+        if !pn.system {
+            // Read as the program its name says (`/tmp/rm -rf /` is still dangerous), and as
+            // one that may be any.
+            self.raise(
+                ShellComplex,
+                format!("{word} is run by a path outside the system's program directories"),
+            );
+        }
+        let name = pn.name.as_str();
+        if !word.contains('/') && (self.call_alias(word, args) || self.call_function(word, args)) {
+            return;
+        }
+        // `./x.sh` the command itself writes: what it writes there runs.
+        if word.contains('/') {
+            self.run_written("sh", &Arg::literal(word));
+        }
         if PLAIN_READERS.contains(&name) {
             return;
         }
@@ -32,20 +52,27 @@ impl Walk<'_> {
             );
         }
         if let Some(spec) = spec_of(name) {
-            self.by_spec(name, spec, args);
+            match &spec.runs {
+                Some(runs) => self.wrapped(name, spec, runs, args),
+                None => self.by_spec(name, spec, args),
+            }
             return;
         }
         match name {
-            "busybox" => self.busybox(args),
-            "eval" | "source" | "." => {
+            "busybox" | "toybox" => self.busybox(name, args),
+            "eval" => self.run_code(name, args),
+            "source" | "." => {
                 self.raise(ShellComplex, format!("{name} runs shell code"));
-                self.fetched_code(name, args);
-                if name != "eval" {
-                    return;
-                }
-                self.inline_shell(args);
+                self.script_operand(name, args.first());
             }
-            "pushd" | "popd" => {
+            "pushd" => {
+                self.raise(
+                    ShellComplex,
+                    format!("{name} changes the working directory"),
+                );
+                self.cd(args);
+            }
+            "popd" => {
                 self.cwd_unknown = true;
                 self.raise(
                     ShellComplex,
@@ -69,33 +96,36 @@ impl Walk<'_> {
                 }
             }
             "let" | "enable" | "shopt" | "read" | "mapfile" | "readarray" | "coproc" | "fc"
-            | "hash" | "su" | "unshare" | "chroot" => self.raise(
+            | "hash" => self.raise(
                 ShellComplex,
                 format!("{name} runs or changes code the classifier does not see"),
             ),
             "cd" => self.cd(args),
             "set" => self.set(args),
             "find" => self.find(args),
-            "xxd" => {
-                let o = parse(name, &LENIENT, args);
-                if let Some(out) = o.operands.get(1) {
-                    self.write_target(out);
-                }
-            }
+            "xxd" => self.xxd(args),
             "unzip" => self.unzip(args),
             "git" => self.git(args),
             "dd" => {
                 for a in args {
                     if let Some(of) = a.text().and_then(|t| t.strip_prefix("of=")) {
-                        self.write_target(&Arg {
-                            lit: Some(of.to_string()),
-                            pattern: a.pattern,
-                            raw: a.raw.clone(),
-                        });
+                        self.write_target(&a.with_text(of));
                     }
                 }
             }
             "kill" => self.kill(args),
+            "pkill" | "killall" => {
+                // A pattern every process name matches signals every process, as kill -1 does.
+                let everyone = args
+                    .iter()
+                    .filter_map(|a| a.text())
+                    .filter(|t| !t.starts_with('-'))
+                    .any(|t| EVERY_NAME.contains(&t));
+                match everyone {
+                    true => self.raise(Dangerous, format!("{name} signals every process")),
+                    false => self.raise(ShellComplex, format!("{name} signals other processes")),
+                }
+            }
             "systemctl" => {
                 let stops = [
                     "poweroff",
@@ -132,17 +162,23 @@ impl Walk<'_> {
                     ShellComplex,
                     format!("{n} runs code the classifier does not see"),
                 );
-                self.fetched_code(n, args);
-                self.shell_inline(args);
+                // A shell first runs the file BASH_ENV or ENV names.
+                for var in ["BASH_ENV", "ENV"] {
+                    for file in self.scope.texts(var) {
+                        self.run_written(n, &Arg::literal(&file));
+                    }
+                }
+                self.shell_inline(n, args);
             }
+            n if n.ends_with("awk") && is_interpreter(n) => self.awk(n, args),
             n if is_interpreter(n) => {
                 self.raise(ShellComplex, format!("{n} runs a program"));
-                self.interpreter_inline(n, args);
+                if !self.script_interpreter(n, args) {
+                    self.interpreter_inline(n, args);
+                }
             }
-            other => self.raise(
-                ShellComplex,
-                format!("{other} is not a program the classifier knows"),
-            ),
+            n if is_editor(n) => self.editor(n, args),
+            other => self.unknown_program(other, args, pn.system),
         }
     }
 
@@ -190,6 +226,8 @@ impl Walk<'_> {
                     }
                     _ => dir.to_string(),
                 };
+                // An absolute directory is known whatever came before.
+                self.cwd_unknown &= !dir.starts_with('/');
                 self.cwd = Some(next);
             }
             _ => {
@@ -202,14 +240,16 @@ impl Walk<'_> {
         }
     }
 
+    /// `set -e`, `set -o pipefail`; `set -- WORDS` sets the positional parameters (`vars`).
     pub(super) fn set(&mut self, args: &[Arg]) {
         let mut i = 0;
         while let Some(a) = args.get(i) {
             i += 1;
             let t = a.text().unwrap_or("");
-            let ok_flags = (t.starts_with('-') || t.starts_with('+'))
-                && t.len() > 1
-                && t[1..].chars().all(|c| "euxvo".contains(c));
+            if t == "--" || !(t.starts_with('-') || t.starts_with('+')) {
+                return;
+            }
+            let ok_flags = t.len() > 1 && t[1..].chars().all(|c| "euxvo".contains(c));
             if !ok_flags {
                 self.raise(
                     CommandClass::ShellComplex,
@@ -235,6 +275,100 @@ impl Walk<'_> {
     fn by_spec(&mut self, name: &str, spec: &Spec, args: &[Arg]) {
         use CommandClass::*;
         let p = parse(name, spec, args);
+        self.option_effects(name, &p);
+        let recursive = p.with_effect(Effect::Recursive).next().is_some();
+        let writer = matches!(
+            spec.operands,
+            Operands::Written
+                | Operands::Rewritten { .. }
+                | Operands::Emptied
+                | Operands::Deleted
+                | Operands::DeletedTrees
+                | Operands::Changed
+                | Operands::Copied
+        );
+        if writer && self.input_operands {
+            self.raise(
+                ShellComplex,
+                format!(
+                    "{name} changes names read from the input, which the classifier cannot see"
+                ),
+            );
+            self.unplaced = true;
+        }
+        match spec.operands {
+            Operands::Read => {}
+            Operands::Written => {
+                // touch and mkdir make files empty or directories: nothing that runs.
+                self.in_meta = matches!(name, "touch" | "mkdir");
+                for t in &p.operands {
+                    self.write_target(t);
+                }
+                self.in_meta = false;
+            }
+            Operands::Emptied => {
+                self.raise(WorkspaceMutating, name.to_string());
+                self.deletes(name, false, &p.operands);
+            }
+            Operands::Deleted => {
+                self.raise(WorkspaceMutating, name.to_string());
+                self.deletes(name, recursive, &p.operands);
+            }
+            Operands::DeletedTrees => {
+                self.raise(WorkspaceMutating, name.to_string());
+                self.deletes(name, true, &p.operands);
+            }
+            Operands::Changed => {
+                self.raise(WorkspaceMutating, name.to_string());
+                // The mode or owner comes first unless --reference names it.
+                let skip = usize::from(!p.has("reference"));
+                self.in_meta = true;
+                self.deletes(name, recursive, p.operands.get(skip..).unwrap_or(&[]));
+                self.in_meta = false;
+            }
+            Operands::Copied => self.copied(name, &p),
+            Operands::Rewritten { leading, always } => {
+                let checks = p.with_effect(Effect::Query).next().is_some();
+                let asked = p.with_effect(Effect::InPlace).next().is_some();
+                if (always && !checks) || asked {
+                    for t in p.operands.get(leading..).unwrap_or(&[]) {
+                        self.write_target(t);
+                    }
+                }
+            }
+            // Runners are read by `wrapped` before the spec is parsed here.
+            Operands::Command => {}
+            Operands::Own => match name {
+                "sed" => self.sed(&p),
+                "uniq" => {
+                    if let Some(out) = p.operands.get(1) {
+                        self.write_target(out);
+                    }
+                }
+                "tar" | "bsdtar" | "gtar" => self.tar(&p),
+                "zip" => self.zip(&p, args),
+                "mknod" => self.mknod(&p),
+                "make" | "gmake" | "ninja" => self.make(name, &p, args),
+                "curl" | "wget" => self.download(name, &p),
+                "split" | "csplit" => self.split(name, &p),
+                "7z" | "7za" | "7zr" => self.sevenzip(args),
+                "cpio" => self.cpio(&p),
+                "ar" => self.ar(args),
+                n if COMPRESSORS.iter().any(|(c, _)| *c == n) => self.compressor(name, &p),
+                "rsync" => self.rsync(&p),
+                "patch" => self.patch(&p),
+                other => self.raise(
+                    ShellComplex,
+                    format!("{other} has no reader in the classifier"),
+                ),
+            },
+        }
+    }
+
+    /// What a program's options do beyond how it reads: the files they write, the programs
+    /// they run, the guards they remove. The problems of reading them make it `ShellComplex`.
+    pub(super) fn option_effects(&mut self, name: &str, p: &Parsed) {
+        use CommandClass::*;
         for problem in &p.problems {
             self.raise(ShellComplex, problem.clone());
         }
@@ -253,71 +387,157 @@ impl Walk<'_> {
                     Dangerous,
                     format!("{name} {} removes the guard for /", g.spelled),
                 ),
-                Effect::Plain | Effect::Recursive | Effect::Query => {}
+                _ => {}
             }
         }
-        let recursive = p.with_effect(Effect::Recursive).next().is_some();
-        let writer = matches!(
-            spec.operands,
-            Operands::Written | Operands::Deleted | Operands::Changed | Operands::Copied
+    }
+
+    /// make and ninja run recipes the classifier does not see: `ShellComplex`, and their
+    /// arguments may name what they run. A makefile the command itself writes is read as
+    /// code; `-C DIR` builds in DIR, which is written.
+    fn make(&mut self, name: &str, p: &Parsed, args: &[Arg]) {
+        let files: Vec<Arg> = match p.values("file").first() {
+            Some(f) => vec![(*f).clone()],
+            None => ["GNUmakefile", "makefile", "Makefile"]
+                .iter()
+                .map(|m| Arg::literal(m))
+                .collect(),
+        };
+        let mut inner = self.nested();
+        for d in p.values("directory") {
+            inner.write_target(d);
+            match d.text() {
+                Some(t) => inner.cwd = Some(inner.land(t)),
+                None => inner.cwd_unknown = true,
+            }
+        }
+        for f in &files {
+            inner.run_written("make", f);
+        }
+        self.absorb(inner);
+        self.raise(
+            CommandClass::ShellComplex,
+            format!("{name} runs the recipes of a makefile"),
         );
-        if writer && self.input_operands {
-            self.raise(
-                ShellComplex,
-                format!(
-                    "{name} changes names read from the input, which the classifier cannot see"
-                ),
-            );
+        self.args_as_commands(name, args, true);
+    }
+
+    /// curl and wget: a download (the network is the grant's business), and the files they
+    /// save it to: `-o FILE`, or a name taken from the URL (`curl -O`, wget by default).
+    fn download(&mut self, name: &str, p: &Parsed) {
+        self.raise(CommandClass::ShellComplex, format!("{name} downloads"));
+        let named = p
+            .values("output")
+            .into_iter()
+            .chain(p.values("output-document"));
+        let named: Vec<Arg> = named.filter(|a| a.text() != Some("-")).cloned().collect();
+        for f in &named {
+            self.write_target(f);
         }
-        match spec.operands {
-            Operands::Read => {}
-            Operands::Written => {
-                for t in &p.operands {
-                    self.write_target(t);
+        let from_url = match name {
+            "curl" => p.has_any(&["remote-name", "remote-name-all"]),
+            _ => p.values("output-document").is_empty(),
+        };
+        if !from_url {
+            return;
+        }
+        let dir = p
+            .values("output-dir")
+            .into_iter()
+            .chain(p.values("directory-prefix"))
+            .last()
+            .and_then(|d| d.text());
+        for url in &p.operands {
+            let base = url.text().and_then(|u| {
+                let path = u.split(['?', '#']).next().unwrap_or(u);
+                path.rsplit('/')
+                    .next()
+                    .filter(|b| !b.is_empty() && !path.ends_with("//"))
+            });
+            let file = match (dir, base) {
+                (Some(d), Some(b)) => Path::new(d).join(b).to_string_lossy().into_owned(),
+                (None, Some(b)) => b.to_string(),
+                (Some(d), None) => d.to_string(),
+                (None, None) => "index.html".to_string(),
+            };
+            self.write_target(&url.with_text(&file));
+        }
+        // A recursive download writes what the pages link to.
+        self.unplaced |= p.has_any(&["recursive", "mirror"]);
+    }
+
+    /// `xxd [OPTIONS] [INFILE [OUTFILE]]`: xxd reads an option by its first letter (`-l 16`,
+    /// `-len 16`, `-l16`); OUTFILE is written.
+    fn xxd(&mut self, args: &[Arg]) {
+        let mut operands = Vec::new();
+        let mut i = 0;
+        while let Some(a) = args.get(i) {
+            i += 1;
+            let t = match a.text() {
+                Some(t) if t.starts_with('-') && t.len() > 1 => t,
+                _ => {
+                    operands.push(a.clone());
+                    continue;
                 }
-            }
-            Operands::Deleted => {
-                self.raise(WorkspaceMutating, name.to_string());
-                self.deletes(name, recursive, &p.operands);
-            }
-            Operands::Changed => {
-                self.raise(WorkspaceMutating, name.to_string());
-                // The mode or owner comes first unless --reference names it.
-                let skip = usize::from(!p.has("reference"));
-                self.deletes(name, recursive, p.operands.get(skip..).unwrap_or(&[]));
-            }
-            Operands::Copied => self.copied(name, &p),
-            Operands::Command => self.wrapped(name, &p),
-            Operands::Own => match name {
-                "sed" => self.sed(&p),
-                "uniq" => {
-                    if let Some(out) = p.operands.get(1) {
-                        self.write_target(out);
-                    }
+            };
+            let letter = t.chars().nth(1).unwrap_or('-');
+            if XXD_VALUED.contains(letter) {
+                // The value is the next word after `-l` or `-len`, else attached.
+                if t.len() == 2 || XXD_LONG.contains(&t) {
+                    i += 1;
                 }
-                "tar" => self.tar(&p),
-                "patch" => self.patch(&p),
-                other => self.raise(
-                    ShellComplex,
-                    format!("{other} has no reader in the classifier"),
-                ),
-            },
+            } else if !XXD_FLAGS.contains(letter) {
+                self.raise(
+                    CommandClass::ShellComplex,
+                    format!("xxd {t} is an option the classifier does not know"),
+                );
+            }
+        }
+        if let Some(out) = operands.get(1).filter(|o| o.text() != Some("-")) {
+            self.write_target(out);
+        }
+    }
+
+    /// `mknod NAME TYPE [MAJOR MINOR]`: a block or character device is a way to a disk or
+    /// to the kernel, which any later write reaches.
+    fn mknod(&mut self, p: &Parsed) {
+        if let Some(name) = p.operands.first() {
+            self.write_target(name);
+        }
+        match p.operands.get(1).and_then(|a| a.text()) {
+            Some("p") => {}
+            _ => self.raise(CommandClass::Dangerous, "mknod makes a device file"),
         }
     }
 
     /// Targets of rm, rmdir, chmod and the like; a recursive one of a root is dangerous, and so
     /// is one whose targets come from the command's input.
-    fn deletes(&mut self, name: &str, recursive: bool, targets: &[Arg]) {
+    pub(super) fn deletes(&mut self, name: &str, recursive: bool, targets: &[Arg]) {
         use CommandClass::*;
         for t in targets {
-            if recursive && self.wipes_root(t) {
+            // `{}` of a find no test narrows is the start and everything under it; what a
+            // narrowing test leaves is no grant directory.
+            let whole = recursive || t.found == Found::Every;
+            if whole && t.found != Found::Some && self.wipes_root(t) {
+                let what = match t.found {
+                    Found::No => format!("{name} -r of {}", t.raw),
+                    _ => format!(
+                        "{name} of everything find finds under {}",
+                        t.text().unwrap_or(&t.raw)
+                    ),
+                };
                 self.raise(
                     Dangerous,
-                    format!("{name} -r of {}, a grant directory, / or the home", t.raw),
+                    format!("{what}, a grant directory, / or the home"),
+                );
+            } else if t.pattern && t.found == Found::No && name != "rmdir" && self.empties_root(t) {
+                self.raise(
+                    Dangerous,
+                    format!("{name} of every entry of a grant directory ({})", t.raw),
                 );
             }
             self.write_target(t);
-            if recursive {
+            if whole {
                 if let Some(shown) = self.writes.last().cloned() {
                     self.recursive.push(shown);
                 }
@@ -325,10 +545,10 @@ impl Walk<'_> {
         }
         // A link made earlier in the command may lead to a root: `ln -s / x; rm -rf x/`.
         let linked_root = self
-            .link_targets
+            .links
             .clone()
             .iter()
-            .any(|l| self.wipes_root(&Arg::literal(l)));
+            .any(|(_, l)| self.wipes_root(&Arg::literal(l)));
         if recursive && linked_root && !targets.is_empty() {
             self.raise(
                 Dangerous,
@@ -350,33 +570,61 @@ impl Walk<'_> {
         let pos = &o.operands;
         if name == "mv" {
             // A moved file is gone from where it was; moved out of the grant, a root's
-            // contents are gone from it.
+            // contents are gone from it, and a root moved anywhere is gone as a root.
             let dest = targets.last().copied().or(pos.last());
             let sources = if targets.is_empty() && !pos.is_empty() {
                 &pos[..pos.len() - 1]
             } else {
                 &pos[..]
             };
+            let emptied = |w: &Self, s: &Arg| s.found != Found::Some && w.empties_root(s);
             if dest.is_some_and(|d| self.outside_roots(d))
-                && sources.iter().any(|s| self.empties_root(s))
+                && sources.iter().any(|s| emptied(self, s))
             {
                 self.raise(
                     CommandClass::Dangerous,
                     "mv takes a grant directory's contents out of the grant",
                 );
             }
+            if let Some(root) = sources.iter().find(|s| self.names_root(s)) {
+                self.raise(
+                    CommandClass::Dangerous,
+                    format!(
+                        "mv moves {}, a grant directory or one holding it, away",
+                        root.raw
+                    ),
+                );
+            }
             for p in pos {
                 self.write_target(p);
             }
         }
-        if name == "ln" || (name == "cp" && o.has_any(&["symbolic-link", "link"])) {
-            let sources = if targets.is_empty() && pos.len() >= 2 {
-                &pos[..pos.len() - 1]
-            } else {
-                &pos[..]
+        if matches!(name, "ln" | "link") || (name == "cp" && o.has_any(&["symbolic-link", "link"]))
+        {
+            let symbolic = o.has_any(&["symbolic", "symbolic-link"]);
+            let (sources, dir) = match (targets.last(), pos.split_last()) {
+                (Some(t), _) => (&pos[..], t.text()),
+                (None, Some((last, rest))) if !rest.is_empty() => (rest, last.text()),
+                _ => (&pos[..], None),
             };
+            let base = |s: &Arg| {
+                s.text()
+                    .and_then(|t| Path::new(t).file_name())
+                    .map(|b| b.to_string_lossy().into_owned())
+                    .unwrap_or_default()
+            };
+            // The link is DEST itself, or DEST/NAME when DEST is a directory.
+            let into_dir =
+                !targets.is_empty() || sources.len() > 1 || dir.is_some_and(|d| d.ends_with('/'));
             for s in sources {
-                self.made_link(s);
+                match dir {
+                    Some(d) if into_dir => {
+                        let inside = Path::new(d).join(base(s)).to_string_lossy().into_owned();
+                        self.made_link(s, &inside, symbolic);
+                    }
+                    Some(d) => self.made_link(s, d, symbolic),
+                    None => self.made_link(s, &base(s), symbolic),
+                }
             }
         }
         if self.input_operands && targets.is_empty() {
@@ -410,16 +658,5 @@ impl Walk<'_> {
             }
         }
         self.in_link = false;
-    }
-
-    /// Code built from a download or a decoder's output (`sh -c "$(curl ...)"`, `eval
-    /// "$(base64 -d ...)"`, `bash <(curl ...)`).
-    fn fetched_code(&mut self, name: &str, args: &[Arg]) {
-        if self.fetched && args.iter().any(|a| a.lit.is_none()) {
-            self.raise(
-                CommandClass::Dangerous,
-                format!("{name} runs code built from a download or a decoder"),
-            );
-        }
     }
 }

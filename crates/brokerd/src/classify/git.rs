@@ -1,30 +1,271 @@
-//! `git`: subcommands that read, write the work tree, or run programs.
+//! `git`: global options (`-C DIR`, `-c KEY=VALUE`, `--work-tree`), then the subcommand, read
+//! by a table: what it reads, writes and runs (docs/design.md, "Modes and the classifier").
 
-use super::opts::{parse, LENIENT};
+use super::opts::{parse, Parsed, LENIENT};
 use super::*;
+
+/// What a subcommand does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Does {
+    /// Reads the repository.
+    Reads,
+    /// Changes the repository or the work tree.
+    Changes,
+    /// Runs programs or editors the classifier does not see.
+    Runs,
+}
+
+/// One subcommand (or several with the same reading).
+struct Sub {
+    names: &'static [&'static str],
+    does: Does,
+    /// First operands (`stash list`) or options (`apply --check`) that make it only read.
+    reads_when: &'static [&'static str],
+    /// Long options whose value is a file it writes, with the shortest prefix git takes, and
+    /// short ones.
+    writes: &'static [(&'static str, usize)],
+    short_writes: &'static [&'static str],
+    /// Its operands are the paths it writes (`git rm`, `git checkout -- FILE`).
+    writes_operands: bool,
+}
+
+const fn sub(names: &'static [&'static str], does: Does) -> Sub {
+    Sub {
+        names,
+        does,
+        reads_when: &[],
+        writes: &[],
+        short_writes: &[],
+        writes_operands: false,
+    }
+}
+
+/// Every subcommand the classifier knows; another (an alias among them) may run anything.
+const SUBS: &[Sub] = &[
+    Sub {
+        writes: &[("output", 1)],
+        ..sub(
+            &[
+                "status",
+                "log",
+                "diff",
+                "show",
+                "rev-parse",
+                "ls-files",
+                "blame",
+                "shortlog",
+                "describe",
+                "show-ref",
+                "cat-file",
+                "ls-tree",
+                "rev-list",
+                "merge-base",
+                "whatchanged",
+                "grep",
+                "count-objects",
+                "version",
+                "check-ignore",
+                "check-attr",
+                "for-each-ref",
+                "name-rev",
+                "var",
+                "verify-commit",
+                "verify-tag",
+                "range-diff",
+                "cherry",
+                "diff-tree",
+                "diff-files",
+                "diff-index",
+            ],
+            Does::Reads,
+        )
+    },
+    Sub {
+        reads_when: &["list", "show"],
+        ..sub(&["stash"], Does::Changes)
+    },
+    Sub {
+        reads_when: &["list"],
+        ..sub(&["worktree"], Does::Changes)
+    },
+    Sub {
+        reads_when: &["", "list", "show"],
+        ..sub(&["notes"], Does::Changes)
+    },
+    Sub {
+        reads_when: &["", "show", "get-url", "-v", "--verbose"],
+        ..sub(&["remote"], Does::Changes)
+    },
+    Sub {
+        reads_when: &["", "show"],
+        ..sub(&["reflog"], Does::Changes)
+    },
+    Sub {
+        reads_when: &["", "status", "summary"],
+        ..sub(&["submodule"], Does::Changes)
+    },
+    Sub {
+        reads_when: &["log", "view", "visualize", "terms"],
+        ..sub(&["bisect"], Does::Changes)
+    },
+    Sub {
+        reads_when: &["verify", "list-heads"],
+        ..sub(&["bundle"], Does::Changes)
+    },
+    Sub {
+        reads_when: &["--check", "--stat", "--numstat", "--summary"],
+        writes: &[("directory", 3)],
+        ..sub(&["apply"], Does::Changes)
+    },
+    Sub {
+        writes: &[("directory", 3)],
+        ..sub(&["am"], Does::Changes)
+    },
+    Sub {
+        writes: &[("output", 1)],
+        short_writes: &["-o"],
+        ..sub(&["archive"], Does::Reads)
+    },
+    Sub {
+        writes: &[("output-directory", 1)],
+        short_writes: &["-o"],
+        ..sub(&["format-patch"], Does::Changes)
+    },
+    Sub {
+        writes_operands: true,
+        ..sub(&["rm", "mv", "restore", "checkout"], Does::Changes)
+    },
+    sub(
+        &[
+            "add",
+            "commit",
+            "switch",
+            "reset",
+            "merge",
+            "rebase",
+            "cherry-pick",
+            "revert",
+            "init",
+            "clone",
+            "fetch",
+            "pull",
+            "push",
+            "clean",
+            "gc",
+            "prune",
+            "repack",
+            "tag",
+            "branch",
+            "config",
+            "sparse-checkout",
+            "maintenance",
+            "update-index",
+            "update-ref",
+            "symbolic-ref",
+        ],
+        Does::Changes,
+    ),
+    sub(
+        &[
+            "difftool",
+            "mergetool",
+            "filter-branch",
+            "daemon",
+            "instaweb",
+            "send-email",
+            "gui",
+            "web--browse",
+            "credential",
+            "fsmonitor--daemon",
+        ],
+        Does::Runs,
+    ),
+];
+
+/// Subcommands that rewrite files of the work tree they do not name.
+const TREE_CHANGERS: &[&str] = &[
+    "stash",
+    "checkout",
+    "switch",
+    "reset",
+    "merge",
+    "pull",
+    "rebase",
+    "cherry-pick",
+    "revert",
+    "am",
+    "apply",
+    "restore",
+    "clean",
+    "rm",
+    "mv",
+    "submodule",
+    "sparse-checkout",
+];
+
+/// Config keys whose value is a command git runs (`alias.x=!CMD`, `core.pager=CMD`): read as
+/// code when they are set.
+const COMMAND_KEYS: &[&str] = &[
+    "alias.",
+    "core.pager",
+    "core.editor",
+    "core.sshcommand",
+    "core.fsmonitor",
+    "core.hookspath",
+    "sequence.editor",
+    "diff.external",
+    "gpg.program",
+    "credential.helper",
+    ".command",
+    ".textconv",
+    ".clean",
+    ".smudge",
+    ".process",
+    ".driver",
+    "pager.",
+    "interactive.difffilter",
+    "uploadpack.packobjectshook",
+];
 
 impl Walk<'_> {
     pub(super) fn git(&mut self, args: &[Arg]) {
         use CommandClass::*;
         let mut i = 0;
+        let mut dirs: Vec<Arg> = Vec::new();
         // Global options before the subcommand.
-        while let Some(t) = args.get(i).and_then(|a| a.text()) {
+        while let Some(a) = args.get(i) {
+            let Some(t) = a.text() else { break };
+            i += 1;
+            let value = |i: &mut usize| {
+                *i += 1;
+                args.get(*i - 1).cloned()
+            };
             match t {
-                "-C" | "--git-dir" | "--work-tree" | "--namespace" => i += 2,
+                "-C" | "--work-tree" => dirs.extend(value(&mut i)),
+                "--git-dir" | "--namespace" | "--super-prefix" => {
+                    value(&mut i);
+                }
+                "-c" => {
+                    if let Some(v) = value(&mut i) {
+                        self.git_config_value(&v);
+                    }
+                }
                 "--no-pager"
                 | "-P"
                 | "--paginate"
                 | "-p"
                 | "--no-optional-locks"
                 | "--literal-pathspecs"
+                | "--glob-pathspecs"
+                | "--noglob-pathspecs"
+                | "--icase-pathspecs"
                 | "--no-replace-objects"
-                | "--bare" => i += 1,
-                _ if t.starts_with("--git-dir=")
-                    || t.starts_with("--work-tree=")
-                    || t.starts_with("--namespace=") =>
-                {
-                    i += 1
+                | "--bare" => {}
+                _ if t.starts_with("--work-tree=") => {
+                    dirs.push(a.with_text(&t["--work-tree=".len()..]));
                 }
+                _ if t.starts_with("--git-dir=") || t.starts_with("--namespace=") => {}
+                _ if t.starts_with("-C") => dirs.push(a.with_text(&t[2..])),
                 _ if t.starts_with('-') => {
                     self.raise(
                         ShellComplex,
@@ -32,131 +273,229 @@ impl Walk<'_> {
                     );
                     return;
                 }
-                _ => break,
+                _ => {
+                    i -= 1;
+                    break;
+                }
             }
         }
         let Some(sub) = args.get(i).and_then(|a| a.text()) else {
             return;
         };
         let rest = args.get(i + 1..).unwrap_or(&[]);
+        // `git -C DIR`: what the subcommand writes is under DIR.
+        let mut inner = self.nested();
+        for d in &dirs {
+            match d.text() {
+                Some(t) => inner.cwd = Some(inner.land(t)),
+                None => inner.cwd_unknown = true,
+            }
+        }
+        inner.git_sub(sub, rest);
+        // `git -C vendor stash pop` rewrites files under vendor it does not name.
+        if TREE_CHANGERS.contains(&sub) && inner.class >= WorkspaceMutating {
+            for d in &dirs {
+                self.write_target(d);
+            }
+        }
+        self.absorb(inner);
+    }
+
+    /// One subcommand and its arguments.
+    fn git_sub(&mut self, sub: &str, rest: &[Arg]) {
+        use CommandClass::*;
         let o = parse("git", &LENIENT, rest);
-        let mutate = |w: &mut Self| w.raise(WorkspaceMutating, format!("git {sub}"));
+        let Some(entry) = SUBS.iter().find(|s| s.names.contains(&sub)) else {
+            self.raise(
+                ShellComplex,
+                format!(
+                    "git {sub} is not a subcommand the classifier knows (aliases run programs)"
+                ),
+            );
+            return;
+        };
+        let first = o.operands.first().and_then(|a| a.text());
+        // `""`: no operand (`git remote` lists).
+        let reads = entry.reads_when.iter().any(|r| {
+            first == Some(*r)
+                || (r.is_empty() && first.is_none())
+                || (r.starts_with('-') && rest.iter().any(|a| a.text() == Some(*r)))
+        }) && !o.has("apply");
+        let reads = reads || lists_only(sub, &o);
+        // git abbreviates long options: any unambiguous prefix counts.
+        let runs = o.has("O")
+            || !long_values(rest, "open-files-in-pager", 2).is_empty()
+            || !long_values(rest, "ext-diff", 3).is_empty()
+            || !long_values(rest, "exec", 3).is_empty()
+            || (sub == "rebase" && o.has_any(&["x", "i", "interactive"]));
+        if runs {
+            self.raise(ShellComplex, format!("git {sub} with a program option"));
+        }
+        for (option, min) in entry.writes {
+            for v in long_values(rest, option, *min) {
+                self.write_target(&v);
+                self.unplaced |= *option == "directory";
+            }
+        }
+        for short in entry.short_writes {
+            for v in short_values(rest, short) {
+                self.write_target(&v);
+            }
+        }
+        if reads {
+            return;
+        }
+        match entry.does {
+            Does::Reads => {}
+            Does::Runs => self.raise(ShellComplex, format!("git {sub} runs programs")),
+            Does::Changes => self.raise(WorkspaceMutating, format!("git {sub}")),
+        }
         match sub {
-            "status" | "log" | "diff" | "show" | "rev-parse" | "ls-files" | "blame"
-            | "shortlog" | "describe" | "show-ref" | "cat-file" | "ls-tree" | "rev-list"
-            | "merge-base" | "whatchanged" | "grep" | "count-objects" | "version" => {
-                // git abbreviates long options: any unambiguous prefix counts.
-                let runs = o.has("O")
-                    || !long_values(rest, "open-files-in-pager", 2).is_empty()
-                    || !long_values(rest, "ext-diff", 3).is_empty();
-                if runs {
-                    self.raise(ShellComplex, format!("git {sub} with a program option"));
-                }
-                for v in long_values(rest, "output", 1) {
-                    self.write_target(&v);
-                }
-            }
-            "branch" => {
-                let changes = [
-                    "d",
-                    "D",
-                    "delete",
-                    "m",
-                    "M",
-                    "move",
-                    "c",
-                    "C",
-                    "copy",
-                    "u",
-                    "set-upstream-to",
-                    "unset-upstream",
-                    "edit-description",
-                    "f",
-                    "force",
-                    "t",
-                    "track",
-                    "no-track",
-                ];
-                let lists = [
-                    "list",
-                    "l",
-                    "a",
-                    "all",
-                    "r",
-                    "remotes",
-                    "contains",
-                    "no-contains",
-                    "merged",
-                    "no-merged",
-                    "points-at",
-                    "show-current",
-                ];
-                if o.has_any(&changes) || (!o.operands.is_empty() && !o.has_any(&lists)) {
-                    mutate(self);
-                }
-            }
-            "tag" => {
-                if !(o.operands.is_empty() || o.has_any(&["l", "list"])) || o.has_any(&["d", "a"]) {
-                    mutate(self);
-                }
-            }
-            "remote" => {
-                let first = o.operands.first().and_then(|a| a.text());
-                if !matches!(first, None | Some("show" | "get-url")) {
-                    mutate(self);
-                }
-            }
             "config" => {
-                let reads = ["get", "get-all", "get-regexp", "list", "l"];
-                if !o.has_any(&reads) {
-                    self.raise(
-                        ShellComplex,
-                        "git config can make later git commands run programs",
-                    );
+                self.raise(
+                    ShellComplex,
+                    "git config can make later git commands run programs",
+                );
+                let words: Vec<&str> = o.operand_texts();
+                if let [key, value, ..] = words.as_slice() {
+                    self.git_config_value(&Arg::literal(&format!("{key}={value}")));
                 }
             }
-            "reflog" => {
-                let first = o.operands.first().and_then(|a| a.text());
-                if !matches!(first, None | Some("show")) {
-                    mutate(self);
+            "apply" | "am" => {
+                self.raise(
+                    ShellComplex,
+                    format!(
+                        "git {sub} writes the files its patch names, which the classifier \
+                         cannot see"
+                    ),
+                );
+                self.unplaced = true;
+            }
+            "rm" if o.has("r") => self.deletes("git rm", true, &o.operands),
+            "submodule" if first == Some("foreach") => {
+                self.run_code("git submodule foreach", o.operands.get(1..).unwrap_or(&[]));
+            }
+            "bisect" if first == Some("run") => {
+                self.run_rest("git bisect run", o.operands.get(1..).unwrap_or(&[]));
+            }
+            "rebase" => {
+                for code in long_values(rest, "exec", 3)
+                    .iter()
+                    .chain(short_values(rest, "-x").iter())
+                {
+                    self.run_code("git rebase --exec", std::slice::from_ref(code));
                 }
             }
-            "rebase" if o.has_any(&["x", "exec", "i", "interactive"]) => {
-                self.raise(ShellComplex, "git rebase --exec runs programs");
+            "worktree" if first == Some("add") => {
+                let path = o.operands.get(1).cloned();
+                self.write_target(&path.unwrap_or_else(|| Arg::literal(".")));
             }
-            "bisect" if o.operands.first().and_then(|a| a.text()) == Some("run") => {
-                self.raise(ShellComplex, "git bisect run runs programs");
-            }
-            "rm" | "mv" | "restore" => {
-                mutate(self);
-                for p in &o.operands {
-                    self.write_target(p);
+            "clone" | "init" => {
+                // The directory it makes: the last operand, or (clone) one named after the URL.
+                let dir = match (sub, o.operands.as_slice()) {
+                    ("clone", [url]) => url.text().map(|u| {
+                        let base = u
+                            .trim_end_matches('/')
+                            .rsplit(['/', ':'])
+                            .next()
+                            .unwrap_or(u);
+                        Arg::literal(base.trim_end_matches(".git"))
+                    }),
+                    (_, [.., last]) => Some(last.clone()),
+                    _ => None,
+                };
+                if let Some(d) = dir {
+                    self.write_target(&d);
                 }
             }
-            "checkout" => {
-                mutate(self);
+            "format-patch"
+                if long_values(rest, "output-directory", 1).is_empty()
+                    && short_values(rest, "-o").is_empty() =>
+            {
+                self.write_target(&Arg {
+                    pattern: true,
+                    ..Arg::literal("[0-9]*.patch")
+                });
+            }
+            "bundle" if first == Some("create") => {
+                if let Some(f) = o.operands.get(1) {
+                    self.write_target(f);
+                }
+            }
+            _ if entry.writes_operands => {
                 // `git checkout [TREE-ISH] [--] PATHS`: without `--` any name may be a path.
                 for p in &o.operands {
                     self.write_target(p);
                 }
             }
-            "apply" if o.has_any(&["check", "stat", "numstat", "summary"]) && !o.has("apply") => {}
-            "apply" | "am" => {
-                self.raise(
-                    ShellComplex,
-                    format!("git {sub} writes the files its patch names, which the classifier cannot see"),
-                );
-            }
-            "add" | "commit" | "switch" | "reset" | "stash" | "merge" | "rebase"
-            | "cherry-pick" | "revert" | "init" | "clone" | "fetch" | "pull" | "push" | "clean"
-            | "gc" | "worktree" | "notes" | "bisect" | "prune" | "repack" => mutate(self),
-            other => self.raise(
-                ShellComplex,
-                format!(
-                    "git {other} is not a subcommand the classifier knows (aliases run programs)"
-                ),
-            ),
+            _ => {}
         }
+    }
+
+    /// `KEY=VALUE` set by `git -c` or `git config`: a key whose value is a command has it read
+    /// as code (`alias.x=!CMD`).
+    fn git_config_value(&mut self, setting: &Arg) {
+        self.raise(
+            CommandClass::ShellComplex,
+            "git -c can make git run programs or read other config",
+        );
+        let Some((key, value)) = setting.text().and_then(|t| t.split_once('=')) else {
+            return;
+        };
+        let key = key.to_ascii_lowercase();
+        if COMMAND_KEYS
+            .iter()
+            .any(|k| key.starts_with(k) || key.contains(k))
+        {
+            let code = value.strip_prefix('!').unwrap_or(value);
+            self.run_code("git config", &[Arg::literal(code)]);
+        }
+    }
+}
+
+/// Whether `git branch`, `git tag` or `git config` only list or query.
+fn lists_only(sub: &str, o: &Parsed) -> bool {
+    match sub {
+        "branch" => {
+            let changes = [
+                "d",
+                "D",
+                "delete",
+                "m",
+                "M",
+                "move",
+                "c",
+                "C",
+                "copy",
+                "u",
+                "set-upstream-to",
+                "unset-upstream",
+                "edit-description",
+                "f",
+                "force",
+                "t",
+                "track",
+                "no-track",
+            ];
+            let lists = [
+                "list",
+                "l",
+                "a",
+                "all",
+                "r",
+                "remotes",
+                "contains",
+                "no-contains",
+                "merged",
+                "no-merged",
+                "points-at",
+                "show-current",
+            ];
+            !o.has_any(&changes) && (o.operands.is_empty() || o.has_any(&lists))
+        }
+        "tag" => (o.operands.is_empty() || o.has_any(&["l", "list"])) && !o.has_any(&["d", "a"]),
+        "config" => o.has_any(&["get", "get-all", "get-regexp", "list", "l"]),
+        _ => false,
     }
 }
 
@@ -182,7 +521,7 @@ fn long_values(args: &[Arg], full: &str, min: usize) -> Vec<Arg> {
             continue;
         }
         match attached {
-            Some(v) => out.push(Arg::literal(v)),
+            Some(v) => out.push(a.with_text(v)),
             None => {
                 if let Some(next) = args.get(i) {
                     out.push(next.clone());
@@ -191,6 +530,26 @@ fn long_values(args: &[Arg], full: &str, min: usize) -> Vec<Arg> {
                     out.push(Arg::literal(""));
                 }
             }
+        }
+    }
+    out
+}
+
+/// The values of a short option (`-o FILE`, `-oFILE`), up to `--`.
+fn short_values(args: &[Arg], short: &str) -> Vec<Arg> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while let Some(a) = args.get(i) {
+        i += 1;
+        let Some(t) = a.text() else { continue };
+        if t == "--" {
+            break;
+        }
+        if t == short {
+            out.extend(args.get(i).cloned());
+            i += 1;
+        } else if let Some(v) = t.strip_prefix(short).filter(|v| !v.is_empty()) {
+            out.push(a.with_text(v));
         }
     }
     out

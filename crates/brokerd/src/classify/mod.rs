@@ -1,4 +1,4 @@
-//! Shell command classification (DESIGN.md "Grants and modes"; seed 000's CommandPolicy).
+//! Shell command classification (docs/design.md, "Modes and the classifier").
 //!
 //! The command is parsed with tree-sitter-bash and the syntax tree is walked; nothing here
 //! matches regular expressions against the command string. The walk is conservative: a node
@@ -6,58 +6,101 @@
 //! never `ReadOnly`. The class of a list or pipeline is the highest class of its parts.
 //!
 //! Besides the class, the walk collects the paths the command writes, as far as the parse tells
-//! (redirection targets, tee, cp/mv/install/ln destinations, touch/truncate/mkdir/rm targets,
-//! `sed -i` files, string literals of inline programs), for the protected-target checks.
+//! (redirections, `<>` included; tee, cp/mv/install/ln destinations, touch/truncate/mkdir/rm
+//! targets, `sed -i` and `sed w` files, archives' `-C`/`-d` directories, `patch -d`, `git -C`,
+//! split's prefix, in-place rewriters (`rewriters`), editors and `perl -i` (`editors`), string
+//! literals of inline programs), for the protected-target checks. A write it cannot place (after
+//! a `cd` it cannot follow, `{}` of find, names read from the input, files only an archive or a
+//! patch names) sets `Assessment::unplaced`.
 //!
 //! Decisions written down here:
-//! - `awk` (and every interpreter) is `ShellComplex`: its programs can call `system()` and write
-//!   files, and telling them apart would mean parsing awk.
-//! - `sed` without `-i` is `ReadOnly` only when every script uses plain commands (`s` without
-//!   the `w`/`e` flags, `p`, `d`, `q`, ...); `w`, `e`, `r` and the rest make it `ShellComplex`.
+//! - An awk program the classifier reads whole (`awk`) is `ReadOnly` when it has no `system()`,
+//!   no pipe, no `getline` from a command and no output redirection; what it writes or runs is
+//!   read as that, and a command it builds from text it reads is `Dangerous`. Every other
+//!   interpreter is `ShellComplex`: its string literals are read as paths it may write and
+//!   commands it may run.
+//! - `sed` is read script by script: `w FILE` and `s///w FILE` write FILE, `e COMMAND` runs
+//!   COMMAND, `e` and `s///e` run the text sed reads (`Dangerous`); a script it cannot read
+//!   is `ShellComplex`.
 //! - `rm -r`, `chmod -R`, `chown -R` of `.`, `*`, `..`, `~`, `/`, a grant root or an ancestor
 //!   of one are `Dangerous`; so are those whose target the classifier cannot read (an
-//!   expansion), because it could be any of these.
+//!   expansion), because it could be any of these. So are deleting, emptying or moving out of
+//!   the grant every entry of one by a pattern (`rm /srv/notes/*`), and moving one anywhere.
+//! - `find`'s tests narrow what its actions see only when they need what most files lack and
+//!   cannot match a grant directory (`-name '*.o'`, not `-name '[!.]*'` or `-regex '.+'`);
+//!   `{}` of `-exec`, and the names find prints into `xargs`, stand for everything it finds.
 //! - Arithmetic (`$((..))`, `((..))`, `[[ a -eq b ]]`) and `${..}` with operators are
 //!   `ShellComplex`: bash evaluates array subscripts inside them, which can run commands.
 //! - Relative paths are relative to the shell's working directory, which the classifier does
-//!   not know; after a literal `cd DIR` they are reported joined to `DIR`.
+//!   not know; after a literal `cd DIR` (`pushd`, `env -C`, `git -C`, `make -C`, `patch -d`)
+//!   they are reported joined to `DIR`, and after one it cannot follow they are unplaced.
 //! - The sandbox's shell is busybox ash; the grammar is bash's. Where they read a command
 //!   differently (`[[ ]]`, `$'...'`, `$"..."`, `{a,b}`, `&>`, `|&`, `<<<`, arrays) the command
 //!   is at least `ShellComplex`, and `$'...'` is decoded as bash does to name the program.
-//! - A wrapper (`busybox`, `env`, `nice`, `timeout`, `xargs`, `find -exec`, `sh -c`, `eval`,
-//!   ...) is at least as bad as what it runs. Program options are data (`specs`), parsed as
-//!   getopt_long parses them (`opts`). A program in command position the classifier cannot
-//!   name has its arguments read as each destroying program would read them.
-//! - Text piped into a shell is at least `ShellComplex`; echo/printf text and here-documents
-//!   are classified as the code they are; a download, a decoder or unreadable text upstream
-//!   makes it `Dangerous`.
+//! - A program word is a path: `/bin//rm`, `/bin/../bin/rm` and `./rm` after `cd /bin` are
+//!   `rm`; any other path is read by its last component, as a program that may be another
+//!   (`paths`).
+//! - A runner (`runners`: `env`, `nice`, `timeout`, `unshare`, `setpriv`, `flock`, `chroot`,
+//!   `su -c`, `script -c`, `watch`, `sudo`, ...) is at least as bad as what it runs; its table
+//!   lists the options that take values, so that the command is found however they are
+//!   spelled. Program options are data (`specs`), parsed as getopt_long parses them (`opts`).
+//! - A program the classifier cannot name (`$X`, `mytool`, `./x`) is `ShellComplex`, and its
+//!   arguments are read as what it may run: as each destroying program would read them, from
+//!   any word naming a program the classifier knows, and as shell code where a word holds a
+//!   space. A dangerous reading makes it `Dangerous`.
+//! - Anything into a shell is code (`produce`): text piped, redirected or substituted into a
+//!   program that runs what it reads (a shell, an interpreter, `source /dev/stdin`, `at`,
+//!   `xargs sh -c`, ed's `!`) is at least `ShellComplex`, and `Dangerous` unless every
+//!   producer is literal text (echo, printf, yes, a here-document, through filters that pass
+//!   lines on) that is read as a safe command. So are code and commands built from a
+//!   program's output (`eval "$(cat f)"`, `$(cat f)`), and a file the command itself writes
+//!   and then runs.
+//! - Variables, positional parameters and functions the command sets are followed (`vars`):
+//!   `c='rm -rf /'; $c`, `f() { "$@"; }; f rm -rf /` are read as what they run; one set from
+//!   text the classifier cannot read makes a command built from it `Dangerous`; functions
+//!   calling each other are a fork bomb's shape.
+//! - A write through a link the command makes writes the link's target (`ln -s /dev x;
+//!   echo > x/sda` writes the disk).
 //! - A command whose tree has errors is also read piece by piece, since an error can swallow
-//!   what follows it. Past `MAX_COMMAND_BYTES`, `MAX_DEPTH`, `MAX_WRITES` or `TIME_BUDGET`
-//!   the assessment names the `Bound` and the policy refuses the command.
+//!   what follows it. Past `MAX_COMMAND_BYTES`, `MAX_DEPTH`, `MAX_WRITES` or `MAX_WORK` the
+//!   assessment names the `Bound` and the policy refuses the command. The bounds count work,
+//!   not time, so that the answer does not depend on how busy the host is.
 //!
-//! Modules: `walk` (the syntax tree), `words` (quote removal), `opts` and `specs` (options),
-//! `commands` (one program), `pipes` (pipelines), `wrappers`, `find`, `git`, `sed`, `archives`, `paths`, `programs`
-//! (lists of programs by kind); `adversarial.toml` is the table of hostile commands checked
-//! when the classifier is built.
+//! Modules: `walk` (the syntax tree), `words` (quote removal, a word's parts), `vars`, `opts`
+//! and `specs` (options), `runners` (programs that run their arguments), `commands` (one
+//! program), `pipes` (pipelines), `produce` (what a command prints), `redirects`, `wrappers`,
+//! `targets` (where writes land), `find`, `git`, `sed`, `awk`, `archives`, `rewriters`,
+//! `editors`, `paths`, `programs` (lists of programs by kind); `adversarial.toml` is the table
+//! of hostile commands checked when the classifier is built.
+//!
+//! Enumeration trails a hostile model: what keeps protected targets is the mount that holds
+//! them read-only; the classifier decides what to ask about.
 
 use std::fmt;
 use std::path::{Component, Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
-use std::time::{Duration, Instant};
 
 use tree_sitter::{Language, Node, ParseOptions, Parser};
 
 mod archives;
+mod awk;
 mod commands;
+mod editors;
 mod find;
 mod git;
 mod opts;
 mod paths;
 mod pipes;
+mod produce;
 mod programs;
+mod redirects;
+mod rewriters;
+mod runners;
 mod sed;
 mod specs;
+mod targets;
+mod vars;
 mod walk;
 mod words;
 mod wrappers;
@@ -69,7 +112,9 @@ mod tests;
 
 use paths::*;
 use pipes::*;
+use produce::*;
 use programs::*;
+use vars::*;
 use walk::*;
 use words::*;
 
@@ -82,8 +127,16 @@ const MAX_DEPTH: usize = 64;
 /// At most this many write targets are reported; a command naming more is `ShellComplex`.
 const MAX_WRITES: usize = 256;
 
-/// The time one command may take to parse and walk, nested code included.
-const TIME_BUDGET: Duration = Duration::from_millis(500);
+/// The work one command may take to read, nested code included: parser operations, syntax
+/// nodes, words and programs, and `NESTED_WORK` for each nested reading. Work is counted, not
+/// timed, so that a command gets the same answer however busy the host is. A 64 KiB script of
+/// loops and conditions takes about half of it; 64 KiB of one construct repeated (`ls;`,
+/// `sh|`, `eval `) goes past it.
+const MAX_WORK: u64 = 250_000;
+
+/// What one nested reading (`sh -c`, a wrapper's command, a piece after a parse error) costs
+/// beyond the work inside it.
+const NESTED_WORK: u64 = 32;
 
 /// What a shell command may do, from least to most reach (the order is used for "max").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -129,7 +182,13 @@ pub struct Assessment {
     /// The writes that are shell patterns (`gen*/x`, `{a,b}/c`): the shell expands them to the
     /// files they match, which the protected-target checks must look for.
     pub globbed: Vec<String>,
-    /// A bound of the classifier the command went past (length, nesting, time): what it does
+    /// A write the walk could not place, which may land anywhere in the grant: a relative
+    /// write after a `cd`, `pushd`, `env -C`, `git -C` or `make -C` it could not follow; what
+    /// `find` reaches (`{}` of `-exec`, `-delete`: reported in `writes` as the path find starts
+    /// from); names a command reads from its input (`xargs`); files only an archive or a patch
+    /// names. The policy treats it as possibly protected.
+    pub unplaced: bool,
+    /// A bound of the classifier the command went past (length, nesting, work): what it does
     /// cannot be told, so it is refused whatever the mode.
     pub beyond: Option<Bound>,
     /// What made the command this class (for an `ask` question and the audit); `None` for a
@@ -146,8 +205,8 @@ pub enum Bound {
     Nul,
     /// Nests deeper than `MAX_DEPTH` (substitutions, wrappers, `sh -c` in `sh -c`).
     Depth,
-    /// Takes longer than `TIME_BUDGET` to parse and walk.
-    Time,
+    /// Takes more than `MAX_WORK` to parse and walk.
+    Work,
     /// Names more than `MAX_WRITES` write targets.
     Writes,
 }
@@ -158,7 +217,7 @@ impl fmt::Display for Bound {
             Bound::Length => "the command is longer than the classifier reads (64 KiB)",
             Bound::Nul => "the command contains a NUL byte",
             Bound::Depth => "the command nests deeper than the classifier reads",
-            Bound::Time => "the command takes longer to read than the classifier allows",
+            Bound::Work => "the command takes more work to read than the classifier allows",
             Bound::Writes => "the command writes more paths than the classifier checks",
         })
     }
@@ -244,9 +303,12 @@ struct Case {
     command: String,
     class: CommandClass,
     writes: Option<Vec<String>>,
+    /// Whether the walk cannot place a write (`Assessment::unplaced`), where the table says.
+    unplaced: Option<bool>,
 }
 
-/// Checks every command of `ADVERSARIAL`: its class, and its writes where the table gives them.
+/// Checks every command of `ADVERSARIAL`: its class, and its writes and whether one is
+/// unplaced where the table gives them.
 fn check_adversarial(classifier: &Classifier, roots: &[PathBuf]) -> Result<usize, ClassifierError> {
     let table: Adversarial =
         toml::from_str(ADVERSARIAL).map_err(|e| ClassifierError::Table(e.to_string()))?;
@@ -265,6 +327,15 @@ fn check_adversarial(classifier: &Classifier, roots: &[PathBuf]) -> Result<usize
                     command: case.command.clone(),
                     expected: format!("writes {writes:?}"),
                     got: format!("writes {:?}", got.writes),
+                });
+            }
+        }
+        if let Some(unplaced) = case.unplaced {
+            if got.unplaced != unplaced {
+                return Err(ClassifierError::Case {
+                    command: case.command.clone(),
+                    expected: format!("unplaced {unplaced}"),
+                    got: format!("unplaced {}", got.unplaced),
                 });
             }
         }
@@ -305,7 +376,8 @@ impl Classifier {
 
     /// Classifies `command` for a grant whose directories are `roots`.
     pub fn classify(&self, command: &str, roots: &[PathBuf]) -> Assessment {
-        let mut walk = Walk::new(&self.language, roots, 0, None, Instant::now() + TIME_BUDGET);
+        let budget = Budget::default();
+        let mut walk = Walk::new(&self.language, roots, 0, None, &budget);
         walk.source(command);
         walk.finish()
     }

@@ -15,7 +15,9 @@ pub(super) static LENIENT: Spec = Spec {
     stop_at_operand: false,
     abbreviate: false,
     unknown_harmless: true,
+    bundled_first: false,
     options: Vec::new(),
+    runs: None,
 };
 
 /// One option as given.
@@ -124,6 +126,14 @@ fn is_mode(word: &str) -> bool {
 /// Splits `args` by `spec`. For a spec that stops at its first operand, `operands` is the
 /// command and its arguments, untouched.
 pub(super) fn parse<'s>(program: &str, spec: &'s Spec, args: &[Arg]) -> Parsed<'s> {
+    let unbundled;
+    let args = match spec.bundled_first.then(|| unbundle(spec, args)).flatten() {
+        Some(words) => {
+            unbundled = words;
+            &unbundled[..]
+        }
+        None => args,
+    };
     let mut p = Parsed::default();
     let mut i = 0;
     let mut only_operands = false;
@@ -231,6 +241,30 @@ pub(super) fn parse<'s>(program: &str, spec: &'s Spec, args: &[Arg]) -> Parsed<'
     p
 }
 
+/// `tar xfC a.tar dir` as `tar -x -f a.tar -C dir`: a first word of short options without a
+/// dash, whose values are the words after it, in order. `None` when the first word is not
+/// such a bundle.
+fn unbundle(spec: &Spec, args: &[Arg]) -> Option<Vec<Arg>> {
+    let (first, rest) = args.split_first()?;
+    let bundle = first
+        .text()
+        .filter(|t| !t.is_empty() && !t.starts_with('-'))?;
+    let opts: Vec<&Opt> = bundle
+        .chars()
+        .map(|c| spec.options.iter().find(|o| o.short.contains(&c)))
+        .collect::<Option<_>>()?;
+    let mut out = Vec::new();
+    let mut values = rest.iter();
+    for (c, opt) in bundle.chars().zip(opts) {
+        out.push(first.with_text(&format!("-{c}")));
+        if opt.takes == Takes::Value {
+            out.extend(values.next().cloned());
+        }
+    }
+    out.extend(values.cloned());
+    Some(out)
+}
+
 /// The word after an option that takes one (`-o FILE`, `--output FILE`), whatever it looks like.
 fn next_value(
     program: &str,
@@ -250,11 +284,7 @@ fn next_value(
 
 /// The value attached to an option word (`-oFILE`, `--output=FILE`).
 fn attached_arg(word: &Arg, value: &str) -> Arg {
-    Arg {
-        lit: Some(value.to_string()),
-        pattern: word.pattern,
-        raw: word.raw.clone(),
-    }
+    word.with_text(value)
 }
 
 #[cfg(test)]

@@ -21,23 +21,110 @@ pub(super) fn normalise(p: &Path) -> PathBuf {
     out
 }
 
-/// `/usr/bin/rm` is `rm`; a program run by another path is not one the classifier knows.
-pub(super) fn program_name(prog: &str) -> Option<&str> {
-    if !prog.contains('/') {
-        return Some(prog);
+/// Directories whose programs are the system's: run from one, a program is what its name says.
+const SYSTEM_DIRS: &[&str] = &[
+    "/bin",
+    "/usr/bin",
+    "/usr/local/bin",
+    "/sbin",
+    "/usr/sbin",
+    "/usr/local/sbin",
+];
+
+/// Name prefixes that stand for one program (`ld-linux-x86-64.so.2` is the dynamic loader,
+/// `busybox.static` is busybox).
+const NAME_FAMILIES: &[(&str, &str)] = &[
+    ("ld-linux", "ld.so"),
+    ("ld-musl-", "ld.so"),
+    ("ld64.so", "ld.so"),
+    ("busybox", "busybox"),
+    ("toybox", "toybox"),
+];
+
+/// A program word as the classifier reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct ProgramName {
+    /// The last component of the path, its family's name where it has one.
+    pub(super) name: String,
+    /// Run by a bare name or from a system directory: the program is what its name says.
+    /// Otherwise it is read as that program, and may be any.
+    pub(super) system: bool,
+}
+
+/// `/usr/bin/rm`, `/bin//rm`, `/bin/../bin/rm` and (after `cd /bin`) `./rm` are `rm`; any
+/// other path is read by its last component, as a program that may be something else.
+pub(super) fn program_name(word: &str, cwd: Option<&str>) -> ProgramName {
+    let family = |base: &str| -> String {
+        NAME_FAMILIES
+            .iter()
+            .find(|(prefix, _)| base.starts_with(prefix))
+            .map(|(_, name)| (*name).to_string())
+            .unwrap_or_else(|| base.to_string())
+    };
+    if !word.contains('/') {
+        return ProgramName {
+            name: family(word),
+            system: true,
+        };
     }
-    for dir in [
-        "/bin/",
-        "/usr/bin/",
-        "/usr/local/bin/",
-        "/sbin/",
-        "/usr/sbin/",
-    ] {
-        if let Some(base) = prog.strip_prefix(dir) {
-            if !base.is_empty() && !base.contains('/') {
-                return Some(base);
+    let joined = match cwd {
+        Some(dir) if !word.starts_with('/') => Path::new(dir).join(word),
+        _ => PathBuf::from(word),
+    };
+    let path = normalise(&joined);
+    let base = match path.file_name() {
+        Some(b) if !word.ends_with('/') => b.to_string_lossy().into_owned(),
+        _ => {
+            return ProgramName {
+                name: word.to_string(),
+                system: false,
             }
         }
+    };
+    let system = path
+        .parent()
+        .is_some_and(|dir| SYSTEM_DIRS.iter().any(|d| dir == Path::new(d)));
+    ProgramName {
+        name: family(&base),
+        system,
     }
-    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn program_words() {
+        // (word, working directory, name, system)
+        let cases: &[(&str, Option<&str>, &str, bool)] = &[
+            ("rm", None, "rm", true),
+            ("/bin/rm", None, "rm", true),
+            ("/bin//rm", None, "rm", true),
+            ("//usr/bin/rm", None, "rm", true),
+            ("/bin/../bin/rm", None, "rm", true),
+            ("/usr/./bin/rm", None, "rm", true),
+            ("/usr/local/sbin/rm", None, "rm", true),
+            ("./rm", Some("/bin"), "rm", true),
+            ("../bin/rm", Some("/usr/lib"), "rm", true),
+            ("./rm", None, "rm", false),
+            ("/tmp/rm", None, "rm", false),
+            ("/proc/self/root/bin/rm", None, "rm", false),
+            ("/bin/sub/rm", None, "rm", false),
+            ("/lib64/ld-linux-x86-64.so.2", None, "ld.so", false),
+            ("busybox.static", None, "busybox", true),
+            ("/bin/", None, "/bin/", false),
+        ];
+        for &(word, cwd, name, system) in cases {
+            let got = program_name(word, cwd);
+            assert_eq!(
+                got,
+                ProgramName {
+                    name: name.to_string(),
+                    system
+                },
+                "{word} in {cwd:?}"
+            );
+        }
+    }
 }

@@ -69,6 +69,40 @@ pub(super) const PLAIN_READERS: &[&str] = &[
     "yes",
     "tsort",
     "numfmt",
+    // Process, binary and system information.
+    "ps",
+    "pgrep",
+    "pidof",
+    "uptime",
+    "free",
+    "vmstat",
+    "lscpu",
+    "groups",
+    "locale",
+    "getconf",
+    "tty",
+    "arch",
+    "logname",
+    "users",
+    "who",
+    "nm",
+    "readelf",
+    "objdump",
+    "size",
+    "bc",
+    // Readers of archives and compressed files, and formatters of text.
+    "zipinfo",
+    "zgrep",
+    "zegrep",
+    "zfgrep",
+    "xzgrep",
+    "bzgrep",
+    "zstdgrep",
+    "zdiff",
+    "zcmp",
+    "pr",
+    "cal",
+    "look",
 ];
 
 pub(super) const SHELLS: &[&str] = &[
@@ -147,6 +181,66 @@ pub(super) const SENSITIVE_PREFIXES: &[&str] = &[
 /// Write targets that are not files.
 pub(super) const HARMLESS_SINKS: &[&str] = &["/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty"];
 
+/// Calls by which an interpreter deletes a tree: with a string naming a grant directory (or
+/// `.`, `~`), inline code is dangerous.
+pub(super) const TREE_DESTROYERS: &[&str] = &[
+    "rmtree",
+    "rm_rf",
+    "rm_r",
+    "remove_dir_all",
+    "rmSync",
+    "rmdirSync",
+    "rimraf",
+    "deltree",
+    "remove_tree",
+    "File::Path",
+    "FileUtils.rm",
+    "Remove-Item",
+    "rm -r",
+];
+
+/// Calls by which an interpreter deletes, moves or empties one file: with a string naming a
+/// grant directory by its path, inline code is dangerous.
+pub(super) const FILE_DESTROYERS: &[&str] = &[
+    "unlink", "remove", "rename", "move", "truncate", "rmdir", "chmod", "chown",
+];
+
+/// Programs `Walk::program` reads by name (beyond the spec table, shells and interpreters).
+pub(super) const READ_BY_NAME: &[&str] = &[
+    "busybox",
+    "toybox",
+    "eval",
+    "source",
+    ".",
+    "alias",
+    "trap",
+    "cd",
+    "pushd",
+    "set",
+    "find",
+    "xxd",
+    "unzip",
+    "git",
+    "dd",
+    "kill",
+    "systemctl",
+    "init",
+    "telinit",
+];
+
+/// Whether the classifier knows what `name` does beyond reading: a word naming it in an
+/// unknown program's arguments may be the command it runs.
+pub(super) fn is_known_program(name: &str) -> bool {
+    super::specs::spec_of(name).is_some()
+        || super::editors::is_editor(name)
+        || READ_BY_NAME.contains(&name)
+        || SHELLS.contains(&name)
+        || is_interpreter(name)
+        || SYSTEM_STOPPERS.contains(&name)
+        || DISK_WRECKERS.contains(&name)
+        || name.starts_with("mkfs")
+}
+
 pub(super) fn is_interpreter(name: &str) -> bool {
     interpreter_code_opts(name).is_some()
 }
@@ -168,34 +262,94 @@ pub(super) fn is_sensitive_var(name: &str) -> bool {
     SENSITIVE_VARS.contains(&name) || SENSITIVE_PREFIXES.iter().any(|p| name.starts_with(p))
 }
 
-/// Programs whose output is text the classifier cannot read from the command: decoders and
-/// transformers. Piped into a shell, they hide what runs.
-pub(super) const DECODERS: &[&str] = &[
-    "base64", "base32", "basenc", "xxd", "uudecode", "openssl", "gpg", "gzip", "gunzip", "zcat",
-    "bzip2", "bunzip2", "bzcat", "xz", "unxz", "xzcat", "lzcat", "zstd", "unzstd", "zstdcat",
-    "rev", "tr", "sed", "awk", "cut", "iconv", "od", "dd",
-];
-
 /// The start of every reason for syntax the sandbox's shell may read differently.
 pub(super) const ASH_DIFFERS: &str =
     "bash syntax that busybox ash, the sandbox's shell, may read differently";
 
+/// How a program that runs what it reads reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Reader {
+    /// Shell code (a shell, `source /dev/stdin`, at, batch, crontab, parallel, make -f -).
+    Shell,
+    /// An interpreter's program.
+    Interpreter,
+    /// An editor's or calculator's commands, where `!CMD` runs a shell command (ed, ex, dc).
+    Bang,
+    /// An awk program (`awk -f -`).
+    Awk,
+    /// A sed script (`sed -f -`).
+    Sed,
+}
+
+/// Programs whose input is shell code to run later or line by line.
+const SHELL_READERS: &[&str] = &["at", "batch", "crontab", "parallel"];
+/// Programs whose input is commands where `!CMD` runs a shell command.
+const BANG_READERS: &[&str] = &["ed", "red", "ex", "dc"];
+/// Ways of naming standard input as a file.
+const STDIN_PATHS: &[&str] = &["-", "/dev/stdin", "/dev/fd/0", "/proc/self/fd/0"];
+
+/// How `p` reads code by name, whatever its arguments.
+pub(super) fn reader_kind(p: &str) -> Option<Reader> {
+    match p {
+        _ if SHELLS.contains(&p) || SHELL_READERS.contains(&p) => Some(Reader::Shell),
+        "source" | "." | "make" | "gmake" => Some(Reader::Shell),
+        _ if BANG_READERS.contains(&p) => Some(Reader::Bang),
+        _ if p.ends_with("awk") => Some(Reader::Awk),
+        "sed" => Some(Reader::Sed),
+        _ if is_interpreter(p) => Some(Reader::Interpreter),
+        _ => None,
+    }
+}
+
 /// Whether `p` runs code it reads from its standard input, given its arguments.
 pub(super) fn reads_code(p: &str, args: &[Arg]) -> bool {
-    if p == "source" || p == "." {
-        // `. /dev/stdin` runs what it reads.
-        return args
-            .first()
-            .and_then(|a| a.text())
-            .is_some_and(|t| matches!(t, "/dev/stdin" | "/dev/fd/0" | "/proc/self/fd/0"));
+    let texts: Vec<&str> = args.iter().filter_map(|a| a.text()).collect();
+    // `-f -`: a program file that is the input.
+    let program_file_is_input = texts
+        .windows(2)
+        .any(|w| matches!(w[0], "-f" | "--file" | "--makefile") && STDIN_PATHS.contains(&w[1]))
+        || texts.iter().any(|t| {
+            ["--file=", "--makefile="]
+                .iter()
+                .any(|o| t.strip_prefix(o).is_some_and(|v| STDIN_PATHS.contains(&v)))
+        });
+    match reader_kind(p) {
+        None => false,
+        Some(Reader::Awk | Reader::Sed) => program_file_is_input,
+        Some(_) if matches!(p, "make" | "gmake") => program_file_is_input,
+        Some(_) if matches!(p, "source" | ".") => {
+            // `. /dev/stdin` runs what it reads.
+            texts.first().is_some_and(|t| STDIN_PATHS[1..].contains(t))
+        }
+        // A program file, or crontab's file, instead of the input.
+        Some(Reader::Shell) if SHELL_READERS.contains(&p) => match p {
+            "crontab" => {
+                texts.iter().all(|t| t.starts_with('-') && *t != "-l") || texts.contains(&"-")
+            }
+            "parallel" => texts.iter().all(|t| t.starts_with('-')),
+            _ => !texts.contains(&"-f"),
+        },
+        Some(Reader::Bang) => true,
+        Some(kind) => reads_program_from_input(p, kind, args),
     }
-    let shell = SHELLS.contains(&p);
-    if !shell && (!is_interpreter(p) || p.ends_with("awk")) {
-        return false;
+}
+
+/// A shell or interpreter: whether its arguments leave its program to its input.
+fn reads_program_from_input(p: &str, kind: Reader, args: &[Arg]) -> bool {
+    let shell = kind == Reader::Shell;
+    // `xargs -I{} sh -c '{}'`, `xargs sh -c 'eval "$@"' _`: the input lands in the code or
+    // its arguments (`{}` stands for it, see `resolve_program`).
+    let inline = args
+        .iter()
+        .filter_map(|a| a.text())
+        .any(|t| t.starts_with('-') && !t.starts_with("--") && t.contains('c'));
+    if shell && inline && args.iter().any(|a| a.raw.contains("{}")) {
+        return true;
     }
     for a in args {
         match a.text() {
             Some("-" | "--") => return true,
+            Some(t) if STDIN_PATHS[1..].contains(&t) => return true,
             Some(t) if t.starts_with('-') || t.starts_with('+') => {
                 // `sh -c` with no code after it gets its code from elsewhere (xargs' input).
                 if shell && !t.starts_with("--") && t.contains('c') {

@@ -20,15 +20,24 @@ use std::sync::OnceLock;
 pub(super) enum Operands {
     /// Reads them.
     Read,
-    /// Writes each of them (touch, mkdir, tee, truncate).
+    /// Writes each of them (touch, mkdir, tee).
     Written,
+    /// Empties each of them (truncate): as bad as deleting them.
+    Emptied,
     /// Deletes each of them (rm, rmdir, shred, unlink); recursively with a `recursive` option.
     Deleted,
+    /// Deletes each of them and all they hold, always (rimraf, trash-put).
+    DeletedTrees,
     /// Copies or links the sources to the last operand (cp, mv, install, ln).
     Copied,
     /// A mode or owner first, then the files it changes (chmod, chown, chgrp).
     Changed,
-    /// A command to run, with its own arguments (env, nice, timeout, xargs...).
+    /// Rewrites each of them in place, past the first `leading` (sd's FIND and REPLACE): always
+    /// (`always`) unless a `query` option asks only to check, or only with an `inplace` option
+    /// (`gofmt -w`).
+    Rewritten { leading: usize, always: bool },
+    /// A command to run, with its own arguments: how it is found is the spec's `Runs`
+    /// (`runners`).
     Command,
     /// The program's own module reads them (sed, git, tar, uniq...).
     Own,
@@ -49,9 +58,85 @@ pub(super) enum Effect {
     Recursive,
     /// Removes a guard against destroying `/`.
     Unguard,
-    /// Asks about the command instead of running it (`command -v`).
+    /// Asks about the command, or acts on another process, instead of running one
+    /// (`command -v`, `taskset -p`).
     Query,
+    /// Its value is shell code the program runs (`su -c CODE`).
+    Code,
+    /// Its value is split into the command's first words (`env -S 'CMD ARGS'`).
+    Split,
+    /// The command runs in the directory its value names (`env -C DIR`).
+    Chdir,
+    /// The command runs with the directory its value names as `/` (`unshare -R DIR`).
+    Root,
+    /// The command runs in a login session, in the user's home (`su -l`).
+    Login,
+    /// The command runs through a shell; with none, the shell reads its input (`sudo -s`).
+    Shell,
+    /// The operands are files it edits (`sudo -e`).
+    Edit,
+    /// Makes the program rewrite its operands in place (`gofmt -w`).
+    InPlace,
 }
+
+/// Operands of a runner before its command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Before {
+    /// The command is the first operand.
+    Nothing,
+    /// This many operands come first (timeout's DURATION, flock's FILE).
+    Skip(usize),
+    /// The first operand may be a value or the command (chrt's priority, runcon's context):
+    /// both readings are taken.
+    Maybe,
+    /// The first operand is the command's root directory (chroot's NEWROOT).
+    Root,
+}
+
+/// What a runner's operands after `Before` are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Shape {
+    /// A program and its arguments.
+    Command,
+    /// Arguments of a shell (su USER ARGS: the shell runs ARGS as a script).
+    ShellArgs,
+    /// Words joined and run as shell code, unless the named option is given (watch, sg).
+    Joined(Option<&'static str>),
+    /// Files it writes; the command comes from an option (script FILE -c CODE).
+    Files(&'static str),
+}
+
+/// How a program that runs its arguments finds what it runs.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Runs {
+    pub(super) before: Before,
+    pub(super) shape: Shape,
+    /// Given no command, it runs a shell on its input (unshare, chroot, su).
+    pub(super) bare_shell: bool,
+    /// An option that makes the operands a command instead of shell arguments (runuser -u).
+    pub(super) command_with: Option<&'static str>,
+    /// Words right after `before` that make the next word shell code (flock FILE -c CODE).
+    pub(super) code_after: &'static [&'static str],
+    /// A lone `-` before the command stands for this option (env's -i, su's --login).
+    pub(super) dash: Option<&'static str>,
+    /// NAME=VALUE operands before the command set its environment (env).
+    pub(super) assignments: bool,
+    /// Runs its command as another user, in other namespaces, another root or a service:
+    /// at least `ShellComplex`, whatever the command.
+    pub(super) elsewhere: bool,
+}
+
+/// A runner that takes options and then a program and its arguments.
+pub(super) const RUNS: Runs = Runs {
+    before: Before::Nothing,
+    shape: Shape::Command,
+    bare_shell: false,
+    command_with: None,
+    code_after: &[],
+    dash: None,
+    assignments: false,
+    elsewhere: false,
+};
 
 /// One option of a program.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -87,17 +172,22 @@ pub(super) enum Takes {
     Attached,
 }
 
-/// A program's spec as written in `SPECS`.
-struct RawSpec {
-    names: &'static [&'static str],
-    operands: Operands,
+/// A program's spec as written in `SPECS` and `runners::RUNNERS`.
+pub(super) struct RawSpec {
+    pub(super) names: &'static [&'static str],
+    pub(super) operands: Operands,
     /// Options end at the first operand (getopt's `+`): the operands are a command.
-    stop_at_operand: bool,
+    pub(super) stop_at_operand: bool,
     /// Long options may be abbreviated.
-    abbreviate: bool,
+    pub(super) abbreviate: bool,
     /// Options the spec does not list are harmless (the program has many, none of them write).
-    unknown_harmless: bool,
-    options: &'static str,
+    pub(super) unknown_harmless: bool,
+    /// A first word without a dash is a bundle of short options whose values follow in order
+    /// (`tar xfC a.tar dir`).
+    pub(super) bundled_first: bool,
+    pub(super) options: &'static str,
+    /// For a runner, how it finds what it runs.
+    pub(super) runs: Option<Runs>,
 }
 
 /// A program's spec, compiled.
@@ -107,10 +197,12 @@ pub(super) struct Spec {
     pub(super) stop_at_operand: bool,
     pub(super) abbreviate: bool,
     pub(super) unknown_harmless: bool,
+    pub(super) bundled_first: bool,
     pub(super) options: Vec<Opt>,
+    pub(super) runs: Option<Runs>,
 }
 
-const fn spec(
+pub(super) const fn spec(
     names: &'static [&'static str],
     operands: Operands,
     options: &'static str,
@@ -121,14 +213,21 @@ const fn spec(
         stop_at_operand: false,
         abbreviate: true,
         unknown_harmless: false,
+        bundled_first: false,
         options,
+        runs: None,
     }
 }
 
-/// A wrapper: options, then the command it runs.
-const fn wrapper(names: &'static [&'static str], options: &'static str) -> RawSpec {
+/// A runner: options, then what `runs` says (by default a program and its arguments).
+pub(super) const fn runner(
+    names: &'static [&'static str],
+    options: &'static str,
+    runs: Runs,
+) -> RawSpec {
     RawSpec {
         stop_at_operand: true,
+        runs: Some(runs),
         ..spec(names, Operands::Command, options)
     }
 }
@@ -193,9 +292,129 @@ const SPECS: &[RawSpec] = &[
         Operands::Written,
         "m,mode= p,parents v,verbose Z context=?",
     ),
+    spec(&["mkfifo"], Operands::Written, "m,mode= Z context=?"),
+    spec(
+        &["scp"],
+        Operands::Copied,
+        "1 2 3 4 6 A B C O p q r R T v c= D= F= i= J= l= o= P= S= X=",
+    ),
+    RawSpec {
+        // 7z's switches are `-oDIR`, `-tzip`...: read by its own reader.
+        unknown_harmless: true,
+        ..spec(&["7z", "7za", "7zr"], Operands::Own, "")
+    },
+    RawSpec {
+        unknown_harmless: true,
+        ..spec(
+            &["cpio"],
+            Operands::Own,
+            "i,extract o,create p,pass-through t,list:query D,directory= d,make-directories \
+             F,file= O= I= H,format= E,pattern-file= R,owner= to-stdout:query",
+        )
+    },
+    RawSpec {
+        unknown_harmless: true,
+        ..spec(&["ar"], Operands::Own, "")
+    },
+    spec(&["sponge"], Operands::Written, "a"),
+    spec(
+        &["shuf"],
+        Operands::Read,
+        "o,output=:write e,echo i,input-range= n,head-count= random-source= r,repeat \
+         z,zero-terminated",
+    ),
+    spec(
+        &["iconv"],
+        Operands::Read,
+        "f,from-code= t,to-code= l,list c o,output=:write s,silent verbose",
+    ),
+    RawSpec {
+        // tree's options are single letters and single-dash words, read as flags but these.
+        unknown_harmless: true,
+        abbreviate: false,
+        ..spec(
+            &["tree"],
+            Operands::Read,
+            "o=:write L= P= I= H= T= charset= filelimit= timefmt= sort= gitfile= infofile=",
+        )
+    },
+    RawSpec {
+        // The compressors share these options; others are read as flags.
+        unknown_harmless: true,
+        ..spec(
+            &[
+                "gzip", "gunzip", "zcat", "pigz", "unpigz", "bzip2", "bunzip2", "bzcat", "xz",
+                "unxz", "xzcat", "lzma", "unlzma", "lzcat", "zstd", "unzstd", "zstdcat", "lz4",
+                "lz4cat",
+            ],
+            Operands::Own,
+            "c,stdout,to-stdout:query d,decompress,uncompress k,keep f,force t,test:query \
+             l,list:query r,recursive S,suffix= n,no-name N,name q,quiet v,verbose T,threads= \
+             F,format= C,check= M,memlimit= files= files0= o=:write rm:mutate D= \
+             output-dir-flat=:write output-dir-mirror=:write b,blocking=",
+        )
+    },
+    spec(
+        &["split"],
+        Operands::Own,
+        "a,suffix-length= additional-suffix= b,bytes= C,line-bytes= d numeric-suffixes=? x \
+         hex-suffixes=? e,elide-empty-files filter=:run l,lines= n,number= t,separator= \
+         u,unbuffered verbose 0 1 2 3 4 5 6 7 8 9",
+    ),
+    spec(
+        &["csplit"],
+        Operands::Own,
+        "f,prefix= b,suffix-format= k,keep-files suppress-matched n,digits= s,q,quiet,silent \
+         z,elide-empty-files",
+    ),
+    RawSpec {
+        // Downloaders have hundreds of options; these take values or write files.
+        unknown_harmless: true,
+        ..spec(
+            &["curl"],
+            Operands::Own,
+            "o,output= O,remote-name remote-name-all output-dir= D,dump-header=:write \
+             c,cookie-jar=:write trace=:write trace-ascii=:write stderr=:write libcurl=:write \
+             etag-save=:write K,config=:run d,data= H,header= X,request= u,user= A,user-agent= \
+             e,referer= b,cookie= F,form= T,upload-file= x,proxy= m,max-time= w,write-out= \
+             r,range= Y,speed-limit= y,speed-time= z,time-cond= E,cert= C,continue-at= \
+             data-binary= data-raw= data-urlencode= json= url= connect-timeout= retry= cacert= \
+             capath= key= resolve= interface= limit-rate= max-filesize= proxy-user= \
+             oauth2-bearer= aws-sigv4= unix-socket= abstract-unix-socket= create-dirs \
+             J,remote-header-name",
+        )
+    },
+    RawSpec {
+        unknown_harmless: true,
+        ..spec(
+            &["wget"],
+            Operands::Own,
+            "O,output-document= o,output-file=:write a,append-output=:write \
+             P,directory-prefix= e,execute=:run i,input-file= B,base= config=:run \
+             U,user-agent= header= post-data= post-file= body-data= body-file= user= password= \
+             t,tries= T,timeout= w,wait= Q,quota= limit-rate= load-cookies= \
+             save-cookies=:write warc-file=:write l,level= A,accept= R,reject= D,domains= \
+             I,include-directories= X,exclude-directories= ca-certificate= certificate= \
+             private-key= use-askpass=:run r,recursive m,mirror",
+        )
+    },
+    RawSpec {
+        // Builders: what matters is the makefile and the directory; other options are read
+        // as harmless flags.
+        unknown_harmless: true,
+        ..spec(
+            &["make", "gmake", "ninja"],
+            Operands::Own,
+            "f,file,makefile= C,directory= I,include-dir= j,jobs=? l,load-average=? \
+             o,old-file,assume-old= W,what-if,new-file,assume-new= eval=:run O,output-sync=? \
+             debug=? shuffle=? t,tool=",
+        )
+    },
+    spec(&["link"], Operands::Copied, ""),
+    spec(&["mknod"], Operands::Own, "m,mode= Z context=?"),
     spec(
         &["truncate"],
-        Operands::Written,
+        Operands::Emptied,
         "c,no-create o,io-blocks r,reference= s,size=",
     ),
     spec(
@@ -209,6 +428,16 @@ const SPECS: &[RawSpec] = &[
         "f,force n,iterations= random-source= s,size= u remove=? v,verbose x,exact z,zero",
     ),
     spec(&["unlink"], Operands::Deleted, ""),
+    spec(
+        &["rimraf"],
+        Operands::DeletedTrees,
+        "G,no-glob glob v,verbose i,interactive preserve-root no-preserve-root:unguard impl=",
+    ),
+    spec(
+        &["trash-put", "trash"],
+        Operands::DeletedTrees,
+        "d,directory f,force i,interactive r,R,recursive trash-dir= v,verbose",
+    ),
     spec(
         &["rm"],
         Operands::Deleted,
@@ -282,9 +511,54 @@ const SPECS: &[RawSpec] = &[
          Y,basename-prefix= z,suffix= Z,set-utc x,debug= follow-symlinks",
     ),
     spec(
-        &["tar"],
+        // zip's two-letter options (`-FF`, `-sf`) read as clusters of its one-letter ones.
+        &["zip"],
         Operands::Own,
-        "A,catenate,concatenate c,create d,diff,compare delete r,append t,list test-label \
+        "a,ascii A,adjust-sfx b,temp-path= c,entry-comments C,preserve-case d,delete:mutate \
+         D,no-dir-entries e,encrypt E,longnames f,freshen F,fix g,grow H i,include j,junk-paths \
+         J,junk-sfx k,DOS-names l,to-crlf L,license m,move:mutate M,must-match n,suffixes= \
+         o,latest-time O,output-file=:write p,paths P,password= q,quiet r,recurse-paths \
+         R,recurse-patterns s,split-size= S,system-hidden t,from-date= T,test u,update \
+         U,copy-entries v,verbose V,VMS-portable w,VMS-versions X,no-extra x,exclude y,symlinks \
+         z,archive-comment Z,compression-method= 0 1 2 3 4 5 6 7 8 9 @,names-stdin \
+         unzip-command=:run",
+    ),
+    spec(
+        // `--delete` and its kin are marked `recursive`: they empty what of DEST the sources
+        // lack.
+        &["rsync"],
+        Operands::Own,
+        "v,verbose info= debug= stderr= q,quiet no-motd c,checksum a,archive r,recursive \
+         no-recursive no-r R,relative no-implied-dirs b,backup backup-dir=:write suffix= \
+         u,update inplace append append-verify d,dirs mkpath l,links L,copy-links \
+         copy-unsafe-links safe-links munge-links k,copy-dirlinks K,keep-dirlinks H,hard-links \
+         p,perms no-perms E,executability chmod= A,acls X,xattrs o,owner no-owner g,group \
+         no-group devices copy-devices write-devices specials D t,times no-times U,atimes \
+         open-noatime N,crtimes O,omit-dir-times J,omit-link-times super fake-super S,sparse \
+         preallocate n,dry-run W,whole-file no-whole-file checksum-choice= cc= \
+         x,one-file-system B,block-size= e,rsh=:run rsync-path=:run existing \
+         ignore-existing remove-source-files:mutate del:recursive delete:recursive \
+         delete-before:recursive delete-during:recursive delete-delay:recursive \
+         delete-after:recursive delete-excluded:recursive ignore-missing-args \
+         delete-missing-args:recursive ignore-errors force max-delete= max-size= min-size= \
+         max-alloc= partial partial-dir=:write delay-updates m,prune-empty-dirs numeric-ids \
+         usermap= groupmap= chown= timeout= contimeout= I,ignore-times size-only \
+         modify-window= T,temp-dir=:write y,fuzzy compare-dest= copy-dest= link-dest= \
+         z,compress no-compress compress-choice= zc= compress-level= zl= skip-compress= \
+         C,cvs-exclude f,filter= F exclude= exclude-from= include= include-from= files-from= \
+         0,from0 old-args s,secluded-args trust-sender copy-as= address= port= sockopts= \
+         blocking-io outbuf= stats 8,8-bit-output h,human-readable progress P \
+         i,itemize-changes M,remote-option= out-format= log-file=:write log-file-format= \
+         password-file= early-input= list-only bwlimit= stop-after= stop-at= fsync \
+         write-batch=:write only-write-batch=:write read-batch= protocol= iconv= \
+         checksum-seed= 4,ipv4 6,ipv6 V",
+    ),
+    RawSpec {
+        bundled_first: true,
+        ..spec(
+            &["tar", "bsdtar", "gtar"],
+            Operands::Own,
+            "A,catenate,concatenate c,create d,diff,compare delete r,append t,list test-label \
          u,update x,extract,get C,directory= f,file= a,auto-compress I,use-compress-program=:run \
          j,bzip2 J,xz lzip lzma lzop z,gzip,gunzip,ungzip Z,compress,uncompress zstd \
          v,verbose k,keep-old-files keep-newer-files skip-old-files overwrite \
@@ -306,42 +580,8 @@ const SPECS: &[RawSpec] = &[
          L,tape-length= R,block-number V,label= backup=? suffix= occurrence=? \
          xattrs no-xattrs selinux no-selinux acls no-acls atime-preserve=? \
          ignore-command-error no-ignore-command-error",
-    ),
-    // Wrappers: options, then a command.
-    wrapper(
-        &["env"],
-        "i,ignore-environment 0,null u,unset= C,chdir= S,split-string=:run v,debug \
-         a,argv0= block-signal=? default-signal=? ignore-signal=? list-signal-handling",
-    ),
-    wrapper(&["nice"], "n,adjustment="),
-    wrapper(&["nohup"], ""),
-    wrapper(
-        &["timeout"],
-        "f,foreground k,kill-after= p,preserve-status s,signal= v,verbose",
-    ),
-    wrapper(&["stdbuf"], "i,input= o,output= e,error="),
-    wrapper(
-        &["time"],
-        "f,format= o,output=:write a,append p,portability v,verbose q,quiet",
-    ),
-    wrapper(&["command", "builtin"], "p v:query V:query"),
-    wrapper(&["exec"], "c l a="),
-    wrapper(
-        &["sudo"],
-        "u,user= g,group= E,preserve-env=? H,set-home i,login s,shell n,non-interactive \
-         k,reset-timestamp b,background p,prompt= S,stdin A,askpass D,chdir= C,close-from= \
-         h,host= P,preserve-groups T,command-timeout= R,chroot= l,list v,validate \
-         K,remove-timestamp",
-    ),
-    wrapper(&["doas"], "u= n s C= L"),
-    wrapper(&["setsid"], "c,ctty f,fork w,wait"),
-    wrapper(
-        // GNU and busybox take `-e` and `-i` with an attached value only.
-        &["xargs"],
-        "0,null a,arg-file= d,delimiter= E= e,eof=? I= i,replace=? L= l,max-lines=? \
-         n,max-args= o,open-tty P,max-procs= p,interactive process-slot-var= \
-         r,no-run-if-empty s,max-chars= show-limits t,verbose x,exit",
-    ),
+        )
+    },
 ];
 
 /// Programs and their compiled specs, or why the table does not compile.
@@ -349,7 +589,8 @@ fn compiled() -> &'static Result<HashMap<&'static str, Spec>, String> {
     static SPECS_BY_NAME: OnceLock<Result<HashMap<&'static str, Spec>, String>> = OnceLock::new();
     SPECS_BY_NAME.get_or_init(|| {
         let mut out = HashMap::new();
-        for raw in SPECS {
+        let tables = [SPECS, super::runners::RUNNERS, super::rewriters::REWRITERS];
+        for raw in tables.iter().flat_map(|t| t.iter()) {
             let options = compile_options(raw.options, raw.names)?;
             for name in raw.names {
                 let spec = Spec {
@@ -357,7 +598,9 @@ fn compiled() -> &'static Result<HashMap<&'static str, Spec>, String> {
                     stop_at_operand: raw.stop_at_operand,
                     abbreviate: raw.abbreviate,
                     unknown_harmless: raw.unknown_harmless,
+                    bundled_first: raw.bundled_first,
                     options: options.clone(),
+                    runs: raw.runs,
                 };
                 if out.insert(*name, spec).is_some() {
                     return Err(format!("the program {name} has two specs"));
@@ -404,6 +647,14 @@ fn compile_options(text: &'static str, names: &[&str]) -> Result<Vec<Opt>, Strin
                     "recursive" => Effect::Recursive,
                     "unguard" => Effect::Unguard,
                     "query" => Effect::Query,
+                    "code" => Effect::Code,
+                    "split" => Effect::Split,
+                    "chdir" => Effect::Chdir,
+                    "root" => Effect::Root,
+                    "login" => Effect::Login,
+                    "shell" => Effect::Shell,
+                    "edit" => Effect::Edit,
+                    "inplace" => Effect::InPlace,
                     other => return Err(format!("{program}: unknown effect `{other}`")),
                 },
             ),

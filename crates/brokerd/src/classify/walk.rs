@@ -1,6 +1,36 @@
 //! The walk over the syntax tree: statements, words, redirections and the write targets they name.
 
+use std::cell::Cell;
+
 use super::*;
+
+/// The work spent on one command, shared by every nested reading of it (see `MAX_WORK`).
+#[derive(Debug, Default)]
+pub(super) struct Budget {
+    used: Cell<u64>,
+}
+
+impl Budget {
+    /// Adds `units`; false once the command has taken more than `MAX_WORK`.
+    pub(super) fn spend(&self, units: u64) -> bool {
+        let used = self.used.get().saturating_add(units);
+        self.used.set(used);
+        used <= MAX_WORK
+    }
+}
+
+/// tree-sitter calls the progress callback once per this many parser operations.
+const PARSER_OPERATIONS_PER_CALLBACK: u64 = 100;
+
+/// The directory that is `/` for a command run by `chroot`, `unshare -R` and the like.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Reroot {
+    No,
+    At(PathBuf),
+    /// One the classifier cannot name: an absolute path may be anything.
+    Unknown,
+}
+
 pub(super) struct Walk<'a> {
     pub(super) language: &'a Language,
     pub(super) roots: &'a [PathBuf],
@@ -12,27 +42,44 @@ pub(super) struct Walk<'a> {
     pub(super) recursive: Vec<String>,
     /// The writes the shell expands as patterns (`gen*/x`), for the protected-target checks.
     pub(super) globbed: Vec<String>,
+    /// A write the walk could not place (see `Assessment::unplaced`).
+    pub(super) unplaced: bool,
+    /// Relative paths count as a grant directory only when the walk knows the directory
+    /// (reading an unknown program's arguments as a destroyer's: `ctags -R .` is no delete).
+    pub(super) strict_roots: bool,
     /// The directory of the last literal `cd`, to report relative writes under it.
     pub(super) cwd: Option<String>,
     /// The working directory changed to one the classifier cannot name (`cd $D`, `pushd`,
     /// `env -C`): any relative path may then be a grant directory.
     pub(super) cwd_unknown: bool,
-    /// The program being walked gets more operands from its input (xargs, find -exec): names
-    /// the classifier cannot see.
+    /// The directory that is `/` for the command (`chroot DIR`, `unshare -R DIR`).
+    pub(super) reroot: Reroot,
+    /// The program being walked gets more operands from its input (xargs): names the
+    /// classifier cannot see.
     pub(super) input_operands: bool,
-    /// Targets of the links the command makes: a link made and written through in one command
-    /// writes its target.
-    pub(super) link_targets: Vec<String>,
-    /// `ln` is writing its link names now; `wrote_other`: something else was written.
+    /// The names a `find` upstream in the pipeline prints (`Found` words): what xargs gets.
+    pub(super) piped_names: Option<Vec<Arg>>,
+    /// The links the command makes, (link, target) as they land: a link made and written
+    /// through in one command writes its target.
+    pub(super) links: Vec<(String, String)>,
+    /// `ln` is writing its link names now; `wrote_other`: something else was written, and
+    /// `other_writes` what.
     pub(super) in_link: bool,
     pub(super) wrote_other: bool,
+    pub(super) other_writes: Vec<String>,
+    /// A program that changes files' names, modes or times but not what they hold (chmod,
+    /// touch) is writing now; `content_writes`: the files whose text may have changed.
+    pub(super) in_meta: bool,
+    pub(super) content_writes: Vec<String>,
+    /// Files a redirection writes, with the text when the command shows it: run later in the
+    /// command, that text is the code (`echo CMD > x.sh; sh x.sh`).
+    pub(super) written: Vec<(String, Option<String>)>,
     /// A bound the command went past: it is refused.
     pub(super) beyond: Option<Bound>,
-    /// Past this instant nothing more is parsed: the command is `ShellComplex`.
-    pub(super) deadline: Instant,
-    /// A command or process substitution runs a download or a decoder: code built from its
-    /// output is as good as fetched.
-    pub(super) fetched: bool,
+    /// The work this command may still take; past it nothing more is read.
+    pub(super) budget: &'a Budget,
+    /// The variables and functions the command sets (`vars`).
+    pub(super) scope: Scope,
 }
 
 impl<'a> Walk<'a> {
@@ -41,7 +88,7 @@ impl<'a> Walk<'a> {
         roots: &'a [PathBuf],
         depth: usize,
         cwd: Option<String>,
-        deadline: Instant,
+        budget: &'a Budget,
     ) -> Self {
         Walk {
             language,
@@ -52,30 +99,46 @@ impl<'a> Walk<'a> {
             writes: Vec::new(),
             globbed: Vec::new(),
             recursive: Vec::new(),
+            unplaced: false,
+            strict_roots: false,
             cwd,
             cwd_unknown: false,
+            reroot: Reroot::No,
             input_operands: false,
-            link_targets: Vec::new(),
+            piped_names: None,
+            links: Vec::new(),
             in_link: false,
             wrote_other: false,
-            deadline,
-            fetched: false,
+            other_writes: Vec::new(),
+            in_meta: false,
+            content_writes: Vec::new(),
+            written: Vec::new(),
+            budget,
+            scope: Scope::default(),
             beyond: None,
         }
     }
 
     pub(super) fn finish(mut self) -> Assessment {
         // A link is only a way to a file; written through in the same command (or by code the
-        // classifier cannot see), its target is what is written.
+        // classifier cannot see), its target is what is written: `ln -s /dev x; echo > x/sda`
+        // writes the disk.
         let through = self.class >= CommandClass::ShellComplex || self.wrote_other;
-        if through {
-            for t in std::mem::take(&mut self.link_targets) {
-                self.push_write(t);
+        for (link, target) in std::mem::take(&mut self.links) {
+            for w in self.other_writes.clone() {
+                let rest = w.strip_prefix(link.as_str());
+                if let Some(rest) = rest.filter(|r| r.is_empty() || r.starts_with('/')) {
+                    self.write_target(&Arg::literal(&format!("{target}{rest}")));
+                }
+            }
+            if through {
+                self.write_target(&Arg::literal(&target));
             }
         }
         Assessment {
             recursive: self.recursive,
             globbed: self.globbed,
+            unplaced: self.unplaced,
             beyond: self.beyond,
             class: self.class,
             writes: self.writes,
@@ -103,10 +166,14 @@ impl<'a> Walk<'a> {
             self.roots,
             self.depth + 1,
             self.cwd.clone(),
-            self.deadline,
+            self.budget,
         );
-        inner.fetched = self.fetched;
+        inner.scope = self.scope.clone();
+        inner.written = self.written.clone();
+        inner.other_writes = self.other_writes.clone();
+        inner.content_writes = self.content_writes.clone();
         inner.cwd_unknown = self.cwd_unknown;
+        inner.reroot = self.reroot.clone();
         inner
     }
 
@@ -117,7 +184,7 @@ impl<'a> Walk<'a> {
         for w in inner.writes {
             self.push_write(w);
         }
-        self.fetched |= inner.fetched;
+        self.unplaced |= inner.unplaced;
         self.recursive.extend(inner.recursive);
         for g in inner.globbed {
             if !self.globbed.contains(&g) {
@@ -127,58 +194,27 @@ impl<'a> Walk<'a> {
         if self.beyond.is_none() {
             self.beyond = inner.beyond;
         }
-        self.link_targets.extend(inner.link_targets);
+        self.links.extend(inner.links);
         self.wrote_other |= inner.wrote_other;
+        self.other_writes.extend(inner.other_writes);
+        self.content_writes.extend(inner.content_writes);
+        self.written.extend(inner.written);
     }
 
-    /// A program the classifier cannot name (`$X -rf /`): its arguments are read as each
-    /// program that destroys would read them, and a dangerous reading is the class.
-    fn as_any_destroyer(&mut self, args: &[Arg]) {
-        for candidate in ["rm", "chmod", "chown", "find", "dd", "kill"] {
-            let mut inner = self.nested();
-            inner.program(candidate, args);
-            if inner.class == CommandClass::Dangerous {
-                self.raise(
-                    CommandClass::Dangerous,
-                    format!(
-                        "a program the classifier cannot name, with arguments that are dangerous \
-                         for {candidate}"
-                    ),
-                );
-                return;
-            }
+    /// Spends `units` of the command's work; false (and the command is refused) past the bound.
+    pub(super) fn spend(&mut self, units: u64) -> bool {
+        if self.budget.spend(units) {
+            return true;
         }
-    }
-
-    /// `ln SOURCE...`: remembered, see `finish`.
-    pub(super) fn made_link(&mut self, source: &Arg) {
-        match source.text() {
-            Some(t) if !self.link_targets.iter().any(|l| l == t) => {
-                self.link_targets.push(t.to_string())
-            }
-            Some(_) => {}
-            None => self.raise(
-                CommandClass::ShellComplex,
-                format!(
-                    "a link to a path the classifier cannot read ({})",
-                    source.raw
-                ),
-            ),
-        }
-    }
-
-    pub(super) fn push_write(&mut self, w: String) {
-        if self.writes.len() >= MAX_WRITES {
-            self.beyond(Bound::Writes);
-            return;
-        }
-        if !self.writes.contains(&w) {
-            self.writes.push(w);
-        }
+        self.beyond(Bound::Work);
+        false
     }
 
     /// Parses and walks a whole command text.
     pub(super) fn source(&mut self, command: &str) {
+        if !self.spend(NESTED_WORK) {
+            return;
+        }
         if self.depth > MAX_DEPTH {
             self.beyond(Bound::Depth);
             return;
@@ -203,9 +239,10 @@ impl<'a> Walk<'a> {
             );
             return;
         }
-        let deadline = self.deadline;
-        let mut past_deadline = |_: &tree_sitter::ParseState| Instant::now() > deadline;
-        let options = ParseOptions::new().progress_callback(&mut past_deadline);
+        let budget = self.budget;
+        let mut over_budget =
+            |_: &tree_sitter::ParseState| !budget.spend(PARSER_OPERATIONS_PER_CALLBACK);
+        let options = ParseOptions::new().progress_callback(&mut over_budget);
         let bytes = command.as_bytes();
         let parsed = parser.parse_with_options(
             &mut |offset, _| bytes.get(offset..).unwrap_or(&[]),
@@ -213,7 +250,7 @@ impl<'a> Walk<'a> {
             Some(options),
         );
         let Some(tree) = parsed else {
-            self.beyond(Bound::Time);
+            self.beyond(Bound::Work);
             return;
         };
         let root = tree.root_node();
@@ -224,6 +261,7 @@ impl<'a> Walk<'a> {
                 "the command does not parse as shell",
             );
         }
+        self.collect(root, command);
         self.statement(root, command);
         if command.contains("\\\n") {
             // The shell removes a backslash-newline before it splits words (`r\<newline>m` is
@@ -266,8 +304,7 @@ impl<'a> Walk<'a> {
             self.beyond(Bound::Depth);
             return;
         }
-        if Instant::now() > self.deadline {
-            self.beyond(Bound::Time);
+        if !self.spend(1) {
             return;
         }
         self.depth += 1;
@@ -358,6 +395,9 @@ impl<'a> Walk<'a> {
             self.beyond(Bound::Depth);
             return;
         }
+        if !self.spend(1) {
+            return;
+        }
         if dollar_string(n) {
             self.raise(
                 CommandClass::ShellComplex,
@@ -372,7 +412,6 @@ impl<'a> Walk<'a> {
                     "process substitution"
                 };
                 self.raise(CommandClass::ShellComplex, what);
-                self.fetched |= runs_fetch(n, src, 0);
                 self.depth += 1;
                 self.container(n, src);
                 self.depth -= 1;
@@ -420,235 +459,6 @@ impl<'a> Walk<'a> {
         Arg::of(n, src)
     }
 
-    pub(super) fn redirected(&mut self, n: Node, src: &str) {
-        let body = n.child_by_field_name("body");
-        if let Some(b) = body {
-            self.statement(b, src);
-        }
-        // A here-document of a pipeline feeds its first stage; the text may reach a shell later.
-        let into = match body {
-            Some(b) if b.kind() == "pipeline" => pipeline_code_reader(b, src, 1),
-            Some(b) => stage_program(b, src).map(|(p, _)| p),
-            None => None,
-        };
-        let mut c = n.walk();
-        for ch in n.named_children(&mut c) {
-            if Some(ch) == body {
-                continue;
-            }
-            self.redirect(ch, src, into.as_deref());
-        }
-    }
-
-    /// A redirection; `into` is the program whose input or output it is, if known.
-    pub(super) fn redirect(&mut self, r: Node, src: &str, into: Option<&str>) {
-        match r.kind() {
-            "file_redirect" => {
-                let op = first_token(r).unwrap_or("");
-                let dest = r.child_by_field_name("destination");
-                let dest_arg = dest.map(|d| self.arg(d, src));
-                match op {
-                    "<" => {}
-                    ">&-" | "<&-" => {}
-                    ">&" | "<&" => {
-                        let fd_dup = dest_arg.as_ref().and_then(|a| a.text()).is_some_and(|t| {
-                            t == "-" || (!t.is_empty() && t.chars().all(|c| c.is_ascii_digit()))
-                        });
-                        if !fd_dup {
-                            match dest_arg {
-                                Some(a) if op == ">&" => {
-                                    self.raise(
-                                        CommandClass::ShellComplex,
-                                        format!("{ASH_DIFFERS}: >& to a file"),
-                                    );
-                                    self.write_target(&a);
-                                }
-                                _ => self.raise(
-                                    CommandClass::ShellComplex,
-                                    "a redirection the classifier does not read",
-                                ),
-                            }
-                        }
-                    }
-                    ">" | ">>" | "&>" | "&>>" | ">|" => match dest_arg {
-                        Some(a) if op.starts_with('&') => {
-                            self.raise(CommandClass::ShellComplex, format!("{ASH_DIFFERS}: {op}"));
-                            self.write_target(&a);
-                        }
-                        Some(a) => self.write_target(&a),
-                        None => {
-                            self.raise(CommandClass::ShellComplex, "a redirection without a target")
-                        }
-                    },
-                    _ => self.raise(
-                        CommandClass::ShellComplex,
-                        "a redirection the classifier does not read",
-                    ),
-                }
-            }
-            "heredoc_redirect" => {
-                // `cat <<EOF | sh`: the pipeline after the here-document's start reads its text.
-                let mut c = r.walk();
-                let downstream = r
-                    .named_children(&mut c)
-                    .find(|ch| ch.kind() == "pipeline")
-                    .and_then(|p| pipeline_code_reader(p, src, 0));
-                let mut c = r.walk();
-                for ch in r.named_children(&mut c) {
-                    match ch.kind() {
-                        "heredoc_body" => {
-                            self.scan(ch, src);
-                            let text = &src[ch.byte_range()];
-                            self.code_input(into, text);
-                            if downstream.is_some() {
-                                self.code_input(downstream.as_deref(), text);
-                            }
-                        }
-                        "heredoc_start" | "heredoc_end" => {}
-                        "file_redirect" | "herestring_redirect" => self.redirect(ch, src, into),
-                        k if is_statement(k) => self.statement(ch, src),
-                        _ => self.scan(ch, src),
-                    }
-                }
-            }
-            "herestring_redirect" => {
-                self.raise(CommandClass::ShellComplex, format!("{ASH_DIFFERS}: <<<"));
-                self.scan(r, src);
-                let mut c = r.walk();
-                let words: Vec<Node> = r.named_children(&mut c).collect();
-                for w in words {
-                    if let Some((t, _)) = literal(w, src) {
-                        self.code_input(into, &t);
-                    }
-                }
-            }
-            other => {
-                self.raise(
-                    CommandClass::ShellComplex,
-                    format!("a redirection the classifier does not read ({other})"),
-                );
-                self.scan(r, src);
-            }
-        }
-    }
-
-    /// Text fed on standard input to `into`: a shell runs it, an interpreter may name paths.
-    pub(super) fn code_input(&mut self, into: Option<&str>, text: &str) {
-        let Some(p) = into else { return };
-        if SHELLS.contains(&p) || p == "source" || p == "." {
-            let mut inner = self.nested();
-            inner.source(text);
-            self.absorb(inner);
-        } else if is_interpreter(p) {
-            self.inline_code(text);
-        }
-    }
-
-    /// Code of an interpreter: the paths its strings name are writes, and a string that is a
-    /// dangerous shell command (`system("rm -rf /")`) makes the command dangerous.
-    pub(super) fn inline_code(&mut self, code: &str) {
-        for w in inline_paths(code) {
-            self.push_write(w);
-        }
-        for s in string_literals(code) {
-            let mut inner = self.nested();
-            inner.source(s);
-            if inner.class == CommandClass::Dangerous {
-                self.raise(
-                    CommandClass::Dangerous,
-                    format!("inline code holds a dangerous shell command ({s})"),
-                );
-            }
-        }
-    }
-
-    /// A path the command writes.
-    pub(super) fn write_target(&mut self, a: &Arg) {
-        self.wrote_other |= !self.in_link;
-        let Some(t) = a.text() else {
-            self.raise(
-                CommandClass::ShellComplex,
-                format!("a write to a path the classifier cannot read ({})", a.raw),
-            );
-            self.push_write(a.raw.clone());
-            return;
-        };
-        if HARMLESS_SINKS.contains(&t) || t.starts_with("/dev/fd/") {
-            return;
-        }
-        if t.starts_with("/dev/") || t.starts_with("/proc/") || t.starts_with("/sys/") {
-            self.raise(
-                CommandClass::Dangerous,
-                format!("a write to the device or kernel file {t}"),
-            );
-        }
-        self.raise(CommandClass::WorkspaceMutating, format!("writes {t}"));
-        let shown = match &self.cwd {
-            Some(dir) if !t.starts_with('/') && !t.starts_with('~') => {
-                Path::new(dir).join(t).to_string_lossy().into_owned()
-            }
-            _ => t.to_string(),
-        };
-        if a.pattern && !self.globbed.contains(&shown) {
-            self.globbed.push(shown.clone());
-        }
-        self.push_write(shown);
-    }
-
-    /// Whether a recursive target is a grant root, an ancestor of one, `/`, `~` or the cwd.
-    /// Whether `a` moved away empties a root: the root or a directory holding one, or every
-    /// entry of one (`/srv/notes/*`, `*` where the working directory may be a root).
-    pub(super) fn empties_root(&self, a: &Arg) -> bool {
-        match a.text() {
-            Some(t) if a.pattern => {
-                let last = t.rsplit('/').next().unwrap_or(t);
-                !crate::glob::has_literal(last) && self.wipes_root(a)
-            }
-            _ => self.wipes_root(a),
-        }
-    }
-
-    /// Whether a path is outside every grant directory (so what goes there leaves the grant).
-    pub(super) fn outside_roots(&self, a: &Arg) -> bool {
-        let Some(t) = a.text() else { return true };
-        let p = normalise(Path::new(t));
-        p.has_root() && !self.roots.iter().any(|r| p.starts_with(normalise(r)))
-    }
-
-    pub(super) fn wipes_root(&self, a: &Arg) -> bool {
-        let Some(t) = a.text() else { return true };
-        let mut t = t.to_string();
-        if a.pattern {
-            // `/srv/notes/*` wipes `/srv/notes`; keep the directory before the first pattern.
-            let cut = t.find(['*', '?', '[', '{', '}']).unwrap_or(t.len());
-            let dir_end = t[..cut].rfind('/').map(|i| i + 1).unwrap_or(0);
-            t.truncate(dir_end);
-        }
-        if let Some(rest) = t.strip_prefix('~') {
-            let after_user = rest.find('/').map(|i| &rest[i..]).unwrap_or("");
-            return normalise(Path::new(&format!(".{after_user}")))
-                .as_os_str()
-                .is_empty();
-        }
-        let joined = match &self.cwd {
-            Some(dir) if !t.starts_with('/') => Path::new(dir).join(&t),
-            _ => PathBuf::from(&t),
-        };
-        let p = normalise(&joined);
-        if !p.has_root() {
-            // Relative to a working directory the classifier does not know: `.`, `*` and
-            // anything climbing out with `..` may be a root.
-            return self.cwd_unknown || p.as_os_str().is_empty() || p.starts_with("..");
-        }
-        if p == Path::new("/") {
-            return true;
-        }
-        self.roots.iter().any(|r| {
-            let r = normalise(r);
-            r.starts_with(&p)
-        })
-    }
-
     pub(super) fn assignment(&mut self, n: Node, src: &str) {
         if let Some(name) = n.child_by_field_name("name") {
             let name = &src[name.byte_range()];
@@ -692,19 +502,9 @@ impl<'a> Walk<'a> {
         }
     }
 
+    /// A function definition: its body is read here too (recursion is found by `vars`).
     pub(super) fn function(&mut self, n: Node, src: &str) {
         self.raise(CommandClass::ShellComplex, "a function definition");
-        let name = n
-            .child_by_field_name("name")
-            .map(|x| src[x.byte_range()].to_string());
-        if let (Some(name), Some(body)) = (name, n.child_by_field_name("body")) {
-            if calls_program(body, src, &name, 0) {
-                self.raise(
-                    CommandClass::Dangerous,
-                    format!("the function {name} calls itself (a fork bomb shape)"),
-                );
-            }
-        }
         if let Some(body) = n.child_by_field_name("body") {
             self.statement(body, src);
         }
@@ -749,11 +549,8 @@ impl<'a> Walk<'a> {
         self.scan(name, src);
         let word = name.named_child(0).unwrap_or(name);
         let Some((prog, pattern)) = literal(word, src) else {
-            self.raise(
-                CommandClass::ShellComplex,
-                "a variable or expansion in command position",
-            );
-            self.as_any_destroyer(&args);
+            let program = Arg::of(word, src);
+            self.expanded_command(&src[word.byte_range()], &program, &args);
             self.redirects_of(n, src, None);
             return;
         };
@@ -761,7 +558,7 @@ impl<'a> Walk<'a> {
             // `/bin/r? -rf /` runs whatever the pattern matches; bash makes `{rm,-rf,/}` the
             // words `rm -rf /`.
             self.raise(CommandClass::ShellComplex, "a pattern in command position");
-            self.as_any_destroyer(&args);
+            self.args_as_commands(&prog, &args, false);
             if let Some(words) = crate::glob::alternatives(&prog).filter(|w| w.len() > 1) {
                 let rest: Vec<&str> = args.iter().map(|a| a.raw.as_str()).collect();
                 let mut inner = self.nested();
@@ -770,16 +567,18 @@ impl<'a> Walk<'a> {
             }
         }
         self.program(&prog, &args);
-        let into = resolve_program(&prog, &args).map(|(p, _)| p);
-        self.redirects_of(n, src, into.as_deref());
-    }
-
-    pub(super) fn redirects_of(&mut self, n: Node, src: &str, into: Option<&str>) {
+        // Only a redirection feeds the program: no need to look through its runners otherwise.
         let mut c = n.walk();
-        let reds: Vec<Node> = n.children_by_field_name("redirect", &mut c).collect();
-        for r in reds {
-            self.redirect(r, src, into);
-        }
+        let redirected = n
+            .children_by_field_name("redirect", &mut c)
+            .next()
+            .is_some();
+        let into = redirected
+            .then(|| resolve_program(&prog, &args))
+            .flatten()
+            .filter(|(p, a)| reads_code(p, a))
+            .map(|(p, _)| p);
+        self.redirects_of(n, src, into.as_deref());
     }
 }
 
@@ -829,25 +628,6 @@ pub(super) fn is_plain_expansion(n: Node) -> bool {
         }
     }
     named == 1
-}
-
-/// Whether anything under `n` runs a command named `name` (a function calling itself).
-pub(super) fn calls_program(n: Node, src: &str, name: &str, depth: usize) -> bool {
-    if depth > MAX_DEPTH {
-        return true;
-    }
-    if n.kind() == "command" {
-        if let Some(cn) = n.child_by_field_name("name") {
-            if &src[cn.byte_range()] == name {
-                return true;
-            }
-        }
-    }
-    let mut c = n.walk();
-    let children: Vec<Node> = n.named_children(&mut c).collect();
-    children
-        .into_iter()
-        .any(|ch| calls_program(ch, src, name, depth + 1))
 }
 
 /// Whether `n` has a `$"..."` (a locale string in bash, `$` and a string in ash) among its parts.

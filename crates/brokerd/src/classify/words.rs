@@ -10,6 +10,42 @@ pub(super) struct Arg {
     pub(super) pattern: bool,
     /// The source text (for messages and unreadable write targets).
     pub(super) raw: String,
+    /// `{}` of `find -exec` (and the names find gives xargs): `lit` is the path find starts
+    /// from, and the word stands for what it finds under it.
+    pub(super) found: Found,
+    /// For a word that is not literal, its parts (text, variables, substitutions), so that
+    /// what it may become can be told (`Walk::expand`); `None` for a literal word or one read
+    /// shallowly.
+    pub(super) parts: Option<Vec<Part>>,
+}
+
+/// A part of a word that is not literal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Part {
+    Text(String),
+    /// `$x`, `${x}`, `"$@"`, `$1`, `${a[@]}`.
+    Var(String),
+    /// `${x:-WORD}` and its kin: the variable, or WORD (`None` when WORD is not literal).
+    Or(String, Option<String>),
+    /// `${x#y}`, `${x/a/b}` and their kin: text made from the variable.
+    Made(String),
+    /// `$(...)`, `` `...` ``: what the command prints.
+    Output(Produced),
+    /// `<(...)`: a file holding what the command prints.
+    Fed(Produced),
+    /// Anything else (arithmetic, `${!x}`): text the classifier does not follow.
+    Opaque,
+}
+
+/// What a `{}` of `find` stands for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Found {
+    /// Not a `{}`.
+    No,
+    /// Every file under the start path, the start included: no test narrows what find finds.
+    Every,
+    /// Some files under the start path, none of them a grant directory or one holding one.
+    Some,
 }
 
 impl Arg {
@@ -18,18 +54,28 @@ impl Arg {
     }
     /// The word node `n` as the classifier reads it.
     pub(super) fn of(n: Node, src: &str) -> Arg {
+        let mut a = Arg::shallow(n, src);
+        if a.lit.is_none() {
+            let mut parts = Vec::new();
+            word_parts(n, src, &mut parts, 0);
+            a.parts = Some(parts);
+        }
+        a
+    }
+
+    /// The word read literally only (no parts): for looking at a program and its options.
+    pub(super) fn shallow(n: Node, src: &str) -> Arg {
         let raw = src[n.byte_range()].to_string();
-        match literal(n, src) {
-            Some((t, pattern)) => Arg {
-                lit: Some(t),
-                pattern,
-                raw,
-            },
-            None => Arg {
-                lit: None,
-                pattern: false,
-                raw,
-            },
+        let (lit, pattern) = match literal(n, src) {
+            Some((t, pattern)) => (Some(t), pattern),
+            None => (None, false),
+        };
+        Arg {
+            lit,
+            pattern,
+            raw,
+            found: Found::No,
+            parts: None,
         }
     }
 
@@ -38,6 +84,16 @@ impl Arg {
             lit: Some(s.to_string()),
             pattern: false,
             raw: s.to_string(),
+            found: Found::No,
+            parts: None,
+        }
+    }
+
+    /// The same word read as `text` (a value cut from it, `of=FILE`, a member under `-C DIR`).
+    pub(super) fn with_text(&self, text: &str) -> Arg {
+        Arg {
+            lit: Some(text.to_string()),
+            ..self.clone()
         }
     }
 }
@@ -79,6 +135,88 @@ pub(super) fn literal(n: Node, src: &str) -> Option<(String, bool)> {
             Some((unescape_ansi_c(inner)?, false))
         }
         _ => None,
+    }
+}
+
+/// The parts of a word that is not literal (see `Part`).
+fn word_parts(n: Node, src: &str, out: &mut Vec<Part>, depth: usize) {
+    if depth > 16 {
+        out.push(Part::Opaque);
+        return;
+    }
+    let text = &src[n.byte_range()];
+    let name_of = |n: Node| -> Option<String> {
+        let mut c = n.walk();
+        let child = n.named_children(&mut c).next()?;
+        let name = match child.kind() {
+            "subscript" => child.child_by_field_name("name")?,
+            _ => child,
+        };
+        Some(src[name.byte_range()].to_string())
+    };
+    match n.kind() {
+        "concatenation" | "string" => {
+            let mut c = n.walk();
+            for ch in n.named_children(&mut c) {
+                word_parts(ch, src, out, depth + 1);
+            }
+            // `"a$(x)"`: the quotes themselves are no text.
+            if n.kind() == "string" && n.named_child_count() == 0 {
+                out.push(Part::Text(String::new()));
+            }
+        }
+        "string_content" => out.push(Part::Text(unescape_double(text))),
+        "simple_expansion" => match name_of(n) {
+            Some(name) => out.push(Part::Var(name)),
+            None => out.push(Part::Opaque),
+        },
+        "expansion" => out.push(expansion_part(text, name_of(n))),
+        "command_substitution" => out.push(Part::Output(produced(n, src, 0))),
+        "process_substitution" => out.push(Part::Fed(produced(n, src, 0))),
+        _ => match literal(n, src) {
+            Some((t, _)) => out.push(Part::Text(t)),
+            None => out.push(Part::Opaque),
+        },
+    }
+}
+
+/// Operators of `${NAME OP WORD}` that give the variable or WORD.
+const OR_OPERATORS: &[&str] = &[":-", ":=", ":+", "-", "=", "+", ":?", "?"];
+
+/// A `${...}` expansion: the variable, the variable or a word, or text made from it.
+fn expansion_part(text: &str, name: Option<String>) -> Part {
+    let Some(name) = name else {
+        return Part::Opaque;
+    };
+    let inner = text
+        .strip_prefix("${")
+        .and_then(|t| t.strip_suffix('}'))
+        .unwrap_or("");
+    if inner.starts_with('!') {
+        return Part::Opaque;
+    }
+    if inner.starts_with('#') {
+        return Part::Text("0".to_string());
+    }
+    let rest = inner.strip_prefix(name.as_str()).unwrap_or(inner);
+    // `${a[@]}`: the subscript is the array's.
+    let rest = match rest.strip_prefix('[') {
+        Some(r) => r.split_once(']').map_or("", |(_, after)| after),
+        None => rest,
+    };
+    if rest.is_empty() {
+        return Part::Var(name);
+    }
+    match OR_OPERATORS.iter().find(|op| rest.starts_with(*op)) {
+        Some(op) => {
+            let word = &rest[op.len()..];
+            let literal = !word.contains(['$', '`']);
+            Part::Or(
+                name,
+                literal.then(|| unescape_double(word.trim_matches(['"', '\'']))),
+            )
+        }
+        None => Part::Made(name),
     }
 }
 

@@ -1,0 +1,496 @@
+//! awk programs, read whole (docs/design.md, "Modes and the classifier"). An agent's most
+//! common text tool is `read_only` when the classifier reads its program whole and it has no
+//! `system()`, no pipe, no `getline` from a command and no output redirection; what such a
+//! program writes or runs is read as that. Anything else about it (a program file, an
+//! extension, gawk's `@` forms, text it cannot tokenize) is `ShellComplex`.
+
+use super::*;
+
+/// One token of an awk program.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Token {
+    /// A string literal, unescaped.
+    Str(String),
+    /// A name: a keyword, a function or a variable.
+    Name(String),
+    /// A number, a regex or a field reference: a value that names nothing.
+    Value,
+    /// Punctuation and operators (`>`, `>>`, `|`, `|&`, `(`, `;`...); `\n` ends a statement.
+    Op(&'static str),
+}
+
+/// Operators, longest first.
+const OPERATORS: &[&str] = &[
+    ">>", ">=", "<=", "==", "!=", "!~", "&&", "||", "|&", "++", "--", "+=", "-=", "*=", "/=", "%=",
+    "^=", "**", ">", "<", "|", "(", ")", "{", "}", "[", "]", ";", ",", "!", "~", "?", ":", "=",
+    "+", "-", "*", "%", "^", "$", "@", "/", "\n",
+];
+
+/// What an awk program does beyond printing.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(super) struct AwkEffects {
+    /// Files its output redirections name (`print > "f"`).
+    pub(super) writes: Vec<String>,
+    /// Commands it runs that it shows (`system("cmd")`, `"cmd" | getline`, `print | "cmd"`).
+    pub(super) runs: Vec<String>,
+    /// Commands its output is piped into (`print | "sh"`): they read text it makes.
+    pub(super) fed: Vec<String>,
+    /// A command it builds from text the classifier cannot read (`system($0)`).
+    pub(super) runs_unknown: bool,
+    /// An output redirection to a file it names by an expression.
+    pub(super) writes_unknown: bool,
+    /// Something the classifier does not read (gawk's `@include`, `@f()`).
+    pub(super) opaque: bool,
+}
+
+/// Splits an awk program into tokens; `None` for one the classifier cannot tokenize.
+fn tokens(program: &str) -> Option<Vec<Token>> {
+    let chars: Vec<char> = program.chars().collect();
+    let mut out: Vec<Token> = Vec::new();
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        // A regex may start where a value may: at the start, or after an operator.
+        let regex_here = match out.last() {
+            None => true,
+            Some(Token::Op(op)) => !matches!(*op, ")" | "]" | "$" | "++" | "--"),
+            Some(_) => false,
+        };
+        match c {
+            '\\' if chars.get(i + 1) == Some(&'\n') => i += 2,
+            ' ' | '\t' | '\r' => i += 1,
+            '#' => {
+                while i < chars.len() && chars[i] != '\n' {
+                    i += 1;
+                }
+            }
+            '"' => {
+                let mut s = String::new();
+                i += 1;
+                loop {
+                    match chars.get(i)? {
+                        '"' => break,
+                        '\n' => return None,
+                        '\\' => {
+                            let e = *chars.get(i + 1)?;
+                            s.push(match e {
+                                'n' => '\n',
+                                't' => '\t',
+                                other => other,
+                            });
+                            i += 2;
+                            continue;
+                        }
+                        ch => s.push(*ch),
+                    }
+                    i += 1;
+                }
+                i += 1;
+                out.push(Token::Str(s));
+            }
+            '/' if regex_here => {
+                i += 1;
+                let mut in_class = false;
+                loop {
+                    match chars.get(i)? {
+                        '\\' => i += 1,
+                        '[' => in_class = true,
+                        ']' => in_class = false,
+                        '/' if !in_class => break,
+                        '\n' => return None,
+                        _ => {}
+                    }
+                    i += 1;
+                }
+                i += 1;
+                out.push(Token::Value);
+            }
+            _ if c.is_ascii_alphabetic() || c == '_' => {
+                let start = i;
+                while i < chars.len() && (chars[i].is_ascii_alphanumeric() || chars[i] == '_') {
+                    i += 1;
+                }
+                out.push(Token::Name(chars[start..i].iter().collect()));
+            }
+            _ if c.is_ascii_digit() || c == '.' => {
+                while i < chars.len() && (chars[i].is_ascii_alphanumeric() || chars[i] == '.') {
+                    i += 1;
+                }
+                out.push(Token::Value);
+            }
+            _ => {
+                let rest: String = chars[i..chars.len().min(i + 2)].iter().collect();
+                let op = OPERATORS.iter().find(|op| rest.starts_with(*op))?;
+                i += op.chars().count();
+                out.push(Token::Op(op));
+            }
+        }
+    }
+    Some(out)
+}
+
+/// Whether a token ends a statement.
+fn ends_statement(t: &Token) -> bool {
+    matches!(t, Token::Op(";" | "\n" | "}" | "{"))
+}
+
+/// The expression after position `at` up to the end of its statement: a string literal alone,
+/// or `None` for anything else.
+fn literal_after(tokens: &[Token], at: usize) -> Option<String> {
+    let rest: Vec<&Token> = tokens[at..]
+        .iter()
+        .take_while(|t| !ends_statement(t) && !matches!(t, Token::Op(")")))
+        .collect();
+    match rest.as_slice() {
+        [Token::Str(s)] => Some(s.clone()),
+        [Token::Op("("), Token::Str(s)] => Some(s.clone()),
+        _ => None,
+    }
+}
+
+/// What an awk program writes and runs; `None` for one the classifier cannot tokenize.
+pub(super) fn awk_effects(program: &str) -> Option<AwkEffects> {
+    let tokens = tokens(program)?;
+    let mut e = AwkEffects::default();
+    // Inside a print or printf statement: the parenthesis depth it started at.
+    let mut print_depth: Option<usize> = None;
+    let mut depth = 0usize;
+    for (k, t) in tokens.iter().enumerate() {
+        match t {
+            Token::Name(n) if n == "print" || n == "printf" => print_depth = Some(depth),
+            Token::Name(n) if n == "system" => {
+                // `system(EXPR)`: the argument up to the matching parenthesis.
+                match tokens.get(k + 1..k + 4) {
+                    Some([Token::Op("("), Token::Str(s), Token::Op(")")]) => e.runs.push(s.clone()),
+                    _ => e.runs_unknown = true,
+                }
+            }
+            Token::Op("(") | Token::Op("[") => depth += 1,
+            Token::Op(")") | Token::Op("]") => depth = depth.saturating_sub(1),
+            Token::Op(">") | Token::Op(">>") if print_depth == Some(depth) => {
+                match literal_after(&tokens, k + 1) {
+                    Some(f) => e.writes.push(f),
+                    None => e.writes_unknown = true,
+                }
+            }
+            Token::Op("|") | Token::Op("|&") => {
+                if tokens.get(k + 1) == Some(&Token::Name("getline".to_string())) {
+                    // `"cmd" | getline`: the command is the value before the pipe.
+                    match k.checked_sub(1).and_then(|p| tokens.get(p)) {
+                        Some(Token::Str(s)) => e.runs.push(s.clone()),
+                        _ => e.runs_unknown = true,
+                    }
+                } else {
+                    // `print ... | "cmd"`: the command reads what the program prints.
+                    match literal_after(&tokens, k + 1) {
+                        Some(c) => e.fed.push(c),
+                        None => e.runs_unknown = true,
+                    }
+                }
+            }
+            Token::Op("@") => e.opaque = true,
+            _ if ends_statement(t) => print_depth = None,
+            _ => {}
+        }
+    }
+    Some(e)
+}
+
+/// awk's options that take a value (attached or the next word), and those after which the
+/// program is not the first operand.
+const VALUED: &[&str] = &["-F", "-v", "-f", "-e", "-i", "-E", "-l", "-W"];
+
+/// gawk's long options: (name, takes a value, what giving it means).
+const LONG: &[(&str, bool, LongMeans)] = &[
+    ("field-separator", true, LongMeans::Plain),
+    ("assign", true, LongMeans::Plain),
+    ("file", true, LongMeans::ProgramFile),
+    ("source", true, LongMeans::Program),
+    ("include", true, LongMeans::Include),
+    ("exec", true, LongMeans::ProgramFile),
+    ("load", true, LongMeans::Opaque),
+    ("sandbox", false, LongMeans::Sandbox),
+    ("debug", false, LongMeans::Opaque),
+    ("dump-variables", false, LongMeans::Writes("awkvars.out")),
+    ("pretty-print", false, LongMeans::Writes("awkprof.out")),
+    ("profile", false, LongMeans::Writes("awkprof.out")),
+];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LongMeans {
+    Plain,
+    /// The program is in a file.
+    ProgramFile,
+    /// The value is program text.
+    Program,
+    /// `-i LIB`: `inplace` edits the files; another library is code the classifier does not see.
+    Include,
+    Opaque,
+    /// No `system()`, pipes or output redirections run.
+    Sandbox,
+    /// Writes this file (or the one attached).
+    Writes(&'static str),
+}
+
+impl Walk<'_> {
+    /// `awk [OPTIONS] PROGRAM [FILE | VAR=VALUE]...` (and gawk's options): the program read
+    /// whole, the files `-i inplace` edits.
+    pub(super) fn awk(&mut self, name: &str, args: &[Arg]) {
+        use CommandClass::*;
+        let mut programs: Vec<Arg> = Vec::new();
+        let mut from_file = false;
+        let mut in_place = false;
+        let mut sandbox = false;
+        let mut i = 0;
+        while let Some(a) = args.get(i) {
+            let Some(t) = a.text().filter(|t| t.starts_with('-') && t.len() > 1) else {
+                break;
+            };
+            i += 1;
+            if t == "--" {
+                break;
+            }
+            let (means, value) = if let Some(long) = t.strip_prefix("--") {
+                let (n, attached) = match long.split_once('=') {
+                    Some((n, v)) => (n, Some(v)),
+                    None => (long, None),
+                };
+                let Some((_, valued, means)) = LONG
+                    .iter()
+                    .find(|(l, _, _)| l.starts_with(n) && !n.is_empty())
+                else {
+                    // Another gawk option (`--posix`, `--lint`): how it reads.
+                    continue;
+                };
+                let value = match (attached, valued) {
+                    (Some(v), _) => Some(a.with_text(v)),
+                    (None, true) => {
+                        i += 1;
+                        args.get(i - 1).cloned()
+                    }
+                    (None, false) => None,
+                };
+                (*means, value)
+            } else {
+                let letter = &t[..2];
+                let attached = &t[2..];
+                let value = match (VALUED.contains(&letter), attached.is_empty()) {
+                    (true, true) => {
+                        i += 1;
+                        args.get(i - 1).cloned()
+                    }
+                    (true, false) => Some(a.with_text(attached)),
+                    (false, _) => None,
+                };
+                let means = match letter {
+                    "-f" | "-E" => LongMeans::ProgramFile,
+                    "-e" => LongMeans::Program,
+                    "-i" => LongMeans::Include,
+                    "-l" | "-W" | "-D" => LongMeans::Opaque,
+                    "-S" => LongMeans::Sandbox,
+                    "-d" => LongMeans::Writes("awkvars.out"),
+                    "-o" | "-p" => LongMeans::Writes("awkprof.out"),
+                    _ => LongMeans::Plain,
+                };
+                let value = match means {
+                    LongMeans::Writes(_) if !attached.is_empty() => Some(a.with_text(attached)),
+                    _ => value,
+                };
+                (means, value)
+            };
+            match means {
+                LongMeans::Plain => {}
+                LongMeans::ProgramFile => {
+                    from_file = true;
+                    self.raise(
+                        ShellComplex,
+                        format!("{name} runs a program file the classifier does not read"),
+                    );
+                }
+                LongMeans::Program => programs.extend(value),
+                LongMeans::Include => match value.as_ref().and_then(|v| v.text()) {
+                    Some("inplace") => in_place = true,
+                    _ => self.raise(
+                        ShellComplex,
+                        format!("{name} -i loads code the classifier does not read"),
+                    ),
+                },
+                LongMeans::Opaque => self.raise(
+                    ShellComplex,
+                    format!("{name} {t} is an option the classifier does not read"),
+                ),
+                LongMeans::Sandbox => sandbox = true,
+                LongMeans::Writes(default) => match value {
+                    Some(v) => self.write_target(&v),
+                    None => self.write_target(&Arg::literal(default)),
+                },
+            }
+        }
+        let mut operands = args.get(i..).unwrap_or(&[]);
+        if programs.is_empty() && !from_file {
+            match operands.split_first() {
+                Some((program, rest)) => {
+                    programs.push(program.clone());
+                    operands = rest;
+                }
+                None => return,
+            }
+        }
+        for p in &programs {
+            match p.text() {
+                Some(text) => self.awk_program(name, text, sandbox),
+                None => self.raise(
+                    ShellComplex,
+                    format!(
+                        "{name} runs a program the classifier cannot read ({})",
+                        p.raw
+                    ),
+                ),
+            }
+        }
+        if in_place {
+            // `var=value` operands are assignments, the rest files it rewrites.
+            let files = operands.iter().filter(|a| {
+                !a.text()
+                    .is_some_and(|t| t.contains('=') && !t.starts_with('/'))
+            });
+            for f in files.collect::<Vec<_>>() {
+                self.write_target(f);
+            }
+        }
+    }
+
+    /// One awk program: `ShellComplex` when the classifier cannot read it; what it writes and
+    /// runs otherwise (`sandbox`: gawk runs neither).
+    pub(super) fn awk_program(&mut self, name: &str, program: &str, sandbox: bool) {
+        use CommandClass::*;
+        let Some(e) = awk_effects(program) else {
+            self.raise(
+                ShellComplex,
+                format!("{name} runs a program the classifier cannot read"),
+            );
+            // Its strings may still be paths or commands.
+            self.inline_code(program);
+            return;
+        };
+        if e.opaque {
+            self.raise(
+                ShellComplex,
+                format!("{name}'s program has @ forms the classifier does not read"),
+            );
+        }
+        if sandbox {
+            return;
+        }
+        for w in &e.writes {
+            self.write_target(&Arg::literal(w));
+        }
+        if e.writes_unknown {
+            self.raise(
+                ShellComplex,
+                format!("{name} writes a file its program names by an expression"),
+            );
+            self.unplaced = true;
+        }
+        for command in &e.runs {
+            self.raise(ShellComplex, format!("{name} runs a command"));
+            let mut inner = self.nested();
+            inner.source(command);
+            self.absorb(inner);
+        }
+        for command in &e.fed {
+            // Its output into a program that runs what it reads: text the command does not show.
+            let words: Vec<Arg> = command.split_whitespace().map(Arg::literal).collect();
+            let reader = words
+                .split_first()
+                .and_then(|(first, rest)| first.text().and_then(|p| resolve_program(p, rest)));
+            if reader.is_some_and(|(p, a)| reads_code(&p, &a)) {
+                self.raise(
+                    Dangerous,
+                    format!("{name} prints into {command}, which runs what it reads"),
+                );
+            }
+            let mut inner = self.nested();
+            inner.source(command);
+            self.absorb(inner);
+        }
+        if e.runs_unknown {
+            self.raise(
+                Dangerous,
+                format!("{name} runs a command built from text the classifier cannot read"),
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn programs() {
+        // (program, writes, runs, fed, runs_unknown, writes_unknown); `None`: unreadable.
+        type Case = (
+            &'static str,
+            Option<(&'static [&'static str], &'static [&'static str], bool, bool)>,
+        );
+        let cases: &[Case] = &[
+            ("{print $1}", Some((&[], &[], false, false))),
+            ("NR>1 {s+=$2} END {print s}", Some((&[], &[], false, false))),
+            ("{ if ($3 > 10) print $1 }", Some((&[], &[], false, false))),
+            ("length($0) > 80", Some((&[], &[], false, false))),
+            (
+                "{printf \"%s > %d\\n\", $1, $2}",
+                Some((&[], &[], false, false)),
+            ),
+            ("/a|b/ {print}", Some((&[], &[], false, false))),
+            ("{ print ($1 > $2) }", Some((&[], &[], false, false))),
+            ("{ a = 6 / 3; print a }", Some((&[], &[], false, false))),
+            (
+                "{print > \"out.txt\"}",
+                Some((&["out.txt"], &[], false, false)),
+            ),
+            (
+                "{print $1 >> \"log\"; print}",
+                Some((&["log"], &[], false, false)),
+            ),
+            (
+                "{printf(\"%s\", $0) > \"f\"}",
+                Some((&["f"], &[], false, false)),
+            ),
+            ("{print > $2}", Some((&[], &[], false, true))),
+            (
+                "BEGIN { system(\"ls\") }",
+                Some((&[], &["ls"], false, false)),
+            ),
+            ("{ system($0) }", Some((&[], &[], true, false))),
+            ("{ system(\"rm \" $1) }", Some((&[], &[], true, false))),
+            (
+                "BEGIN { \"date\" | getline d }",
+                Some((&[], &["date"], false, false)),
+            ),
+            ("{ cmd | getline x }", Some((&[], &[], true, false))),
+            ("{ getline line < \"f\" }", Some((&[], &[], false, false))),
+            ("{print \"ls\" | \"sh\"}", Some((&[], &[], false, false))),
+            ("{print $0 | cmd}", Some((&[], &[], true, false))),
+            ("{print \"unterminated}", None),
+        ];
+        for &(program, want) in cases {
+            let got = awk_effects(program);
+            match (want, got) {
+                (None, None) => {}
+                (Some((writes, runs, runs_unknown, writes_unknown)), Some(e)) => {
+                    assert_eq!(e.writes, writes, "{program}");
+                    assert_eq!(e.runs, runs, "{program}");
+                    assert_eq!(e.runs_unknown, runs_unknown, "{program}");
+                    assert_eq!(e.writes_unknown, writes_unknown, "{program}");
+                }
+                (want, got) => panic!("{program}: want {want:?}, got {got:?}"),
+            }
+        }
+        assert_eq!(
+            awk_effects("{print \"ls\" | \"sh\"}").map(|e| e.fed),
+            Some(vec!["sh".to_string()])
+        );
+    }
+}

@@ -1,0 +1,213 @@
+//! Editors run non-interactively (`ex -c wq FILE`, `vim -es`, `ed FILE`) and interpreters
+//! editing in place (`perl -pi -e CODE FILE`, `ruby -i`): the files they are given are
+//! written, and an editor command starting with `!` runs a shell command.
+
+use super::*;
+
+/// Editors, and their options that take the next word as a value. Editor commands (`-c
+/// CMD`, `+CMD`, `--cmd CMD`, `--eval EXPR`) are among them.
+const EDITORS: &[(&str, &[&str])] = &[
+    ("vim", VIM_VALUED),
+    ("vi", VIM_VALUED),
+    ("nvim", VIM_VALUED),
+    ("ex", VIM_VALUED),
+    ("view", VIM_VALUED),
+    ("vimdiff", VIM_VALUED),
+    ("ed", &["-p"]),
+    ("red", &["-p"]),
+    ("nano", &["-o", "-Y", "-T", "-r", "-s", "-Q", "-X", "-f"]),
+    ("pico", &["-o", "-Y", "-T", "-r", "-s", "-Q", "-X", "-f"]),
+    (
+        "emacs",
+        &[
+            "-l",
+            "--load",
+            "-f",
+            "--funcall",
+            "--eval",
+            "--execute",
+            "--insert",
+            "--chdir",
+        ],
+    ),
+    ("micro", &["-config-dir", "-option"]),
+    ("kak", &["-e", "-c", "-s", "-E"]),
+    ("hx", &["-c", "--config", "--log"]),
+];
+
+const VIM_VALUED: &[&str] = &[
+    "-c",
+    "--cmd",
+    "-S",
+    "-s",
+    "-w",
+    "-W",
+    "-T",
+    "-u",
+    "-U",
+    "-i",
+    "-t",
+    "-q",
+    "--servername",
+    "--startuptime",
+];
+
+/// Editor options whose value is an editor command, which `!` turns into a shell command.
+const EDITOR_COMMANDS: &[&str] = &["-c", "--cmd", "--eval", "--execute", "-e", "-E"];
+
+/// perl's and ruby's option letters whose value is the rest of the cluster only, and those
+/// whose value is the rest of the cluster or the next word.
+const SCRIPT_ATTACHED: &[(&str, &str, &str)] = &[
+    ("perl", "0CdDilmMxVF", "IeE"),
+    ("ruby", "0iFWxKTd", "CeIrE"),
+];
+
+/// Whether `name` is an editor the table knows.
+pub(super) fn is_editor(name: &str) -> bool {
+    EDITORS.iter().any(|(n, _)| *n == name)
+}
+
+impl Walk<'_> {
+    /// An editor: `ShellComplex` (its startup files run what they say), the files it is
+    /// given are written, and its commands' `!CMD` run CMD.
+    pub(super) fn editor(&mut self, name: &str, args: &[Arg]) {
+        self.raise(
+            CommandClass::ShellComplex,
+            format!("{name} is an editor, which runs its startup files and commands"),
+        );
+        let valued = EDITORS
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| *v)
+            .unwrap_or(&[]);
+        let mut commands: Vec<Arg> = Vec::new();
+        let mut i = 0;
+        while let Some(a) = args.get(i) {
+            i += 1;
+            let Some(t) = a.text() else {
+                self.write_target(a);
+                continue;
+            };
+            if valued.contains(&t) {
+                if let Some(v) = args.get(i) {
+                    if EDITOR_COMMANDS.contains(&t) {
+                        commands.push(v.clone());
+                    }
+                }
+                i += 1;
+            } else if let Some(command) = t.strip_prefix('+') {
+                commands.push(a.with_text(command));
+            } else if t == "--" {
+                for f in args.get(i..).unwrap_or(&[]) {
+                    self.write_target(f);
+                }
+                break;
+            } else if !t.starts_with('-') {
+                self.write_target(a);
+            }
+        }
+        for c in commands {
+            match c.text() {
+                Some(text) => {
+                    if let Some((_, shell)) = text.split_once('!') {
+                        let mut inner = self.nested();
+                        inner.source(shell);
+                        self.absorb(inner);
+                    }
+                }
+                None => self.raise(
+                    CommandClass::ShellComplex,
+                    format!("{name} runs an editor command the classifier cannot read"),
+                ),
+            }
+        }
+    }
+
+    /// perl and ruby: their inline code (`-e`, clustered as in `-pie`), and with `-i` the
+    /// files after the code or the script, which are edited in place. Returns false for
+    /// another interpreter.
+    pub(super) fn script_interpreter(&mut self, name: &str, args: &[Arg]) -> bool {
+        let Some((_, attached, valued)) = SCRIPT_ATTACHED.iter().find(|(n, _, _)| *n == name)
+        else {
+            return false;
+        };
+        let mut code: Vec<Arg> = Vec::new();
+        let mut in_place = false;
+        let mut dirs: Vec<Arg> = Vec::new();
+        let mut i = 0;
+        while let Some(a) = args.get(i) {
+            let Some(t) = a.text().filter(|t| t.starts_with('-') && t.len() > 1) else {
+                break;
+            };
+            i += 1;
+            if t == "--" {
+                break;
+            }
+            let letters: Vec<char> = t.chars().skip(1).collect();
+            for (k, c) in letters.iter().enumerate() {
+                let rest: String = letters[k + 1..].iter().collect();
+                in_place |= *c == 'i';
+                if attached.contains(*c) {
+                    break;
+                }
+                if valued.contains(*c) {
+                    let value = match rest.is_empty() {
+                        true => {
+                            i += 1;
+                            args.get(i - 1).cloned()
+                        }
+                        false => Some(a.with_text(&rest)),
+                    };
+                    match c {
+                        'e' | 'E' => code.extend(value),
+                        // ruby -C DIR: the files are relative to DIR.
+                        'C' if name == "ruby" => dirs.extend(value),
+                        _ => {}
+                    }
+                    break;
+                }
+            }
+        }
+        let rest = args.get(i..).unwrap_or(&[]);
+        // Without inline code, the first operand is the script.
+        let files = match code.is_empty() {
+            true => {
+                self.script_operand(name, rest.first());
+                self.args_as_commands(name, rest.get(1..).unwrap_or(&[]), true);
+                rest.get(1..).unwrap_or(&[])
+            }
+            false => rest,
+        };
+        for c in &code {
+            let values = self.expand(c);
+            if values.unknown {
+                self.raise(
+                    CommandClass::Dangerous,
+                    format!("{name} runs code built from text the classifier cannot read"),
+                );
+            }
+            let operands: Vec<String> = files
+                .iter()
+                .filter_map(|a| a.text())
+                .map(str::to_string)
+                .collect();
+            for text in &values.texts {
+                self.inline_code_on(text, &operands);
+            }
+        }
+        if in_place {
+            let mut inner = self.nested();
+            for d in &dirs {
+                match d.text() {
+                    Some(t) => inner.cwd = Some(inner.land(t)),
+                    None => inner.cwd_unknown = true,
+                }
+            }
+            for f in files {
+                inner.write_target(f);
+            }
+            self.absorb(inner);
+        }
+        true
+    }
+}
