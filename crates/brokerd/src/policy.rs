@@ -114,6 +114,10 @@ pub enum Why {
     /// The session saw the runner unavailable: writes are refused (seed 000 5.1.5).
     #[error("{tool}: the sandbox was unavailable earlier in this session, so writes are refused rather than attempted; nothing was changed")]
     UnavailableEarlier { tool: String },
+    /// A shell command writes where the classifier cannot tell, in a grant whose protected
+    /// targets only the classifier guards.
+    #[error("the command writes files the classifier cannot place (after a cd it cannot follow, names find or the input supplies, files an archive or a patch names), and {0}; with protect = \"classifier\" nothing else holds them, so it is refused: name the files, or run it from their directory")]
+    UnplacedWrite(String),
     /// No `[runner]` is configured (DESIGN.md "Service").
     #[error("no tool runner is configured on this host; nothing was run")]
     NoRunner,
@@ -141,6 +145,7 @@ impl Why {
             Why::Approval(crate::tickets::TicketError::Mismatch) => "approval_mismatch",
             Why::Approval(crate::tickets::TicketError::NotApproved) => "approval_pending",
             Why::UnavailableEarlier { .. } => "unavailable_earlier",
+            Why::UnplacedWrite(_) => "unplaced_write",
             Why::NoRunner => "no_runner",
             Why::Staged(_) => "staged",
         }
@@ -170,11 +175,19 @@ pub enum PolicyError {
 pub struct Policy {
     grants: BTreeMap<String, GrantPolicy>,
     classifier: Classifier,
+    /// Finds whether a `protect = "classifier"` grant holds protected targets at all.
+    scanner: crate::protect::scan::Scanner,
 }
 
 impl Policy {
     pub fn new(config: &Config) -> Result<Policy, PolicyError> {
         let classifier = Classifier::new()?;
+        let bounds = config
+            .runner
+            .as_ref()
+            .map(|r| r.protect)
+            .unwrap_or_default();
+        let scanner = crate::protect::scan::Scanner::new(bounds);
         let mut grants = BTreeMap::new();
         for (name, grant) in &config.grants {
             let roots = grant
@@ -198,7 +211,38 @@ impl Policy {
                 },
             );
         }
-        Ok(Policy { grants, classifier })
+        Ok(Policy {
+            grants,
+            classifier,
+            scanner,
+        })
+    }
+
+    /// Whether a grant's writable directories hold a protected target, or cannot be walked
+    /// far enough to tell: what, in words, or `None` when they hold none.
+    fn classifier_alone_holds(&self, g: &GrantPolicy) -> Option<String> {
+        use std::os::fd::AsFd;
+        for root in g.workspace.roots().iter().filter(|r| r.write) {
+            let walked = std::fs::File::open(&root.path)
+                .map_err(|e| format!("{} cannot be read: {e}", root.path.display()))
+                .and_then(|dir| {
+                    self.scanner.scan(&root.path, dir.as_fd()).map_err(|e| {
+                        format!("it cannot tell whether the grant holds protected targets ({e})")
+                    })
+                });
+            match walked {
+                Ok(found) => {
+                    if let Some(t) = found.targets.first() {
+                        return Some(format!(
+                            "the grant holds protected targets ({})",
+                            visible(&t.path.to_string_lossy())
+                        ));
+                    }
+                }
+                Err(why) => return Some(why),
+            }
+        }
+        None
     }
 
     pub fn grant(&self, name: &str) -> Option<&GrantPolicy> {
@@ -345,6 +389,18 @@ impl Policy {
                     if assessment.class < CommandClass::ShellComplex {
                         assessment.class = CommandClass::ShellComplex;
                         assessment.reason = Some(why);
+                    }
+                }
+                // A write the classifier cannot place may be a protected one. Where the mount
+                // table holds the protected targets, or a commit is the gate, that is theirs
+                // to stop; where the classifier is all there is, it is refused if the grant
+                // has any (docs/design.md#protected-targets).
+                if assessment.unplaced
+                    && g.grant.protect == Protect::Classifier
+                    && g.grant.writes == Writes::Direct
+                {
+                    if let Some(held) = self.classifier_alone_holds(g) {
+                        return refuse(&a.command, Why::UnplacedWrite(held));
                     }
                 }
                 let input = json(&ShellArgs {
@@ -810,6 +866,68 @@ paths = [{{ path = "{ro}" }}]
     }
 
     /// A command past the classifier's bounds is refused in every mode, naming the bound.
+    /// A write the classifier cannot place is refused only where the classifier is all that
+    /// guards the grant's protected targets: `protect = "classifier"`, direct writes, and a
+    /// protected target in a writable directory. The mount table (`protect = "mount"`) and a
+    /// commit (staged writes) hold them otherwise, and a grant without any has nothing to lose.
+    #[test]
+    fn unplaced_writes_are_refused_where_only_the_classifier_guards() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = std::fs::canonicalize(dir.path()).unwrap();
+        let held = base.join("held");
+        let bare = base.join("bare");
+        std::fs::create_dir_all(held.join("vendor/lib")).unwrap();
+        std::fs::create_dir_all(&bare).unwrap();
+        let grant = |name: &str, path: &PathBuf, protect: &str, writes: &str| {
+            format!(
+                "[grants.{name}]\nmode = \"auto\"\ntools = [\"shell\"]\npaths = [{{ path = \"{}\", write = true }}]\nprotect = \"{protect}\"\nwrites = \"{writes}\"\n",
+                path.display()
+            )
+        };
+        let text = format!(
+            "[runner]\nimage = \"sha256:{}\"\n{}{}{}{}",
+            "a".repeat(64),
+            grant("classifier", &held, "classifier", "direct"),
+            grant("mount", &held, "mount", "direct"),
+            grant("staged", &held, "classifier", "staged"),
+            grant("bare", &bare, "classifier", "direct"),
+        );
+        let config = crate::config::parse(&text, "test.toml").expect("config");
+        let policy = Policy::new(&config).expect("policy");
+        let decide = |grant: &str, command: &str| {
+            let raw = serde_json::json!({ "command": command }).to_string();
+            let a = args::parse("shell", &raw).expect("args");
+            policy.decide(policy.grant(grant).unwrap(), &a)
+        };
+        // (command, the classifier cannot place its write)
+        let unplaced = [
+            r#"cd "$D" && touch lib.c"#,
+            "find . -name '*.c' -exec sed -i s/a/b/ {} +",
+            "tar xf a.tar",
+            "xargs touch < names.txt",
+        ];
+        for command in unplaced {
+            match decide("classifier", command) {
+                Decision::Refuse(r) => {
+                    assert_eq!(r.why.kind(), "unplaced_write", "{command}");
+                    let said = r.reason();
+                    assert!(said.contains("vendor"), "{said}");
+                }
+                other => panic!("{command}: {other:?}"),
+            }
+            for grant in ["mount", "staged", "bare"] {
+                if let Decision::Refuse(r) = decide(grant, command) {
+                    assert_ne!(r.why.kind(), "unplaced_write", "{grant}: {command}");
+                }
+            }
+        }
+        // A write it can place is judged as before: outside vendor/, it runs.
+        assert!(
+            matches!(decide("classifier", "touch notes.txt"), Decision::Allow(_)),
+            "a placed write"
+        );
+    }
+
     #[test]
     fn commands_past_the_bounds_are_refused() {
         let f = fixture();
