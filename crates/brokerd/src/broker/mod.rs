@@ -796,13 +796,23 @@ impl Broker {
         // Should this future be dropped before the record is written, the runner stops.
         let _undecided = cleared.undecided_on_drop();
         let stage = self.stage.clone();
+        // What the call staged is recorded (the real paths as they are now, for conflicts)
+        // before its answer leaves: once the client has it, anything may change the real tree,
+        // and that change must read as a conflict at commit, not as the state first seen.
+        let answered = (stage.clone(), staged.as_ref().map(|(_, l)| l.clone()));
         let task = tokio::task::spawn_blocking(move || {
             let reply = Reply::after(runner_cleared, move |answer| {
+                let (stage, layers) = answered;
+                for l in layers.iter().flatten() {
+                    if let Err(e) = stage.record_first(l) {
+                        tracing::warn!(layer = %l.dir.display(), "recording what was staged failed: {e}");
+                    }
+                }
                 let _ = answer_tx.send(answer);
             });
             runner.run_replying(&spec, reply);
-            // What the call staged is recorded (the real paths as they are now, for conflicts)
-            // before another call or a commit may take the layers.
+            // And again once the sandbox is gone, before another call or a commit may take
+            // the layers (a path already recorded keeps its first record).
             if let Some((holding, layers)) = staged {
                 for l in &layers {
                     if let Err(e) = stage.record_first(l) {

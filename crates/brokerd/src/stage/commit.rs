@@ -200,8 +200,10 @@ fn chmod_at(parent: &OwnedFd, name: &OsStr, mode: u32) -> Result<(), NotLanded> 
     )
     .map_err(|e| io_err(e.desc()))?;
     let st = nix::sys::stat::fstat(&fd).map_err(|e| io_err(e.desc()))?;
+    // A link where the layer has a file or a directory: the real tree changed under it, and
+    // nothing is set through the link.
     if st.st_mode & libc::S_IFMT == libc::S_IFLNK {
-        return Ok(());
+        return Err(NotLanded::Symlink);
     }
     // An O_PATH descriptor takes no fchmod; its /proc link names exactly that file.
     let path = format!("/proc/self/fd/{}", fd.as_raw_fd());

@@ -33,18 +33,28 @@ impl Suite {
         )
     }
 
+    /// A call of the staged grant; an `ask` (a command the classifier reads as dangerous) is
+    /// approved, as an owner who trusts the staged layer would: what runs still waits there.
     fn staged_call(&mut self, session: &str, tool: &str, args: Value) -> Result<Body, String> {
         self.calls += 1;
-        call_on(
-            &self.socket,
-            self.t(CALL_WAIT),
-            session,
-            &self.call_id(),
-            STAGED_GRANT,
-            tool,
-            args,
-            None,
-        )
+        let id = self.call_id();
+        let wait = self.t(CALL_WAIT);
+        let send = |approval: Option<String>| {
+            call_on(
+                &self.socket,
+                wait,
+                session,
+                &id,
+                STAGED_GRANT,
+                tool,
+                args.clone(),
+                approval,
+            )
+        };
+        match send(None)? {
+            Body::Ask { ticket, .. } => send(Some(ticket)),
+            other => Ok(other),
+        }
     }
 
     /// A shell command in the staged directory, which must give a result.
