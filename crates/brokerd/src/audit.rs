@@ -874,66 +874,12 @@ fn cap(s: &str) -> String {
     out
 }
 
-/// The executable a shell command runs and the command with secrets redacted, for
-/// `executable` and `target`. The executable comes from the shell parse (tree-sitter-bash):
-/// the name of the first simple command, its leading `NAME=value` assignments (however quoted)
-/// and an `env` with its assignments and options set aside, quotes removed.
-pub fn command_summary(command: &str) -> (Option<String>, String) {
-    let exe = first_executable(command)
-        .filter(|w| !w.is_empty())
-        .map(|w| visible(&redact(&w).chars().take(128).collect::<String>()));
-    (exe, summary(command))
+/// The program a shell command runs (as the classifier names it, `Assessment::program`) as a
+/// record keeps it: secrets redacted, at most 128 characters, shown visibly.
+pub fn executable(program: &str) -> Option<String> {
+    (!program.is_empty()).then(|| visible(&redact(program).chars().take(128).collect::<String>()))
 }
 
-fn first_executable(command: &str) -> Option<String> {
-    let mut parser = tree_sitter::Parser::new();
-    parser
-        .set_language(&tree_sitter_bash::LANGUAGE.into())
-        .ok()?;
-    let tree = parser.parse(command, None)?;
-    let mut cursor = tree.walk();
-    // Depth first, in source order: the first `command` node is what runs first.
-    loop {
-        let node = cursor.node();
-        if node.kind() == "command" {
-            return command_name(node, command);
-        }
-        if cursor.goto_first_child() || cursor.goto_next_sibling() {
-            continue;
-        }
-        loop {
-            if !cursor.goto_parent() {
-                return None;
-            }
-            if cursor.goto_next_sibling() {
-                break;
-            }
-        }
-    }
-}
-
-/// A `command` node's program: its name, or for `env`, the first argument that is neither an
-/// option nor an assignment.
-fn command_name(node: tree_sitter::Node<'_>, src: &str) -> Option<String> {
-    let text = |n: tree_sitter::Node<'_>| unquote(n.utf8_text(src.as_bytes()).unwrap_or(""));
-    let name = text(node.child_by_field_name("name")?);
-    if name != "env" {
-        return Some(name);
-    }
-    let mut cursor = node.walk();
-    let found = node
-        .children_by_field_name("argument", &mut cursor)
-        .map(text)
-        .find(|a| !a.starts_with('-') && !a.contains('='));
-    Some(found.unwrap_or(name))
-}
-
-/// A shell word with its quotes taken away (escapes and expansions left as written).
-fn unquote(word: &str) -> String {
-    word.chars().filter(|c| !matches!(c, '\'' | '"')).collect()
-}
-
-/// UTC time as `YYYY-MM-DDTHH:MM:SS.mmmZ`.
 fn now_rfc3339() -> String {
     let d = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -1509,8 +1455,13 @@ mod tests {
                 "TOKEN=[redacted] cat 'a\\\\b'",
             ),
         ];
+        // The program comes from the classifier's one parse of the command.
         for (cmd, exe, target) in cases {
-            let (e, t) = command_summary(cmd);
+            let e = crate::classify::classify(cmd, &[])
+                .program
+                .as_deref()
+                .and_then(executable);
+            let t = summary(cmd);
             assert_eq!(e.as_deref(), exe, "{cmd}");
             assert_eq!(t, target, "{cmd}");
         }

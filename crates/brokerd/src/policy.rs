@@ -45,6 +45,8 @@ pub struct Plan {
     pub class: Option<CommandClass>,
     /// Whether the call may change files (write_file, or a shell with writable mounts).
     pub writes: bool,
+    /// The program a shell command runs (`Assessment::program`), for the audit.
+    pub program: Option<String>,
 }
 
 /// A refusal: the target as the model wrote it and why. The same (tool, target, why's kind)
@@ -53,6 +55,8 @@ pub struct Plan {
 pub struct Refusal {
     pub target: String,
     pub why: Why,
+    /// The program a refused shell command runs, for the audit.
+    pub program: Option<String>,
 }
 
 impl Refusal {
@@ -60,6 +64,7 @@ impl Refusal {
         Refusal {
             target: target.to_string(),
             why,
+            program: None,
         }
     }
 
@@ -278,8 +283,25 @@ impl Policy {
     }
 
     /// Decides one call of grant `g` on `view`'s tree: for a session of a staged grant, the
-    /// merged view its sandboxes see.
+    /// merged view its sandboxes see. A shell command's decision names the program it runs
+    /// (from the classifier's one parse of it), whatever the decision.
     pub fn decide_in(&self, view: &dyn View, g: &GrantPolicy, args: &ToolArgs) -> Decision {
+        let mut program = None;
+        let mut decision = self.decide_named(view, g, args, &mut program);
+        match &mut decision {
+            Decision::Allow(p) | Decision::Ask(p, _) => p.program = program,
+            Decision::Refuse(r) => r.program = program,
+        }
+        decision
+    }
+
+    fn decide_named(
+        &self,
+        view: &dyn View,
+        g: &GrantPolicy,
+        args: &ToolArgs,
+        program: &mut Option<String>,
+    ) -> Decision {
         let tool = args.tool();
         if !g.grant.tools.contains(&tool) {
             let grant = g.name.clone();
@@ -327,6 +349,10 @@ impl Policy {
                 )
             }
             ToolArgs::Shell(a) => {
+                let roots: Vec<PathBuf> =
+                    g.workspace.roots().iter().map(|r| r.path.clone()).collect();
+                let mut assessment = self.classifier.classify(&a.command, &roots);
+                program.clone_from(&assessment.program);
                 let cwd = match &a.cwd {
                     Some(c) => match g.workspace.resolve_in(view, tool, c) {
                         Ok(r) if view.lstat(&r.path).is_ok_and(|m| m.is_dir()) => Some(r.path),
@@ -335,9 +361,6 @@ impl Policy {
                     },
                     None => None,
                 };
-                let roots: Vec<PathBuf> =
-                    g.workspace.roots().iter().map(|r| r.path.clone()).collect();
-                let mut assessment = self.classifier.classify(&a.command, &roots);
                 if let Some(bound) = assessment.beyond {
                     return refuse(&a.command, Why::ShellBeyondBounds(bound.to_string()));
                 }
@@ -484,6 +507,7 @@ impl Policy {
             egress,
             class,
             writes,
+            program: None,
         };
         match caps.grant(action) {
             Permit::Run => Decision::Allow(plan),

@@ -484,11 +484,7 @@ impl Broker {
         let target = match &parsed {
             args::ToolArgs::ReadFile(a) => audit::summary(&a.path),
             args::ToolArgs::WriteFile(a) => audit::summary(&a.path),
-            args::ToolArgs::Shell(a) => {
-                let (exe, target) = audit::command_summary(&a.command);
-                rec.executable = exe;
-                target
-            }
+            args::ToolArgs::Shell(a) => audit::summary(&a.command),
             args::ToolArgs::HttpFetch(u) => audit::summary(&audit::redact(u.url())),
         };
         rec.target = Some(target);
@@ -500,6 +496,12 @@ impl Broker {
             Some(view) => self.policy.decide_in(&view, grant, &parsed),
             None => self.policy.decide(grant, &parsed),
         };
+        // The program a shell command runs, from the classifier's parse of it.
+        rec.executable = match &decision {
+            Decision::Allow(p) | Decision::Ask(p, _) => p.program.as_deref(),
+            Decision::Refuse(r) => r.program.as_deref(),
+        }
+        .and_then(audit::executable);
         if let (None, Decision::Allow(plan) | Decision::Ask(plan, _)) =
             (&self.config.runner, &decision)
         {

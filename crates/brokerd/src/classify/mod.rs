@@ -188,6 +188,10 @@ pub struct Assessment {
     /// from); names a command reads from its input (`xargs`); files only an archive or a patch
     /// names. The policy treats it as possibly protected.
     pub unplaced: bool,
+    /// The program the command's first simple command runs, as written (quotes removed), after
+    /// its leading `NAME=value` assignments and through `env`: what the audit names as the
+    /// command's `executable`. `None` when it starts with no literal program.
+    pub program: Option<String>,
     /// A bound of the classifier the command went past (length, nesting, work): what it does
     /// cannot be told, so it is refused whatever the mode.
     pub beyond: Option<Bound>,
@@ -378,6 +382,7 @@ impl Classifier {
     pub fn classify(&self, command: &str, roots: &[PathBuf]) -> Assessment {
         let budget = Budget::default();
         let mut walk = Walk::new(&self.language, roots, 0, None, &budget);
+        walk.top = true;
         walk.source(command);
         walk.finish()
     }

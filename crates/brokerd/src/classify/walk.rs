@@ -44,6 +44,12 @@ pub(super) struct Walk<'a> {
     pub(super) globbed: Vec<String>,
     /// A write the walk could not place (see `Assessment::unplaced`).
     pub(super) unplaced: bool,
+    /// The program of the command's first simple command (see `Assessment::program`).
+    pub(super) program: Option<String>,
+    /// The first simple command has been seen.
+    pub(super) program_seen: bool,
+    /// The walk of the command itself, not of code found inside it.
+    pub(super) top: bool,
     /// Relative paths count as a grant directory only when the walk knows the directory
     /// (reading an unknown program's arguments as a destroyer's: `ctags -R .` is no delete).
     pub(super) strict_roots: bool,
@@ -100,6 +106,9 @@ impl<'a> Walk<'a> {
             globbed: Vec::new(),
             recursive: Vec::new(),
             unplaced: false,
+            program: None,
+            program_seen: false,
+            top: false,
             strict_roots: false,
             cwd,
             cwd_unknown: false,
@@ -139,6 +148,7 @@ impl<'a> Walk<'a> {
             recursive: self.recursive,
             globbed: self.globbed,
             unplaced: self.unplaced,
+            program: self.program,
             beyond: self.beyond,
             class: self.class,
             writes: self.writes,
@@ -525,6 +535,10 @@ impl<'a> Walk<'a> {
             .enumerate()
             .map(|(i, ch)| (n.field_name_for_child(i as u32), ch))
             .collect();
+        if self.top && !self.program_seen {
+            self.program_seen = true;
+            self.program = self.first_program(&children, src);
+        }
         for (field, ch) in children {
             if !ch.is_named() {
                 continue;
@@ -579,6 +593,25 @@ impl<'a> Walk<'a> {
             .filter(|(p, a)| reads_code(p, a))
             .map(|(p, _)| p);
         self.redirects_of(n, src, into.as_deref());
+    }
+}
+
+impl Walk<'_> {
+    /// What the audit names for a simple command of these children: its literal program, or
+    /// what `env` runs (`None` for a program the shell computes).
+    fn first_program(&mut self, children: &[(Option<&str>, Node)], src: &str) -> Option<String> {
+        let name = children.iter().find(|(f, _)| *f == Some("name"))?.1;
+        let word = name.named_child(0).unwrap_or(name);
+        let (prog, _) = literal(word, src)?;
+        if super::paths::program_name(&prog, None).name != "env" {
+            return Some(prog);
+        }
+        let args: Vec<Arg> = children
+            .iter()
+            .filter(|(f, _)| *f == Some("argument"))
+            .map(|(_, ch)| Arg::of(*ch, src))
+            .collect();
+        Some(resolve_program(&prog, &args).map_or(prog, |(p, _)| p))
     }
 }
 
