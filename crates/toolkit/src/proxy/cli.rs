@@ -1,0 +1,184 @@
+//! The command line of the egress proxy: `toolkit egress-proxy` arguments, binding the socket,
+//! and the accept loop with its cap on open connections (docs/design.md#the-egress-proxy).
+
+use std::io;
+use std::os::unix::fs::FileTypeExt;
+use std::os::unix::net::UnixListener;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{serve, Dial, Policy, SystemDial, MAX_CONNECTIONS};
+use crate::addr::{self, CidrError};
+use crate::dns::{DnsError, RESOLV_CONF};
+
+const USAGE: &str =
+    "usage: toolkit egress-proxy --socket <path> --allow <pattern>[,<pattern>...] [--allow-address <cidr>]...";
+
+/// Counts a connection as open until dropped.
+struct Slot(Arc<AtomicUsize>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Accepts and serves forever, at most `max` connections at once; one more is closed at once,
+/// without a reply. One line per connection goes to standard error.
+pub fn run(listener: UnixListener, policy: Arc<Policy>, dial: Arc<dyn Dial>, max: usize) -> ! {
+    let open = Arc::new(AtomicUsize::new(0));
+    loop {
+        let stream = match listener.accept() {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                // Out of descriptors or memory: wait for connections to end rather than spin.
+                eprintln!("egress-proxy: accept failed: {e}");
+                std::thread::sleep(Duration::from_millis(100));
+                continue;
+            }
+        };
+        // Only this thread adds, so the check and the add cannot race each other.
+        if open.load(Ordering::SeqCst) >= max {
+            drop(stream);
+            eprintln!("egress-proxy: -: closed: {max} connections are already open");
+            continue;
+        }
+        open.fetch_add(1, Ordering::SeqCst);
+        let slot = Slot(open.clone());
+        let (policy, dial) = (policy.clone(), dial.clone());
+        let spawned = std::thread::Builder::new()
+            .name("egress-conn".into())
+            .spawn(move || {
+                let _slot = slot;
+                let outcome = serve(stream, &policy, &*dial);
+                eprintln!("egress-proxy: {outcome}");
+            });
+        // A failed spawn drops the closure, and with it the stream and the slot.
+        if let Err(e) = spawned {
+            eprintln!("egress-proxy: -: closed: cannot start a thread: {e}");
+        }
+    }
+}
+
+/// Why `toolkit egress-proxy` was run wrongly (exit 2).
+#[derive(Debug, thiserror::Error)]
+pub enum UsageError {
+    #[error("{0} needs a value")]
+    MissingValue(String),
+    #[error("unknown argument {0:?}")]
+    Unknown(String),
+    #[error("--socket given twice")]
+    SocketTwice,
+    #[error("--socket is required")]
+    NoSocket,
+    #[error("--allow is required")]
+    NoAllow,
+    #[error("{0:?} is not a host pattern")]
+    BadPattern(String),
+    #[error("--allow-address {0}")]
+    BadAddress(#[from] CidrError),
+}
+
+/// What the command line asked for.
+#[derive(Debug)]
+pub struct Options {
+    pub socket: PathBuf,
+    pub policy: Policy,
+}
+
+impl Options {
+    /// `--socket <path> --allow <pattern>[,<pattern>...] [--allow-address <cidr>]...`;
+    /// `--allow` may be given more than once.
+    pub fn parse(args: &[String]) -> Result<Options, UsageError> {
+        let mut socket = None;
+        let mut allow = Vec::new();
+        let mut addresses = Vec::new();
+        let mut it = args.iter();
+        while let Some(flag) = it.next() {
+            let mut value = || {
+                it.next()
+                    .ok_or_else(|| UsageError::MissingValue(flag.clone()))
+            };
+            match flag.as_str() {
+                "--socket" => {
+                    let v = value()?;
+                    if socket.replace(PathBuf::from(v)).is_some() {
+                        return Err(UsageError::SocketTwice);
+                    }
+                }
+                "--allow" => allow.extend(value()?.split(',').map(str::to_string)),
+                "--allow-address" => addresses.push(addr::parse_allow_address(value()?)?),
+                other => return Err(UsageError::Unknown(other.to_string())),
+            }
+        }
+        let socket = socket.ok_or(UsageError::NoSocket)?;
+        if socket.as_os_str().is_empty() {
+            return Err(UsageError::MissingValue("--socket".into()));
+        }
+        Ok(Options {
+            socket,
+            policy: Policy::new(allow, addresses)?,
+        })
+    }
+}
+
+/// Why the proxy could not start although it was run rightly (exit 1).
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("{0} exists and is not a socket; not removing it")]
+    NotASocket(PathBuf),
+    #[error("cannot listen on {0}: {1}")]
+    Bind(PathBuf, io::Error),
+    #[error("{0}")]
+    Dns(#[from] DnsError),
+}
+
+/// Binds the socket, first removing a stale one left by an earlier proxy (only a socket: a
+/// wrong path must not cost the owner a file).
+pub fn bind(path: &Path) -> Result<UnixListener, StartError> {
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_socket() => {
+            std::fs::remove_file(path).map_err(|e| StartError::Bind(path.to_owned(), e))?
+        }
+        Ok(_) => return Err(StartError::NotASocket(path.to_owned())),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(StartError::Bind(path.to_owned(), e)),
+    }
+    UnixListener::bind(path).map_err(|e| StartError::Bind(path.to_owned(), e))
+}
+
+/// `toolkit egress-proxy ...`: `args` are the words after the subcommand. Serves until killed;
+/// returns only when it cannot start (2: run wrongly, 1: could not start).
+pub fn main(args: &[String]) -> ExitCode {
+    let options = match Options::parse(args) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("toolkit egress-proxy: {e}\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    let started = SystemDial::from_resolv_conf(Path::new(RESOLV_CONF))
+        .map_err(StartError::from)
+        .and_then(|dial| Ok((dial, bind(&options.socket)?)));
+    let (dial, listener) = match started {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("toolkit egress-proxy: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    eprintln!(
+        "egress-proxy: listening on {} for {}",
+        options.socket.display(),
+        options.policy.allow.join(",")
+    );
+    run(
+        listener,
+        Arc::new(options.policy),
+        Arc::new(dial),
+        MAX_CONNECTIONS,
+    )
+}
