@@ -14,6 +14,10 @@ pub const MAX_INPUT: usize = 2 * 1024 * 1024;
 /// brokerd resolves the workspace of such a call from it.
 pub const DEFAULT_CWD: &str = "/tmp";
 
+/// The toolkit inside every sandbox: each tool and the egress proxy are this program
+/// (docs/design.md#the-toolkit).
+pub const TOOLKIT: &str = "/bin/toolkit";
+
 /// Where the per-call egress directory appears inside the sandbox (seed 003 section 6).
 pub const EGRESS_DIR: &str = "/run/egress";
 /// The egress proxy's socket, in [`EGRESS_DIR`].

@@ -11,11 +11,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{serve, Dial, Policy, SystemDial, MAX_CONNECTIONS};
-use crate::addr::{self, CidrError};
 use crate::dns::{DnsError, RESOLV_CONF};
 
-const USAGE: &str =
-    "usage: toolkit egress-proxy --socket <path> --allow <pattern>[,<pattern>...] [--allow-address <cidr>]...";
+pub use proto::egress::UsageError;
+use proto::egress::{ProxyArgs, USAGE};
 
 /// Counts a connection as open until dropped.
 struct Slot(Arc<AtomicUsize>);
@@ -63,25 +62,6 @@ pub fn run(listener: UnixListener, policy: Arc<Policy>, dial: Arc<dyn Dial>, max
     }
 }
 
-/// Why `toolkit egress-proxy` was run wrongly (exit 2).
-#[derive(Debug, thiserror::Error)]
-pub enum UsageError {
-    #[error("{0} needs a value")]
-    MissingValue(String),
-    #[error("unknown argument {0:?}")]
-    Unknown(String),
-    #[error("--socket given twice")]
-    SocketTwice,
-    #[error("--socket is required")]
-    NoSocket,
-    #[error("--allow is required")]
-    NoAllow,
-    #[error("{0:?} is not a host pattern")]
-    BadPattern(String),
-    #[error("--allow-address {0}")]
-    BadAddress(#[from] CidrError),
-}
-
 /// What the command line asked for.
 #[derive(Debug)]
 pub struct Options {
@@ -90,37 +70,13 @@ pub struct Options {
 }
 
 impl Options {
-    /// `--socket <path> --allow <pattern>[,<pattern>...] [--allow-address <cidr>]...`;
-    /// `--allow` may be given more than once.
+    /// The words after the subcommand, read by [`ProxyArgs::parse`], the rule brokerd writes
+    /// them by.
     pub fn parse(args: &[String]) -> Result<Options, UsageError> {
-        let mut socket = None;
-        let mut allow = Vec::new();
-        let mut addresses = Vec::new();
-        let mut it = args.iter();
-        while let Some(flag) = it.next() {
-            let mut value = || {
-                it.next()
-                    .ok_or_else(|| UsageError::MissingValue(flag.clone()))
-            };
-            match flag.as_str() {
-                "--socket" => {
-                    let v = value()?;
-                    if socket.replace(PathBuf::from(v)).is_some() {
-                        return Err(UsageError::SocketTwice);
-                    }
-                }
-                "--allow" => allow.extend(value()?.split(',').map(str::to_string)),
-                "--allow-address" => addresses.push(addr::parse_allow_address(value()?)?),
-                other => return Err(UsageError::Unknown(other.to_string())),
-            }
-        }
-        let socket = socket.ok_or(UsageError::NoSocket)?;
-        if socket.as_os_str().is_empty() {
-            return Err(UsageError::MissingValue("--socket".into()));
-        }
+        let args = ProxyArgs::parse(args)?;
         Ok(Options {
-            socket,
-            policy: Policy::new(allow, addresses)?,
+            socket: PathBuf::from(args.socket),
+            policy: Policy::new(args.allow, args.allow_addresses)?,
         })
     }
 }
@@ -156,7 +112,7 @@ pub fn main(args: &[String]) -> ExitCode {
     let options = match Options::parse(args) {
         Ok(o) => o,
         Err(e) => {
-            eprintln!("toolkit egress-proxy: {e}\n{USAGE}");
+            eprintln!("toolkit egress-proxy: {e}\nusage: {USAGE}");
             return ExitCode::from(2);
         }
     };

@@ -67,16 +67,12 @@ pub struct Policy {
 }
 
 impl Policy {
-    /// Every pattern must be a valid host pattern (proto::hosts). The CIDRs are taken as given:
+    /// The patterns follow the command line's rule (`proto::egress::check_allow`: at least one,
+    /// each a valid host pattern). The CIDRs are taken as given:
     /// `main` refuses never-allowed ones at start-up, and `addr::dialable` refuses those
     /// addresses whatever the list holds.
     pub fn new(allow: Vec<String>, allow_addresses: Vec<Cidr>) -> Result<Policy, UsageError> {
-        if allow.is_empty() {
-            return Err(UsageError::NoAllow);
-        }
-        if let Some(bad) = allow.iter().find(|p| !hosts::valid_host_pattern(p)) {
-            return Err(UsageError::BadPattern(bad.clone()));
-        }
+        proto::egress::check_allow(&allow)?;
         Ok(Policy {
             allow,
             allow_addresses,
