@@ -1,4 +1,4 @@
-//! What two boxmaker programs must agree on, defined once (seed 003 section 2).
+//! What two boxmaker programs must agree on, defined once (docs/design.md#layout).
 //!
 //! - [`tools`]: the argument structs of the four tools. brokerd parses the model's arguments
 //!   with them and writes them to the sandbox's standard input; toolkit reads them back.

@@ -1,4 +1,4 @@
-//! `toolkit <subcommand>`: see the crate docs and seed 003 section 4.
+//! `toolkit <subcommand>`: see the crate docs and docs/design.md#the-toolkit.
 
 use std::io::{self, Write};
 use std::process::ExitCode;

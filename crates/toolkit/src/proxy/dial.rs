@@ -14,7 +14,7 @@ use crate::addr;
 use crate::dns::{DnsError, Resolver};
 
 /// Name resolution and connecting, behind a trait so that no test needs a network
-/// (section 5).
+/// (docs/design.md#the-egress-proxy).
 pub trait Dial: Send + Sync {
     fn resolve(&self, host: &str, port: u16) -> std::io::Result<Vec<SocketAddr>>;
     fn connect(&self, addr: SocketAddr, timeout: Duration) -> std::io::Result<TcpStream>;

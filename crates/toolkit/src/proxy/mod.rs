@@ -1,4 +1,4 @@
-//! The egress proxy: `toolkit egress-proxy` (seed 003 section 5).
+//! The egress proxy: `toolkit egress-proxy` (docs/design.md#the-egress-proxy).
 //!
 //! It listens on a Unix socket and speaks the part of SOCKS5 (RFC 1928) that
 //! `curl --proxy socks5h://` uses: no authentication, CONNECT, a domain name. Each connection
@@ -45,16 +45,18 @@ use proto::hosts;
 
 use crate::addr::Cidr;
 
-/// The most bytes of greeting and request read (section 5): a request with a 255-byte name is
-/// 262 bytes, and no client needs more than that in all.
+// The limits docs/design.md#the-egress-proxy fixes.
+
+/// The most bytes of greeting and request read: a request with a 255-byte name is 262 bytes,
+/// and no client needs more than that in all.
 pub const MAX_HANDSHAKE_BYTES: usize = 262;
-/// How long greeting and request together may take to arrive (section 5).
+/// How long greeting and request together may take to arrive.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long connecting to the server may take (section 5).
+/// How long connecting to the server may take.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-/// How many connections are served at once; more are closed at once (section 5).
+/// How many connections are served at once; more are closed at once.
 pub const MAX_CONNECTIONS: usize = 8;
-/// The only port a connection may go to (section 5): http_fetch is https only.
+/// The only port a connection may go to: http_fetch is https only.
 pub const ALLOWED_PORT: u16 = 443;
 
 /// What the proxy allows: the grant's host patterns and the owner's extra address ranges.

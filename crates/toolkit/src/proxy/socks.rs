@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 
 use super::{Conn, Outcome, Reason, MAX_HANDSHAKE_BYTES};
 
-/// The SOCKS5 reply codes this proxy sends (RFC 1928 section 6, the ones section 5 names).
+/// The SOCKS5 reply codes this proxy sends: those of RFC 1928 section 6 that
+/// docs/design.md#the-egress-proxy names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
 pub enum Reply {
