@@ -57,8 +57,9 @@ pub enum UsageError {
 
 impl ProxyArgs {
     /// The words after the subcommand. `parse` gives back an equal value for every value it
-    /// could have produced; a value it would refuse (no pattern, a pattern that is not one)
-    /// gives a command line toolkit refuses.
+    /// could have produced. Of the values it could not: no pattern, or one that is not a host
+    /// pattern, gives a command line toolkit refuses, except that a pattern holding `,` comes
+    /// back as two (brokerd's patterns passed the host pattern check, which refuses `,`).
     pub fn to_args(&self) -> Vec<String> {
         let mut a = vec![
             SOCKET.to_string(),
