@@ -456,12 +456,7 @@ impl Policy {
                 }
                 let egress = Egress {
                     hosts: g.grant.hosts.clone(),
-                    allow_addresses: g
-                        .grant
-                        .allow_addresses
-                        .iter()
-                        .map(|c| c.to_string())
-                        .collect(),
+                    allow_addresses: g.grant.allow_addresses.clone(),
                 };
                 let input = args.input_json();
                 (
@@ -1151,7 +1146,7 @@ paths = [{{ path = "{ro}" }}]
             plan.egress,
             Some(Egress {
                 hosts: vec!["docs.example.org".into()],
-                allow_addresses: vec!["192.0.2.0/24".into()]
+                allow_addresses: vec!["192.0.2.0/24".parse().unwrap()]
             })
         );
         let input: serde_json::Value = serde_json::from_slice(&plan.input).unwrap();

@@ -1,5 +1,5 @@
-//! Which addresses the egress proxy may dial (seed 003 section 5; DESIGN.md Config
-//! `allow_addresses`).
+//! Which addresses the egress proxy may dial (docs/design.md#the-egress-proxy; `allow_addresses` in
+//! docs/design.md#grantsname).
 //!
 //! An address is dialable iff it is public ([`is_public`]), or some `--allow-address` CIDR
 //! opens it and it is not in a range that is never allowed ([`never_allowed`]): loopback,
@@ -8,8 +8,8 @@
 //! An IPv6 address that carries an IPv4 address is judged by that IPv4 address throughout,
 //! since a dual-stack socket or a NAT64 gateway delivers it there: IPv4-mapped
 //! (`::ffff:0:0/96`) and well-known NAT64 (`64:ff9b::/96`) addresses by their last 32 bits,
-//! as the seed says. The local-use NAT64 prefix `64:ff9b:1::/48` (RFC 8215) is judged too,
-//! although the seed does not name it: an operator may carve a /48, /56, /64 or /96
+//! as the design's list of public addresses says. The local-use NAT64 prefix
+//! `64:ff9b:1::/48` (RFC 8215) is judged too: an operator may carve a /48, /56, /64 or /96
 //! translation prefix out of it, RFC 6052 section 2.2 puts the IPv4 address in a different
 //! place for each, and nothing here can tell which one a gateway uses. So an address there is
 //! public only if the IPv4 address at every one of those places is public, and never allowed
@@ -131,7 +131,7 @@ fn mask128(prefix: u8) -> u128 {
     u128::MAX.checked_shl(128 - u32::from(prefix)).unwrap_or(0)
 }
 
-/// IPv4 ranges that are not public (seed 003 section 5, in its order).
+/// IPv4 ranges that are not public (docs/design.md#the-egress-proxy, in its order).
 const NOT_PUBLIC_V4: [Cidr; 14] = [
     Cidr::v4(0, 0, 0, 0, 8),
     Cidr::v4(10, 0, 0, 0, 8),
@@ -149,7 +149,7 @@ const NOT_PUBLIC_V4: [Cidr; 14] = [
     Cidr::v4(240, 0, 0, 0, 4),
 ];
 
-/// IPv6 ranges that are not public whatever follows (seed 003 section 5).
+/// IPv6 ranges that are not public whatever follows (docs/design.md#the-egress-proxy).
 const NOT_PUBLIC_V6: [Cidr; 5] = [
     Cidr::v6([0, 0, 0, 0, 0, 0, 0, 0], 96),
     Cidr::v6([0xfc00, 0, 0, 0, 0, 0, 0, 0], 7),
@@ -221,8 +221,8 @@ fn v4_at(ip: u128, len: u8) -> Ipv4Addr {
     Ipv4Addr::from(v4)
 }
 
-/// Ranges no `--allow-address` may reach (DESIGN.md Config `allow_addresses`): loopback,
-/// link-local (cloud metadata lives there), the tailnet, "this network" and multicast.
+/// Ranges no `--allow-address` may reach (`allow_addresses` in docs/design.md#grantsname):
+/// loopback, link-local (cloud metadata lives there), the tailnet, "this network" and multicast.
 const NEVER_ALLOWED: [Cidr; 9] = [
     Cidr::v4(127, 0, 0, 0, 8),
     Cidr::v4(169, 254, 0, 0, 16),
@@ -242,8 +242,8 @@ pub fn embedded_v4(ip: Ipv6Addr) -> impl Iterator<Item = Ipv4Addr> {
 }
 
 /// Whether `ip` is a public address, one the proxy may dial without an `--allow-address`
-/// (seed 003 section 5, every range listed there, and the local-use NAT64 prefix judged as
-/// the module docs say).
+/// (docs/design.md#the-egress-proxy, every range listed there, and the local-use NAT64 prefix
+/// judged as the module docs say).
 pub fn is_public(ip: IpAddr) -> bool {
     match ip {
         IpAddr::V4(_) => !NOT_PUBLIC_V4.iter().any(|c| c.contains(ip)),
@@ -368,8 +368,8 @@ mod tests {
         s.parse().expect("test address")
     }
 
-    /// Every range of seed section 5: first and last address inside, and the neighbours just
-    /// outside (when those are not themselves in another range).
+    /// Every range docs/design.md#the-egress-proxy lists: first and last address inside, and the
+    /// neighbours just outside (when those are not themselves in another range).
     #[test]
     fn is_public_table() {
         let cases = [

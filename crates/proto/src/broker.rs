@@ -1,4 +1,4 @@
-//! The broker protocol, version 1 (DESIGN.md "Protocol (v1)").
+//! The broker protocol, version 1 (docs/design.md#protocol).
 //!
 //! One JSON object a line each way, at most [`MAX_LINE`] bytes a line. Requests on one
 //! connection are answered in order. brokerd parses requests and writes answers with these

@@ -1,4 +1,4 @@
-//! Host names and host patterns (seed 003 section 2; DESIGN.md "http_fetch URLs").
+//! Host names and host patterns (docs/design.md#grants-and-paths, "http_fetch URLs").
 //!
 //! A valid host is a DNS name: labels of 1 to 63 letters, digits and hyphens (not starting or
 //! ending with a hyphen), at least two labels, at most 253 characters in all, compared in lower

@@ -1,4 +1,4 @@
-//! Session, call and grant names (DESIGN.md "Protocol (v1)"): 1 to 64 of `A-Za-z0-9_.-`, not
+//! Session, call and grant names (docs/design.md#protocol): 1 to 64 of `A-Za-z0-9_.-`, not
 //! `.` or `..`. They end up in container, directory, cgroup and label names, so the rule is
 //! written once, here, and an [`Ident`] in hand is one that passed it.
 

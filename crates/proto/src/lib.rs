@@ -1,9 +1,10 @@
-//! What two boxmaker programs must agree on, defined once (seed 003 section 2).
+//! What two boxmaker programs must agree on, defined once (docs/design.md#layout).
 //!
 //! - [`tools`]: the argument structs of the four tools. brokerd parses the model's arguments
 //!   with them and writes them to the sandbox's standard input; toolkit reads them back.
 //! - [`addr`]: which addresses http_fetch may reach. brokerd checks a grant's
 //!   `allow_addresses` with it; the egress proxy checks every address it dials.
+//! - [`egress`]: the egress proxy's command line. brokerd writes it; toolkit parses it.
 //! - [`ident`]: session, call and grant names, which become container and directory names.
 //! - [`hosts`]: host names and host patterns. brokerd checks grants and URLs with them; the
 //!   egress proxy checks every connection with the same functions.
@@ -15,6 +16,7 @@
 
 pub mod addr;
 pub mod broker;
+pub mod egress;
 pub mod hosts;
 pub mod ident;
 pub mod tools;

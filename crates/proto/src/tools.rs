@@ -1,4 +1,4 @@
-//! The argument structs of the four tools (seed 003 section 2).
+//! The argument structs of the four tools (docs/design.md#the-toolkit).
 //!
 //! Parsing is strict: an unknown field is an error, so a model cannot smuggle an option that
 //! one side understands and the other ignores. `cwd` is omitted from the JSON when `None`.
@@ -6,15 +6,20 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-/// The most standard input a tool reads (seed 003 section 4): brokerd refuses a call whose
+/// The most standard input a tool reads (docs/design.md#the-toolkit): brokerd refuses a call whose
 /// tool JSON is larger before anything runs, and toolkit refuses to read more.
 pub const MAX_INPUT: usize = 2 * 1024 * 1024;
 
-/// Where shell runs when the call names no `cwd` (seed 003 section 4): toolkit runs there, and
-/// brokerd resolves the workspace of such a call from it.
+/// Where shell runs when the call names no `cwd` (docs/design.md#the-toolkit): toolkit runs there,
+/// and brokerd resolves the workspace of such a call from it.
 pub const DEFAULT_CWD: &str = "/tmp";
 
-/// Where the per-call egress directory appears inside the sandbox (seed 003 section 6).
+/// The toolkit inside every sandbox: each tool and the egress proxy are this program
+/// (docs/design.md#the-toolkit).
+pub const TOOLKIT: &str = "/bin/toolkit";
+
+/// Where the per-call egress directory appears inside the sandbox
+/// (docs/design.md#http_fetch-and-its-egress-proxy).
 pub const EGRESS_DIR: &str = "/run/egress";
 /// The egress proxy's socket, in [`EGRESS_DIR`].
 pub const EGRESS_SOCKET_NAME: &str = "egress.sock";

@@ -1,5 +1,5 @@
-//! Relay throughput of the egress proxy on loopback (seed 003 section 5), next to a direct
-//! copy over loopback TCP, so a slow relay shows as a ratio rather than a bare number.
+//! Relay throughput of the egress proxy on loopback (docs/design.md#the-egress-proxy), next to a
+//! direct copy over loopback TCP, so a slow relay shows as a ratio rather than a bare number.
 //!
 //! `cargo bench -p toolkit --bench relay` (or `-- <MiB>` for another size). Client → proxy over
 //! a Unix socket → TCP to a sink on 127.0.0.1, and the same bytes the other way.

@@ -1,4 +1,4 @@
-//! A small stub resolver for the egress proxy (seed 003 section 5, step 4).
+//! A small stub resolver for the egress proxy (docs/design.md#the-egress-proxy, step 4).
 //!
 //! toolkit is a static musl binary, and musl's `getaddrinfo` gives no control over timeouts
 //! or which answers are believed, so the proxy asks the nameservers of `/etc/resolv.conf`

@@ -1,11 +1,14 @@
-//! `toolkit <subcommand>`: see the crate docs and seed 003 section 4.
+//! `toolkit <subcommand>`: see the crate docs and docs/design.md#the-toolkit.
 
 use std::io::{self, Write};
 use std::process::ExitCode;
 
+use proto::egress;
 use toolkit::tools::{self, Exit, Misuse};
 
-const USAGE: &str = "usage: toolkit read_file | write_file | shell | http_fetch   (arguments as JSON on standard input)\n       toolkit egress-proxy --socket <path> --allow <pattern>[,<pattern>...] [--allow-address <cidr>]...";
+/// The tools' synopsis; the proxy's is `proto::egress::USAGE`.
+const TOOLS_USAGE: &str =
+    "toolkit read_file | write_file | shell | http_fetch   (arguments as JSON on standard input)";
 
 fn main() -> ExitCode {
     exit_on_sigterm();
@@ -21,7 +24,7 @@ fn main() -> ExitCode {
         return misused("no subcommand");
     };
     let tool: fn(&str, &mut io::StdoutLock<'static>) -> Result<Exit, Misuse> = match sub.as_str() {
-        "egress-proxy" => return toolkit::proxy::main(rest),
+        egress::SUBCOMMAND => return toolkit::proxy::main(rest),
         "read_file" => tools::read_file,
         "write_file" => tools::write_file,
         "shell" => tools::shell,
@@ -67,6 +70,10 @@ fn exit_on_sigterm() {
 
 /// Exit 2: toolkit was run wrongly. The text goes to standard error, for brokerd's log only.
 fn misused(why: &str) -> ExitCode {
-    let _ = writeln!(io::stderr(), "toolkit: {why}\n{USAGE}");
+    let _ = writeln!(
+        io::stderr(),
+        "toolkit: {why}\nusage: {TOOLS_USAGE}\n       {}",
+        egress::USAGE
+    );
     ExitCode::from(Exit::Misused as u8)
 }

@@ -1,4 +1,4 @@
-//! The four tools as the sandbox runs them (seed 003 section 4).
+//! The four tools as the sandbox runs them (docs/design.md#the-toolkit).
 //!
 //! Each reads all of standard input (at most [`MAX_INPUT`] bytes), parses it strictly as its
 //! `proto::tools` struct, does the work, writes what the model should see to standard output,
@@ -28,8 +28,8 @@ pub use proto::tools::DEFAULT_CWD;
 /// The shell, and curl, inside the image.
 pub const SHELL: &str = "/bin/sh";
 pub const CURL: &str = "/bin/curl";
-/// What curl may download (seed 003 section 6: `--max-filesize`), plus room for the
-/// `[http <status>]` trailer; http_fetch holds the body until curl has finished.
+/// What curl may download (docs/design.md#http_fetch-and-its-egress-proxy: `--max-filesize`), plus
+/// room for the `[http <status>]` trailer; http_fetch holds the body until curl has finished.
 const MAX_FETCH_BODY: usize = 8_388_608 + 64;
 
 /// How a tool ended, as toolkit's exit code.
@@ -331,8 +331,9 @@ fn set_nonblocking(fd: &OwnedFd) -> io::Result<()> {
     Ok(())
 }
 
-/// curl's argument list inside the tool sandbox, fixed by seed 003 section 6. The `\n` in the
-/// write-out format is curl's own escape, passed as the two characters `\` `n`.
+/// curl's argument list inside the tool sandbox, fixed by
+/// docs/design.md#http_fetch-and-its-egress-proxy. The `\n` in the write-out format is curl's own
+/// escape, passed as the two characters `\` `n`.
 pub fn curl_args(url: &str) -> Vec<OsString> {
     let proxy = format!("socks5h://localhost{}", proto::tools::EGRESS_SOCKET);
     [
@@ -448,7 +449,7 @@ mod tests {
     }
 
     #[test]
-    fn curl_argument_list_is_the_seeds() {
+    fn curl_argument_list_is_the_documented_one() {
         let args: Vec<String> = curl_args("https://a.example/x")
             .into_iter()
             .map(|a| a.into_string().unwrap())

@@ -1,5 +1,5 @@
-//! The egress proxy through its listener and as a program (seed 003 section 5): the cap of 8
-//! connections, and exit 2 for a bad command line. Nothing here leaves 127.0.0.1.
+//! The egress proxy through its listener and as a program (docs/design.md#the-egress-proxy): the
+//! cap of 8 connections, and exit 2 for a bad command line. Nothing here leaves 127.0.0.1.
 
 // A test: a setup step that fails is the test failing.
 #![allow(clippy::unwrap_used, clippy::expect_used)]

@@ -1,5 +1,5 @@
 //! toolkit run as a program against temporary directories: every exit code and output format
-//! of seed 003 section 4.
+//! of docs/design.md#the-toolkit.
 
 // A test: a setup step that fails is the test failing.
 #![allow(clippy::unwrap_used, clippy::expect_used)]

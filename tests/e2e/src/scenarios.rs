@@ -1863,11 +1863,7 @@ impl Suite {
                         .map_err(|e| e.to_string())?,
                     egress: (tool == ToolName::HttpFetch).then(|| Egress {
                         hosts: grant.hosts.clone(),
-                        allow_addresses: grant
-                            .allow_addresses
-                            .iter()
-                            .map(|c| c.to_string())
-                            .collect(),
+                        allow_addresses: grant.allow_addresses.clone(),
                     }),
                     timeout: self.t(Duration::from_secs(30)),
                 };

@@ -381,7 +381,7 @@ impl BwrapRuntime {
                 "/",
                 "--chdir",
                 proto::tools::DEFAULT_CWD,
-                "/bin/toolkit",
+                proto::tools::TOOLKIT,
                 spec.tool.as_str(),
             ]
             .map(OsString::from),
@@ -412,25 +412,8 @@ impl BwrapRuntime {
             a.push(dir.as_os_str().to_owned());
             a.push(cgroup::CGROUP_ROOT.into());
         }
-        a.extend(
-            [
-                "--remount-ro",
-                "/",
-                "--chdir",
-                "/",
-                "/bin/toolkit",
-                "egress-proxy",
-                "--socket",
-            ]
-            .map(OsString::from),
-        );
-        a.push(proto::tools::EGRESS_SOCKET.into());
-        a.push("--allow".into());
-        a.push(egress.hosts.join(",").into());
-        for cidr in &egress.allow_addresses {
-            a.push("--allow-address".into());
-            a.push(cidr.into());
-        }
+        a.extend(["--remount-ro", "/", "--chdir", "/"].map(OsString::from));
+        a.extend(egress.proxy_command());
         a
     }
 
@@ -510,7 +493,10 @@ impl BwrapRuntime {
         if !l.0.iter().any(|e| entry_name(e) == "bin") {
             return Err(io::Error::new(
                 io::ErrorKind::NotFound,
-                "it has no bin (toolkit is run as /bin/toolkit)",
+                format!(
+                    "it has no bin (toolkit is run as {})",
+                    proto::tools::TOOLKIT
+                ),
             ));
         }
         *cached = Some(l.clone());

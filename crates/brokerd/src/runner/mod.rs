@@ -4,11 +4,14 @@
 //! Every text a runner gives the model is one of the fixed sentences below; whatever the tool
 //! or podman printed on standard error goes to brokerd's log only.
 
+use std::ffi::OsString;
 use std::io;
 use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
+use proto::addr::Cidr;
+use proto::egress::ProxyArgs;
 use proto::ident::Ident;
 use proto::tools::ToolName;
 
@@ -96,7 +99,20 @@ pub struct Egress {
     /// The grant's host patterns, passed as `--allow <p1,p2,...>`.
     pub hosts: Vec<String>,
     /// The grant's `allow_addresses` CIDRs, each passed as `--allow-address <cidr>`.
-    pub allow_addresses: Vec<String>,
+    pub allow_addresses: Vec<Cidr>,
+}
+
+impl Egress {
+    /// The proxy's command inside its sandbox, `/bin/toolkit egress-proxy --socket ...`, by the
+    /// rule toolkit parses it with (`proto::egress::ProxyArgs`).
+    pub fn proxy_command(&self) -> Vec<OsString> {
+        let args = ProxyArgs {
+            socket: proto::tools::EGRESS_SOCKET.into(),
+            allow: self.hosts.clone(),
+            allow_addresses: self.allow_addresses.clone(),
+        };
+        args.command().into_iter().map(OsString::from).collect()
+    }
 }
 
 /// Everything a runner needs for one call, decided before any sandbox exists.

@@ -169,7 +169,7 @@ impl PodmanRuntime {
             ));
         }
         a.push(self.image.clone().into());
-        a.push("/bin/toolkit".into());
+        a.push(proto::tools::TOOLKIT.into());
         a.push(spec.tool.as_str().into());
         a
     }
@@ -192,17 +192,8 @@ impl PodmanRuntime {
             "--memory=128m".into(),
             volume(&self.egress_dir(name), Path::new(EGRESS_MOUNT), "rw"),
             self.image.clone().into(),
-            "/bin/toolkit".into(),
-            "egress-proxy".into(),
-            "--socket".into(),
-            proto::tools::EGRESS_SOCKET.into(),
-            "--allow".into(),
-            egress.hosts.join(",").into(),
         ];
-        for cidr in &egress.allow_addresses {
-            a.push("--allow-address".into());
-            a.push(cidr.into());
-        }
+        a.extend(egress.proxy_command());
         a
     }
 

@@ -69,7 +69,10 @@ fn spec(tool: ToolName, mounts: Vec<Mount>, egress: Option<Egress>) -> RunSpec {
 fn egress() -> Egress {
     Egress {
         hosts: vec!["docs.example.org".into(), "*.example.net".into()],
-        allow_addresses: vec!["192.0.2.0/24".into(), "2001:db8::/32".into()],
+        allow_addresses: vec![
+            "192.0.2.0/24".parse().unwrap(),
+            "2001:db8::/32".parse().unwrap(),
+        ],
     }
 }
 

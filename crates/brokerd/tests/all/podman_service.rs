@@ -201,7 +201,7 @@ hosts = ["docs.example.org"]
         assert_eq!(&args[..3], ["run", "--rm", "-i"], "{call}");
         assert_eq!(
             args[args.len() - 3..],
-            [IMAGE, "/bin/toolkit", tool],
+            [IMAGE, proto::tools::TOOLKIT, tool],
             "{call}"
         );
         for v in &volumes {

@@ -1,0 +1,140 @@
+//! The command line of the egress proxy: `toolkit egress-proxy` arguments, binding the socket,
+//! and the accept loop with its cap on open connections (docs/design.md#the-egress-proxy).
+
+use std::io;
+use std::os::unix::fs::FileTypeExt;
+use std::os::unix::net::UnixListener;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{serve, Dial, Policy, SystemDial, MAX_CONNECTIONS};
+use crate::dns::{DnsError, RESOLV_CONF};
+
+pub use proto::egress::UsageError;
+use proto::egress::{ProxyArgs, USAGE};
+
+/// Counts a connection as open until dropped.
+struct Slot(Arc<AtomicUsize>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Accepts and serves forever, at most `max` connections at once; one more is closed at once,
+/// without a reply. One line per connection goes to standard error.
+pub fn run(listener: UnixListener, policy: Arc<Policy>, dial: Arc<dyn Dial>, max: usize) -> ! {
+    let open = Arc::new(AtomicUsize::new(0));
+    loop {
+        let stream = match listener.accept() {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                // Out of descriptors or memory: wait for connections to end rather than spin.
+                eprintln!("egress-proxy: accept failed: {e}");
+                std::thread::sleep(Duration::from_millis(100));
+                continue;
+            }
+        };
+        // Only this thread adds, so the check and the add cannot race each other.
+        if open.load(Ordering::SeqCst) >= max {
+            drop(stream);
+            eprintln!("egress-proxy: -: closed: {max} connections are already open");
+            continue;
+        }
+        open.fetch_add(1, Ordering::SeqCst);
+        let slot = Slot(open.clone());
+        let (policy, dial) = (policy.clone(), dial.clone());
+        let spawned = std::thread::Builder::new()
+            .name("egress-conn".into())
+            .spawn(move || {
+                let _slot = slot;
+                let outcome = serve(stream, &policy, &*dial);
+                eprintln!("egress-proxy: {outcome}");
+            });
+        // A failed spawn drops the closure, and with it the stream and the slot.
+        if let Err(e) = spawned {
+            eprintln!("egress-proxy: -: closed: cannot start a thread: {e}");
+        }
+    }
+}
+
+/// What the command line asked for.
+#[derive(Debug)]
+pub struct Options {
+    pub socket: PathBuf,
+    pub policy: Policy,
+}
+
+impl Options {
+    /// The words after the subcommand, read by [`ProxyArgs::parse`], the rule brokerd writes
+    /// them by.
+    pub fn parse(args: &[String]) -> Result<Options, UsageError> {
+        let args = ProxyArgs::parse(args)?;
+        Ok(Options {
+            socket: PathBuf::from(args.socket),
+            policy: Policy::new(args.allow, args.allow_addresses)?,
+        })
+    }
+}
+
+/// Why the proxy could not start although it was run rightly (exit 1).
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("{0} exists and is not a socket; not removing it")]
+    NotASocket(PathBuf),
+    #[error("cannot listen on {0}: {1}")]
+    Bind(PathBuf, io::Error),
+    #[error("{0}")]
+    Dns(#[from] DnsError),
+}
+
+/// Binds the socket, first removing a stale one left by an earlier proxy (only a socket: a
+/// wrong path must not cost the owner a file).
+pub fn bind(path: &Path) -> Result<UnixListener, StartError> {
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_socket() => {
+            std::fs::remove_file(path).map_err(|e| StartError::Bind(path.to_owned(), e))?
+        }
+        Ok(_) => return Err(StartError::NotASocket(path.to_owned())),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(StartError::Bind(path.to_owned(), e)),
+    }
+    UnixListener::bind(path).map_err(|e| StartError::Bind(path.to_owned(), e))
+}
+
+/// `toolkit egress-proxy ...`: `args` are the words after the subcommand. Serves until killed;
+/// returns only when it cannot start (2: run wrongly, 1: could not start).
+pub fn main(args: &[String]) -> ExitCode {
+    let options = match Options::parse(args) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("toolkit egress-proxy: {e}\nusage: {USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    let started = SystemDial::from_resolv_conf(Path::new(RESOLV_CONF))
+        .map_err(StartError::from)
+        .and_then(|dial| Ok((dial, bind(&options.socket)?)));
+    let (dial, listener) = match started {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("toolkit egress-proxy: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    eprintln!(
+        "egress-proxy: listening on {} for {}",
+        options.socket.display(),
+        options.policy.allow.join(",")
+    );
+    run(
+        listener,
+        Arc::new(options.policy),
+        Arc::new(dial),
+        MAX_CONNECTIONS,
+    )
+}

@@ -1,0 +1,276 @@
+//! The egress proxy: `toolkit egress-proxy` (docs/design.md#the-egress-proxy).
+//!
+//! It listens on a Unix socket and speaks the part of SOCKS5 (RFC 1928) that
+//! `curl --proxy socks5h://` uses: no authentication, CONNECT, a domain name. Each connection
+//! is checked against the grant's host patterns and port 443, resolved once, and connected to
+//! the first address it may dial (`addr::dialable`); then bytes are copied both ways without
+//! being looked at, so TLS runs end to end between curl and the server.
+//!
+//! | Input                                              | Answer                         |
+//! |----------------------------------------------------|--------------------------------|
+//! | greeting without method 0                          | `05 FF`, close                 |
+//! | greeting or request not version 5, reserved not 0  | close                          |
+//! | command other than CONNECT                         | reply 7, close                 |
+//! | address type other than a domain name              | reply 8, close                 |
+//! | name invalid or not allowed, port not 443          | reply 2, close                 |
+//! | resolution failed, no dialable address             | reply 4, close                 |
+//! | connecting failed                                  | reply 5, close                 |
+//! | connected                                          | reply 0, copy until both close |
+//! | more than 262 bytes, 10 s, or a close mid-way      | close                          |
+//! | a 9th connection while 8 are open                  | close at once                  |
+//!
+//! By concern: `socks` reads the greeting and the request and knows the replies, `dial`
+//! checks, resolves and connects, `relay` copies, and `cli` is `toolkit egress-proxy` itself
+//! (arguments, socket, accept loop). [`serve`] strings the first three together for one
+//! connection.
+
+mod cli;
+mod dial;
+mod relay;
+mod socks;
+#[cfg(test)]
+mod tests;
+
+pub use cli::{bind, main, run, Options, StartError, UsageError};
+pub use dial::{Dial, SystemDial};
+pub use socks::Reply;
+
+use std::fmt;
+use std::io::{self, Read, Write};
+use std::net::{IpAddr, Shutdown, SocketAddr, TcpStream};
+use std::os::unix::net::UnixStream;
+use std::time::Duration;
+
+use proto::hosts;
+
+use crate::addr::Cidr;
+
+// The limits docs/design.md#the-egress-proxy fixes.
+
+/// The most bytes of greeting and request read: a request with a 255-byte name is 262 bytes,
+/// and no client needs more than that in all.
+pub const MAX_HANDSHAKE_BYTES: usize = 262;
+/// How long greeting and request together may take to arrive.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long connecting to the server may take.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How many connections are served at once; more are closed at once.
+pub const MAX_CONNECTIONS: usize = 8;
+/// The only port a connection may go to: http_fetch is https only.
+pub const ALLOWED_PORT: u16 = 443;
+
+/// What the proxy allows: the grant's host patterns and the owner's extra address ranges.
+#[derive(Debug, Clone)]
+pub struct Policy {
+    allow: Vec<String>,
+    allow_addresses: Vec<Cidr>,
+    handshake_timeout: Duration,
+    connect_timeout: Duration,
+}
+
+impl Policy {
+    /// The patterns follow the command line's rule (`proto::egress::check_allow`: at least one,
+    /// each a valid host pattern). The CIDRs are taken as given:
+    /// `main` refuses never-allowed ones at start-up, and `addr::dialable` refuses those
+    /// addresses whatever the list holds.
+    pub fn new(allow: Vec<String>, allow_addresses: Vec<Cidr>) -> Result<Policy, UsageError> {
+        proto::egress::check_allow(&allow)?;
+        Ok(Policy {
+            allow,
+            allow_addresses,
+            handshake_timeout: HANDSHAKE_TIMEOUT,
+            connect_timeout: CONNECT_TIMEOUT,
+        })
+    }
+
+    /// Replaces the handshake deadline (tests use a short one).
+    pub fn with_handshake_timeout(mut self, timeout: Duration) -> Policy {
+        self.handshake_timeout = timeout;
+        self
+    }
+
+    /// Replaces the connect timeout handed to `Dial::connect`.
+    pub fn with_connect_timeout(mut self, timeout: Duration) -> Policy {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    fn allows_host(&self, host: &str) -> bool {
+        hosts::valid_host(host) && self.allow.iter().any(|p| hosts::host_matches(p, host))
+    }
+}
+
+/// A byte stream the proxy can serve: a Unix socket from curl, or the TCP connection to the
+/// server. Methods take `&self` so the two copy directions can share one stream.
+pub trait Conn: Send + Sync {
+    fn read_into(&self, buf: &mut [u8]) -> io::Result<usize>;
+    fn write_all_from(&self, buf: &[u8]) -> io::Result<()>;
+    fn set_read_deadline(&self, timeout: Option<Duration>) -> io::Result<()>;
+    fn set_write_deadline(&self, timeout: Option<Duration>) -> io::Result<()>;
+    fn shutdown_half(&self, how: Shutdown) -> io::Result<()>;
+}
+
+macro_rules! impl_conn {
+    ($t:ty) => {
+        impl Conn for $t {
+            fn read_into(&self, buf: &mut [u8]) -> io::Result<usize> {
+                let mut s: &$t = self;
+                Read::read(&mut s, buf)
+            }
+            fn write_all_from(&self, buf: &[u8]) -> io::Result<()> {
+                let mut s: &$t = self;
+                Write::write_all(&mut s, buf)
+            }
+            fn set_read_deadline(&self, timeout: Option<Duration>) -> io::Result<()> {
+                self.set_read_timeout(timeout)
+            }
+            fn set_write_deadline(&self, timeout: Option<Duration>) -> io::Result<()> {
+                self.set_write_timeout(timeout)
+            }
+            fn shutdown_half(&self, how: Shutdown) -> io::Result<()> {
+                self.shutdown(how)
+            }
+        }
+    };
+}
+
+impl_conn!(UnixStream);
+impl_conn!(TcpStream);
+
+/// Why a connection ended the way it did; the log line's reason.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reason {
+    NotSocks5,
+    NoAcceptableMethod,
+    BadRequest,
+    TooLong,
+    HandshakeTimeout,
+    ClosedEarly,
+    Io(String),
+    Command(u8),
+    AddressType(u8),
+    NameNotText,
+    InvalidHost,
+    HostNotAllowed,
+    Port(u16),
+    ResolveFailed(String),
+    NoDialableAddress(Vec<IpAddr>),
+    ConnectFailed(SocketAddr, String),
+    Relayed {
+        addr: SocketAddr,
+        up: u64,
+        down: u64,
+    },
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Reason::NotSocks5 => write!(f, "the greeting is not SOCKS5"),
+            Reason::NoAcceptableMethod => write!(f, "the greeting does not offer method 0"),
+            Reason::BadRequest => {
+                write!(f, "the request is not SOCKS5 or its reserved byte is set")
+            }
+            Reason::TooLong => write!(
+                f,
+                "the handshake is longer than {MAX_HANDSHAKE_BYTES} bytes"
+            ),
+            Reason::HandshakeTimeout => write!(f, "the handshake did not arrive in time"),
+            Reason::ClosedEarly => write!(f, "the client closed during the handshake"),
+            Reason::Io(e) => write!(f, "{e}"),
+            Reason::Command(c) => write!(f, "command {c} is not CONNECT"),
+            Reason::AddressType(t) => write!(f, "address type {t} is not a domain name"),
+            Reason::NameNotText => write!(f, "the name is not text"),
+            Reason::InvalidHost => write!(f, "the name is not a valid host"),
+            Reason::HostNotAllowed => write!(f, "the host matches no --allow pattern"),
+            Reason::Port(p) => write!(f, "port {p} is not {ALLOWED_PORT}"),
+            Reason::ResolveFailed(e) => write!(f, "resolution failed: {e}"),
+            Reason::NoDialableAddress(ips) => {
+                write!(f, "no public or allowed address among [")?;
+                for (i, ip) in ips.iter().enumerate() {
+                    write!(f, "{}{ip}", if i == 0 { "" } else { ", " })?;
+                }
+                write!(f, "]")
+            }
+            Reason::ConnectFailed(a, e) => write!(f, "connecting to {a} failed: {e}"),
+            Reason::Relayed { addr, up, down } => {
+                write!(f, "relayed via {addr}: {up} bytes up, {down} bytes down")
+            }
+        }
+    }
+}
+
+/// What happened on one connection: the log line (never the payload).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    /// The requested host and port, once read (names from the socket are shown escaped).
+    pub target: Option<(String, u16)>,
+    /// The reply sent, if any.
+    pub reply: Option<Reply>,
+    pub reason: Reason,
+}
+
+impl fmt::Display for Outcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.target {
+            Some((host, port)) => write!(f, "{host:?} port {port}: ")?,
+            None => write!(f, "-: ")?,
+        }
+        match self.reply {
+            Some(r) => write!(f, "reply {r}: {}", self.reason),
+            None => write!(f, "closed: {}", self.reason),
+        }
+    }
+}
+
+/// Serves one connection from greeting to close and says what happened. Never panics on what
+/// the client sends; every path ends with the streams dropped, that is closed.
+pub fn serve<C: Conn>(client: C, policy: &Policy, dial: &dyn Dial) -> Outcome {
+    let mut outcome = Outcome {
+        target: None,
+        reply: None,
+        reason: Reason::ClosedEarly,
+    };
+    // A client that does not read cannot hold a reply write forever.
+    if let Err(e) = client.set_write_deadline(Some(policy.handshake_timeout)) {
+        outcome.reason = Reason::Io(e.to_string());
+        return outcome;
+    }
+    let opened = socks::read_request(&client, policy.handshake_timeout, &mut outcome)
+        .and_then(|(name, port)| dial::open(&name, port, policy, dial, &mut outcome));
+    let server = match opened {
+        Ok(server) => server,
+        Err(reason) => {
+            outcome.reason = reason;
+            if let Some(reply) = outcome.reply {
+                // The close follows whether or not the reply could be written.
+                let _ = client.write_all_from(&reply.bytes());
+            }
+            return outcome;
+        }
+    };
+    let addr = match server.peer_addr() {
+        Ok(a) => a,
+        Err(e) => {
+            outcome.reason = Reason::Io(e.to_string());
+            return outcome;
+        }
+    };
+    outcome.reply = Some(Reply::Succeeded);
+    if let Err(e) = client.write_all_from(&Reply::Succeeded.bytes()) {
+        outcome.reason = Reason::Io(e.to_string());
+        return outcome;
+    }
+    // From here on nothing is parsed and nothing times out: the connection lasts as long as
+    // both ends keep it, which curl's --max-time and the container's life bound.
+    let cleared = client
+        .set_read_deadline(None)
+        .and_then(|_| client.set_write_deadline(None));
+    if let Err(e) = cleared {
+        outcome.reason = Reason::Io(e.to_string());
+        return outcome;
+    }
+    let (up, down) = relay::relay(&client, &server);
+    outcome.reason = Reason::Relayed { addr, up, down };
+    outcome
+}

@@ -1,0 +1,792 @@
+use super::*;
+use std::collections::HashMap;
+use std::net::TcpListener;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use crate::addr;
+use crate::dns::Resolver;
+
+/// A resolver answering from a table and a connector that records the address it was given
+/// and, when a target is set, really connects to that local listener instead.
+#[derive(Default)]
+struct FakeDial {
+    answers: HashMap<&'static str, Vec<&'static str>>,
+    target: Option<SocketAddr>,
+    resolves: Mutex<Vec<String>>,
+    connects: Mutex<Vec<SocketAddr>>,
+}
+
+impl FakeDial {
+    fn with(answers: &[(&'static str, &[&'static str])]) -> FakeDial {
+        FakeDial {
+            answers: answers.iter().map(|(h, a)| (*h, a.to_vec())).collect(),
+            ..FakeDial::default()
+        }
+    }
+    fn resolves(&self) -> Vec<String> {
+        self.resolves.lock().map(|v| v.clone()).unwrap_or_default()
+    }
+    fn connects(&self) -> Vec<SocketAddr> {
+        self.connects.lock().map(|v| v.clone()).unwrap_or_default()
+    }
+}
+
+impl Dial for FakeDial {
+    fn resolve(&self, host: &str, port: u16) -> io::Result<Vec<SocketAddr>> {
+        if let Ok(mut r) = self.resolves.lock() {
+            r.push(host.to_string());
+        }
+        match self.answers.get(host) {
+            Some(ips) => Ok(ips
+                .iter()
+                .map(|ip| SocketAddr::new(ip.parse().expect("test address"), port))
+                .collect()),
+            None => Err(io::Error::other("no such name")),
+        }
+    }
+    fn connect(&self, addr: SocketAddr, timeout: Duration) -> io::Result<TcpStream> {
+        if let Ok(mut c) = self.connects.lock() {
+            c.push(addr);
+        }
+        match self.target {
+            Some(t) => TcpStream::connect_timeout(&t, timeout),
+            None => Err(io::ErrorKind::ConnectionRefused.into()),
+        }
+    }
+}
+
+fn policy() -> Policy {
+    Policy::new(vec!["example.com".into(), "*.example.org".into()], vec![])
+        .expect("policy")
+        .with_handshake_timeout(Duration::from_millis(500))
+        .with_connect_timeout(Duration::from_secs(2))
+}
+
+fn connect_req(name: &[u8], port: u16) -> Vec<u8> {
+    let mut r = vec![5, 1, 0, 3, name.len() as u8];
+    r.extend_from_slice(name);
+    r.extend_from_slice(&port.to_be_bytes());
+    r
+}
+
+const HELLO: [u8; 3] = [5, 1, 0];
+const OK: [u8; 2] = [5, 0];
+
+/// Reads until the proxy closes; a reset after the last byte counts as the close.
+fn read_to_close(s: &mut UnixStream) -> Vec<u8> {
+    s.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    let mut got = Vec::new();
+    let mut buf = [0u8; 1024];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => return got,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == io::ErrorKind::ConnectionReset => return got,
+            Err(e) => panic!("the proxy neither answered nor closed: {e}"),
+        }
+    }
+}
+
+/// Sends `input` (then, if `eof`, half-closes) and returns what came back before the close
+/// and what the proxy says happened.
+fn exchange(input: &[u8], eof: bool, policy: &Policy, dial: &FakeDial) -> (Vec<u8>, Outcome) {
+    let (mut client, server) = UnixStream::pair().expect("pair");
+    std::thread::scope(|s| {
+        let handle = s.spawn(|| serve(server, policy, dial));
+        // The proxy may close before taking everything; that is its right.
+        let _ = client.write_all(input);
+        if eof {
+            let _ = client.shutdown(Shutdown::Write);
+        }
+        let got = read_to_close(&mut client);
+        let outcome = handle.join().expect("serve does not panic");
+        (got, outcome)
+    })
+}
+
+fn cat(parts: &[&[u8]]) -> Vec<u8> {
+    parts.concat()
+}
+
+#[test]
+fn replies_table() {
+    let dial = FakeDial::with(&[
+        ("example.com", &["93.184.216.34"]),
+        ("a.example.org", &["93.184.216.35"]),
+        ("tailnet.example.org", &["100.100.100.100"]),
+        ("loopback.example.org", &["127.0.0.1"]),
+        (
+            "private.example.org",
+            &["10.0.0.1", "169.254.169.254", "::1", "fe80::1"],
+        ),
+        ("empty.example.org", &[]),
+    ]);
+    let r = |reply: Reply| reply.bytes().to_vec();
+    let p = policy();
+    // Without a target server every dial fails: rows that get that far answer 5.
+    // (what, bytes sent, bytes answered before the close, reply, reason)
+    type Row = (&'static str, Vec<u8>, Vec<u8>, Option<Reply>, Reason);
+    let rows: Vec<Row> = vec![
+        (
+            "no method 0",
+            vec![5, 1, 2],
+            vec![5, 0xFF],
+            None,
+            Reason::NoAcceptableMethod,
+        ),
+        (
+            "no methods",
+            vec![5, 0],
+            vec![5, 0xFF],
+            None,
+            Reason::NoAcceptableMethod,
+        ),
+        (
+            "SOCKS4",
+            vec![4, 1, 0, 80, 1, 2, 3, 4, 0],
+            vec![],
+            None,
+            Reason::NotSocks5,
+        ),
+        ("empty", vec![], vec![], None, Reason::ClosedEarly),
+        ("half greeting", vec![5], vec![], None, Reason::ClosedEarly),
+        (
+            "short method list",
+            vec![5, 3, 0],
+            vec![],
+            None,
+            Reason::ClosedEarly,
+        ),
+        (
+            "BIND",
+            cat(&[&HELLO, &[5, 2, 0, 3]]),
+            cat(&[&OK, &r(Reply::CommandNotSupported)]),
+            Some(Reply::CommandNotSupported),
+            Reason::Command(2),
+        ),
+        (
+            "UDP",
+            cat(&[&HELLO, &[5, 3, 0, 1]]),
+            cat(&[&OK, &r(Reply::CommandNotSupported)]),
+            Some(Reply::CommandNotSupported),
+            Reason::Command(3),
+        ),
+        (
+            "IPv4 literal",
+            cat(&[&HELLO, &[5, 1, 0, 1, 127, 0, 0, 1, 1, 187]]),
+            cat(&[&OK, &r(Reply::AddressTypeNotSupported)]),
+            Some(Reply::AddressTypeNotSupported),
+            Reason::AddressType(1),
+        ),
+        (
+            "IPv6 literal",
+            cat(&[&HELLO, &[5, 1, 0, 4], &[0; 16], &[1, 187]]),
+            cat(&[&OK, &r(Reply::AddressTypeNotSupported)]),
+            Some(Reply::AddressTypeNotSupported),
+            Reason::AddressType(4),
+        ),
+        (
+            "address type 9",
+            cat(&[&HELLO, &[5, 1, 0, 9]]),
+            cat(&[&OK, &r(Reply::AddressTypeNotSupported)]),
+            Some(Reply::AddressTypeNotSupported),
+            Reason::AddressType(9),
+        ),
+        (
+            "request version 4",
+            cat(&[&HELLO, &[4, 1, 0, 3]]),
+            OK.to_vec(),
+            None,
+            Reason::BadRequest,
+        ),
+        (
+            "reserved byte set",
+            cat(&[&HELLO, &[5, 1, 1, 3]]),
+            OK.to_vec(),
+            None,
+            Reason::BadRequest,
+        ),
+        (
+            "request cut short",
+            cat(&[&HELLO, &[5, 1, 0, 3, 11], b"exam"]),
+            OK.to_vec(),
+            None,
+            Reason::ClosedEarly,
+        ),
+        (
+            "port missing",
+            cat(&[&HELLO, &[5, 1, 0, 3, 11], b"example.com", &[1]]),
+            OK.to_vec(),
+            None,
+            Reason::ClosedEarly,
+        ),
+        (
+            "invalid name",
+            cat(&[&HELLO, &connect_req(b"exa mple.com", 443)]),
+            cat(&[&OK, &r(Reply::NotAllowed)]),
+            Some(Reply::NotAllowed),
+            Reason::InvalidHost,
+        ),
+        (
+            "one label",
+            cat(&[&HELLO, &connect_req(b"localhost", 443)]),
+            cat(&[&OK, &r(Reply::NotAllowed)]),
+            Some(Reply::NotAllowed),
+            Reason::InvalidHost,
+        ),
+        (
+            "IP as a name",
+            cat(&[&HELLO, &connect_req(b"127.0.0.1", 443)]),
+            cat(&[&OK, &r(Reply::NotAllowed)]),
+            Some(Reply::NotAllowed),
+            Reason::InvalidHost,
+        ),
+        (
+            "empty name",
+            cat(&[&HELLO, &connect_req(b"", 443)]),
+            cat(&[&OK, &r(Reply::NotAllowed)]),
+            Some(Reply::NotAllowed),
+            Reason::InvalidHost,
+        ),
+        (
+            "not UTF-8",
+            cat(&[&HELLO, &connect_req(b"ex\xffample.com", 443)]),
+            cat(&[&OK, &r(Reply::NotAllowed)]),
+            Some(Reply::NotAllowed),
+            Reason::NameNotText,
+        ),
+        (
+            "NUL in name",
+            cat(&[&HELLO, &connect_req(b"example.com\0", 443)]),
+            cat(&[&OK, &r(Reply::NotAllowed)]),
+            Some(Reply::NotAllowed),
+            Reason::InvalidHost,
+        ),
+        (
+            "not allowed",
+            cat(&[&HELLO, &connect_req(b"evil.com", 443)]),
+            cat(&[&OK, &r(Reply::NotAllowed)]),
+            Some(Reply::NotAllowed),
+            Reason::HostNotAllowed,
+        ),
+        (
+            "wildcard base",
+            cat(&[&HELLO, &connect_req(b"example.org", 443)]),
+            cat(&[&OK, &r(Reply::NotAllowed)]),
+            Some(Reply::NotAllowed),
+            Reason::HostNotAllowed,
+        ),
+        (
+            "suffix trick",
+            cat(&[&HELLO, &connect_req(b"badexample.com", 443)]),
+            cat(&[&OK, &r(Reply::NotAllowed)]),
+            Some(Reply::NotAllowed),
+            Reason::HostNotAllowed,
+        ),
+        (
+            "port 80",
+            cat(&[&HELLO, &connect_req(b"example.com", 80)]),
+            cat(&[&OK, &r(Reply::NotAllowed)]),
+            Some(Reply::NotAllowed),
+            Reason::Port(80),
+        ),
+        (
+            "port 0",
+            cat(&[&HELLO, &connect_req(b"example.com", 0)]),
+            cat(&[&OK, &r(Reply::NotAllowed)]),
+            Some(Reply::NotAllowed),
+            Reason::Port(0),
+        ),
+        (
+            "no such name",
+            cat(&[&HELLO, &connect_req(b"nowhere.example.org", 443)]),
+            cat(&[&OK, &r(Reply::HostUnreachable)]),
+            Some(Reply::HostUnreachable),
+            Reason::ResolveFailed("no such name".into()),
+        ),
+        (
+            "no addresses",
+            cat(&[&HELLO, &connect_req(b"empty.example.org", 443)]),
+            cat(&[&OK, &r(Reply::HostUnreachable)]),
+            Some(Reply::HostUnreachable),
+            Reason::NoDialableAddress(vec![]),
+        ),
+        (
+            "tailnet",
+            cat(&[&HELLO, &connect_req(b"tailnet.example.org", 443)]),
+            cat(&[&OK, &r(Reply::HostUnreachable)]),
+            Some(Reply::HostUnreachable),
+            Reason::NoDialableAddress(vec!["100.100.100.100".parse().expect("ip")]),
+        ),
+        (
+            "loopback",
+            cat(&[&HELLO, &connect_req(b"loopback.example.org", 443)]),
+            cat(&[&OK, &r(Reply::HostUnreachable)]),
+            Some(Reply::HostUnreachable),
+            Reason::NoDialableAddress(vec!["127.0.0.1".parse().expect("ip")]),
+        ),
+        (
+            "private only",
+            cat(&[&HELLO, &connect_req(b"private.example.org", 443)]),
+            cat(&[&OK, &r(Reply::HostUnreachable)]),
+            Some(Reply::HostUnreachable),
+            Reason::NoDialableAddress(
+                ["10.0.0.1", "169.254.169.254", "::1", "fe80::1"]
+                    .iter()
+                    .map(|s| s.parse().expect("ip"))
+                    .collect(),
+            ),
+        ),
+        (
+            "connect fails",
+            cat(&[&HELLO, &connect_req(b"example.com", 443)]),
+            cat(&[&OK, &r(Reply::ConnectionRefused)]),
+            Some(Reply::ConnectionRefused),
+            Reason::ConnectFailed(
+                "93.184.216.34:443".parse().expect("addr"),
+                io::Error::from(io::ErrorKind::ConnectionRefused).to_string(),
+            ),
+        ),
+        (
+            "greeting with more methods",
+            cat(&[&[5, 3, 2, 1, 0], &connect_req(b"A.Example.ORG.", 443)]),
+            cat(&[&OK, &r(Reply::ConnectionRefused)]),
+            Some(Reply::ConnectionRefused),
+            Reason::ConnectFailed(
+                "93.184.216.35:443".parse().expect("addr"),
+                io::Error::from(io::ErrorKind::ConnectionRefused).to_string(),
+            ),
+        ),
+    ];
+    for (what, input, want, reply, reason) in rows {
+        let before = dial.resolves().len();
+        let (got, outcome) = exchange(&input, true, &p, &dial);
+        assert_eq!(got, want, "{what}: bytes");
+        assert_eq!(outcome.reply, reply, "{what}: reply");
+        assert_eq!(outcome.reason, reason, "{what}: reason");
+        let resolved = dial.resolves().len() - before;
+        let expect_resolve = matches!(
+            reply,
+            Some(Reply::HostUnreachable | Reply::ConnectionRefused)
+        );
+        assert_eq!(resolved, usize::from(expect_resolve), "{what}: resolutions");
+    }
+    // The name reaches the resolver normalised: lower case, no trailing dot.
+    assert!(dial.resolves().contains(&"a.example.org".to_string()));
+}
+
+/// A local TCP server behind the fake Dial; `script` runs on the accepted connection.
+fn server(
+    script: impl FnOnce(TcpStream) + Send + 'static,
+) -> (SocketAddr, std::thread::JoinHandle<()>) {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let handle = std::thread::spawn(move || {
+        if let Ok((s, _)) = listener.accept() {
+            script(s);
+        }
+    });
+    (addr, handle)
+}
+
+#[test]
+fn dials_the_first_dialable_address_once() {
+    let (target, _h) = server(|_s| {});
+    let mut dial = FakeDial::with(&[(
+        "example.com",
+        &[
+            "10.0.0.1",
+            "127.0.0.1",
+            "100.64.0.1",
+            "93.184.216.34",
+            "1.1.1.1",
+        ],
+    )]);
+    dial.target = Some(target);
+    let input = cat(&[&HELLO, &connect_req(b"example.com", 443)]);
+    let (got, outcome) = exchange(&input, true, &policy(), &dial);
+    assert_eq!(got, cat(&[&OK, &Reply::Succeeded.bytes()]));
+    assert_eq!(outcome.reply, Some(Reply::Succeeded));
+    assert_eq!(dial.resolves(), vec!["example.com".to_string()]);
+    assert_eq!(
+        dial.connects(),
+        vec!["93.184.216.34:443".parse::<SocketAddr>().expect("addr")]
+    );
+}
+
+/// Every NAT64 spelling of the tailnet and of loopback is passed over, the local-use
+/// prefix 64:ff9b:1::/48 at each RFC 6052 place included, even with everything allowed.
+#[test]
+fn nat64_spellings_of_forbidden_addresses_are_never_dialed() {
+    let (target, _h) = server(|_s| {});
+    const NAT64: [&str; 10] = [
+        "64:ff9b::6464:6464",
+        "64:ff9b::100.100.100.100",
+        "64:ff9b:1::6464:6464",
+        "64:ff9b:1:6464:64:6400::",
+        "64:ff9b:1:64:64:6464::",
+        "64:ff9b:1:0:64:6464:6400:0",
+        "64:ff9b:1::7f00:1",
+        "64:ff9b:1:7f00:0:100::",
+        "64:ff9b:1:808:87f:808:808:808",
+        "64:ff9b:1::8.8.8.8",
+    ];
+    let nat64 = NAT64;
+    let mut names = nat64.to_vec();
+    names.push("64:ff9b:1:808:808:808:808:808");
+    let mut dial = FakeDial::with(&[("example.com", names.as_slice())]);
+    dial.target = Some(target);
+    let (got, _) = exchange(
+        &cat(&[&HELLO, &connect_req(b"example.com", 443)]),
+        true,
+        &policy(),
+        &dial,
+    );
+    assert_eq!(got, cat(&[&OK, &Reply::Succeeded.bytes()]));
+    assert_eq!(
+        dial.connects(),
+        vec!["[64:ff9b:1:808:808:808:808:808]:443"
+            .parse::<SocketAddr>()
+            .expect("addr")]
+    );
+
+    never_dialed_with_everything_allowed("example.com", NAT64.split_at(9).0);
+}
+
+/// With an allow list that covers everything (main refuses it; a Policy could still hold
+/// it), none of `addrs`, which `host` resolves to, is dialed.
+fn never_dialed_with_everything_allowed(host: &'static str, addrs: &'static [&'static str]) {
+    let everything: Vec<Cidr> = ["0.0.0.0/0", "::/0"]
+        .iter()
+        .map(|s| s.parse().expect("cidr"))
+        .collect();
+    let p = Policy::new(vec![host.into()], everything).expect("policy");
+    let dial = FakeDial::with(&[(host, addrs)]);
+    let (got, outcome) = exchange(
+        &cat(&[&HELLO, &connect_req(host.as_bytes(), 443)]),
+        true,
+        &p,
+        &dial,
+    );
+    assert_eq!(got, cat(&[&OK, &Reply::HostUnreachable.bytes()]));
+    assert!(matches!(outcome.reason, Reason::NoDialableAddress(_)));
+    assert!(dial.connects().is_empty());
+}
+
+#[test]
+fn allow_address_opens_a_range_but_never_the_forbidden_ones() {
+    let (target, _h) = server(|_s| {});
+    let cidr = |s: &str| addr::parse_allow_address(s).expect("cidr");
+    let p = Policy::new(vec!["*.example.org".into()], vec![cidr("192.0.2.0/24")])
+        .expect("policy")
+        .with_handshake_timeout(Duration::from_millis(500));
+    let mut dial = FakeDial::with(&[
+        (
+            "internal.example.org",
+            &["127.0.0.1", "169.254.169.254", "100.64.0.1", "192.0.2.10"],
+        ),
+        ("outside.example.org", &["198.51.100.1"]),
+    ]);
+    dial.target = Some(target);
+    let (got, _) = exchange(
+        &cat(&[&HELLO, &connect_req(b"internal.example.org", 443)]),
+        true,
+        &p,
+        &dial,
+    );
+    assert_eq!(got, cat(&[&OK, &Reply::Succeeded.bytes()]));
+    assert_eq!(
+        dial.connects(),
+        vec!["192.0.2.10:443".parse::<SocketAddr>().expect("addr")]
+    );
+    let (got, _) = exchange(
+        &cat(&[&HELLO, &connect_req(b"outside.example.org", 443)]),
+        true,
+        &p,
+        &dial,
+    );
+    assert_eq!(got, cat(&[&OK, &Reply::HostUnreachable.bytes()]));
+
+    // Even a list that covers everything never opens loopback, link-local or the tailnet.
+    never_dialed_with_everything_allowed(
+        "internal.example.org",
+        &[
+            "127.0.0.1",
+            "169.254.169.254",
+            "100.64.0.1",
+            "::1",
+            "fe80::1",
+            "::ffff:127.0.0.1",
+            "0.0.0.0",
+            "224.0.0.1",
+        ],
+    );
+}
+
+fn connected(dial: &FakeDial, p: &Policy) -> (UnixStream, std::thread::JoinHandle<Outcome>) {
+    let (mut client, proxy_end) = UnixStream::pair().expect("pair");
+    let (p, dial) = (
+        p.clone(),
+        Arc::new(FakeDial {
+            answers: dial.answers.clone(),
+            target: dial.target,
+            ..FakeDial::default()
+        }),
+    );
+    let handle = std::thread::spawn(move || serve(proxy_end, &p, &*dial));
+    client
+        .write_all(&cat(&[&HELLO, &connect_req(b"example.com", 443)]))
+        .expect("write");
+    client
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    let mut reply = [0u8; 12];
+    client.read_exact(&mut reply).expect("reply");
+    assert_eq!(reply.to_vec(), cat(&[&OK, &Reply::Succeeded.bytes()]));
+    (client, handle)
+}
+
+#[test]
+fn relays_both_ways_and_passes_the_client_half_close_on() {
+    // The server answers only once it has seen the end of the request: that end must come
+    // through the proxy as a half-close.
+    let payload: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+    let (target, h) = server(|mut s| {
+        let mut got = Vec::new();
+        s.read_to_end(&mut got).expect("read");
+        s.write_all(&(got.len() as u64).to_be_bytes())
+            .expect("write");
+        s.write_all(&got).expect("write");
+    });
+    let mut dial = FakeDial::with(&[("example.com", &["93.184.216.34"])]);
+    dial.target = Some(target);
+    let (mut client, handle) = connected(&dial, &policy());
+    // After the handshake no deadline applies.
+    std::thread::sleep(Duration::from_millis(600));
+    client.write_all(&payload).expect("write");
+    client.shutdown(Shutdown::Write).expect("half-close");
+    let mut back = Vec::new();
+    client.read_to_end(&mut back).expect("read");
+    assert_eq!(back[..8], (payload.len() as u64).to_be_bytes());
+    assert!(back[8..] == payload[..], "the bytes came back unchanged");
+    let outcome = handle.join().expect("serve");
+    assert_eq!(
+        outcome.reason,
+        Reason::Relayed {
+            addr: target,
+            up: payload.len() as u64,
+            down: payload.len() as u64 + 8
+        }
+    );
+    h.join().expect("server");
+}
+
+#[test]
+fn passes_the_server_half_close_on() {
+    let (target, h) = server(|mut s| {
+        s.write_all(b"hello").expect("write");
+        s.shutdown(Shutdown::Write).expect("half-close");
+        let mut got = Vec::new();
+        s.read_to_end(&mut got).expect("read");
+        assert_eq!(got, b"still talking");
+    });
+    let mut dial = FakeDial::with(&[("example.com", &["93.184.216.34"])]);
+    dial.target = Some(target);
+    let (mut client, handle) = connected(&dial, &policy());
+    let mut got = Vec::new();
+    client.read_to_end(&mut got).expect("read");
+    assert_eq!(got, b"hello");
+    client
+        .write_all(b"still talking")
+        .expect("write after the server's half-close");
+    client.shutdown(Shutdown::Write).expect("half-close");
+    h.join().expect("server saw everything");
+    let outcome = handle.join().expect("serve");
+    assert!(
+        matches!(
+            outcome.reason,
+            Reason::Relayed {
+                up: 13,
+                down: 5,
+                ..
+            }
+        ),
+        "{outcome}"
+    );
+}
+
+#[test]
+fn handshake_limits() {
+    let dial = FakeDial::with(&[("example.com", &["93.184.216.34"])]);
+    let p = policy().with_handshake_timeout(Duration::from_millis(200));
+
+    // More than 262 bytes: a greeting of 257 and a request of up to 262 cannot both fit.
+    let mut greeting = vec![5, 255];
+    greeting.extend(0..=254u8);
+    let long = vec![b'a'; 253];
+    let input = cat(&[&greeting, &connect_req(&long, 443)]);
+    let (got, outcome) = exchange(&input, true, &p, &dial);
+    assert_eq!(got, OK.to_vec());
+    assert_eq!(outcome.reason, Reason::TooLong);
+    assert!(dial.resolves().is_empty());
+
+    // The budget is for greeting and request together: after curl's 3-byte greeting a
+    // name of 252 bytes fits exactly (and reaches the checks), 253 does not.
+    let input = cat(&[&HELLO, &connect_req(&[b'a'; 252], 443)]);
+    assert_eq!(input.len(), MAX_HANDSHAKE_BYTES);
+    let (got, outcome) = exchange(&input, true, &p, &dial);
+    assert_eq!(got, cat(&[&OK, &Reply::NotAllowed.bytes()]));
+    assert_eq!(outcome.reason, Reason::InvalidHost);
+    let input = cat(&[&HELLO, &connect_req(&[b'a'; 253], 443)]);
+    let (got, outcome) = exchange(&input, true, &p, &dial);
+    assert_eq!(got, OK.to_vec());
+    assert_eq!(outcome.reason, Reason::TooLong);
+
+    // Two bytes, then nothing: closed once the deadline passes, and not much later.
+    for input in [&[5u8, 1][..], &HELLO[..], &cat(&[&HELLO, &[5, 1]])[..]] {
+        let started = Instant::now();
+        let (_, outcome) = exchange(input, false, &p, &dial);
+        assert_eq!(outcome.reason, Reason::HandshakeTimeout, "{input:?}");
+        assert!(started.elapsed() >= Duration::from_millis(200));
+        assert!(started.elapsed() < Duration::from_secs(5));
+    }
+}
+
+#[test]
+fn a_slow_drip_is_cut_off_by_the_whole_handshake_deadline() {
+    let dial = FakeDial::with(&[]);
+    let p = policy().with_handshake_timeout(Duration::from_millis(300));
+    let (mut client, proxy_end) = UnixStream::pair().expect("pair");
+    let started = Instant::now();
+    let handle = std::thread::spawn(move || serve(proxy_end, &p, &dial));
+    // Each byte arrives well within any per-read timeout, but the whole never does.
+    let input = cat(&[&HELLO, &connect_req(b"example.com", 443)]);
+    for b in input {
+        if client.write_all(&[b]).is_err() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let outcome = handle.join().expect("serve");
+    assert_eq!(outcome.reason, Reason::HandshakeTimeout);
+    assert!(started.elapsed() < Duration::from_secs(5));
+}
+
+#[test]
+fn system_dial_over_a_fake_nameserver() {
+    use crate::dns::tests::{a, FakeDns};
+    use hickory_proto::rr::RecordType;
+    let dns = FakeDns::start(vec![
+        (
+            ("www.example.org.", RecordType::A),
+            crate::dns::tests::Behaviour::Records(vec![("www.example.org.", a("127.0.0.1"))]),
+        ),
+        (
+            ("www.example.org.", RecordType::AAAA),
+            crate::dns::tests::Behaviour::Records(vec![]),
+        ),
+    ]);
+    let dial = SystemDial::new(Resolver::new(vec![dns.addr]));
+    let got = dial.resolve("www.example.org", 443).expect("resolve");
+    assert_eq!(
+        got,
+        vec!["127.0.0.1:443".parse::<SocketAddr>().expect("addr")]
+    );
+    assert!(dial.resolve("nowhere.example.org", 443).is_err());
+
+    // The real path refuses a name that resolves to loopback, and never connects.
+    let input = cat(&[&HELLO, &connect_req(b"www.example.org", 443)]);
+    let (client, proxy_end) = UnixStream::pair().expect("pair");
+    let p = policy();
+    let handle = std::thread::spawn(move || serve(proxy_end, &p, &dial));
+    let mut client = client;
+    client.write_all(&input).expect("write");
+    let got = read_to_close(&mut client);
+    assert_eq!(got, cat(&[&OK, &Reply::HostUnreachable.bytes()]));
+    let outcome = handle.join().expect("serve");
+    assert_eq!(
+        outcome.reason,
+        Reason::NoDialableAddress(vec!["127.0.0.1".parse().expect("ip")])
+    );
+
+    // connect is a plain TCP connection with the timeout given.
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let to = listener.local_addr().expect("addr");
+    let dial = SystemDial::new(Resolver::new(vec![dns.addr]));
+    let s = dial.connect(to, Duration::from_secs(2)).expect("connect");
+    assert_eq!(s.peer_addr().expect("peer"), to);
+}
+
+#[test]
+fn options_table() {
+    let args = |s: &str| s.split_whitespace().map(str::to_string).collect::<Vec<_>>();
+    let ok = [
+        ("--socket /run/egress/egress.sock --allow example.com", vec!["example.com"], 0),
+        ("--allow a.example,*.b.example --socket /s", vec!["a.example", "*.b.example"], 0),
+        ("--socket /s --allow a.example --allow c.example --allow-address 192.0.2.0/24 --allow-address 10.0.0.1", vec!["a.example", "c.example"], 2),
+    ];
+    for (line, allow, n) in ok {
+        let o = Options::parse(&args(line)).expect(line);
+        assert_eq!(o.policy.allow, allow, "{line}");
+        assert_eq!(o.policy.allow_addresses.len(), n, "{line}");
+    }
+    let bad = [
+        ("", "--socket is required"),
+        ("--allow example.com", "--socket is required"),
+        ("--socket /s", "--allow is required"),
+        ("--socket", "--socket needs a value"),
+        ("--socket /s --allow", "--allow needs a value"),
+        ("--socket /s --socket /t --allow example.com", "--socket given twice"),
+        ("--socket /s --allow example.com,", "\"\" is not a host pattern"),
+        ("--socket /s --allow *.com", "\"*.com\" is not a host pattern"),
+        ("--socket /s --allow 10.0.0.1", "\"10.0.0.1\" is not a host pattern"),
+        ("--socket /s --allow example.com --verbose", "unknown argument \"--verbose\""),
+        ("--socket /s --allow example.com --allow-address 127.0.0.0/8", "--allow-address 127.0.0.0/8 overlaps 127.0.0.0/8, which is never allowed (loopback, link-local, the tailnet, 0/8, multicast)"),
+        ("--socket /s --allow example.com --allow-address 169.254.169.254", "--allow-address 169.254.169.254/32 overlaps 169.254.0.0/16, which is never allowed (loopback, link-local, the tailnet, 0/8, multicast)"),
+        ("--socket /s --allow example.com --allow-address 100.64.0.0/10", "--allow-address 100.64.0.0/10 overlaps 100.64.0.0/10, which is never allowed (loopback, link-local, the tailnet, 0/8, multicast)"),
+        ("--socket /s --allow example.com --allow-address nonsense", "--allow-address \"nonsense\" is not an address or a CIDR such as 192.0.2.0/24"),
+    ];
+    for (line, why) in bad {
+        let e = Options::parse(&args(line)).expect_err(line);
+        assert_eq!(e.to_string(), why, "{line}");
+    }
+}
+
+#[test]
+fn bind_replaces_only_a_stale_socket() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("egress.sock");
+    let first = bind(&path).expect("bind");
+    drop(first);
+    // The file of the closed listener is still there: stale, so it is replaced.
+    assert!(path.exists());
+    let _second = bind(&path).expect("rebind over a stale socket");
+    let file = dir.path().join("not-a-socket");
+    std::fs::write(&file, "keep me").expect("write");
+    assert!(matches!(bind(&file), Err(StartError::NotASocket(_))));
+    assert_eq!(std::fs::read_to_string(&file).expect("read"), "keep me");
+}
+
+#[test]
+fn outcome_lines_escape_the_name() {
+    let o = Outcome {
+        target: Some(("evil\n.example.com".into(), 443)),
+        reply: Some(Reply::NotAllowed),
+        reason: Reason::InvalidHost,
+    };
+    assert_eq!(
+        o.to_string(),
+        "\"evil\\n.example.com\" port 443: reply 2 (not allowed): the name is not a valid host"
+    );
+    let o = Outcome {
+        target: None,
+        reply: None,
+        reason: Reason::HandshakeTimeout,
+    };
+    assert_eq!(
+        o.to_string(),
+        "-: closed: the handshake did not arrive in time"
+    );
+}
