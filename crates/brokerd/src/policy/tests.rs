@@ -175,7 +175,8 @@ fn refusal_texts_the_model_can_act_on() {
             "auto",
             "http_fetch",
             r#"{"url":"https://evil.example.com/"}"#.into(),
-            "http_fetch: evil.example.com is not one of the grant's hosts (docs.example.org)".into(),
+            "http_fetch: evil.example.com is not one of the grant's hosts (docs.example.org)"
+                .into(),
         ),
         (
             "safe",
@@ -187,7 +188,8 @@ fn refusal_texts_the_model_can_act_on() {
             "safe",
             "shell",
             r#"{"command":"touch a"}"#.into(),
-            "shell: grant safe is in safe mode, which does not allow a workspace_mutating command".into(),
+            "shell: grant safe is in safe mode, which does not allow a workspace_mutating command"
+                .into(),
         ),
         (
             "readonly",
@@ -229,15 +231,13 @@ fn refusal_texts_the_model_can_act_on() {
 fn protected_targets_behind_patterns_and_links() {
     let f = fixture();
     let rw = f.rw.display().to_string();
-    let shell =
-        |command: &str| serde_json::json!({ "command": command, "cwd": rw }).to_string();
+    let shell = |command: &str| serde_json::json!({ "command": command, "cwd": rw }).to_string();
     // (command, the start of the refusal, or None where it runs in auto)
     let cases: Vec<(&str, Option<String>)> = vec![
         (
             "tee generat*/x.c < a.txt",
             Some(
-                "shell: the command writes generat*/x.c: generat*/x.c is under `generated/`"
-                    .into(),
+                "shell: the command writes generat*/x.c: generat*/x.c is under `generated/`".into(),
             ),
         ),
         (
@@ -265,10 +265,7 @@ fn protected_targets_behind_patterns_and_links() {
         ),
         (
             "ln -s generated/x l; echo y > l",
-            Some(
-                "shell: the command writes generated/x: generated/x is under `generated/`"
-                    .into(),
-            ),
+            Some("shell: the command writes generated/x: generated/x is under `generated/`".into()),
         ),
         (
             "ln -s gen.rs l && echo y > l",
@@ -276,10 +273,7 @@ fn protected_targets_behind_patterns_and_links() {
         ),
         (
             "git checkout HEAD generated/x",
-            Some(
-                "shell: the command writes generated/x: generated/x is under `generated/`"
-                    .into(),
-            ),
+            Some("shell: the command writes generated/x: generated/x is under `generated/`".into()),
         ),
         (
             "git restore --source=HEAD~1 gen.rs",

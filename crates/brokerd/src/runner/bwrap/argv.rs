@@ -1,0 +1,247 @@
+//! The argument lists bwrap is started with: the tool sandbox's and the egress proxy's, over
+//! the tools root's layout (docs/design.md#the-bwrap-runner).
+
+use super::*;
+
+/// One entry of the tools root's top level, as the sandbox's `/` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RootEntry {
+    /// A directory or file, bound read-only at `/<name>`.
+    Bound(OsString),
+    /// A symlink, made again with the same target (bwrap would follow it on the host).
+    Symlink(OsString, PathBuf),
+}
+
+/// The tools root's top level, read once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RootLayout(pub Vec<RootEntry>);
+
+impl RootLayout {
+    /// Lists `root`, sorted by name, leaving out the mount points the sandbox makes itself.
+    pub fn read(root: &Path) -> io::Result<RootLayout> {
+        let mut entries = Vec::new();
+        for entry in std::fs::read_dir(root)? {
+            let entry = entry?;
+            let name = entry.file_name();
+            if OWN_MOUNTS.iter().any(|m| OsStr::new(m) == name) {
+                continue;
+            }
+            let kind = entry.file_type()?;
+            if kind.is_symlink() {
+                entries.push(RootEntry::Symlink(name, std::fs::read_link(entry.path())?));
+            } else if kind.is_dir() || kind.is_file() {
+                entries.push(RootEntry::Bound(name));
+            }
+            // Sockets, devices and FIFOs at the top of an image have no place in a sandbox.
+        }
+        entries.sort_by(|a, b| entry_name(a).cmp(entry_name(b)));
+        Ok(RootLayout(entries))
+    }
+}
+
+pub(super) fn entry_name(e: &RootEntry) -> &OsStr {
+    match e {
+        RootEntry::Bound(n) | RootEntry::Symlink(n, _) => n,
+    }
+}
+
+/// `/<name>`
+pub(super) fn inside(name: &OsStr) -> OsString {
+    let mut s = OsString::from("/");
+    s.push(name);
+    s
+}
+
+impl BwrapRuntime {
+    /// The options every sandbox starts with: every namespace unshared (the network too),
+    /// a user namespace that cannot make more, no capabilities, a clean environment, the
+    /// tools root, a fresh /proc, a minimal /dev.
+    pub(super) fn common_args(
+        &self,
+        layout: &RootLayout,
+        share_net: bool,
+        etc: bool,
+    ) -> Vec<OsString> {
+        let mut a: Vec<OsString> = vec![
+            "--unshare-all".into(),
+            // Explicit, so the namespace is made even for root and --disable-userns applies.
+            "--unshare-user".into(),
+            "--disable-userns".into(),
+        ];
+        if share_net {
+            a.push("--share-net".into());
+        }
+        a.extend(
+            [
+                "--die-with-parent",
+                "--new-session",
+                "--cap-drop",
+                "ALL",
+                "--clearenv",
+            ]
+            .map(OsString::from),
+        );
+        if seccomp::program().is_some() {
+            // The filter arrives on this descriptor (see `start`).
+            a.push("--seccomp".into());
+            a.push(seccomp::FD.to_string().into());
+        }
+        for entry in &layout.0 {
+            match entry {
+                RootEntry::Bound(name) if !etc && name == "etc" => {}
+                RootEntry::Bound(name) => {
+                    a.push("--ro-bind".into());
+                    a.push(self.tools_root.join(name).into_os_string());
+                    a.push(inside(name));
+                }
+                RootEntry::Symlink(name, target) => {
+                    a.push("--symlink".into());
+                    a.push(target.clone().into_os_string());
+                    a.push(inside(name));
+                }
+            }
+        }
+        a.extend(["--proc", "/proc", "--dev", "/dev"].map(OsString::from));
+        a
+    }
+
+    /// The tool sandbox's `bwrap` arguments (the program not included), in a fixed order:
+    /// golden files under `tests/fixtures/bwrap/` hold them byte for byte.
+    pub fn build_argv(
+        &self,
+        spec: &RunSpec,
+        name: &str,
+        layout: &RootLayout,
+        cgroup_view: Option<&Path>,
+    ) -> Vec<OsString> {
+        self.build_argv_with(spec, name, layout, cgroup_view, &[])
+    }
+
+    /// `build_argv` with the writable mounts' protected targets (`protected`, in the order
+    /// their descriptors follow the mounts') bound read-only over them.
+    pub fn build_argv_with(
+        &self,
+        spec: &RunSpec,
+        name: &str,
+        layout: &RootLayout,
+        cgroup_view: Option<&Path>,
+        protected: &[&Path],
+    ) -> Vec<OsString> {
+        let mut a = self.common_args(layout, false, true);
+        a.extend(
+            [
+                "--setenv", "HOME", "/tmp", "--setenv", "TMPDIR", "/tmp", "--setenv", "PATH",
+                "/bin", "--size",
+            ]
+            .map(OsString::from),
+        );
+        a.push(TMP_SIZE.to_string().into());
+        a.extend(["--perms", "1777", "--tmpfs", "/tmp"].map(OsString::from));
+        // After /tmp, so a grant under /tmp is not hidden by it. Each directory is bound from
+        // the descriptor brokerd opened and checked (`mounts::open_mounts`), never by path,
+        // and parents before their children, so a writable parent cannot cover a read-only
+        // child.
+        for i in mounts::mount_order(&spec.mounts) {
+            let m = &spec.mounts[i];
+            a.push(if m.write { "--bind-fd" } else { "--ro-bind-fd" }.into());
+            a.push((mounts::FIRST_FD + i as i32).to_string().into());
+            a.push(m.path.clone().into_os_string());
+        }
+        // Then each protected target, read-only over its writable mount, from the descriptor
+        // the walk opened (docs/design.md#protected-targets).
+        for (j, path) in protected.iter().enumerate() {
+            a.push("--ro-bind-fd".into());
+            a.push(
+                (mounts::FIRST_FD + (spec.mounts.len() + j) as i32)
+                    .to_string()
+                    .into(),
+            );
+            a.push(path.as_os_str().to_owned());
+        }
+        if spec.egress.is_some() {
+            a.push("--bind".into());
+            a.push(self.egress_dir(name).into_os_string());
+            a.push(EGRESS_MOUNT.into());
+        }
+        if let Some(dir) = cgroup_view {
+            // The sandbox reads its own limits where cgroup v2 puts them (the preflight).
+            a.push("--ro-bind".into());
+            a.push(dir.as_os_str().to_owned());
+            a.push(cgroup::CGROUP_ROOT.into());
+        }
+        a.extend(
+            [
+                "--remount-ro",
+                "/",
+                "--chdir",
+                proto::tools::DEFAULT_CWD,
+                proto::tools::TOOLKIT,
+                spec.tool.as_str(),
+            ]
+            .map(OsString::from),
+        );
+        a
+    }
+
+    /// The egress proxy's `bwrap` arguments: everything unshared but the network; only
+    /// toolkit, the host's resolver file, and the call's egress directory.
+    pub fn proxy_argv(
+        &self,
+        egress: &Egress,
+        name: &str,
+        layout: &RootLayout,
+        cgroup_view: Option<&Path>,
+    ) -> Vec<OsString> {
+        let mut a = self.common_args(layout, true, false);
+        a.extend(["--setenv", "PATH", "/bin", "--size"].map(OsString::from));
+        a.push((1024 * 1024).to_string().into());
+        a.extend(["--tmpfs", "/tmp", "--ro-bind"].map(OsString::from));
+        a.push(self.resolv_conf.clone().into_os_string());
+        a.push(RESOLV_CONF.into());
+        a.push("--bind".into());
+        a.push(self.egress_dir(name).into_os_string());
+        a.push(EGRESS_MOUNT.into());
+        if let Some(dir) = cgroup_view {
+            a.push("--ro-bind".into());
+            a.push(dir.as_os_str().to_owned());
+            a.push(cgroup::CGROUP_ROOT.into());
+        }
+        a.extend(["--remount-ro", "/", "--chdir", "/"].map(OsString::from));
+        a.extend(egress.proxy_command());
+        a
+    }
+
+    /// The staged mounts of `spec`, in the staging user namespace (made at the first).
+    pub(super) fn overlays(&self, spec: &RunSpec, passed: usize) -> io::Result<Option<Overlays>> {
+        if spec.mounts.iter().all(|m| m.stage.is_none()) {
+            return Ok(None);
+        }
+        let mut staging = lock(&self.staging);
+        if staging.is_none() {
+            *staging = Some(crate::runner::overlay::staging_userns()?);
+        }
+        match staging.as_ref() {
+            Some(userns) => Overlays::of(&spec.mounts, passed, userns),
+            None => Ok(None),
+        }
+    }
+
+    pub(super) fn layout(&self) -> io::Result<RootLayout> {
+        let mut cached = lock(&self.layout);
+        if let Some(l) = cached.as_ref() {
+            return Ok(l.clone());
+        }
+        let l = RootLayout::read(&self.tools_root)?;
+        if !l.0.iter().any(|e| entry_name(e) == "bin") {
+            return Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!(
+                    "it has no bin (toolkit is run as {})",
+                    proto::tools::TOOLKIT
+                ),
+            ));
+        }
+        *cached = Some(l.clone());
+        Ok(l)
+    }
+}

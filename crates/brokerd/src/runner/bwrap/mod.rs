@@ -1,0 +1,374 @@
+//! The bubblewrap runtime (seed 000 5.1.3.3, BubblewrapSandbox; DESIGN.md "Runners"): the
+//! same calls, the same answers as Podman, in a sandbox that starts in milliseconds.
+//!
+//! The sandbox's `/` is a tmpfs bwrap makes, holding the tools root's top-level entries
+//! bound read-only and remounted read-only as a whole at the end. Binding the tools root
+//! itself at `/` would leave no way to create the mount points a grant needs (`/srv/notes`)
+//! on a read-only tree; the result is the same: the tools root's files, read-only, as `/`.
+//!
+//! Every process brokerd starts here is held by a pidfd and stopped through it (seed 000
+//! 5.1.8); a stop that cannot be confirmed poisons network work (5.1.7). Limits are applied
+//! by [`super::limits`] always and by [`super::cgroup`] when a cgroup mechanism exists;
+//! with `enforce_limits` a missing mechanism makes calls `unavailable`, never unlimited.
+
+use std::ffi::{OsStr, OsString};
+use std::io;
+use std::os::fd::OwnedFd;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use super::cgroup::{self, CgroupLimits, CgroupUnavailable, ChildGroup, Mechanism};
+use super::egress::{self, make_private_dir, EGRESS_MOUNT, EGRESS_SOCKET};
+use super::limits::ResourceLimits;
+use super::mounts::{self, open_mounts};
+use super::output::{verdict, Capture, Event, Streams, Verdict, DRAIN_GRACE, STDERR_KEEP};
+use super::overlay::Overlays;
+use super::pidfd::{Pidfd, Stopped, KILL_CONFIRM};
+use super::protected::{Held, Protector};
+use super::spawn::{self, Io, PreExec, Spawn};
+use super::{
+    dies_with_brokerd, mount_changed, not_cleared, Cleared, Deadlines, Egress, Failure, Ran, Reply,
+    RunError, RunOutput, RunSpec, Runner, Settling, Steps, SweepError, Unavailable,
+};
+use super::{reaper, seccomp};
+use crate::config::{memory_bytes, BwrapConfig, CgroupMode, RunnerConfig};
+// What bwrap and the tools print can quote the model's text: redacted before it is logged.
+use crate::redact::redact;
+
+mod argv;
+mod placement;
+mod sandbox;
+mod sweep;
+#[cfg(test)]
+mod tests;
+
+pub use argv::{RootEntry, RootLayout};
+use placement::{drop_placement, Placement};
+use sandbox::{ProxyGuard, Sandbox};
+use sweep::{find_program, sweep_sandboxes};
+
+/// The runbook entry every `unavailable` line of this runtime ends with.
+pub const RUNBOOK: &str = crate::runbook::BWRAP_UNAVAILABLE;
+/// The size of the sandbox's `/tmp`, as Podman's `--tmpfs=/tmp:...,size=64m`.
+pub const TMP_SIZE: u64 = 64 * 1024 * 1024;
+/// The egress proxy's limits, as Podman's `--memory=128m --pids-limit=64`.
+pub const PROXY_MEMORY: u64 = 128 * 1024 * 1024;
+pub const PROXY_PIDS: u32 = 64;
+/// Used only if `memory` somehow does not parse (config::load rejects that).
+const FALLBACK_MEMORY: u64 = 512 * 1024 * 1024;
+/// How long standard error may take to end once bwrap has exited.
+const STDERR_GRACE: Duration = Duration::from_millis(100);
+/// Entries of the tools root the sandbox makes for itself: mount points, empty in the image.
+const OWN_MOUNTS: [&str; 5] = ["dev", "proc", "run", "sys", "tmp"];
+/// The host file the proxy resolves names with (seed 003 section 5, step 4).
+const RESOLV_CONF: &str = "/etc/resolv.conf";
+
+/// Numbers the sandboxes of this brokerd process (the `<n>` of seed 003 section 6).
+static SANDBOXES: AtomicU64 = AtomicU64::new(0);
+
+/// Why a sandbox can never start on this host as configured (seed 000 5.1.6): remembered, so
+/// later calls answer `unavailable` without probing again.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Terminal {
+    #[error("bwrap is absent: {0}")]
+    Absent(String),
+    #[error("bwrap is not executable: {0}")]
+    Inexecutable(String),
+    #[error("the kernel refused bwrap a user namespace: {0}")]
+    Refused(String),
+    #[error("this kernel has no pidfd_open, so sandboxes could not be stopped safely: {0}")]
+    NoPidfd(String),
+    /// brokerd has no seccomp filter for this architecture: a sandbox without it would be
+    /// weaker than configured, so none runs (DESIGN.md "Runners").
+    #[error("brokerd has no seccomp filter for the {0} architecture, so a sandbox would run without one")]
+    NoSeccomp(String),
+}
+
+/// The terminal failure of a host whose architecture has no filter `program` for it.
+fn seccomp_missing(program: Option<&[seccomp::SockFilter]>) -> Option<Terminal> {
+    program
+        .is_none()
+        .then(|| Terminal::NoSeccomp(std::env::consts::ARCH.to_string()))
+}
+
+/// What brokerd's log says when nothing could run; each line ends with [`RUNBOOK`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum Trouble {
+    #[error("bwrap cannot run here")]
+    Terminal(Terminal),
+    #[error("bwrap could not be started")]
+    Spawn,
+    #[error("bwrap could not build the sandbox")]
+    Setup,
+    #[error("the tools root could not be read")]
+    ToolsRoot,
+    #[error("the sandbox's limits cannot take effect")]
+    Limits,
+    #[error("the egress directory could not be made")]
+    EgressDir,
+    #[error("the egress proxy did not start")]
+    ProxyFailed,
+    #[error("the egress proxy's socket did not appear in time")]
+    ProxySocket,
+    #[error("a sandbox brokerd stopped earlier could not be confirmed dead, so http_fetch is off until restart")]
+    Poisoned,
+    #[error("an earlier call's egress proxy was not confirmed stopped in time")]
+    EarlierCleanUp,
+    #[error("the session's staged layer could not be mounted")]
+    Staged,
+}
+
+/// Runs calls in bubblewrap sandboxes.
+pub struct BwrapRuntime {
+    bwrap: PathBuf,
+    tools_root: PathBuf,
+    cgroup_mode: CgroupMode,
+    enforce_limits: bool,
+    output_cap: usize,
+    memory: u64,
+    pids: u32,
+    home: PathBuf,
+    egress_start: Duration,
+    kill_confirm: Duration,
+    resolv_conf: PathBuf,
+    layout: Mutex<Option<RootLayout>>,
+    mechanism: OnceLock<Result<Mechanism, CgroupUnavailable>>,
+    terminal: Mutex<Option<Terminal>>,
+    poisoned: AtomicBool,
+    /// Proxy stops and cgroup removals still under way after their call's answer left.
+    settling: Settling,
+    /// Cgroup knobs found unsettable, as `weakened` reports them.
+    weakened: Mutex<Vec<String>>,
+    /// The protected targets of writable mounts (docs/design.md#protected-targets).
+    protector: Protector,
+    /// The user namespace staged sandboxes mount their layers in, made at the first one.
+    staging: Mutex<Option<OwnedFd>>,
+}
+
+impl BwrapRuntime {
+    pub fn new(config: &RunnerConfig, bwrap: &BwrapConfig) -> BwrapRuntime {
+        BwrapRuntime {
+            bwrap: PathBuf::from("bwrap"),
+            tools_root: bwrap.tools_root.clone(),
+            cgroup_mode: bwrap.cgroup,
+            enforce_limits: config.enforce_limits,
+            output_cap: config.output_cap,
+            memory: memory_bytes(&config.memory).unwrap_or(FALLBACK_MEMORY),
+            pids: config.pids,
+            home: config.home.clone(),
+            egress_start: Duration::from_millis(config.egress_start_ms),
+            kill_confirm: KILL_CONFIRM,
+            resolv_conf: PathBuf::from(RESOLV_CONF),
+            layout: Mutex::new(None),
+            mechanism: OnceLock::new(),
+            // Known from the start: every call, the preflight included, answers unavailable.
+            terminal: Mutex::new(seccomp_missing(seccomp::program())),
+            poisoned: AtomicBool::new(false),
+            settling: Settling::default(),
+            weakened: Mutex::new(Vec::new()),
+            protector: Protector::new(config.protect),
+            staging: Mutex::new(None),
+        }
+    }
+
+    /// Another bwrap program (a bare name is looked up in PATH).
+    pub fn with_program(mut self, bwrap: impl Into<PathBuf>) -> BwrapRuntime {
+        self.bwrap = bwrap.into();
+        self
+    }
+
+    /// A fixed tools-root layout instead of reading the directory (golden tests).
+    pub fn with_layout(self, layout: RootLayout) -> BwrapRuntime {
+        *lock(&self.layout) = Some(layout);
+        self
+    }
+
+    /// Another resolver file for the proxy (tests: a nameserver of their own).
+    pub fn with_resolv_conf(mut self, path: impl Into<PathBuf>) -> BwrapRuntime {
+        self.resolv_conf = path.into();
+        self
+    }
+
+    /// Whether a sandbox or proxy that brokerd stopped could not be confirmed dead.
+    pub fn poisoned(&self) -> bool {
+        self.poisoned.load(Ordering::SeqCst)
+    }
+
+    /// The remembered terminal failure, if any.
+    pub fn terminal(&self) -> Option<Terminal> {
+        lock(&self.terminal).clone()
+    }
+
+    /// `boxmaker-<session>-<call>-<n>`, n counting sandboxes in this process.
+    pub fn sandbox_name(spec: &RunSpec) -> String {
+        let n = SANDBOXES.fetch_add(1, Ordering::SeqCst) + 1;
+        format!("boxmaker-{}-{}-{n}", spec.session, spec.call)
+    }
+
+    /// `<home>/run/egress/<name>/`
+    pub fn egress_dir(&self, name: &str) -> PathBuf {
+        egress::egress_dir(&self.home, name)
+    }
+
+    /// Writes the log line of an `unavailable` answer, ending with the runbook pointer.
+    fn unavailable(&self, spec: &RunSpec, trouble: Trouble, detail: &str) -> RunError {
+        let what = match &trouble {
+            Trouble::Terminal(t) => format!("{trouble}: {t}"),
+            _ => trouble.to_string(),
+        };
+        let why = match trouble {
+            Trouble::Staged => Unavailable::LayerUnavailable,
+            Trouble::EgressDir
+            | Trouble::ProxyFailed
+            | Trouble::ProxySocket
+            | Trouble::Poisoned
+            | Trouble::EarlierCleanUp => Unavailable::EgressUnavailable,
+            Trouble::Terminal(_)
+            | Trouble::Spawn
+            | Trouble::Setup
+            | Trouble::ToolsRoot
+            | Trouble::Limits => Unavailable::RunnerUnavailable,
+        };
+        let pointer = match why {
+            Unavailable::LayerUnavailable => why.runbook(),
+            _ => RUNBOOK,
+        };
+        tracing::error!(
+            session = %spec.session,
+            call = %spec.call,
+            tool = %spec.tool,
+            status = "unavailable",
+            "{what}: {}; see {pointer}",
+            redact(detail.trim_end()),
+        );
+        RunError::Unavailable(why)
+    }
+
+    fn remember(&self, t: Terminal) {
+        lock(&self.terminal).get_or_insert(t);
+    }
+}
+
+impl Runner for BwrapRuntime {
+    fn poisoned(&self) -> bool {
+        BwrapRuntime::poisoned(self)
+    }
+
+    fn terminal_failure(&self) -> Option<String> {
+        self.terminal().map(|t| t.to_string())
+    }
+
+    fn weakened(&self) -> Vec<String> {
+        lock(&self.weakened).clone()
+    }
+
+    /// `tool_argv` sets both (`--setenv HOME /tmp --setenv TMPDIR /tmp`).
+    fn sets_home_and_tmpdir(&self) -> bool {
+        true
+    }
+
+    /// Every knob [`CgroupLimits`] sets, swap and CPU included: with `enforce_limits` none may
+    /// be missing, whichever mechanism placed the sandbox.
+    fn limit_files(&self) -> Option<Vec<(&'static str, String)>> {
+        Some(CgroupLimits::new(self.memory, self.pids).files().to_vec())
+    }
+
+    /// Removes every sandbox, egress directory and sandbox cgroup a crashed brokerd left.
+    fn sweep(&self) -> Result<usize, SweepError> {
+        let (mut removed, mut failed) = sweep_sandboxes(&self.bwrap, &self.tools_root);
+        let (dirs, dir_failures) = egress::sweep(&self.home);
+        removed += dirs;
+        failed.extend(dir_failures);
+        // Probing here also prepares the delegated subtree once, at start-up.
+        if let Ok(Mechanism::Delegated { root }) = self.mechanism() {
+            let (groups, group_failures) = cgroup::sweep(root);
+            removed += groups;
+            failed.extend(group_failures);
+        }
+        SweepError::outcome(removed, failed)
+    }
+
+    fn run(&self, spec: &RunSpec) -> Result<RunOutput, RunError> {
+        super::run_to_the_end(|reply| self.run_replying(spec, reply))
+    }
+
+    fn run_replying(&self, spec: &RunSpec, reply: Reply<'_>) {
+        super::run_call(self, spec, reply)
+    }
+}
+
+impl Steps for BwrapRuntime {
+    /// The tool's sandbox (its cgroup), then the proxy (stopped through its pidfd), its cgroup
+    /// and the egress directory: each confirmed when dropped, or the runtime is poisoned.
+    type Leftovers<'a> = (Option<Sandbox<'a>>, Option<ProxyGuard<'a>>);
+
+    fn refusal(&self, spec: &RunSpec) -> Option<RunError> {
+        let t = self.terminal()?;
+        Some(self.unavailable(
+            spec,
+            Trouble::Terminal(t),
+            "remembered from an earlier call",
+        ))
+    }
+
+    fn poisoned_answer(&self, spec: &RunSpec) -> RunError {
+        self.unavailable(spec, Trouble::Poisoned, "http_fetch is off")
+    }
+
+    fn settling(&self) -> &Settling {
+        &self.settling
+    }
+
+    fn protector(&self) -> &Protector {
+        &self.protector
+    }
+
+    /// The answer leaves once the tool's bwrap has exited; its cgroup's removal and the
+    /// proxy's stop come after it, still within the call.
+    fn run_call<'a>(
+        &'a self,
+        spec: &'a RunSpec,
+        held: &Held<'_>,
+        cleared: &Cleared,
+    ) -> Result<Ran<Self::Leftovers<'a>>, RunError> {
+        let layout = match self.layout() {
+            Ok(l) => l,
+            Err(e) => {
+                let detail = format!("{}: {e}", self.tools_root.display());
+                return Err(self.unavailable(spec, Trouble::ToolsRoot, &detail));
+            }
+        };
+        // What earlier sandboxes left must not count against this one's process limit.
+        reaper::reap_orphans();
+        let name = BwrapRuntime::sandbox_name(spec);
+        let times = Deadlines::new(spec, self.egress_start);
+        let mut proxy = None;
+        let mut sandbox = None;
+        let answer = match &spec.egress {
+            // No way out is made before the decision is on disk.
+            Some(_) if !cleared.wait(times.decided()) => Err(not_cleared(spec)),
+            Some(egress) => match self.start_egress(spec, egress, &name, &layout, &times) {
+                Ok(guard) => {
+                    proxy = Some(guard);
+                    self.run_tool(spec, &name, &layout, &mut sandbox, held, cleared, &times)
+                }
+                Err(e) => Err(e),
+            },
+            None => self.run_tool(spec, &name, &layout, &mut sandbox, held, cleared, &times),
+        };
+        let leftovers = (sandbox.is_some() || proxy.is_some()).then_some((sandbox, proxy));
+        Ok(Ran {
+            sandbox: name,
+            answer,
+            leftovers,
+        })
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}

@@ -1,0 +1,93 @@
+//! What an earlier brokerd left behind: its sandboxes found by user, program and tools root,
+//! and stopped (docs/design.md#service).
+
+use super::*;
+
+/// Kills the sandboxes a crashed brokerd left running. Each dies with brokerd once it is
+/// set up, but a sandbox killed while bwrap was still building it can outlive it: the
+/// process bwrap clones sets its own parent-death signal only when its mounts are made.
+/// Such a process runs as this user with the same program and tools root as every sandbox
+/// brokerd starts, which is how it is recognised (one brokerd per service user); it is
+/// stopped through a pidfd opened before it was judged.
+pub(super) fn sweep_sandboxes(bwrap: &Path, tools_root: &Path) -> (usize, Vec<String>) {
+    let mut removed = 0;
+    let mut failed = Vec::new();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return (0, failed);
+    };
+    let (uid, me) = (
+        nix::unistd::getuid().as_raw(),
+        nix::unistd::getpid().as_raw(),
+    );
+    let marker = tools_root.join("bin");
+    for entry in entries.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<libc::pid_t>().ok())
+        else {
+            continue;
+        };
+        if pid == me {
+            continue;
+        }
+        let dir = entry.path();
+        let is_it = || {
+            let status = std::fs::read_to_string(dir.join("status")).unwrap_or_default();
+            let cmdline = std::fs::read(dir.join("cmdline")).unwrap_or_default();
+            is_left_sandbox(&status, &cmdline, uid, bwrap, &marker)
+        };
+        let Some(pidfd) = Pidfd::open_if(pid, is_it) else {
+            continue;
+        };
+        if pidfd.kill_foreign(KILL_CONFIRM) {
+            tracing::warn!("killed a sandbox left by an earlier brokerd (process {pid})");
+            removed += 1;
+        } else {
+            failed.push(format!("sandbox process {pid} did not die on SIGKILL"));
+        }
+    }
+    (removed, failed)
+}
+
+/// Whether a process (its /proc `status` and `cmdline`) is a bwrap sandbox of this service:
+/// its real user, `bwrap` as started, the tools root's `bin` among its arguments.
+pub(super) fn is_left_sandbox(
+    status: &str,
+    cmdline: &[u8],
+    uid: u32,
+    bwrap: &Path,
+    marker: &Path,
+) -> bool {
+    let real_uid = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|ids| ids.split_whitespace().next())
+        .and_then(|id| id.parse::<u32>().ok());
+    if real_uid != Some(uid) {
+        return false;
+    }
+    let mut args = cmdline.split(|&b| b == 0);
+    // As started, or as systemd-run found it in PATH for a scope (`bwrap`, `/usr/bin/bwrap`).
+    let program = args.next().unwrap_or_default();
+    let named = program == bwrap.as_os_str().as_bytes()
+        || (!bwrap.as_os_str().as_bytes().contains(&b'/')
+            && Path::new(OsStr::from_bytes(program)).file_name() == Some(bwrap.as_os_str()));
+    named && args.any(|a| a == marker.as_os_str().as_bytes())
+}
+
+/// `program` as found in brokerd's PATH (a sandbox starts with an empty environment, so the
+/// search cannot be left to exec); as given when it names a path or is not found.
+pub(super) fn find_program(program: &Path) -> PathBuf {
+    if program.as_os_str().as_bytes().contains(&b'/') {
+        return program.to_path_buf();
+    }
+    std::env::var_os("PATH")
+        .iter()
+        .flat_map(std::env::split_paths)
+        .map(|dir| dir.join(program))
+        .find(|p| {
+            std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+        .unwrap_or_else(|| program.to_path_buf())
+}
