@@ -1,9 +1,11 @@
-//! The broker: one request in, one answer out (DESIGN.md "Life of a call").
+//! The broker: one request in, one answer out (docs/design.md#life-of-a-call).
 //!
 //! [`Broker::call`] is the life of a call read top to bottom: identifiers, grant, parse,
-//! decide, approval, audit, run, audit, answer. Every decision is audited, and the record is
-//! synced before the answer leaves; a record that cannot be written makes the call
-//! `unavailable`, so nothing runs unaudited.
+//! decide, approval, audit, run, audit, answer. Every decision is audited and synced before
+//! anything runs or its answer leaves; a call's outcome is written before its answer and
+//! synced after it; a record that cannot be written makes the call `unavailable`, so nothing
+//! runs unaudited. `run` holds a decided call's slot and runner, `records` the audit and the
+//! journal, `ops` the other requests, `staged` the owners' ops on staged layers.
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -27,7 +29,15 @@ use crate::runner::{Cleared, Reply, RunError, RunOutput, RunSpec, Runner, Unavai
 use crate::stage::{Holding, Layer, Stage};
 use crate::tickets::{Binding, Tickets};
 
+mod ops;
+mod records;
+mod run;
 mod staged;
+
+pub use ops::NO_BACKEND;
+pub use records::OUTCOME_SYNC_WITHIN;
+use records::{journal, outcome_record};
+use run::NotRun;
 use staged::NotStaged;
 
 /// How many calls may wait for a slot, per running slot, before new ones are answered busy.
@@ -285,104 +295,6 @@ impl Broker {
 
     pub fn runner(&self) -> &Arc<dyn Runner> {
         &self.runner
-    }
-
-    /// Appends one record, synced, off the async threads.
-    async fn record(&self, rec: Record) -> Result<audit::Head, String> {
-        self.write(rec, true).await
-    }
-
-    /// Appends a call's outcome without waiting for the disk (docs/design.md#audit): the next
-    /// record's sync covers it, one sync for both, or, where no record follows within
-    /// [`OUTCOME_SYNC_WITHIN`], a sync of its own. The decision before it was synced before
-    /// the tool got its input.
-    async fn record_outcome(&self, rec: Record) -> Result<audit::Head, String> {
-        let head = self.write(rec, false).await?;
-        let audit = self.audit.clone();
-        tokio::spawn(async move {
-            tokio::time::sleep(OUTCOME_SYNC_WITHIN).await;
-            let synced = tokio::task::spawn_blocking(move || lock(&audit).sync()).await;
-            if let Ok(Err(e)) = synced {
-                tracing::error!(
-                    error = %e,
-                    "a call's outcome record could not be synced; see {}",
-                    runbook::AUDIT_UNWRITABLE
-                );
-            }
-        });
-        Ok(head)
-    }
-
-    async fn write(&self, rec: Record, sync: bool) -> Result<audit::Head, String> {
-        let audit = self.audit.clone();
-        let append = move || {
-            let mut a = audit.lock().unwrap_or_else(|p| p.into_inner());
-            match sync {
-                true => a.append(rec),
-                false => a.append_unsynced(rec),
-            }
-            .map_err(|e| e.to_string())
-        };
-        // On brokerd's multi-threaded runtime the write and its sync run on this thread, the
-        // runtime's other work moving to another: no hand-over to a blocking thread and back
-        // on the call's path (two wake-ups, each dear on a virtual machine). Elsewhere (a
-        // current-thread runtime in tests) a blocking thread takes it.
-        let flavor = tokio::runtime::Handle::current().runtime_flavor();
-        if flavor == tokio::runtime::RuntimeFlavor::MultiThread {
-            let written = tokio::task::block_in_place(|| {
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(append))
-            });
-            return written.unwrap_or_else(|_| Err("the audit task failed: it panicked".into()));
-        }
-        match tokio::task::spawn_blocking(append).await {
-            Ok(r) => r,
-            Err(e) => Err(format!("the audit task failed: {e}")),
-        }
-    }
-
-    /// Appends a service event (start, an operator's choice).
-    pub async fn event(&self, reason: String) -> Result<audit::Head, String> {
-        self.record(Record {
-            kind: RecordKind::Event,
-            reason: Some(reason),
-            ..Record::default()
-        })
-        .await
-    }
-
-    /// Audits, once each, what of the configured confinement the runner found this host would
-    /// not apply (DESIGN.md "Limits": weaker confinement is never silent).
-    async fn audit_weakened(&self) {
-        let all = self.runner.weakened();
-        let new: Vec<String> = {
-            let mut done = lock(&self.weakened_audited);
-            let new = all.iter().skip(*done).cloned().collect();
-            *done = all.len();
-            new
-        };
-        for line in new {
-            let reason = format!("weaker confinement than configured: {line}");
-            if let Err(e) = self.event(reason).await {
-                tracing::error!(
-                    error = e,
-                    "an audit record could not be written; see {}",
-                    runbook::AUDIT_UNWRITABLE
-                );
-            }
-        }
-    }
-
-    /// The last record synced; never waits for a record being written (docs/design.md#audit).
-    pub fn audit_head(&self) -> audit::Head {
-        self.audit_watch.head()
-    }
-
-    /// Syncs the outcomes written without waiting for the disk (at shutdown).
-    pub async fn sync_audit(&self) -> Result<(), String> {
-        let audit = self.audit.clone();
-        tokio::task::spawn_blocking(move || lock(&audit).sync().map_err(|e| e.to_string()))
-            .await
-            .map_err(|e| format!("the audit task failed: {e}"))?
     }
 
     pub async fn handle(&self, req: Request, peer: Peer) -> proto::broker::Answer {
@@ -721,153 +633,6 @@ impl Broker {
         body
     }
 
-    async fn run(
-        &self,
-        session: &Ident,
-        call: &Ident,
-        plan: Plan,
-        received: Instant,
-        decision: Record,
-        staged: Option<(Holding, Vec<Layer>)>,
-    ) -> Result<Result<RunOutput, RunError>, NotRun> {
-        // A free slot: the decision goes to disk while the sandbox is made (below). A call
-        // that must wait for one has its decision on disk before it queues.
-        let (permit, decision) = match self.slots.clone().try_acquire_owned() {
-            Ok(permit) => (permit, Some(decision)),
-            Err(_) => {
-                if let Err(e) = self.record(decision).await {
-                    return Err(NotRun::Audit(e));
-                }
-                // The bounded queue: past it, busy.
-                if self.waiting.fetch_add(1, Ordering::SeqCst) >= self.queue_cap {
-                    self.waiting.fetch_sub(1, Ordering::SeqCst);
-                    return Err(NotRun::Busy);
-                }
-                let waiting = Counted(&self.waiting, None);
-                let permit = self.slots.clone().acquire_owned().await;
-                drop(waiting);
-                let Ok(permit) = permit else {
-                    return Err(NotRun::Busy);
-                };
-                (permit, None)
-            }
-        };
-        // A call that waited for its slot past what is left of loopd's timeout would be
-        // answered after loopd stopped waiting: it does not start.
-        if let Some(rc) = &self.config.runner {
-            let budget = Duration::from_millis(self.config.broker.timeout_ms);
-            if received.elapsed() + rc.call_budget(plan.tool) >= budget {
-                tracing::warn!(
-                    session = session.as_str(),
-                    call = call.as_str(),
-                    waited_ms = received.elapsed().as_millis() as u64,
-                    "the call waited for a slot too long to finish within broker.timeout_ms; answered busy"
-                );
-                // A call that did not wait has its decision on disk before its busy record.
-                if let Some(decision) = decision {
-                    if let Err(e) = self.record(decision).await {
-                        return Err(NotRun::Audit(e));
-                    }
-                }
-                return Err(NotRun::Busy);
-            }
-        }
-        let timeout = self
-            .config
-            .runner
-            .as_ref()
-            .map_or(Duration::from_secs(30), |r| r.time_limit(plan.tool));
-        let spec = RunSpec {
-            session: session.clone(),
-            call: call.clone(),
-            tool: plan.tool,
-            input: plan.input,
-            mounts: plan.mounts,
-            egress: plan.egress,
-            timeout,
-        };
-        let runner = self.runner.clone();
-        self.in_flight.fetch_add(1, Ordering::SeqCst);
-        let cleaning = Cleaning(self.in_flight.clone(), self.idle.clone());
-        let (answer_tx, answer_rx) = tokio::sync::oneshot::channel();
-        let cleared = match decision {
-            Some(_) => Cleared::pending(),
-            None => Cleared::already(),
-        };
-        let runner_cleared = cleared.clone();
-        // Should this future be dropped before the record is written, the runner stops.
-        let _undecided = cleared.undecided_on_drop();
-        let stage = self.stage.clone();
-        // What the call staged is recorded (the real paths as they are now, for conflicts)
-        // before its answer leaves: once the client has it, anything may change the real tree,
-        // and that change must read as a conflict at commit, not as the state first seen.
-        let answered = (stage.clone(), staged.as_ref().map(|(_, l)| l.clone()));
-        let task = tokio::task::spawn_blocking(move || {
-            let reply = Reply::after(runner_cleared, move |answer| {
-                let (stage, layers) = answered;
-                for l in layers.iter().flatten() {
-                    if let Err(e) = stage.record_first(l) {
-                        tracing::warn!(layer = %l.dir.display(), "recording what was staged failed: {e}");
-                    }
-                }
-                let _ = answer_tx.send(answer);
-            });
-            runner.run_replying(&spec, reply);
-            // And again once the sandbox is gone, before another call or a commit may take
-            // the layers (a path already recorded keeps its first record).
-            if let Some((holding, layers)) = staged {
-                for l in &layers {
-                    if let Err(e) = stage.record_first(l) {
-                        tracing::warn!(layer = %l.dir.display(), "recording what was staged failed: {e}");
-                    }
-                }
-                drop(holding);
-            }
-            // The slot and the count in flight are held until the clean-up after the answer
-            // is done: `max_concurrent_calls` bounds sandboxes, not answers.
-            drop(permit);
-            drop(cleaning);
-        });
-        // The decision goes to disk on this thread while the runner's thread makes the sandbox.
-        if let Some(decision) = decision {
-            let on_disk = self.record(decision).await;
-            cleared.decide(on_disk.is_ok());
-            if let Err(e) = on_disk {
-                // The runner stops the sandbox before its tool gets its input: nothing runs.
-                let _ = answer_rx.await;
-                return Err(NotRun::Audit(e));
-            }
-        }
-        let answer = answer_rx.await;
-        Ok(match answer {
-            Ok(r) => {
-                tokio::spawn(async move {
-                    if let Err(e) = task.await {
-                        tracing::error!(
-                            error = %e,
-                            "the runner task failed after its answer; see {}",
-                            runbook::RUNNER_UNAVAILABLE
-                        );
-                    }
-                });
-                r
-            }
-            Err(_) => {
-                // The runner panicked: its own guards cleaned up; the model gets a fixed sentence.
-                let e = match task.await {
-                    Err(e) => e.to_string(),
-                    Ok(()) => "it gave no answer".to_string(),
-                };
-                tracing::error!(
-                    error = %e,
-                    "the runner task failed; see {}",
-                    runbook::RUNNER_UNAVAILABLE
-                );
-                Err(RunError::Unavailable(Unavailable::RunnerUnavailable))
-            }
-        })
-    }
-
     fn result_body(&self, peer: Peer, out: RunOutput, label: String) -> Body {
         let max = self.config.broker.preview_chars;
         let (content, continues_at) = preview(&out.content, max);
@@ -928,17 +693,6 @@ impl Broker {
         }
     }
 
-    fn audit_failed(&self, e: &str) -> Body {
-        tracing::error!(
-            error = e,
-            "an audit record could not be written; see {}",
-            runbook::AUDIT_UNWRITABLE
-        );
-        Body::Unavailable {
-            message: AUDIT_UNAVAILABLE.into(),
-        }
-    }
-
     fn mark_unavailable(&self, session: &str) {
         let mut st = self.state();
         if st.unavailable.insert(session.to_string()) {
@@ -950,135 +704,7 @@ impl Broker {
             }
         }
     }
-
-    fn tools(&self, grant: &str) -> Body {
-        let Some(g) = self.policy.grant(grant) else {
-            return error(ProtocolError::UnknownGrant(grant.to_string()));
-        };
-        let tools = self
-            .policy
-            .offered(g)
-            .into_iter()
-            .map(|t| ToolSchema {
-                name: t.as_str().into(),
-                description: t.description().into(),
-                parameters: t.parameters(),
-            })
-            .collect();
-        Body::Tools {
-            tools,
-            staged: g.grant.writes == crate::config::Writes::Staged,
-        }
-    }
-
-    /// A page of a stored output; another peer's id is as unknown as one never given.
-    fn result(&self, peer: Peer, result_id: &str, offset: usize) -> Body {
-        let page = self
-            .state()
-            .results
-            .page(peer.uid, result_id, offset, PAGE_CHARS);
-        match page {
-            Some((content, next_offset)) => Body::ResultPage {
-                content,
-                offset,
-                next_offset,
-            },
-            None => error(ProtocolError::UnknownResult(result_id.to_string())),
-        }
-    }
-
-    async fn decline(&self, ticket: &str) -> Body {
-        let Some(b) = self.state().tickets.decline(ticket, Instant::now()) else {
-            return error(ProtocolError::UnknownTicket);
-        };
-        let rec = Record {
-            kind: RecordKind::Call,
-            session: Some(b.session),
-            call: Some(b.call),
-            grant: Some(b.grant),
-            tool: Some(b.tool),
-            decision: Some(Decided::Declined),
-            status: Some(Ended::Cancelled),
-            ..Record::default()
-        };
-        journal(&rec, None, Instant::now());
-        match self.record(rec).await {
-            Ok(_) => Body::Declined {},
-            Err(e) => self.audit_failed(&e),
-        }
-    }
-
-    fn end_session(&self, session: &str) -> Body {
-        if Ident::parse(session).is_err() {
-            return error(ProtocolError::BadIdent("session"));
-        }
-        let mut st = self.state();
-        st.refusals.end_session(session);
-        st.tickets.end_session(session);
-        if st.unavailable.remove(session) {
-            st.unavailable_order.retain(|s| s != session);
-        }
-        Body::Ended {}
-    }
-
-    async fn status(&self) -> Body {
-        let now = Instant::now();
-        let mut preflight = lock(&self.preflight).status(now, "not run yet");
-        preflight.network = Some(Box::new(
-            lock(&self.network).status(now, "runs before the first http_fetch"),
-        ));
-        let head = self.audit_head();
-        Body::Status(Status {
-            protocol: PROTOCOL,
-            version: env!("CARGO_PKG_VERSION").into(),
-            backend: self.backend.map_or(NO_BACKEND, Backend::as_str).into(),
-            enforce_limits: self.config.runner.as_ref().is_none_or(|r| r.enforce_limits),
-            preflight,
-            poisoned: self.runner.poisoned(),
-            weakened: self.runner.weakened(),
-            audit_head: AuditHead {
-                seq: head.seq,
-                hash: head.hash,
-            },
-            audit_stalled_ms: self
-                .audit_watch
-                .stalled_for()
-                .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
-            privileges: crate::privileges::Privileges::read()
-                .ok()
-                .map(crate::privileges::Privileges::shown),
-        })
-    }
 }
-
-/// One journal line per decision about a call (docs/design.md#service): who, which grant and
-/// tool, what was decided, how it ended (when it has), how long brokerd took from the request,
-/// and for a refusal its kind. Never the model's text: not the target, not the reason.
-fn journal(rec: &Record, kind: Option<&'static str>, received: Instant) {
-    let field = |f: &Option<String>| f.clone().unwrap_or_default();
-    tracing::info!(
-        session = field(&rec.session),
-        call = field(&rec.call),
-        grant = field(&rec.grant),
-        // A tool name the model made up is its text: only the four are named.
-        tool = rec
-            .tool
-            .as_deref()
-            .and_then(proto::tools::ToolName::parse)
-            .map_or("other", proto::tools::ToolName::as_str),
-        decision = rec.decision.map_or("", Decided::as_str),
-        status = rec.status.map_or("", Ended::as_str),
-        kind = kind.unwrap_or(""),
-        duration_ms = received.elapsed().as_millis() as u64,
-        "decision"
-    );
-}
-
-/// The longest a call's outcome record waits for the disk when no other record follows it.
-pub const OUTCOME_SYNC_WITHIN: Duration = Duration::from_millis(100);
-
-/// The `backend` of `status` when the config has no `[runner]` section.
-pub const NO_BACKEND: &str = "none";
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic while holding the lock leaves plain data behind; keep serving.
@@ -1089,19 +715,6 @@ pub use crate::preflight::NETWORK_PREFLIGHT_URL;
 
 /// What the model reads when its call's audit record cannot be written.
 pub const AUDIT_UNAVAILABLE: &str = "the call could not be audited, so it was not answered";
-
-/// Why [`Broker::run`] ran nothing: no slot, or the decision could not be audited.
-enum NotRun {
-    Busy,
-    Audit(String),
-}
-
-/// The second record of an allowed call: whether it ran, how it ended, how long it took.
-fn outcome_record(mut rec: Record, decision: Decided, started: Instant) -> Record {
-    rec.decision = Some(decision);
-    rec.duration_ms = Some(started.elapsed().as_millis() as u64);
-    rec
-}
 
 fn error(e: ProtocolError) -> Body {
     Body::Error {
