@@ -1,6 +1,6 @@
 # services.boxmaker: brokerd as a socket-activated system service whose tool calls run in the
 # service user's rootless Podman, or with settings.runner.backend = "bwrap" in bubblewrap
-# sandboxes over the tools image's file tree (DESIGN.md "Service", "Deployment", "Runners").
+# sandboxes over the tools image's file tree (docs/design.md#service, docs/design.md#deployment, docs/design.md#runners).
 #
 # The unit settings come from ./units.json, the one definition that dist/systemd/generate.py
 # also turns into the units for hosts without NixOS; its "bwrap" section is laid over the
@@ -749,7 +749,7 @@ in
       type = settingsType;
       default = { };
       description = ''
-        brokerd's config (DESIGN.md "Config"), written as TOML to /etc/boxmaker/brokerd.toml and
+        brokerd's config (docs/design.md#config), written as TOML to /etc/boxmaker/brokerd.toml and
         checked with `brokerd check-config` at build time. runner.image defaults to the image ID
         of toolsImage.
       '';

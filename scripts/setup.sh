@@ -222,7 +222,7 @@ user() {
         say "made $SERVICE_HOME"
         changed=1
     fi
-    # Where egress directories live (seed 003 section 6: <home>/run/egress/).
+    # Where egress directories live (docs/design.md#the-podman-runner: <home>/run/egress/).
     if [ ! -d "$SERVICE_HOME/run/egress" ]; then
         install -d -o "$SERVICE_USER" -g "$SERVICE_USER" -m 0700 "$SERVICE_HOME/run" "$SERVICE_HOME/run/egress"
         say "made $SERVICE_HOME/run/egress"

@@ -2,7 +2,7 @@
 # Prints the image ID Podman will give a docker-archive image once it is loaded: the sha256 of
 # the config JSON that the archive's manifest.json names ("Config"). Podman keeps that ID
 # through `podman load` and `podman save`, so it can be computed when the image is built and
-# pinned in [runner] image (DESIGN.md "Config"); a RepoDigest is made at load time and is not.
+# pinned in [runner] image (docs/design.md#config); a RepoDigest is made at load time and is not.
 #
 #   image-id.sh ARCHIVE      ARCHIVE: a .tar or a compressed tar (buildLayeredImage's .tar.gz)
 # Needs tar (and gzip for .tar.gz), jq and sha256sum.

@@ -145,7 +145,7 @@ fi
 # --- the units ----------------------------------------------------------------------------------
 units=$PAYLOAD/units
 if ! ls "$units"/*.socket >/dev/null 2>&1; then
-    # dist/systemd/ was not there when run.sh ran: stand-ins with the settings DESIGN.md names,
+    # dist/systemd/ was not there when run.sh ran: stand-ins with the settings docs/design.md#deployment names,
     # so the rest can still be checked. Said loudly, never counted as a pass.
     skip units-from-dist "dist/systemd/ has no units yet; using the guest's stand-in units"
     units=/run/boxmaker-standin-units

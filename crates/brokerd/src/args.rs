@@ -1,11 +1,11 @@
-//! From a tool name and the model's raw argument string to [`ToolArgs`] (DESIGN.md "Life of a
-//! call", step 3; seed 003 sections 2 and 3).
+//! From a tool name and the model's raw argument string to [`ToolArgs`]
+//! (docs/design.md#life-of-a-call, step 3; docs/design.md#protocol).
 //!
 //! Parsing is strict (the `proto::tools` structs deny unknown fields). `http_fetch` yields the
 //! sealed [`FetchUrl`]: policy matches its `host()` and the runner hands its `url()` to the
-//! tool, and since both come from one parse they cannot disagree (seed 003 section 3).
+//! tool, and since both come from one parse they cannot disagree (docs/design.md#grants-and-paths).
 //!
-//! # URL rules (DESIGN.md "http_fetch URLs")
+//! # URL rules (docs/design.md#grants-and-paths)
 //!
 //! - plain printable ASCII: no control characters, no whitespace, no backslash (curl and WHATWG
 //!   parsers read `\` differently, and a parser difference is a way around the host check);
@@ -61,8 +61,8 @@ impl ToolArgs {
         }
     }
 
-    /// The `proto::tools` JSON the sandbox reads on standard input (seed 003 section 4). For
-    /// http_fetch it carries the checked `url()`, never the model's spelling.
+    /// The `proto::tools` JSON the sandbox reads on standard input (docs/design.md#the-toolkit).
+    /// For http_fetch it carries the checked `url()`, never the model's spelling.
     pub fn input_json(&self) -> Vec<u8> {
         let json = match self {
             ToolArgs::ReadFile(a) => serde_json::to_vec(a),
@@ -81,7 +81,8 @@ impl ToolArgs {
 /// way to get one is [`parse`], so a `FetchUrl` in hand is a checked one.
 ///
 /// ```compile_fail,E0451
-/// let u = brokerd::args::FetchUrl { url: "https://example.com/".into(), host: "example.com".into() };
+/// let u = brokerd::args::FetchUrl { url: "https://example.com/".into(), host: "example.com".into()
+/// };
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FetchUrl {
@@ -238,7 +239,7 @@ fn looks_like_ip(host: &str) -> bool {
             || (last.starts_with("0x") && digits.bytes().all(|b| b.is_ascii_hexdigit())))
 }
 
-/// The problem text of seed 003 section 3, exactly.
+/// The problem text of docs/design.md#grants-and-paths, exactly.
 pub const UNMOUNTABLE: &str = "cannot be mounted: it contains ':' or ','";
 
 /// A grant directory that podman's `--volume=<path>:<path>:ro` cannot express.
@@ -253,7 +254,8 @@ impl fmt::Display for UnmountablePath {
 
 impl std::error::Error for UnmountablePath {}
 
-/// Seed 003 section 3: a grant path may not contain `:` or `,`, the separators of podman's
+/// docs/design.md#grants-and-paths: a grant path may not contain `:` or `,`, the separators of
+/// podman's
 /// `--volume` option.
 pub fn check_grant_path(path: &Path) -> Result<(), UnmountablePath> {
     if path

@@ -1,4 +1,4 @@
-//! Shell patterns in write targets (DESIGN.md "Grants and modes" → Paths): what `tee gen*/x`
+//! Shell patterns in write targets (docs/design.md#grants-and-paths): what `tee gen*/x`
 //! or `cp a gen.r?` may write, found the way the shell will find it, inside the grant.
 //!
 //! Matching follows POSIX pathname expansion (`*`, `?`, `[...]` with `!`/`^` and ranges,

@@ -1,10 +1,10 @@
 //! brokerd: checks each tool call against the owner's grant, runs it in a fresh sandbox and
-//! answers with the output labelled by its grant. See DESIGN.md "Life of a call".
+//! answers with the output labelled by its grant. See docs/design.md#life-of-a-call.
 //!
 //! One module answers one question: `args` parses, `policy` decides (with `mode`,
-//! `classify`, `workspace` and `protect`), `runner` runs, `audit` records (`redact` keeps secrets out of it), `broker` walks a
-//! call through all of them, `server` speaks the protocol on the socket, `visible` shows the
-//! model's text to a person.
+//! `classify`, `workspace` and `protect`), `runner` runs, `audit` records (`redact` keeps secrets
+//! out of it), `broker` walks a call through all of them, `server` speaks the protocol on the
+//! socket, `visible` shows the model's text to a person.
 
 pub mod args;
 pub mod audit;

@@ -1,7 +1,7 @@
 //! `brokerd --config FILE [--socket PATH]` serves; `brokerd check-config FILE` validates;
 //! `brokerd doctor | ps | gc` and `brokerd audit verify FILE` are the local commands
 //! (`brokerd::local`), which `boxctl` forwards here; `completions SHELL` and `man` print what
-//! a package installs. (DESIGN.md "Command lines", "Service".)
+//! a package installs. (docs/design.md#command-lines, docs/design.md#service.)
 
 use std::os::fd::{FromRawFd, IntoRawFd};
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
@@ -288,7 +288,7 @@ async fn run(file: &Path, socket: Option<PathBuf>) -> Result<(), String> {
     config::grants_clear_of(&config, &socket_dirs)
         .map_err(|e| format!("{}: {e}", file.display()))?;
     // Without [runner] brokerd still serves, decides and audits, and refuses whatever would
-    // run (seed 003 section 6, DESIGN.md "Service").
+    // run (docs/design.md#the-podman-runner, docs/design.md#service).
     let backend = config.runner.as_ref().map(|rc| rc.backend);
     let runner: Arc<dyn Runner> = match &config.runner {
         None => {
@@ -352,7 +352,7 @@ async fn run(file: &Path, socket: Option<PathBuf>) -> Result<(), String> {
         backend.map_or(NO_BACKEND, Backend::as_str)
     );
     if !enforce {
-        // DESIGN.md "Limits": an operator's explicit choice, logged and audited.
+        // docs/design.md#limits: an operator's explicit choice, logged and audited.
         start.push_str(
             "; enforce_limits = false: calls run even where memory and pids limits are ignored",
         );

@@ -1,6 +1,5 @@
-//! Modes and what each grants (DESIGN.md "Grants and modes"; seed 000's ExecutionMode and
-//! CapabilityPolicy): one immutable capability set per mode, asked for only through
-//! `Capabilities::for_mode`.
+//! Modes and what each grants (docs/design.md#modes-and-the-classifier): one immutable
+//! capability set per mode, asked for only through `Capabilities::for_mode`.
 
 use std::fmt;
 

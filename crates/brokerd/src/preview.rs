@@ -1,4 +1,4 @@
-//! The answer's preview and the store of whole outputs (DESIGN.md "Output").
+//! The answer's preview and the store of whole outputs (docs/design.md#output).
 //!
 //! The model gets at most `preview_chars` characters, head and tail kept, with a marker line
 //! saying how much was cut; the whole (capped) output stays retrievable by `result_id` for a

@@ -1,5 +1,4 @@
-//! Secrets out of what a person reads: the audit log and brokerd's journal (DESIGN.md
-//! "Service" → Audit log; seed 000's AuditLogger).
+//! Secrets out of what a person reads: the audit log and brokerd's journal (docs/design.md#audit).
 //!
 //! [`redact`] replaces, wherever it finds them in a command, a path, a URL, a question or a
 //! reason:

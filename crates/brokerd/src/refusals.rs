@@ -1,4 +1,4 @@
-//! The repeated-refusal stop (DESIGN.md "Grants and modes"; seed 000 section 5.1.4).
+//! The repeated-refusal stop (docs/design.md#modes-and-the-classifier).
 //!
 //! A refusal is deterministic, so asking again cannot change it. The same refusal asked for
 //! N times in a session (same tool, target and refusal once spacing, quoting, a leading `./`

@@ -1,4 +1,4 @@
-//! Approval tickets for `ask` (DESIGN.md "Grants and modes").
+//! Approval tickets for `ask` (docs/design.md#modes-and-the-classifier).
 //!
 //! A ticket is bound to one exact call: session, call, grant, tool and the model's raw
 //! argument string. It is single use, expires after `ticket_ttl_s`, and lives in memory only

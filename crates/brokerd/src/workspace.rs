@@ -1,5 +1,4 @@
-//! The grant's directories and tool path resolution (DESIGN.md "Grants and modes" → Paths;
-//! seed 000's Workspace).
+//! The grant's directories and tool path resolution (docs/design.md#grants-and-paths).
 //!
 //! A tool path is absolute or relative to the first directory. Every symlink is followed, the
 //! parent of a not-yet-existing file and a dangling link included, and the result must lie

@@ -1,4 +1,4 @@
-//! `boxmaker-e2e`: the end-to-end scenario suite in one static binary (DESIGN.md "Testing").
+//! `boxmaker-e2e`: the end-to-end scenario suite in one static binary (docs/design.md#testing).
 //!
 //! ```text
 //! boxmaker-e2e ca --out DIR

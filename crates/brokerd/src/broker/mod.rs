@@ -83,8 +83,8 @@ struct State {
     tickets: Tickets,
     refusals: RefusalCounter,
     results: ResultStore,
-    /// Sessions that saw the runner unavailable: their later writes are refused (seed 000
-    /// 5.1.5), bounded, oldest forgotten first.
+    /// Sessions that saw the sandbox missing: their later writes are refused
+    /// (docs/design.md#preflight-and-poisoning), bounded, oldest forgotten first.
     unavailable: HashSet<String>,
     unavailable_order: VecDeque<String>,
 }
@@ -168,7 +168,7 @@ impl Broker {
             network: Mutex::new(Kept::new(RETRY_FIRST)),
             probing: tokio::sync::Mutex::new(()),
             network_probing: tokio::sync::Mutex::new(()),
-            // DESIGN.md "Service": without [runner] brokerd still serves, and says so.
+            // docs/design.md#service: without [runner] brokerd still serves, and says so.
             backend: config.runner.as_ref().map(|r| r.backend),
             shutting_down: std::sync::atomic::AtomicBool::new(false),
             weakened_audited: Mutex::new(0),
@@ -204,9 +204,9 @@ impl Broker {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The backend's preflight: a real minimal sandbox (seed 000 5.1.6), run unless its kept
-    /// outcome stands (`probe`: a pass or a terminal failure for good, another failure until
-    /// its retry is due). While it fails, calls answer `unavailable`.
+    /// The backend's preflight: a real minimal sandbox (docs/design.md#preflight-and-poisoning),
+    /// run unless its kept outcome stands (`probe`: a pass or a terminal failure for good, another
+    /// failure until its retry is due). While it fails, calls answer `unavailable`.
     pub async fn preflight(&self) -> Preflight {
         if self.config.runner.is_none() {
             let p = Preflight {
@@ -242,11 +242,11 @@ impl Broker {
         p
     }
 
-    /// The proxy path, proven once before the first http_fetch runs (seed 000 5.1.6): a proxy
-    /// sandbox allowed only `allowed.invalid`, and a fetch of `preflight.invalid` through it,
-    /// which the proxy must refuse by name. That needs the proxy started, its socket in the
-    /// tool sandbox and the SOCKS5 exchange working; no name is resolved and no packet leaves.
-    /// Kept as the start-up preflight is (`probe`).
+    /// The proxy path, proven once before the first http_fetch runs
+    /// (docs/design.md#preflight-and-poisoning): a proxy sandbox allowed only `allowed.invalid`,
+    /// and a fetch of `preflight.invalid` through it, which the proxy must refuse by name. That
+    /// needs the proxy started, its socket in the tool sandbox and the SOCKS5 exchange working; no
+    /// name is resolved and no packet leaves. Kept as the start-up preflight is (`probe`).
     pub async fn network_preflight(&self) -> Preflight {
         if let Some(p) = lock(&self.network).standing(Instant::now()) {
             return p;
@@ -662,7 +662,8 @@ impl Broker {
     ) -> Body {
         let reason = refusal.reason();
         // Counted by (tool, target, which refusal): the target is normalised there, so `x`,
-        // `./x` and `x/` are one refusal (seed 000 5.1.4), and two different targets are two.
+        // `./x` and `x/` are one refusal (docs/design.md#modes-and-the-classifier), and two
+        // different targets are two.
         let kind = refusal.why.kind();
         let verdict = self
             .state()

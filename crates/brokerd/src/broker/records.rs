@@ -102,7 +102,7 @@ impl Broker {
     }
 
     /// Audits, once each, what of the configured confinement the runner found this host would
-    /// not apply (DESIGN.md "Limits": weaker confinement is never silent).
+    /// not apply (docs/design.md#limits: weaker confinement is never silent).
     pub(super) async fn audit_weakened(&self) {
         let all = self.runner.weakened();
         let new: Vec<String> = {

@@ -1,4 +1,5 @@
-//! The decision (DESIGN.md "Life of a call" step 4, "Grants and modes", "Paths").
+//! The decision (docs/design.md#life-of-a-call, docs/design.md#modes-and-the-classifier,
+//! docs/design.md#grants-and-paths).
 //!
 //! `decide` turns a grant and a parsed call into one of three outcomes; the repeated-refusal
 //! stop and approval tickets are the broker's, since they need session state. Nothing here
@@ -102,7 +103,7 @@ pub enum Why {
     /// http_fetch to a host the grant does not name.
     #[error("http_fetch: {host} is not one of the grant's hosts ({})", .hosts.join(", "))]
     HostNotGranted { host: String, hosts: Vec<String> },
-    /// More than toolkit reads on standard input (seed 003 section 4).
+    /// More than toolkit reads on standard input (docs/design.md#the-toolkit).
     #[error("{tool}: the call comes to {bytes} bytes, more than the {} bytes a tool can take; nothing was run: split it into smaller calls", proto::tools::MAX_INPUT)]
     TooLarge { tool: ToolName, bytes: usize },
     /// The grant's mode does not allow the action.
@@ -116,14 +117,15 @@ pub enum Why {
     /// The approval ticket does not approve this call.
     #[error("{0}")]
     Approval(crate::tickets::TicketError),
-    /// The session saw the runner unavailable: writes are refused (seed 000 5.1.5).
+    /// The session saw the runner unavailable: writes are refused
+    /// (docs/design.md#preflight-and-poisoning).
     #[error("{tool}: the sandbox was unavailable earlier in this session, so writes are refused rather than attempted; nothing was changed")]
     UnavailableEarlier { tool: String },
     /// A shell command writes where the classifier cannot tell, in a grant whose protected
     /// targets only the classifier guards.
     #[error("the command writes files the classifier cannot place (after a cd it cannot follow, names find or the input supplies, files an archive or a patch names), and {0}; with protect = \"classifier\" nothing else holds them, so it is refused: name the files, or run it from their directory")]
     UnplacedWrite(String),
-    /// No `[runner]` is configured (DESIGN.md "Service").
+    /// No `[runner]` is configured (docs/design.md#service).
     #[error("no tool runner is configured on this host; nothing was run")]
     NoRunner,
     /// A staged grant's layer cannot take the call (the session's bytes, a layer in use).
@@ -469,8 +471,8 @@ impl Policy {
                 )
             }
         };
-        // toolkit reads at most MAX_INPUT bytes (seed 003 section 4): a larger call could only
-        // fail inside the sandbox, with a sentence the model cannot act on.
+        // toolkit reads at most MAX_INPUT bytes (docs/design.md#the-toolkit): a larger call could
+        // only fail inside the sandbox, with a sentence the model cannot act on.
         if input.len() > proto::tools::MAX_INPUT {
             let bytes = input.len();
             return refuse(&target, Why::TooLarge { tool, bytes });

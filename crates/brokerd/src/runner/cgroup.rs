@@ -1,5 +1,5 @@
-//! `CgroupLimits`, the second of seed 000's resource contracts (5.1.3.3): memory, processes
-//! and CPU for a sandbox as a whole, which rlimits cannot bound.
+//! `CgroupLimits`, the second of two resource contracts (docs/design.md#limits): memory,
+//! processes and CPU for a sandbox as a whole, which rlimits cannot bound.
 //!
 //! Two mechanisms, chosen by `[bwrap] cgroup`:
 //! - `delegated`: a cgroup v2 child group `<own>/sandbox-<name>` of the subtree systemd
@@ -7,12 +7,11 @@
 //!   and the sandbox's first process moves itself in (`cgroup.procs`) between fork and exec,
 //!   so no instruction of bwrap runs outside its limits.
 //! - `systemd-scope`: the argument list is wrapped in `systemd-run --user --scope` with
-//!   `MemoryMax`, `TasksMax` and `CPUQuota` (seed 000's SystemdScopeRunner: it knows systemd
-//!   and nothing else).
+//!   `MemoryMax`, `MemorySwapMax`, `TasksMax` and `CPUQuota`: systemd does the rest.
 //!
 //! Whether a mechanism is there is decided once ([`Mechanism::probe`]); where it is not and
 //! `enforce_limits` is on, calls answer `unavailable`: there is no path from "mechanism
-//! unavailable" to "run it anyway" (seed 000 5.1.4).
+//! unavailable" to "run it anyway" (docs/design.md#limits).
 
 use std::ffi::OsString;
 use std::fs::{File, OpenOptions};
@@ -355,7 +354,7 @@ pub fn sweep(root: &Path) -> (usize, Vec<String>) {
     (removed, failed)
 }
 
-/// `systemd-run --user --scope ... --` before `argv` (seed 000's SystemdScopeRunner).
+/// `systemd-run --user --scope ... --` before `argv`.
 pub fn scope_prefix(systemd_run: &Path, unit: &str, limits: &CgroupLimits) -> Vec<OsString> {
     let (quota, period) = limits.cpu_max;
     let percent = quota.saturating_mul(100) / period.max(1);

@@ -1,5 +1,5 @@
-//! The per-call egress directory both backends share (seed 003 section 6): made private
-//! before the proxy starts, looked at for the proxy's socket, removed afterwards, swept at
+//! The per-call egress directory both backends share (docs/design.md#the-podman-runner): made
+//! private before the proxy starts, looked at for the proxy's socket, removed afterwards, swept at
 //! start-up.
 
 use std::io::ErrorKind;
@@ -54,7 +54,7 @@ pub fn remove_dir(dir: &Path) -> std::io::Result<()> {
 /// Waits until the proxy's socket exists in `dir`, or `deadline`, or `gone` (the proxy's
 /// pidfd, where there is one) says the proxy is no longer there to make it. Only existence is
 /// checked: the host path can exceed the 108 bytes of a socket address, so brokerd never
-/// connects to it (DESIGN.md "Runners").
+/// connects to it (docs/design.md#runners).
 ///
 /// It looks every [`SOCKET_STEP`], waiting in between on the pidfd, so a proxy that dies ends
 /// the wait at once. Not inotify: a watch on the directory the sandbox bind-mounts slowed the

@@ -1,4 +1,4 @@
-//! `ResourceLimits`, the first of seed 000's two resource contracts (5.1.3.3): setrlimit(2)
+//! `ResourceLimits`, the first of two resource contracts (docs/design.md#limits): setrlimit(2)
 //! in the sandbox's first process, after fork and before exec, so bwrap and everything it
 //! starts inherit them. They hold on any host, cgroups or not; the cgroup contract
 //! ([`super::cgroup`]) bounds the sandbox as a whole, which rlimits cannot (they count per

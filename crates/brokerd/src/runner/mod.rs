@@ -1,5 +1,5 @@
 //! Runners: from a [`RunSpec`] to a finished, cleaned-up sandbox and an answer
-//! (seed 003 section 6; DESIGN.md "Runners").
+//! (docs/design.md#the-podman-runner; docs/design.md#runners).
 //!
 //! Every text a runner gives the model is one of the fixed sentences below; whatever the tool
 //! or podman printed on standard error goes to brokerd's log only.
@@ -67,7 +67,8 @@ pub struct Mount {
     pub stage: Option<StageMount>,
 }
 
-/// Where a session's layer of a staged grant directory is (docs/design.md#staged-writes-and-owners).
+/// Where a session's layer of a staged grant directory is
+/// (docs/design.md#staged-writes-and-owners).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StageMount {
     pub upper: PathBuf,
@@ -247,7 +248,7 @@ pub fn stop_budget(backend: crate::config::Backend, tool: ToolName) -> Duration 
 /// yet ([`Cleared`]).
 pub struct Reply<'a>(Option<Deliver<'a>>, Cleared);
 
-/// Whether a call's decision record is on disk (DESIGN.md "Audit": audited before anything
+/// Whether a call's decision record is on disk (docs/design.md#audit: audited before anything
 /// runs). brokerd writes and syncs it while the runner makes the sandbox ready; the runner
 /// gives the tool its input, and an http_fetch its proxy, only once it is. A record that could
 /// not be written stops the call there: the tool never got its input, so nothing ran.
@@ -414,7 +415,7 @@ pub fn run_to_the_end(run: impl FnOnce(Reply<'_>)) -> Result<RunOutput, RunError
 
 /// Clean-ups still under way after their call's answer left. A call that is about to give a
 /// tool its way out (http_fetch) first waits for every clean-up that began before it, because
-/// one that cannot confirm its proxy gone poisons network work (DESIGN.md "Runners"), and the
+/// one that cannot confirm its proxy gone poisons network work (docs/design.md#runners), and the
 /// poisoning must be seen before the next tool runs, as when clean-up came before the answer.
 #[derive(Debug, Default)]
 pub struct Settling {
@@ -494,7 +495,8 @@ pub trait Runner: Send + Sync {
     }
 
     /// Whether a sandbox or proxy this runner asked to die could not be confirmed dead
-    /// (containment poisoning, seed 000 5.1.7): http_fetch answers unavailable until restart.
+    /// (containment poisoning, docs/design.md#preflight-and-poisoning): http_fetch answers
+    /// unavailable until restart.
     fn poisoned(&self) -> bool {
         false
     }
@@ -507,8 +509,9 @@ pub trait Runner: Send + Sync {
     }
 
     /// Why no sandbox can ever start here as configured, when the runner has seen it: the
-    /// program absent or not executable, the kernel refusing it (seed 000 5.1.6). Such a
-    /// failure is remembered; any other is tried again.
+    /// program absent or not executable, the kernel refusing it
+    /// (docs/design.md#preflight-and-poisoning). Such a failure is remembered; any other is tried
+    /// again.
     fn terminal_failure(&self) -> Option<String> {
         None
     }
@@ -520,8 +523,8 @@ pub trait Runner: Send + Sync {
     }
 
     /// Whether this runner's sandboxes set HOME and TMPDIR to /tmp, which the start-up
-    /// preflight then checks (bwrap's argument list sets them; Podman's, seed 003 section 6,
-    /// sets no environment).
+    /// preflight then checks (bwrap's argument list sets them; Podman's,
+    /// docs/design.md#the-podman-runner, sets no environment).
     fn sets_home_and_tmpdir(&self) -> bool {
         false
     }
@@ -563,9 +566,9 @@ impl SweepError {
 
 /// What one call is in either backend, with the steps that differ left to [`Steps`]: the
 /// spec's own checks, the backend's remembered refusal, http_fetch turned off by poisoning
-/// (seed 000 5.1.7), the run, its log line, the answer, and then the clean-up the answer does
-/// not depend on, counted in the backend's [`Settling`] from before the answer leaves so that
-/// a call that starts after it waits for it.
+/// (docs/design.md#preflight-and-poisoning), the run, its log line, the answer, and then the
+/// clean-up the answer does not depend on, counted in the backend's [`Settling`] from before the
+/// answer leaves so that a call that starts after it waits for it.
 fn run_call<S: Steps>(backend: &S, spec: &RunSpec, reply: Reply<'_>) {
     let started = std::time::Instant::now();
     if let Some(what) = spec.malformation() {

@@ -1,5 +1,6 @@
 //! What both backends do with a finished sandbox: read its standard output up to the cap,
-//! decode it, and turn its exit status into an answer by seed 003 section 6's table.
+//! decode it, and turn its exit status into an answer by the docs/design.md#the-podman-runner
+//! table.
 //!
 //! Podman and bwrap report a tool's exit the same way (the tool's own code, or 128 + the
 //! signal that killed it), so one table serves both; only what "the runner itself failed"
@@ -19,14 +20,14 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use super::wake::{first_ready, poll_until, Signal};
 use super::{Failure, RunOutput};
 
-/// How much of a runner's standard error is kept for the log (seed 003 section 6).
+/// How much of a runner's standard error is kept for the log (docs/design.md#the-podman-runner).
 pub const STDERR_KEEP: usize = 4096;
 /// How long to wait for the last output once the sandbox has exited: a process that inherited
 /// the pipe must not hold the answer.
 pub const DRAIN_GRACE: Duration = Duration::from_secs(2);
 
-/// What an exit status means (seed 003 section 6), before the backend adds its own reading
-/// of "the runner failed".
+/// What an exit status means (docs/design.md#the-podman-runner), before the backend adds its own
+/// reading of "the runner failed".
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
     /// Exit 0 or 1, or any exit once the output was truncated: the output is the answer.
@@ -37,14 +38,14 @@ pub enum Verdict {
     RunnerFailed,
 }
 
-/// Seed 003 section 6's table, shared by every backend.
+/// the docs/design.md#the-podman-runner table, shared by every backend.
 pub fn verdict(status: ExitStatus, stdout: Vec<u8>, truncated: bool) -> Verdict {
     match (status.code(), status.signal()) {
         (Some(0 | 1), _) => Verdict::Output(RunOutput {
             content: decode(stdout, truncated),
             truncated,
         }),
-        // DESIGN.md "Output": once the cap was passed, the capped output is the answer.
+        // docs/design.md#output: once the cap was passed, the capped output is the answer.
         _ if truncated => Verdict::Output(RunOutput {
             content: decode(stdout, true),
             truncated,

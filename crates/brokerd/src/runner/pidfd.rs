@@ -1,6 +1,6 @@
-//! Processes signalled and observed only through a pidfd (seed 000 5.1.8): a numeric PID can
-//! be reused between reading it and signalling it; a pidfd names one process for as long as
-//! the descriptor is open.
+//! Processes signalled and observed only through a pidfd (docs/design.md#preflight-and-poisoning):
+//! a numeric PID can be reused between reading it and signalling it; a pidfd names one process for
+//! as long as the descriptor is open.
 //!
 //! A pidfd is opened right after `spawn` returns. The child is not reaped until [`Pidfd::reap`],
 //! so its PID cannot have been reused in between: the pidfd names the process brokerd started.
@@ -14,7 +14,8 @@ use std::time::{Duration, Instant};
 use super::wake::first_ready;
 
 /// How long a process that was sent SIGKILL may take to be seen dead before the signal is
-/// sent once more (seed 000 5.1.8: one retry through the same pidfd, no other fallback).
+/// sent once more (docs/design.md#preflight-and-poisoning: one retry through the same pidfd, no
+/// other fallback).
 pub const KILL_CONFIRM: Duration = Duration::from_secs(2);
 
 /// A process started by brokerd, held by its pidfd.
@@ -149,7 +150,7 @@ impl Pidfd {
     }
 
     /// SIGKILL through the pidfd, confirmed by its exit; once more if the first was not
-    /// seen to work (seed 000 5.1.8). Never a numeric kill.
+    /// seen to work (docs/design.md#preflight-and-poisoning). Never a numeric kill.
     pub fn kill_and_reap(&self, confirm: Duration) -> Stopped {
         for _ in 0..2 {
             // ESRCH means it already exited (and is a zombie, or reaped by us): fine.

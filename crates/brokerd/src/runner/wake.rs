@@ -1,7 +1,7 @@
 //! Waiting for whichever comes first of several descriptors becoming readable, or a deadline:
 //! the one primitive every runner wait is built on, so a call wakes when its sandbox exits or
 //! its output ends, not at the next tick of a timer. poll(2) blocks with the time left as its
-//! timeout (seed 003 section 6: the wait is still a poll, on the pidfd).
+//! timeout (docs/design.md#the-podman-runner: the wait is still a poll, on the pidfd).
 
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};

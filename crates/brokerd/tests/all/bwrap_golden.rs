@@ -1,6 +1,6 @@
-//! The bwrap argument lists (DESIGN.md "Runners", seed 000 5.1.3.3), byte for byte against the
-//! golden files in `tests/fixtures/bwrap/` (one argument a line). A change here is a change of
-//! the sandbox: review the file's diff flag by flag.
+//! The bwrap argument lists (docs/design.md#runners, docs/design.md#the-bwrap-runner), byte for
+//! byte against the golden files in `tests/fixtures/bwrap/` (one argument a line). A change here is
+//! a change of the sandbox: review the file's diff flag by flag.
 //!
 //! Set `BLESS=1` to rewrite the files from the code (then read the diff before committing).
 

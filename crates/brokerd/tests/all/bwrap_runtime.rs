@@ -1,8 +1,8 @@
 //! The bwrap runtime against a real `bwrap` over a tools root built in a temporary directory
 //! from the static (musl) toolkit and busybox-static: each tool, the mounts, the missing
-//! network, the exit-code table of seed 003 section 6, the output cap, the time limit with
-//! its kill confirmed through the pidfd, non-UTF-8 output, the egress proxy's lifecycle, and
-//! terminal failures remembered (seed 000 5.1.6).
+//! network, the exit-code table of docs/design.md#the-podman-runner, the output cap, the time limit
+//! with its kill confirmed through the pidfd, non-UTF-8 output, the egress proxy's lifecycle, and
+//! terminal failures remembered (docs/design.md#preflight-and-poisoning).
 //!
 //! Skipped, with a message, only where bwrap cannot make a user namespace on this host.
 //! Nothing here sends a packet off the machine: the sandbox has no route, and the proxy is
@@ -657,9 +657,9 @@ fn address_randomisation_cannot_be_switched_off() {
     assert!(out.contains("00000000\n00000000\n"), "{out}");
 }
 
-/// Seed 000 5.1.7: without a cgroup, a sandbox asked to die is seen to die through bwrap's
-/// children, each a PID namespace's init. A "bwrap" whose child is not one (here a script
-/// that starts a sleeper of its own) leaves processes that cannot be seen to die: the child
+/// docs/design.md#preflight-and-poisoning: without a cgroup, a sandbox asked to die is seen to die
+/// through bwrap's children, each a PID namespace's init. A "bwrap" whose child is not one (here a
+/// script that starts a sleeper of its own) leaves processes that cannot be seen to die: the child
 /// is killed all the same, and the runtime is poisoned, so http_fetch answers unavailable.
 #[test]
 fn a_sandbox_whose_processes_cannot_be_seen_to_die_poisons() {

@@ -1,15 +1,16 @@
-//! The bubblewrap runtime (seed 000 5.1.3.3, BubblewrapSandbox; DESIGN.md "Runners"): the
-//! same calls, the same answers as Podman, in a sandbox that starts in milliseconds.
+//! The bubblewrap runtime (docs/design.md#the-bwrap-runner): the same calls, the same answers
+//! as Podman, in a sandbox that starts in milliseconds.
 //!
 //! The sandbox's `/` is a tmpfs bwrap makes, holding the tools root's top-level entries
 //! bound read-only and remounted read-only as a whole at the end. Binding the tools root
 //! itself at `/` would leave no way to create the mount points a grant needs (`/srv/notes`)
 //! on a read-only tree; the result is the same: the tools root's files, read-only, as `/`.
 //!
-//! Every process brokerd starts here is held by a pidfd and stopped through it (seed 000
-//! 5.1.8); a stop that cannot be confirmed poisons network work (5.1.7). Limits are applied
-//! by [`super::limits`] always and by [`super::cgroup`] when a cgroup mechanism exists;
-//! with `enforce_limits` a missing mechanism makes calls `unavailable`, never unlimited.
+//! Every process brokerd starts here is held by a pidfd and stopped through it; a stop that
+//! cannot be confirmed poisons network work (docs/design.md#preflight-and-poisoning). Limits
+//! are applied by [`super::limits`] always and by [`super::cgroup`] when a cgroup mechanism
+//! exists; with `enforce_limits` a missing mechanism makes calls `unavailable`, never
+//! unlimited.
 
 use std::ffi::{OsStr, OsString};
 use std::io;
@@ -64,14 +65,15 @@ const FALLBACK_MEMORY: u64 = 512 * 1024 * 1024;
 const STDERR_GRACE: Duration = Duration::from_millis(100);
 /// Entries of the tools root the sandbox makes for itself: mount points, empty in the image.
 const OWN_MOUNTS: [&str; 5] = ["dev", "proc", "run", "sys", "tmp"];
-/// The host file the proxy resolves names with (seed 003 section 5, step 4).
+/// The host file the proxy resolves names with (docs/design.md#the-egress-proxy).
 const RESOLV_CONF: &str = "/etc/resolv.conf";
 
-/// Numbers the sandboxes of this brokerd process (the `<n>` of seed 003 section 6).
+/// Numbers the sandboxes of this brokerd process (the `<n>` of docs/design.md#the-podman-runner).
 static SANDBOXES: AtomicU64 = AtomicU64::new(0);
 
-/// Why a sandbox can never start on this host as configured (seed 000 5.1.6): remembered, so
-/// later calls answer `unavailable` without probing again.
+/// Why a sandbox can never start on this host as configured
+/// (docs/design.md#preflight-and-poisoning): remembered, so later calls answer `unavailable`
+/// without probing again.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Terminal {
     #[error("bwrap is absent: {0}")]
@@ -83,7 +85,7 @@ pub enum Terminal {
     #[error("this kernel has no pidfd_open, so sandboxes could not be stopped safely: {0}")]
     NoPidfd(String),
     /// brokerd has no seccomp filter for this architecture: a sandbox without it would be
-    /// weaker than configured, so none runs (DESIGN.md "Runners").
+    /// weaker than configured, so none runs (docs/design.md#runners).
     #[error("brokerd has no seccomp filter for the {0} architecture, so a sandbox would run without one")]
     NoSeccomp(String),
 }

@@ -28,8 +28,8 @@ impl Sandbox<'_> {
     /// Without a cgroup of its own, the sandbox's processes are seen to die through bwrap's
     /// children, taken before bwrap is killed: each must be a PID namespace's init (whose
     /// death takes every process of the namespace with it) and must be seen to exit. A child
-    /// that is not one, or does not exit, leaves processes unaccounted for: poison (seed 000
-    /// 5.1.7).
+    /// that is not one, or does not exit, leaves processes unaccounted for: poison
+    /// (docs/design.md#preflight-and-poisoning).
     fn stop(&mut self) {
         if !self.reaped {
             let inner = match &self.placement {
@@ -99,7 +99,7 @@ impl Drop for Sandbox<'_> {
 }
 
 /// Stops the proxy and removes the egress directory when the call ends, however it ends:
-/// no proxy outlives its call (seed 003 section 1).
+/// no proxy outlives its call (docs/design.md#runners).
 pub(crate) struct ProxyGuard<'a> {
     spec: &'a RunSpec,
     dir: PathBuf,
@@ -341,7 +341,7 @@ impl BwrapRuntime {
         let appeared = egress::wait_for_socket(&guard.dir, deadline, pidfd.map(Pidfd::as_fd));
         if appeared {
             // The proxies of calls answered before this one are stopped, or the runtime is
-            // poisoned, before this tool gets its way out (DESIGN.md "Runners").
+            // poisoned, before this tool gets its way out (docs/design.md#runners).
             if !self.settling.wait_for_earlier(deadline) {
                 let detail = format!("waited {:?}", self.egress_start);
                 return Err(self.unavailable(spec, Trouble::EarlierCleanUp, &detail));
@@ -425,7 +425,7 @@ impl BwrapRuntime {
                     }
                 },
                 Event::Overflowed => {
-                    // DESIGN.md "Output": the capped output is the answer, not a time-out.
+                    // docs/design.md#output: the capped output is the answer, not a time-out.
                     sandbox.stop();
                     return Ok(RunOutput {
                         content: crate::runner::output::decode(streams.stdout().to_vec(), true),

@@ -334,7 +334,7 @@ fn result_paging() {
     );
 }
 
-/// DESIGN.md "Output": a result_id is 128 random bits and belongs to the uid whose call made
+/// docs/design.md#output: a result_id is 128 random bits and belongs to the uid whose call made
 /// it; any other peer gets the very error an unknown id gets.
 #[test]
 fn result_ids_are_unguessable_and_bound_to_the_caller() {
@@ -880,9 +880,9 @@ fn unavailable_runner_stops_later_writes() {
     assert_eq!(kind(&a), "result", "after end_session: {a:?}");
 }
 
-/// Seed 003 section 6, DESIGN.md "Service": without `[runner]` brokerd serves, decides and
-/// audits every call, and refuses each one that would run with the fixed reason; what the
-/// grant refuses is refused for its own reason, and status says there is no backend.
+/// docs/design.md#the-podman-runner, docs/design.md#service: without `[runner]` brokerd serves,
+/// decides and audits every call, and refuses each one that would run with the fixed reason; what
+/// the grant refuses is refused for its own reason, and status says there is no backend.
 #[test]
 fn without_a_runner_every_call_that_would_run_is_refused() {
     let svc = Service::with(Opts {

@@ -218,9 +218,10 @@ fn network_preflight() {
     }
 }
 
-/// Seed 000 5.1.6: only terminal preflight failures are remembered. A failure for now (of the
-/// start-up or the network preflight) is tried again by a later call once its back-off has
-/// passed, and status says when; until then calls answer unavailable without probing.
+/// docs/design.md#preflight-and-poisoning: only terminal preflight failures are remembered. A
+/// failure for now (of the start-up or the network preflight) is tried again by a later call once
+/// its back-off has passed, and status says when; until then calls answer unavailable without
+/// probing.
 #[test]
 fn a_transient_preflight_failure_is_tried_again() {
     const RETRY: Duration = Duration::from_millis(300);
@@ -308,7 +309,7 @@ fn a_terminal_preflight_failure_is_remembered() {
     assert_eq!(svc.runner.calls(), 1, "never probed again");
 }
 
-/// DESIGN.md "Limits": a cgroup knob the runner could not set is never silent: audited once as
+/// docs/design.md#limits: a cgroup knob the runner could not set is never silent: audited once as
 /// an event and shown by status.
 #[test]
 fn weaker_confinement_is_audited_and_shown() {

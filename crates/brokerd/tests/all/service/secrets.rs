@@ -3,7 +3,7 @@
 
 use super::*;
 
-/// DESIGN.md "Service": no secret reaches the audit log or the journal, whatever the decision.
+/// docs/design.md#service: no secret reaches the audit log or the journal, whatever the decision.
 /// Secrets of every shape are planted in every text the model controls (paths, commands,
 /// working directories, URLs, contents, argument names, the tool name), down every path:
 /// allow and run, ask, approve, decline, refuse, stop, fail, unavailable.
