@@ -3,7 +3,7 @@ SHELL := /bin/bash
 MUSL := x86_64-unknown-linux-musl
 TOOLKIT := target/$(MUSL)/release/toolkit
 
-.PHONY: demo test unit static-check toolchain fmt-check clippy nix-check nix-sandbox-check guest-test e2e mcp-test bench bench-podman-conf
+.PHONY: demo test check unit static-check toolchain fmt-check clippy nix-check nix-sandbox-check guest-test e2e mcp-test bench bench-podman-conf
 
 toolchain:
 	scripts/setup.sh toolchain
@@ -52,6 +52,10 @@ e2e: toolchain
 # brokerd on bwrap, in a network namespace with only lo; the SDK pinned in build/mcp-venv.
 mcp-test: toolchain
 	tests/mcp/run.sh
+
+# The loop of a working day: formatting, lints and the unit and integration tests (no root
+# needed for most; what needs root or a kernel feature says it skipped).
+check: fmt-check clippy unit
 
 # The whole suite, as CI runs it.
 test: fmt-check clippy static-check unit nix-check nix-sandbox-check e2e mcp-test guest-test
