@@ -17,13 +17,15 @@ pub const DEV_NET_TUN: &str = "runbook/runner.md#dev-net-tun";
 pub const AUDIT_UNWRITABLE: &str = "runbook/audit.md#audit-unwritable";
 /// An audit record has been writing for longer than it should: the disk under it is stalled.
 pub const AUDIT_STALLED: &str = "runbook/audit.md#audit-stalled";
+/// The service user's Podman store still uses fuse-overlayfs although native overlay works.
+pub const PODMAN_STORE_MOUNT_PROGRAM: &str = "runbook/runner.md#podman-store-mount-program";
 /// A staged grant's layer could not be mounted (it never falls back to the real directory).
 pub const STAGED_LAYER: &str = "runbook/runner.md#staged-layer";
 /// Staged changes: reading, committing, discarding, and what a conflict means.
 pub const STAGED_CHANGES: &str = "runbook/staged.md#staged-changes";
 
 /// Every anchor above, for the test that each exists.
-pub const ALL: [&str; 10] = [
+pub const ALL: [&str; 11] = [
     RUNNER,
     RUNNER_UNAVAILABLE,
     BWRAP_UNAVAILABLE,
@@ -32,6 +34,7 @@ pub const ALL: [&str; 10] = [
     DEV_NET_TUN,
     AUDIT_UNWRITABLE,
     AUDIT_STALLED,
+    PODMAN_STORE_MOUNT_PROGRAM,
     STAGED_LAYER,
     STAGED_CHANGES,
 ];
@@ -40,7 +43,8 @@ pub const ALL: [&str; 10] = [
 mod tests {
     use std::path::Path;
 
-    /// Each anchor names a runbook file that has it (`<a id="...">`).
+    /// Each anchor names a runbook file that has it (`<a id="...">`), and every anchor the
+    /// repository's code, scripts and documents send an operator to is one of them.
     #[test]
     fn every_anchor_is_in_the_runbook() {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
@@ -49,6 +53,55 @@ mod tests {
             eprintln!("skipped: no runbook/ beside the crates");
             return;
         }
+        let mut used = Vec::new();
+        let mut stack: Vec<std::path::PathBuf> = [
+            "crates",
+            "scripts",
+            "nixos",
+            "vm-tests",
+            "tests",
+            "docs",
+            "dist",
+            "README.md",
+            "BENCHMARKS.md",
+        ]
+        .iter()
+        .map(|p| root.join(p))
+        .collect();
+        while let Some(p) = stack.pop() {
+            if p.is_dir() {
+                if p.ends_with("target") || p.ends_with("fixtures") {
+                    continue;
+                }
+                for e in std::fs::read_dir(&p).into_iter().flatten().flatten() {
+                    stack.push(e.path());
+                }
+                continue;
+            }
+            let Ok(text) = std::fs::read_to_string(&p) else {
+                continue;
+            };
+            for (i, _) in text.match_indices("runbook/") {
+                let rest = &text[i..];
+                let end = rest
+                    .find(|c: char| !(c.is_ascii_alphanumeric() || "/._#-".contains(c)))
+                    .unwrap_or(rest.len());
+                let anchor = rest[..end].trim_end_matches(['.', '-']);
+                if anchor.contains(".md#") && !anchor.ends_with('#') {
+                    used.push((p.display().to_string(), anchor.to_string()));
+                }
+            }
+        }
+        for (file, anchor) in &used {
+            assert!(
+                super::ALL.contains(&anchor.as_str()),
+                "{file} sends the operator to {anchor}, which is not in runbook::ALL"
+            );
+        }
+        assert!(
+            used.len() > 10,
+            "the walk found the anchors in use: {used:?}"
+        );
         for anchor in super::ALL {
             let (file, id) = anchor.split_once('#').unwrap_or((anchor, ""));
             let text = std::fs::read_to_string(root.join(file))
