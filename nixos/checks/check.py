@@ -367,6 +367,36 @@ def module(eval_json, brokerd=None):
     if not brokerd:
         print("module: no brokerd binary given; brokerd check-config of the generated configs skipped")
         return
+    # The module's option defaults restate brokerd's: each value the module writes where the
+    # operator set nothing must be what brokerd itself would take.
+    res = run([brokerd, "defaults"])
+    check(res.returncode == 0, f"brokerd defaults: {res.stderr.strip()}")
+    defaults = json.loads(res.stdout or "{}")
+    # What differs on purpose (the module's tools root is the tools image's own), and what the
+    # configs of eval-module.nix set themselves.
+    differs = {"bwrap.tools_root"}
+    set_here = {("bwrap", "grants.notes.mode")}
+    compared = 0
+    for name in ("minimal", "bwrap"):
+        s = r[name]["settings"]
+        for table in ("broker", "runner", "bwrap"):
+            for k, v in s.get(table, {}).items():
+                if (k in defaults.get(table, {}) and f"{table}.{k}" not in differs
+                        and not (table == "runner" and k == "backend")):
+                    compared += 1
+                    check(v == defaults[table][k],
+                          f"module/{name}: {table}.{k} defaults to {v!r}, brokerd's default is {defaults[table][k]!r}")
+        for g, grant in s.get("grants", {}).items():
+            for k, v in grant.items():
+                if k in defaults["grant"] and (name, f"grants.{g}.{k}") not in set_here:
+                    compared += 1
+                    check(v == defaults["grant"][k],
+                          f"module/{name}: grants.{g}.{k} defaults to {v!r}, brokerd's default is {defaults['grant'][k]!r}")
+    module_text = (Path(__file__).resolve().parents[1] / "module.nix").read_text()
+    ident = f'builtins.match "[{defaults["ident"]["chars"]}]{{1,{defaults["ident"]["max"]}}}" name'
+    check(ident in module_text, f"module: grant names are checked as brokerd checks identifiers ({ident})")
+    check(compared >= 10, f"module: {compared} defaults compared with brokerd's")
+    print(f"module: {compared} option defaults are brokerd's own, and grant names follow its identifier rule")
     # As the build does (nixos/module.nix, configFile): the image ID filled in, and every grant
     # directory made empty under a root that stands for the placeholder.
     fake_id = "sha256:" + "0" * 64

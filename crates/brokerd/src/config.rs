@@ -26,7 +26,7 @@ use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
 
 use proto::tools::ToolName;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use toml::Spanned;
 
 use crate::args::{check_grant_path, UnmountablePath};
@@ -66,7 +66,7 @@ pub struct BrokerConfig {
 }
 
 /// How a grant's protected targets are held (docs/design.md#protected-targets).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Protect {
     /// Bound read-only over every writable mount of the grant, whatever runs there.
@@ -76,7 +76,7 @@ pub enum Protect {
 }
 
 /// Where a grant's writes land (docs/design.md#staged-writes-and-owners).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Writes {
     /// In the granted directory itself.
@@ -86,7 +86,7 @@ pub enum Writes {
 }
 
 /// Who approves an `ask` of a grant.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Approvals {
     /// The client that made the call, by sending it again with the ticket.
@@ -104,7 +104,7 @@ pub enum Client {
 }
 
 /// Which sandbox runs the calls; one per brokerd.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Backend {
     Podman,
@@ -176,7 +176,7 @@ impl RunnerConfig {
 }
 
 /// How the bwrap backend gets a cgroup for its limits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum CgroupMode {
     /// A child group of brokerd's own delegated cgroup v2 subtree.
@@ -1606,4 +1606,65 @@ tools = ["read_file"]
             .to_string();
         assert!(e.contains("none.toml: cannot read the config:"), "{e}");
     }
+}
+
+/// The values brokerd takes for the keys a config leaves out, as `brokerd defaults` prints
+/// them for `nix-check`, which compares the NixOS module's option defaults with them: read
+/// from configs that set only what is required, so they are the values brokerd really uses.
+pub fn defaults() -> Result<serde_json::Value, String> {
+    let image = format!("sha256:{}", "0".repeat(64));
+    // Any directory that exists will do for the one grant a config needs.
+    let dir = std::env::temp_dir();
+    let base = format!(
+        "[runner]\nimage = \"{image}\"\n[grants.g]\ntools = [\"read_file\"]\npaths = [{{ path = {:?} }}]\n",
+        dir.display().to_string()
+    );
+    let podman = parse(&base, "defaults").map_err(|e| e.to_string())?;
+    let bwrap = parse(
+        &base.replace("[runner]\n", "[runner]\nbackend = \"bwrap\"\n"),
+        "defaults",
+    )
+    .map_err(|e| e.to_string())?;
+    let (b, g) = (&podman.broker, &podman.grants["g"]);
+    let r = podman.runner.as_ref().ok_or("no [runner]")?;
+    let bw = bwrap.bwrap.as_ref().ok_or("no [bwrap]")?;
+    let json = |v: serde_json::Result<serde_json::Value>| v.unwrap_or_default();
+    Ok(serde_json::json!({
+        "broker": {
+            "timeout_ms": b.timeout_ms,
+            "refusal_repeats": b.refusal_repeats,
+            "preview_chars": b.preview_chars,
+            "max_concurrent_calls": b.max_concurrent_calls,
+            "ticket_ttl_s": b.ticket_ttl_s,
+            "result_ttl_s": b.result_ttl_s,
+            "shutdown_grace_s": b.shutdown_grace_s,
+            "max_staged_bytes": b.max_staged_bytes,
+            "staged_ttl_s": b.staged_ttl_s,
+        },
+        "runner": {
+            "backend": json(serde_json::to_value(r.backend)),
+            "egress_network": r.egress_network,
+            "output_cap": r.output_cap,
+            "memory": r.memory,
+            "pids": r.pids,
+            "read_file_ms": r.read_file_ms,
+            "write_file_ms": r.write_file_ms,
+            "shell_ms": r.shell_ms,
+            "http_fetch_ms": r.http_fetch_ms,
+            "enforce_limits": r.enforce_limits,
+            "egress_start_ms": r.egress_start_ms,
+            "home": r.home,
+        },
+        "bwrap": { "cgroup": json(serde_json::to_value(bw.cgroup)), "tools_root": bw.tools_root },
+        "grant": {
+            "mode": g.mode.as_str(),
+            "protect": json(serde_json::to_value(g.protect)),
+            "writes": json(serde_json::to_value(g.writes)),
+            "approvals": json(serde_json::to_value(g.approvals)),
+        },
+        "ident": {
+            "max": proto::ident::MAX_IDENT,
+            "chars": "A-Za-z0-9_.-",
+        },
+    }))
 }

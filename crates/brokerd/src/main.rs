@@ -67,6 +67,10 @@ enum Cmd {
     Completions { shell: clap_complete::Shell },
     /// Print brokerd's man page (roff).
     Man,
+    /// Print, as JSON, the values brokerd takes for keys a config leaves out (for the NixOS
+    /// module's check).
+    #[command(hide = true)]
+    Defaults,
 }
 
 #[derive(Debug, Subcommand)]
@@ -125,6 +129,13 @@ fn main() -> ExitCode {
             clap_complete::generate(*shell, &mut Cli::command(), "brokerd", &mut out);
             print(&out)
         }
+        Some(Cmd::Defaults) => match config::defaults() {
+            Ok(v) => print(format!("{v:#}\n").as_bytes()),
+            Err(e) => {
+                eprintln!("brokerd: {e}");
+                ExitCode::from(1)
+            }
+        },
         Some(Cmd::Man) => {
             let mut out = Vec::new();
             match clap_mangen::Man::new(Cli::command()).render(&mut out) {
