@@ -1140,6 +1140,67 @@ fn line_col(text: &str, offset: usize) -> (usize, usize) {
     (line, before[line_start..].chars().count() + 1)
 }
 
+/// The values brokerd takes for the keys a config leaves out, as `brokerd defaults` prints
+/// them for `nix-check`, which compares the NixOS module's option defaults with them: read
+/// from configs that set only what is required, so they are the values brokerd really uses.
+pub fn defaults() -> Result<serde_json::Value, String> {
+    let image = format!("sha256:{}", "0".repeat(64));
+    // Any directory that exists will do for the one grant a config needs.
+    let dir = std::env::temp_dir();
+    let base = format!(
+        "[runner]\nimage = \"{image}\"\n[grants.g]\ntools = [\"read_file\"]\npaths = [{{ path = {:?} }}]\n",
+        dir.display().to_string()
+    );
+    let podman = parse(&base, "defaults").map_err(|e| e.to_string())?;
+    let bwrap = parse(
+        &base.replace("[runner]\n", "[runner]\nbackend = \"bwrap\"\n"),
+        "defaults",
+    )
+    .map_err(|e| e.to_string())?;
+    let (b, g) = (&podman.broker, &podman.grants["g"]);
+    let r = podman.runner.as_ref().ok_or("no [runner]")?;
+    let bw = bwrap.bwrap.as_ref().ok_or("no [bwrap]")?;
+    let json = |v: serde_json::Result<serde_json::Value>| v.unwrap_or_default();
+    Ok(serde_json::json!({
+        "broker": {
+            "timeout_ms": b.timeout_ms,
+            "refusal_repeats": b.refusal_repeats,
+            "preview_chars": b.preview_chars,
+            "max_concurrent_calls": b.max_concurrent_calls,
+            "ticket_ttl_s": b.ticket_ttl_s,
+            "result_ttl_s": b.result_ttl_s,
+            "shutdown_grace_s": b.shutdown_grace_s,
+            "max_staged_bytes": b.max_staged_bytes,
+            "staged_ttl_s": b.staged_ttl_s,
+        },
+        "runner": {
+            "backend": json(serde_json::to_value(r.backend)),
+            "egress_network": r.egress_network,
+            "output_cap": r.output_cap,
+            "memory": r.memory,
+            "pids": r.pids,
+            "read_file_ms": r.read_file_ms,
+            "write_file_ms": r.write_file_ms,
+            "shell_ms": r.shell_ms,
+            "http_fetch_ms": r.http_fetch_ms,
+            "enforce_limits": r.enforce_limits,
+            "egress_start_ms": r.egress_start_ms,
+            "home": r.home,
+        },
+        "bwrap": { "cgroup": json(serde_json::to_value(bw.cgroup)), "tools_root": bw.tools_root },
+        "grant": {
+            "mode": g.mode.as_str(),
+            "protect": json(serde_json::to_value(g.protect)),
+            "writes": json(serde_json::to_value(g.writes)),
+            "approvals": json(serde_json::to_value(g.approvals)),
+        },
+        "ident": {
+            "max": proto::ident::MAX_IDENT,
+            "chars": "A-Za-z0-9_.-",
+        },
+    }))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1606,65 +1667,4 @@ tools = ["read_file"]
             .to_string();
         assert!(e.contains("none.toml: cannot read the config:"), "{e}");
     }
-}
-
-/// The values brokerd takes for the keys a config leaves out, as `brokerd defaults` prints
-/// them for `nix-check`, which compares the NixOS module's option defaults with them: read
-/// from configs that set only what is required, so they are the values brokerd really uses.
-pub fn defaults() -> Result<serde_json::Value, String> {
-    let image = format!("sha256:{}", "0".repeat(64));
-    // Any directory that exists will do for the one grant a config needs.
-    let dir = std::env::temp_dir();
-    let base = format!(
-        "[runner]\nimage = \"{image}\"\n[grants.g]\ntools = [\"read_file\"]\npaths = [{{ path = {:?} }}]\n",
-        dir.display().to_string()
-    );
-    let podman = parse(&base, "defaults").map_err(|e| e.to_string())?;
-    let bwrap = parse(
-        &base.replace("[runner]\n", "[runner]\nbackend = \"bwrap\"\n"),
-        "defaults",
-    )
-    .map_err(|e| e.to_string())?;
-    let (b, g) = (&podman.broker, &podman.grants["g"]);
-    let r = podman.runner.as_ref().ok_or("no [runner]")?;
-    let bw = bwrap.bwrap.as_ref().ok_or("no [bwrap]")?;
-    let json = |v: serde_json::Result<serde_json::Value>| v.unwrap_or_default();
-    Ok(serde_json::json!({
-        "broker": {
-            "timeout_ms": b.timeout_ms,
-            "refusal_repeats": b.refusal_repeats,
-            "preview_chars": b.preview_chars,
-            "max_concurrent_calls": b.max_concurrent_calls,
-            "ticket_ttl_s": b.ticket_ttl_s,
-            "result_ttl_s": b.result_ttl_s,
-            "shutdown_grace_s": b.shutdown_grace_s,
-            "max_staged_bytes": b.max_staged_bytes,
-            "staged_ttl_s": b.staged_ttl_s,
-        },
-        "runner": {
-            "backend": json(serde_json::to_value(r.backend)),
-            "egress_network": r.egress_network,
-            "output_cap": r.output_cap,
-            "memory": r.memory,
-            "pids": r.pids,
-            "read_file_ms": r.read_file_ms,
-            "write_file_ms": r.write_file_ms,
-            "shell_ms": r.shell_ms,
-            "http_fetch_ms": r.http_fetch_ms,
-            "enforce_limits": r.enforce_limits,
-            "egress_start_ms": r.egress_start_ms,
-            "home": r.home,
-        },
-        "bwrap": { "cgroup": json(serde_json::to_value(bw.cgroup)), "tools_root": bw.tools_root },
-        "grant": {
-            "mode": g.mode.as_str(),
-            "protect": json(serde_json::to_value(g.protect)),
-            "writes": json(serde_json::to_value(g.writes)),
-            "approvals": json(serde_json::to_value(g.approvals)),
-        },
-        "ident": {
-            "max": proto::ident::MAX_IDENT,
-            "chars": "A-Za-z0-9_.-",
-        },
-    }))
 }
