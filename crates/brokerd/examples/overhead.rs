@@ -30,6 +30,7 @@ use brokerd::broker::Broker;
 use brokerd::policy::Policy;
 use brokerd::runner::{RunError, RunOutput, RunSpec, Runner};
 use brokerd::server::{self, Clients};
+use proto::broker::Kind;
 use serde_json::{json, Value};
 
 const IN_FLIGHT: usize = 32;
@@ -346,7 +347,7 @@ impl Client {
         let took = t.elapsed();
         let a: proto::broker::Answer = serde_json::from_str(&answer).expect("an answer");
         assert!(
-            matches!(a.kind(), "result" | "refused" | "status"),
+            matches!(a.kind(), Kind::Result | Kind::Refused | Kind::Status),
             "{answer}"
         );
         took

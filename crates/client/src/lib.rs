@@ -52,7 +52,10 @@ pub enum ClientError {
     Broker(String),
     /// brokerd answered a kind this operation does not have.
     #[error("brokerd answered {got} to {op}")]
-    Unexpected { op: &'static str, got: &'static str },
+    Unexpected {
+        op: &'static str,
+        got: proto::broker::Kind,
+    },
 }
 
 /// What `tools` answers for a grant.
@@ -574,7 +577,9 @@ mod tests {
         }
         c.end_session("s").expect("end");
         match c.status() {
-            Err(ClientError::Unexpected { op, got }) => assert_eq!((op, got), ("status", "ended")),
+            Err(ClientError::Unexpected { op, got }) => {
+                assert_eq!((op, got), ("status", proto::broker::Kind::Ended))
+            }
             other => panic!("{other:?}"),
         }
         let seen = t.join().expect("broker thread");
@@ -794,7 +799,9 @@ mod tests {
             },
             false,
         ) {
-            Err(ClientError::Unexpected { op, got }) => assert_eq!((op, got), ("commit", "ended")),
+            Err(ClientError::Unexpected { op, got }) => {
+                assert_eq!((op, got), ("commit", proto::broker::Kind::Ended))
+            }
             other => panic!("{other:?}"),
         }
     }

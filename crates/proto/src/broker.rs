@@ -405,25 +405,104 @@ impl Answer {
         s
     }
 
-    pub fn kind(&self) -> &'static str {
+    /// Which answer this is: the `kind` field.
+    pub fn kind(&self) -> Kind {
         match self.body {
-            Body::Result { .. } => "result",
-            Body::Refused { .. } => "refused",
-            Body::Ask { .. } => "ask",
-            Body::Stopped { .. } => "stopped",
-            Body::Failed { .. } => "failed",
-            Body::Unavailable { .. } => "unavailable",
-            Body::Error { .. } => "error",
-            Body::Declined {} => "declined",
-            Body::Tools { .. } => "tools",
-            Body::ResultPage { .. } => "result_page",
-            Body::Ended {} => "ended",
-            Body::Status(_) => "status",
-            Body::Changes { .. } => "changes",
-            Body::Committed { .. } => "committed",
-            Body::Discarded { .. } => "discarded",
-            Body::Approved {} => "approved",
+            Body::Result { .. } => Kind::Result,
+            Body::Refused { .. } => Kind::Refused,
+            Body::Ask { .. } => Kind::Ask,
+            Body::Stopped { .. } => Kind::Stopped,
+            Body::Failed { .. } => Kind::Failed,
+            Body::Unavailable { .. } => Kind::Unavailable,
+            Body::Error { .. } => Kind::Error,
+            Body::Declined {} => Kind::Declined,
+            Body::Tools { .. } => Kind::Tools,
+            Body::ResultPage { .. } => Kind::ResultPage,
+            Body::Ended {} => Kind::Ended,
+            Body::Status(_) => Kind::Status,
+            Body::Changes { .. } => Kind::Changes,
+            Body::Committed { .. } => Kind::Committed,
+            Body::Discarded { .. } => Kind::Discarded,
+            Body::Approved {} => Kind::Approved,
         }
+    }
+}
+
+/// An answer's `kind`: the closed set of answers brokerd gives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    Result,
+    Refused,
+    Ask,
+    Stopped,
+    Failed,
+    Unavailable,
+    Error,
+    Declined,
+    Tools,
+    ResultPage,
+    Ended,
+    Status,
+    Changes,
+    Committed,
+    Discarded,
+    Approved,
+}
+
+impl Kind {
+    /// Every kind.
+    pub const ALL: [Kind; 16] = [
+        Kind::Result,
+        Kind::Refused,
+        Kind::Ask,
+        Kind::Stopped,
+        Kind::Failed,
+        Kind::Unavailable,
+        Kind::Error,
+        Kind::Declined,
+        Kind::Tools,
+        Kind::ResultPage,
+        Kind::Ended,
+        Kind::Status,
+        Kind::Changes,
+        Kind::Committed,
+        Kind::Discarded,
+        Kind::Approved,
+    ];
+
+    /// The `kind` field's word.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Result => "result",
+            Kind::Refused => "refused",
+            Kind::Ask => "ask",
+            Kind::Stopped => "stopped",
+            Kind::Failed => "failed",
+            Kind::Unavailable => "unavailable",
+            Kind::Error => "error",
+            Kind::Declined => "declined",
+            Kind::Tools => "tools",
+            Kind::ResultPage => "result_page",
+            Kind::Ended => "ended",
+            Kind::Status => "status",
+            Kind::Changes => "changes",
+            Kind::Committed => "committed",
+            Kind::Discarded => "discarded",
+            Kind::Approved => "approved",
+        }
+    }
+}
+
+impl std::fmt::Display for Kind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl PartialEq<&str> for Kind {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
     }
 }
 
@@ -640,6 +719,13 @@ mod tests {
             assert_eq!(answer.to_line(), format!("{line}\n"));
             let back: Answer = serde_json::from_str(line).unwrap();
             assert_eq!(back, answer);
+            // The typed kind is the line's own `kind`, in one spelling.
+            let v: serde_json::Value = serde_json::from_str(line).unwrap();
+            assert_eq!(v["kind"], answer.kind().as_str());
+            assert_eq!(serde_json::to_value(answer.kind()).unwrap(), v["kind"]);
+        }
+        for k in Kind::ALL {
+            assert_eq!(serde_json::to_value(k).unwrap(), k.as_str());
         }
     }
 }

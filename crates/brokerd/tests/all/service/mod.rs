@@ -541,7 +541,7 @@ fn path(p: &Path, name: &str) -> String {
 }
 
 pub(crate) fn kind(a: &Answer) -> &'static str {
-    a.kind()
+    a.kind().as_str()
 }
 
 pub(crate) fn message(a: &Answer) -> String {
