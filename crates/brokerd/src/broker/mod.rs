@@ -580,28 +580,22 @@ impl Broker {
 
         // 7. Audit the outcome, then answer.
         let label = format!("{grant_name}/{tool}");
-        let (status, body) = match outcome {
-            Ok(out) => (Ended::Result, self.result_body(peer, out, label)),
-            Err(RunError::Failed(f)) => (
-                Ended::Failed,
-                Body::Failed {
-                    message: f.to_string(),
-                },
-            ),
+        let status = outcome
+            .as_ref()
+            .map_or_else(RunError::ended, |_| Ended::Result);
+        let body = match outcome {
+            Ok(out) => self.result_body(peer, out, label),
+            Err(RunError::Failed(f)) => Body::Failed {
+                message: f.to_string(),
+            },
             // The runner logged it for the operator; the model reads which directory.
-            Err(RunError::MountChanged(e)) => (
-                Ended::Refused,
-                Body::Refused {
-                    reason: e.to_string(),
-                },
-            ),
+            Err(RunError::MountChanged(e)) => Body::Refused {
+                reason: e.to_string(),
+            },
             // Protected targets that could not be held: nothing ran, and the reason says why.
-            Err(RunError::Unprotected(e)) => (
-                Ended::Refused,
-                Body::Refused {
-                    reason: e.to_string(),
-                },
-            ),
+            Err(RunError::Unprotected(e)) => Body::Refused {
+                reason: e.to_string(),
+            },
             Err(RunError::Unavailable(u)) => {
                 if u.sandbox_missing() {
                     self.mark_unavailable(&session);
@@ -610,16 +604,13 @@ impl Broker {
                     session = session.as_str(),
                     call = call.as_str(),
                     tool,
-                    status = "unavailable",
+                    status = status.as_str(),
                     "{u}; see {}",
                     u.runbook()
                 );
-                (
-                    Ended::Unavailable,
-                    Body::Unavailable {
-                        message: u.to_string(),
-                    },
-                )
+                Body::Unavailable {
+                    message: u.to_string(),
+                }
             }
         };
         rec.status = Some(status);

@@ -686,22 +686,32 @@ pub(crate) fn log_finished(
     answer: &Result<RunOutput, RunError>,
     started: std::time::Instant,
 ) {
-    let status = match answer {
-        Ok(out) if out.truncated => "result (truncated)",
-        Ok(_) => "result",
-        Err(RunError::Failed(_)) => "failed",
-        Err(RunError::Unavailable(_)) => "unavailable",
-        Err(RunError::MountChanged(_) | RunError::Unprotected(_)) => "refused",
+    let (status, truncated) = match answer {
+        Ok(out) => (crate::audit::Ended::Result, out.truncated),
+        Err(e) => (e.ended(), false),
     };
     tracing::info!(
         session = %spec.session,
         call = %spec.call,
         tool = %spec.tool,
         sandbox,
-        status,
+        status = status.as_str(),
+        truncated,
         duration_ms = started.elapsed().as_millis() as u64,
         "call finished"
     );
+}
+
+impl RunError {
+    /// How a call that got this error ended, in the audit's and the journal's words.
+    pub fn ended(&self) -> crate::audit::Ended {
+        use crate::audit::Ended;
+        match self {
+            RunError::Failed(_) => Ended::Failed,
+            RunError::Unavailable(_) => Ended::Unavailable,
+            RunError::MountChanged(_) | RunError::Unprotected(_) => Ended::Refused,
+        }
+    }
 }
 
 #[cfg(test)]
