@@ -32,8 +32,10 @@ E2E_BIN=${E2E_BIN:-$REPO/target/x86_64-unknown-linux-musl/release/boxmaker-e2e}
 E2E_RUN=${E2E_RUN:-$REPO/tests/e2e/in-netns.sh}
 # Builds the tools image inside the guest, into the guest's boxmaker Podman, and prints its ID.
 TOOLS_IMAGE_BUILDER=${TOOLS_IMAGE_BUILDER:-$REPO/images/build-tools-image.sh}
-# The files that builder calls (it finds them as ../scripts/ from itself).
+# The files that builder calls (it finds them as ../scripts/ from itself), and the check of the
+# tree's programs with its list, beside the builder in images/.
 TOOLS_IMAGE_HELPERS=("$REPO/scripts/static-check.sh" "$REPO/scripts/as-boxmaker")
+TOOLS_IMAGE_FILES=("$REPO/images/check-programs.sh" "$REPO/images/programs.txt")
 # The service user's Podman configuration as on any Debian host (its seccomp profile denies
 # nested user namespaces): setup.sh's `user` step and the filter it applies, beside as-boxmaker.
 SETUP_SCRIPTS=("$REPO/scripts/setup.sh" "$REPO/scripts/seccomp-nouserns.jq")
@@ -142,6 +144,9 @@ mkdir -p "$p/bin" "$p/src/images" "$p/src/scripts" "$p/src/tests/e2e" "$p/units"
 install -m 0755 "$BROKERD" "$BOXCTL" "$TOOLKIT" "$p/bin/"
 install -m 0755 "$HERE/in-guest.sh" "$p/in-guest.sh"
 install -m 0755 "$TOOLS_IMAGE_BUILDER" "$p/src/images/"
+for f in "${TOOLS_IMAGE_FILES[@]}"; do
+    install -m "$([ -x "$f" ] && echo 0755 || echo 0644)" "$f" "$p/src/images/"
+done
 for f in "${TOOLS_IMAGE_HELPERS[@]}" "${SETUP_SCRIPTS[@]}"; do
     install -m 0755 "$f" "$p/src/scripts/"
 done

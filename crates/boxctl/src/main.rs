@@ -74,7 +74,8 @@ enum Cmd {
         /// The result_id of a result answer.
         #[arg(value_name = "ID")]
         result_id: String,
-        /// Where the page starts, in bytes.
+        /// Where the page starts, in characters of the whole output (a cut result says where it
+        /// continues).
         #[arg(long, default_value_t = 0, value_name = "N")]
         offset: usize,
     },

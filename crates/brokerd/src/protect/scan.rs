@@ -94,7 +94,7 @@ pub enum PastBounds {
 }
 
 impl PastBounds {
-    /// The `[broker]` key that bounds it, where one does.
+    /// The `[runner]` key that bounds it, where one does.
     pub fn key(&self) -> Option<&'static str> {
         match self {
             PastBounds::Depth { .. } => Some("protect_max_depth"),

@@ -22,7 +22,7 @@ use crate::protect::scan::{Bounds, PastBounds, Scanner, Target};
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Unprotected {
     #[error(
-        "the protected targets of grant directory {} (generated, vendored and third-party files, which every writable sandbox binds read-only) could not all be found: {why}; nothing was run, and the owner can raise [broker] {key} or set protect = \"classifier\" for the grant",
+        "the protected targets of grant directory {} (generated, vendored and third-party files, which every writable sandbox binds read-only) could not all be found: {why}; nothing was run, and the owner can raise [runner] {key} or set protect = \"classifier\" for the grant",
         .dir.display(), key = .why.key().unwrap_or("protect_max_entries")
     )]
     PastBounds { dir: PathBuf, why: PastBounds },
