@@ -25,20 +25,15 @@ REPO=$(cd "$HERE/../.." && pwd)
 BROKERD=${BROKERD:-$REPO/target/release/brokerd}
 BOXCTL=${BOXCTL:-$REPO/target/release/boxctl}
 TOOLKIT=${TOOLKIT:-$REPO/target/x86_64-unknown-linux-musl/release/toolkit}
-# The scenario suite (tests/e2e) and the script that runs it in its own network namespace (it
-# finds scripts/as-boxmaker as ../../scripts/ from itself); both optional: without them the
-# suite is skipped.
+# The scenario suite (tests/e2e); optional: without it the suite is skipped.
 E2E_BIN=${E2E_BIN:-$REPO/target/x86_64-unknown-linux-musl/release/boxmaker-e2e}
-E2E_RUN=${E2E_RUN:-$REPO/tests/e2e/in-netns.sh}
-# Builds the tools image inside the guest, into the guest's boxmaker Podman, and prints its ID.
-TOOLS_IMAGE_BUILDER=${TOOLS_IMAGE_BUILDER:-$REPO/images/build-tools-image.sh}
-# The files that builder calls (it finds them as ../scripts/ from itself), and the check of the
-# tree's programs with its list, beside the builder in images/.
-TOOLS_IMAGE_HELPERS=("$REPO/scripts/static-check.sh" "$REPO/scripts/as-boxmaker")
-TOOLS_IMAGE_FILES=("$REPO/images/check-programs.sh" "$REPO/images/programs.txt")
-# The service user's Podman configuration as on any Debian host (its seccomp profile denies
-# nested user namespaces): setup.sh's `user` step and the filter it applies, beside as-boxmaker.
-SETUP_SCRIPTS=("$REPO/scripts/setup.sh" "$REPO/scripts/seccomp-nouserns.jq")
+# The scripts the guest runs, copied whole with the paths they have here, so a script that calls
+# another beside it (build-tools-image.sh its program check, in-netns.sh hosts-net.sh, setup.sh
+# its seccomp filter) finds it in the guest as it does here: the tools image builder (images/),
+# setup and its helpers (scripts/), and the scripts that run the scenario suite in its own
+# network namespace (tests/e2e/*.sh).
+SOURCE_DIRS=(images scripts)
+SOURCE_GLOBS=("tests/e2e/*.sh")
 # The socket and service units; the guest falls back to in-guest stand-ins when absent.
 UNITS_DIR=${UNITS_DIR:-$REPO/dist/systemd}
 
@@ -102,7 +97,6 @@ mirror=${mirror:-http://deb.debian.org/debian}
 for f in "$BROKERD" "$BOXCTL" "$TOOLKIT"; do
     [ -x "$f" ] || die "$f is missing; build it first (make guest-test does)"
 done
-[ -x "$TOOLS_IMAGE_BUILDER" ] || die "$TOOLS_IMAGE_BUILDER is missing"
 
 work=$(mktemp -d /var/tmp/boxmaker-guest.XXXXXX)
 qemu_pid=""
@@ -143,12 +137,14 @@ p=$work/payload
 mkdir -p "$p/bin" "$p/src/images" "$p/src/scripts" "$p/src/tests/e2e" "$p/units" "$p/results"
 install -m 0755 "$BROKERD" "$BOXCTL" "$TOOLKIT" "$p/bin/"
 install -m 0755 "$HERE/in-guest.sh" "$p/in-guest.sh"
-install -m 0755 "$TOOLS_IMAGE_BUILDER" "$p/src/images/"
-for f in "${TOOLS_IMAGE_FILES[@]}"; do
-    install -m "$([ -x "$f" ] && echo 0755 || echo 0644)" "$f" "$p/src/images/"
+for d in "${SOURCE_DIRS[@]}"; do
+    cp -a "$REPO/$d/." "$p/src/$d/"
 done
-for f in "${TOOLS_IMAGE_HELPERS[@]}" "${SETUP_SCRIPTS[@]}"; do
-    install -m 0755 "$f" "$p/src/scripts/"
+for g in "${SOURCE_GLOBS[@]}"; do
+    # shellcheck disable=SC2086 # the glob is meant to expand
+    for f in "$REPO"/$g; do
+        install -D -m "$(stat -c %a "$f")" "$f" "$p/src/${f#"$REPO"/}"
+    done
 done
 if [ -d "$UNITS_DIR" ] && ls "$UNITS_DIR"/*.socket >/dev/null 2>&1; then
     cp -r "$UNITS_DIR"/. "$p/units/"
@@ -156,12 +152,11 @@ if [ -d "$UNITS_DIR" ] && ls "$UNITS_DIR"/*.socket >/dev/null 2>&1; then
 else
     say "no units in $UNITS_DIR: the guest uses its stand-in units and says so"
 fi
-if [ -x "$E2E_BIN" ] && [ -f "$E2E_RUN" ]; then
+if [ -x "$E2E_BIN" ]; then
     install -m 0755 "$E2E_BIN" "$p/bin/"
-    install -m 0755 "$E2E_RUN" "$p/src/tests/e2e/in-netns.sh"
     say "the scenario suite goes in: $E2E_BIN"
 else
-    say "no scenario suite ($E2E_BIN, $E2E_RUN): the guest skips it"
+    say "no scenario suite ($E2E_BIN): the guest skips it"
 fi
 # What the guest's checks take from this run's environment.
 {
