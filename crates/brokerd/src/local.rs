@@ -541,18 +541,44 @@ fn current_user() -> String {
 }
 
 fn subordinate_ids(user: &str) -> Result<String, String> {
-    let mut found = Vec::new();
-    for file in ["/etc/subuid", "/etc/subgid"] {
+    subordinate_ids_in(user, &[Path::new("/etc/subuid"), Path::new("/etc/subgid")])
+}
+
+/// `files`: /etc/subuid and /etc/subgid. shadow's `newuidmap` opens them with `O_NOFOLLOW`, so a
+/// link (what NixOS's `environment.etc` makes without a `mode`) fails every rootless container
+/// however right its lines are ([`runbook::RUNNER`], section 4).
+fn subordinate_ids_in(user: &str, files: &[&Path]) -> Result<String, String> {
+    let mut missing = Vec::new();
+    for file in files {
+        match std::fs::symlink_metadata(file) {
+            Ok(m) if m.file_type().is_symlink() => {
+                return Err(format!(
+                    "{} is a symbolic link, which newuidmap and newgidmap refuse to open (O_NOFOLLOW), so rootless Podman starts nothing; make it a file (on NixOS: environment.etc.{}.mode = \"0644\", which services.boxmaker.subIdRange does); see {}",
+                    file.display(),
+                    file.file_name().map(|n| n.to_string_lossy()).unwrap_or_default(),
+                    runbook::RUNNER
+                ));
+            }
+            _ => {}
+        }
         let text = std::fs::read_to_string(file).unwrap_or_default();
-        if text.lines().any(|l| l.split(':').next() == Some(user)) {
-            found.push(file);
+        if !text.lines().any(|l| l.split(':').next() == Some(user)) {
+            missing.push(file.display().to_string());
         }
     }
-    if found.len() == 2 {
-        Ok(format!("{user} has ranges in /etc/subuid and /etc/subgid"))
+    if missing.is_empty() {
+        Ok(format!(
+            "{user} has ranges in {}",
+            files
+                .iter()
+                .map(|f| f.display().to_string())
+                .collect::<Vec<_>>()
+                .join(" and ")
+        ))
     } else {
         Err(format!(
-            "{user} needs ranges in /etc/subuid and /etc/subgid (usermod --add-subuids 100000-165535 --add-subgids 100000-165535 {user}), then podman system migrate"
+            "{user} needs ranges in {} (usermod --add-subuids 100000-165535 --add-subgids 100000-165535 {user}), then podman system migrate",
+            missing.join(" and ")
         ))
     }
 }
@@ -692,7 +718,41 @@ pub fn audit_verify(path: &Path) -> u8 {
 
 #[cfg(test)]
 mod tests {
-    use super::{egress_helper, Userns};
+    use super::{egress_helper, subordinate_ids_in, Userns};
+
+    /// The lines as usermod writes them, in files, pass; a file without the user's line, and a
+    /// link however right its target (NixOS's `environment.etc` without a mode), fail.
+    #[test]
+    fn subordinate_ids_must_be_files_with_the_users_lines() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let at = |name: &str| dir.path().join(name);
+        std::fs::write(at("subuid"), "alice:100000:65536\nboxmaker:165536:65536\n").unwrap();
+        std::fs::write(at("subgid"), "boxmaker:165536:65536\n").unwrap();
+        std::fs::write(at("other"), "alice:100000:65536\n").unwrap();
+        std::os::unix::fs::symlink(at("subgid"), at("linked")).unwrap();
+        let (uid, gid, other, linked) = (at("subuid"), at("subgid"), at("other"), at("linked"));
+        let got = subordinate_ids_in("boxmaker", &[&uid, &gid]);
+        assert!(
+            got.as_ref()
+                .is_ok_and(|m| m.starts_with("boxmaker has ranges")),
+            "{got:?}"
+        );
+        let got = subordinate_ids_in("boxmaker", &[&uid, &other]).unwrap_err();
+        assert!(
+            got.contains("needs ranges in") && got.contains("other"),
+            "{got}"
+        );
+        assert!(
+            !got.contains("/subuid"),
+            "only the file without the line is named: {got}"
+        );
+        let got = subordinate_ids_in("boxmaker", &[&uid, &linked]).unwrap_err();
+        assert!(
+            got.contains("is a symbolic link") && got.contains("O_NOFOLLOW"),
+            "{got}"
+        );
+        assert!(subordinate_ids_in("boxmaker", &[&dir.path().join("absent"), &gid]).is_err());
+    }
 
     /// The helper as `podman info` reports it: Podman 5 on NixOS (pasta from its own
     /// libexec, not on PATH), Debian's 4.3 (slirp4netns only), and what is not there.
