@@ -381,6 +381,20 @@ in
             "boxctl --config /etc/boxmaker/brokerd.toml doctor </dev/null 2>&1"
         )
         assert "ok    nested user namespaces: denied" in doctor, doctor
+        # pasta where NixOS's Podman finds it (its own libexec), not on PATH; and the sub-IDs
+        # the module wrote as files, which newuidmap opens with O_NOFOLLOW.
+        egress = [l for l in doctor.splitlines() if l.startswith("ok    egress network: pasta at ")]
+        assert len(egress) == 1 and "where Podman finds it" in egress[0], doctor
+        assert "ok    subordinate IDs: " in doctor, doctor
+        host.succeed("test -f /etc/subuid -a ! -L /etc/subuid -a -f /etc/subgid -a ! -L /etc/subgid")
+
+    with subtest("the VM's pasta copies no test host into the proxy's namespace"):
+        # tests/e2e/pasta-layout.sh runs the pasta Podman runs in this host's namespace, where
+        # hosts-net.sh laid out the test hosts, and fails if pasta's namespace holds one of
+        # their addresses (current passt copies every address of the default route's interface).
+        pasta = host.succeed("${packages.e2e}/bin/boxmaker-e2e egress-network --program true").strip()
+        assert pasta.endswith("/pasta"), pasta
+        host.succeed(f"bash ${suite.driver}/tests/e2e/pasta-layout.sh --here --pasta {pasta}")
 
     with subtest("Podman, through the module's socket: each tool, a tailnet refusal, no network in a shell"):
         assert config(host)["runner"]["egress_network"] == "pasta", config(host)

@@ -35,13 +35,16 @@ rec {
   # The bwrap backend's tools root ([bwrap] tools_root): the test image's files as a tree.
   toolsRoot = testImage.root;
 
-  # in-netns.sh, hosts-net.sh (the test hosts' layout, which the VM test's own test hosts use
-  # too) and scripts/as-boxmaker, at their paths relative to each other, as in the repository.
+  # in-netns.sh, what it calls beside it (hosts-net.sh, the test hosts' layout, which the VM
+  # test's own test hosts use too; pasta-layout.sh, which proves that layout against the VM's
+  # pasta) and scripts/as-boxmaker, at their paths relative to each other, as in the
+  # repository. `make nix-check` fails if a script here calls one this list lacks.
   driver = lib.fileset.toSource {
     root = ../.;
     fileset = lib.fileset.unions [
       ../tests/e2e/in-netns.sh
       ../tests/e2e/hosts-net.sh
+      ../tests/e2e/pasta-layout.sh
       ../scripts/as-boxmaker
     ];
   };

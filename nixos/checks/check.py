@@ -152,6 +152,49 @@ esac
         check(r.returncode == 1 and "is not sha256:<64 hex>" in r.stderr,
               "load-image.sh refuses a pin that is not an image ID")
     print("scripts: image-id.sh and load-image.sh")
+    driver_closure()
+
+
+def script_calls(path):
+    """The repository paths a shell script calls through `$here/...`, `here` being its own
+    directory (or the one its `here=` line names relative to it)."""
+    text = path.read_text()
+    m = re.search(r'here=\$\(cd "\$\(dirname "\$0"\)(/[./]*)?" && pwd\)', text)
+    if not m:
+        return set()
+    base = (path.parent / (m.group(1) or "").lstrip("/")).resolve()
+    calls = set()
+    for rel in re.findall(r'\$here/([A-Za-z0-9_./-]+)', text):
+        target = (base / rel).resolve()
+        if target.is_file():
+            calls.add(target.relative_to(ROOT).as_posix())
+        else:
+            check(False, f"{path.relative_to(ROOT)} calls $here/{rel}, which is not in the repository")
+    return calls
+
+
+def driver_closure():
+    """vm-tests/e2e.nix's `driver` holds every script its scripts call: the NixOS VM test has
+    only those files, so a missing one fails there and nowhere here."""
+    nix = (ROOT / "vm-tests/e2e.nix").read_text()
+    block = nix[nix.index("driver = lib.fileset.toSource"):]
+    block = block[:block.index("};")]
+    listed = set(re.findall(r"\.\./([A-Za-z0-9_./-]+)", block)) - {"."}
+    for p in sorted(listed):
+        check((ROOT / p).is_file(), f"vm-tests/e2e.nix's driver lists {p}, which is not in the repository")
+    listed = {p for p in listed if (ROOT / p).is_file()}
+    todo = sorted(p for p in listed if p.endswith(".sh"))
+    seen = set()
+    while todo:
+        p = todo.pop()
+        if p in seen:
+            continue
+        seen.add(p)
+        for c in script_calls(ROOT / p):
+            check(c in listed, f"{p} calls {c}, which vm-tests/e2e.nix's driver lacks")
+            if c.endswith(".sh"):
+                todo.append(c)
+    print(f"scripts: vm-tests/e2e.nix's driver ({', '.join(sorted(listed))}) holds every script they call")
 
 
 def fill(v, vals):

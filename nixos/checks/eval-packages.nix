@@ -8,11 +8,28 @@
 # lacks, fails the evaluation.
 { lib }:
 let
-  pkgs = import ./stub-pkgs.nix { inherit lib; };
+  # Debian's Nix 2.8 lacks builtins.readFileType, which lib.fileset needs: there, the two fileset
+  # functions the VM test's sources use stand in as ones that require each listed path to exist
+  # (a newer Nix evaluates nixpkgs' own).
+  lib' =
+    if builtins ? readFileType then
+      lib
+    else
+      lib
+      // {
+        fileset = lib.fileset // {
+          unions = paths: paths;
+          toSource =
+            { root, fileset }:
+            assert lib.all (p: builtins.pathExists p || throw "fileset: ${toString p} is missing") fileset;
+            "/nix/store/00000000000000000000000000000000-source";
+        };
+      };
+  pkgs = import ./stub-pkgs.nix { lib = lib'; };
   flake = import ../../flake.nix;
   system = "x86_64-linux";
   nixpkgs = {
-    inherit lib;
+    lib = lib';
     legacyPackages.${system} = pkgs;
   };
   outputs = flake.outputs {

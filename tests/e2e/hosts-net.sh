@@ -4,6 +4,7 @@
 # that both give pasta the same thing to copy.
 #
 #   tests/e2e/hosts-net.sh [--netns NAME] [--gateway | --gateway-if-none] [--veth]
+#   tests/e2e/hosts-net.sh --list-hosts      the test hosts' addresses, one per line
 #
 # The hosts (192.0.2.1 ok.test, 192.0.2.2 other.test, 192.0.2.53 the nameserver,
 # 100.100.100.100 the fake tailnet host) sit on `bmx0`: a dummy interface, or a veth pair with
@@ -37,6 +38,7 @@ while [ $# -gt 0 ]; do
         --gateway) gateway=yes; shift ;;
         --gateway-if-none) gateway=if-none; shift ;;
         --veth) veth=yes; shift ;;
+        --list-hosts) printf '%s\n' "${HOSTS[@]}"; exit 0 ;;
         *) echo "$usage" >&2; exit 2 ;;
     esac
 done

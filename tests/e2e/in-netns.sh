@@ -104,6 +104,12 @@ esac
 layout=(--netns "$ns")
 [ "$egress_network" != pasta ] || layout+=(--gateway)
 "$here/hosts-net.sh" "${layout[@]}"
+if [ "$egress_network" = pasta ]; then
+    # The layout proved against the pasta this Podman runs (on NixOS, a current passt that
+    # copies every address of the default route's interface).
+    pasta_exe=$("$e2e" egress-network --program true)
+    "$here/pasta-layout.sh" --pasta "$pasta_exe" --netns "$ns"
+fi
 install -d "/etc/netns/$ns"
 echo "nameserver 192.0.2.53" >"/etc/netns/$ns/resolv.conf"
 

@@ -55,6 +55,11 @@ image=$(images/build-tools-image.sh --toolkit "$target/$MUSL/release/toolkit" --
     --name "$image_name" --extra-ca "$ca/ca.pem" | tail -n 1)
 say "test image $image"
 
+# The test hosts' layout against pasta (Debian's passt: this Podman has no pasta network, so
+# the suite below runs the proxy on slirp4netns; in-netns.sh checks the layout again where the
+# suite's Podman runs pasta, as on NixOS).
+tests/e2e/pasta-layout.sh
+
 # The namespace, the test hosts and the suite per backend, as the NixOS VM test runs them too.
 rc=0
 tests/e2e/in-netns.sh --e2e "$e2e" --brokerd "$brokerd" --ca "$ca" --work "$work" \

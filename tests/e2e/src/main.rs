@@ -31,8 +31,9 @@
 //!     the benches' JSON in DIR as BENCHMARKS.md's tables (rewritten between their markers in
 //!     FILE, or printed) and the latency plot (src/report.rs)
 //!
-//! boxmaker-e2e egress-network [--user NAME] [--podman PROG]
+//! boxmaker-e2e egress-network [--user NAME] [--podman PROG] [--program true]
 //!     prints the egress network `run` picks without --egress-network: pasta or slirp4netns
+//!     (with --program true: the program Podman runs for it, as `podman info` names it)
 //! ```
 //!
 //! `run` prints `ok <backend>/<name>` or `FAIL <backend>/<name>: <why>` for each scenario,
@@ -71,7 +72,7 @@ const USAGE: &str = "usage: boxmaker-e2e ca --out DIR
        boxmaker-e2e serve --ca DIR [--https ADDR]... [--dns ADDR] [--tailnet ADDR]... [--tailnet-log FILE] [--record NAME=IPV4]... [--ready FILE]
        boxmaker-e2e run --brokerd FILE --work DIR [--backend podman|bwrap] [--image ID] [--tools-root DIR] [--user NAME] [--podman PROG] [--tailnet-log FILE] [--only NAME]... [--bench N] [--enforce-limits true|false] [--time-scale N] [--bwrap-cgroup delegated|systemd-scope] [--egress-network pasta|slirp4netns] [--bench-out DIR] [--scale N] [--scale-clients LIST] [--scale-tools LIST]
        boxmaker-e2e report --dir DIR [--markdown FILE] [--svg FILE]
-       boxmaker-e2e egress-network [--user NAME] [--podman PROG]";
+       boxmaker-e2e egress-network [--user NAME] [--podman PROG] [--program true]";
 
 /// Options as (name, value) pairs, in order; every option takes a value.
 pub struct Opts(Vec<(String, String)>);
@@ -171,11 +172,16 @@ fn main() -> ExitCode {
             report::run(&opts).map(|()| ExitCode::SUCCESS)
         }
         "egress-network" => {
-            opts.check(&["user", "podman"])?;
+            opts.check(&["user", "podman", "program"])?;
             let user =
                 system::User::lookup(&opts.one("user").unwrap_or_else(|| "boxmaker".into()))?;
             let podman = opts.one("podman").unwrap_or_else(|| "podman".into());
-            println!("{}", scenarios::host_egress_network(&user, &podman)?);
+            let (network, program) = scenarios::host_egress_helper(&user, &podman)?;
+            match opts.one("program") {
+                Some(v) if v == "true" => println!("{program}"),
+                Some(v) if v != "false" => return Err(format!("--program {v:?}: true or false")),
+                _ => println!("{network}"),
+            }
             Ok(ExitCode::SUCCESS)
         }
         _ => Err(format!("unknown command {cmd:?}\n{USAGE}")),

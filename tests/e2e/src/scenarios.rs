@@ -364,6 +364,12 @@ fn check(cond: bool, why: impl FnOnce() -> String) -> Outcome {
 /// The egress network this host's Podman offers: pasta where Podman knows a pasta program
 /// (`podman info`: host.pasta.executable, Podman 5 and NixOS), else slirp4netns.
 pub fn host_egress_network(user: &User, podman: &str) -> Result<String, String> {
+    Ok(host_egress_helper(user, podman)?.0)
+}
+
+/// [`host_egress_network`] and the program Podman runs for it, as `podman info` names it (empty
+/// where it names none).
+pub fn host_egress_helper(user: &User, podman: &str) -> Result<(String, String), String> {
     let mut c = user.command(podman);
     c.args(["info", "--format", "json"]);
     let (code, out) = system::output(c, Duration::from_secs(60))?;
@@ -373,10 +379,18 @@ pub fn host_egress_network(user: &User, podman: &str) -> Result<String, String> 
     let start = out.find('{').unwrap_or(0);
     let info: serde_json::Value = serde_json::from_str(&out[start..])
         .map_err(|e| format!("podman info: not JSON ({e}): {out}"))?;
-    let pasta = info["host"]["pasta"]["executable"]
-        .as_str()
-        .is_some_and(|p| !p.is_empty());
-    Ok(if pasta { "pasta" } else { "slirp4netns" }.into())
+    let program = |net: &str| {
+        info["host"][net]["executable"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    };
+    let pasta = program("pasta");
+    Ok(if pasta.is_empty() {
+        ("slirp4netns".into(), program("slirp4netns"))
+    } else {
+        ("pasta".into(), pasta)
+    })
 }
 
 /// A short, one-line rendering of what the model saw, for failure messages.
