@@ -1,7 +1,7 @@
 //! The client side of the broker protocol (docs/design.md#protocol): what loopd links to talk
 //! to brokerd, and what `boxctl` is built on. Blocking, one request at a time per [`Client`];
-//! open more clients for concurrency. Its dependencies are `proto`, serde and thiserror: no
-//! async runtime, nothing of brokerd.
+//! open more clients for concurrency. Its dependencies are `proto`, serde, serde_json and
+//! thiserror: no async runtime, nothing of brokerd.
 //!
 //! [`Client::request`] sends any [`Request`] and returns the [`Answer`] as brokerd wrote it.
 //! The typed operations number the request themselves and return what the operation can
