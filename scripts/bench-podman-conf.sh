@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The service user's Podman configuration, measured: `podman run` of the read_file argument list
-# brokerd builds (crates/brokerd/tests/fixtures/podman/read_file.args, the golden file of seed
-# 003's list) under each containers.conf / storage.conf choice that could matter on this host,
+# brokerd builds (crates/brokerd/tests/fixtures/podman/read_file.args, the golden file of the
+# list in docs/design.md#the-tool-container) under each containers.conf / storage.conf choice that could matter on this host,
 # side by side in one run (the variants take turns, call by call, so drift hits all alike).
 # As root, after `scripts/setup.sh all`; the argument list is never changed, only the
 # configuration Podman reads (CONTAINERS_CONF, CONTAINERS_STORAGE_CONF).

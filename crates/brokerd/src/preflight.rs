@@ -1,4 +1,4 @@
-//! The two preflights (seed 000 5.1.6): what each runs and how its answer is judged. The
+//! The two preflights (docs/design.md#preflight-and-poisoning): what each runs and how its answer is judged. The
 //! broker decides when one runs and `probe` keeps its outcome; this module knows what a
 //! working sandbox looks like, and asks the runner for what differs between backends.
 //!

@@ -1,4 +1,4 @@
-//! What brokerd keeps of a preflight (seed 000 5.1.6): a pass is kept; a terminal failure (the
+//! What brokerd keeps of a preflight (docs/design.md#preflight-and-poisoning): a pass is kept; a terminal failure (the
 //! sandbox program absent or not executable, the kernel refusing it) is remembered for the
 //! life of the process; any other failure (a slow start, a full disk, a busy host) is tried
 //! again by a later call once its back-off has passed, the wait doubling from

@@ -161,7 +161,7 @@ pub struct RunOutput {
     pub truncated: bool,
 }
 
-/// Why a call failed: the seed's fixed sentences, exactly.
+/// Why a call failed: the fixed sentences of docs/design.md#runners, exactly.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum Failure {
     #[error("the tool could not run")]

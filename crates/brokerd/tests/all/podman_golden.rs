@@ -1,6 +1,7 @@
-//! The podman argument lists of seed 003 section 6, byte for byte against the golden files in
-//! `tests/fixtures/podman/` (one argument a line). The files were written from the seed, not
-//! from the code: a change here is a change of the sandbox and needs the seed's owner.
+//! The podman argument lists of docs/design.md#the-tool-container and
+//! docs/design.md#http_fetch-and-its-egress-proxy, byte for byte against the golden files in
+//! `tests/fixtures/podman/` (one argument a line). The files were written from the design, not
+//! from the code: a change here is a change of the sandbox, and of the design first.
 
 // A test: a setup step that fails is the test failing.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
