@@ -22,15 +22,19 @@ impl Walk<'_> {
             return;
         }
         let pn = program_name(word, self.cwd.as_deref());
+        let name = pn.name.as_str();
         if !pn.system {
             // Read as the program its name says (`/tmp/rm -rf /` is still dangerous), and as
-            // one that may be any.
+            // one that may be any (`tools/cat -rf /srv/notes` may be a copied rm): no plain
+            // reader's short cut, and its arguments read as an unknown program's are.
             self.raise(
                 ShellComplex,
                 format!("{word} is run by a path outside the system's program directories"),
             );
+            if is_known_program(name) || PLAIN_READERS.contains(&name) {
+                self.args_as_commands(word, args, false);
+            }
         }
-        let name = pn.name.as_str();
         if !word.contains('/') && (self.call_alias(word, args) || self.call_function(word, args)) {
             return;
         }
@@ -381,6 +385,22 @@ impl Walk<'_> {
                 }
                 Effect::Run => {
                     self.raise(ShellComplex, format!("{name} {} runs a program", g.spelled))
+                }
+                // The command an option names is read as code (`tar --to-command='rm -rf /'`).
+                Effect::Command | Effect::Action => {
+                    let shown = format!("{name} {}", g.spelled);
+                    self.raise(ShellComplex, format!("{shown} runs a command"));
+                    let code = match (g.effect(), &g.value) {
+                        (Effect::Action, Some(v)) => match v.text() {
+                            Some(t) => t.strip_prefix("exec=").map(|c| v.with_text(c)),
+                            // An action the classifier cannot read may be `exec=`.
+                            None => Some(v.clone()),
+                        },
+                        (_, v) => v.clone(),
+                    };
+                    if let Some(code) = code {
+                        self.run_code(&shown, std::slice::from_ref(&code));
+                    }
                 }
                 Effect::Mutate => self.raise(WorkspaceMutating, format!("{name} {}", g.spelled)),
                 Effect::Unguard => self.raise(

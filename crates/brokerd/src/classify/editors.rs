@@ -55,13 +55,6 @@ const VIM_VALUED: &[&str] = &[
 /// Editor options whose value is an editor command, which `!` turns into a shell command.
 const EDITOR_COMMANDS: &[&str] = &["-c", "--cmd", "--eval", "--execute", "-e", "-E"];
 
-/// perl's and ruby's option letters whose value is the rest of the cluster only, and those
-/// whose value is the rest of the cluster or the next word.
-const SCRIPT_ATTACHED: &[(&str, &str, &str)] = &[
-    ("perl", "0CdDilmMxVF", "IeE"),
-    ("ruby", "0iFWxKTd", "CeIrE"),
-];
-
 /// Whether `name` is an editor the table knows.
 pub(super) fn is_editor(name: &str) -> bool {
     EDITORS.iter().any(|(n, _)| *n == name)
@@ -123,51 +116,24 @@ impl Walk<'_> {
         }
     }
 
-    /// perl and ruby: their inline code (`-e`, clustered as in `-pie`), and with `-i` the
+    /// perl and ruby: their inline code (`-e`, clustered as in `-pe`), and with `-i` the
     /// files after the code or the script, which are edited in place. Returns false for
-    /// another interpreter.
+    /// another interpreter. The options are read by the interpreter's grammar (`invocation`).
     pub(super) fn script_interpreter(&mut self, name: &str, args: &[Arg]) -> bool {
-        let Some((_, attached, valued)) = SCRIPT_ATTACHED.iter().find(|(n, _, _)| *n == name)
-        else {
+        if !matches!(name, "perl" | "ruby") {
+            return false;
+        }
+        let Some(r) = super::invocation::read(name, args) else {
             return false;
         };
-        let mut code: Vec<Arg> = Vec::new();
-        let mut in_place = false;
-        let mut dirs: Vec<Arg> = Vec::new();
-        let mut i = 0;
-        while let Some(a) = args.get(i) {
-            let Some(t) = a.text().filter(|t| t.starts_with('-') && t.len() > 1) else {
-                break;
-            };
-            i += 1;
-            if t == "--" {
-                break;
-            }
-            let letters: Vec<char> = t.chars().skip(1).collect();
-            for (k, c) in letters.iter().enumerate() {
-                let rest: String = letters[k + 1..].iter().collect();
-                in_place |= *c == 'i';
-                if attached.contains(*c) {
-                    break;
-                }
-                if valued.contains(*c) {
-                    let value = match rest.is_empty() {
-                        true => {
-                            i += 1;
-                            args.get(i - 1).cloned()
-                        }
-                        false => Some(a.with_text(&rest)),
-                    };
-                    match c {
-                        'e' | 'E' => code.extend(value),
-                        // ruby -C DIR: the files are relative to DIR.
-                        'C' if name == "ruby" => dirs.extend(value),
-                        _ => {}
-                    }
-                    break;
-                }
-            }
-        }
+        let code = r.code.clone();
+        let in_place = r.has('i');
+        // ruby -C DIR: the files are relative to DIR.
+        let dirs: Vec<Arg> = match name {
+            "ruby" => r.values('C').cloned().collect(),
+            _ => Vec::new(),
+        };
+        let i = r.operands;
         let rest = args.get(i..).unwrap_or(&[]);
         // Without inline code, the first operand is the script.
         let files = match code.is_empty() {

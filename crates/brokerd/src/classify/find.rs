@@ -5,7 +5,9 @@
 //! `-name '[!.]*'`, `-name '*.*'`, `-regex '.+'` and `-name notes` (under `/srv`) do not. An
 //! operator (`-o`, `!`, parentheses) after or around a test loosens it. `{}` of `-exec` stands
 //! for what find finds: every file under the start path, the start included, unless a test
-//! narrows it (`Found`).
+//! narrows it (`Found`). `-samefile F` narrows only when F cannot be a grant directory or one
+//! holding it (`-samefile .` is the start itself); `-inum` never does, since any inode may be
+//! a root's.
 
 use super::*;
 
@@ -17,7 +19,7 @@ const NAME_TESTS: &[&str] = &["-name", "-iname"];
 /// Tests that pick files by the whole path find prints.
 const PATH_TESTS: &[&str] = &["-path", "-ipath", "-wholename", "-iwholename"];
 const REGEX_TESTS: &[&str] = &["-regex", "-iregex"];
-/// Tests that pick one file.
+/// Tests that pick one file: by a file that is the same (`-samefile`), by an inode number.
 const ONE_FILE_TESTS: &[&str] = &["-samefile", "-inum"];
 
 /// The other primaries that take one value (so that `-newer -delete` is a file, not an action).
@@ -109,9 +111,14 @@ impl FindExpr {
 /// Reads `find ARGS` against the grant's directories.
 pub(super) fn read_find(args: &[Arg], roots: &[PathBuf]) -> FindExpr {
     let mut i = 0;
+    // `-L` and `-H` follow links, in what `-samefile` names too.
+    let mut follow = false;
     while let Some(t) = args.get(i).and_then(|a| a.text()) {
         match t {
-            _ if LEADING.contains(&t) || t.starts_with("-O") => i += 1,
+            _ if LEADING.contains(&t) || t.starts_with("-O") => {
+                follow |= matches!(t, "-L" | "-H");
+                i += 1
+            }
             "-D" => i += 2,
             _ => break,
         }
@@ -167,6 +174,7 @@ pub(super) fn read_find(args: &[Arg], roots: &[PathBuf]) -> FindExpr {
                 }
                 i += 1 + usize::from(t == "-fprintf");
             }
+            "-follow" => follow = true,
             "-print" | "-print0" | "-ls" => actions.push((Action::Print, here)),
             "-printf" => {
                 actions.push((Action::Print, here));
@@ -180,7 +188,7 @@ pub(super) fn read_find(args: &[Arg], roots: &[PathBuf]) -> FindExpr {
             {
                 let value = args.get(i).and_then(|v| v.text());
                 i += 1;
-                narrowed |= value.is_some_and(|v| narrows(t, v, &start_texts, roots));
+                narrowed |= value.is_some_and(|v| narrows(t, v, &start_texts, roots, follow));
             }
             _ => {}
         }
@@ -192,8 +200,8 @@ pub(super) fn read_find(args: &[Arg], roots: &[PathBuf]) -> FindExpr {
 }
 
 /// Whether a test with `value` leaves out most files and every grant directory (and every
-/// directory holding one) that find may reach from `starts`.
-fn narrows(test: &str, value: &str, starts: &[String], roots: &[PathBuf]) -> bool {
+/// directory holding one) that find may reach from `starts`; `follow`: find follows links.
+fn narrows(test: &str, value: &str, starts: &[String], roots: &[PathBuf], follow: bool) -> bool {
     let fold = test.starts_with("-i");
     let matches = |pattern: &str, name: &str| {
         let (p, n) = match fold {
@@ -223,8 +231,11 @@ fn narrows(test: &str, value: &str, starts: &[String], roots: &[PathBuf]) -> boo
                     .any(|h| format!("{}/", h.display()).contains(run.as_str()))
         })
     };
-    if ONE_FILE_TESTS.contains(&test) {
-        return true;
+    if test == "-inum" {
+        return false;
+    }
+    if test == "-samefile" {
+        return !may_be_held(value, &held, follow);
     }
     if NAME_TESTS.contains(&test) {
         let names = held.iter().filter_map(|h| h.file_name());
@@ -253,6 +264,29 @@ fn narrows(test: &str, value: &str, starts: &[String], roots: &[PathBuf]) -> boo
     // needs one of its runs.
     let optional_group = [")*", ")?", "){"].iter().any(|g| value.contains(g));
     !value.contains('|') && !optional_group && unexplained(regex_runs(value))
+}
+
+/// Whether the file `-samefile` compares with may be a grant directory or one holding it
+/// (`held`): `.`, `..`, `/` and a path ending in one of them may be any directory; one ending
+/// in a held directory's name may be it wherever the command runs (find's working directory is
+/// not known); with a trailing `/`, or with `follow`, a link of any name may lead to one.
+fn may_be_held(value: &str, held: &[PathBuf], follow: bool) -> bool {
+    if follow || value.ends_with('/') || value.is_empty() {
+        return true;
+    }
+    let last = Path::new(value).components().next_back();
+    let name = match last {
+        Some(Component::Normal(n)) => n.to_string_lossy().into_owned(),
+        // `.`, `..`, `/`.
+        _ => return true,
+    };
+    // A path ending in `/.` has `.` as its last component, which `components` drops.
+    if value.ends_with("/.") || value == "." {
+        return true;
+    }
+    held.iter()
+        .filter_map(|h| h.file_name())
+        .any(|n| n.to_string_lossy() == name)
 }
 
 /// The runs of characters a shell pattern needs as they are (outside `*`, `?` and `[...]`),
@@ -424,13 +458,30 @@ mod tests {
             ("-regex", "\\(foo\\)*.*", "/srv/notes", false),
             ("-regex", "^/srv/notes/.+$", "/srv/notes", false),
             ("-samefile", "a", ".", true),
+            ("-samefile", "src/a.o", "/srv/notes", true),
+            ("-samefile", ".", ".", false),
+            ("-samefile", "./", ".", false),
+            ("-samefile", "x/.", ".", false),
+            ("-samefile", "..", ".", false),
+            ("-samefile", "a/..", ".", false),
+            ("-samefile", "/", "/srv", false),
+            ("-samefile", "/srv/notes", "/srv", false),
+            ("-samefile", "notes", "/srv", false),
+            ("-samefile", "../ref", ".", false),
+            ("-samefile", "srv", "/", false),
+            ("-samefile", "link/", ".", false),
+            ("-samefile", "", ".", false),
+            ("-inum", "2", "/srv/notes", false),
+            ("-inum", "123456", ".", false),
         ];
         for &(test, value, start, want) in cases {
             assert_eq!(
-                narrows(test, value, &[start.to_string()], &roots),
+                narrows(test, value, &[start.to_string()], &roots, false),
                 want,
                 "find {start} {test} {value:?}"
             );
         }
+        // Following links, a link of any name may lead to a root.
+        assert!(!narrows("-samefile", "a", &[".".into()], &roots, true));
     }
 }

@@ -227,6 +227,14 @@ const COMMAND_KEYS: &[&str] = &[
     "uploadpack.packobjectshook",
 ];
 
+/// Whether git runs the value of config key `key` as a command.
+pub(super) fn is_command_key(key: &str) -> bool {
+    let key = key.to_ascii_lowercase();
+    COMMAND_KEYS
+        .iter()
+        .any(|k| key.starts_with(k) || key.contains(k))
+}
+
 impl Walk<'_> {
     pub(super) fn git(&mut self, args: &[Arg]) {
         use CommandClass::*;
@@ -434,7 +442,7 @@ impl Walk<'_> {
 
     /// `KEY=VALUE` set by `git -c` or `git config`: a key whose value is a command has it read
     /// as code (`alias.x=!CMD`).
-    fn git_config_value(&mut self, setting: &Arg) {
+    pub(super) fn git_config_value(&mut self, setting: &Arg) {
         self.raise(
             CommandClass::ShellComplex,
             "git -c can make git run programs or read other config",
@@ -442,11 +450,7 @@ impl Walk<'_> {
         let Some((key, value)) = setting.text().and_then(|t| t.split_once('=')) else {
             return;
         };
-        let key = key.to_ascii_lowercase();
-        if COMMAND_KEYS
-            .iter()
-            .any(|k| key.starts_with(k) || key.contains(k))
-        {
+        if is_command_key(key) {
             let code = value.strip_prefix('!').unwrap_or(value);
             self.run_code("git config", &[Arg::literal(code)]);
         }

@@ -27,7 +27,8 @@
 //!   expansion), because it could be any of these. So are deleting, emptying or moving out of
 //!   the grant every entry of one by a pattern (`rm /srv/notes/*`), and moving one anywhere.
 //! - `find`'s tests narrow what its actions see only when they need what most files lack and
-//!   cannot match a grant directory (`-name '*.o'`, not `-name '[!.]*'` or `-regex '.+'`);
+//!   cannot match a grant directory (`-name '*.o'`, not `-name '[!.]*'` or `-regex '.+'`;
+//!   `-samefile F` only when F cannot be a grant directory or hold one, `-inum` never);
 //!   `{}` of `-exec`, and the names find prints into `xargs`, stand for everything it finds.
 //! - Arithmetic (`$((..))`, `((..))`, `[[ a -eq b ]]`) and `${..}` with operators are
 //!   `ShellComplex`: bash evaluates array subscripts inside them, which can run commands.
@@ -38,8 +39,9 @@
 //!   differently (`[[ ]]`, `$'...'`, `$"..."`, `{a,b}`, `&>`, `|&`, `<<<`, arrays) the command
 //!   is at least `ShellComplex`, and `$'...'` is decoded as bash does to name the program.
 //! - A program word is a path: `/bin//rm`, `/bin/../bin/rm` and `./rm` after `cd /bin` are
-//!   `rm`; any other path is read by its last component, as a program that may be another
-//!   (`paths`).
+//!   `rm`; any other path is read by its last component, and also as a program that may be
+//!   any (`paths`): no plain reader's short cut, its arguments read as an unknown program's
+//!   (`tools/cat -rf /srv/notes` is `Dangerous`).
 //! - A runner (`runners`: `env`, `nice`, `timeout`, `unshare`, `setpriv`, `flock`, `chroot`,
 //!   `su -c`, `script -c`, `watch`, `sudo`, ...) is at least as bad as what it runs; its table
 //!   lists the options that take values, so that the command is found however they are
@@ -52,9 +54,16 @@
 //!   program that runs what it reads (a shell, an interpreter, `source /dev/stdin`, `at`,
 //!   `xargs sh -c`, ed's `!`) is at least `ShellComplex`, and `Dangerous` unless every
 //!   producer is literal text (echo, printf, yes, a here-document, through filters that pass
-//!   lines on) that is read as a safe command. So are code and commands built from a
+//!   lines on) that is read as a safe command. An interpreter's program is not read whole, so
+//!   text fed to one is never read as safe. A program word the classifier cannot read
+//!   (`| $SHELL`) may be a shell. Whether a shell or an interpreter reads its program from its
+//!   input is told by one option grammar (`invocation`), and the input named as a file
+//!   however spelled (`paths::is_input_path`). So are code and commands built from a
 //!   program's output (`eval "$(cat f)"`, `$(cat f)`), and a file the command itself writes
 //!   and then runs.
+//! - An option whose value is a command (`tar --to-command`, `split --filter`, `rsync -e`) and
+//!   a variable another program runs (`GIT_EDITOR`, `PAGER`, `GIT_CONFIG_VALUE_n`: `envvars`)
+//!   are read as the code they hold.
 //! - Variables, positional parameters and functions the command sets are followed (`vars`):
 //!   `c='rm -rf /'; $c`, `f() { "$@"; }; f rm -rf /` are read as what they run; one set from
 //!   text the classifier cannot read makes a command built from it `Dangerous`; functions
@@ -69,9 +78,13 @@
 //! Modules: `walk` (the syntax tree), `words` (quote removal, a word's parts), `vars`, `opts`
 //! and `specs` (options), `runners` (programs that run their arguments), `commands` (one
 //! program), `pipes` (pipelines), `produce` (what a command prints), `redirects`, `wrappers`,
-//! `targets` (where writes land), `find`, `git`, `sed`, `awk`, `archives`, `rewriters`,
-//! `editors`, `paths`, `programs` (lists of programs by kind); `adversarial.toml` is the table
-//! of hostile commands checked when the classifier is built.
+//! `invocation` (shells' and interpreters' options), `envvars` (variables that carry
+//! commands), `targets` (where writes land), `find`, `git`, `sed`, `awk`, `archives`,
+//! `rewriters`, `editors`, `paths`, `programs` (lists of programs by kind);
+//! `adversarial.toml` is the table of hostile commands checked when the classifier is built,
+//! `properties` and `families` generate commands by family.
+//!
+//! What the classifier cannot see is listed in docs/design.md#what-the-classifier-cannot-see.
 //!
 //! Enumeration trails a hostile model: what keeps protected targets is the mount that holds
 //! them read-only; the classifier decides what to ask about.
@@ -87,8 +100,10 @@ mod archives;
 mod awk;
 mod commands;
 mod editors;
+mod envvars;
 mod find;
 mod git;
+mod invocation;
 mod opts;
 mod paths;
 mod pipes;
@@ -105,6 +120,8 @@ mod walk;
 mod words;
 mod wrappers;
 
+#[cfg(test)]
+mod families;
 #[cfg(test)]
 mod properties;
 #[cfg(test)]

@@ -139,6 +139,9 @@ pub(super) fn parse<'s>(program: &str, spec: &'s Spec, args: &[Arg]) -> Parsed<'
     let mut only_operands = false;
     while let Some(a) = args.get(i) {
         i += 1;
+        if !only_operands && a.text().is_none() && unreadable_option(spec, a, &mut p) {
+            continue;
+        }
         let t = match a.text() {
             Some(t) if !only_operands && t != "-" && t.starts_with('-') => t,
             _ => {
@@ -239,6 +242,63 @@ pub(super) fn parse<'s>(program: &str, spec: &'s Spec, args: &[Arg]) -> Parsed<'
         }
     }
     p
+}
+
+/// An option word whose value the classifier cannot read (`--to-command="$X"`, `-I$(cat f)`):
+/// the option as its literal start names it, given the rest of the word as its value, which
+/// `Walk::expand` reads. Whether the word was taken as an option.
+fn unreadable_option<'s>(spec: &'s Spec, a: &Arg, p: &mut Parsed<'s>) -> bool {
+    let Some((Part::Text(head), rest)) = a.parts.as_ref().and_then(|ps| ps.split_first()) else {
+        return false;
+    };
+    let value_of = |text: &str| Arg {
+        lit: None,
+        parts: Some(
+            std::iter::once(Part::Text(text.to_string()))
+                .chain(rest.iter().cloned())
+                .collect(),
+        ),
+        ..a.clone()
+    };
+    let (opt, spelled, value) = if let Some(long) = head.strip_prefix("--") {
+        let Some((name, v)) = long.split_once('=') else {
+            return false;
+        };
+        match find_long(spec, name) {
+            Long::Found(opt) => (opt, format!("--{name}"), value_of(v)),
+            _ => return false,
+        }
+    } else if let Some(cluster) = head.strip_prefix('-') {
+        // The flags before the option that takes the rest of the word.
+        let mut flags = Vec::new();
+        let mut chars = cluster.char_indices();
+        let taking = loop {
+            let Some((k, c)) = chars.next() else {
+                return false;
+            };
+            let Some(opt) = spec.options.iter().find(|o| o.short.contains(&c)) else {
+                return false;
+            };
+            if opt.takes != Takes::Nothing {
+                break (opt, format!("-{c}"), value_of(&cluster[k + c.len_utf8()..]));
+            }
+            flags.push(Given {
+                opt: Some(opt),
+                spelled: format!("-{c}"),
+                value: None,
+            });
+        };
+        p.given.extend(flags);
+        taking
+    } else {
+        return false;
+    };
+    p.given.push(Given {
+        opt: Some(opt),
+        spelled,
+        value: Some(value),
+    });
+    true
 }
 
 /// `tar xfC a.tar dir` as `tar -x -f a.tar -C dir`: a first word of short options without a

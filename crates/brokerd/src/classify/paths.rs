@@ -21,6 +21,46 @@ pub(super) fn normalise(p: &Path) -> PathBuf {
     out
 }
 
+/// The ways of naming a descriptor of the command as a file, by component: `*` is any one
+/// component, `N` a descriptor number.
+const INPUT_PATHS: &[&[&str]] = &[
+    &["dev", "stdin"],
+    &["dev", "fd", "N"],
+    &["proc", "*", "fd", "N"],
+    &["proc", "*", "task", "*", "fd", "N"],
+];
+
+/// Whether `path` may name the command's standard input: `/dev/stdin`, `/dev/fd/N` or
+/// `/proc/PID/fd/N` (any N, since a redirection such as `3<&0` can make it the input; any
+/// PID, `self` and `$$` included), however spelled (`//dev/stdin`, `/dev/./stdin`,
+/// `/dev/../dev/stdin`). A relative path may be one from a working directory the classifier
+/// does not know when it is the end of one (`stdin`, `fd/0`, `0`).
+pub(super) fn is_input_path(path: &str) -> bool {
+    let p = normalise(Path::new(path));
+    let names: Vec<String> = p
+        .components()
+        .filter_map(|c| match c {
+            Component::Normal(n) => Some(n.to_string_lossy().into_owned()),
+            _ => None,
+        })
+        .collect();
+    let fits = |pattern: &[&str], names: &[String]| {
+        pattern.len() == names.len()
+            && pattern.iter().zip(names).all(|(want, name)| match *want {
+                "*" => true,
+                "N" => !name.is_empty() && name.chars().all(|c| c.is_ascii_digit()),
+                w => w == name,
+            })
+    };
+    if p.has_root() {
+        return INPUT_PATHS.iter().any(|pattern| fits(pattern, &names));
+    }
+    !names.is_empty()
+        && INPUT_PATHS.iter().any(|pattern| {
+            pattern.len() >= names.len() && fits(&pattern[pattern.len() - names.len()..], &names)
+        })
+}
+
 /// Directories whose programs are the system's: run from one, a program is what its name says.
 const SYSTEM_DIRS: &[&str] = &[
     "/bin",
@@ -93,6 +133,49 @@ pub(super) fn program_name(word: &str, cwd: Option<&str>) -> ProgramName {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn input_paths() {
+        let input = [
+            "/dev/stdin",
+            "//dev/stdin",
+            "/dev/./stdin",
+            "/dev//stdin",
+            "/dev/../dev/stdin",
+            "/tmp/../dev/stdin",
+            "/dev/fd/0",
+            "/dev/fd/3",
+            "/proc/self/fd/0",
+            "/proc/thread-self/fd/0",
+            "/proc/0/fd/0",
+            "/proc/self/task/1/fd/0",
+            "/proc/self/fd/../fd/0",
+            "stdin",
+            "fd/0",
+            "./fd/0",
+            "0",
+            "../stdin",
+            "self/fd/0",
+        ];
+        for p in input {
+            assert!(is_input_path(p), "{p}");
+        }
+        let not = [
+            "/dev/stdout",
+            "/dev/null",
+            "/srv/notes/stdin.sh",
+            "/dev/fd",
+            "/proc/self/fdinfo/0",
+            "/proc/self/fd/x",
+            "script.sh",
+            "a/stdin/b",
+            "/stdin",
+            "",
+        ];
+        for p in not {
+            assert!(!is_input_path(p), "{p}");
+        }
+    }
 
     #[test]
     fn program_words() {

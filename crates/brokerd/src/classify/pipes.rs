@@ -31,12 +31,9 @@ impl Walk<'_> {
         // Text that reaches a program that runs what it reads: literal text is read as the
         // code it is; any other text is code the classifier cannot see.
         for k in 1..stages.len() {
-            let Some((p, args)) = stage_program(stages[k], src) else {
+            let Some(p) = self.stage_reader(stages[k], src) else {
                 continue;
             };
-            if !reads_code(&p, &args) {
-                continue;
-            }
             self.raise(
                 CommandClass::ShellComplex,
                 format!("text piped into {p} runs as code"),
@@ -196,12 +193,59 @@ fn found_upstream(stages: &[Node], src: &str, roots: &[PathBuf]) -> Option<Vec<A
     None
 }
 
-/// The first stage of a pipeline, past the first `skip`, that runs what it reads as code.
-pub(super) fn pipeline_code_reader(n: Node, src: &str, skip: usize) -> Option<String> {
-    let mut c = n.walk();
-    let stages: Vec<Node> = n.named_children(&mut c).collect();
-    stages.iter().skip(skip).find_map(|s| {
-        let (p, args) = stage_program(*s, src)?;
-        reads_code(&p, &args).then_some(p)
-    })
+impl Walk<'_> {
+    /// The first stage of a pipeline, past the first `skip`, that runs what it reads as code.
+    pub(super) fn pipeline_code_reader(&self, n: Node, src: &str, skip: usize) -> Option<String> {
+        let mut c = n.walk();
+        let stages: Vec<Node> = n.named_children(&mut c).collect();
+        stages
+            .iter()
+            .skip(skip)
+            .find_map(|s| self.stage_reader(*s, src))
+    }
+
+    /// The program a stage (a command, or a redirected one) runs when it runs what it reads as
+    /// code, as `reads_code` reads it. A program word the classifier cannot read (`$SHELL`,
+    /// `"$X"`, `$(which sh)`) is each program the variables the command sets make it, and may be
+    /// a shell where it cannot tell: it is `sh` then, and so is a runner whose command the
+    /// classifier cannot read (`env $X`).
+    pub(super) fn stage_reader(&self, n: Node, src: &str) -> Option<String> {
+        if let Some((p, args)) = stage_program(n, src) {
+            return reads_code(&p, &args).then_some(p);
+        }
+        let command = match n.kind() {
+            "redirected_statement" => n.child_by_field_name("body")?,
+            _ => n,
+        };
+        if command.kind() != "command" {
+            return None;
+        }
+        let name = command.child_by_field_name("name")?;
+        let word = name.named_child(0).unwrap_or(name);
+        if literal(word, src).is_some() {
+            // A runner whose command the classifier cannot read (`env $X`, `sudo "$X"`).
+            return Some("sh".to_string());
+        }
+        let mut c = command.walk();
+        let args: Vec<Arg> = command
+            .children_by_field_name("argument", &mut c)
+            .map(|a| Arg::shallow(a, src))
+            .collect();
+        let values = self.expand(&Arg::of(word, src));
+        if values.unknown || values.outside || values.texts.is_empty() {
+            return Some("sh".to_string());
+        }
+        for words in values.split(&self.scope.ifs()) {
+            let Some((first, rest)) = words.split_first() else {
+                continue;
+            };
+            let all: Vec<Arg> = rest.iter().chain(args.iter()).cloned().collect();
+            match first.text().and_then(|t| resolve_program(t, &all)) {
+                Some((p, a)) if reads_code(&p, &a) => return Some(p),
+                Some(_) => {}
+                None => return Some("sh".to_string()),
+            }
+        }
+        None
+    }
 }

@@ -110,28 +110,8 @@ pub(super) const SHELLS: &[&str] = &[
     "posh", "rbash",
 ];
 
-/// Interpreters and the options that take inline code.
-pub(super) const INTERPRETERS: &[(&str, &[&str])] = &[
-    ("python", &["-c"]),
-    ("python2", &["-c"]),
-    ("python3", &["-c"]),
-    ("perl", &["-e", "-E"]),
-    ("ruby", &["-e"]),
-    ("node", &["-e", "--eval", "-p", "--print"]),
-    ("nodejs", &["-e", "--eval", "-p", "--print"]),
-    ("deno", &["eval"]),
-    ("bun", &["-e", "--eval"]),
-    ("php", &["-r"]),
-    ("lua", &["-e"]),
-    ("luajit", &["-e"]),
-    ("tclsh", &[]),
-    ("Rscript", &["-e"]),
-    ("pwsh", &["-c", "-Command"]),
-    ("awk", &[]),
-    ("gawk", &[]),
-    ("mawk", &[]),
-    ("nawk", &[]),
-];
+/// awk and its kin: interpreters read by `awk` (the others' grammars are in `invocation`).
+const AWKS: &[&str] = &["awk", "gawk", "mawk", "nawk"];
 
 pub(super) const DOWNLOADERS: &[&str] = &["curl", "wget", "fetch", "aria2c", "nc", "ncat", "socat"];
 
@@ -242,20 +222,7 @@ pub(super) fn is_known_program(name: &str) -> bool {
 }
 
 pub(super) fn is_interpreter(name: &str) -> bool {
-    interpreter_code_opts(name).is_some()
-}
-
-pub(super) fn interpreter_code_opts(name: &str) -> Option<&'static [&'static str]> {
-    if let Some((_, opts)) = INTERPRETERS.iter().find(|(n, _)| *n == name) {
-        return Some(opts);
-    }
-    // python3.12 and the like.
-    if let Some(rest) = name.strip_prefix("python") {
-        if rest.chars().all(|c| c.is_ascii_digit() || c == '.') {
-            return Some(&["-c"]);
-        }
-    }
-    None
+    AWKS.contains(&name) || super::invocation::is_interpreter_name(name)
 }
 
 pub(super) fn is_sensitive_var(name: &str) -> bool {
@@ -285,9 +252,6 @@ pub(super) enum Reader {
 const SHELL_READERS: &[&str] = &["at", "batch", "crontab", "parallel"];
 /// Programs whose input is commands where `!CMD` runs a shell command.
 const BANG_READERS: &[&str] = &["ed", "red", "ex", "dc"];
-/// Ways of naming standard input as a file.
-const STDIN_PATHS: &[&str] = &["-", "/dev/stdin", "/dev/fd/0", "/proc/self/fd/0"];
-
 /// How `p` reads code by name, whatever its arguments.
 pub(super) fn reader_kind(p: &str) -> Option<Reader> {
     match p {
@@ -301,17 +265,22 @@ pub(super) fn reader_kind(p: &str) -> Option<Reader> {
     }
 }
 
+/// `-` or a path that may be the standard input (`paths::is_input_path`).
+pub(super) fn names_input(t: &str) -> bool {
+    t == "-" || super::paths::is_input_path(t)
+}
+
 /// Whether `p` runs code it reads from its standard input, given its arguments.
 pub(super) fn reads_code(p: &str, args: &[Arg]) -> bool {
     let texts: Vec<&str> = args.iter().filter_map(|a| a.text()).collect();
     // `-f -`: a program file that is the input.
     let program_file_is_input = texts
         .windows(2)
-        .any(|w| matches!(w[0], "-f" | "--file" | "--makefile") && STDIN_PATHS.contains(&w[1]))
+        .any(|w| matches!(w[0], "-f" | "--file" | "--makefile") && names_input(w[1]))
         || texts.iter().any(|t| {
             ["--file=", "--makefile="]
                 .iter()
-                .any(|o| t.strip_prefix(o).is_some_and(|v| STDIN_PATHS.contains(&v)))
+                .any(|o| t.strip_prefix(o).is_some_and(names_input))
         });
     match reader_kind(p) {
         None => false,
@@ -319,7 +288,9 @@ pub(super) fn reads_code(p: &str, args: &[Arg]) -> bool {
         Some(_) if matches!(p, "make" | "gmake") => program_file_is_input,
         Some(_) if matches!(p, "source" | ".") => {
             // `. /dev/stdin` runs what it reads.
-            texts.first().is_some_and(|t| STDIN_PATHS[1..].contains(t))
+            texts
+                .first()
+                .is_some_and(|t| super::paths::is_input_path(t))
         }
         // A program file, or crontab's file, instead of the input.
         Some(Reader::Shell) if SHELL_READERS.contains(&p) => match p {
@@ -330,40 +301,7 @@ pub(super) fn reads_code(p: &str, args: &[Arg]) -> bool {
             _ => !texts.contains(&"-f"),
         },
         Some(Reader::Bang) => true,
-        Some(kind) => reads_program_from_input(p, kind, args),
+        // A shell or interpreter, as its option grammar reads its arguments.
+        Some(_) => super::invocation::read(p, args).is_none_or(|r| r.reads_input(args)),
     }
-}
-
-/// A shell or interpreter: whether its arguments leave its program to its input.
-fn reads_program_from_input(p: &str, kind: Reader, args: &[Arg]) -> bool {
-    let shell = kind == Reader::Shell;
-    // `xargs -I{} sh -c '{}'`, `xargs sh -c 'eval "$@"' _`: the input lands in the code or
-    // its arguments (`{}` stands for it, see `resolve_program`).
-    let inline = args
-        .iter()
-        .filter_map(|a| a.text())
-        .any(|t| t.starts_with('-') && !t.starts_with("--") && t.contains('c'));
-    if shell && inline && args.iter().any(|a| a.raw.contains("{}")) {
-        return true;
-    }
-    for a in args {
-        match a.text() {
-            Some("-" | "--") => return true,
-            Some(t) if STDIN_PATHS[1..].contains(&t) => return true,
-            Some(t) if t.starts_with('-') || t.starts_with('+') => {
-                // `sh -c` with no code after it gets its code from elsewhere (xargs' input).
-                if shell && !t.starts_with("--") && t.contains('c') {
-                    return args.last().is_some_and(|last| std::ptr::eq(last, a));
-                }
-                if let Some((_, code_opts)) = INTERPRETERS.iter().find(|(n, _)| *n == p) {
-                    if code_opts.contains(&t) {
-                        return false;
-                    }
-                }
-            }
-            // A script file: its input is data to it.
-            _ => return false,
-        }
-    }
-    true
 }

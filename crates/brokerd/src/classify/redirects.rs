@@ -4,7 +4,7 @@
 use super::*;
 
 /// Inputs that give a program nothing the command did not give it: empty, or the command's
-/// own input.
+/// own input (compared once `//`, `.` and `..` are resolved).
 const NO_TEXT: &[&str] = &["/dev/null", "/dev/stdin", "/dev/fd/0", "/proc/self/fd/0"];
 
 impl Walk<'_> {
@@ -15,10 +15,8 @@ impl Walk<'_> {
         }
         // A here-document of a pipeline feeds its first stage; the text may reach a shell later.
         let into = match body {
-            Some(b) if b.kind() == "pipeline" => pipeline_code_reader(b, src, 1),
-            Some(b) => stage_program(b, src)
-                .filter(|(p, a)| reads_code(p, a))
-                .map(|(p, _)| p),
+            Some(b) if b.kind() == "pipeline" => self.pipeline_code_reader(b, src, 1),
+            Some(b) => self.stage_reader(b, src),
             None => None,
         };
         let mut c = n.walk();
@@ -69,16 +67,16 @@ impl Walk<'_> {
                 let downstream = r
                     .named_children(&mut c)
                     .find(|ch| ch.kind() == "pipeline")
-                    .and_then(|p| pipeline_code_reader(p, src, 0));
+                    .and_then(|p| self.pipeline_code_reader(p, src, 0));
                 let mut c = r.walk();
                 for ch in r.named_children(&mut c) {
                     match ch.kind() {
                         "heredoc_body" => {
                             self.scan(ch, src);
                             let text = &src[ch.byte_range()];
-                            self.code_input(into, text);
+                            self.fed_input(into, text, "a here-document");
                             if downstream.is_some() {
-                                self.code_input(downstream.as_deref(), text);
+                                self.fed_input(downstream.as_deref(), text, "a here-document");
                             }
                         }
                         "heredoc_start" | "heredoc_end" => {}
@@ -174,7 +172,11 @@ impl Walk<'_> {
     /// is read as what it prints.
     fn file_fed(&mut self, into: Option<&str>, file: &Arg) {
         let Some(p) = into else { return };
-        if file.text().is_some_and(|t| NO_TEXT.contains(&t)) {
+        let no_text = |t: &str| {
+            let p = normalise(Path::new(t));
+            NO_TEXT.iter().any(|n| p == Path::new(n))
+        };
+        if file.text().is_some_and(no_text) {
             return;
         }
         match fed_by(file) {
@@ -193,7 +195,7 @@ impl Walk<'_> {
     /// cannot see.
     pub(super) fn produced_input(&mut self, reader: &str, produced: Produced, what: &str) {
         match produced {
-            Produced::Text(t) | Produced::Lookup(t) => self.code_input(Some(reader), &t),
+            Produced::Text(t) | Produced::Lookup(t) => self.fed_input(Some(reader), &t, what),
             Produced::Download => {
                 self.raise(CommandClass::Dangerous, format!("{reader} runs a download"))
             }
@@ -209,7 +211,7 @@ impl Walk<'_> {
     pub(super) fn fed_values(&mut self, into: Option<&str>, values: &Values, what: &str) {
         let Some(p) = into else { return };
         for t in &values.texts {
-            self.code_input(Some(p), t);
+            self.fed_input(Some(p), t, what);
         }
         if values.unknown || values.outside || values.texts.is_empty() {
             self.raise(
@@ -217,6 +219,22 @@ impl Walk<'_> {
                 format!("{p} runs {what} whose text the classifier cannot read"),
             );
         }
+    }
+
+    /// Literal text fed to `into` on its input (piped, redirected, a here-document, a process
+    /// substitution), which it runs: read as `code_input` reads it. An interpreter's program
+    /// the classifier does not read whole (python, perl, node...: only its strings are read),
+    /// so text fed to one is never read as safe, and is `Dangerous`; shells, awk, sed and ed
+    /// are read as what they run.
+    pub(super) fn fed_input(&mut self, into: Option<&str>, text: &str, what: &str) {
+        let Some(p) = into else { return };
+        if reader_kind(p) == Some(Reader::Interpreter) {
+            self.raise(
+                CommandClass::Dangerous,
+                format!("{p} runs {what}, a program the classifier does not read whole"),
+            );
+        }
+        self.code_input(Some(p), text);
     }
 
     /// Text fed to `into` that it runs: a shell runs it, an interpreter may name paths, an

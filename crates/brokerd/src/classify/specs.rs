@@ -52,6 +52,11 @@ pub(super) enum Effect {
     Write,
     /// Runs a program or code the classifier does not see.
     Run,
+    /// Its value is a command the program runs (`tar --to-command=CMD`, `split --filter=CMD`,
+    /// `rsync -e CMD`): read as shell code.
+    Command,
+    /// Its value is an action, and `exec=CMD` runs CMD (`tar --checkpoint-action`).
+    Action,
     /// Makes the program change files or the system.
     Mutate,
     /// Makes a delete, chmod or chown recursive.
@@ -244,7 +249,7 @@ const SPECS: &[RawSpec] = &[
          g,general-numeric-sort h,human-numeric-sort i,ignore-nonprinting k,key= M,month-sort \
          m,merge n,numeric-sort o,output=:write R,random-sort r,reverse s,stable S,buffer-size= \
          t,field-separator= T,temporary-directory= u,unique V,version-sort z,zero-terminated \
-         batch-size= compress-program=:run debug files0-from= parallel= random-source= sort=",
+         batch-size= compress-program=:command debug files0-from= parallel= random-source= sort=",
     ),
     spec(
         &["date"],
@@ -270,10 +275,10 @@ const SPECS: &[RawSpec] = &[
             Operands::Read,
             "e,regexp= f,file= g,glob= iglob= t,type= T,type-not= type-add= type-clear= \
              m,max-count= A,after-context= B,before-context= C,context= M,max-columns= \
-             j,threads= E,encoding= pre=:run pre-glob=:run max-depth= max-filesize= \
+             j,threads= E,encoding= pre=:command pre-glob=:run max-depth= max-filesize= \
              path-separator= r,replace= colors= sort= sortr= context-separator= \
              field-context-separator= field-match-separator= dfa-size-limit= regex-size-limit= \
-             engine= ignore-file= hostname-bin=:run hyperlink-format= generate=",
+             engine= ignore-file= hostname-bin=:command hyperlink-format= generate=",
         )
     },
     // Writers.
@@ -358,7 +363,7 @@ const SPECS: &[RawSpec] = &[
         &["split"],
         Operands::Own,
         "a,suffix-length= additional-suffix= b,bytes= C,line-bytes= d numeric-suffixes=? x \
-         hex-suffixes=? e,elide-empty-files filter=:run l,lines= n,number= t,separator= \
+         hex-suffixes=? e,elide-empty-files filter=:command l,lines= n,number= t,separator= \
          u,unbuffered verbose 0 1 2 3 4 5 6 7 8 9",
     ),
     spec(
@@ -395,7 +400,7 @@ const SPECS: &[RawSpec] = &[
              t,tries= T,timeout= w,wait= Q,quota= limit-rate= load-cookies= \
              save-cookies=:write warc-file=:write l,level= A,accept= R,reject= D,domains= \
              I,include-directories= X,exclude-directories= ca-certificate= certificate= \
-             private-key= use-askpass=:run r,recursive m,mirror",
+             private-key= use-askpass=:command r,recursive m,mirror",
         )
     },
     RawSpec {
@@ -464,7 +469,7 @@ const SPECS: &[RawSpec] = &[
         &["install"],
         Operands::Copied,
         "backup=? b c C,compare d,directory D g,group= m,mode= o,owner= p,preserve-timestamps \
-         s,strip strip-program=:run S,suffix= t,target-directory=:write T,no-target-directory \
+         s,strip strip-program=:command S,suffix= t,target-directory=:write T,no-target-directory \
          v,verbose preserve-context Z context=? debug",
     ),
     spec(
@@ -521,7 +526,7 @@ const SPECS: &[RawSpec] = &[
          R,recurse-patterns s,split-size= S,system-hidden t,from-date= T,test u,update \
          U,copy-entries v,verbose V,VMS-portable w,VMS-versions X,no-extra x,exclude y,symlinks \
          z,archive-comment Z,compression-method= 0 1 2 3 4 5 6 7 8 9 @,names-stdin \
-         unzip-command=:run",
+         unzip-command=:command",
     ),
     spec(
         // `--delete` and its kin are marked `recursive`: they empty what of DEST the sources
@@ -536,7 +541,7 @@ const SPECS: &[RawSpec] = &[
          no-group devices copy-devices write-devices specials D t,times no-times U,atimes \
          open-noatime N,crtimes O,omit-dir-times J,omit-link-times super fake-super S,sparse \
          preallocate n,dry-run W,whole-file no-whole-file checksum-choice= cc= \
-         x,one-file-system B,block-size= e,rsh=:run rsync-path=:run existing \
+         x,one-file-system B,block-size= e,rsh=:command rsync-path=:command existing \
          ignore-existing remove-source-files:mutate del:recursive delete:recursive \
          delete-before:recursive delete-during:recursive delete-delay:recursive \
          delete-after:recursive delete-excluded:recursive ignore-missing-args \
@@ -559,12 +564,12 @@ const SPECS: &[RawSpec] = &[
             &["tar", "bsdtar", "gtar"],
             Operands::Own,
             "A,catenate,concatenate c,create d,diff,compare delete r,append t,list test-label \
-         u,update x,extract,get C,directory= f,file= a,auto-compress I,use-compress-program=:run \
+         u,update x,extract,get C,directory= f,file= a,auto-compress I,use-compress-program=:command \
          j,bzip2 J,xz lzip lzma lzop z,gzip,gunzip,ungzip Z,compress,uncompress zstd \
          v,verbose k,keep-old-files keep-newer-files skip-old-files overwrite \
          overwrite-dir no-overwrite-dir U,unlink-first recursive-unlink remove-files:mutate \
-         O,to-stdout to-command=:run checkpoint=? checkpoint-action=:run \
-         F,info-script,new-volume-script=:run rsh-command=:run T,files-from= X,exclude-from= \
+         O,to-stdout to-command=:command checkpoint=? checkpoint-action=:action \
+         F,info-script,new-volume-script=:run rsh-command=:command T,files-from= X,exclude-from= \
          exclude= strip-components= transform,xform= wildcards no-wildcards anchored \
          no-anchored p,preserve-permissions,same-permissions no-same-permissions \
          same-owner no-same-owner numeric-owner owner= group= mode= mtime= \
@@ -643,6 +648,8 @@ fn compile_options(text: &'static str, names: &[&str]) -> Result<Vec<Opt>, Strin
                 match e {
                     "write" => Effect::Write,
                     "run" => Effect::Run,
+                    "command" => Effect::Command,
+                    "action" => Effect::Action,
                     "mutate" => Effect::Mutate,
                     "recursive" => Effect::Recursive,
                     "unguard" => Effect::Unguard,

@@ -167,7 +167,13 @@ fn classes() {
         ("awk '{print > \"out\"}' a", WorkspaceMutating),
         ("awk '{system(\"ls\")}' a", ShellComplex),
         ("awk -f prog.awk a", ShellComplex),
-        ("python3 <<'EOF'\nprint(1)\nEOF", ShellComplex),
+        // Fed on its input, an interpreter's program is never read as safe (only its strings
+        // are read); given as an argument it is code the classifier cannot see.
+        ("python3 <<'EOF'\nprint(1)\nEOF", Dangerous),
+        ("echo 'print(1)' | python3", Dangerous),
+        ("python3 - <<< 'print(1)'", Dangerous),
+        ("awk '{print $1}' <<'EOF'\na b\nEOF", ReadOnly),
+        ("echo '{print $1}' | awk -f - data", ShellComplex),
         ("eval ls", ShellComplex),
         ("exec ls", ShellComplex),
         ("source env.sh", ShellComplex),

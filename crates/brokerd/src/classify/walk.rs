@@ -484,6 +484,11 @@ impl<'a> Walk<'a> {
         }
         if let Some(v) = n.child_by_field_name("value") {
             self.scan(v, src);
+            if let Some(name) = n.child_by_field_name("name") {
+                if v.kind() != "array" {
+                    self.command_variable(&src[name.byte_range()], &Arg::of(v, src));
+                }
+            }
         }
     }
 
@@ -565,7 +570,9 @@ impl<'a> Walk<'a> {
         let Some((prog, pattern)) = literal(word, src) else {
             let program = Arg::of(word, src);
             self.expanded_command(&src[word.byte_range()], &program, &args);
-            self.redirects_of(n, src, None);
+            // `"$X" < script`: a program the classifier cannot name may be a shell.
+            let into = self.stage_reader(n, src);
+            self.redirects_of(n, src, into.as_deref());
             return;
         };
         if pattern {

@@ -225,6 +225,7 @@ impl Walk<'_> {
                     format!("sets {}, which changes what programs run", var.0),
                 );
             }
+            self.command_variable(var.0, &Arg::literal(var.1));
         }
         for f in &u.files {
             self.write_target(f);
@@ -480,93 +481,69 @@ impl Walk<'_> {
     /// `sh [OPTIONS] -c [--] CODE`: the code is classified too, so that `sh -c 'rm -rf /'` is
     /// dangerous however the options are spelled. `sh SCRIPT ARGS`: the script is a file the
     /// classifier cannot read (a process substitution is read as what it prints), and it may
-    /// run its arguments.
+    /// run its arguments; so may the program `sh -s` reads from its input. The options are
+    /// read by the shells' grammar (`invocation`).
     pub(super) fn shell_inline(&mut self, name: &str, args: &[Arg]) {
-        let mut i = 0;
-        let mut inline = false;
-        let mut operand = None;
-        while let Some(a) = args.get(i) {
-            i += 1;
-            let Some(t) = a.text() else {
-                operand = Some(i - 1);
-                break;
-            };
-            if t == "--" || t == "-" {
-                operand = Some(i);
-                break;
-            }
-            if let Some(long) = t.strip_prefix("--") {
-                if matches!(long, "rcfile" | "init-file") {
-                    i += 1;
-                }
-                continue;
-            }
-            if (t.starts_with('-') || t.starts_with('+')) && t.len() > 1 {
-                inline |= t.starts_with('-') && t.contains('c');
-                // `-o OPTION` and bash's `-O SHOPT` take the next word.
-                i += t.matches(['o', 'O']).count();
-                continue;
-            }
-            operand = Some(i - 1);
-            break;
-        }
-        if !inline {
-            if let Some(at) = operand {
-                self.script_operand(name, args.get(at));
-                self.args_as_commands(name, args.get(at + 1..).unwrap_or(&[]), true);
+        let Some(r) = super::invocation::read(name, args) else {
+            return;
+        };
+        let operands = args.get(r.operands..).unwrap_or(&[]);
+        if r.inline {
+            self.positional_commands(operands);
+            match operands.first() {
+                Some(code) => self.run_code(name, std::slice::from_ref(code)),
+                None => self.raise(CommandClass::ShellComplex, "sh -c without code"),
             }
             return;
         }
-        if let Some(at) = operand {
-            self.positional_commands(args.get(at..).unwrap_or(&[]));
+        if r.stdin {
+            self.args_as_commands(name, operands, true);
+            return;
         }
-        match operand.and_then(|at| args.get(at)) {
-            Some(code) => self.run_code(name, std::slice::from_ref(code)),
-            None => self.raise(CommandClass::ShellComplex, "sh -c without code"),
+        if let Some((script, rest)) = operands.split_first() {
+            self.script_operand(name, Some(script));
+            self.args_as_commands(name, rest, true);
         }
     }
 
     /// An interpreter's inline code (`python3 -c CODE`, `perl -e CODE`) and the operands after
-    /// it (which the code may act on), or its script, which may run its arguments.
+    /// it (which the code may act on), or its script or module, which may run its arguments.
+    /// The options are read by the interpreter's grammar (`invocation`).
     pub(super) fn interpreter_inline(&mut self, name: &str, args: &[Arg]) {
-        let opts = interpreter_code_opts(name).unwrap_or(&[]);
-        let mut code: Vec<String> = Vec::new();
-        let mut operands: &[Arg] = &[];
-        let mut i = 0;
-        while let Some(a) = args.get(i) {
-            i += 1;
-            let t = a.text().unwrap_or("");
-            if opts.contains(&t) {
-                if let Some(c) = args.get(i) {
-                    let values = self.expand(c);
-                    if values.unknown {
-                        self.raise(
-                            CommandClass::Dangerous,
-                            format!("{name} runs code built from text the classifier cannot read"),
-                        );
-                    }
-                    code.extend(values.texts);
+        let Some(r) = super::invocation::read(name, args) else {
+            return;
+        };
+        let rest = args.get(r.operands..).unwrap_or(&[]);
+        if r.code.is_empty() {
+            match (&r.program, rest.split_first()) {
+                (Some(_), _) => self.args_as_commands(name, rest, true),
+                // The script: a process substitution is read as what it prints, and it may
+                // run its arguments.
+                (None, Some((script, tail))) => {
+                    self.script_operand(name, Some(script));
+                    self.args_as_commands(name, tail, true);
                 }
-                i += 1;
-                operands = args.get(i..).unwrap_or(&[]);
-            } else if !t.starts_with('-') || a.text().is_none() {
-                if code.is_empty() {
-                    // The script: a process substitution is read as what it prints, and it
-                    // may run its arguments.
-                    self.script_operand(name, Some(a));
-                    self.args_as_commands(name, args.get(i..).unwrap_or(&[]), true);
-                }
-                break;
+                (None, None) => {}
             }
+            return;
         }
-        let operands: Vec<String> = operands
+        let operands: Vec<String> = rest
             .iter()
             .filter_map(|a| a.text())
             .filter(|t| !t.starts_with('-'))
             .map(str::to_string)
             .collect();
-        for c in code {
-            self.inline_code_on(&c, &operands);
+        for c in &r.code {
+            let values = self.expand(c);
+            if values.unknown {
+                self.raise(
+                    CommandClass::Dangerous,
+                    format!("{name} runs code built from text the classifier cannot read"),
+                );
+            }
+            for text in &values.texts {
+                self.inline_code_on(text, &operands);
+            }
         }
     }
 

@@ -97,7 +97,8 @@ pub enum Why {
     /// A shell command that writes a generated or snapshot file.
     #[error("shell: the command writes {written}: {why}")]
     ShellWritesProtected { written: String, why: Protection },
-    /// A shell command past what the classifier reads (length, depth, time, NUL).
+    /// A shell command past what the classifier reads (length, NUL, nesting, work counted in
+    /// parser operations, nodes and words, write targets).
     #[error("shell: {0}; split it into smaller commands")]
     ShellBeyondBounds(String),
     /// http_fetch to a host the grant does not name.

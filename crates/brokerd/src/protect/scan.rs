@@ -8,7 +8,10 @@
 //! The walk follows no symbolic link: each directory is opened by name below the one before it
 //! with `O_NOFOLLOW`, and each target is kept as a descriptor opened the same way, which is
 //! what the bwrap backend mounts. A protected directory is not walked into (it is bound
-//! whole). The bounds are counted in work (depth, entries, targets), not time, so that the
+//! whole). Every directory between the grant directory and a target is kept too (a *pin*):
+//! the sandbox binds it writable onto itself, so that it is a mount point there and cannot be
+//! renamed or removed (`EBUSY`), which would take the target away from the path that is held
+//! and let a new file or directory take its place. The bounds are counted in work (depth, entries, targets), not time, so that the
 //! same tree gets the same answer on a busy host; past a bound, the grant's writable calls are
 //! refused unless its owner chose `protect = "classifier"`.
 //!
@@ -36,7 +39,8 @@ pub struct Bounds {
     pub max_depth: usize,
     /// Directory entries looked at, all directories together.
     pub max_entries: usize,
-    /// Protected targets found (each is one more mount in every writable sandbox).
+    /// Protected targets found and the directories pinned above them, together: each is one
+    /// more mount in every writable sandbox.
     pub max_targets: usize,
 }
 
@@ -68,10 +72,21 @@ pub struct Target {
     pub kind: Kind,
 }
 
+/// A directory between the grant directory and a target, with a descriptor of it: bound
+/// writable onto itself, so that it cannot be renamed or removed from inside the sandbox.
+#[derive(Debug)]
+pub struct Pin {
+    pub path: PathBuf,
+    pub fd: OwnedFd,
+}
+
 /// What a walk found.
 #[derive(Debug)]
 pub struct Found {
     pub targets: Vec<Target>,
+    /// The directories holding targets below the grant directory, parents before their
+    /// children (the order they are mounted in).
+    pub pins: Vec<Pin>,
     /// Directory entries looked at.
     pub entries: usize,
 }
@@ -87,7 +102,10 @@ pub enum PastBounds {
     },
     #[error("{} holds more than {max} entries", .root.display())]
     Entries { root: PathBuf, max: usize },
-    #[error("{} holds more than {max} protected targets", .root.display())]
+    #[error(
+        "{} needs more than {max} mounts to hold its protected targets (one for each target and one for each directory between a target and the grant directory)",
+        .root.display()
+    )]
     Targets { root: PathBuf, max: usize },
     #[error("{} cannot be read: {why}", .at.display())]
     Unreadable { at: PathBuf, why: String },
@@ -163,6 +181,7 @@ impl Scanner {
                     fd,
                     kind,
                 }],
+                pins: Vec::new(),
                 entries: 0,
             });
         }
@@ -177,6 +196,7 @@ impl Scanner {
             previous,
             seen: HashMap::new(),
             found: Vec::new(),
+            pins: Vec::new(),
             entries: 0,
         };
         let top = openat(
@@ -192,8 +212,11 @@ impl Scanner {
                 stamps.insert(root.to_path_buf(), walk.seen);
             }
         }
+        // Found after what they hold; mounted before it.
+        walk.pins.sort_by_key(|p| p.path.components().count());
         result.map(|()| Found {
             targets: walk.found,
+            pins: walk.pins,
             entries: walk.entries,
         })
     }
@@ -256,6 +279,7 @@ struct Walk<'a> {
     previous: Stamps,
     seen: Stamps,
     found: Vec<Target>,
+    pins: Vec<Pin>,
     entries: usize,
 }
 
@@ -295,6 +319,7 @@ impl Walk<'_> {
         }
         // In name order, so that the same tree gives the same answer.
         names.sort_by(|a, b| a.0.cmp(&b.0));
+        let targets_before = self.found.len();
         for (entry, kind) in names {
             let at = path.join(&entry);
             let kind = match kind {
@@ -339,6 +364,26 @@ impl Walk<'_> {
                 // Links are not followed; devices, sockets and FIFOs carry no header.
                 _ => {}
             }
+        }
+        // A directory below the grant directory that holds a target is pinned: the directory
+        // just read, by a descriptor of its own.
+        if depth > 0 && self.found.len() > targets_before {
+            let flags = OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
+            let fd =
+                openat(dir.as_fd(), ".", flags, Mode::empty()).map_err(|e| unreadable(&path, e))?;
+            self.count_mount()?;
+            self.pins.push(Pin { path, fd });
+        }
+        Ok(())
+    }
+
+    /// One more mount (a target or a pin), within `max_targets`.
+    fn count_mount(&self) -> Result<(), PastBounds> {
+        if self.found.len() + self.pins.len() >= self.bounds.max_targets {
+            return Err(PastBounds::Targets {
+                root: self.root.to_path_buf(),
+                max: self.bounds.max_targets,
+            });
         }
         Ok(())
     }
@@ -406,12 +451,7 @@ impl Walk<'_> {
     }
 
     fn target(&mut self, path: PathBuf, fd: OwnedFd, kind: Kind) -> Result<(), PastBounds> {
-        if self.found.len() >= self.bounds.max_targets {
-            return Err(PastBounds::Targets {
-                root: self.root.to_path_buf(),
-                max: self.bounds.max_targets,
-            });
-        }
+        self.count_mount()?;
         self.found.push(Target { path, fd, kind });
         Ok(())
     }

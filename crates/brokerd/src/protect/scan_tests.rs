@@ -164,3 +164,47 @@ fn odd_files_do_not_stop_the_walk() {
     let got = scan_of(&Scanner::new(bounds()), &root).expect("scan");
     assert!(!got.iter().any(|(r, _)| r == "src/pipe.rs"));
 }
+
+/// Every directory between the grant directory and a target is pinned, once, parents first,
+/// each held by a descriptor of the directory at its path; a directory holding no target is
+/// not.
+#[test]
+fn the_directories_holding_targets_are_pinned_parents_first() {
+    let (_keep, root) = tree();
+    let dir = File::open(&root).expect("open");
+    let found = Scanner::new(bounds())
+        .scan(&root, dir.as_fd())
+        .expect("scan");
+    let rel = |p: &Path| p.strip_prefix(&root).expect("inside").display().to_string();
+    let pins: Vec<String> = found.pins.iter().map(|p| rel(&p.path)).collect();
+    assert_eq!(pins, ["a", "build", "src", "web", "a/b", "src/gen"]);
+    for p in &found.pins {
+        let by_fd = fstat(&p.fd).expect("fstat");
+        let by_path = nix::sys::stat::lstat(&p.path).expect("lstat");
+        assert_eq!(
+            (by_fd.st_dev, by_fd.st_ino),
+            (by_path.st_dev, by_path.st_ino),
+            "{:?}",
+            p.path
+        );
+    }
+}
+
+/// The mount bound counts the pins with the targets: six targets and six pins take twelve.
+#[test]
+fn pins_count_as_mounts() {
+    let (_keep, root) = tree();
+    let with = |max_targets| {
+        scan_of(
+            &Scanner::new(Bounds {
+                max_targets,
+                ..bounds()
+            }),
+            &root,
+        )
+        .map(|t| t.len())
+        .map_err(|e| e.key())
+    };
+    assert_eq!(with(12), Ok(6));
+    assert_eq!(with(11), Err(Some("protect_max_targets")));
+}

@@ -24,7 +24,7 @@ use super::mounts::check_mounts;
 pub use super::output::STDERR_KEEP;
 use super::output::{decode, verdict, Capture, Event, Streams, Verdict, DRAIN_GRACE};
 use super::pidfd::Pidfd;
-use super::protected::{Held, Protector, Unprotected};
+use super::protected::{Held, Over, Protector, Unprotected};
 use super::{
     dies_with_brokerd, mount_changed, not_cleared, Cleared, Deadlines, Egress, Failure, Ran, Reply,
     RunError, RunOutput, RunSpec, Runner, Settling, Steps, SweepError, Unavailable,
@@ -131,9 +131,15 @@ impl PodmanRuntime {
         self.tool_args_with(spec, name, &[])
     }
 
-    /// `tool_args` with the writable mounts' protected targets bound read-only over them,
-    /// after every grant directory's volume (Podman mounts a parent before what is inside it).
-    pub fn tool_args_with(&self, spec: &RunSpec, name: &str, protected: &[&Path]) -> Vec<OsString> {
+    /// `tool_args` with the mounts of the writable mounts' protected targets, after every
+    /// grant directory's volume: each pin writable onto itself, each target read-only (Podman
+    /// mounts a parent before what is inside it).
+    pub fn tool_args_with(
+        &self,
+        spec: &RunSpec,
+        name: &str,
+        protected: &[Over<'_>],
+    ) -> Vec<OsString> {
         let mut a: Vec<OsString> = vec![
             "run".into(),
             "--rm".into(),
@@ -158,8 +164,8 @@ impl PodmanRuntime {
                 None => a.push(volume(&m.path, &m.path, if m.write { "rw" } else { "ro" })),
             }
         }
-        for p in protected {
-            a.push(volume(p, p, "ro"));
+        for o in protected {
+            a.push(volume(o.path, o.path, if o.pin { "rw" } else { "ro" }));
         }
         if spec.egress.is_some() {
             a.push(volume(
@@ -376,7 +382,7 @@ impl PodmanRuntime {
         &self,
         spec: &RunSpec,
         name: &str,
-        protected: &[&Path],
+        protected: &[Over<'_>],
         cleared: &Cleared,
         times: &Deadlines,
     ) -> Result<RunOutput, RunError> {
@@ -603,12 +609,12 @@ impl Steps for PodmanRuntime {
         cleared: &Cleared,
     ) -> Result<Ran<EgressGuard<'a>>, RunError> {
         // Podman's --volume cannot carry a path with ':' or ','.
-        let protected: Vec<&Path> = held.targets().map(|t| t.path.as_path()).collect();
-        if let Some(p) = protected
+        let protected: Vec<Over<'_>> = held.mounts().into_iter().map(|(o, _)| o).collect();
+        if let Some(o) = protected
             .iter()
-            .find(|p| crate::args::check_grant_path(p).is_err())
+            .find(|o| crate::args::check_grant_path(o.path).is_err())
         {
-            let e = Unprotected::Unmountable(p.to_path_buf());
+            let e = Unprotected::Unmountable(o.path.to_path_buf());
             tracing::warn!(session = %spec.session, call = %spec.call, status = "refused", "{e}");
             return Err(RunError::Unprotected(e));
         }

@@ -1,6 +1,8 @@
 //! The protected targets of a call's writable mounts, held for the life of its sandbox
 //! (docs/design.md#protected-targets): found by `protect::scan`, then bound read-only over the
-//! writable mount by the backend (bwrap from the descriptors, Podman by path).
+//! writable mount by the backend (bwrap from the descriptors, Podman by path), after the
+//! directories between the grant directory and each target are bound writable onto
+//! themselves (pinned), so that none of them can be renamed or removed to move a target away.
 //!
 //! Between the walk and the sandbox's mounts, another sandbox writing the same directory could
 //! move a protected file's parent, and the new sandbox would then bind the old path and leave
@@ -10,13 +12,14 @@
 //! protect, are never held.
 
 use std::collections::HashSet;
-use std::path::PathBuf;
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
 use std::sync::{Condvar, Mutex};
 use std::time::Instant;
 
 use super::mounts::{self, DirId};
 use super::{Mount, MountChanged};
-use crate::protect::scan::{Bounds, PastBounds, Scanner, Target};
+use crate::protect::scan::{Bounds, PastBounds, Pin, Scanner, Target};
 
 /// Why a call's writable mounts cannot be given their protection: the call is refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -32,7 +35,7 @@ pub enum Unprotected {
     )]
     Held(PathBuf),
     #[error(
-        "the protected target {} holds ':' or ',', which Podman's --volume cannot carry, so it cannot be bound read-only; nothing was run, and the owner can rename it or set protect = \"classifier\" for the grant",
+        "the path {} (a protected target, or a directory holding one) holds ':' or ',', which Podman's --volume cannot carry, so it cannot be bound; nothing was run, and the owner can rename it or set protect = \"classifier\" for the grant",
         .0.display()
     )]
     Unmountable(PathBuf),
@@ -45,6 +48,27 @@ pub enum Unprotected {
 pub struct Protected {
     pub mount: usize,
     pub targets: Vec<Target>,
+    /// The directories between the grant directory and a target, parents first.
+    pub pins: Vec<Pin>,
+}
+
+/// One mount a call's protected targets add over its writable grant directories.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Over<'a> {
+    pub path: &'a Path,
+    /// A pin: the directory bound writable onto itself, so that it cannot be renamed or
+    /// removed. Otherwise a target, bound read-only.
+    pub pin: bool,
+}
+
+impl Over<'_> {
+    pub fn pin(path: &Path) -> Over<'_> {
+        Over { path, pin: true }
+    }
+
+    pub fn read_only(path: &Path) -> Over<'_> {
+        Over { path, pin: false }
+    }
 }
 
 /// The targets of a call, and the directories it holds until dropped.
@@ -65,9 +89,20 @@ impl Held<'_> {
         }
     }
 
-    /// Every target, with the index of the mount it lies in.
+    /// Every target.
     pub fn targets(&self) -> impl Iterator<Item = &Target> {
         self.protected.iter().flat_map(|p| p.targets.iter())
+    }
+
+    /// Every mount the targets add, in the order the sandbox makes them: for each grant
+    /// directory its pins, parents first, then its targets (which lie inside the pins).
+    pub fn mounts(&self) -> Vec<(Over<'_>, &OwnedFd)> {
+        let mut out = Vec::new();
+        for p in &self.protected {
+            out.extend(p.pins.iter().map(|x| (Over::pin(&x.path), &x.fd)));
+            out.extend(p.targets.iter().map(|t| (Over::read_only(&t.path), &t.fd)));
+        }
+        out
     }
 }
 
@@ -139,6 +174,7 @@ impl Protector {
                 held.protected.push(Protected {
                     mount: *index,
                     targets: found.targets,
+                    pins: found.pins,
                 });
             }
         }

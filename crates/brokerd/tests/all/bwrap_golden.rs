@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use brokerd::config;
 use brokerd::runner::bwrap::{BwrapRuntime, RootEntry, RootLayout};
+use brokerd::runner::protected::Over;
 use brokerd::runner::{DirId, Egress, Mount, RunSpec};
 use proto::tools::ToolName;
 
@@ -174,7 +175,9 @@ fn any_path_survives_as_one_argument() {
 }
 
 /// A writable grant directory's protected targets, each bound read-only from the descriptor
-/// the walk opened, numbered after the grant directories' (docs/design.md#protected-targets).
+/// the walk opened, numbered after the grant directories', and the directories between them
+/// and the grant directory bound writable onto themselves before them
+/// (docs/design.md#protected-targets).
 #[test]
 fn protected_targets_follow_the_mounts() {
     let rt = runtime();
@@ -185,8 +188,9 @@ fn protected_targets_follow_the_mounts() {
         None,
     );
     let protected = [
-        Path::new("/srv/notes/vendor"),
-        Path::new("/srv/notes/src/gen.rs"),
+        Over::pin(Path::new("/srv/notes/src")),
+        Over::read_only(Path::new("/srv/notes/vendor")),
+        Over::read_only(Path::new("/srv/notes/src/gen.rs")),
     ];
     assert_golden(
         "shell-protected.args",

@@ -26,6 +26,8 @@ use brokerd::runner::{
 };
 use proto::tools::ToolName;
 
+mod protected;
+
 /// Whether a sandbox can be run here: bwrap makes a user namespace, and the musl toolkit and
 /// busybox-static exist to build its root from; prints why not. Nix's build sandbox has none of
 /// them (`make nix-sandbox-check`). Under CI (`CI` set) a host that cannot is a failure, not a
@@ -803,67 +805,6 @@ fn a_late_decision_never_lengthens_the_call() {
         "took {took:?}, budget {budget:?}"
     );
     assert!(!rt.poisoned());
-}
-
-/// A writable mount's protected targets are bound read-only over it: whatever the command,
-/// vendored and generated files cannot be written, deleted, renamed or replaced, and the rest
-/// of the directory stays writable (docs/design.md#protected-targets).
-#[test]
-fn protected_targets_hold_against_any_command() {
-    if !bwrap_works() {
-        return;
-    }
-    let w = world();
-    let rt = runtime(&w, "");
-    std::fs::create_dir_all(w.work.join("vendor/lib")).expect("vendor");
-    std::fs::write(w.work.join("vendor/lib/a.c"), "int a;\n").expect("a.c");
-    std::fs::create_dir_all(w.work.join("src")).expect("src");
-    std::fs::write(w.work.join("src/gen.rs"), "// @generated\nfn x() {}\n").expect("gen.rs");
-    let before = snapshot(&w.work);
-    let mut mounts = rw(&w.work);
-    mounts[0].protect = true;
-    let attacks = [
-        "echo x > vendor/lib/a.c",
-        "rm -f vendor/lib/a.c",
-        "rm -rf vendor",
-        "mv vendor v2",
-        "mv src/gen.rs src/gen2.rs",
-        "rm -f src/gen.rs",
-        "echo y >> src/gen.rs",
-        "echo z > src/new.rs && mv src/new.rs src/gen.rs",
-        "ln -sf /etc/passwd src/gen.rs",
-        "cp notes.txt vendor/lib/b.c",
-        "chmod 777 src/gen.rs",
-        "touch -d 2000-01-01 vendor/lib/a.c",
-    ];
-    for attack in attacks {
-        let out = content(rt.run(&shell(
-            &format!("cd {} && {attack}; echo done", w.work.display()),
-            mounts.clone(),
-        )));
-        assert!(out.contains("done"), "{attack}: {out}");
-        let now = snapshot(&w.work);
-        assert_eq!(
-            now.iter()
-                .filter(|(p, _)| p != "notes.txt" && !p.starts_with("src/new.rs"))
-                .collect::<Vec<_>>(),
-            before
-                .iter()
-                .filter(|(p, _)| p != "notes.txt")
-                .collect::<Vec<_>>(),
-            "{attack} changed a protected target: {out}"
-        );
-        let _ = std::fs::remove_file(w.work.join("src/new.rs"));
-    }
-    // The rest stays writable.
-    let out = content(rt.run(&shell(
-        &format!(
-            "cd {} && echo ok > src/main.rs && cat src/main.rs",
-            w.work.display()
-        ),
-        mounts.clone(),
-    )));
-    assert!(out.starts_with("ok\n"), "{out}");
 }
 
 /// Every file and directory under `dir`, relative, with its content (links as their target).

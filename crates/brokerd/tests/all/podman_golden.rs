@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use brokerd::config;
 use brokerd::runner::podman::PodmanRuntime;
+use brokerd::runner::protected::Over;
 use brokerd::runner::{DirId, Egress, Mount, RunSpec};
 use proto::tools::ToolName;
 
@@ -135,7 +136,8 @@ fn names_count_calls_in_this_process() {
 }
 
 /// A writable grant directory's protected targets, each bound read-only over it after every
-/// grant directory's volume (docs/design.md#protected-targets).
+/// grant directory's volume, and the directories between them and the grant directory as
+/// writable volumes onto themselves (docs/design.md#protected-targets).
 #[test]
 fn protected_targets_follow_the_volumes() {
     let rt = runtime();
@@ -145,8 +147,9 @@ fn protected_targets_follow_the_volumes() {
         None,
     );
     let protected = [
-        Path::new("/srv/notes/vendor"),
-        Path::new("/srv/notes/src/gen.rs"),
+        Over::pin(Path::new("/srv/notes/src")),
+        Over::read_only(Path::new("/srv/notes/vendor")),
+        Over::read_only(Path::new("/srv/notes/src/gen.rs")),
     ];
     assert_golden(
         "shell-protected.args",

@@ -770,8 +770,9 @@ fn a_late_decision_never_lengthens_the_call() {
     assert_eq!(case.egress_dirs(), Vec::<PathBuf>::new());
 }
 
-/// A writable mount's protected targets reach Podman as read-only volumes over it; one that
-/// Podman's --volume cannot carry refuses the call before any podman runs
+/// A writable mount's protected targets reach Podman as read-only volumes over it, and the
+/// directories between them and the grant directory as writable volumes onto themselves; a
+/// path Podman's --volume cannot carry refuses the call before any podman runs
 /// (docs/design.md#protected-targets).
 #[test]
 fn protected_targets_become_read_only_volumes() {
@@ -780,6 +781,7 @@ fn protected_targets_become_read_only_volumes() {
     let root = std::fs::canonicalize(work.path()).expect("canonical");
     std::fs::create_dir(root.join("vendor")).expect("vendor");
     std::fs::write(root.join("gen.rs"), "// @generated\n").expect("gen.rs");
+    std::fs::create_dir_all(root.join("web/app/node_modules")).expect("node_modules");
     let mut spec = case.spec(ToolName::Shell);
     let mut m = Mount::at(&root, true).expect("mount");
     m.protect = true;
@@ -791,11 +793,20 @@ fn protected_targets_become_read_only_volumes() {
         .into_iter()
         .find(|c| c.starts_with("run -i") || c.starts_with("run --rm"))
         .expect("run");
-    for target in ["gen.rs", "vendor"] {
+    for target in ["gen.rs", "vendor", "web/app/node_modules"] {
         let p = root.join(target);
         let want = format!("--volume={}:{}:ro", p.display(), p.display());
         assert!(run.contains(&want), "{want} not in {run}");
     }
+    for pin in ["web", "web/app"] {
+        let p = root.join(pin);
+        let want = format!("--volume={}:{}:rw", p.display(), p.display());
+        assert!(run.contains(&want), "{want} not in {run}");
+    }
+    assert!(
+        !run.contains(&format!("--volume={}/src", root.display())),
+        "{run}"
+    );
 
     let odd = Case::new("protectedodd", "echo ran");
     std::fs::create_dir(root.join("a:b")).expect("odd");
@@ -805,7 +816,7 @@ fn protected_targets_become_read_only_volumes() {
     m.protect = true;
     spec.mounts = vec![m];
     match odd.runtime().run(&spec) {
-        Err(RunError::Unprotected(e)) => assert!(e.to_string().contains("a:b/vendor"), "{e}"),
+        Err(RunError::Unprotected(e)) => assert!(e.to_string().contains("a:b"), "{e}"),
         other => panic!("expected a refusal, got {other:?}"),
     }
     assert!(odd.calls().is_empty(), "{:?}", odd.calls());

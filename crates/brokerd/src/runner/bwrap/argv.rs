@@ -117,15 +117,16 @@ impl BwrapRuntime {
         self.build_argv_with(spec, name, layout, cgroup_view, &[])
     }
 
-    /// `build_argv` with the writable mounts' protected targets (`protected`, in the order
-    /// their descriptors follow the mounts') bound read-only over them.
+    /// `build_argv` with the mounts of the writable mounts' protected targets (`protected`,
+    /// in the order their descriptors follow the mounts'): each pin bound writable onto
+    /// itself, each target read-only.
     pub fn build_argv_with(
         &self,
         spec: &RunSpec,
         name: &str,
         layout: &RootLayout,
         cgroup_view: Option<&Path>,
-        protected: &[&Path],
+        protected: &[Over<'_>],
     ) -> Vec<OsString> {
         let mut a = self.common_args(layout, false, true);
         a.extend(
@@ -147,16 +148,24 @@ impl BwrapRuntime {
             a.push((mounts::FIRST_FD + i as i32).to_string().into());
             a.push(m.path.clone().into_os_string());
         }
-        // Then each protected target, read-only over its writable mount, from the descriptor
-        // the walk opened (docs/design.md#protected-targets).
-        for (j, path) in protected.iter().enumerate() {
-            a.push("--ro-bind-fd".into());
+        // Then, from the descriptors the walk opened, the directories between a writable
+        // mount and its protected targets, each onto itself (a mount point cannot be renamed
+        // or removed), and each target read-only over them (docs/design.md#protected-targets).
+        for (j, over) in protected.iter().enumerate() {
+            a.push(
+                if over.pin {
+                    "--bind-fd"
+                } else {
+                    "--ro-bind-fd"
+                }
+                .into(),
+            );
             a.push(
                 (mounts::FIRST_FD + (spec.mounts.len() + j) as i32)
                     .to_string()
                     .into(),
             );
-            a.push(path.as_os_str().to_owned());
+            a.push(over.path.as_os_str().to_owned());
         }
         if spec.egress.is_some() {
             a.push("--bind".into());

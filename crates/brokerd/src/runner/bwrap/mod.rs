@@ -29,7 +29,7 @@ use super::mounts::{self, open_mounts};
 use super::output::{verdict, Capture, Event, Streams, Verdict, DRAIN_GRACE, STDERR_KEEP};
 use super::overlay::Overlays;
 use super::pidfd::{Pidfd, Stopped, KILL_CONFIRM};
-use super::protected::{Held, Protector};
+use super::protected::{Held, Over, Protector};
 use super::spawn::{self, Io, PreExec, Spawn};
 use super::{
     dies_with_brokerd, mount_changed, not_cleared, Cleared, Deadlines, Egress, Failure, Ran, Reply,

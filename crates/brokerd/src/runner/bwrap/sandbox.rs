@@ -381,15 +381,16 @@ impl BwrapRuntime {
         times: &Deadlines,
     ) -> Result<RunOutput, RunError> {
         // Right before the sandbox: the directories of the grant and no others, then the
-        // protected targets the walk opened.
+        // pins and protected targets the walk opened.
         let mut mount_fds = open_mounts(&spec.mounts).map_err(|e| mount_changed(spec, e))?;
-        for t in held.targets() {
-            let fd = t.fd.try_clone().map_err(|e| {
+        let over = held.mounts();
+        for (_, fd) in &over {
+            let fd = fd.try_clone().map_err(|e| {
                 self.unavailable(spec, Trouble::Spawn, &format!("protected target: {e}"))
             })?;
             mount_fds.push(fd);
         }
-        let protected: Vec<&Path> = held.targets().map(|t| t.path.as_path()).collect();
+        let protected: Vec<Over<'_>> = over.iter().map(|(o, _)| *o).collect();
         let placement = self
             .placement(name, CgroupLimits::new(self.memory, self.pids))
             .map_err(|e| self.unavailable(spec, Trouble::Limits, &e))?;
