@@ -143,7 +143,9 @@ fn no_layer_is_the_real_tree() {
     assert_eq!(listing(&view, &real).len(), 17);
 }
 
-/// Whiteouts and opaque directories made by hand, as Podman's layer has them.
+/// Whiteouts and opaque directories made by hand, as Podman's layer has them; a file named
+/// as fuse-overlayfs names its whiteouts and opaque markers is a file, as kernel overlayfs
+/// (both backends' layers) reads it.
 #[test]
 fn whiteouts_and_opaque_directories_hide_the_real_tree() {
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -151,8 +153,9 @@ fn whiteouts_and_opaque_directories_hide_the_real_tree() {
     let (real, upper) = (base.join("real"), base.join("upper"));
     fs::create_dir_all(&real).expect("mkdir");
     fs::create_dir_all(upper.join("opaque")).expect("mkdir");
+    fs::create_dir_all(upper.join("keep")).expect("mkdir");
     lower(&real);
-    // An unprivileged whiteout (Linux 5.8); an older `.wh.` one.
+    // An unprivileged whiteout (Linux 5.8).
     nix::sys::stat::mknod(
         &upper.join("b.txt"),
         nix::sys::stat::SFlag::S_IFCHR,
@@ -160,11 +163,35 @@ fn whiteouts_and_opaque_directories_hide_the_real_tree() {
         0,
     )
     .expect("whiteout");
-    fs::write(upper.join(".wh.a.txt"), "").expect("old whiteout");
-    fs::write(upper.join("opaque").join(OPAQUE_MARKER), "").expect("opaque marker");
+    fs::write(upper.join(".wh.a.txt"), "").expect("a file named as a whiteout");
+    fs::write(upper.join("keep").join(".wh..wh..opq"), "").expect("a file named as a marker");
+    let dir = std::ffi::CString::new(upper.join("opaque").into_os_string().into_encoded_bytes())
+        .expect("path");
+    // SAFETY: both strings are NUL-terminated and the value is one byte long.
+    let set = unsafe {
+        libc::setxattr(
+            dir.as_ptr(),
+            c"user.overlay.opaque".as_ptr(),
+            b"y".as_ptr().cast(),
+            1,
+            0,
+        )
+    };
+    assert_eq!(set, 0, "{}", io::Error::last_os_error());
     let view = Merged::new(vec![(real.clone(), upper.clone())]);
     assert_eq!(view.place(&real.join("b.txt")), Place::Gone);
-    assert_eq!(view.place(&real.join("a.txt")), Place::Gone);
+    assert_eq!(
+        view.place(&real.join("a.txt")),
+        Place::Real(real.join("a.txt"))
+    );
+    assert!(view
+        .lstat(&real.join(".wh.a.txt"))
+        .expect("a file")
+        .is_file());
+    assert_eq!(
+        view.place(&real.join("keep/k")),
+        Place::Real(real.join("keep/k"))
+    );
     assert_eq!(view.place(&real.join("opaque/o")), Place::Gone);
     assert_eq!(
         view.read_dir(&real.join("opaque")).expect("dir"),
@@ -180,6 +207,8 @@ fn whiteouts_and_opaque_directories_hide_the_real_tree() {
     assert_eq!(
         top,
         [
+            ".wh.a.txt",
+            "a.txt",
             "deep",
             "dirToFile",
             "fileToDir",
@@ -189,4 +218,7 @@ fn whiteouts_and_opaque_directories_hide_the_real_tree() {
             "opaque"
         ]
     );
+    let mut keep = view.read_dir(&real.join("keep")).expect("dir");
+    keep.sort();
+    assert_eq!(keep, [".wh..wh..opq", "k"]);
 }
