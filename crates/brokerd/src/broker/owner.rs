@@ -254,15 +254,25 @@ struct Taken {
     _hold: Holding,
 }
 
-/// Takes every layer of `session` (a grant's, with `grant`) from its calls, readies it
-/// (`commit::prepare_layer`) and lists it.
+/// Takes every layer of `session` (a grant's, with `grant`) that `paths` may name (all when
+/// none is named) from its calls, readies it (`commit::prepare_layer`) and lists it.
 fn take(
     stage: &Arc<Stage>,
     session: &Ident,
     grant: Option<&str>,
+    paths: &[String],
 ) -> Result<Vec<Taken>, OwnerRefused> {
     let mut out = Vec::new();
     for (layer, _) in layers(stage, session, grant) {
+        let shown_top = visible(&layer.real.display().to_string()).to_string();
+        let may_name = |p: &String| {
+            Path::new(p).starts_with(&layer.real)
+                || p == &shown_top
+                || p.starts_with(&format!("{shown_top}/"))
+        };
+        if !paths.is_empty() && !paths.iter().any(may_name) {
+            continue;
+        }
         let hold = stage.exclusive(&layer, Instant::now() + OWNER_WAIT)?;
         commit::prepare_layer(stage, &layer)?;
         let found = changes::changes(&layer.upper, &layer.real)?.found;
@@ -345,7 +355,7 @@ pub(super) fn commit_session(
     all_or_nothing: bool,
     bounds: Bounds,
 ) -> Result<Committed, OwnerRefused> {
-    let taken = take(stage, session, grant)?;
+    let taken = take(stage, session, grant, paths)?;
     let named = named(&taken, paths, "committed")?;
     let scanner = Scanner::new(bounds);
     let mut plans = Vec::new();
@@ -443,7 +453,7 @@ pub(super) fn discard_session(
     grant: Option<&str>,
     paths: &[String],
 ) -> Result<Vec<StagedPath>, OwnerRefused> {
-    let taken = take(stage, session, grant)?;
+    let taken = take(stage, session, grant, paths)?;
     let named = named(&taken, paths, "discarded")?;
     // A real entry below a directory replaced by a file or link cannot be kept alone: refused
     // before anything of any layer is thrown away.
