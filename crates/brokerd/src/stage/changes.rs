@@ -103,7 +103,14 @@ pub fn entries(upper: &Tree, real: Option<&Tree>) -> io::Result<Vec<Entry>> {
     let mut out = Vec::new();
     let mut stack = vec![(PathBuf::new(), real_dir(real, Path::new("")))];
     while let Some((rel, on_real_dir)) = stack.pop() {
-        for name in upper.names(&rel)? {
+        // A directory that cannot be opened (past PATH_MAX below the top) is not listed by
+        // `changes` either: nothing of it can be committed.
+        let names = match upper.names(&rel) {
+            Ok(n) => n,
+            Err(e) if rel.as_os_str().is_empty() => return Err(e),
+            Err(_) => continue,
+        };
+        for name in names {
             let here = rel.join(&name);
             let Ok(st) = upper.stat(&here) else { continue };
             let over_dir = on_real_dir && real_dir(real, &here);
@@ -188,7 +195,16 @@ impl Walk<'_> {
         let mut stack: Vec<(PathBuf, bool, Option<PathBuf>)> =
             vec![(PathBuf::new(), real_dir(self.real, Path::new("")), None)];
         while let Some((rel, on_real_dir, hidden_by)) = stack.pop() {
-            let names = self.upper.names(&rel)?;
+            let names = match self.upper.names(&rel) {
+                Ok(n) => n,
+                Err(e) if rel.as_os_str().is_empty() => return Err(e),
+                // A directory of the layer that cannot be opened: what it holds is not
+                // listed, and counted as one left out.
+                Err(_) => {
+                    self.out.left_out += 1;
+                    continue;
+                }
+            };
             let opaque_here = !rel.as_os_str().is_empty() && self.upper.is_opaque(&rel);
             let hidden_by = hidden_by.or_else(|| opaque_here.then(|| rel.clone()));
             if let (true, Some(root), Some(real)) = (on_real_dir, &hidden_by, self.real) {
@@ -201,8 +217,15 @@ impl Walk<'_> {
             }
             for name in names {
                 let here = rel.join(&name);
-                let Ok(st) = self.upper.stat(&here) else {
-                    continue;
+                let st = match self.upper.stat(&here) {
+                    Ok(st) => st,
+                    // Gone since it was listed.
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                    // There, but not to be named (past PATH_MAX): counted, not listed.
+                    Err(_) => {
+                        self.out.left_out += 1;
+                        continue;
+                    }
                 };
                 let on_disk = match (on_real_dir, self.real) {
                     (true, Some(real)) => real.stat(&here).ok(),

@@ -395,11 +395,24 @@ pub fn apply(layer: &Layer, found: &[Found], plan: Plan<'_>) -> Report {
         }
     };
     let mut modes = Vec::new();
+    let mut removed: Vec<&Path> = Vec::new();
     for f in ready {
+        // Below a real directory this commit removed (a link may be in its place now): gone.
+        if f.kind == ChangeKind::Deleted && removed.iter().any(|r| f.rel.starts_with(r)) {
+            report.landed.push(Landed {
+                rel: f.rel.clone(),
+                kind: f.kind,
+                sha256: None,
+            });
+            continue;
+        }
         match land(&root, &upper, f) {
             Ok((l, mode)) => {
                 if let Some(m) = mode {
                     modes.push((report.landed.len(), m));
+                }
+                if f.hides {
+                    removed.push(&f.rel);
                 }
                 report.landed.push(l);
             }
@@ -586,7 +599,12 @@ pub fn normalize_opaque(layer: &Layer) -> io::Result<()> {
         if hidden && !hidden_above {
             opaque.push(rel.clone());
         }
-        let names = upper.names(&rel)?;
+        // One that cannot be opened (past PATH_MAX) is neither listed nor committed.
+        let names = match upper.names(&rel) {
+            Ok(n) => n,
+            Err(e) if rel.as_os_str().is_empty() => return Err(e),
+            Err(_) => continue,
+        };
         if hidden && is_real_dir(&rel) {
             for n in real.names(&rel)? {
                 if !names.contains(&n) {
@@ -607,7 +625,7 @@ pub fn normalize_opaque(layer: &Layer) -> io::Result<()> {
         if upper.is_opaque(&rel) {
             upper.clear_opaque(&rel)?;
         }
-        for n in upper.names(&rel)? {
+        for n in upper.names(&rel).unwrap_or_default() {
             let here = rel.join(&n);
             if upper.stat(&here).is_ok_and(|st| kind_of_stat(&st) == "dir") {
                 stack.push(here);

@@ -189,3 +189,79 @@ fn reading_follows_no_link_the_sandbox_swapped_in() {
     );
     assert_eq!(super::super::super::dir_bytes(&upper), 7);
 }
+
+/// A directory the session replaced with a link to elsewhere lands as that link: what the
+/// real directory held goes, and nothing is removed where the link leads.
+#[test]
+fn a_directory_replaced_by_a_link_deletes_nothing_through_it() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let elsewhere = fs::canonicalize(tmp.path())
+        .expect("canonical")
+        .join("elsewhere");
+    fs::create_dir_all(&elsewhere).expect("mkdir");
+    fs::write(elsewhere.join("keep"), "k\n").expect("write");
+    let script = format!("rm -rf d && ln -s {} d", elsewhere.display());
+    let Some((_tmp, stage, layer)) = staged(&script, lower) else {
+        return;
+    };
+    let found = listed(&stage, &layer);
+    assert_eq!(
+        kinds(&found),
+        [
+            ("d".to_string(), "type_changed"),
+            ("d/keep".to_string(), "deleted")
+        ]
+    );
+    let report = commit(&layer, &found, None, false, |_| None).expect("commit");
+    assert!(
+        report.conflicts.is_empty() && report.landed.len() == 2,
+        "{report:?}"
+    );
+    assert_eq!(
+        fs::read_link(layer.real.join("d")).expect("link"),
+        elsewhere
+    );
+    assert_eq!(
+        fs::read_to_string(elsewhere.join("keep")).expect("kept"),
+        "k\n"
+    );
+}
+
+/// A layer directory nested past what a path can name still lists: what it holds is counted
+/// as left out, and the rest is there.
+#[test]
+fn a_layer_too_deep_to_name_still_lists() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let base = fs::canonicalize(tmp.path()).expect("canonical");
+    let (real, upper) = (base.join("real"), base.join("upper"));
+    fs::create_dir_all(&real).expect("mkdir");
+    fs::create_dir_all(&upper).expect("mkdir");
+    fs::write(upper.join("top.txt"), "t\n").expect("write");
+    // 20 levels of 250 characters: past PATH_MAX, made one level at a time.
+    let mut dir = nix::fcntl::open(
+        &upper,
+        nix::fcntl::OFlag::O_DIRECTORY,
+        nix::sys::stat::Mode::empty(),
+    )
+    .expect("open");
+    let name = "d".repeat(250);
+    for _ in 0..20 {
+        nix::sys::stat::mkdirat(&dir, name.as_str(), nix::sys::stat::Mode::S_IRWXU).expect("mkdir");
+        dir = nix::fcntl::openat(
+            &dir,
+            name.as_str(),
+            nix::fcntl::OFlag::O_DIRECTORY,
+            nix::sys::stat::Mode::empty(),
+        )
+        .expect("openat");
+    }
+    let listing = changes(&upper, &real).expect("changes");
+    assert!(listing.found.iter().any(|f| f.rel == Path::new("top.txt")));
+    assert!(listing.left_out >= 1, "{}", listing.left_out);
+    // Recording and readying the layer for an owner go on too: the rest can still land.
+    let t = Tree::open(&upper).expect("upper");
+    let entries = super::super::super::changes::entries(&t, Tree::open(&real).ok().as_ref())
+        .expect("entries");
+    assert!(entries.iter().any(|e| e.rel == Path::new("top.txt")));
+    fs::remove_dir_all(&upper).expect("a tree too deep to name is still removed");
+}
