@@ -354,9 +354,14 @@ fn run(cli: Cli) -> Result<u8, String> {
             Body::Changes {
                 session: None,
                 sessions,
+                left_out,
                 ..
             },
-        ) => print!("{}", staged::SessionList(sessions)),
+        ) => print!(
+            "{}{}",
+            staged::SessionList(sessions),
+            staged::LeftOut(*left_out)
+        ),
         (
             true,
             Body::Changes {
@@ -364,6 +369,7 @@ fn run(cli: Cli) -> Result<u8, String> {
                 changes,
                 bytes,
                 max_bytes,
+                left_out,
                 ..
             },
         ) => print!(
@@ -371,6 +377,7 @@ fn run(cli: Cli) -> Result<u8, String> {
             staged::Report {
                 session,
                 changes,
+                left_out: *left_out,
                 bytes: *bytes,
                 max_bytes: *max_bytes,
             }
@@ -482,6 +489,7 @@ mod tests {
                     bytes: 0,
                     max_bytes: 1,
                     sessions: vec![],
+                    left_out: 0,
                 },
                 0,
             ),

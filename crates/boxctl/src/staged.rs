@@ -34,6 +34,9 @@ impl fmt::Display for ChangeList<'_> {
             if let Some(mode) = &c.mode {
                 write!(f, "  mode {}", Shown(mode))?;
             }
+            if let Some(bits) = &c.dropped_bits {
+                write!(f, "  [setuid/setgid {}: not committed]", Shown(bits))?;
+            }
             if c.protected {
                 f.write_str("  [protected: named paths only]")?;
             }
@@ -59,6 +62,23 @@ impl fmt::Display for Diffs<'_> {
             }
         }
         Ok(())
+    }
+}
+
+/// How many changes or sessions an answer left out, if any (past what one line holds).
+#[derive(Debug, Clone, Copy)]
+pub struct LeftOut(pub usize);
+
+impl fmt::Display for LeftOut {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            0 => Ok(()),
+            n => writeln!(
+                f,
+                "[{n} more not shown: past what one answer holds; ask per grant (--grant), or \
+                 commit or discard some, to see the rest]"
+            ),
+        }
     }
 }
 
@@ -115,6 +135,8 @@ impl fmt::Display for SessionList<'_> {
 pub struct Report<'a> {
     pub session: &'a str,
     pub changes: &'a [Change],
+    /// Changes the answer left out.
+    pub left_out: usize,
     pub bytes: u64,
     pub max_bytes: u64,
 }
@@ -123,11 +145,16 @@ impl fmt::Display for Report<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let held = Held {
             session: self.session,
-            paths: self.changes.len(),
+            paths: self.changes.len() + self.left_out,
             bytes: self.bytes,
             max_bytes: self.max_bytes,
         };
-        write!(f, "{held}{}", ChangeList(self.changes))?;
+        write!(
+            f,
+            "{held}{}{}",
+            ChangeList(self.changes),
+            LeftOut(self.left_out)
+        )?;
         if self.changes.iter().any(|c| c.diff.is_some()) {
             write!(f, "\n{}", Diffs(self.changes))?;
         }
@@ -150,6 +177,7 @@ mod tests {
             sha256: None,
             target: None,
             mode: None,
+            dropped_bits: None,
             protected: false,
             conflict: false,
             diff: None,
@@ -171,6 +199,12 @@ mod tests {
             mode: Some("0755".into()),
             ..change(ChangeKind::ModeChanged, "/srv/notes/run.sh", "file")
         };
+        let setuid = Change {
+            size: Some(40),
+            mode: Some("4755".into()),
+            dropped_bits: Some("4000".into()),
+            ..change(ChangeKind::ModeChanged, "/srv/notes/run.sh", "file")
+        };
         let protected = Change {
             size: Some(1),
             protected: true,
@@ -182,6 +216,11 @@ mod tests {
             (file, "modified      /srv/notes/a.txt  12 bytes"),
             (link, "type_changed  /srv/notes/l  link -> ../a.txt"),
             (mode, "mode_changed  /srv/notes/run.sh  40 bytes  mode 0755"),
+            (
+                setuid,
+                "mode_changed  /srv/notes/run.sh  40 bytes  mode 4755  \
+                 [setuid/setgid 4000: not committed]",
+            ),
             (
                 change(ChangeKind::Deleted, "/srv/notes/old", "none"),
                 "deleted       /srv/notes/old",
@@ -233,6 +272,7 @@ mod tests {
         let report = Report {
             session: "s1",
             changes: &changes,
+            left_out: 0,
             bytes: 4096,
             max_bytes: 8192,
         };
@@ -252,12 +292,25 @@ mod tests {
         let empty = Report {
             session: "s1",
             changes: &[],
+            left_out: 0,
             bytes: 0,
             max_bytes: 8192,
         };
         assert_eq!(
             empty.to_string(),
             "session s1: 0 changed path(s), 0 of 8192 bytes staged\n"
+        );
+        let cut = Report {
+            changes: &changes[1..2],
+            left_out: 4,
+            ..empty
+        };
+        assert_eq!(
+            cut.to_string(),
+            "session s1: 5 changed path(s), 0 of 8192 bytes staged\n\
+             deleted       /srv/notes/b\n\
+             [4 more not shown: past what one answer holds; ask per grant (--grant), or commit \
+             or discard some, to see the rest]\n"
         );
     }
 

@@ -125,6 +125,9 @@ pub struct Changes {
     pub max_bytes: u64,
     /// Without a session: the sessions with changes pending.
     pub sessions: Vec<SessionChanges>,
+    /// How many changes (or sessions) the answer leaves out: past the most one layer lists,
+    /// or past what fits in one line.
+    pub left_out: usize,
 }
 
 /// Which of a session's staged changes a commit or a discard takes.
@@ -359,12 +362,14 @@ impl Client {
                 bytes,
                 max_bytes,
                 sessions,
+                left_out,
             } => Ok(Changes {
                 session,
                 changes,
                 bytes,
                 max_bytes,
                 sessions,
+                left_out,
             }),
             _ => Err(unexpected("changes", &answer)),
         }
@@ -655,6 +660,7 @@ mod tests {
             sha256: Some("ab".into()),
             target: None,
             mode: None,
+            dropped_bits: None,
             protected: false,
             conflict: false,
             diff: Some("--- a".into()),
@@ -672,7 +678,7 @@ mod tests {
         // (answer, operation, the request as sent without its id, what the operation returns)
         let cases: Vec<(&str, Op, serde_json::Value, Got)> = vec![
             (
-                r#"{"id":"$ID","kind":"changes","session":"s1","changes":[{"grant":"notes","path":"/srv/notes/a.txt","change":"modified","what":"file","size":12,"sha256":"ab","diff":"--- a"}],"bytes":12,"max_bytes":100}"#,
+                r#"{"id":"$ID","kind":"changes","session":"s1","changes":[{"grant":"notes","path":"/srv/notes/a.txt","change":"modified","what":"file","size":12,"sha256":"ab","diff":"--- a"}],"bytes":12,"max_bytes":100,"left_out":7}"#,
                 |c| c.changes(Some("s1"), Some("notes"), true).map(Got::Changes),
                 serde_json::json!({"op":"changes","session":"s1","grant":"notes","diff":true}),
                 Got::Changes(Changes {
@@ -681,6 +687,7 @@ mod tests {
                     bytes: 12,
                     max_bytes: 100,
                     sessions: vec![],
+                    left_out: 7,
                 }),
             ),
             (

@@ -222,6 +222,10 @@ pub enum Body {
         max_bytes: u64,
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         sessions: Vec<SessionChanges>,
+        /// How many changes (or, without a session, sessions) are not in the answer: past the
+        /// most one layer lists, or past what fits in one line.
+        #[serde(default, skip_serializing_if = "is_zero")]
+        left_out: usize,
     },
     Committed {
         committed: Vec<String>,
@@ -234,6 +238,10 @@ pub enum Body {
         discarded: Vec<String>,
     },
     Approved {},
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// What happened to one path of a staged layer.
@@ -280,6 +288,9 @@ pub struct Change {
     pub target: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<String>,
+    /// The bits of `mode` a commit leaves out (setuid, setgid), in octal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dropped_bits: Option<String>,
     /// A protected target (vendored, generated): committed only when named.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub protected: bool,
@@ -657,7 +668,8 @@ mod tests {
                             size: Some(12),
                             sha256: Some("ab".into()),
                             target: None,
-                            mode: None,
+                            mode: Some("4755".into()),
+                            dropped_bits: Some("4000".into()),
                             protected: false,
                             conflict: false,
                             diff: Some("--- a".into()),
@@ -665,9 +677,10 @@ mod tests {
                         bytes: 4096,
                         max_bytes: 8192,
                         sessions: vec![],
+                        left_out: 3,
                     },
                 ),
-                r#"{"id":"7","kind":"changes","session":"s1","changes":[{"grant":"notes","path":"/srv/notes/a.txt","change":"modified","what":"file","size":12,"sha256":"ab","diff":"--- a"}],"bytes":4096,"max_bytes":8192}"#,
+                r#"{"id":"7","kind":"changes","session":"s1","changes":[{"grant":"notes","path":"/srv/notes/a.txt","change":"modified","what":"file","size":12,"sha256":"ab","mode":"4755","dropped_bits":"4000","diff":"--- a"}],"bytes":4096,"max_bytes":8192,"left_out":3}"#,
             ),
             (
                 Answer::new(
@@ -683,6 +696,7 @@ mod tests {
                             paths: 2,
                             bytes: 4096,
                         }],
+                        left_out: 0,
                     },
                 ),
                 r#"{"id":"7","kind":"changes","session":null,"changes":[],"bytes":0,"max_bytes":8192,"sessions":[{"session":"s1","grants":["notes"],"paths":2,"bytes":4096}]}"#,

@@ -248,6 +248,10 @@ pub fn run(opts: &crate::Opts) -> Result<ExitCode, String> {
             "staged-protected-target-needs-naming",
             Suite::staged_protected,
         ),
+        (
+            "staged-deleted-directory-keeps-the-host-s-new-files",
+            Suite::staged_deleted_dir_conflict,
+        ),
         ("staged-size-bound", Suite::staged_size_bound),
         (
             "staged-changes-survive-a-crash",

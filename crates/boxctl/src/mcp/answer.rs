@@ -187,12 +187,13 @@ pub fn changes(grant: &str, c: &Changes) -> CallToolResult {
     }
     let mut text = Say::Staged {
         grant,
-        paths: c.changes.len(),
+        paths: c.changes.len() + c.left_out,
         bytes: c.bytes,
         max_bytes: c.max_bytes,
     }
     .to_string();
     text.push_str(&crate::staged::ChangeList(&c.changes).to_string());
+    text.push_str(&crate::staged::LeftOut(c.left_out).to_string());
     if c.changes.iter().any(|c| c.diff.is_some()) {
         text.push('\n');
         text.push_str(&crate::staged::Diffs(&c.changes).to_string());
@@ -621,6 +622,7 @@ mod tests {
             sha256: None,
             target: None,
             mode: None,
+            dropped_bits: None,
             protected: false,
             conflict: false,
             diff: diff.map(str::to_owned),
@@ -631,6 +633,7 @@ mod tests {
             bytes: 3,
             max_bytes: 100,
             sessions: vec![],
+            left_out: 0,
         };
         // (changes, the text the model reads)
         let cases = [

@@ -30,6 +30,7 @@ use crate::stage::{Holding, Layer, Stage};
 use crate::tickets::{Binding, Tickets};
 
 mod ops;
+mod owner;
 mod records;
 mod run;
 mod staged;

@@ -2,25 +2,21 @@
 //! grant's calls decided on the session's merged view and run over its layers, and the
 //! `changes`, `commit`, `discard` and `approve` ops. Owners only commit, discard and approve.
 
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::path::PathBuf;
+use std::time::Instant;
 
-use proto::broker::{Body, Change, ChangeKind, PathReason, SessionChanges};
+use proto::broker::Body;
 use proto::ident::Ident;
-use proto::visible::visible;
 
+use super::owner::{self, commit_session, discard_session, list, sessions, shown_paths};
 use super::{error, Broker, Peer, ProtocolError};
 use crate::audit::{self, Decided, Record, RecordKind, StagedPath};
 use crate::config::Writes;
 use crate::policy::{GrantPolicy, Plan};
-use crate::protect;
+use crate::protect::scan::Bounds;
 use crate::runbook;
 use crate::runner::StageMount;
-use crate::stage::{changes, commit, Holding, Layer, Merged, Meta, Stage, StageError};
-
-/// How long an owner's commit or discard waits for a call of the session to finish.
-const OWNER_WAIT: Duration = Duration::from_secs(30);
+use crate::stage::{changes, Holding, Layer, Merged, StageError};
 
 /// Why a staged call was not run.
 pub(super) enum NotStaged {
@@ -114,8 +110,17 @@ impl Broker {
         );
     }
 
+    /// The bounds of the walk that finds protected targets (`[runner] protect_max_*`).
+    fn protect_bounds(&self) -> Bounds {
+        self.config
+            .runner
+            .as_ref()
+            .map(|r| r.protect)
+            .unwrap_or_default()
+    }
+
     /// `changes`: a session's staged changes (clients and owners), or, without a session,
-    /// the sessions that have some.
+    /// the sessions that have some; as many as fit in a line, with how many more there are.
     pub(super) async fn changes(
         &self,
         session: Option<String>,
@@ -128,12 +133,13 @@ impl Broker {
             let listed =
                 tokio::task::spawn_blocking(move || sessions(&stage, grant.as_deref())).await;
             return match listed {
-                Ok(sessions) => Body::Changes {
+                Ok((sessions, left_out)) => Body::Changes {
                     session: None,
                     changes: Vec::new(),
                     bytes: sessions.iter().map(|s| s.bytes).sum(),
                     max_bytes,
                     sessions,
+                    left_out,
                 },
                 Err(e) => internal(&e.to_string()),
             };
@@ -141,18 +147,20 @@ impl Broker {
         let Ok(session) = Ident::parse(session) else {
             return error(ProtocolError::BadIdent("session"));
         };
+        let bounds = self.protect_bounds();
         let read = tokio::task::spawn_blocking(move || {
-            let listed = list(&stage, &session, grant.as_deref(), diff);
+            let listed = list(&stage, &session, grant.as_deref(), diff, bounds);
             (listed, stage.bytes(&session), session)
         })
         .await;
         match read {
-            Ok((Ok(changes), bytes, session)) => Body::Changes {
+            Ok((Ok((changes, left_out)), bytes, session)) => Body::Changes {
                 session: Some(session.to_string()),
                 changes,
                 bytes,
                 max_bytes,
                 sessions: Vec::new(),
+                left_out,
             },
             Ok((Err(e), _, _)) => internal(&e.to_string()),
             Err(e) => internal(&e.to_string()),
@@ -176,8 +184,9 @@ impl Broker {
         };
         let stage = self.stage.clone();
         let s = session.clone();
+        let bounds = self.protect_bounds();
         let done = tokio::task::spawn_blocking(move || {
-            commit_session(&stage, &s, grant.as_deref(), &paths, all_or_nothing)
+            commit_session(&stage, &s, grant.as_deref(), &paths, all_or_nothing, bounds)
         })
         .await;
         let outcome = match done {
@@ -185,7 +194,16 @@ impl Broker {
             Ok(Err(e)) => return owner_refused(&e),
             Err(e) => return internal(&e.to_string()),
         };
-        let rec = owner_record(&session, Decided::Committed, &outcome.landed, &outcome.not);
+        let mut rec = owner_record(&session, Decided::Committed, &outcome.landed, &outcome.not);
+        if !outcome.unfinished.is_empty() {
+            tracing::warn!(
+                session = session.as_str(),
+                "a commit landed paths it could not take out of the layer: {}; see {}",
+                outcome.unfinished.join("; "),
+                runbook::STAGED_CHANGES
+            );
+            rec.reason = Some(outcome.unfinished.join("; "));
+        }
         tracing::info!(
             session = session.as_str(),
             decision = "committed",
@@ -284,7 +302,9 @@ impl Broker {
                 let Ok(_hold) = stage.exclusive(&layer, Instant::now()) else {
                     continue;
                 };
-                let found = changes::changes(&layer.upper, &layer.real).unwrap_or_default();
+                let found = changes::changes(&layer.upper, &layer.real)
+                    .unwrap_or_default()
+                    .found;
                 if stage.remove_layer(&session, &layer).is_ok() {
                     gone.push((session, shown_paths(&layer, &found)));
                 }
@@ -309,273 +329,6 @@ impl Broker {
     }
 }
 
-/// A layer's real path of `rel`, as the owner reads it (control characters escaped).
-fn shown(layer: &Layer, rel: &Path) -> String {
-    visible(&layer.real.join(rel).display().to_string()).to_string()
-}
-
-fn shown_paths(layer: &Layer, found: &[changes::Found]) -> Vec<StagedPath> {
-    found
-        .iter()
-        .map(|f| StagedPath {
-            path: shown(layer, &f.rel),
-            change: f.kind,
-            sha256: f.sha256.clone(),
-        })
-        .collect()
-}
-
-/// The sessions with changes pending (a grant's, with `grant`).
-fn sessions(stage: &Arc<Stage>, grant: Option<&str>) -> Vec<SessionChanges> {
-    let mut out = Vec::new();
-    for s in stage.sessions() {
-        let mut grants = Vec::new();
-        let mut paths = 0;
-        for l in stage.layers_of(&s) {
-            let Ok(meta) = Meta::read(&l) else { continue };
-            if grant.is_some_and(|g| !meta.grants.iter().any(|x| x == g)) {
-                continue;
-            }
-            let n = changes::changes(&l.upper, &l.real)
-                .map(|c| c.len())
-                .unwrap_or(0);
-            if n > 0 {
-                paths += n;
-                for g in meta.grants {
-                    if !grants.contains(&g) {
-                        grants.push(g);
-                    }
-                }
-            }
-        }
-        if paths > 0 {
-            out.push(SessionChanges {
-                session: s.to_string(),
-                grants,
-                paths,
-                bytes: stage.bytes(&s),
-            });
-        }
-    }
-    out
-}
-
-/// The layers of `session` (a grant's, with `grant`), each with its metadata.
-fn layers(stage: &Stage, session: &Ident, grant: Option<&str>) -> Vec<(Layer, Meta)> {
-    stage
-        .layers_of(session)
-        .into_iter()
-        .filter_map(|l| Meta::read(&l).ok().map(|m| (l, m)))
-        .filter(|(_, m)| grant.is_none_or(|g| m.grants.iter().any(|x| x == g)))
-        .collect()
-}
-
-/// Whether a change is a protected target: the directory it lies in, by which naming commits it.
-fn protection(layer: &Layer, f: &changes::Found) -> Option<PathBuf> {
-    let real = layer.real.join(&f.rel);
-    let staged = layer.upper.join(&f.rel);
-    let shown = real.display().to_string();
-    let hit = protect::protected(&shown, &real).or_else(|| protect::protected(&shown, &staged));
-    hit.map(|_| {
-        // The outermost protected directory on the way, if the protection is by directory.
-        let mut guard = PathBuf::new();
-        for c in f.rel.components() {
-            guard.push(c);
-            if protect::has_protected_component(&guard).is_some() {
-                return guard;
-            }
-        }
-        f.rel.clone()
-    })
-}
-
-fn list(
-    stage: &Stage,
-    session: &Ident,
-    grant: Option<&str>,
-    diff: bool,
-) -> std::io::Result<Vec<Change>> {
-    let mut out = Vec::new();
-    for (layer, meta) in layers(stage, session, grant) {
-        stage.record_first(&layer)?;
-        let meta = Meta::read(&layer).unwrap_or(meta);
-        let grant_name = meta.grants.first().cloned().unwrap_or_default();
-        for f in changes::changes(&layer.upper, &layer.real)? {
-            let path = shown(&layer, &f.rel);
-            out.push(Change {
-                grant: grant_name.clone(),
-                diff: diff
-                    .then(|| changes::diff(&f, &layer.upper, &layer.real, &path))
-                    .flatten(),
-                protected: protection(&layer, &f).is_some(),
-                conflict: commit::conflict(&meta, &layer.real, &f),
-                path,
-                change: f.kind,
-                what: f.what.to_string(),
-                size: f.size,
-                sha256: f.sha256.clone(),
-                target: f
-                    .target
-                    .as_ref()
-                    .map(|t| visible(&t.display().to_string()).to_string()),
-                mode: f.mode.map(|m| format!("{m:o}")),
-            });
-        }
-    }
-    Ok(out)
-}
-
-/// What a commit did, across the session's layers.
-struct Committed {
-    landed: Vec<StagedPath>,
-    conflicts: Vec<PathReason>,
-    skipped: Vec<PathReason>,
-    /// Conflicts and skipped, for the audit record.
-    not: Vec<StagedPath>,
-}
-
-/// The named paths that lie in `layer`, relative to it. A path is named as `changes` shows
-/// it or as it is.
-fn named_in(layer: &Layer, paths: &[String]) -> Option<Vec<PathBuf>> {
-    if paths.is_empty() {
-        return None;
-    }
-    let mut out = Vec::new();
-    for p in paths {
-        let raw = PathBuf::from(p);
-        if let Ok(rel) = raw.strip_prefix(&layer.real) {
-            if let Some(rel) = commit::relative(rel) {
-                out.push(rel);
-            }
-            continue;
-        }
-        // A path as shown, escapes and all: match it against what `changes` shows.
-        if let Ok(found) = changes::changes(&layer.upper, &layer.real) {
-            for f in found {
-                if shown(layer, &f.rel) == *p {
-                    out.push(f.rel);
-                }
-            }
-        }
-    }
-    Some(out)
-}
-
-fn commit_session(
-    stage: &Arc<Stage>,
-    session: &Ident,
-    grant: Option<&str>,
-    paths: &[String],
-    all_or_nothing: bool,
-) -> Result<Committed, String> {
-    let mut done = Committed {
-        landed: Vec::new(),
-        conflicts: Vec::new(),
-        skipped: Vec::new(),
-        not: Vec::new(),
-    };
-    for (layer, _) in layers(stage, session, grant) {
-        let named = named_in(&layer, paths);
-        if named.as_ref().is_some_and(Vec::is_empty) {
-            continue;
-        }
-        let _hold = stage
-            .exclusive(&layer, Instant::now() + OWNER_WAIT)
-            .map_err(|e| e.to_string())?;
-        let found = changes::changes(&layer.upper, &layer.real).map_err(|e| e.to_string())?;
-        let landed = stage.record_first(&layer).and_then(|()| {
-            commit::commit(&layer, &found, named.as_deref(), all_or_nothing, |f| {
-                protection(&layer, f)
-            })
-        });
-        // A layer whose real directory cannot be opened (gone, moved, a link now) lands
-        // nothing, and is no reason to leave the session's other layers alone.
-        let report = match landed {
-            Ok(r) => r,
-            Err(e) => commit::Report {
-                conflicts: commit::select(&found, named.as_deref())
-                    .into_iter()
-                    .map(|f| {
-                        let why = format!("the real directory cannot be written: {e}");
-                        (f.rel.clone(), commit::NotLanded::Io(why))
-                    })
-                    .collect(),
-                ..commit::Report::default()
-            },
-        };
-        for l in &report.landed {
-            done.landed.push(StagedPath {
-                path: shown(&layer, &l.rel),
-                change: l.kind,
-                sha256: l.sha256.clone(),
-            });
-        }
-        for (list, into) in [
-            (&report.conflicts, &mut done.conflicts),
-            (&report.skipped, &mut done.skipped),
-        ] {
-            for (rel, why) in list {
-                into.push(PathReason {
-                    path: shown(&layer, rel),
-                    reason: why.to_string(),
-                });
-                let change = found
-                    .iter()
-                    .find(|f| f.rel == *rel)
-                    .map_or(ChangeKind::Modified, |f| f.kind);
-                done.not.push(StagedPath {
-                    path: shown(&layer, rel),
-                    change,
-                    sha256: None,
-                });
-            }
-        }
-        if changes::changes(&layer.upper, &layer.real).is_ok_and(|c| c.is_empty()) {
-            let _ = stage.remove_layer(session, &layer);
-        }
-    }
-    Ok(done)
-}
-
-fn discard_session(
-    stage: &Arc<Stage>,
-    session: &Ident,
-    grant: Option<&str>,
-    paths: &[String],
-) -> Result<Vec<StagedPath>, String> {
-    let mut gone = Vec::new();
-    for (layer, _) in layers(stage, session, grant) {
-        let named = named_in(&layer, paths);
-        if named.as_ref().is_some_and(Vec::is_empty) {
-            continue;
-        }
-        let _hold = stage
-            .exclusive(&layer, Instant::now() + OWNER_WAIT)
-            .map_err(|e| e.to_string())?;
-        let found = changes::changes(&layer.upper, &layer.real).map_err(|e| e.to_string())?;
-        let chosen: Vec<StagedPath> = commit::select(&found, named.as_deref())
-            .into_iter()
-            .map(|f| StagedPath {
-                path: shown(&layer, &f.rel),
-                change: f.kind,
-                sha256: f.sha256.clone(),
-            })
-            .collect();
-        if named.is_none() {
-            stage
-                .remove_layer(session, &layer)
-                .map_err(|e| e.to_string())?;
-        } else {
-            commit::discard(&layer, &found, named.as_deref()).map_err(|e| e.to_string())?;
-            if changes::changes(&layer.upper, &layer.real).is_ok_and(|c| c.is_empty()) {
-                let _ = stage.remove_layer(session, &layer);
-            }
-        }
-        gone.extend(chosen);
-    }
-    Ok(gone)
-}
-
 /// The audit record of an owner's commit or discard: what landed or went, with hashes.
 fn owner_record(
     session: &Ident,
@@ -593,7 +346,7 @@ fn owner_record(
     }
 }
 
-fn owner_refused(why: &str) -> Body {
+fn owner_refused(why: &owner::OwnerRefused) -> Body {
     Body::Error {
         message: format!("the staged changes could not be taken: {why}"),
     }

@@ -7,7 +7,11 @@
 //! store, eBPF, mounting, module and kexec loading, handles that bypass path lookup, perf
 //! events, userfaultfd, io_uring, namespace joining; and `personality` with anything but the
 //! default or the query, so address space randomisation cannot be switched off
-//! (`setarch -R`). Denied calls fail with EPERM (a program sees an ordinary error); a foreign
+//! (`setarch -R`); and every call that sets a file's permission bits (`chmod`, `fchmod*`,
+//! `open*` and `creat` with a creation mode, `mknod*`) with the setuid or setgid bit, so a
+//! sandbox cannot leave a setuid program of the service user in a directory it may write
+//! (`openat2`, whose mode the filter cannot read, answers ENOSYS, and callers fall back to
+//! `openat`). Denied calls fail with EPERM (a program sees an ordinary error); a foreign
 //! architecture or the x32 ABI kills the process, so the deny list cannot be dodged by
 //! switching ABI. seccompiler compiles the list; the x32 guard is ours, because a deny list
 //! (unlike firecracker's allow lists) must catch x32 numbers.
@@ -66,6 +70,26 @@ pub const DENIED: &[(libc::c_long, &str)] = &[
     (libc::SYS_reboot, "reboot"),
 ];
 
+/// The calls that set permission bits, with the index of their mode argument: each is denied
+/// when the mode has the setuid or the setgid bit (docs/design.md#the-bwrap-runner). The
+/// kernel reads a mode as 32 bits, and so does the filter.
+#[cfg(target_arch = "x86_64")]
+pub const MODE_SETTING: &[(libc::c_long, u8, &str)] = &[
+    (libc::SYS_chmod, 1, "chmod"),
+    (libc::SYS_fchmod, 1, "fchmod"),
+    (libc::SYS_fchmodat, 2, "fchmodat"),
+    (libc::SYS_fchmodat2, 2, "fchmodat2"),
+    (libc::SYS_open, 2, "open"),
+    (libc::SYS_openat, 3, "openat"),
+    (libc::SYS_creat, 1, "creat"),
+    (libc::SYS_mknod, 1, "mknod"),
+    (libc::SYS_mknodat, 2, "mknodat"),
+];
+
+/// The bits no mode may carry: setuid and setgid.
+#[cfg(target_arch = "x86_64")]
+const SPECIAL_BITS: [u64; 2] = [0o4000, 0o2000];
+
 /// The only arguments `personality` takes in a sandbox: `PER_LINUX` (the default every process
 /// starts with) and `0xffffffff` (the query, which changes nothing). Anything else fails with
 /// EPERM: above all `ADDR_NO_RANDOMIZE` (`setarch -R`), which would turn address space
@@ -82,15 +106,18 @@ pub const PERSONALITIES: &[u32] = &[0, 0xffff_ffff];
 #[cfg(target_arch = "x86_64")]
 const X32_SYSCALL_BIT: u32 = 0x4000_0000;
 
-/// The x32 guard, run before seccompiler's program. It is correct whatever the architecture:
-/// a foreign one is killed by seccompiler's architecture check anyway.
+/// The x32 guard and `openat2`'s ENOSYS, run before seccompiler's program. It is correct
+/// whatever the architecture: a foreign one is killed by seccompiler's architecture check
+/// anyway (and numbers from 424 on are the same calls everywhere).
 #[cfg(target_arch = "x86_64")]
-fn x32_guard() -> [SockFilter; 3] {
+fn x32_guard() -> [SockFilter; 5] {
     const BPF_LD_W_ABS: u16 = 0x20; // BPF_LD | BPF_W | BPF_ABS
     const BPF_JGE_K: u16 = 0x35; // BPF_JMP | BPF_JGE | BPF_K
+    const BPF_JEQ_K: u16 = 0x15; // BPF_JMP | BPF_JEQ | BPF_K
     const BPF_RET_K: u16 = 0x06; // BPF_RET | BPF_K
     const OFFSET_NR: u32 = 0; // `struct seccomp_data`: the call's number comes first
     let kill = u32::from(SeccompAction::KillProcess);
+    let enosys = u32::from(SeccompAction::Errno(libc::ENOSYS as u32));
     [
         SockFilter {
             code: BPF_LD_W_ABS,
@@ -110,6 +137,18 @@ fn x32_guard() -> [SockFilter; 3] {
             jf: 0,
             k: kill,
         },
+        SockFilter {
+            code: BPF_JEQ_K,
+            jt: 0,
+            jf: 1,
+            k: libc::SYS_openat2 as u32,
+        },
+        SockFilter {
+            code: BPF_RET_K,
+            jt: 0,
+            jf: 0,
+            k: enosys,
+        },
     ]
 }
 
@@ -127,6 +166,23 @@ fn compile() -> Option<BpfProgram> {
         libc::SYS_personality,
         vec![SeccompRule::new(other_personality).ok()?],
     );
+    // One rule a bit: denied when the mode has it.
+    for &(nr, arg, _) in MODE_SETTING {
+        let with_bit = SPECIAL_BITS
+            .iter()
+            .map(|&bit| {
+                let c = SeccompCondition::new(
+                    arg,
+                    SeccompCmpArgLen::Dword,
+                    SeccompCmpOp::MaskedEq(bit),
+                    bit,
+                );
+                c.and_then(|c| SeccompRule::new(vec![c]))
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .ok()?;
+        rules.insert(nr, with_bit);
+    }
     let filter = SeccompFilter::new(
         rules,
         SeccompAction::Allow,
@@ -280,6 +336,85 @@ mod tests {
                 .all(|&p| personality(p).is_ok())
     }
 
+    /// A raw call's errno (0 when it succeeded).
+    fn errno_of(r: libc::c_long) -> i32 {
+        if r == -1 {
+            io::Error::last_os_error().raw_os_error().unwrap_or(0)
+        } else {
+            0
+        }
+    }
+
+    fn no_setuid_or_setgid_mode() -> bool {
+        let gone = c"/nonexistent/boxmaker-seccomp";
+        let p = gone.as_ptr();
+        let creat = libc::O_CREAT | libc::O_WRONLY;
+        // (mode, the errno it must get): the filter's EPERM, or the kernel's own answer.
+        let modes: [(u64, i32); 7] = [
+            (0o4755, libc::EPERM),
+            (0o2755, libc::EPERM),
+            (0o6777, libc::EPERM),
+            (0o1777, libc::ENOENT),
+            (0o755, libc::ENOENT),
+            // The kernel reads 32 bits: an upper half changes nothing either way.
+            ((1 << 32) | 0o755, libc::ENOENT),
+            ((1 << 32) | 0o4755, libc::EPERM),
+        ];
+        modes.iter().all(|&(mode, want)| {
+            // SAFETY: each call names a NUL-terminated path that does not exist, or fd -1;
+            // none writes memory of ours.
+            let got = unsafe {
+                [
+                    errno_of(libc::syscall(libc::SYS_chmod, p, mode)),
+                    errno_of(libc::syscall(
+                        libc::SYS_fchmodat,
+                        libc::AT_FDCWD,
+                        p,
+                        mode,
+                        0,
+                    )),
+                    errno_of(libc::syscall(
+                        libc::SYS_fchmodat2,
+                        libc::AT_FDCWD,
+                        p,
+                        mode,
+                        0,
+                    )),
+                    errno_of(libc::syscall(libc::SYS_open, p, creat, mode)),
+                    errno_of(libc::syscall(
+                        libc::SYS_openat,
+                        libc::AT_FDCWD,
+                        p,
+                        creat,
+                        mode,
+                    )),
+                    errno_of(libc::syscall(libc::SYS_creat, p, mode)),
+                    errno_of(libc::syscall(
+                        libc::SYS_mknodat,
+                        libc::AT_FDCWD,
+                        p,
+                        u64::from(libc::S_IFREG) | mode,
+                        0,
+                    )),
+                ]
+            };
+            // SAFETY: fchmod of descriptor -1 touches nothing.
+            let fchmod = errno_of(unsafe { libc::syscall(libc::SYS_fchmod, -1, mode) });
+            let fchmod_want = if want == libc::EPERM {
+                libc::EPERM
+            } else {
+                libc::EBADF
+            };
+            got.iter().all(|&e| e == want) && fchmod == fchmod_want
+        })
+    }
+
+    fn openat2_is_not_there() -> bool {
+        // SAFETY: openat2 is refused before the kernel reads its arguments.
+        let r = unsafe { libc::syscall(libc::SYS_openat2, libc::AT_FDCWD, 0, 0, 0) };
+        errno_of(r) == libc::ENOSYS
+    }
+
     fn an_x32_call() -> bool {
         // SAFETY: getpid under the x32 ABI's numbering takes no arguments and changes nothing.
         unsafe { libc::syscall(libc::SYS_getpid | X32_SYSCALL_BIT as libc::c_long) };
@@ -309,6 +444,18 @@ mod tests {
     }
 
     #[test]
+    fn no_call_sets_setuid_or_setgid() {
+        assert!(
+            passed(in_filtered_child(no_setuid_or_setgid_mode)),
+            "a mode with setuid or setgid got through, or a plain one was denied"
+        );
+        assert!(
+            passed(in_filtered_child(openat2_is_not_there)),
+            "openat2 is not ENOSYS"
+        );
+    }
+
+    #[test]
     fn an_x32_call_kills_the_process() {
         match in_filtered_child(an_x32_call) {
             WaitStatus::Signaled(_, Signal::SIGSYS, _) => {}
@@ -321,7 +468,7 @@ mod tests {
         let p = program().unwrap();
         assert!(p.len() < 4096, "BPF_MAXINSNS");
         assert_eq!(bytes(p).len(), p.len() * 8);
-        assert_eq!(p[..3], x32_guard());
+        assert_eq!(p[..5], x32_guard());
         let mut names: Vec<&str> = DENIED.iter().map(|d| d.1).collect();
         names.sort();
         names.dedup();

@@ -3,26 +3,29 @@
 //!
 //! A commit writes nothing through a symbolic link of the real tree: every directory on the
 //! way is opened below the real directory with `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)`,
-//! and the last component is handled by name in its parent (`*at` calls, no follow). Files land
-//! whole: written beside under a temporary name, synced, then renamed over the old one. Links
-//! are written as links. A path whose real file changed since the session first staged it is a
-//! conflict, and is left in the layer; so is one whose way in the real tree is now a link.
+//! and the last component is handled by name in its parent (`*at` calls, no follow). The layer
+//! is read the same way. Files land whole: written beside under a temporary name, synced, then
+//! renamed over the old one. Links are written as links. A directory gets its mode once what
+//! lands inside it has landed. Setuid and setgid bits stay in the layer. A path whose real file
+//! changed since the session first staged it is a conflict (`conflict`), and is left in the
+//! layer; so is one whose way in the real tree is now a link.
 
-use std::ffi::{CString, OsStr};
+use std::ffi::OsStr;
 use std::fs::{self, File};
 use std::io::{self, Write};
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Component, Path, PathBuf};
 
 use nix::errno::Errno;
-use nix::fcntl::{openat2, OFlag, OpenHow, ResolveFlag};
+use nix::fcntl::OFlag;
 use nix::sys::stat::Mode;
 use proto::broker::ChangeKind;
 
-use super::changes::Found;
-use super::{Identity, Meta};
+use super::changes::{self, landed_mode, Found};
+use super::conflict::Conflicts;
+use super::tree::{is_whiteout_stat, kind_of_stat, remove_at, Tree};
+use super::{Layer, Meta};
 
 /// Why one path was not committed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -39,6 +42,17 @@ pub enum NotLanded {
     Io(String),
 }
 
+/// Why a discard could not be done as asked.
+#[derive(Debug, thiserror::Error)]
+pub enum DiscardError {
+    /// A real entry below a directory the session replaced with a file or link: it cannot be
+    /// kept alone.
+    #[error("it lies under a directory this session replaced with a file or link")]
+    Replaced { rel: PathBuf, root: PathBuf },
+    #[error(transparent)]
+    Io(#[from] io::Error),
+}
+
 /// What landed: the change and, for a file, the hash of what was written.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Landed {
@@ -47,85 +61,71 @@ pub struct Landed {
     pub sha256: Option<String>,
 }
 
-/// Opens the directory `rel` (relative, `/`-separated) below `root`, through no link.
-fn open_beneath(root: &OwnedFd, rel: &Path) -> Result<OwnedFd, NotLanded> {
-    if rel.as_os_str().is_empty() {
-        return nix::unistd::dup(root).map_err(|e| NotLanded::Io(e.to_string()));
-    }
-    let how = OpenHow::new()
-        .flags(OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC)
-        .resolve(
-            ResolveFlag::RESOLVE_BENEATH
-                | ResolveFlag::RESOLVE_NO_SYMLINKS
-                | ResolveFlag::RESOLVE_NO_MAGICLINKS,
-        );
-    openat2(root, rel, how).map_err(|e| match e {
-        Errno::ELOOP | Errno::EXDEV => NotLanded::Symlink,
-        e => NotLanded::Io(format!("{}: {}", rel.display(), e.desc())),
-    })
-}
-
-/// The real directory, opened by descriptor (it must not be reached through a link either).
-pub fn open_root(real: &Path) -> io::Result<OwnedFd> {
-    crate::runner::mounts::open_dir(real)
-        .map(|(fd, _)| fd)
-        .map_err(|t| io::Error::other(format!("{}: {t:?}", real.display())))
-}
-
 fn io_err(e: impl std::fmt::Display) -> NotLanded {
     NotLanded::Io(e.to_string())
 }
 
-/// Lands one change in the real tree under `root`; `layer` is the upper directory.
-pub fn land(root: &OwnedFd, layer: &Path, f: &Found) -> Result<Landed, NotLanded> {
-    let parent_rel = f.rel.parent().unwrap_or(Path::new(""));
-    let name = f.rel.file_name().ok_or_else(|| io_err("an empty path"))?;
-    let parent = open_beneath(root, parent_rel)?;
-    let source = layer.join(&f.rel);
-    let mut sha256 = None;
-    match f.kind {
-        ChangeKind::Deleted => remove_at(&parent, name)?,
-        ChangeKind::ModeChanged => {
-            let mode = f.mode.unwrap_or(0o644);
-            chmod_at(&parent, name, mode)?;
+fn not_landed(rel: &Path, e: &io::Error) -> NotLanded {
+    match e.raw_os_error() {
+        Some(libc::ELOOP | libc::EXDEV) => NotLanded::Symlink,
+        _ => NotLanded::Io(format!("{}: {e}", rel.display())),
+    }
+}
+
+/// Lands one change in the real tree `root`, reading the layer `upper`. A directory's mode is
+/// returned for the caller to set once the directory's children have landed.
+fn land(root: &Tree, upper: &Tree, f: &Found) -> Result<(Landed, Option<u32>), NotLanded> {
+    let landed = || Landed {
+        rel: f.rel.clone(),
+        kind: f.kind,
+        sha256: None,
+    };
+    let (parent, name) = match root.parent_of(&f.rel) {
+        Ok(p) => p,
+        // A deletion whose directory is gone (a deletion above it landed first) is done.
+        Err(e)
+            if f.kind == ChangeKind::Deleted
+                && matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR)) =>
+        {
+            return Ok((landed(), None));
         }
+        Err(e) => return Err(not_landed(&f.rel, &e)),
+    };
+    let mut sha256 = None;
+    let mut dir_mode = None;
+    match f.kind {
+        ChangeKind::Deleted => remove_at(&parent, name).map_err(|e| io_err(e.desc()))?,
+        ChangeKind::ModeChanged if f.what == "dir" => dir_mode = Some(landed_mode(f)),
+        ChangeKind::ModeChanged => chmod_at(&parent, name, landed_mode(f))?,
         ChangeKind::Added | ChangeKind::Modified | ChangeKind::TypeChanged => {
             if f.kind == ChangeKind::TypeChanged {
-                remove_at(&parent, name)?;
+                remove_at(&parent, name).map_err(|e| io_err(e.desc()))?;
             }
             match f.what {
                 "dir" => {
-                    let mode = Mode::from_bits_truncate(f.mode.unwrap_or(0o755));
-                    match nix::sys::stat::mkdirat(&parent, name, mode) {
+                    // Open to brokerd until its children are in; its own mode comes last.
+                    match nix::sys::stat::mkdirat(&parent, name, Mode::S_IRWXU) {
                         Ok(()) | Err(Errno::EEXIST) => {}
                         Err(e) => return Err(io_err(e.desc())),
                     }
-                    chmod_at(&parent, name, f.mode.unwrap_or(0o755))?;
+                    dir_mode = Some(landed_mode(f));
                 }
                 "link" => {
-                    let target = fs::read_link(&source).map_err(io_err)?;
+                    let target = upper.read_link(&f.rel).map_err(io_err)?;
                     let tmp = temp_name(name);
                     nix::unistd::symlinkat(&target, &parent, tmp.as_os_str())
                         .map_err(|e| io_err(e.desc()))?;
                     rename_at(&parent, &tmp, name)?;
                 }
                 "file" => {
-                    sha256 = Some(write_file_at(
-                        &parent,
-                        name,
-                        &source,
-                        f.mode.unwrap_or(0o644),
-                    )?);
+                    let source = upper.open_file(&f.rel).map_err(io_err)?;
+                    sha256 = Some(write_file_at(&parent, name, source, landed_mode(f))?);
                 }
                 other => return Err(io_err(format!("a {other} cannot be committed"))),
             }
         }
     }
-    Ok(Landed {
-        rel: f.rel.clone(),
-        kind: f.kind,
-        sha256,
-    })
+    Ok((Landed { sha256, ..landed() }, dir_mode))
 }
 
 fn temp_name(name: &OsStr) -> std::ffi::OsString {
@@ -138,11 +138,11 @@ fn temp_name(name: &OsStr) -> std::ffi::OsString {
     t
 }
 
-/// Writes `source`'s bytes beside `name` in `parent`, syncs them and renames them over it.
+/// Writes `input`'s bytes beside `name` in `parent`, syncs them and renames them over it.
 fn write_file_at(
     parent: &OwnedFd,
     name: &OsStr,
-    source: &Path,
+    mut input: File,
     mode: u32,
 ) -> Result<String, NotLanded> {
     use sha2::Digest;
@@ -155,7 +155,6 @@ fn write_file_at(
     )
     .map_err(|e| io_err(e.desc()))?;
     let mut out = File::from(fd);
-    let mut input = crate::view::open_for_reading(source).map_err(io_err)?;
     let mut hasher = sha2::Sha256::new();
     let mut buf = vec![0u8; 64 * 1024];
     let written = (|| -> io::Result<()> {
@@ -167,7 +166,7 @@ fn write_file_at(
             hasher.update(&buf[..n]);
             out.write_all(&buf[..n])?;
         }
-        out.set_permissions(fs::Permissions::from_mode(mode & 0o7777))?;
+        out.set_permissions(fs::Permissions::from_mode(mode))?;
         out.sync_all()
     })();
     if let Err(e) = written {
@@ -189,8 +188,8 @@ fn rename_at(parent: &OwnedFd, from: &OsStr, to: &OsStr) -> Result<(), NotLanded
     })
 }
 
-/// Sets the permission bits of `name` in `parent` (a regular file or a directory, opened by
-/// name without following a link).
+/// Sets the permission bits of `name` in `parent` to `mode` (a regular file or a directory,
+/// opened by name without following a link).
 fn chmod_at(parent: &OwnedFd, name: &OsStr, mode: u32) -> Result<(), NotLanded> {
     let fd = nix::fcntl::openat(
         parent,
@@ -207,42 +206,7 @@ fn chmod_at(parent: &OwnedFd, name: &OsStr, mode: u32) -> Result<(), NotLanded> 
     }
     // An O_PATH descriptor takes no fchmod; its /proc link names exactly that file.
     let path = format!("/proc/self/fd/{}", fd.as_raw_fd());
-    fs::set_permissions(&path, fs::Permissions::from_mode(mode & 0o7777)).map_err(io_err)
-}
-
-/// Removes `name` in `parent`: a file or link, or a directory with everything in it, following
-/// no link.
-fn remove_at(parent: &OwnedFd, name: &OsStr) -> Result<(), NotLanded> {
-    use nix::unistd::{unlinkat, UnlinkatFlags};
-    match unlinkat(parent, name, UnlinkatFlags::NoRemoveDir) {
-        Ok(()) | Err(Errno::ENOENT) => return Ok(()),
-        Err(Errno::EISDIR) => {}
-        Err(e) => return Err(io_err(e.desc())),
-    }
-    let dir = nix::fcntl::openat(
-        parent,
-        name,
-        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-        Mode::empty(),
-    )
-    .map_err(|e| io_err(e.desc()))?;
-    empty_dir(dir)?;
-    unlinkat(parent, name, UnlinkatFlags::RemoveDir).map_err(|e| io_err(e.desc()))
-}
-
-fn empty_dir(dir: OwnedFd) -> Result<(), NotLanded> {
-    let keep = nix::unistd::dup(&dir).map_err(|e| io_err(e.desc()))?;
-    let mut d = nix::dir::Dir::from_fd(dir).map_err(|e| io_err(e.desc()))?;
-    let names: Vec<CString> = d
-        .iter()
-        .flatten()
-        .map(|e| e.file_name().to_owned())
-        .filter(|n| n.as_bytes() != b"." && n.as_bytes() != b"..")
-        .collect();
-    for n in names {
-        remove_at(&keep, OsStr::from_bytes(n.as_bytes()))?;
-    }
-    Ok(())
+    fs::set_permissions(&path, fs::Permissions::from_mode(mode)).map_err(io_err)
 }
 
 /// Removes a directory tree of brokerd's own state (a layer), entries of other owners
@@ -276,42 +240,24 @@ fn open_up(dir: &Path) {
 }
 
 /// Takes `f` out of the layer once it landed or was discarded: its entry (a whiteout, a file,
-/// a link, or a directory with what is left in it when `whole`), then empty parents up to the
-/// layer's top.
-pub fn drop_from_layer(upper: &Path, f: &Found, whole: bool) -> io::Result<()> {
-    let at = upper.join(&f.rel);
-    let m = match fs::symlink_metadata(&at) {
-        Ok(m) => m,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            // An older whiteout is a `.wh.` file beside it.
-            let parent = at.parent().unwrap_or(upper);
-            let mut wh = std::ffi::OsString::from(".wh.");
-            wh.push(f.rel.file_name().unwrap_or_default());
-            let _ = fs::remove_file(parent.join(wh));
-            return Ok(());
+/// a link, or a directory with what is left in it when `whole`). A real entry deleted by a
+/// change above it has no entry of its own.
+pub fn drop_from_layer(upper: &Tree, f: &Found, whole: bool) -> io::Result<()> {
+    match upper.stat(&f.rel) {
+        Ok(st) if kind_of_stat(&st) == "dir" && !whole => upper.remove_if_empty(&f.rel),
+        Ok(_) => upper.remove(&f.rel),
+        // Nothing there, or no directory of the layer on the way (a whiteout, a file or a
+        // link above it): nothing of its own to drop.
+        Err(e)
+            if matches!(
+                e.raw_os_error(),
+                Some(libc::ENOENT | libc::ENOTDIR | libc::ELOOP)
+            ) =>
+        {
+            Ok(())
         }
-        Err(e) => return Err(e),
-    };
-    if m.is_dir() {
-        if whole {
-            fs::remove_dir_all(&at)?;
-        } else if fs::read_dir(&at)?.next().is_none() {
-            fs::remove_dir(&at)?;
-        }
-    } else {
-        fs::remove_file(&at)?;
+        Err(e) => Err(e),
     }
-    Ok(())
-}
-
-/// Whether the real path of `f` is no longer what the session saw when it first staged a
-/// change there. Every path has a record by the time of a commit (`Stage::record_first` runs
-/// first, taking the real path as it is then for a change a crash left unrecorded).
-pub fn conflict(meta: &Meta, real: &Path, f: &Found) -> bool {
-    let key = f.rel.display().to_string();
-    meta.first
-        .get(&key)
-        .is_some_and(|first| !first.unchanged(&Identity::of(&real.join(&f.rel))))
 }
 
 /// `rel` as the parts of a relative path, checked: no `..`, no root.
@@ -327,12 +273,14 @@ pub fn relative(p: &Path) -> Option<PathBuf> {
     Some(out)
 }
 
-/// What a commit did: each selected change landed, was a conflict, or was skipped.
+/// What a commit did: each selected change landed, was a conflict, or was skipped; and what
+/// landed but could not be finished (taken out of the layer, its metadata written).
 #[derive(Debug, Default)]
 pub struct Report {
     pub landed: Vec<Landed>,
     pub conflicts: Vec<(PathBuf, NotLanded)>,
     pub skipped: Vec<(PathBuf, NotLanded)>,
+    pub unfinished: Vec<String>,
 }
 
 /// The changes of `found` that `named` selects (relative paths; `None`: all): a change at or
@@ -344,31 +292,63 @@ pub fn select<'a>(found: &'a [Found], named: Option<&[PathBuf]>) -> Vec<&'a Foun
         .collect()
 }
 
-/// Lands the selected changes of `layer`. A change `protected` says is a protected target
-/// lands only when a named path is exactly it or the protected directory it lies in (naming
-/// a parent is not enough). With `all_or_nothing`, nothing lands unless every selected change
-/// can. What landed leaves the layer; the rest stays for another try or a discard.
-pub fn commit(
-    layer: &super::Layer,
-    found: &[Found],
+/// Whether the owner named `f`'s protection away: `f` itself, the protected directory it lies
+/// in (`guard`), or a deletion above it that the owner named as such.
+fn named_explicitly(f: &Found, guard: &Path, named: Option<&[PathBuf]>, found: &[Found]) -> bool {
+    let Some(named) = named else { return false };
+    named.iter().any(|p| {
+        *p == f.rel
+            || p == guard
+            || (f.rel.starts_with(p) && found.iter().any(|g| g.rel == *p && g.hides))
+    })
+}
+
+/// The selected changes of a layer that can land, and the report of those that cannot.
+#[derive(Debug)]
+pub struct Plan<'a> {
+    ready: Vec<&'a Found>,
+    pub report: Report,
+}
+
+impl Plan<'_> {
+    /// Whether a selected change is a conflict.
+    pub fn blocked(&self) -> bool {
+        !self.report.conflicts.is_empty()
+    }
+
+    /// Lands nothing: every change that could land is skipped (an all-or-nothing commit
+    /// another change of which is blocked).
+    pub fn hold_back(&mut self) {
+        for f in self.ready.drain(..) {
+            self.report
+                .skipped
+                .push((f.rel.clone(), NotLanded::AllOrNothing));
+        }
+    }
+}
+
+/// Which selected changes of `layer` (listed as `found` after `prepare_layer`) can land. A
+/// change `protected` says is a protected target lands only when named explicitly (see
+/// `named_explicitly`; naming a parent is not enough); a conflict (`conflict`) does not land.
+pub fn plan<'a>(
+    layer: &Layer,
+    found: &'a [Found],
     named: Option<&[PathBuf]>,
-    all_or_nothing: bool,
     protected: impl Fn(&Found) -> Option<PathBuf>,
-) -> io::Result<Report> {
-    let root = open_root(&layer.real)?;
-    normalize_opaque(layer)?;
-    let mut meta = Meta::read(layer)?;
+) -> io::Result<Plan<'a>> {
+    let root = Tree::open(&layer.real)?;
+    let meta = Meta::read(layer)?;
+    let conflicts = Conflicts::of(&meta, Some(&root), found);
     let mut report = Report::default();
     let mut ready = Vec::new();
     for f in select(found, named) {
         if let Some(guard) = protected(f) {
-            let named_it = named.is_some_and(|n| n.iter().any(|p| *p == f.rel || *p == guard));
-            if !named_it {
+            if !named_explicitly(f, &guard, named, found) {
                 report.skipped.push((f.rel.clone(), NotLanded::Protected));
                 continue;
             }
         }
-        if conflict(&meta, &layer.real, f) {
+        if conflicts.has(f) {
             report.conflicts.push((f.rel.clone(), NotLanded::Conflict));
             continue;
         }
@@ -379,120 +359,282 @@ pub fn commit(
         }
         ready.push(f);
     }
-    if all_or_nothing && !report.conflicts.is_empty() {
-        for f in ready {
-            report
-                .skipped
-                .push((f.rel.clone(), NotLanded::AllOrNothing));
-        }
-        return Ok(report);
+    Ok(Plan { ready, report })
+}
+
+/// Lands the selected changes of `layer`; with `all_or_nothing`, nothing unless every selected
+/// change can. What landed leaves the layer; the rest stays for another try or a discard.
+pub fn commit(
+    layer: &Layer,
+    found: &[Found],
+    named: Option<&[PathBuf]>,
+    all_or_nothing: bool,
+    protected: impl Fn(&Found) -> Option<PathBuf>,
+) -> io::Result<Report> {
+    let mut p = plan(layer, found, named, protected)?;
+    if all_or_nothing && p.blocked() {
+        p.hold_back();
+        return Ok(p.report);
     }
+    Ok(apply(layer, found, p))
+}
+
+/// Lands what `plan` found ready. Once anything may have landed, every trouble is in the
+/// report, never an error: what landed is what the audit says.
+pub fn apply(layer: &Layer, found: &[Found], plan: Plan<'_>) -> Report {
+    let Plan { ready, mut report } = plan;
+    let (root, upper) = match (Tree::open(&layer.real), Tree::open(&layer.upper)) {
+        (Ok(r), Ok(u)) => (r, u),
+        (Err(e), _) | (_, Err(e)) => {
+            for f in ready {
+                report
+                    .conflicts
+                    .push((f.rel.clone(), not_landed(&f.rel, &e)));
+            }
+            return report;
+        }
+    };
+    let mut modes = Vec::new();
+    let mut removed: Vec<&Path> = Vec::new();
     for f in ready {
-        match land(&root, &layer.upper, f) {
-            Ok(l) => report.landed.push(l),
+        // Below a real directory this commit removed (a link may be in its place now): gone.
+        if f.kind == ChangeKind::Deleted && removed.iter().any(|r| f.rel.starts_with(r)) {
+            report.landed.push(Landed {
+                rel: f.rel.clone(),
+                kind: f.kind,
+                sha256: None,
+            });
+            continue;
+        }
+        match land(&root, &upper, f) {
+            Ok((l, mode)) => {
+                if let Some(m) = mode {
+                    modes.push((report.landed.len(), m));
+                }
+                if f.hides {
+                    removed.push(&f.rel);
+                }
+                report.landed.push(l);
+            }
             Err(e) => report.conflicts.push((f.rel.clone(), e)),
         }
     }
-    // Out of the layer, children before their directories.
+    // Directories' modes, children before their directories: a 0555 directory takes its
+    // files first.
+    let mut unset = Vec::new();
+    for (i, mode) in modes.into_iter().rev() {
+        let rel = &report.landed[i].rel;
+        let set = root
+            .parent_of(rel)
+            .map_err(|e| not_landed(rel, &e))
+            .and_then(|(parent, name)| chmod_at(&parent, name, mode));
+        if let Err(e) = set {
+            unset.push((i, e));
+        }
+    }
+    unset.sort_by_key(|(i, _)| std::cmp::Reverse(*i));
+    for (i, e) in unset {
+        let l = report.landed.remove(i);
+        report.conflicts.push((l.rel, e));
+    }
+    // Out of the layer, children before their directories. What cannot be taken out still
+    // landed: the report says so, and the next listing shows it as no change.
     for l in report.landed.iter().rev() {
         if let Some(f) = found.iter().find(|f| f.rel == l.rel) {
-            drop_from_layer(&layer.upper, f, false)?;
+            if let Err(e) = drop_from_layer(&upper, f, false) {
+                report.unfinished.push(format!(
+                    "{} landed but stays in the layer: {e}",
+                    l.rel.display()
+                ));
+            }
         }
-        meta.first.remove(&l.rel.display().to_string());
     }
-    meta.write(layer)?;
-    Ok(report)
+    let forgotten = Meta::update(
+        layer,
+        || None,
+        |meta| {
+            for l in &report.landed {
+                let removes = found.iter().any(|f| f.rel == l.rel && f.hides);
+                meta.forget(&l.rel, removes);
+            }
+            Ok((!report.landed.is_empty(), ()))
+        },
+    );
+    if let Err(e) = forgotten {
+        report
+            .unfinished
+            .push(format!("layer.json could not be updated: {e}"));
+    }
+    report
 }
 
 /// The part of `rel`'s parent that exists in the real tree, opened through no link.
-fn open_existing_parent(root: &OwnedFd, rel: &Path) -> Result<(), NotLanded> {
+fn open_existing_parent(root: &Tree, rel: &Path) -> Result<(), NotLanded> {
     let mut existing = PathBuf::new();
     for c in rel.parent().unwrap_or(Path::new("")).components() {
         let next = existing.join(c);
-        match open_beneath(root, &next) {
+        match root.dir(&next) {
             Ok(_) => existing = next,
-            // Not there yet: an added directory of the same commit makes it.
-            Err(NotLanded::Io(_)) => break,
-            Err(e) => return Err(e),
+            Err(e) => match not_landed(&next, &e) {
+                // Not there yet: an added directory of the same commit makes it.
+                NotLanded::Io(_) => break,
+                e => return Err(e),
+            },
         }
     }
     Ok(())
 }
 
-/// Throws the selected changes of `layer` away: the real directory keeps what it has.
-pub fn discard(
-    layer: &super::Layer,
-    found: &[Found],
-    named: Option<&[PathBuf]>,
-) -> io::Result<Vec<PathBuf>> {
+/// Readies a layer for a commit or a discard: every opaque directory made plain
+/// (`normalize_opaque`), and what its calls changed recorded (a crash may have left some of it
+/// unrecorded).
+pub fn prepare_layer(stage: &super::Stage, layer: &Layer) -> io::Result<()> {
     normalize_opaque(layer)?;
-    let mut meta = Meta::read(layer)?;
-    let chosen = select(found, named);
-    for f in chosen.iter().rev() {
-        drop_from_layer(&layer.upper, f, true)?;
-        meta.first.remove(&f.rel.display().to_string());
-    }
-    meta.write(layer)?;
-    Ok(chosen.into_iter().map(|f| f.rel.clone()).collect())
+    stage.record_first(layer)
 }
 
-/// Turns every opaque directory of the layer that lies over a real directory into a plain one
-/// with a whiteout for each real entry it hid. The merged view is the same; but a part of it
-/// can now land (or be thrown away) alone: an opaque directory would hide a file the commit
-/// just wrote into the real directory, and its uncommitted siblings would vanish with it.
-pub fn normalize_opaque(layer: &super::Layer) -> io::Result<()> {
-    use super::merged::is_opaque;
-    let mut stack = vec![PathBuf::new()];
-    while let Some(rel) = stack.pop() {
-        let dir = layer.upper.join(&rel);
-        let Ok(entries) = fs::read_dir(&dir) else {
-            continue;
+/// Throws the selected changes of `layer` away (after `prepare_layer`): the real directory
+/// keeps what it has. A real entry that a deletion of its directory removes can be kept alone:
+/// the deletion is split (`split`), the rest of the directory staying deleted.
+pub fn discard(layer: &Layer, named: Option<&[PathBuf]>) -> Result<Vec<Found>, DiscardError> {
+    let upper = Tree::open(&layer.upper)?;
+    let real = Tree::open(&layer.real).ok();
+    let mut found = changes::changes_in(&upper, real.as_ref())?.found;
+    let asked: Vec<Found> = select(&found, named).into_iter().cloned().collect();
+    // At most one split per chosen path; a split throws away the deletion it keeps a path of.
+    for _ in 0..=asked.len() {
+        let chosen = select(&found, named);
+        let alone = chosen.iter().find_map(|f| {
+            let root = f.under.as_ref()?;
+            (!chosen.iter().any(|c| c.rel == *root)).then(|| (f.rel.clone(), root.clone()))
+        });
+        let Some((rel, root)) = alone else { break };
+        let is_whiteout = upper.stat(&root).is_ok_and(|st| is_whiteout_stat(&st));
+        match (&real, is_whiteout) {
+            (Some(real), true) => split(&upper, real, &root, &rel)?,
+            _ => return Err(DiscardError::Replaced { rel, root }),
+        }
+        found = changes::changes_in(&upper, real.as_ref())?.found;
+    }
+    for f in select(&found, named).iter().rev() {
+        drop_from_layer(&upper, f, true)?;
+    }
+    Meta::update(
+        layer,
+        || None,
+        |meta| {
+            for f in &asked {
+                meta.forget(&f.rel, true);
+            }
+            Ok((!asked.is_empty(), ()))
+        },
+    )?;
+    Ok(asked)
+}
+
+/// Turns the whiteout at `root` (over a real directory) into directories that keep `keep`: on
+/// the way from `root` to `keep`, each directory is in the layer with the real one's mode and a
+/// whiteout for every real entry but the next on the way, and `keep` shows through. Built
+/// beside under a temporary name and exchanged with the whiteout in one step.
+fn split(upper: &Tree, real: &Tree, root: &Path, keep: &Path) -> io::Result<()> {
+    let (parent, name) = upper.parent_of(root)?;
+    let tmp_name = temp_name(name);
+    let tmp = root.with_file_name(&tmp_name);
+    let mut dirs = Vec::new();
+    let (mut at_real, mut at_tmp) = (root.to_path_buf(), tmp.clone());
+    let on_the_way: Vec<_> = keep
+        .strip_prefix(root)
+        .map_err(io::Error::other)?
+        .components()
+        .collect();
+    for (i, c) in on_the_way.iter().enumerate() {
+        nix::sys::stat::mkdirat(
+            &upper.dir(at_tmp.parent().unwrap_or(Path::new("")))?,
+            at_tmp.file_name().unwrap_or_default(),
+            Mode::S_IRWXU,
+        )
+        .map_err(io::Error::from)?;
+        dirs.push((at_tmp.clone(), real.stat(&at_real)?.st_mode));
+        for n in real.names(&at_real)? {
+            if n.as_os_str() != c.as_os_str() {
+                upper.whiteout(&at_tmp.join(&n))?;
+            }
+        }
+        if i + 1 < on_the_way.len() {
+            at_real.push(c);
+            at_tmp.push(c);
+        }
+    }
+    for (d, mode) in dirs.iter().rev() {
+        let (p, n) = upper.parent_of(d)?;
+        chmod_at(&p, n, mode & 0o7777).map_err(io::Error::other)?;
+    }
+    nix::fcntl::renameat2(
+        &parent,
+        name,
+        &parent,
+        tmp_name.as_os_str(),
+        nix::fcntl::RenameFlags::RENAME_EXCHANGE,
+    )
+    .map_err(io::Error::from)?;
+    upper.remove(&tmp)
+}
+
+/// Turns every opaque directory of the layer that lies over a real directory into a plain one,
+/// with a whiteout for each real entry it hid, at every depth below it. The merged view is the
+/// same; but a part of it can now land (or be thrown away) alone: an opaque directory would
+/// hide a file the commit just wrote into the real directory, and its uncommitted siblings
+/// would vanish with it. The whiteouts are all made before any directory is made plain, so
+/// that a crash in between leaves the view as it was.
+pub fn normalize_opaque(layer: &Layer) -> io::Result<()> {
+    let (Some(upper), real) = changes::trees(&layer.upper, &layer.real)? else {
+        return Ok(());
+    };
+    let Some(real) = real else { return Ok(()) };
+    let is_real_dir = |rel: &Path| real.stat(rel).is_ok_and(|st| kind_of_stat(&st) == "dir");
+    let mut opaque = Vec::new();
+    let mut stack = vec![(PathBuf::new(), false)];
+    while let Some((rel, hidden_above)) = stack.pop() {
+        let hidden = hidden_above || (!rel.as_os_str().is_empty() && upper.is_opaque(&rel));
+        if hidden && !hidden_above {
+            opaque.push(rel.clone());
+        }
+        // One that cannot be opened (past PATH_MAX) is neither listed nor committed.
+        let names = match upper.names(&rel) {
+            Ok(n) => n,
+            Err(e) if rel.as_os_str().is_empty() => return Err(e),
+            Err(_) => continue,
         };
-        for e in entries.flatten() {
-            if e.file_type().is_ok_and(|t| t.is_dir()) {
-                stack.push(rel.join(e.file_name()));
+        if hidden && is_real_dir(&rel) {
+            for n in real.names(&rel)? {
+                if !names.contains(&n) {
+                    upper.whiteout(&rel.join(&n))?;
+                }
             }
         }
-        let real = layer.real.join(&rel);
-        if rel.as_os_str().is_empty()
-            || !is_opaque(&dir)
-            || !fs::symlink_metadata(&real).is_ok_and(|m| m.is_dir())
-        {
-            continue;
-        }
-        for e in fs::read_dir(&real)?.flatten() {
-            let at = dir.join(e.file_name());
-            if fs::symlink_metadata(&at).is_err() {
-                nix::sys::stat::mknod(&at, nix::sys::stat::SFlag::S_IFCHR, Mode::empty(), 0)
-                    .map_err(io::Error::from)?;
+        for n in names {
+            let here = rel.join(&n);
+            if upper.stat(&here).is_ok_and(|st| kind_of_stat(&st) == "dir") {
+                stack.push((here, hidden));
             }
         }
-        for name in ["user.overlay.opaque", "user.fuseoverlayfs.opaque"] {
-            let _ = remove_xattr(&dir, name);
+    }
+    // Below a first opaque directory, others are plain too (their whiteouts were made).
+    let mut stack = opaque;
+    while let Some(rel) = stack.pop() {
+        if upper.is_opaque(&rel) {
+            upper.clear_opaque(&rel)?;
         }
-        let _ = fs::remove_file(dir.join(".wh..wh..opq"));
-        if is_opaque(&dir) {
-            return Err(io::Error::other(format!(
-                "{}: an opaque directory of the layer brokerd cannot make plain",
-                dir.display()
-            )));
+        for n in upper.names(&rel).unwrap_or_default() {
+            let here = rel.join(&n);
+            if upper.stat(&here).is_ok_and(|st| kind_of_stat(&st) == "dir") {
+                stack.push(here);
+            }
         }
     }
     Ok(())
-}
-
-fn remove_xattr(p: &Path, name: &str) -> io::Result<()> {
-    let path =
-        CString::new(p.as_os_str().as_bytes()).map_err(|_| io::Error::other("NUL in a path"))?;
-    let name = CString::new(name).map_err(|_| io::Error::other("NUL in a name"))?;
-    // SAFETY: both strings are NUL-terminated and live across the call.
-    if unsafe { libc::lremovexattr(path.as_ptr(), name.as_ptr()) } == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
 }
 
 #[cfg(test)]
 #[path = "commit_tests.rs"]
-mod tests;
+pub(crate) mod tests;

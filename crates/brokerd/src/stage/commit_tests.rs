@@ -7,8 +7,12 @@ use std::os::unix::fs::symlink;
 use std::process::Command;
 
 /// A layer made by a real overlayfs mount (in a user and mount namespace of the test's own)
-/// while `script` ran in it; `None` where this kernel gives no such mount.
-fn staged(script: &str, lower: impl Fn(&Path)) -> Option<(tempfile::TempDir, Stage, Layer)> {
+/// while `script` ran in it, and recorded as a call's end records it; `None` where this
+/// kernel gives no such mount.
+pub(crate) fn staged(
+    script: &str,
+    lower: impl Fn(&Path),
+) -> Option<(tempfile::TempDir, Stage, Layer)> {
     let tmp = tempfile::tempdir().expect("tempdir");
     let base = fs::canonicalize(tmp.path()).expect("canonical");
     let real = base.join("real");
@@ -17,9 +21,17 @@ fn staged(script: &str, lower: impl Fn(&Path)) -> Option<(tempfile::TempDir, Sta
     let stage = Stage::new(&base.join("home"), 1 << 30, 0);
     let session = Ident::fixed("s1");
     let layer = stage.prepare(&session, "g", &real).expect("prepare");
+    if !run_in(&layer, script) {
+        return None;
+    }
+    Some((tmp, stage, layer))
+}
+
+/// Runs `script` in the merged view of `layer` (another call of the session), then records.
+pub(crate) fn run_in(layer: &Layer, script: &str) -> bool {
     let sh = format!(
         "mount -t overlay overlay -o lowerdir={},upperdir={},workdir={},userxattr {} || exit 77; cd {} && {script}",
-        real.display(),
+        layer.real.display(),
         layer.upper.display(),
         layer.work.display(),
         layer.merged.display(),
@@ -35,19 +47,31 @@ fn staged(script: &str, lower: impl Fn(&Path)) -> Option<(tempfile::TempDir, Sta
                 std::env::var_os("CI").is_none() || o.status.code() != Some(77),
                 "{o:?}"
             );
+            assert_eq!(o.status.code(), Some(77), "the script failed: {o:?}");
             eprintln!("SKIPPED: no overlay mount here: {o:?}");
-            return None;
+            return false;
         }
         Err(e) => {
+            assert!(std::env::var_os("CI").is_none(), "unshare: {e}");
             eprintln!("SKIPPED: unshare cannot be run: {e}");
-            return None;
+            return false;
         }
     }
-    stage.record_first(&layer).expect("record");
-    Some((tmp, stage, layer))
+    let stage = Stage::new(
+        layer
+            .dir
+            .parent()
+            .and_then(Path::parent)
+            .and_then(Path::parent)
+            .expect("home"),
+        1 << 30,
+        0,
+    );
+    stage.record_first(layer).expect("record");
+    true
 }
 
-fn tree(dir: &Path) -> BTreeMap<String, String> {
+pub(crate) fn tree(dir: &Path) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
@@ -71,7 +95,7 @@ fn tree(dir: &Path) -> BTreeMap<String, String> {
 }
 
 fn lower(real: &Path) {
-    for d in ["src", "old", "vendor", "opaque/keep"] {
+    for d in ["src", "old/sub", "vendor", "opaque/keep", "opaque/deep"] {
         fs::create_dir_all(real.join(d)).expect("mkdir");
     }
     for (f, c) in [
@@ -79,8 +103,10 @@ fn lower(real: &Path) {
         ("b.txt", "b\n"),
         ("src/main.rs", "fn main() {}\n"),
         ("old/x", "x\n"),
+        ("old/sub/y", "y\n"),
         ("vendor/lib.c", "int a;\n"),
         ("opaque/o", "o\n"),
+        ("opaque/deep/d", "d\n"),
         ("mode.sh", "echo\n"),
     ] {
         fs::write(real.join(f), c).expect("write");
@@ -89,44 +115,59 @@ fn lower(real: &Path) {
 
 const SCRIPT: &str = "echo A >> a.txt && rm b.txt && rm -rf old && echo n > new.txt && \
     mkdir -p dir/sub && echo d > dir/sub/d && ln -s /etc etc-link && echo v > vendor/lib.c && \
-    rm -rf opaque && mkdir opaque && echo p > opaque/p && chmod 755 mode.sh";
+    rm -rf opaque && mkdir -p opaque/deep && echo p > opaque/p && echo e > opaque/deep/e && \
+    chmod 755 mode.sh";
 
-fn kinds(found: &[Found]) -> Vec<(String, &'static str)> {
+pub(crate) fn kinds(found: &[Found]) -> Vec<(String, &'static str)> {
     found
         .iter()
         .map(|f| (f.rel.display().to_string(), f.kind.as_str()))
         .collect()
 }
 
-/// The layer's changes are what the commands did, and a commit lands exactly the merged tree
+/// The layer readied for an owner, and its changes.
+pub(crate) fn listed(stage: &Stage, layer: &Layer) -> Vec<Found> {
+    prepare_layer(stage, layer).expect("prepare");
+    changes(&layer.upper, &layer.real).expect("changes").found
+}
+
+/// The layer's changes are what the commands did, every real file a deletion removes listed
+/// (below an opaque directory too, at every depth), and a commit lands exactly the merged tree
 /// (but the protected target, which needs naming): the real tree afterwards is what the
 /// sandbox saw.
 #[test]
 fn a_commit_lands_exactly_what_was_staged() {
-    let Some((_tmp, _stage, layer)) = staged(SCRIPT, lower) else {
+    let Some((_tmp, stage, layer)) = staged(SCRIPT, lower) else {
         return;
     };
-    let found = changes(&layer.upper, &layer.real).expect("changes");
-    assert_eq!(
-        kinds(&found),
-        [
-            ("a.txt".to_string(), "modified"),
-            ("b.txt".into(), "deleted"),
-            ("dir".into(), "added"),
-            ("dir/sub".into(), "added"),
-            ("dir/sub/d".into(), "added"),
-            ("etc-link".into(), "added"),
-            ("mode.sh".into(), "mode_changed"),
-            ("new.txt".into(), "added"),
-            ("old".into(), "deleted"),
-            ("opaque/keep".into(), "deleted"),
-            ("opaque/o".into(), "deleted"),
-            ("opaque/p".into(), "added"),
-            ("vendor/lib.c".into(), "modified"),
-        ]
-    );
+    let found = changes(&layer.upper, &layer.real).expect("changes").found;
+    let want = [
+        ("a.txt", "modified"),
+        ("b.txt", "deleted"),
+        ("dir", "added"),
+        ("dir/sub", "added"),
+        ("dir/sub/d", "added"),
+        ("etc-link", "added"),
+        ("mode.sh", "mode_changed"),
+        ("new.txt", "added"),
+        ("old", "deleted"),
+        ("old/sub", "deleted"),
+        ("old/sub/y", "deleted"),
+        ("old/x", "deleted"),
+        ("opaque/deep/d", "deleted"),
+        ("opaque/deep/e", "added"),
+        ("opaque/keep", "deleted"),
+        ("opaque/o", "deleted"),
+        ("opaque/p", "added"),
+        ("vendor/lib.c", "modified"),
+    ];
+    let want: Vec<(String, &str)> = want.iter().map(|(p, k)| (p.to_string(), *k)).collect();
+    assert_eq!(kinds(&found), want);
+    // The owner's readying changes nothing of what the layer says.
+    assert_eq!(kinds(&listed(&stage, &layer)), want);
     let mut want = tree(&layer.real);
     let protected = |f: &Found| f.rel.starts_with("vendor").then(|| PathBuf::from("vendor"));
+    let found = listed(&stage, &layer);
     let report = commit(&layer, &found, None, false, protected).expect("commit");
     assert_eq!(report.skipped.len(), 1, "{report:?}");
     assert!(report.conflicts.is_empty(), "{report:?}");
@@ -139,11 +180,21 @@ fn a_commit_lands_exactly_what_was_staged() {
         ("dir/sub/d", "f 644 d\n"),
         ("etc-link", "l /etc"),
         ("opaque/p", "f 644 p\n"),
+        ("opaque/deep/e", "f 644 e\n"),
         ("mode.sh", "f 755 echo\n"),
     ] {
         want.insert(k.into(), v.into());
     }
-    for k in ["b.txt", "old", "old/x", "opaque/keep", "opaque/o"] {
+    for k in [
+        "b.txt",
+        "old",
+        "old/x",
+        "old/sub",
+        "old/sub/y",
+        "opaque/keep",
+        "opaque/o",
+        "opaque/deep/d",
+    ] {
         want.remove(k);
     }
     assert_eq!(tree(&layer.real), want);
@@ -152,7 +203,7 @@ fn a_commit_lands_exactly_what_was_staged() {
         .expect("link")
         .file_type()
         .is_symlink());
-    let left = changes(&layer.upper, &layer.real).expect("changes");
+    let left = changes(&layer.upper, &layer.real).expect("changes").found;
     assert_eq!(kinds(&left), [("vendor/lib.c".to_string(), "modified")]);
     // Named, the protected target lands too.
     let named = [PathBuf::from("vendor/lib.c")];
@@ -171,11 +222,11 @@ fn a_commit_lands_exactly_what_was_staged() {
 /// all-or-nothing nothing lands.
 #[test]
 fn a_conflict_is_refused_for_that_path_only() {
-    let Some((_tmp, _stage, layer)) = staged("echo A >> a.txt && echo n > new.txt", lower) else {
+    let Some((_tmp, stage, layer)) = staged("echo A >> a.txt && echo n > new.txt", lower) else {
         return;
     };
     fs::write(layer.real.join("a.txt"), "the owner's edit\n").expect("edit");
-    let found = changes(&layer.upper, &layer.real).expect("changes");
+    let found = listed(&stage, &layer);
     let report = commit(&layer, &found, None, true, |_| None).expect("commit");
     assert!(
         report.landed.is_empty() && report.conflicts.len() == 1,
@@ -198,11 +249,79 @@ fn a_conflict_is_refused_for_that_path_only() {
     );
 }
 
+/// The host adds or edits files below a directory after the session deleted it, replaced it
+/// with a file, or emptied it and made it again: a commit deletes none of the host's newer
+/// files, and says which paths conflict; what the session saw and deleted still goes.
+#[test]
+fn what_the_host_changes_below_a_deleted_directory_is_a_conflict() {
+    // (script, what the host does afterwards, paths that must conflict)
+    let cases: [(&str, &str, &[&str]); 4] = [
+        ("rm -rf src", "add", &["src", "src/new.rs"]),
+        ("rm -rf src", "edit", &["src", "src/main.rs"]),
+        ("rm -rf src && echo f > src", "add", &["src", "src/new.rs"]),
+        (
+            "rm -rf src && mkdir src && echo s > src/lib.rs",
+            "add",
+            &["src/new.rs"],
+        ),
+    ];
+    for (script, host, want) in cases {
+        let Some((_tmp, stage, layer)) = staged(script, lower) else {
+            return;
+        };
+        match host {
+            "add" => fs::write(layer.real.join("src/new.rs"), "the host's\n").expect("add"),
+            _ => fs::write(layer.real.join("src/main.rs"), "the host's edit\n").expect("edit"),
+        }
+        let host_file = if host == "add" {
+            "src/new.rs"
+        } else {
+            "src/main.rs"
+        };
+        let found = listed(&stage, &layer);
+        let report = commit(&layer, &found, None, false, |_| None).expect("commit");
+        let mut conflicts: Vec<String> = report
+            .conflicts
+            .iter()
+            .map(|(p, _)| p.display().to_string())
+            .collect();
+        conflicts.sort();
+        assert_eq!(conflicts, want, "{script} / {host}: {report:?}");
+        assert!(
+            fs::read_to_string(layer.real.join(host_file))
+                .is_ok_and(|s| s.starts_with("the host's")),
+            "{script} / {host}: the host's file went"
+        );
+        // A second commit, with the layer as the first one left it, still refuses.
+        let again = commit(&layer, &listed(&stage, &layer), None, false, |_| None).expect("commit");
+        assert!(
+            again.landed.is_empty() && !again.conflicts.is_empty(),
+            "{script} / {host}: {again:?}"
+        );
+        assert!(layer.real.join(host_file).exists());
+    }
+}
+
+/// A later call of the session that saw the host's new file and deleted the directory again
+/// may delete it: the session saw it then.
+#[test]
+fn what_a_later_call_saw_it_may_delete() {
+    let Some((_tmp, stage, layer)) = staged("echo touched > src/main.rs", lower) else {
+        return;
+    };
+    fs::write(layer.real.join("src/new.rs"), "the host's\n").expect("add");
+    assert!(run_in(&layer, "cat src/new.rs && rm -rf src"));
+    let found = listed(&stage, &layer);
+    let report = commit(&layer, &found, None, false, |_| None).expect("commit");
+    assert!(report.conflicts.is_empty(), "{report:?}");
+    assert!(!layer.real.join("src").exists());
+}
+
 /// A real directory swapped for a link after staging: that path's commit is refused, and
 /// nothing is written where the link leads.
 #[test]
 fn a_swapped_directory_is_not_followed() {
-    let Some((tmp, _stage, layer)) =
+    let Some((tmp, stage, layer)) =
         staged("echo evil > src/main.rs && echo new > src/new.rs", lower)
     else {
         return;
@@ -213,7 +332,7 @@ fn a_swapped_directory_is_not_followed() {
     fs::create_dir_all(&elsewhere).expect("mkdir");
     fs::rename(layer.real.join("src"), layer.real.join("src-moved")).expect("move");
     symlink(&elsewhere, layer.real.join("src")).expect("symlink");
-    let found = changes(&layer.upper, &layer.real).expect("changes");
+    let found = listed(&stage, &layer);
     let report = commit(&layer, &found, None, false, |_| None).expect("commit");
     assert!(report.landed.is_empty(), "{report:?}");
     assert!(
@@ -226,27 +345,59 @@ fn a_swapped_directory_is_not_followed() {
     );
 }
 
-/// Discarding leaves the real tree as it was and the layer empty.
+/// Discarding leaves the real tree as it was and the layer empty; a file a deletion of its
+/// directory removed can be kept alone, the rest of the directory staying deleted.
 #[test]
 fn a_discard_leaves_the_real_tree_alone() {
-    let Some((_tmp, _stage, layer)) = staged(SCRIPT, lower) else {
+    let Some((_tmp, stage, layer)) = staged(SCRIPT, lower) else {
         return;
     };
     let before = tree(&layer.real);
-    let found = changes(&layer.upper, &layer.real).expect("changes");
-    let named = [PathBuf::from("opaque/p")];
-    discard(&layer, &found, Some(&named)).expect("discard one");
-    let left = changes(&layer.upper, &layer.real).expect("changes");
-    assert!(!kinds(&left).iter().any(|(p, _)| p == "opaque/p"));
-    // The opaque directory's other changes are still there.
-    assert!(
-        kinds(&left).iter().any(|(p, _)| p == "opaque/o"),
-        "{left:?}"
+    listed(&stage, &layer);
+    let named = [PathBuf::from("opaque/p"), PathBuf::from("old/sub/y")];
+    let thrown = discard(&layer, Some(&named)).expect("discard some");
+    assert_eq!(
+        kinds(&thrown),
+        [
+            ("old/sub/y".to_string(), "deleted"),
+            ("opaque/p".to_string(), "added")
+        ]
     );
-    discard(&layer, &left, None).expect("discard");
+    let left = kinds(&changes(&layer.upper, &layer.real).expect("changes").found);
+    let has = |p: &str| left.iter().any(|(q, _)| q == p);
+    assert!(!has("opaque/p") && !has("old/sub/y") && !has("old") && !has("old/sub"));
+    // The opaque directory's other changes are still there, and so is the rest of old/.
+    assert!(has("opaque/o") && has("old/x"), "{left:?}");
+    let view = super::super::Merged::new(vec![(layer.real.clone(), layer.upper.clone())]);
+    use crate::view::View;
+    assert!(view.lstat(&layer.real.join("old/sub/y")).is_ok());
+    assert!(view.lstat(&layer.real.join("old/x")).is_err());
+    discard(&layer, None).expect("discard");
     assert!(changes(&layer.upper, &layer.real)
         .expect("changes")
         .is_empty());
     assert_eq!(tree(&layer.real), before);
     let _ = Meta::read(&layer).expect("meta");
 }
+
+/// A file of a directory the session replaced with a file cannot be kept alone.
+#[test]
+fn a_file_of_a_replaced_directory_is_discarded_with_it() {
+    let Some((_tmp, stage, layer)) = staged("rm -rf src && echo f > src", lower) else {
+        return;
+    };
+    listed(&stage, &layer);
+    let named = [PathBuf::from("src/main.rs")];
+    assert!(matches!(
+        discard(&layer, Some(&named)),
+        Err(DiscardError::Replaced { .. })
+    ));
+    let named = [PathBuf::from("src")];
+    discard(&layer, Some(&named)).expect("discard");
+    assert!(changes(&layer.upper, &layer.real)
+        .expect("changes")
+        .is_empty());
+}
+
+#[path = "commit_attack_tests.rs"]
+mod attacks;

@@ -2,25 +2,27 @@
 //! for the decisions brokerd takes before a sandbox exists (`view::View`).
 //!
 //! Inside a staged directory, a path is the layer's where the layer has it: a whiteout (a
-//! character device 0/0, or an older `.wh.<name>` file) hides the real entry, and an opaque
-//! directory (`user.overlay.opaque`, `trusted.overlay.opaque` or fuse-overlayfs'
-//! `user.fuseoverlayfs.opaque` set to `y`, or a `.wh..wh..opq` entry) hides everything of
-//! the real directory below it. A non-directory in the layer hides what the real tree has
-//! below its name. Outside the staged directories the view is the host's.
+//! character device 0/0) hides the real entry, and an opaque directory (`user.overlay.opaque`
+//! or `trusted.overlay.opaque` set to `y`) hides everything of the real directory below it. A
+//! non-directory in the layer hides what the real tree has below its name. Outside the staged
+//! directories the view is the host's. Both backends mount kernel overlayfs (Podman's rootless
+//! `:O` volumes included), so fuse-overlayfs' conventions (`.wh.NAME` files, `.wh..wh..opq`)
+//! mean nothing here: a file of that name is a file the sandbox made. The layer is read by
+//! descriptor (`tree::Tree`), no link of it followed.
 
 use std::ffi::{OsStr, OsString};
 use std::fs::{File, Metadata};
 use std::io;
-use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Component, Path, PathBuf};
 
+use super::tree::{is_whiteout_stat, kind_of_stat, Tree};
 use crate::view::{open_for_reading, View};
 
 /// Where a path of the merged view is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Place {
-    /// In the layer, at this path.
-    Layer(PathBuf),
+    /// In the layer whose upper directory is `upper`, at `rel` below it.
+    Layer { upper: PathBuf, rel: PathBuf },
     /// In the real tree, at this path.
     Real(PathBuf),
     /// Nowhere: never there, or deleted in the layer.
@@ -32,56 +34,6 @@ pub enum Place {
 pub struct Merged {
     /// (real directory, its layer's upper directory)
     layers: Vec<(PathBuf, PathBuf)>,
-}
-
-/// An older (aufs, fuse-overlayfs) whiteout of `name`.
-const WHITEOUT_PREFIX: &str = ".wh.";
-/// An older opaque marker inside a directory.
-const OPAQUE_MARKER: &str = ".wh..wh..opq";
-const OPAQUE_XATTRS: [&str; 3] = [
-    "user.overlay.opaque",
-    "trusted.overlay.opaque",
-    "user.fuseoverlayfs.opaque",
-];
-
-/// Whether a layer entry is a whiteout: a character device 0/0.
-pub fn is_whiteout(m: &Metadata) -> bool {
-    m.file_type().is_char_device() && m.rdev() == 0
-}
-
-/// Whether a layer directory hides the real one below it.
-pub fn is_opaque(dir: &Path) -> bool {
-    OPAQUE_XATTRS
-        .iter()
-        .any(|x| matches!(xattr(dir, x).as_deref(), Some(b"y")))
-        || std::fs::symlink_metadata(dir.join(OPAQUE_MARKER)).is_ok()
-}
-
-/// The value of the extended attribute `name` of `p` (not following a link).
-fn xattr(p: &Path, name: &str) -> Option<Vec<u8>> {
-    use std::os::unix::ffi::OsStrExt;
-    let path = std::ffi::CString::new(p.as_os_str().as_bytes()).ok()?;
-    let name = std::ffi::CString::new(name).ok()?;
-    let mut buf = [0u8; 16];
-    // SAFETY: both strings are NUL-terminated and live across the call; the buffer's length is
-    // the one given, and lgetxattr writes at most that many bytes.
-    let n = unsafe {
-        libc::lgetxattr(
-            path.as_ptr(),
-            name.as_ptr(),
-            buf.as_mut_ptr().cast(),
-            buf.len(),
-        )
-    };
-    usize::try_from(n)
-        .ok()
-        .map(|n| buf[..n.min(buf.len())].to_vec())
-}
-
-/// Whether a name in a layer directory is an older whiteout or opaque marker (not an entry).
-fn is_marker(name: &OsStr) -> bool {
-    name.to_str()
-        .is_some_and(|n| n.starts_with(WHITEOUT_PREFIX))
 }
 
 impl Merged {
@@ -98,9 +50,10 @@ impl Merged {
             .map(|(real, upper, rel)| (real.as_path(), upper.as_path(), rel))
     }
 
-    /// Where `p` is in the layer and in the real tree, as overlayfs resolves it (its last
-    /// component not followed): each `Some` only where that tree shows it.
-    fn walk(&self, p: &Path) -> (Option<PathBuf>, Option<PathBuf>) {
+    /// Where `p` is in the layer (its tree and the path in it) and in the real tree, as
+    /// overlayfs resolves it (its last component not followed): each `Some` only where that
+    /// tree shows it.
+    fn walk(&self, p: &Path) -> (Option<(Tree, PathBuf)>, Option<PathBuf>) {
         let Some((real, upper, rel)) = self.staged(p) else {
             return (None, Some(p.to_path_buf()));
         };
@@ -111,28 +64,24 @@ impl Merged {
                 _ => None,
             })
             .collect();
-        let (mut up, mut lo) = (upper.to_path_buf(), real.to_path_buf());
-        // Whether each tree still has the path down to here: the layer's (none before the
-        // session's first write), and the real one as far as the layer lets it show through.
-        let mut in_layer = std::fs::symlink_metadata(upper).is_ok_and(|m| m.is_dir());
+        // The layer's tree: none before the session's first write.
+        let tree = Tree::open(upper).ok();
+        let (mut up, mut lo) = (PathBuf::new(), real.to_path_buf());
+        // Whether each tree still has the path down to here: the layer's, and the real one
+        // as far as the layer lets it show through.
+        let mut in_layer = tree.is_some();
         let mut in_real = true;
         let last = names.len();
         for (i, name) in names.iter().enumerate() {
             let is_last = i + 1 == last;
             let mut layer_is_dir = false;
-            if in_layer {
-                // An older whiteout of this name hides the real entry.
-                let mut wh = OsString::from(WHITEOUT_PREFIX);
-                wh.push(name);
-                if std::fs::symlink_metadata(up.join(&wh)).is_ok() {
-                    in_real = false;
-                }
+            if let (true, Some(t)) = (in_layer, &tree) {
                 up.push(name);
-                match std::fs::symlink_metadata(&up) {
-                    Ok(m) if is_whiteout(&m) => return (None, None),
-                    Ok(m) if m.is_dir() => {
+                match t.stat(&up) {
+                    Ok(st) if is_whiteout_stat(&st) => return (None, None),
+                    Ok(st) if kind_of_stat(&st) == "dir" => {
                         layer_is_dir = true;
-                        if is_opaque(&up) {
+                        if t.is_opaque(&up) {
                             in_real = false;
                         }
                     }
@@ -158,33 +107,41 @@ impl Merged {
                 return (None, None);
             }
         }
-        (in_layer.then_some(up), in_real.then_some(lo))
+        let layer = match (in_layer, tree) {
+            (true, Some(t)) => Some((t, up)),
+            _ => None,
+        };
+        (layer, in_real.then_some(lo))
     }
 
     /// Where `p` is in the merged view: the layer's entry where it has one.
     pub fn place(&self, p: &Path) -> Place {
         match self.walk(p) {
-            (Some(up), _) => Place::Layer(up),
+            (Some((t, rel)), _) => Place::Layer {
+                upper: t.path().to_path_buf(),
+                rel,
+            },
             (None, Some(lo)) => Place::Real(lo),
             (None, None) => Place::Gone,
-        }
-    }
-
-    fn located(&self, p: &Path) -> io::Result<PathBuf> {
-        match self.place(p) {
-            Place::Layer(at) | Place::Real(at) => Ok(at),
-            Place::Gone => Err(io::Error::from(io::ErrorKind::NotFound)),
         }
     }
 }
 
 impl View for Merged {
     fn lstat(&self, p: &Path) -> io::Result<Metadata> {
-        std::fs::symlink_metadata(self.located(p)?)
+        match self.walk(p) {
+            (Some((t, rel)), _) => t.metadata(&rel),
+            (None, Some(lo)) => std::fs::symlink_metadata(lo),
+            (None, None) => Err(io::Error::from(io::ErrorKind::NotFound)),
+        }
     }
 
     fn read_link(&self, p: &Path) -> io::Result<PathBuf> {
-        std::fs::read_link(self.located(p)?)
+        match self.walk(p) {
+            (Some((t, rel)), _) => t.read_link(&rel),
+            (None, Some(lo)) => std::fs::read_link(lo),
+            (None, None) => Err(io::Error::from(io::ErrorKind::NotFound)),
+        }
     }
 
     fn read_dir(&self, p: &Path) -> io::Result<Vec<OsString>> {
@@ -193,18 +150,13 @@ impl View for Merged {
         let mut hidden: Vec<OsString> = Vec::new();
         let mut real_shows = real.is_some();
         match &layer {
-            Some(dir) => {
-                if is_opaque(dir) {
+            Some((t, rel)) => {
+                if t.is_opaque(rel) {
                     real_shows = false;
                 }
-                for e in std::fs::read_dir(dir)?.flatten() {
-                    let name = e.file_name();
-                    if let Some(of) = name.to_str().and_then(|n| n.strip_prefix(WHITEOUT_PREFIX)) {
-                        hidden.push(OsString::from(of));
-                        continue;
-                    }
-                    match e.metadata() {
-                        Ok(m) if is_whiteout(&m) => hidden.push(name),
+                for name in t.names(rel)? {
+                    match t.stat(&rel.join(&name)) {
+                        Ok(st) if is_whiteout_stat(&st) => hidden.push(name),
                         _ => names.push(name),
                     }
                 }
@@ -228,12 +180,15 @@ impl View for Merged {
                 }
             }
         }
-        names.retain(|n| !is_marker(n));
         Ok(names)
     }
 
     fn open(&self, p: &Path) -> io::Result<File> {
-        open_for_reading(&self.located(p)?)
+        match self.walk(p) {
+            (Some((t, rel)), _) => t.open_file(&rel),
+            (None, Some(lo)) => open_for_reading(&lo),
+            (None, None) => Err(io::Error::from(io::ErrorKind::NotFound)),
+        }
     }
 }
 

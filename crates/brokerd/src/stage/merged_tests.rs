@@ -22,7 +22,8 @@ fn listing(view: &Merged, real: &Path) -> BTreeMap<String, String> {
             } else {
                 let mut s = String::new();
                 io::Read::read_to_string(&mut view.open(&p).expect("open"), &mut s).expect("read");
-                format!("f {s}")
+                // As `$(cat)` in the script shows it: trailing newlines dropped.
+                format!("f {}", s.trim_end_matches('\n'))
             };
             out.insert(rel, what);
         }
@@ -62,7 +63,7 @@ const SCRIPT: &str = "cd \"$1\" && echo A > a.txt && rm b.txt && rm -rf gone && 
     rm -rf opaque && mkdir -p opaque/new && echo n > opaque/new/n && \
     rm -rf fileToDir && echo F > fileToDir && rm dirToFile && mkdir dirToFile && \
     echo D > dirToFile/d && ln -sf /etc/passwd link && echo c > new.txt && \
-    mkdir -p added/x && echo y > added/x/y && rm deep/a/b/c";
+    mkdir -p added/x && echo y > added/x/y && rm deep/a/b/c && echo w > .wh.keep";
 
 /// A real overlayfs mount (in a user and mount namespace of the test's own) and the view
 /// agree on every path after the same changes; skipped where the kernel gives no such mount.
@@ -84,37 +85,41 @@ fn the_view_is_what_overlayfs_shows() {
         p=${p#./}; if [ -L \"$p\" ]; then printf '%s\\tl %s\\n' \"$p\" \"$(readlink \"$p\")\"; \
         elif [ -d \"$p\" ]; then printf '%s\\td\\n' \"$p\"; \
         else printf '%s\\tf %s\\n' \"$p\" \"$(cat \"$p\")\"; fi; done";
+    // The scripts go as arguments, so that their quotes stay theirs.
     let script = format!(
         "mount -t overlay overlay -o lowerdir={},upperdir={},workdir={},userxattr {} || exit 77; \
-         sh -c '{SCRIPT}' sh {} && sh -c '{list}' sh {}",
+         sh -c \"$1\" sh \"$3\" && sh -c \"$2\" sh \"$3\"",
         real.display(),
         upper.display(),
         work.display(),
         merged.display(),
-        merged.display(),
-        merged.display()
     );
     let out = Command::new("unshare")
-        .args(["-Urm", "sh", "-c", &script])
+        .args(["-Urm", "sh", "-c", &script, "sh", SCRIPT, list])
+        .arg(&merged)
         .output();
     let out = match out {
         Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).into_owned(),
         Ok(o) => {
             assert!(
-                std::env::var_os("CI").is_none() || o.status.code() != Some(77),
-                "CI must mount an overlay: {o:?}"
+                std::env::var_os("CI").is_none() && o.status.code() == Some(77),
+                "the scripts failed, or CI cannot mount an overlay: {o:?}"
             );
             eprintln!("SKIPPED: no overlay mount in a user namespace here: {o:?}");
             return;
         }
         Err(e) => {
+            assert!(std::env::var_os("CI").is_none(), "unshare: {e}");
             eprintln!("SKIPPED: unshare cannot be run: {e}");
             return;
         }
     };
     let want = listing_of_script(&out);
     assert!(
-        want.contains_key("opaque/new/n") && !want.contains_key("b.txt"),
+        want.contains_key("opaque/new/n")
+            && !want.contains_key("b.txt")
+            && want.contains_key("keep/k")
+            && want.contains_key(".wh.keep"),
         "{want:?}"
     );
     let view = Merged::new(vec![(real.clone(), upper.clone())]);
@@ -143,7 +148,9 @@ fn no_layer_is_the_real_tree() {
     assert_eq!(listing(&view, &real).len(), 17);
 }
 
-/// Whiteouts and opaque directories made by hand, as Podman's layer has them.
+/// Whiteouts and opaque directories made by hand, as Podman's layer has them; a file named
+/// as fuse-overlayfs names its whiteouts and opaque markers is a file, as kernel overlayfs
+/// (both backends' layers) reads it.
 #[test]
 fn whiteouts_and_opaque_directories_hide_the_real_tree() {
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -151,8 +158,9 @@ fn whiteouts_and_opaque_directories_hide_the_real_tree() {
     let (real, upper) = (base.join("real"), base.join("upper"));
     fs::create_dir_all(&real).expect("mkdir");
     fs::create_dir_all(upper.join("opaque")).expect("mkdir");
+    fs::create_dir_all(upper.join("keep")).expect("mkdir");
     lower(&real);
-    // An unprivileged whiteout (Linux 5.8); an older `.wh.` one.
+    // An unprivileged whiteout (Linux 5.8).
     nix::sys::stat::mknod(
         &upper.join("b.txt"),
         nix::sys::stat::SFlag::S_IFCHR,
@@ -160,11 +168,35 @@ fn whiteouts_and_opaque_directories_hide_the_real_tree() {
         0,
     )
     .expect("whiteout");
-    fs::write(upper.join(".wh.a.txt"), "").expect("old whiteout");
-    fs::write(upper.join("opaque").join(OPAQUE_MARKER), "").expect("opaque marker");
+    fs::write(upper.join(".wh.a.txt"), "").expect("a file named as a whiteout");
+    fs::write(upper.join("keep").join(".wh..wh..opq"), "").expect("a file named as a marker");
+    let dir = std::ffi::CString::new(upper.join("opaque").into_os_string().into_encoded_bytes())
+        .expect("path");
+    // SAFETY: both strings are NUL-terminated and the value is one byte long.
+    let set = unsafe {
+        libc::setxattr(
+            dir.as_ptr(),
+            c"user.overlay.opaque".as_ptr(),
+            b"y".as_ptr().cast(),
+            1,
+            0,
+        )
+    };
+    assert_eq!(set, 0, "{}", io::Error::last_os_error());
     let view = Merged::new(vec![(real.clone(), upper.clone())]);
     assert_eq!(view.place(&real.join("b.txt")), Place::Gone);
-    assert_eq!(view.place(&real.join("a.txt")), Place::Gone);
+    assert_eq!(
+        view.place(&real.join("a.txt")),
+        Place::Real(real.join("a.txt"))
+    );
+    assert!(view
+        .lstat(&real.join(".wh.a.txt"))
+        .expect("a file")
+        .is_file());
+    assert_eq!(
+        view.place(&real.join("keep/k")),
+        Place::Real(real.join("keep/k"))
+    );
     assert_eq!(view.place(&real.join("opaque/o")), Place::Gone);
     assert_eq!(
         view.read_dir(&real.join("opaque")).expect("dir"),
@@ -180,6 +212,8 @@ fn whiteouts_and_opaque_directories_hide_the_real_tree() {
     assert_eq!(
         top,
         [
+            ".wh.a.txt",
+            "a.txt",
             "deep",
             "dirToFile",
             "fileToDir",
@@ -189,4 +223,7 @@ fn whiteouts_and_opaque_directories_hide_the_real_tree() {
             "opaque"
         ]
     );
+    let mut keep = view.read_dir(&real.join("keep")).expect("dir");
+    keep.sort();
+    assert_eq!(keep, [".wh..wh..opq", "k"]);
 }

@@ -12,39 +12,46 @@
 //!                                      layer.json   the real path, its grants, and the
 //!                                               identity of each real path when the session
 //!                                               first staged a change to it (conflicts)
+//!                                      layer.json.lock  flock: one writer of layer.json
 //!                                      lock     flock: sandboxes shared, commit exclusive
 //! ```
 //!
 //! A layer is the owner's data: it survives `end_session`, restarts and crashes, and goes only
-//! by discard or `staged_ttl_s`. Modules: `merged` (the view decisions take), `changes` (what a
-//! layer changed), `commit` (landing and discarding changes).
+//! by discard or `staged_ttl_s`. Modules: `tree` (a directory read and changed by descriptor,
+//! no link followed), `meta` (`layer.json`), `merged` (the view decisions take), `changes`
+//! (what a layer changed), `conflict` (which changes a commit refuses), `commit` (landing and
+//! discarding changes).
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 use std::fs::{self, File, OpenOptions};
 use std::io;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use proto::ident::Ident;
 
 pub mod changes;
 pub mod commit;
+pub mod conflict;
 pub mod merged;
+pub mod meta;
+pub mod tree;
 
 pub use merged::Merged;
+pub use meta::{Identity, Meta};
 
 /// The directory under the service home that holds every layer.
 pub const STAGED_DIR: &str = "staged";
-/// A layer's metadata file.
-const META: &str = "layer.json";
-/// The most bytes of a real file hashed to tell a later change to it (larger ones are told by
-/// size, inode and times).
-const HASH_LIMIT: u64 = 64 * 1024 * 1024;
+/// The most real entries below one hidden directory recorded in one pass (see
+/// `Stage::record_first`); past it, the rest are conflicts until an owner looks.
+const RECORD_LIMIT: usize = changes::MAX_CHANGES;
+/// The most bytes of real files one pass of `Stage::record_first` hashes; past it, files are
+/// told by size, inode and times.
+const RECORD_HASH_BYTES: u64 = 1 << 30;
 
 /// One session's layer over one real directory.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -65,146 +72,6 @@ impl Layer {
             merged: dir.join("merged"),
             dir,
         }
-    }
-}
-
-/// What a real path was when the session first staged a change to it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Identity {
-    /// `file`, `dir`, `link`, `other`, or `none` (it did not exist).
-    pub kind: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub dev: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ino: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub size: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub mtime_ns: Option<i128>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sha256: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub target: Option<String>,
-}
-
-impl Identity {
-    /// The real path as it is now, read without following a link.
-    pub fn of(p: &Path) -> Identity {
-        let Ok(m) = fs::symlink_metadata(p) else {
-            return Identity::none();
-        };
-        let kind = kind_of(&m);
-        let mtime_ns = i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec());
-        Identity {
-            sha256: (kind == "file" && m.len() <= HASH_LIMIT)
-                .then(|| sha256_file(p).ok())
-                .flatten(),
-            target: (kind == "link")
-                .then(|| fs::read_link(p).ok().map(|t| t.display().to_string()))
-                .flatten(),
-            dev: Some(m.dev()),
-            ino: Some(m.ino()),
-            size: (kind == "file").then_some(m.len()),
-            mtime_ns: (kind == "file").then_some(mtime_ns),
-            kind: kind.to_string(),
-        }
-    }
-
-    pub fn none() -> Identity {
-        Identity {
-            kind: "none".into(),
-            dev: None,
-            ino: None,
-            size: None,
-            mtime_ns: None,
-            sha256: None,
-            target: None,
-        }
-    }
-
-    /// Whether `now` is still what was recorded: the same thing at the path, not changed
-    /// since. A directory counts as unchanged while it is a directory (its entries are
-    /// judged each on its own).
-    pub fn unchanged(&self, now: &Identity) -> bool {
-        if self.kind != now.kind {
-            return false;
-        }
-        match self.kind.as_str() {
-            "none" | "dir" => true,
-            "link" => self.target == now.target,
-            "file" => {
-                self.size == now.size
-                    && match (&self.sha256, &now.sha256) {
-                        (Some(a), Some(b)) => a == b,
-                        _ => {
-                            self.dev == now.dev
-                                && self.ino == now.ino
-                                && self.mtime_ns == now.mtime_ns
-                        }
-                    }
-            }
-            _ => self.dev == now.dev && self.ino == now.ino,
-        }
-    }
-}
-
-/// `file`, `dir`, `link` or `other`.
-pub fn kind_of(m: &fs::Metadata) -> &'static str {
-    let t = m.file_type();
-    if t.is_symlink() {
-        "link"
-    } else if t.is_dir() {
-        "dir"
-    } else if t.is_file() {
-        "file"
-    } else {
-        "other"
-    }
-}
-
-pub fn sha256_file(p: &Path) -> io::Result<String> {
-    let mut f = crate::view::open_for_reading(p)?;
-    let mut h = Sha256::new();
-    io::copy(&mut f, &mut h)?;
-    Ok(hex::encode(h.finalize()))
-}
-
-/// A layer's `layer.json`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Meta {
-    pub real: PathBuf,
-    /// The grants of the session that staged into it.
-    pub grants: Vec<String>,
-    /// Seconds since the epoch of the layer's first change.
-    pub created: u64,
-    /// By path relative to the real directory: what it was when first staged.
-    pub first: BTreeMap<String, Identity>,
-}
-
-impl Meta {
-    pub fn read(layer: &Layer) -> io::Result<Meta> {
-        let text = fs::read_to_string(layer.dir.join(META))?;
-        serde_json::from_str(&text).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
-    }
-
-    /// Written beside and renamed into place, synced: a crash leaves the old or the new.
-    pub fn write(&self, layer: &Layer) -> io::Result<()> {
-        let text = serde_json::to_vec_pretty(self)
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
-        let tmp = layer.dir.join(format!("{META}.new"));
-        {
-            let mut f = OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .mode(0o600)
-                .open(&tmp)?;
-            io::Write::write_all(&mut f, &text)?;
-            f.sync_all()?;
-        }
-        fs::rename(&tmp, layer.dir.join(META))?;
-        File::open(&layer.dir)?.sync_all()
     }
 }
 
@@ -309,25 +176,27 @@ impl Stage {
         ] {
             b.create(d).map_err(failed)?;
         }
-        let mut meta = match Meta::read(&layer) {
-            Ok(m) => m,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Meta {
+        let fresh = || {
+            Some(Meta {
                 real: real.to_path_buf(),
                 created: now_s(),
                 ..Meta::default()
-            },
-            Err(e) => return Err(failed(e)),
+            })
         };
-        if meta.real != real {
-            return Err(failed(io::Error::other(format!(
-                "its layer.json names {}",
-                meta.real.display()
-            ))));
-        }
-        if !meta.grants.iter().any(|g| g == grant) {
-            meta.grants.push(grant.to_string());
-            meta.write(&layer).map_err(failed)?;
-        }
+        Meta::update(&layer, fresh, |meta| {
+            if meta.real != real {
+                return Err(io::Error::other(format!(
+                    "its layer.json names {}",
+                    meta.real.display()
+                )));
+            }
+            let new = !meta.grants.iter().any(|g| g == grant);
+            if new {
+                meta.grants.push(grant.to_string());
+            }
+            Ok((new, ()))
+        })
+        .map_err(failed)?;
         Ok(layer)
     }
 
@@ -389,18 +258,54 @@ impl Stage {
 
     /// Records, for every path the session's calls changed in `layer` and not yet recorded,
     /// what the real path is now: a later change to the real file is a conflict at commit.
+    /// A change that hides a real directory, when first seen, records every real entry below
+    /// it too (at most `RECORD_LIMIT`), and joins `Meta::hidden`; below such a path, a real
+    /// entry with no record appeared after the session last saw it, and stays unrecorded: a
+    /// conflict (docs/design.md#staged-writes-and-owners).
     pub fn record_first(&self, layer: &Layer) -> io::Result<()> {
-        let mut meta = Meta::read(layer)?;
-        let before = meta.first.len();
-        for rel in changes::layer_paths(&layer.upper)? {
-            meta.first
-                .entry(rel.clone())
-                .or_insert_with(|| Identity::of(&layer.real.join(&rel)));
-        }
-        if meta.first.len() != before {
-            meta.write(layer)?;
-        }
-        Ok(())
+        let (Some(upper), real) = changes::trees(&layer.upper, &layer.real)? else {
+            return Ok(());
+        };
+        let real = real.as_ref();
+        let entries = changes::entries(&upper, real)?;
+        Meta::update(
+            layer,
+            || None,
+            |meta| {
+                let mut changed = false;
+                let mut hashed = 0u64;
+                let mut identity = |rel: &Path| {
+                    let id = Identity::at(real, rel, hashed < RECORD_HASH_BYTES);
+                    if id.sha256.is_some() {
+                        hashed += id.size.unwrap_or(0);
+                    }
+                    id
+                };
+                for e in &entries {
+                    let k = meta::key(&e.rel);
+                    if !meta.first.contains_key(&k) {
+                        let now = identity(&e.rel);
+                        if !(meta.covered(&e.rel) && now.kind != "none") {
+                            meta.first.insert(k.clone(), now);
+                            changed = true;
+                        }
+                    }
+                    if e.hides && !meta.covered(&e.rel) {
+                        if let Some(real) = real {
+                            let (below, _all) = changes::real_below(real, &e.rel, RECORD_LIMIT);
+                            for b in below {
+                                meta.first
+                                    .entry(meta::key(&b))
+                                    .or_insert_with(|| identity(&b));
+                            }
+                        }
+                        meta.hidden.insert(k);
+                        changed = true;
+                    }
+                }
+                Ok((changed, ()))
+            },
+        )
     }
 
     /// The bytes a session holds in its layers' upper directories.
@@ -559,18 +464,22 @@ fn lock_file(dir: &Path, how: nix::fcntl::FlockArg) -> io::Result<nix::fcntl::Fl
     nix::fcntl::Flock::lock(f, how).map_err(|(_, e)| io::Error::from(e))
 }
 
-/// The bytes of the regular files under `dir` (links and whiteouts count nothing).
+/// The bytes of the regular files under `dir` (links and whiteouts count nothing), read by
+/// descriptor: a directory swapped for a link meanwhile leads nowhere else.
 pub fn dir_bytes(dir: &Path) -> u64 {
+    let Ok(t) = tree::Tree::open(dir) else {
+        return 0;
+    };
     let mut total = 0;
-    let mut stack = vec![dir.to_path_buf()];
+    let mut stack = vec![PathBuf::new()];
     while let Some(d) = stack.pop() {
-        let Ok(entries) = fs::read_dir(&d) else {
-            continue;
-        };
-        for e in entries.flatten() {
-            match e.file_type() {
-                Ok(t) if t.is_dir() => stack.push(e.path()),
-                Ok(t) if t.is_file() => total += e.metadata().map(|m| m.len()).unwrap_or(0),
+        for name in t.names(&d).unwrap_or_default() {
+            let here = d.join(name);
+            match t.stat(&here) {
+                Ok(st) if tree::kind_of_stat(&st) == "dir" => stack.push(here),
+                Ok(st) if tree::kind_of_stat(&st) == "file" => {
+                    total += u64::try_from(st.st_size).unwrap_or(0);
+                }
                 _ => {}
             }
         }

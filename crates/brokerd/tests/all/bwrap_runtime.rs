@@ -902,3 +902,39 @@ fn a_staged_directory_writes_only_its_layer() {
     );
     assert!(!w.work.join("x.txt").exists());
 }
+
+/// A sandbox cannot leave a setuid or setgid file in a directory it may write (a setuid
+/// program of the service user there would run as it for anyone): chmod, install and a
+/// creation mode with either bit fail, and the plain mode still works
+/// (docs/design.md#the-bwrap-runner).
+#[test]
+fn a_sandbox_cannot_set_setuid_or_setgid() {
+    if !bwrap_works() {
+        return;
+    }
+    let w = world();
+    let rt = runtime(&w, "");
+    let out = content(rt.run(&shell(
+        &format!(
+            "cd {} && echo x > s && chmod 4755 s; echo u=$?; chmod g+s s; echo g=$?; \
+             mkdir d; chmod 2775 d; echo d=$?; chmod 755 s; echo p=$?; \
+             busybox install -m 4755 s t; echo i=$?",
+            w.work.display()
+        ),
+        rw(&w.work),
+    )));
+    assert!(
+        out.contains("u=1\n")
+            && out.contains("g=1\n")
+            && out.contains("d=1\n")
+            && out.contains("p=0\n"),
+        "{out}"
+    );
+    use std::os::unix::fs::PermissionsExt;
+    for name in ["s", "t", "d"] {
+        let Ok(m) = std::fs::symlink_metadata(w.work.join(name)) else {
+            continue;
+        };
+        assert_eq!(m.permissions().mode() & 0o6000, 0, "{name}: {out}");
+    }
+}

@@ -1,6 +1,9 @@
 //! Owners: only they commit, discard and approve, and a grant's `approvals = "owner"` makes an
 //! ask run only once an owner approved it (docs/design.md#staged-writes-and-owners).
 
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+
 use brokerd::server::Clients;
 use proto::broker::Body;
 use serde_json::json;
@@ -87,4 +90,123 @@ fn an_owner_approves_what_the_client_cannot() {
         Some(&ticket),
     ));
     assert!(matches!(again.body, Body::Refused { .. }), "{again:?}");
+}
+
+/// Every entry below `dir` with its type, mode and content (a whiteout as its device), so that
+/// any change to the real directory or to a layer shows.
+fn snapshot(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let p = e.path();
+            let m = std::fs::symlink_metadata(&p).expect("lstat");
+            let what = if m.is_dir() {
+                stack.push(p.clone());
+                "dir".to_string()
+            } else if m.is_file() {
+                std::fs::read_to_string(&p).unwrap_or_default()
+            } else {
+                format!("rdev {}", m.rdev())
+            };
+            out.push(format!("{} {:o} {what}", p.display(), m.mode()));
+        }
+    }
+    out.sort();
+    out
+}
+
+/// With real staged changes waiting (a whiteout and a new file in the session's layer, made by
+/// an overlayfs mount where the kernel gives one), a client that is not an owner cannot
+/// commit, discard or approve, however it names the paths: the real directory, the layer, its
+/// metadata and the audit log stay as they were, and the ticket stays unapproved.
+#[test]
+fn a_client_that_is_no_owner_changes_nothing_staged() {
+    let svc = Service::start();
+    let mut c = svc.connect();
+    let new = svc.staged.join("STAGE.txt").display().to_string();
+    let a = c.call(
+        "s1",
+        "c1",
+        "staged",
+        "write_file",
+        json!({"path": new, "content": "x"}),
+    );
+    assert!(matches!(a.body, Body::Result { .. }), "{a:?}");
+    let changes = |c: &mut crate::service::Client| match c
+        .req(json!({"op": "changes", "id": "ch", "session": "s1"}))
+        .body
+    {
+        Body::Changes { changes, .. } => changes
+            .into_iter()
+            .map(|c| (c.path, c.change.as_str()))
+            .collect::<Vec<_>>(),
+        other => panic!("changes: {other:?}"),
+    };
+    let shown = |p: &str| svc.staged.join(p).display().to_string();
+    let staged = changes(&mut c);
+    assert_eq!(
+        staged,
+        [(shown("a.txt"), "deleted"), (shown("new.txt"), "added")],
+        "the layer holds what the call staged"
+    );
+    let ask = c.call(
+        "s1",
+        "c2",
+        "owned",
+        "write_file",
+        json!({"path": "notes.txt", "content": "x"}),
+    );
+    let ticket = crate::service::ticket(&ask);
+    let before = (snapshot(&svc.staged), snapshot(&svc.home));
+    let audit_lines = |svc: &Service| {
+        std::fs::read_to_string(svc.audit_path())
+            .unwrap_or_default()
+            .lines()
+            .count()
+    };
+    let records = audit_lines(&svc);
+    let a_txt = shown("a.txt");
+    for (i, req) in [
+        json!({"op": "commit", "session": "s1"}),
+        json!({"op": "commit", "session": "s1", "grant": "staged", "all_or_nothing": true}),
+        json!({"op": "commit", "session": "s1", "paths": [a_txt]}),
+        json!({"op": "discard", "session": "s1"}),
+        json!({"op": "discard", "session": "s1", "grant": "staged", "paths": [a_txt]}),
+        json!({"op": "approve", "ticket": ticket}),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut req = req;
+        req["id"] = json!(format!("o{i}"));
+        assert_eq!(
+            error(&c.req(req.clone())),
+            "not an owner of this brokerd",
+            "{req}"
+        );
+    }
+    assert_eq!((snapshot(&svc.staged), snapshot(&svc.home)), before);
+    assert_eq!(
+        audit_lines(&svc),
+        records,
+        "an owner-only op was audited as done"
+    );
+    assert_eq!(changes(&mut c), staged);
+    let again = c.req(call_req(
+        "s1",
+        "c2",
+        "owned",
+        "write_file",
+        &json!({"path": "notes.txt", "content": "x"}),
+        Some(&ticket),
+    ));
+    assert!(
+        matches!(&again.body, Body::Refused { reason } if reason.contains("not approved")),
+        "{again:?}"
+    );
+    assert!(std::fs::read_to_string(svc.staged.join("a.txt")).is_ok_and(|s| s == "a"));
 }

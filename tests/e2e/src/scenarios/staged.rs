@@ -152,10 +152,19 @@ impl Suite {
             .map(|(p, _)| p.as_str())
             .collect();
         deleted.sort();
-        check(
-            deleted == [".hidden", "a.txt", "b.txt", "src", "vendor"] && changes.len() == 5,
-            || format!("changes {changes:?}"),
-        )?;
+        // Every file a deletion removes is listed, below a deleted directory too.
+        let want = [
+            ".hidden",
+            "a.txt",
+            "b.txt",
+            "src",
+            "src/main.rs",
+            "vendor",
+            "vendor/lib.c",
+        ];
+        check(deleted == want && changes.len() == want.len(), || {
+            format!("changes {changes:?}")
+        })?;
         self.discard_all(&session)?;
         check(self.staged_changes(&session)?.is_empty(), || {
             "changes left after a discard".into()
@@ -187,10 +196,15 @@ impl Suite {
             }
             other => return Err(format!("read_file in the session: {}", show(&other))),
         }
+        // Another session reads the host's directory, where the file is not: the toolkit's
+        // own not-found answer, nothing else (an unavailable or refused call proves nothing).
         let theirs = self.staged_call(&other, "read_file", json!({ "path": path }))?;
         check(
-            !matches!(&theirs, Body::Result { content, .. } if content == "mine\n"),
-            || format!("another session read it: {}", show(&theirs)),
+            matches!(&theirs, Body::Result { content, .. }
+                if content.starts_with("read_file: ")
+                    && content.contains("mine.txt")
+                    && content.ends_with(": no such file or directory\n")),
+            || format!("another session's read_file: {}", show(&theirs)),
         )?;
         check(!file.exists(), || "the file is on the host".into())?;
         self.discard_all(&session)
@@ -313,6 +327,57 @@ impl Suite {
             committed.committed.is_empty() && committed.conflicts.iter().any(|c| c.path == new_rs),
             || format!("commit {committed:?}"),
         )?;
+        self.discard_all(&session)
+    }
+
+    /// The host adds a file below a directory after the session deleted it: a commit refuses
+    /// the deletion (and the new file's), and deletes nothing of the host's. A file the session
+    /// names as fuse-overlayfs names whiteouts (`.wh.a.txt`) is a file: a.txt stays.
+    pub(super) fn staged_deleted_dir_conflict(&mut self) -> Outcome {
+        let session = self.staged_session();
+        self.staged_fill()?;
+        self.staged_shell(&session, "rm -rf src && echo x > .wh.a.txt")?;
+        let host_file = self.staged.join("src/host.rs");
+        std::fs::write(&host_file, "the host's\n").map_err(|e| format!("host: {e}"))?;
+        self.user.chown(&host_file)?;
+        let changes = self.staged_changes(&session)?;
+        check(
+            !changes.iter().any(|(p, _)| p == "a.txt")
+                && changes
+                    .iter()
+                    .any(|(p, k)| p == ".wh.a.txt" && k == "added"),
+            || format!("changes {changes:?}"),
+        )?;
+        let committed = self
+            .owner()?
+            .commit(
+                &Staged {
+                    session: &session,
+                    grant: Some(STAGED_GRANT),
+                    paths: &[],
+                },
+                false,
+            )
+            .map_err(|e| e.to_string())?;
+        let shown = |p: &str| self.staged.join(p).display().to_string();
+        let conflicts: Vec<&str> = committed
+            .conflicts
+            .iter()
+            .map(|c| c.path.as_str())
+            .collect();
+        check(
+            conflicts.contains(&shown("src").as_str())
+                && conflicts.contains(&shown("src/host.rs").as_str()),
+            || format!("commit {committed:?}"),
+        )?;
+        let read = |p: &Path| std::fs::read_to_string(p).unwrap_or_default();
+        check(
+            read(&host_file) == "the host's\n" && read(&self.staged.join("a.txt")) == "a\n",
+            || "the commit deleted what the session never saw".into(),
+        )?;
+        check(read(&self.staged.join(".wh.a.txt")) == "x\n", || {
+            ".wh.a.txt did not land as a file".into()
+        })?;
         self.discard_all(&session)
     }
 

@@ -153,13 +153,22 @@ fn preflight() {
             ("preflight", ToolName::Shell)
         );
         assert!(target_of(spec).contains("pids.max"), "limits are read back");
-        // The grants' one writable directory, mounted writable and tested.
+        // The grants' writable directories (the direct one and the staged one), each mounted
+        // writable and tested.
         let rw = svc.dir.path().join("notes");
-        assert_eq!(spec.mounts, vec![Mount::at(&rw, true).expect("rw")]);
-        assert!(
-            target_of(spec).contains(&format!("test -w '{}'", rw.display())),
-            "{spec:?}"
+        assert_eq!(
+            spec.mounts,
+            vec![
+                Mount::at(&rw, true).expect("rw"),
+                Mount::at(&svc.staged, true).expect("staged")
+            ]
         );
+        for dir in [&rw, &svc.staged] {
+            assert!(
+                target_of(spec).contains(&format!("test -w '{}'", dir.display())),
+                "{spec:?}"
+            );
+        }
         // Cached: a second preflight runs nothing.
         assert_eq!(svc.rt.block_on(svc.broker.preflight()), p);
         assert_eq!(svc.runner.calls(), 1);

@@ -7,7 +7,9 @@
 //! The fake runner records every `RunSpec` and acts on a word in the call's target (the shell
 //! command or the file path): `FAIL`, `UNAVAIL` (the sandbox missing), `EGRESSDOWN` (the way
 //! out missing), `PANIC`, `BIG`, `HOLD` (block until the test releases it), `TIDY` (hold the
-//! clean-up after the answer). Anything else answers `ran <tool>`. Every answer line is parsed
+//! clean-up after the answer), `STAGE` (a staged call: `rm a.txt` and a new `new.txt` in the
+//! session's layer, through a real overlayfs mount where the kernel gives one, else written
+//! as overlayfs writes them). Anything else answers `ran <tool>`. Every answer line is parsed
 //! strictly as `proto::broker::Answer`, and every test ends by verifying the audit chain.
 
 // A test: a setup step that fails is the test failing.
@@ -148,6 +150,13 @@ impl Runner for FakeRunner {
         if t.contains("PANIC") {
             panic!("the fake runner panics, as asked");
         }
+        if t.contains("STAGE") {
+            for m in spec.mounts.iter().filter(|m| m.write) {
+                if let Some(layer) = &m.stage {
+                    stage_into(&m.path, layer);
+                }
+            }
+        }
         if t.contains("FAIL") {
             return Err(RunError::Failed(Failure::TimedOut));
         }
@@ -179,6 +188,33 @@ impl Runner for FakeRunner {
             content,
             truncated: false,
         })
+    }
+}
+
+/// What `STAGE` does in a staged mount: `rm a.txt && echo new > new.txt`, in the layer.
+fn stage_into(real: &Path, layer: &brokerd::runner::StageMount) {
+    let script = format!(
+        "mount -t overlay overlay -o lowerdir={},upperdir={},workdir={},userxattr {m} || exit 77; \
+         cd {m} && rm a.txt && echo new > new.txt",
+        real.display(),
+        layer.upper.display(),
+        layer.work.display(),
+        m = layer.merged.display(),
+    );
+    let mounted = std::process::Command::new("unshare")
+        .args(["-Urm", "sh", "-c", &script])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !mounted {
+        // As overlayfs leaves them: a whiteout (a character device 0/0) and the new file.
+        nix::sys::stat::mknod(
+            &layer.upper.join("a.txt"),
+            nix::sys::stat::SFlag::S_IFCHR,
+            nix::sys::stat::Mode::empty(),
+            0,
+        )
+        .unwrap();
+        std::fs::write(layer.upper.join("new.txt"), "new\n").unwrap();
     }
 }
 
@@ -226,6 +262,10 @@ pub(crate) struct Service {
     audit: PathBuf,
     rw: PathBuf,
     ro: PathBuf,
+    /// The `staged` grant's directory (`writes = "staged"`), holding `a.txt`.
+    pub(crate) staged: PathBuf,
+    /// The runner's home, whose `staged/` holds the layers.
+    pub(crate) home: PathBuf,
     pub(crate) runner: Arc<FakeRunner>,
     broker: Arc<Broker>,
     stop: watch::Sender<bool>,
@@ -250,8 +290,11 @@ impl Service {
         let base = std::fs::canonicalize(dir.path()).expect("canonical tempdir");
         let rw = base.join("notes");
         let ro = base.join("ref");
+        let staged = base.join("staged");
         std::fs::create_dir_all(&rw).unwrap();
         std::fs::create_dir_all(&ro).unwrap();
+        std::fs::create_dir_all(&staged).unwrap();
+        std::fs::write(staged.join("a.txt"), "a").unwrap();
         std::fs::write(rw.join("a.txt"), "a").unwrap();
         std::fs::write(ro.join("r.txt"), "r").unwrap();
         let audit = opts
@@ -300,6 +343,12 @@ mode = "ask"
 tools = ["read_file", "write_file", "shell"]
 paths = [{{ path = "{rw}", write = true }}]
 approvals = "owner"
+
+[grants.staged]
+mode = "auto"
+tools = ["read_file", "write_file", "shell"]
+paths = [{{ path = "{staged}", write = true }}]
+writes = "staged"
 "#,
             uid = me(),
             audit = audit.display(),
@@ -311,6 +360,7 @@ approvals = "owner"
             home = base.join("home").display(),
             rw = rw.display(),
             ro = ro.display(),
+            staged = staged.display(),
         );
         let text = match opts.no_runner {
             true => {
@@ -364,11 +414,18 @@ approvals = "owner"
             audit,
             rw,
             ro,
+            staged,
+            home: base.join("home"),
             runner,
             broker,
             stop,
             rt,
         }
+    }
+
+    /// The audit log.
+    pub(crate) fn audit_path(&self) -> &Path {
+        &self.audit
     }
 
     /// The socket, and the directory that holds it.
