@@ -225,6 +225,10 @@ pub fn run(opts: &crate::Opts) -> Result<ExitCode, String> {
             Suite::address_randomisation_stays_on,
         ),
         (
+            "no-setuid-program-lands-in-a-grant",
+            Suite::no_setuid_program_lands,
+        ),
+        (
             "staged-destructive-command-leaves-the-host-alone",
             Suite::staged_destructive,
         ),
@@ -1433,6 +1437,40 @@ writes = "staged"
             !content.contains("00040000") && content.contains("00000000\n"),
             || format!("the sandbox's personality is not the default: {content:?}"),
         )
+    }
+
+    /// A sandbox cannot leave a setuid or setgid program in a directory it may write: on the
+    /// host it would be the service user's, and any local user running it would act as the
+    /// service user. bwrap's filter and the service user's Podman profile
+    /// (scripts/seccomp-nouserns.jq) refuse every mode with either bit, by chmod, by install
+    /// and at creation; ordinary modes still work.
+    fn no_setuid_program_lands(&mut self) -> Outcome {
+        let dir = self.rw.join("setuid");
+        let cmd = format!(
+            "mkdir -p {d} && cd {d} && echo x > p && chmod 755 p && echo plain-ok; \
+             chmod 4755 p 2>/dev/null || echo setuid-refused; \
+             chmod g+s p 2>/dev/null || echo setgid-refused; \
+             install -m 6755 p q 2>/dev/null || echo install-refused; ls -l",
+            d = dir.display()
+        );
+        let out = self.shell(&cmd)?;
+        for want in ["plain-ok", "setuid-refused", "setgid-refused", "install-refused"] {
+            check(out.contains(want), || format!("no {want:?} in {out:?}"))?;
+        }
+        use std::os::unix::fs::PermissionsExt;
+        for entry in std::fs::read_dir(&dir).map_err(|e| format!("host: {e}"))? {
+            let entry = entry.map_err(|e| format!("host: {e}"))?;
+            let mode = entry
+                .metadata()
+                .map_err(|e| format!("host: {e}"))?
+                .permissions()
+                .mode();
+            check(mode & 0o6000 == 0, || {
+                format!("{} has mode {mode:o} on the host", entry.path().display())
+            })?;
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+        Ok(())
     }
 
     /// The id of the current call: `c<n>`, or padded to 64 characters.

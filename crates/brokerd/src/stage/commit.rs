@@ -569,15 +569,34 @@ fn split(upper: &Tree, real: &Tree, root: &Path, keep: &Path) -> io::Result<()> 
         let (p, n) = upper.parent_of(d)?;
         chmod_at(&p, n, mode & 0o7777).map_err(io::Error::other)?;
     }
-    nix::fcntl::renameat2(
-        &parent,
-        name,
-        &parent,
-        tmp_name.as_os_str(),
-        nix::fcntl::RenameFlags::RENAME_EXCHANGE,
-    )
-    .map_err(io::Error::from)?;
+    exchange_at(&parent, name, tmp_name.as_os_str())?;
     upper.remove(&tmp)
+}
+
+/// `renameat2(dir, a, dir, b, RENAME_EXCHANGE)`: `a` and `b` trade places in one step. Through
+/// the system call itself, since the C library of the musl builds (the e2e suite links brokerd)
+/// may lack the wrapper, and nix offers it only over glibc.
+fn exchange_at(dir: &OwnedFd, a: &OsStr, b: &OsStr) -> io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let a = std::ffi::CString::new(a.as_bytes()).map_err(io::Error::other)?;
+    let b = std::ffi::CString::new(b.as_bytes()).map_err(io::Error::other)?;
+    // SAFETY: both names are NUL-terminated strings that outlive the call, and `dir` is an open
+    // descriptor; the kernel reads nothing else.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_renameat2,
+            dir.as_raw_fd(),
+            a.as_ptr(),
+            dir.as_raw_fd(),
+            b.as_ptr(),
+            libc::RENAME_EXCHANGE,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
 }
 
 /// Turns every opaque directory of the layer that lies over a real directory into a plain one,
