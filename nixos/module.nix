@@ -103,6 +103,8 @@ let
   # So this copy names uid 0 as its client (and owner, where there are owners), and each grant
   # directory under a placeholder root that the build fills with empty directories. The
   # assertions below check the names' form, and brokerd checks the real values when it starts.
+  # Who owns the placeholders (and the sandbox's / above them) says nothing of the host's
+  # directories, so --placeholder-grant-dirs leaves the owners' check to brokerd's start.
   sandboxRoot = "@BOXMAKER_SANDBOX_ROOT@";
   sandboxSettings = finalSettings // {
     broker = finalSettings.broker // {
@@ -146,7 +148,7 @@ let
     mkdir -p "$root" ${lib.concatMapStringsSep " " (d: "\"$root\"${lib.escapeShellArg d}") grantDirs}
     substitute ${fillImageId "brokerd-sandbox.toml" sandboxSettings} sandbox.toml \
       --replace-quiet '${sandboxRoot}' "$root"
-    ${lib.optionalString cfg.checkConfig "${lib.getExe' cfg.package "brokerd"} check-config sandbox.toml"}
+    ${lib.optionalString cfg.checkConfig "${lib.getExe' cfg.package "brokerd"} check-config --placeholder-grant-dirs sandbox.toml"}
   '';
 
   # --- the units, from units.json -------------------------------------------------------------

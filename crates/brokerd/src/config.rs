@@ -32,6 +32,8 @@ use toml::Spanned;
 use crate::args::{check_grant_path, UnmountablePath};
 pub use crate::mode::Mode;
 
+pub mod owners;
+
 /// The whole configuration, checked.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
@@ -284,6 +286,8 @@ pub enum Problem {
     Nested(Box<Nested>),
     #[error("{0}")]
     OverlapsState(Box<OverlapsState>),
+    #[error("{0}")]
+    Replaceable(Box<owners::Replaceable>),
 }
 
 /// Two grant directories, one inside the other, where either is writable.
@@ -342,8 +346,20 @@ impl fmt::Display for Pos {
 }
 
 /// Reads and checks the config at `path`; errors name it by its path. No grant directory may
-/// hold the file itself.
+/// hold the file itself, and none may be one that a user other than root and the service user
+/// could rename or replace (`owners`).
 pub fn load(path: &Path) -> Result<Config, ConfigError> {
+    load_with(path, Some(&owners::System))
+}
+
+/// [`load`] without the owners' check: for a config whose grant directories are placeholders
+/// made for the check (the NixOS module's build, where none of the host's directories exist);
+/// brokerd's start checks the real ones.
+pub fn load_placeholder_dirs(path: &Path) -> Result<Config, ConfigError> {
+    load_with(path, None)
+}
+
+fn load_with(path: &Path, accounts: Option<&dyn owners::Accounts>) -> Result<Config, ConfigError> {
     let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
         path: path.display().to_string(),
         source,
@@ -354,15 +370,21 @@ pub fn load(path: &Path) -> Result<Config, ConfigError> {
         what: "the config file",
         file: true,
     };
-    parse_with(&text, &origin, &[file])
+    parse_with(&text, &origin, &[file], accounts)
 }
 
-/// Checks a config text; `origin` names it in errors (usually its path).
+/// Checks a config text; `origin` names it in errors (usually its path). The host's owners of
+/// the grant directories are checked only by [`load`].
 pub fn parse(text: &str, origin: &str) -> Result<Config, ConfigError> {
-    parse_with(text, origin, &[])
+    parse_with(text, origin, &[], None)
 }
 
-fn parse_with(text: &str, origin: &str, more: &[StatePlace]) -> Result<Config, ConfigError> {
+fn parse_with(
+    text: &str,
+    origin: &str,
+    more: &[StatePlace],
+    accounts: Option<&dyn owners::Accounts>,
+) -> Result<Config, ConfigError> {
     let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError::Syntax {
         origin: origin.to_owned(),
         pos: Pos(e.span().map(|s| line_col(text, s.start))),
@@ -373,6 +395,13 @@ fn parse_with(text: &str, origin: &str, more: &[StatePlace]) -> Result<Config, C
     let mut state = state_places(&config);
     state.extend(more.iter().cloned());
     checker.grant_overlaps(&raw, &state)?;
+    if let Some(accounts) = accounts {
+        let home = config
+            .runner
+            .as_ref()
+            .map_or_else(|| PathBuf::from(DEFAULT_HOME), |r| r.home.clone());
+        checker.grant_owners(&raw, &owners::Trusted::of_this_process(&home), accounts)?;
+    }
     Ok(config)
 }
 
@@ -664,6 +693,24 @@ impl Checker<'_> {
                     }
                 }
                 seen.push((key.clone(), real, p.write, written.clone()));
+            }
+        }
+        Ok(())
+    }
+
+    /// Each grant directory can be renamed or replaced by root and the service user only.
+    fn grant_owners(
+        &self,
+        raw: &RawConfig,
+        trusted: &owners::Trusted,
+        accounts: &dyn owners::Accounts,
+    ) -> Result<(), ConfigError> {
+        for (name, g) in &raw.grants {
+            let key = format!("grants.{}.paths", name.get_ref());
+            for p in &g.paths {
+                if let Err(e) = owners::check(Path::new(p.path.get_ref()), trusted, accounts) {
+                    return self.err(Some(p.path.span()), &key, Problem::Replaceable(e));
+                }
             }
         }
         Ok(())

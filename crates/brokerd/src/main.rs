@@ -51,7 +51,14 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Cmd {
     /// Validate FILE (grants, policy, clients) and exit.
-    CheckConfig { file: PathBuf },
+    CheckConfig {
+        file: PathBuf,
+        /// FILE's grant directories are placeholders made for this check (the NixOS module's
+        /// build): who owns them and their parents is not checked; brokerd's start checks
+        /// the real ones.
+        #[arg(long, hide = true)]
+        placeholder_grant_dirs: bool,
+    },
     /// Check what a call needs, one line each; run as the service user.
     Doctor,
     /// List the sandboxes of the service user.
@@ -107,7 +114,10 @@ fn main() -> ExitCode {
                 )
                 .exit(),
         },
-        Some(Cmd::CheckConfig { file }) => {
+        Some(Cmd::CheckConfig {
+            file,
+            placeholder_grant_dirs,
+        }) => {
             if cli.config.is_some() || cli.socket.is_some() {
                 Cli::command()
                     .error(
@@ -116,7 +126,7 @@ fn main() -> ExitCode {
                     )
                     .exit()
             }
-            check_config(file)
+            check_config(file, *placeholder_grant_dirs)
         }
         Some(Cmd::Doctor) => local(local::run("doctor", cli.config.as_deref(), &socket())),
         Some(Cmd::Ps) => local(local::run("ps", cli.config.as_deref(), &socket())),
@@ -161,8 +171,12 @@ fn print(bytes: &[u8]) -> ExitCode {
     }
 }
 
-fn check_config(file: &Path) -> ExitCode {
-    match config::load(file).map_err(|e| e.to_string()).and_then(|c| {
+fn check_config(file: &Path, placeholder_grant_dirs: bool) -> ExitCode {
+    let loaded = match placeholder_grant_dirs {
+        false => config::load(file),
+        true => config::load_placeholder_dirs(file),
+    };
+    match loaded.map_err(|e| e.to_string()).and_then(|c| {
         Policy::new(&c).map_err(|e| format!("{}: {e}", file.display()))?;
         peers(&c).map_err(|e| format!("{}: {e}", file.display()))?;
         Ok(c)

@@ -9,6 +9,8 @@ pub const RUNNER_UNAVAILABLE: &str = "runbook/runner.md#runner-unavailable";
 pub const BWRAP_UNAVAILABLE: &str = "runbook/runner.md#bwrap-unavailable";
 /// A grant directory that changed under brokerd.
 pub const GRANT_DIRECTORY_CHANGED: &str = "runbook/runner.md#grant-directory-changed";
+/// A grant directory another user could rename or replace, refused at config load.
+pub const GRANT_DIRECTORY_OWNERS: &str = "runbook/runner.md#grant-directory-owners";
 /// How the service user's Podman denies nested user namespaces.
 pub const NESTED_USERNS: &str = "runbook/runner.md#nested-userns";
 /// The service user cannot open /dev/net/tun, so the egress network cannot start.
@@ -25,11 +27,12 @@ pub const STAGED_LAYER: &str = "runbook/runner.md#staged-layer";
 pub const STAGED_CHANGES: &str = "runbook/staged.md#staged-changes";
 
 /// Every anchor above, for the test that each exists.
-pub const ALL: [&str; 11] = [
+pub const ALL: [&str; 12] = [
     RUNNER,
     RUNNER_UNAVAILABLE,
     BWRAP_UNAVAILABLE,
     GRANT_DIRECTORY_CHANGED,
+    GRANT_DIRECTORY_OWNERS,
     NESTED_USERNS,
     DEV_NET_TUN,
     AUDIT_UNWRITABLE,

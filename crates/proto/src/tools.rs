@@ -14,6 +14,11 @@ pub const MAX_INPUT: usize = 2 * 1024 * 1024;
 /// and brokerd resolves the workspace of such a call from it.
 pub const DEFAULT_CWD: &str = "/tmp";
 
+/// `HOME` and `TMPDIR` of every program a tool starts, on both backends: toolkit sets them
+/// for what it runs (Podman's argument list sets no environment), bwrap's argument list for
+/// toolkit itself; the start-up preflight checks them (docs/design.md#preflight-and-poisoning).
+pub const TOOL_HOME: &str = "/tmp";
+
 /// The toolkit inside every sandbox: each tool and the egress proxy are this program
 /// (docs/design.md#the-toolkit).
 pub const TOOLKIT: &str = "/bin/toolkit";

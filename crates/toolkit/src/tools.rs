@@ -19,7 +19,7 @@ use std::path::Path;
 use std::process::{Command, ExitStatus, Stdio};
 use std::thread;
 
-use proto::tools::{parse_args, HttpFetchArgs, ReadFileArgs, ShellArgs, WriteFileArgs};
+use proto::tools::{parse_args, HttpFetchArgs, ReadFileArgs, ShellArgs, WriteFileArgs, TOOL_HOME};
 
 pub use proto::tools::MAX_INPUT;
 /// The largest file read_file returns.
@@ -174,10 +174,7 @@ fn shell_with(sh: &str, input: &str, out: &mut impl Write) -> Result<Exit, Misus
         return refuse(out, "shell", cwd, "no such directory");
     }
     let (status, _) = match run_on_one_pipe(
-        Command::new(sh)
-            .arg("-c")
-            .arg(&args.command)
-            .current_dir(cwd),
+        own_environment(Command::new(sh).arg("-c").arg(&args.command)).current_dir(cwd),
         out,
     ) {
         Ok(r) => r,
@@ -191,6 +188,12 @@ fn shell_with(sh: &str, input: &str, out: &mut impl Write) -> Result<Exit, Misus
     }
     .map_err(Misuse::Stdout)?;
     Ok(Exit::Done)
+}
+
+/// `cmd` with `HOME` and `TMPDIR` at [`TOOL_HOME`], whatever the sandbox gave toolkit: a
+/// Podman container's `HOME` is the image's or `/`, and it has no `TMPDIR`.
+fn own_environment(cmd: &mut Command) -> &mut Command {
+    cmd.env("HOME", TOOL_HOME).env("TMPDIR", TOOL_HOME)
 }
 
 enum ShellError {
@@ -373,7 +376,7 @@ pub fn http_fetch(input: &str, out: &mut impl Write) -> Result<Exit, Misuse> {
 fn http_fetch_with(curl: &str, input: &str, out: &mut impl Write) -> Result<Exit, Misuse> {
     let args: HttpFetchArgs = parse("http_fetch", input)?;
     let url = &args.url;
-    let mut child = match Command::new(curl)
+    let mut child = match own_environment(&mut Command::new(curl))
         .args(curl_args(url))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

@@ -229,6 +229,47 @@ fn shell_starts_in_tmp_by_default() {
     );
 }
 
+/// What a shell command sees as HOME and TMPDIR is toolkit's own setting, not the sandbox's:
+/// Podman gives toolkit the image's HOME (or `/`) and no TMPDIR, bwrap gives it both at /tmp.
+#[test]
+fn shell_runs_with_home_and_tmpdir_in_tmp_whatever_toolkit_was_given() {
+    let command = j(serde_json::json!({
+        "command": "echo \"home=$HOME tmpdir=$TMPDIR\"",
+        "cwd": "/"
+    }));
+    for (home, tmpdir) in [
+        (Some("/"), None),
+        (Some("/elsewhere"), Some("/var/tmp")),
+        (None, None),
+    ] {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_toolkit"));
+        c.arg("shell")
+            .env_remove("HOME")
+            .env_remove("TMPDIR")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped());
+        if let Some(h) = home {
+            c.env("HOME", h);
+        }
+        if let Some(t) = tmpdir {
+            c.env("TMPDIR", t);
+        }
+        let mut child = c.spawn().expect("start toolkit");
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(command.as_bytes())
+            .expect("input");
+        let out = child.wait_with_output().expect("wait");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "home=/tmp tmpdir=/tmp\n\n[exit 0]",
+            "given HOME {home:?} and TMPDIR {tmpdir:?}"
+        );
+    }
+}
+
 #[test]
 fn shell_returns_when_sh_exits_even_if_a_background_child_holds_the_pipe() {
     let start = Instant::now();

@@ -1454,7 +1454,12 @@ writes = "staged"
             d = dir.display()
         );
         let out = self.shell(&cmd)?;
-        for want in ["plain-ok", "setuid-refused", "setgid-refused", "install-refused"] {
+        for want in [
+            "plain-ok",
+            "setuid-refused",
+            "setgid-refused",
+            "install-refused",
+        ] {
             check(out.contains(want), || format!("no {want:?} in {out:?}"))?;
         }
         use std::os::unix::fs::PermissionsExt;

@@ -362,7 +362,7 @@ pub(crate) fn not_cleared(spec: &RunSpec) -> RunError {
 }
 
 /// The operator's log line for a call that could not run, and its fixed answer.
-fn could_not_run(spec: &RunSpec, why: &str) -> RunError {
+pub(crate) fn could_not_run(spec: &RunSpec, why: &str) -> RunError {
     tracing::error!(
         session = %spec.session,
         call = %spec.call,

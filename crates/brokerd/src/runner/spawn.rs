@@ -145,6 +145,19 @@ impl Spawn {
         self
     }
 
+    /// Each of `vars`, as [`Spawn::env`] adds one.
+    pub fn envs<I, K, V>(&mut self, vars: I) -> &mut Spawn
+    where
+        I: IntoIterator<Item = (K, V)>,
+        K: AsRef<OsStr>,
+        V: AsRef<OsStr>,
+    {
+        for (k, v) in vars {
+            self.env(k, v);
+        }
+        self
+    }
+
     /// Standard input, output and error.
     pub fn stdio(&mut self, stdio: [Io; 3]) -> &mut Spawn {
         self.stdio = stdio;
@@ -390,6 +403,24 @@ fn not_dumpable() -> io::Result<()> {
     static DONE: std::sync::OnceLock<Result<(), i32>> = std::sync::OnceLock::new();
     let done = DONE.get_or_init(|| nix::sys::prctl::set_dumpable(false).map_err(|e| e as i32));
     done.map_err(io::Error::from_raw_os_error)
+}
+
+/// `program` as found in brokerd's PATH (a sandbox starts with an empty environment, and a
+/// [`Spawn`] looks only in /bin and /usr/bin, so the search cannot be left to exec); as given
+/// when it names a path or is not found.
+pub fn find_program(program: &Path) -> PathBuf {
+    if program.as_os_str().as_bytes().contains(&b'/') {
+        return program.to_path_buf();
+    }
+    std::env::var_os("PATH")
+        .iter()
+        .flat_map(std::env::split_paths)
+        .map(|dir| dir.join(program))
+        .find(|p| {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+        .unwrap_or_else(|| program.to_path_buf())
 }
 
 /// `program` itself when it names a path; a bare name from /bin or /usr/bin (what the C

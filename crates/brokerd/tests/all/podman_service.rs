@@ -48,6 +48,8 @@ case "$1" in
       fi
       printf 'hello from podman\n'
     fi ;;
+  # Every container brokerd removes is gone when it looks.
+  container) printf '%s\n' "$*" >> "$log/other"; exit 1 ;;
   *) printf '%s\n' "$*" >> "$log/other" ;;
 esac
 exit 0

@@ -16,7 +16,6 @@ use std::ffi::{OsStr, OsString};
 use std::io;
 use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
@@ -30,7 +29,7 @@ use super::output::{verdict, Capture, Event, Streams, Verdict, DRAIN_GRACE, STDE
 use super::overlay::Overlays;
 use super::pidfd::{Pidfd, Stopped, KILL_CONFIRM};
 use super::protected::{Held, Over, Protector};
-use super::spawn::{self, Io, PreExec, Spawn};
+use super::spawn::{self, find_program, Io, PreExec, Spawn};
 use super::{
     dies_with_brokerd, mount_changed, not_cleared, Cleared, Deadlines, Egress, Failure, Ran, Reply,
     RunError, RunOutput, RunSpec, Runner, Settling, Steps, SweepError, Unavailable,
@@ -50,7 +49,7 @@ mod tests;
 pub use argv::{RootEntry, RootLayout};
 use placement::{drop_placement, Placement};
 use sandbox::{ProxyGuard, Sandbox};
-use sweep::{find_program, sweep_sandboxes};
+use sweep::sweep_sandboxes;
 
 /// The runbook entry every `unavailable` line of this runtime ends with.
 pub const RUNBOOK: &str = crate::runbook::BWRAP_UNAVAILABLE;

@@ -75,19 +75,3 @@ pub(super) fn is_left_sandbox(
             && Path::new(OsStr::from_bytes(program)).file_name() == Some(bwrap.as_os_str()));
     named && args.any(|a| a == marker.as_os_str().as_bytes())
 }
-
-/// `program` as found in brokerd's PATH (a sandbox starts with an empty environment, so the
-/// search cannot be left to exec); as given when it names a path or is not found.
-pub(super) fn find_program(program: &Path) -> PathBuf {
-    if program.as_os_str().as_bytes().contains(&b'/') {
-        return program.to_path_buf();
-    }
-    std::env::var_os("PATH")
-        .iter()
-        .flat_map(std::env::split_paths)
-        .map(|dir| dir.join(program))
-        .find(|p| {
-            std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-        })
-        .unwrap_or_else(|| program.to_path_buf())
-}

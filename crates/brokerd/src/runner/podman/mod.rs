@@ -1,0 +1,399 @@
+//! The Podman runtime: one fresh rootless container per call
+//! (docs/design.md#the-podman-runner).
+//!
+//! The argument lists are built by [`PodmanRuntime::tool_args`] and
+//! [`PodmanRuntime::egress_args`] as separate `OsString`s (never a shell string); golden files
+//! under `tests/fixtures/podman/` hold them byte for byte. What runs them: `process` (every
+//! podman process, started through the clone spawner), `tool` (the tool container and its
+//! answer), `fetch` (an http_fetch, its tool container beside its proxy), `remove` (stops
+//! and the sweep, each looked at until the container is gone), `orphans` (monitors of
+//! containers Podman forgot), `terminal` (the failures remembered until restart).
+//!
+//! Every podman process brokerd starts runs in its own process group and is waited for with a
+//! bound, so a podman that hangs cannot hang a call past its time limit plus
+//! [`HELPER_TIMEOUT`]s. If a container or proxy that brokerd asked to die cannot be confirmed
+//! gone, the runtime is poisoned and http_fetch answers `unavailable` until restart
+//! (docs/design.md#preflight-and-poisoning).
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use super::egress::{self, EGRESS_MOUNT};
+use super::mounts::check_mounts;
+pub use super::output::STDERR_KEEP;
+use super::protected::{Held, Over, Protector, Unprotected};
+use super::{
+    mount_changed, Cleared, Deadlines, Egress, Ran, Reply, RunError, RunOutput, RunSpec, Runner,
+    Settling, Steps, SweepError, Unavailable,
+};
+use crate::config::RunnerConfig;
+// What podman prints can quote the model's text: redacted before it is logged.
+use crate::redact::redact;
+
+mod fetch;
+mod orphans;
+mod process;
+mod remove;
+mod terminal;
+mod tool;
+
+use fetch::EgressGuard;
+use process::{Helper, Program};
+pub use terminal::Terminal;
+
+/// How long a podman `kill`, or the `rm -f` of a container and the looks until it is gone, may
+/// take before brokerd gives up on it (and poisons). Two of them, after the default shell
+/// limit of 100 s, still end under loopd's 120 s.
+pub const HELPER_TIMEOUT: Duration = Duration::from_secs(8);
+
+/// Numbers the containers of this brokerd process (the `<n>` of
+/// docs/design.md#the-podman-runner).
+static CONTAINERS: AtomicU64 = AtomicU64::new(0);
+
+/// What brokerd's log says when nothing could run; each line ends with the runbook pointer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum Trouble {
+    #[error("podman cannot run here")]
+    Terminal(Terminal),
+    #[error("podman could not be started")]
+    NoPodman,
+    #[error("podman could not start the container")]
+    PodmanFailed,
+    #[error("the egress directory could not be made")]
+    EgressDir,
+    #[error("the egress proxy did not start")]
+    ProxyFailed,
+    #[error("the egress proxy's socket did not appear in time")]
+    ProxySocket,
+    #[error("a container brokerd stopped earlier could not be confirmed gone, so http_fetch is off until restart")]
+    Poisoned,
+    #[error("an earlier call's egress proxy was not confirmed removed in time")]
+    EarlierCleanUp,
+}
+
+/// Runs calls with rootless Podman.
+pub struct PodmanRuntime {
+    program: Program,
+    image: String,
+    egress_network: String,
+    output_cap: usize,
+    memory: String,
+    pids: u32,
+    home: PathBuf,
+    egress_start: Duration,
+    helper_timeout: Duration,
+    poisoned: AtomicBool,
+    /// Proxy removals still under way after their call's answer left.
+    settling: Settling,
+    /// Why no container can ever start here, once seen and confirmed.
+    terminal: Mutex<Option<Terminal>>,
+    /// The protected targets of writable mounts (docs/design.md#protected-targets).
+    protector: Protector,
+}
+
+impl PodmanRuntime {
+    pub fn new(config: &RunnerConfig) -> PodmanRuntime {
+        PodmanRuntime {
+            program: Program::new(&config.podman),
+            image: config.image.clone(),
+            egress_network: config.egress_network.clone(),
+            output_cap: config.output_cap,
+            memory: config.memory.clone(),
+            pids: config.pids,
+            home: config.home.clone(),
+            egress_start: Duration::from_millis(config.egress_start_ms),
+            helper_timeout: HELPER_TIMEOUT,
+            poisoned: AtomicBool::new(false),
+            settling: Settling::default(),
+            terminal: Mutex::new(None),
+            protector: Protector::new(config.protect),
+        }
+    }
+
+    /// Bounds each podman `kill` and each removal differently from [`HELPER_TIMEOUT`] (tests
+    /// use a short one).
+    pub fn with_helper_timeout(mut self, limit: Duration) -> PodmanRuntime {
+        self.helper_timeout = limit;
+        self
+    }
+
+    /// Whether a container or proxy that brokerd stopped could not be confirmed gone.
+    pub fn poisoned(&self) -> bool {
+        self.poisoned.load(Ordering::SeqCst)
+    }
+
+    /// `boxmaker-<session>-<call>-<n>`, n counting containers in this process.
+    pub fn container_name(spec: &RunSpec) -> String {
+        let n = CONTAINERS.fetch_add(1, Ordering::SeqCst) + 1;
+        format!("boxmaker-{}-{}-{n}", spec.session, spec.call)
+    }
+
+    /// `<home>/run/egress/<name>/`
+    pub fn egress_dir(&self, name: &str) -> PathBuf {
+        egress::egress_dir(&self.home, name)
+    }
+
+    /// The tool container's `podman` arguments, in the order of docs/design.md#the-podman-runner.
+    pub fn tool_args(&self, spec: &RunSpec, name: &str) -> Vec<OsString> {
+        self.tool_args_with(spec, name, &[])
+    }
+
+    /// `tool_args` with the mounts of the writable mounts' protected targets, after every
+    /// grant directory's volume: each pin writable onto itself, each target read-only (Podman
+    /// mounts a parent before what is inside it).
+    pub fn tool_args_with(
+        &self,
+        spec: &RunSpec,
+        name: &str,
+        protected: &[Over<'_>],
+    ) -> Vec<OsString> {
+        let mut a: Vec<OsString> = vec![
+            "run".into(),
+            "--rm".into(),
+            "-i".into(),
+            format!("--name={name}").into(),
+            "--label=boxmaker=tool".into(),
+            "--network=none".into(),
+            "--read-only".into(),
+            "--cap-drop=all".into(),
+            "--security-opt=no-new-privileges".into(),
+            "--userns=keep-id".into(),
+            format!("--pids-limit={}", self.pids).into(),
+            format!("--memory={}", self.memory).into(),
+            "--tmpfs=/tmp:rw,size=64m,mode=1777".into(),
+        ];
+        for m in &spec.mounts {
+            match &m.stage {
+                // The session's layer over a staged grant directory. Podman's overlay volume
+                // is writable even for a read-only call: what such a call writes lands in the
+                // layer too, where the owner sees it (docs/design.md#the-podman-runner).
+                Some(s) => a.push(overlay_volume(&m.path, s)),
+                None => a.push(volume(&m.path, &m.path, if m.write { "rw" } else { "ro" })),
+            }
+        }
+        for o in protected {
+            a.push(volume(o.path, o.path, if o.pin { "rw" } else { "ro" }));
+        }
+        if spec.egress.is_some() {
+            a.push(volume(
+                &self.egress_dir(name),
+                Path::new(EGRESS_MOUNT),
+                "rw",
+            ));
+        }
+        a.push(self.image.clone().into());
+        a.push(proto::tools::TOOLKIT.into());
+        a.push(spec.tool.as_str().into());
+        a
+    }
+
+    /// The egress proxy container's `podman` arguments (seed 003 section 6), with one
+    /// `--allow-address <cidr>` pair per allowed range after `--allow` (DESIGN.md "Config").
+    pub fn egress_args(&self, egress: &Egress, name: &str) -> Vec<OsString> {
+        let mut a: Vec<OsString> = vec![
+            "run".into(),
+            "-d".into(),
+            "--rm".into(),
+            format!("--name={name}-egress").into(),
+            "--label=boxmaker=egress".into(),
+            format!("--network={}", self.egress_network).into(),
+            "--read-only".into(),
+            "--cap-drop=all".into(),
+            "--security-opt=no-new-privileges".into(),
+            "--userns=keep-id".into(),
+            "--pids-limit=64".into(),
+            "--memory=128m".into(),
+            volume(&self.egress_dir(name), Path::new(EGRESS_MOUNT), "rw"),
+            self.image.clone().into(),
+        ];
+        a.extend(egress.proxy_command());
+        a
+    }
+
+    /// Writes the log line of an `unavailable` answer (DESIGN.md "Service": it ends with the
+    /// runbook pointer) and gives the answer.
+    fn unavailable(&self, spec: &RunSpec, trouble: Trouble, detail: &str) -> RunError {
+        let why = match trouble {
+            Trouble::EgressDir
+            | Trouble::ProxyFailed
+            | Trouble::ProxySocket
+            | Trouble::Poisoned
+            | Trouble::EarlierCleanUp => Unavailable::EgressUnavailable,
+            Trouble::Terminal(_) | Trouble::NoPodman | Trouble::PodmanFailed => {
+                Unavailable::RunnerUnavailable
+            }
+        };
+        let what = match &trouble {
+            Trouble::Terminal(t) => format!("{trouble}: {t}"),
+            _ => trouble.to_string(),
+        };
+        tracing::error!(
+            session = %spec.session,
+            call = %spec.call,
+            tool = %spec.tool,
+            status = "unavailable",
+            "{what}: {}; see {}",
+            redact(detail.trim_end()),
+            why.runbook()
+        );
+        RunError::Unavailable(why)
+    }
+
+    /// Runs a podman helper (`kill`, `rm`, `container exists`, `image exists`), giving up at
+    /// `deadline`.
+    fn helper(&self, args: &[OsString], deadline: Instant) -> Helper {
+        match self.program.helper(args, 0) {
+            Ok(started) => started.finish(deadline),
+            Err(e) => Helper::NotStarted(e),
+        }
+    }
+
+    /// Turns http_fetch off until restart: a container brokerd stopped may still exist.
+    fn poison(&self) {
+        self.poisoned.store(true, Ordering::SeqCst);
+    }
+}
+
+impl Runner for PodmanRuntime {
+    fn poisoned(&self) -> bool {
+        PodmanRuntime::poisoned(self)
+    }
+
+    fn terminal_failure(&self) -> Option<String> {
+        self.terminal().map(|t| t.to_string())
+    }
+
+    /// toolkit sets both for every program it starts (the tool's own environment); Podman's
+    /// argument list sets none.
+    fn sets_home_and_tmpdir(&self) -> bool {
+        true
+    }
+
+    /// Removes every container an earlier brokerd left, storage-only ones included, the
+    /// monitors of containers Podman no longer lists, and every egress directory
+    /// (docs/design.md#sweep: at start, and at the end of a shutdown).
+    fn sweep(&self) -> Result<usize, SweepError> {
+        let (mut removed, mut failed) = self.sweep_containers()?;
+        let (monitors, monitor_failures) = orphans::sweep_monitors();
+        removed += monitors;
+        failed.extend(monitor_failures);
+        let (dirs, dir_failures) = egress::sweep(&self.home);
+        removed += dirs;
+        failed.extend(dir_failures);
+        SweepError::outcome(removed, failed)
+    }
+
+    fn run(&self, spec: &RunSpec) -> Result<RunOutput, RunError> {
+        super::run_to_the_end(|reply| self.run_replying(spec, reply))
+    }
+
+    fn run_replying(&self, spec: &RunSpec, reply: Reply<'_>) {
+        super::run_call(self, spec, reply)
+    }
+}
+
+impl Steps for PodmanRuntime {
+    type Leftovers<'a> = EgressGuard<'a>;
+
+    fn refusal(&self, spec: &RunSpec) -> Option<RunError> {
+        let t = self.terminal()?;
+        Some(self.unavailable(
+            spec,
+            Trouble::Terminal(t),
+            "remembered from an earlier call",
+        ))
+    }
+
+    fn poisoned_answer(&self, spec: &RunSpec) -> RunError {
+        self.unavailable(spec, Trouble::Poisoned, "http_fetch is off")
+    }
+
+    fn settling(&self) -> &Settling {
+        &self.settling
+    }
+
+    fn protector(&self) -> &Protector {
+        &self.protector
+    }
+
+    /// The answer leaves once the tool container is gone (`run --rm`); the proxy's removal
+    /// and the egress directory's come after it, still within the call.
+    fn run_call<'a>(
+        &'a self,
+        spec: &'a RunSpec,
+        held: &Held<'_>,
+        cleared: &Cleared,
+    ) -> Result<Ran<EgressGuard<'a>>, RunError> {
+        // Podman's --volume cannot carry a path with ':' or ','.
+        let protected: Vec<Over<'_>> = held.mounts().into_iter().map(|(o, _)| o).collect();
+        if let Some(o) = protected
+            .iter()
+            .find(|o| crate::args::check_grant_path(o.path).is_err())
+        {
+            let e = Unprotected::Unmountable(o.path.to_path_buf());
+            tracing::warn!(session = %spec.session, call = %spec.call, status = "refused", "{e}");
+            return Err(RunError::Unprotected(e));
+        }
+        // Podman takes its mount sources as paths and follows links in them, so the grant's
+        // directories are checked before the run and again after it: a directory swapped in
+        // between makes the call a refusal, and nothing it printed reaches the model (see
+        // `runner::mounts`). Nobody but root and the service user can swap one: config::load
+        // refuses a grant directory that another user could rename or replace
+        // (docs/design.md#grants-and-paths).
+        if let Err(e) = check_mounts(&spec.mounts) {
+            return Err(mount_changed(spec, e));
+        }
+        let name = PodmanRuntime::container_name(spec);
+        let times = Deadlines::new(spec, self.egress_start);
+        let (mut answer, proxy) = match &spec.egress {
+            Some(egress) => self.run_fetch(spec, egress, &name, &protected, cleared, &times),
+            None => (
+                self.run_tool(spec, &name, &protected, cleared, &times),
+                None,
+            ),
+        };
+        if let Err(e) = check_mounts(&spec.mounts) {
+            answer = Err(mount_changed(spec, e));
+        }
+        Ok(Ran {
+            sandbox: name,
+            answer,
+            leftovers: proxy,
+        })
+    }
+}
+
+/// `--volume=<host>:<inside>:<mode>`, built from bytes so any path survives.
+/// `--volume=<dir>:<dir>:O,upperdir=<upper>,workdir=<work>`: Podman's overlay volume with the
+/// session's layer as its upper directory.
+fn overlay_volume(dir: &Path, stage: &super::StageMount) -> OsString {
+    let mut v = volume(dir, dir, "O,upperdir=");
+    v.push(&stage.upper);
+    v.push(",workdir=");
+    v.push(&stage.work);
+    v
+}
+
+fn volume(host: &Path, inside: &Path, mode: &str) -> OsString {
+    let mut v = OsString::from("--volume=");
+    v.push(host);
+    v.push(":");
+    v.push(inside);
+    v.push(":");
+    v.push(mode);
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn volumes_keep_any_path() {
+        let v = volume(Path::new("/srv/a b"), Path::new("/srv/a b"), "ro");
+        assert_eq!(v, OsString::from("--volume=/srv/a b:/srv/a b:ro"));
+    }
+}
