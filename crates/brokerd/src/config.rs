@@ -395,12 +395,11 @@ fn parse_with(
     let mut state = state_places(&config);
     state.extend(more.iter().cloned());
     checker.grant_overlaps(&raw, &state)?;
-    if let Some(accounts) = accounts {
-        let home = config
-            .runner
-            .as_ref()
-            .map_or_else(|| PathBuf::from(DEFAULT_HOME), |r| r.home.clone());
-        checker.grant_owners(&raw, &owners::Trusted::of_this_process(&home), accounts)?;
+    // Podman alone mounts a grant directory by its path; bwrap binds the descriptor brokerd
+    // opened and checked, which no rename redirects (docs/design.md#grants-and-paths).
+    let podman = config.runner.as_ref().filter(|r| r.backend == Backend::Podman);
+    if let (Some(accounts), Some(runner)) = (accounts, podman) {
+        checker.grant_owners(&raw, &owners::Trusted::of_this_process(&runner.home), accounts)?;
     }
     Ok(config)
 }

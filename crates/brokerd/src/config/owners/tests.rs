@@ -280,9 +280,10 @@ fn another_user_s_link_on_the_path_is_exposed() {
     assert_eq!(got.as_ref().map(kind), Some("owner"), "{got:?}");
 }
 
-/// `config::load` (brokerd's start, `check-config`) refuses such a grant directory with a
-/// line that says where, which directory, why and what to do; `parse` (tests' configs) and
-/// the placeholders of the NixOS module's build do not look.
+/// `config::load` (brokerd's start, `check-config`) refuses such a grant directory of the
+/// Podman backend with a line that says where, which directory, why and what to do; `parse`
+/// (tests' configs), the placeholders of the NixOS module's build and the bwrap backend (which
+/// mounts the descriptor brokerd checked, not the path) do not look.
 #[test]
 fn load_refuses_a_grant_directory_another_user_could_swap() {
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -290,8 +291,9 @@ fn load_refuses_a_grant_directory_another_user_could_swap() {
     let grant = base.join("g");
     std::fs::create_dir(&grant).expect("mkdir");
     set_mode(&base, 0o755);
+    let runner = format!("[runner]\nimage = \"sha256:{}\"\n\n", "0".repeat(64));
     let text = format!(
-        "[broker]\nclients = [0]\n\n[grants.g]\ntools = [\"read_file\"]\npaths = [ {{ path = \"{}\" }} ]\n",
+        "[broker]\nclients = [0]\n\n{runner}[grants.g]\ntools = [\"read_file\"]\npaths = [ {{ path = \"{}\" }} ]\n",
         grant.display()
     );
     let file = base.join("brokerd.toml");
@@ -305,7 +307,7 @@ fn load_refuses_a_grant_directory_another_user_could_swap() {
     set_mode(&grant, 0o777);
     let e = crate::config::load(&file).expect_err("refused").to_string();
     let want = format!(
-        "{}:6:20: grants.g.paths: {:?} can be renamed or replaced by a user other than root and the service user",
+        "{}:9:20: grants.g.paths: {:?} can be renamed or replaced by a user other than root and the service user",
         file.display(),
         grant.display().to_string()
     );
@@ -323,4 +325,8 @@ fn load_refuses_a_grant_directory_another_user_could_swap() {
     );
     assert!(crate::config::parse(&text, "t.toml").is_ok());
     assert!(crate::config::load_placeholder_dirs(&file).is_ok());
+    let bwrap = text.replace(&runner, "[runner]\nbackend = \"bwrap\"\n\n");
+    std::fs::write(&file, &bwrap).expect("config");
+    let got = crate::config::load(&file);
+    assert!(got.is_ok(), "bwrap: {got:?}");
 }
