@@ -397,9 +397,16 @@ fn parse_with(
     checker.grant_overlaps(&raw, &state)?;
     // Podman alone mounts a grant directory by its path; bwrap binds the descriptor brokerd
     // opened and checked, which no rename redirects (docs/design.md#grants-and-paths).
-    let podman = config.runner.as_ref().filter(|r| r.backend == Backend::Podman);
+    let podman = config
+        .runner
+        .as_ref()
+        .filter(|r| r.backend == Backend::Podman);
     if let (Some(accounts), Some(runner)) = (accounts, podman) {
-        checker.grant_owners(&raw, &owners::Trusted::of_this_process(&runner.home), accounts)?;
+        checker.grant_owners(
+            &raw,
+            &owners::Trusted::of_this_process(&runner.home),
+            accounts,
+        )?;
     }
     Ok(config)
 }
