@@ -71,6 +71,13 @@ fn every_decision_is_one_journal_line_without_the_models_text() {
         kind(&c.call(s, "unav", "auto", "shell", json!({"command": "UNAVAIL"}))),
         "unavailable"
     );
+    // The same refusal four more times: the fifth in all is a stop.
+    for n in 1..=4 {
+        let want = if n < 4 { "refused" } else { "stopped" };
+        let call = format!("again{n}");
+        let got = c.call(s, &call, "auto", "read_file", json!({"path": secret_path}));
+        assert_eq!(kind(&got), want, "{call}: {got:?}");
+    }
     let text = String::from_utf8_lossy(&log.lock().unwrap()).into_owned();
     let lines = decision_lines(&text, s);
     let got: Vec<(String, String, String, String, String)> = lines
@@ -95,6 +102,10 @@ fn every_decision_is_one_journal_line_without_the_models_text() {
         ("declined", "write_file", "declined", "cancelled", ""),
         ("failed", "shell", "allow", "failed", ""),
         ("unav", "shell", "allow", "unavailable", ""),
+        ("again1", "read_file", "refused", "", "path"),
+        ("again2", "read_file", "refused", "", "path"),
+        ("again3", "read_file", "refused", "", "path"),
+        ("again4", "read_file", "stopped", "", "path"),
     ];
     let want: Vec<(String, String, String, String, String)> = want
         .iter()
