@@ -118,6 +118,41 @@ fn a_failed_rm_poisons_unless_the_container_is_confirmed_gone() {
     }
 }
 
+/// What `a_monitor_stand_in` is to be: "monitor" (a conmon that starts its container's init and
+/// waits) or "init" (which sleeps).
+const MONITOR_STAND_IN: &str = "BOXMAKER_TEST_MONITOR_STAND_IN";
+
+/// This test program's arguments that run `a_monitor_stand_in` alone.
+fn stand_in_args() -> [&'static str; 5] {
+    [
+        "--exact",
+        "podman_cleanup::a_monitor_stand_in",
+        "--ignored",
+        "--test-threads=1",
+        "--quiet",
+    ]
+}
+
+#[test]
+#[ignore = "started by the_sweep_removes_labelled_and_storage_only_containers"]
+fn a_monitor_stand_in() {
+    match std::env::var(MONITOR_STAND_IN).as_deref() {
+        Ok("monitor") => {
+            let child = std::process::Command::new(std::env::current_exe().expect("program"))
+                .args(stand_in_args())
+                .env(MONITOR_STAND_IN, "init")
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::null())
+                .spawn();
+            if let Ok(mut c) = child {
+                let _ = c.wait();
+            }
+        }
+        Ok("init") => std::thread::sleep(std::time::Duration::from_secs(300)),
+        _ => {}
+    }
+}
+
 /// The sweep removes every labelled container by ID, whatever its name (64-character session
 /// and call ids included), and every container in storage only that brokerd named (a
 /// `podman run` killed while it made its container leaves one, without labels); another
@@ -152,19 +187,45 @@ esac
         "labelled first, then brokerd's storage-only ones"
     );
     // A `conmon` left with its container's `runc init` for a container Podman forgot, and one
-    // of another program's container, which stays.
+    // of another program's container, which stays. Each is this test program, named conmon,
+    // running only `a_monitor_stand_in` (not /bin/sh: where that is busybox, as in Nix's build
+    // sandbox, the name picks the applet).
     let monitor = |name: &str| {
         use std::os::unix::process::CommandExt;
-        std::process::Command::new("/bin/sh")
+        std::process::Command::new(std::env::current_exe().expect("test program"))
             .arg0("/usr/bin/conmon")
-            .args(["-c", "sleep 300 & wait", "-n", name])
+            .args(stand_in_args())
+            .args(["--", "-n", name])
+            .env(MONITOR_STAND_IN, "monitor")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
             .spawn()
             .expect("a fake conmon")
     };
     let mut left = monitor("boxmaker-orphan-c1-7-egress");
     let mut other = monitor("web-1");
     // Its child is started before the sweep looks.
-    std::thread::sleep(std::time::Duration::from_millis(200));
+    for m in [&left, &other] {
+        let deadline = Instant::now() + std::time::Duration::from_secs(10);
+        // Any of its threads' children (libtest may run the stand-in on a thread of its own).
+        let has_child = || {
+            std::fs::read_dir(format!("/proc/{}/task", m.id()))
+                .into_iter()
+                .flatten()
+                .flatten()
+                .any(|t| {
+                    let list = std::fs::read_to_string(t.path().join("children"));
+                    !list.unwrap_or_default().trim().is_empty()
+                })
+        };
+        while !has_child() {
+            assert!(
+                Instant::now() < deadline,
+                "the stand-in monitor started no child"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
     assert_eq!(
         rt.sweep().expect("sweep"),
         5,
