@@ -422,7 +422,7 @@ impl Checker<'_> {
             tools.push(tool);
         }
 
-        if g.paths.len() > crate::runner::mounts::MAX_MOUNTS {
+        if g.paths.len() > MAX_GRANT_PATHS {
             let span = g.paths.first().map(|p| p.path.span());
             return self.err(span, &key("paths"), Problem::TooManyPaths(g.paths.len()));
         }

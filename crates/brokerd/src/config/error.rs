@@ -59,7 +59,7 @@ pub enum Problem {
     GrantName(String),
     #[error("is accepted only with runner.backend = \"bwrap\"")]
     BwrapUnused,
-    #[error("{0} directories are more than the {max} a sandbox mounts", max = crate::runner::mounts::MAX_MOUNTS)]
+    #[error("{0} directories are more than the {max} a sandbox mounts", max = super::MAX_GRANT_PATHS)]
     TooManyPaths(usize),
     #[error("{0}")]
     Nested(Box<Nested>),

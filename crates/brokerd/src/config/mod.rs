@@ -29,6 +29,7 @@ use serde::{Deserialize, Serialize};
 
 pub use crate::mode::Mode;
 
+mod budget;
 mod check;
 mod defaults;
 mod error;
@@ -36,6 +37,7 @@ pub mod owners;
 mod places;
 mod raw;
 
+pub use budget::{stop_budget, HELPER_TIMEOUT, KILL_CONFIRM};
 pub use check::memory_bytes;
 use check::{line_col, Checker};
 pub use defaults::{defaults, DEFAULT_HOME};
@@ -172,17 +174,6 @@ impl RunnerConfig {
             ToolName::HttpFetch => self.http_fetch_ms,
         })
     }
-
-    /// The longest one call of `tool` can keep loopd waiting once it starts: its time limit,
-    /// the proxy's start for http_fetch, and the stop budget of the backend
-    /// (`runner::stop_budget`). It stays under `broker.timeout_ms`.
-    pub fn call_budget(&self, tool: ToolName) -> Duration {
-        let start = match tool {
-            ToolName::HttpFetch => Duration::from_millis(self.egress_start_ms),
-            ToolName::ReadFile | ToolName::WriteFile | ToolName::Shell => Duration::ZERO,
-        };
-        self.time_limit(tool) + start + crate::runner::stop_budget(self.backend, tool)
-    }
 }
 
 /// How the bwrap backend gets a cgroup for its limits.
@@ -218,6 +209,10 @@ pub struct Grant {
     pub writes: Writes,
     pub approvals: Approvals,
 }
+
+/// The most directories one grant names (docs/design.md#grantsname). Each is a descriptor the
+/// runner hands its sandbox; the runner keeps room for this many.
+pub const MAX_GRANT_PATHS: usize = 54;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GrantPath {

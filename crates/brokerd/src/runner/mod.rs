@@ -15,6 +15,8 @@ use proto::egress::ProxyArgs;
 use proto::ident::Ident;
 use proto::tools::ToolName;
 
+use crate::config::MAX_GRANT_PATHS;
+
 pub use mounts::{DirId, MountChanged};
 
 pub mod bwrap;
@@ -139,11 +141,11 @@ impl RunSpec {
     /// named volume). The policy rules these out before a spec exists; every runner checks
     /// again before it starts anything. (Session and call are identifiers by their type.)
     pub fn malformation(&self) -> Option<String> {
-        if self.mounts.len() > mounts::MAX_MOUNTS {
+        if self.mounts.len() > MAX_GRANT_PATHS {
             return Some(format!(
                 "{} directories are more than a sandbox mounts ({})",
                 self.mounts.len(),
-                mounts::MAX_MOUNTS
+                MAX_GRANT_PATHS
             ));
         }
         self.mounts
@@ -224,22 +226,6 @@ pub enum RunError {
     /// A writable mount's protected targets could not be held: a refusal that says why.
     #[error("{0}")]
     Unprotected(protected::Unprotected),
-}
-
-/// The longest a runner of `backend` takes, past a call's time limit, to stop and remove what
-/// it started for `tool`: with Podman `kill` and `rm -f` of the tool's container, each bounded
-/// by [`podman::HELPER_TIMEOUT`], and `rm -f` of the proxy; with bwrap two SIGKILLs of each
-/// sandbox, each confirmed within [`pidfd::KILL_CONFIRM`]. loopd waits for all of it.
-pub fn stop_budget(backend: crate::config::Backend, tool: ToolName) -> Duration {
-    use crate::config::Backend;
-    let (sandbox, proxy) = match backend {
-        Backend::Podman => (2 * podman::HELPER_TIMEOUT, podman::HELPER_TIMEOUT),
-        Backend::Bwrap => (2 * pidfd::KILL_CONFIRM, 2 * pidfd::KILL_CONFIRM),
-    };
-    match tool {
-        ToolName::HttpFetch => sandbox + proxy,
-        ToolName::ReadFile | ToolName::WriteFile | ToolName::Shell => sandbox,
-    }
 }
 
 /// Where a runner hands a call's answer, once, as soon as it has it: before the clean-up that

@@ -66,7 +66,7 @@ fn grant_directories_stay_apart_from_each_other_and_from_brokerd() {
         assert_eq!(got, want, "{text}");
     }
     // More directories than a sandbox mounts by descriptor.
-    let many: Vec<String> = (0..=crate::runner::mounts::MAX_MOUNTS)
+    let many: Vec<String> = (0..=super::super::MAX_GRANT_PATHS)
         .map(|_| format!("{{ path = \"{d}/q\" }}"))
         .collect();
     let text = format!(

@@ -45,9 +45,8 @@ use process::{Helper, Program};
 pub use terminal::Terminal;
 
 /// How long a podman `kill`, or the `rm -f` of a container and the looks until it is gone, may
-/// take before brokerd gives up on it (and poisons). Two of them, after the default shell
-/// limit of 100 s, still end under loopd's 120 s.
-pub const HELPER_TIMEOUT: Duration = Duration::from_secs(8);
+/// take before brokerd gives up on it: the stop budget's bound (`config::stop_budget`).
+pub use crate::config::HELPER_TIMEOUT;
 
 /// Numbers the containers of this brokerd process (the `<n>` of
 /// docs/design.md#the-podman-runner).
