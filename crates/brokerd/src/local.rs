@@ -489,14 +489,14 @@ fn poisoned(socket: &Path, s: &client::Status) -> Result<String, String> {
     if s.poisoned {
         return Err(format!(
             "yes: brokerd ({} backend) could not confirm a sandbox or proxy dead, so http_fetch answers unavailable until it restarts; see {} (section 6)",
-            s.backend,
+            Backend::name(s.backend),
             runbook::RUNNER_UNAVAILABLE
         ));
     }
     Ok(format!(
         "no (brokerd at {}, {} backend)",
         socket.display(),
-        s.backend
+        Backend::name(s.backend)
     ))
 }
 

@@ -115,29 +115,8 @@ pub enum Client {
     Group(String),
 }
 
-/// Which sandbox runs the calls; one per brokerd.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Backend {
-    Podman,
-    Bwrap,
-}
-
-impl Backend {
-    /// As the config and `status` spell it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Backend::Podman => "podman",
-            Backend::Bwrap => "bwrap",
-        }
-    }
-}
-
-impl std::fmt::Display for Backend {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+/// Which sandbox runs the calls; one per brokerd, spelt as `status` spells it.
+pub use proto::broker::Backend;
 
 /// `[runner]`
 #[derive(Debug, Clone, PartialEq, Eq)]
