@@ -257,15 +257,16 @@ impl Checker<'_> {
         if podman.is_empty() {
             return self.err(span, "runner.podman", Problem::BadWord);
         }
-        let (egress_network, span) =
-            self.value(&r.egress_network, DEFAULT_EGRESS_NETWORK.to_owned());
-        if egress_network.is_empty()
-            || egress_network
-                .chars()
-                .any(|c| c.is_whitespace() || c.is_control())
-        {
-            return self.err(span, "runner.egress_network", Problem::BadWord);
-        }
+        let egress_network = match &r.egress_network {
+            None => DEFAULT_EGRESS_NETWORK,
+            Some(word) => match EgressNetwork::parse(word.get_ref()) {
+                Some(network) => network,
+                None => {
+                    let problem = Problem::EgressNetwork(word.get_ref().clone());
+                    return self.err(Some(word.span()), "runner.egress_network", problem);
+                }
+            },
+        };
         let (memory, span) = self.value(&r.memory, DEFAULT_MEMORY.to_owned());
         if !matches!(memory_bytes(&memory), Some(b) if b >= MIN_MEMORY) {
             return self.err(span, "runner.memory", Problem::Memory(memory));

@@ -15,7 +15,7 @@ pub(super) const DEFAULT_SHUTDOWN_GRACE_S: u64 = 30;
 pub(super) const DEFAULT_MAX_STAGED_BYTES: u64 = 1 << 30;
 
 pub(super) const DEFAULT_PODMAN: &str = "podman";
-pub(super) const DEFAULT_EGRESS_NETWORK: &str = "pasta";
+pub(super) const DEFAULT_EGRESS_NETWORK: super::EgressNetwork = super::EgressNetwork::Pasta;
 pub(super) const DEFAULT_OUTPUT_CAP: usize = 262_144;
 pub(super) const DEFAULT_MEMORY: &str = "512m";
 pub(super) const DEFAULT_PIDS: u32 = 128;
@@ -64,7 +64,7 @@ pub fn defaults() -> Result<serde_json::Value, String> {
         },
         "runner": {
             "backend": json(serde_json::to_value(r.backend)),
-            "egress_network": r.egress_network,
+            "egress_network": r.egress_network.as_str(),
             "output_cap": r.output_cap,
             "memory": r.memory,
             "pids": r.pids,

@@ -55,6 +55,8 @@ pub enum Problem {
     Client(String),
     #[error("must not be empty or contain spaces or control characters")]
     BadWord,
+    #[error("{0:?} is not an egress network: use pasta or slirp4netns")]
+    EgressNetwork(String),
     #[error("{0:?} is not a grant name: 1 to 64 of A-Z a-z 0-9 _ . -, not . or ..")]
     GrantName(String),
     #[error("is accepted only with runner.backend = \"bwrap\"")]

@@ -126,7 +126,8 @@ pub struct RunnerConfig {
     pub podman: PathBuf,
     /// Pinned by content; empty only with `backend = "bwrap"`.
     pub image: String,
-    pub egress_network: String,
+    /// The egress proxy container's network (Podman only).
+    pub egress_network: EgressNetwork,
     pub output_cap: usize,
     pub memory: String,
     pub pids: u32,
@@ -152,6 +153,39 @@ impl RunnerConfig {
             ToolName::Shell => self.shell_ms,
             ToolName::HttpFetch => self.http_fetch_ms,
         })
+    }
+}
+
+/// The network of the egress proxy's container: one of Podman's rootless user-mode networks,
+/// by the helper program it runs (docs/design.md#runner).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EgressNetwork {
+    /// passt's `pasta`: Podman 4.4 and later, NixOS's.
+    Pasta,
+    /// `slirp4netns`: where Podman has no pasta (Debian 12's Podman 4.3).
+    Slirp4netns,
+}
+
+impl EgressNetwork {
+    pub const ALL: [EgressNetwork; 2] = [EgressNetwork::Pasta, EgressNetwork::Slirp4netns];
+
+    /// As the config, `podman run --network=` and `podman info` spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EgressNetwork::Pasta => "pasta",
+            EgressNetwork::Slirp4netns => "slirp4netns",
+        }
+    }
+
+    /// The network spelt `word`, if any.
+    pub fn parse(word: &str) -> Option<EgressNetwork> {
+        EgressNetwork::ALL.into_iter().find(|n| n.as_str() == word)
+    }
+}
+
+impl std::fmt::Display for EgressNetwork {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 

@@ -36,7 +36,7 @@ fn defaults_are_the_documented_ones() {
             backend: Backend::Podman,
             podman: "podman".into(),
             image: IMAGE.into(),
-            egress_network: "pasta".into(),
+            egress_network: EgressNetwork::Pasta,
             output_cap: 262_144,
             memory: "512m".into(),
             pids: 128,
@@ -126,6 +126,7 @@ tools = ["read_file"]
     assert_eq!(c.broker.shutdown_grace_s, 0);
     let r = c.runner.expect("runner");
     assert_eq!(r.backend, Backend::Bwrap);
+    assert_eq!(r.egress_network, EgressNetwork::Slirp4netns);
     assert_eq!(r.home, PathBuf::from("/home/boxmaker"));
     assert!(!r.enforce_limits);
     assert_eq!(

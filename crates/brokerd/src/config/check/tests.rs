@@ -64,7 +64,20 @@ fn bad_configs_say_where_and_what() {
         ),
         (
             runner("egress_network = \"\""),
-            "c.toml:3:18: runner.egress_network: must not be empty or contain spaces or control characters".into(),
+            "c.toml:3:18: runner.egress_network: \"\" is not an egress network: use pasta or slirp4netns".into(),
+        ),
+        // Podman's other networks would give the proxy a way out that no check here judged.
+        (
+            runner("egress_network = \"host\""),
+            "c.toml:3:18: runner.egress_network: \"host\" is not an egress network: use pasta or slirp4netns".into(),
+        ),
+        (
+            runner("egress_network = \"Pasta\""),
+            "c.toml:3:18: runner.egress_network: \"Pasta\" is not an egress network: use pasta or slirp4netns".into(),
+        ),
+        (
+            runner("egress_network = \"pasta:--map-gw\""),
+            "c.toml:3:18: runner.egress_network: \"pasta:--map-gw\" is not an egress network: use pasta or slirp4netns".into(),
         ),
         (
             runner("home = \"var/lib\""),

@@ -29,7 +29,7 @@ use super::{
     mount_changed, Cleared, Deadlines, Egress, Ran, Reply, RunError, RunOutput, RunSpec, Runner,
     Settling, Steps, SweepError, Unavailable,
 };
-use crate::config::RunnerConfig;
+use crate::config::{EgressNetwork, RunnerConfig};
 // What podman prints can quote the model's text: redacted before it is logged.
 use crate::redact::redact;
 
@@ -77,7 +77,7 @@ enum Trouble {
 pub struct PodmanRuntime {
     program: Program,
     image: String,
-    egress_network: String,
+    egress_network: EgressNetwork,
     output_cap: usize,
     memory: String,
     pids: u32,
@@ -98,7 +98,7 @@ impl PodmanRuntime {
         PodmanRuntime {
             program: Program::new(&config.podman),
             image: config.image.clone(),
-            egress_network: config.egress_network.clone(),
+            egress_network: config.egress_network,
             output_cap: config.output_cap,
             memory: config.memory.clone(),
             pids: config.pids,
