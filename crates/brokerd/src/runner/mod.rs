@@ -349,14 +349,15 @@ pub(crate) fn not_cleared(spec: &RunSpec) -> RunError {
 
 /// The operator's log line for a call that could not run, and its fixed answer.
 pub(crate) fn could_not_run(spec: &RunSpec, why: &str) -> RunError {
+    let answer = RunError::Failed(Failure::CouldNotRun);
     tracing::error!(
         session = %spec.session,
         call = %spec.call,
         tool = %spec.tool,
-        status = "failed",
+        status = answer.ended().as_str(),
         "{why}"
     );
-    RunError::Failed(Failure::CouldNotRun)
+    answer
 }
 
 /// What takes a call's answer to whoever waits for it.
@@ -591,14 +592,15 @@ fn unprotected(spec: &RunSpec, e: protected::Unprotected) -> RunError {
     if let protected::Unprotected::Changed(e) = e {
         return mount_changed(spec, e);
     }
+    let answer = RunError::Unprotected(e);
     tracing::warn!(
         session = %spec.session,
         call = %spec.call,
         tool = %spec.tool,
-        status = "refused",
-        "{e}"
+        status = answer.ended().as_str(),
+        "{answer}"
     );
-    RunError::Unprotected(e)
+    answer
 }
 
 /// The steps of a call that differ between the backends; [`run_call`] is the rest.
@@ -652,16 +654,18 @@ fn malformed(spec: &RunSpec, what: &str) -> RunError {
 
 /// The operator's log line for a mount source that changed, and the call's answer.
 pub(crate) fn mount_changed(spec: &RunSpec, e: MountChanged) -> RunError {
+    let path = e.path.display().to_string();
+    let answer = RunError::MountChanged(e);
     tracing::error!(
         session = %spec.session,
         call = %spec.call,
         tool = %spec.tool,
-        status = "refused",
-        path = %e.path.display(),
-        "{e}; see {}",
+        status = answer.ended().as_str(),
+        path,
+        "{answer}; see {}",
         crate::runbook::GRANT_DIRECTORY_CHANGED
     );
-    RunError::MountChanged(e)
+    answer
 }
 
 /// One log line per finished call, the same for every backend (`sandbox` is the container or

@@ -229,16 +229,17 @@ impl PodmanRuntime {
             Trouble::Terminal(t) => format!("{trouble}: {t}"),
             _ => trouble.to_string(),
         };
+        let answer = RunError::Unavailable(why);
         tracing::error!(
             session = %spec.session,
             call = %spec.call,
             tool = %spec.tool,
-            status = "unavailable",
+            status = answer.ended().as_str(),
             "{what}: {}; see {}",
             redact(detail.trim_end()),
             why.runbook()
         );
-        RunError::Unavailable(why)
+        answer
     }
 
     /// Runs a podman helper (`kill`, `rm`, `container exists`, `image exists`), giving up at
@@ -332,9 +333,10 @@ impl Steps for PodmanRuntime {
             .iter()
             .find(|o| crate::args::check_grant_path(o.path).is_err())
         {
-            let e = Unprotected::Unmountable(o.path.to_path_buf());
-            tracing::warn!(session = %spec.session, call = %spec.call, status = "refused", "{e}");
-            return Err(RunError::Unprotected(e));
+            let answer = RunError::Unprotected(Unprotected::Unmountable(o.path.to_path_buf()));
+            let status = answer.ended().as_str();
+            tracing::warn!(session = %spec.session, call = %spec.call, status, "{answer}");
+            return Err(answer);
         }
         // Podman takes its mount sources as paths and follows links in them, so the grant's
         // directories are checked before the run and again after it: a directory swapped in
