@@ -273,11 +273,12 @@ impl Checker<'_> {
         }
         let (home, span) = self.value(&r.home, DEFAULT_HOME.to_owned());
         let home = self.absolute(&home, span.clone(), "runner.home")?;
-        // The egress directory under home is mounted with --volume (seed 003 section 6).
+        // The egress directory under home is mounted with --volume
+        // (docs/design.md#http_fetch-and-its-egress-proxy).
         check_grant_path(&home)
             .or_else(|e| self.err(span, "runner.home", Problem::Unmountable(e)))?;
 
-        // Every tool limit stays under loopd's broker timeout (seed 003 section 6).
+        // Every tool limit stays under loopd's broker timeout (docs/design.md#runner).
         let (timeout, timeout_span) = self.value(&b.timeout_ms, DEFAULT_TIMEOUT_MS);
         let limit = |v: &Option<S<u64>>, default: u64, key: &str| -> Result<u64, ConfigError> {
             let (ms, span) = self.value(v, default);

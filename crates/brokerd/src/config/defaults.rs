@@ -2,7 +2,8 @@
 
 use super::parse;
 
-// Defaults: DESIGN.md "Config" and seed 003 section 6.
+// The tables of docs/design.md#broker, docs/design.md#runner, docs/design.md#bwrap and
+// docs/design.md#grantsname.
 pub(super) const DEFAULT_CLIENT: &str = "loopd";
 pub(super) const DEFAULT_AUDIT_LOG: &str = "/var/lib/boxmaker/audit.jsonl";
 pub(super) const DEFAULT_TIMEOUT_MS: u64 = 120_000;

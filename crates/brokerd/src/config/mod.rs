@@ -1,4 +1,4 @@
-//! brokerd's TOML configuration (DESIGN.md "Config"; seed 003 section 6).
+//! brokerd's TOML configuration (docs/design.md#config).
 //!
 //! Reading is two steps: serde with `deny_unknown_fields` everywhere (a misspelt key is an
 //! error, not a silently ignored setting), then checks of the values. Every
@@ -9,13 +9,15 @@
 //! config.toml:12:9: runner.image: "boxmaker-tools:latest" is a tag; pin the image by content (sha256:<64 hex> or name@sha256:<64 hex>)
 //! ```
 //!
-//! Decisions where DESIGN.md leaves room:
-//! - `[runner]` absent means no runner: every call is refused (seed 003 section 6), so `runner`
-//!   is an `Option`. `image` is required with `backend = "podman"`.
-//! - `[runner] home` (default `/var/lib/boxmaker`, the service user's home of DESIGN.md
-//!   "Service") holds `<home>/run/egress/`. It is a key, not `$HOME`, so that brokerd run by hand
-//!   and brokerd run by systemd use the same directories and a test can point it elsewhere.
-//! - `[bwrap]` is accepted only with `backend = "bwrap"`; its keys default as in DESIGN.md.
+//! What the code holds to, as docs/design.md#config writes it:
+//! - `[runner]` absent means no runner: every call is refused (docs/design.md#runner), so
+//!   `runner` is an `Option`. `image` is required with `backend = "podman"`.
+//! - `[runner] home` (default `/var/lib/boxmaker`, the service user's home of
+//!   docs/design.md#service) holds `<home>/run/egress/`. It is a key, not `$HOME`, so that
+//!   brokerd run by hand and brokerd run by systemd use the same directories and a test can
+//!   point it elsewhere.
+//! - `[bwrap]` is accepted only with `backend = "bwrap"`; its keys default as
+//!   docs/design.md#bwrap says.
 //! - A grant's `mode` defaults to `safe`, the mode that only reads.
 //! - `http_fetch_ms + egress_start_ms` must also stay under `broker.timeout_ms`: loopd waits for
 //!   the proxy's start as well as for the tool.

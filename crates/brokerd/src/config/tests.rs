@@ -56,7 +56,7 @@ fn defaults_are_the_documented_ones() {
     );
     assert_eq!(c.bwrap, None);
     assert!(c.grants.is_empty());
-    // No [runner]: no runner, every call refused (seed 003 section 6).
+    // No [runner]: no runner, every call refused (docs/design.md#runner).
     assert_eq!(parse("", "c").expect("empty config").runner, None);
 }
 

@@ -189,8 +189,8 @@ impl PodmanRuntime {
         a
     }
 
-    /// The egress proxy container's `podman` arguments (seed 003 section 6), with one
-    /// `--allow-address <cidr>` pair per allowed range after `--allow` (DESIGN.md "Config").
+    /// The egress proxy container's `podman` arguments, with one `--allow-address <cidr>` pair
+    /// per allowed range after `--allow` (docs/design.md#http_fetch-and-its-egress-proxy).
     pub fn egress_args(&self, egress: &Egress, name: &str) -> Vec<OsString> {
         let mut a: Vec<OsString> = vec![
             "run".into(),
@@ -212,7 +212,7 @@ impl PodmanRuntime {
         a
     }
 
-    /// Writes the log line of an `unavailable` answer (DESIGN.md "Service": it ends with the
+    /// Writes the log line of an `unavailable` answer (docs/design.md#service: it ends with the
     /// runbook pointer) and gives the answer.
     fn unavailable(&self, spec: &RunSpec, trouble: Trouble, detail: &str) -> RunError {
         let why = match trouble {
