@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::config::{self, Backend, Config};
+use crate::config::{self, Backend, Config, EgressNetwork};
 use crate::runbook;
 use crate::runner::bwrap::BwrapRuntime;
 use crate::runner::podman::PodmanRuntime;
@@ -216,9 +216,9 @@ fn doctor(cfg: &Config, socket: &Path) -> u8 {
     r.check(
         "egress network",
         podman(cfg, &["info", "--format", "json"])
-            .and_then(|info| egress_helper(&info, &rc.egress_network)),
+            .and_then(|info| egress_helper(&info, rc.egress_network)),
     );
-    if rc.egress_network == "slirp4netns" {
+    if rc.egress_network == EgressNetwork::Slirp4netns {
         r.check("/dev/net/tun", tun_usable());
     }
     running_checks(socket, &mut r);
@@ -489,14 +489,14 @@ fn poisoned(socket: &Path, s: &client::Status) -> Result<String, String> {
     if s.poisoned {
         return Err(format!(
             "yes: brokerd ({} backend) could not confirm a sandbox or proxy dead, so http_fetch answers unavailable until it restarts; see {} (section 6)",
-            s.backend,
+            Backend::name(s.backend),
             runbook::RUNNER_UNAVAILABLE
         ));
     }
     Ok(format!(
         "no (brokerd at {}, {} backend)",
         socket.display(),
-        s.backend
+        Backend::name(s.backend)
     ))
 }
 
@@ -629,19 +629,19 @@ fn reachable(path: &Path, write: bool) -> Result<String, String> {
 /// Where Podman finds the egress network's helper program, from `podman info`'s JSON: Podman
 /// looks in its `helper_binaries_dir` (containers.conf; on NixOS Podman's own
 /// `libexec/podman`) before PATH, so PATH alone says nothing about it.
-fn egress_helper(info: &str, network: &str) -> Result<String, String> {
+fn egress_helper(info: &str, network: EgressNetwork) -> Result<String, String> {
     let info: serde_json::Value =
         serde_json::from_str(info).map_err(|e| format!("podman info is not JSON: {e}"))?;
-    let found = info["host"][network]["executable"]
+    let found = info["host"][network.as_str()]["executable"]
         .as_str()
         .filter(|p| !p.is_empty());
     match (found, network) {
         (Some(path), _) => Ok(format!("{network} at {path}, where Podman finds it")),
-        (None, "pasta") => Err(format!(
+        (None, EgressNetwork::Pasta) => Err(format!(
             "Podman finds no pasta (podman info names none: Podman older than 4.4, as Debian 12's 4.3, or no passt installed where Podman looks); install passt, or set egress_network = \"slirp4netns\"; see {}",
             runbook::RUNNER_UNAVAILABLE
         )),
-        (None, _) => Err(format!(
+        (None, EgressNetwork::Slirp4netns) => Err(format!(
             "Podman finds no {network} (podman info names none); install it where Podman looks (helper_binaries_dir in containers.conf, or PATH), or set egress_network = \"pasta\" (NixOS's Podman ships pasta, not slirp4netns); see {}",
             runbook::RUNNER_UNAVAILABLE
         )),
@@ -718,7 +718,7 @@ pub fn audit_verify(path: &Path) -> u8 {
 
 #[cfg(test)]
 mod tests {
-    use super::{egress_helper, subordinate_ids_in, Userns};
+    use super::{egress_helper, subordinate_ids_in, EgressNetwork, Userns};
 
     /// The lines as usermod writes them, in files, pass; a file without the user's line, and a
     /// link however right its target (NixOS's `environment.etc` without a mode), fail.
@@ -764,17 +764,25 @@ mod tests {
         let cases = [
             (
                 nixos,
-                "pasta",
+                EgressNetwork::Pasta,
                 Ok("pasta at /nix/store/x-podman-5.6/libexec/podman/pasta, where Podman finds it"),
             ),
-            (nixos, "slirp4netns", Err("NixOS's Podman ships pasta")),
+            (
+                nixos,
+                EgressNetwork::Slirp4netns,
+                Err("NixOS's Podman ships pasta"),
+            ),
             (
                 debian,
-                "slirp4netns",
+                EgressNetwork::Slirp4netns,
                 Ok("slirp4netns at /usr/bin/slirp4netns, where Podman finds it"),
             ),
-            (debian, "pasta", Err("Podman finds no pasta")),
-            ("not json", "pasta", Err("podman info is not JSON")),
+            (debian, EgressNetwork::Pasta, Err("Podman finds no pasta")),
+            (
+                "not json",
+                EgressNetwork::Pasta,
+                Err("podman info is not JSON"),
+            ),
         ];
         for (info, network, want) in cases {
             match (egress_helper(info, network), want) {

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use brokerd::audit::Audit;
-use brokerd::broker::{Broker, NO_BACKEND};
+use brokerd::broker::Broker;
 use brokerd::config::{self, Backend, Config};
 use brokerd::local;
 use brokerd::policy::Policy;
@@ -374,7 +374,7 @@ async fn run(file: &Path, socket: Option<PathBuf>) -> Result<(), String> {
     let mut start = format!(
         "brokerd {} started, backend {}",
         env!("CARGO_PKG_VERSION"),
-        backend.map_or(NO_BACKEND, Backend::as_str)
+        Backend::name(backend)
     );
     if !enforce {
         // docs/design.md#limits: an operator's explicit choice, logged and audited.

@@ -325,11 +325,81 @@ pub struct ToolSchema {
     pub parameters: serde_json::Value,
 }
 
+/// Which sandbox runs a brokerd's calls, one per brokerd (docs/design.md#runner): as the
+/// config's `[runner] backend`, `status` and the command lines spell it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Backend {
+    /// A rootless Podman container per call (docs/design.md#the-podman-runner).
+    Podman,
+    /// A bubblewrap sandbox per call (docs/design.md#the-bwrap-runner).
+    Bwrap,
+}
+
+/// `status`'s `backend` when brokerd has no `[runner]`: every call is refused.
+pub const NO_BACKEND: &str = "none";
+
+impl Backend {
+    pub const ALL: [Backend; 2] = [Backend::Podman, Backend::Bwrap];
+
+    /// The word for it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Backend::Podman => "podman",
+            Backend::Bwrap => "bwrap",
+        }
+    }
+
+    /// The backend spelt `word`, if any.
+    pub fn parse(word: &str) -> Option<Backend> {
+        Backend::ALL.into_iter().find(|b| b.as_str() == word)
+    }
+
+    /// The word for a brokerd's backend, or [`NO_BACKEND`] without one.
+    pub fn name(backend: Option<Backend>) -> &'static str {
+        backend.map_or(NO_BACKEND, Backend::as_str)
+    }
+}
+
+impl std::fmt::Display for Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// `status`'s `backend`, a word: a [`Backend`]'s, or [`NO_BACKEND`] for `None`.
+mod backend_or_none {
+    use serde::de::{Deserializer, Error};
+    use serde::{Deserialize, Serializer};
+
+    use super::{Backend, NO_BACKEND};
+
+    pub fn serialize<S: Serializer>(b: &Option<Backend>, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(Backend::name(*b))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Backend>, D::Error> {
+        let word = std::borrow::Cow::<str>::deserialize(d)?;
+        if word == NO_BACKEND {
+            return Ok(None);
+        }
+        match Backend::parse(&word) {
+            Some(b) => Ok(Some(b)),
+            None => Err(D::Error::unknown_variant(
+                &word,
+                &["podman", "bwrap", NO_BACKEND],
+            )),
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Status {
     pub protocol: u32,
     pub version: String,
-    pub backend: String,
+    /// `None`: no `[runner]`, spelt [`NO_BACKEND`].
+    #[serde(with = "backend_or_none")]
+    pub backend: Option<Backend>,
     pub enforce_limits: bool,
     /// The start-up preflight, with the network preflight in its `network`.
     pub preflight: PreflightStatus,
@@ -559,6 +629,40 @@ mod tests {
             let back: PreflightStatus = serde_json::from_str(json).unwrap();
             assert_eq!(&back, p, "{json}");
         }
+    }
+
+    /// `status`'s backend is one of three words, each read back as it was written; any other
+    /// word is not a status.
+    #[test]
+    fn status_backend_words() {
+        let status = |backend: &str| {
+            format!(
+                r#"{{"protocol":1,"version":"0","backend":{backend},"enforce_limits":true,"preflight":{{"ok":null,"detail":""}},"poisoned":false,"audit_head":{{"seq":0,"hash":""}}}}"#
+            )
+        };
+        let cases = [
+            ("\"podman\"", Some(Some(Backend::Podman))),
+            ("\"bwrap\"", Some(Some(Backend::Bwrap))),
+            ("\"none\"", Some(None)),
+            ("\"docker\"", None),
+            ("\"Podman\"", None),
+            ("\"\"", None),
+            ("null", None),
+            ("1", None),
+        ];
+        for (word, want) in cases {
+            let got = serde_json::from_str::<Status>(&status(word)).ok();
+            assert_eq!(got.as_ref().map(|s| s.backend), want, "{word}");
+            if let Some(s) = got {
+                let again = serde_json::to_value(&s).unwrap();
+                assert_eq!(again["backend"].to_string(), word);
+            }
+        }
+        for b in Backend::ALL {
+            assert_eq!(Backend::parse(b.as_str()), Some(b));
+            assert_eq!(serde_json::to_string(&b).unwrap(), format!("\"{b}\""));
+        }
+        assert_eq!(Backend::parse(NO_BACKEND), None);
     }
 
     #[test]

@@ -15,6 +15,7 @@ use std::process::{Child, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 use client::{Body, Client, Request};
+use proto::broker::Backend;
 use serde_json::{json, Value};
 
 use crate::https::{BIG, HELLO, TAILNET_GREETING};
@@ -64,30 +65,6 @@ fn time_scale(opts: &crate::Opts) -> Result<u32, String> {
 type Outcome = Result<(), String>;
 type Scenario = fn(&mut Suite) -> Outcome;
 
-/// The runner brokerd is configured with for this run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Backend {
-    Podman,
-    Bwrap,
-}
-
-impl Backend {
-    fn parse(s: &str) -> Result<Backend, String> {
-        match s {
-            "podman" => Ok(Backend::Podman),
-            "bwrap" => Ok(Backend::Bwrap),
-            _ => Err(format!("--backend {s:?} is not podman or bwrap")),
-        }
-    }
-
-    fn as_str(self) -> &'static str {
-        match self {
-            Backend::Podman => "podman",
-            Backend::Bwrap => "bwrap",
-        }
-    }
-}
-
 struct Suite {
     backend: Backend,
     tools_root: Option<PathBuf>,
@@ -125,7 +102,9 @@ struct Suite {
 pub fn run(opts: &crate::Opts) -> Result<ExitCode, String> {
     let user = User::lookup(&opts.one("user").unwrap_or_else(|| "boxmaker".into()))?;
     let work = PathBuf::from(opts.required("work")?);
-    let backend = Backend::parse(&opts.one("backend").unwrap_or_else(|| "podman".into()))?;
+    let backend = opts.one("backend").unwrap_or_else(|| "podman".into());
+    let backend =
+        Backend::parse(&backend).ok_or(format!("--backend {backend:?} is not podman or bwrap"))?;
     let mut suite = Suite::prepare(backend, user, &work, opts)?;
     let only = opts.all("only");
     let bench: usize = match opts.one("bench") {

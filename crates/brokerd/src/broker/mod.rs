@@ -35,7 +35,6 @@ mod records;
 mod run;
 mod staged;
 
-pub use ops::NO_BACKEND;
 pub use records::OUTCOME_SYNC_WITHIN;
 use records::{journal, outcome_record};
 use run::NotRun;

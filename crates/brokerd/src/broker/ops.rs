@@ -3,9 +3,6 @@
 
 use super::*;
 
-/// The `backend` of `status` when the config has no `[runner]` section.
-pub const NO_BACKEND: &str = "none";
-
 impl Broker {
     pub(super) fn tools(&self, grant: &str) -> Body {
         let Some(g) = self.policy.grant(grant) else {
@@ -87,7 +84,7 @@ impl Broker {
         Body::Status(Status {
             protocol: PROTOCOL,
             version: env!("CARGO_PKG_VERSION").into(),
-            backend: self.backend.map_or(NO_BACKEND, Backend::as_str).into(),
+            backend: self.backend,
             enforce_limits: self.config.runner.as_ref().is_none_or(|r| r.enforce_limits),
             preflight,
             poisoned: self.runner.poisoned(),

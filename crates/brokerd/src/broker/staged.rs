@@ -104,7 +104,7 @@ impl Broker {
         tracing::error!(
             session = session.as_str(),
             call = call.as_str(),
-            status = "unavailable",
+            status = audit::Ended::Unavailable.as_str(),
             "{why}; see {}",
             runbook::STAGED_LAYER
         );

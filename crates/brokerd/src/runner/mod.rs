@@ -15,6 +15,8 @@ use proto::egress::ProxyArgs;
 use proto::ident::Ident;
 use proto::tools::ToolName;
 
+use crate::config::MAX_GRANT_PATHS;
+
 pub use mounts::{DirId, MountChanged};
 
 pub mod bwrap;
@@ -139,11 +141,11 @@ impl RunSpec {
     /// named volume). The policy rules these out before a spec exists; every runner checks
     /// again before it starts anything. (Session and call are identifiers by their type.)
     pub fn malformation(&self) -> Option<String> {
-        if self.mounts.len() > mounts::MAX_MOUNTS {
+        if self.mounts.len() > MAX_GRANT_PATHS {
             return Some(format!(
                 "{} directories are more than a sandbox mounts ({})",
                 self.mounts.len(),
-                mounts::MAX_MOUNTS
+                MAX_GRANT_PATHS
             ));
         }
         self.mounts
@@ -224,22 +226,6 @@ pub enum RunError {
     /// A writable mount's protected targets could not be held: a refusal that says why.
     #[error("{0}")]
     Unprotected(protected::Unprotected),
-}
-
-/// The longest a runner of `backend` takes, past a call's time limit, to stop and remove what
-/// it started for `tool`: with Podman `kill` and `rm -f` of the tool's container, each bounded
-/// by [`podman::HELPER_TIMEOUT`], and `rm -f` of the proxy; with bwrap two SIGKILLs of each
-/// sandbox, each confirmed within [`pidfd::KILL_CONFIRM`]. loopd waits for all of it.
-pub fn stop_budget(backend: crate::config::Backend, tool: ToolName) -> Duration {
-    use crate::config::Backend;
-    let (sandbox, proxy) = match backend {
-        Backend::Podman => (2 * podman::HELPER_TIMEOUT, podman::HELPER_TIMEOUT),
-        Backend::Bwrap => (2 * pidfd::KILL_CONFIRM, 2 * pidfd::KILL_CONFIRM),
-    };
-    match tool {
-        ToolName::HttpFetch => sandbox + proxy,
-        ToolName::ReadFile | ToolName::WriteFile | ToolName::Shell => sandbox,
-    }
 }
 
 /// Where a runner hands a call's answer, once, as soon as it has it: before the clean-up that
@@ -363,14 +349,15 @@ pub(crate) fn not_cleared(spec: &RunSpec) -> RunError {
 
 /// The operator's log line for a call that could not run, and its fixed answer.
 pub(crate) fn could_not_run(spec: &RunSpec, why: &str) -> RunError {
+    let answer = RunError::Failed(Failure::CouldNotRun);
     tracing::error!(
         session = %spec.session,
         call = %spec.call,
         tool = %spec.tool,
-        status = "failed",
+        status = answer.ended().as_str(),
         "{why}"
     );
-    RunError::Failed(Failure::CouldNotRun)
+    answer
 }
 
 /// What takes a call's answer to whoever waits for it.
@@ -605,14 +592,15 @@ fn unprotected(spec: &RunSpec, e: protected::Unprotected) -> RunError {
     if let protected::Unprotected::Changed(e) = e {
         return mount_changed(spec, e);
     }
+    let answer = RunError::Unprotected(e);
     tracing::warn!(
         session = %spec.session,
         call = %spec.call,
         tool = %spec.tool,
-        status = "refused",
-        "{e}"
+        status = answer.ended().as_str(),
+        "{answer}"
     );
-    RunError::Unprotected(e)
+    answer
 }
 
 /// The steps of a call that differ between the backends; [`run_call`] is the rest.
@@ -666,16 +654,18 @@ fn malformed(spec: &RunSpec, what: &str) -> RunError {
 
 /// The operator's log line for a mount source that changed, and the call's answer.
 pub(crate) fn mount_changed(spec: &RunSpec, e: MountChanged) -> RunError {
+    let path = e.path.display().to_string();
+    let answer = RunError::MountChanged(e);
     tracing::error!(
         session = %spec.session,
         call = %spec.call,
         tool = %spec.tool,
-        status = "refused",
-        path = %e.path.display(),
-        "{e}; see {}",
+        status = answer.ended().as_str(),
+        path,
+        "{answer}; see {}",
         crate::runbook::GRANT_DIRECTORY_CHANGED
     );
-    RunError::MountChanged(e)
+    answer
 }
 
 /// One log line per finished call, the same for every backend (`sandbox` is the container or

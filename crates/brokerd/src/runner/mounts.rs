@@ -21,6 +21,7 @@ use nix::fcntl::{fcntl, openat, openat2, FcntlArg, OFlag, OpenHow, ResolveFlag, 
 use nix::sys::stat::{fstat, Mode};
 
 use super::Mount;
+use crate::config::MAX_GRANT_PATHS;
 
 /// Which directory a path named when brokerd resolved it: its device and inode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -170,10 +171,9 @@ pub fn mount_order(mounts: &[Mount]) -> Vec<usize> {
 /// targets follow its mounts.
 pub const FIRST_FD: i32 = 10;
 /// Where the descriptors wait in brokerd, at the least: above every number they are moved
-/// to in the child, so that moving one never overwrites another.
-const PARKED_FROM: i32 = 64;
-/// The most grant directories one call mounts by descriptor.
-pub const MAX_MOUNTS: usize = (PARKED_FROM - FIRST_FD) as usize;
+/// to in the child (a grant's directories, at most `config::MAX_GRANT_PATHS`, from
+/// `FIRST_FD`), so that moving one never overwrites another.
+const PARKED_FROM: i32 = FIRST_FD + MAX_GRANT_PATHS as i32;
 
 /// Hands `fds` (a call's mounts, in `RunSpec` order) to `cmd` as `FIRST_FD`, `FIRST_FD + 1`,
 /// ... Register it after every other `pre_exec` hook that moves descriptors (the seccomp
@@ -182,7 +182,7 @@ pub fn pass_to<C: super::spawn::PreExec>(
     cmd: &mut C,
     fds: Vec<OwnedFd>,
 ) -> io::Result<Vec<OwnedFd>> {
-    // Above every target number (protected targets can take a call past MAX_MOUNTS); past
+    // Above every target number (protected targets can take a call past MAX_GRANT_PATHS); past
     // the process's descriptor limit F_DUPFD says so.
     let parked_from = i32::try_from(fds.len())
         .ok()

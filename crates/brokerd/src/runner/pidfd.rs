@@ -13,10 +13,9 @@ use std::time::{Duration, Instant};
 
 use super::wake::first_ready;
 
-/// How long a process that was sent SIGKILL may take to be seen dead before the signal is
-/// sent once more (docs/design.md#preflight-and-poisoning: one retry through the same pidfd, no
-/// other fallback).
-pub const KILL_CONFIRM: Duration = Duration::from_secs(2);
+/// How long a SIGKILL is given to be seen done before it is sent once more: the stop budget's
+/// bound (`config::stop_budget`).
+pub use crate::config::KILL_CONFIRM;
 
 /// A process started by brokerd, held by its pidfd.
 #[derive(Debug)]

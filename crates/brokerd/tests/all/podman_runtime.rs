@@ -194,6 +194,18 @@ fn malformed_specs_never_reach_podman() {
     }];
     assert_eq!(rt.run(&bad_mount), failed(Failure::CouldNotRun));
     assert!(case.calls().is_empty());
+    // More directories than a grant may name: the descriptors would not fit the layout the
+    // runner keeps for them (`config::MAX_GRANT_PATHS`).
+    let mut too_many = case.spec(ToolName::Shell);
+    too_many.mounts = vec![
+        brokerd::runner::Mount {
+            path: "/srv/a".into(),
+            ..bad_mount.mounts[0].clone()
+        };
+        brokerd::config::MAX_GRANT_PATHS + 1
+    ];
+    assert_eq!(rt.run(&too_many), failed(Failure::CouldNotRun));
+    assert!(case.calls().is_empty());
 }
 
 /// Podman mounts by path, so a grant directory swapped for a symlink is caught before the

@@ -238,15 +238,16 @@ impl BwrapRuntime {
             Unavailable::LayerUnavailable => why.runbook(),
             _ => RUNBOOK,
         };
+        let answer = RunError::Unavailable(why);
         tracing::error!(
             session = %spec.session,
             call = %spec.call,
             tool = %spec.tool,
-            status = "unavailable",
+            status = answer.ended().as_str(),
             "{what}: {}; see {pointer}",
             redact(detail.trim_end()),
         );
-        RunError::Unavailable(why)
+        answer
     }
 
     fn remember(&self, t: Terminal) {

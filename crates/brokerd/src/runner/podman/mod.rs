@@ -29,7 +29,7 @@ use super::{
     mount_changed, Cleared, Deadlines, Egress, Ran, Reply, RunError, RunOutput, RunSpec, Runner,
     Settling, Steps, SweepError, Unavailable,
 };
-use crate::config::RunnerConfig;
+use crate::config::{EgressNetwork, RunnerConfig};
 // What podman prints can quote the model's text: redacted before it is logged.
 use crate::redact::redact;
 
@@ -45,9 +45,8 @@ use process::{Helper, Program};
 pub use terminal::Terminal;
 
 /// How long a podman `kill`, or the `rm -f` of a container and the looks until it is gone, may
-/// take before brokerd gives up on it (and poisons). Two of them, after the default shell
-/// limit of 100 s, still end under loopd's 120 s.
-pub const HELPER_TIMEOUT: Duration = Duration::from_secs(8);
+/// take before brokerd gives up on it: the stop budget's bound (`config::stop_budget`).
+pub use crate::config::HELPER_TIMEOUT;
 
 /// Numbers the containers of this brokerd process (the `<n>` of
 /// docs/design.md#the-podman-runner).
@@ -78,7 +77,7 @@ enum Trouble {
 pub struct PodmanRuntime {
     program: Program,
     image: String,
-    egress_network: String,
+    egress_network: EgressNetwork,
     output_cap: usize,
     memory: String,
     pids: u32,
@@ -99,7 +98,7 @@ impl PodmanRuntime {
         PodmanRuntime {
             program: Program::new(&config.podman),
             image: config.image.clone(),
-            egress_network: config.egress_network.clone(),
+            egress_network: config.egress_network,
             output_cap: config.output_cap,
             memory: config.memory.clone(),
             pids: config.pids,
@@ -190,8 +189,8 @@ impl PodmanRuntime {
         a
     }
 
-    /// The egress proxy container's `podman` arguments (seed 003 section 6), with one
-    /// `--allow-address <cidr>` pair per allowed range after `--allow` (DESIGN.md "Config").
+    /// The egress proxy container's `podman` arguments, with one `--allow-address <cidr>` pair
+    /// per allowed range after `--allow` (docs/design.md#http_fetch-and-its-egress-proxy).
     pub fn egress_args(&self, egress: &Egress, name: &str) -> Vec<OsString> {
         let mut a: Vec<OsString> = vec![
             "run".into(),
@@ -213,7 +212,7 @@ impl PodmanRuntime {
         a
     }
 
-    /// Writes the log line of an `unavailable` answer (DESIGN.md "Service": it ends with the
+    /// Writes the log line of an `unavailable` answer (docs/design.md#service: it ends with the
     /// runbook pointer) and gives the answer.
     fn unavailable(&self, spec: &RunSpec, trouble: Trouble, detail: &str) -> RunError {
         let why = match trouble {
@@ -230,16 +229,17 @@ impl PodmanRuntime {
             Trouble::Terminal(t) => format!("{trouble}: {t}"),
             _ => trouble.to_string(),
         };
+        let answer = RunError::Unavailable(why);
         tracing::error!(
             session = %spec.session,
             call = %spec.call,
             tool = %spec.tool,
-            status = "unavailable",
+            status = answer.ended().as_str(),
             "{what}: {}; see {}",
             redact(detail.trim_end()),
             why.runbook()
         );
-        RunError::Unavailable(why)
+        answer
     }
 
     /// Runs a podman helper (`kill`, `rm`, `container exists`, `image exists`), giving up at
@@ -333,9 +333,10 @@ impl Steps for PodmanRuntime {
             .iter()
             .find(|o| crate::args::check_grant_path(o.path).is_err())
         {
-            let e = Unprotected::Unmountable(o.path.to_path_buf());
-            tracing::warn!(session = %spec.session, call = %spec.call, status = "refused", "{e}");
-            return Err(RunError::Unprotected(e));
+            let answer = RunError::Unprotected(Unprotected::Unmountable(o.path.to_path_buf()));
+            let status = answer.ended().as_str();
+            tracing::warn!(session = %spec.session, call = %spec.call, status, "{answer}");
+            return Err(answer);
         }
         // Podman takes its mount sources as paths and follows links in them, so the grant's
         // directories are checked before the run and again after it: a directory swapped in

@@ -951,7 +951,7 @@ fn without_a_runner_every_call_that_would_run_is_refused() {
     assert_eq!(decisions.len(), 5, "every call audited: {decisions:?}");
     assert!(decisions.iter().all(|d| d.2 == "refused"), "{decisions:?}");
     let status = c.status();
-    assert_eq!(status.backend, "none");
+    assert_eq!(status.backend, None, "spelt \"none\"");
     assert_eq!(svc.rt.block_on(svc.broker.preflight()).detail, no_runner);
     assert_eq!(svc.runner.calls(), 0);
 }

@@ -10,7 +10,11 @@ fn status_fields() {
     let mut c = svc.connect();
     let s = c.status();
     assert_eq!(s.protocol, 1);
-    assert_eq!(s.backend, "podman", "the config's backend, by name");
+    assert_eq!(
+        s.backend,
+        Some(proto::broker::Backend::Podman),
+        "the config's backend"
+    );
     assert_eq!(s.version, env!("CARGO_PKG_VERSION"));
     assert!(!s.poisoned);
     assert!(s.enforce_limits);
