@@ -169,7 +169,8 @@ impl PodmanRuntime {
             match &m.stage {
                 // The session's layer over a staged grant directory. Podman's overlay volume
                 // is writable even for a read-only call: what such a call writes lands in the
-                // layer too, where the owner sees it (docs/design.md#the-podman-runner).
+                // layer too, and the broker bounds and records it as a write
+                // (`read_only_layers_write`, docs/design.md#staged-writes-and-owners).
                 Some(s) => a.push(overlay_volume(&m.path, s)),
                 None => a.push(volume(&m.path, &m.path, if m.write { "rw" } else { "ro" })),
             }
@@ -269,6 +270,11 @@ impl Runner for PodmanRuntime {
     /// toolkit sets both for every program it starts (the tool's own environment); Podman's
     /// argument list sets none.
     fn sets_home_and_tmpdir(&self) -> bool {
+        true
+    }
+
+    /// Podman 4.3 refuses `:O` with `ro` ("can't use 'O' with other options").
+    fn read_only_layers_write(&self) -> bool {
         true
     }
 
