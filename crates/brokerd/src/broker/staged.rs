@@ -335,7 +335,13 @@ impl Broker {
             );
             let mut rec = owner_record(&session, Decided::Discarded, &paths, &[]);
             rec.reason = Some("past [broker] staged_ttl_s".into());
-            let _ = self.record(rec).await;
+            if let Err(e) = self.record(rec).await {
+                tracing::error!(
+                    session = session.as_str(),
+                    "the discard of expired staged changes could not be audited: {e}; see {}",
+                    runbook::AUDIT_UNWRITABLE
+                );
+            }
         }
     }
 }

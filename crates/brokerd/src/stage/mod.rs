@@ -395,7 +395,8 @@ impl Stage {
         })
     }
 
-    /// Layers whose first change is older than `staged_ttl_s`: the ones to discard.
+    /// Layers made longer ago than `staged_ttl_s` (`Meta::created`, not their last change):
+    /// the ones to discard.
     pub fn expired(&self) -> Vec<(Ident, Layer)> {
         let Some(ttl) = self.ttl else {
             return Vec::new();

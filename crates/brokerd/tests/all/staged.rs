@@ -1,12 +1,13 @@
 //! Staged grants through the whole service (docs/design.md#staged-writes-and-owners): a
 //! read-only call whose layer the runner cannot mount read-only (Podman's `:O`) is bounded and
-//! recorded as a writing call is.
+//! recorded as a writing call is, and `staged_ttl_s` removes the layers made before it.
 
 use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use brokerd::server::Clients;
 use proto::broker::Body;
-use serde_json::json;
+use serde_json::{json, Value};
 
 use crate::podman_fake::Case;
 use crate::service::{kind, me, message, Client, Opts, Service};
@@ -178,4 +179,104 @@ fn a_read_only_call_on_a_read_only_layer_is_not_bounded() {
         let want = if can_write { "refused" } else { "result" };
         assert_eq!(kind(&a), want, "{can_write}: {a:?}");
     }
+}
+
+/// Seconds since the epoch.
+fn now_s() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+/// `staged_ttl_s` counts from the layer's creation (`layer.json`'s `created`): a layer made
+/// longer ago is removed whole by the expiry, audited as a discard naming what went and why;
+/// a younger one is kept, and a change since does not make a layer younger.
+#[test]
+fn staged_ttl_removes_only_the_layers_older_than_it() {
+    let svc = Service::with(Opts {
+        broker_extra: "staged_ttl_s = 3600",
+        ..Opts::default()
+    });
+    let mut c = svc.connect();
+    let stage = svc.staged.join("STAGE.txt").display().to_string();
+    for s in ["old", "young", "nearly"] {
+        let a = c.call(
+            s,
+            "c1",
+            "staged",
+            "write_file",
+            json!({"path": stage, "content": "x"}),
+        );
+        assert_eq!(kind(&a), "result", "{s}: {a:?}");
+    }
+    // Made 2 hours ago, and a little less than the TTL ago.
+    for (s, age) in [("old", 7200), ("nearly", 3500)] {
+        let meta = layer_dir(&svc, s).join("layer.json");
+        let mut v: Value = serde_json::from_slice(&std::fs::read(&meta).unwrap()).unwrap();
+        v["created"] = json!(now_s() - age);
+        std::fs::write(&meta, serde_json::to_vec(&v).unwrap()).unwrap();
+    }
+    // A later change of the old session's layer does not make it younger.
+    let a = c.call(
+        "old",
+        "c2",
+        "staged",
+        "write_file",
+        json!({"path": svc.staged.join("SCRIBBLE.txt").display().to_string(), "content": "y"}),
+    );
+    assert_eq!(kind(&a), "result", "{a:?}");
+    let records_before = svc.records().len();
+
+    svc.expire_staged();
+
+    assert!(
+        !svc.home.join("staged/old").exists(),
+        "the old session's layer is gone"
+    );
+    for s in ["young", "nearly"] {
+        layer_dir(&svc, s);
+    }
+    assert_eq!(
+        std::fs::read_to_string(svc.staged.join("a.txt")).unwrap(),
+        "a",
+        "the expiry discards: the real directory is as it was"
+    );
+    let records = svc.records();
+    let new: Vec<&Value> = records[records_before..].iter().collect();
+    assert_eq!(new.len(), 1, "{new:?}");
+    let r = new[0];
+    assert_eq!(r["kind"], "staged");
+    assert_eq!(r["session"], "old");
+    assert_eq!(r["decision"], "discarded");
+    assert_eq!(r["reason"], "past [broker] staged_ttl_s");
+    let mut paths: Vec<(&str, &str)> = r["paths"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| Some((p["path"].as_str()?, p["change"].as_str()?)))
+        .collect();
+    paths.sort();
+    let shown = |p: &str| svc.staged.join(p).display().to_string();
+    let (scribble, a, new) = (shown("SCRIBBLE.txt"), shown("a.txt"), shown("new.txt"));
+    assert_eq!(
+        paths,
+        [
+            (scribble.as_str(), "added"),
+            (a.as_str(), "deleted"),
+            (new.as_str(), "added")
+        ],
+        "{r}"
+    );
+    // The session's changes are gone for `changes` too.
+    match c
+        .req(json!({"op": "changes", "id": "ch", "session": "old"}))
+        .body
+    {
+        Body::Changes { changes, .. } => assert!(changes.is_empty(), "{changes:?}"),
+        other => panic!("changes: {other:?}"),
+    }
+    // Once more removes nothing.
+    svc.expire_staged();
+    assert_eq!(svc.records().len(), records.len());
 }

@@ -480,8 +480,13 @@ writes = "staged"
         }
     }
 
+    /// Runs the expiry of layers past `staged_ttl_s` once, as brokerd's minute timer does.
+    pub(crate) fn expire_staged(&self) {
+        self.rt.block_on(self.broker.expire_staged());
+    }
+
     /// The audit records so far, after checking the chain.
-    fn records(&self) -> Vec<Value> {
+    pub(crate) fn records(&self) -> Vec<Value> {
         let text = std::fs::read_to_string(&self.audit).unwrap_or_default();
         if text.is_empty() {
             return Vec::new();
