@@ -280,3 +280,44 @@ fn staged_ttl_removes_only_the_layers_older_than_it() {
     svc.expire_staged();
     assert_eq!(svc.records().len(), records.len());
 }
+
+/// A staged layer Podman cannot mount (podman's own line, as Podman 4.3 printed it) is
+/// `unavailable` and leaves the session unmarked: the sandbox is not known to be down, so the
+/// session's next write is attempted, and runs, rather than refused.
+#[test]
+fn a_layer_podman_cannot_mount_does_not_mark_the_sandbox_missing() {
+    let case = Case::new(
+        "povl",
+        r#"cat > "$d/stdin.$$"
+call="${name#boxmaker-*-}"; call="${call%-*}"
+for a in "$@"; do
+  case "$a" in
+    --volume=*:O,upperdir=*) dir="${a#--volume=}"; dir="${dir%%:*}"; upper="${a#*:O,upperdir=}"; upper="${upper%,workdir=*}" ;;
+  esac
+done
+if [ "$call" = first ]; then
+  printf 'Error: mounting overlay failed "%s": chmod %s: permission denied\n' "$dir" "$upper" >&2
+  exit 126
+fi
+echo ran
+"#,
+    );
+    let svc = Service::with(Opts {
+        podman: Some(crate::podman_fake::fake_podman().to_path_buf()),
+        ..Opts::default()
+    });
+    let mut c = svc.connect();
+    let write = |c: &mut Client, call: &str| {
+        c.call(
+            case.session,
+            call,
+            "staged",
+            "write_file",
+            json!({"path": svc.staged.join("x.txt").display().to_string(), "content": "x"}),
+        )
+    };
+    let a = write(&mut c, "first");
+    assert_eq!(kind(&a), "unavailable", "{a:?}");
+    let a = write(&mut c, "second");
+    assert_eq!(kind(&a), "result", "{a:?}");
+}

@@ -5,9 +5,10 @@
 //! [`PodmanRuntime::egress_args`] as separate `OsString`s (never a shell string); golden files
 //! under `tests/fixtures/podman/` hold them byte for byte. What runs them: `process` (every
 //! podman process, started through the clone spawner), `tool` (the tool container and its
-//! answer), `fetch` (an http_fetch, its tool container beside its proxy), `remove` (stops
-//! and the sweep, each looked at until the container is gone), `orphans` (monitors of
-//! containers Podman forgot), `terminal` (the failures remembered until restart).
+//! answer), `fetch` (an http_fetch, its tool container beside its proxy), `layer` (a staged
+//! layer's overlay volume that failed), `remove` (stops and the sweep, each looked at until
+//! the container is gone), `orphans` (monitors of containers Podman forgot), `terminal` (the
+//! failures remembered until restart).
 //!
 //! Every podman process brokerd starts runs in its own process group and is waited for with a
 //! bound, so a podman that hangs cannot hang a call past its time limit plus
@@ -34,6 +35,7 @@ use crate::config::RunnerConfig;
 use crate::redact::redact;
 
 mod fetch;
+mod layer;
 mod orphans;
 mod process;
 mod remove;
@@ -72,6 +74,8 @@ enum Trouble {
     Poisoned,
     #[error("an earlier call's egress proxy was not confirmed removed in time")]
     EarlierCleanUp,
+    #[error("the session's staged layer could not be mounted")]
+    Staged,
 }
 
 /// Runs calls with rootless Podman.
@@ -226,6 +230,7 @@ impl PodmanRuntime {
             Trouble::Terminal(_) | Trouble::NoPodman | Trouble::PodmanFailed => {
                 Unavailable::RunnerUnavailable
             }
+            Trouble::Staged => Unavailable::LayerUnavailable,
         };
         let what = match &trouble {
             Trouble::Terminal(t) => format!("{trouble}: {t}"),
