@@ -3,10 +3,12 @@
 # (`make bench`; as root, on a host `scripts/setup.sh all` prepares, as `make test` does):
 #
 #   1. brokerd alone with a no-op runner (crates/brokerd/examples/overhead.rs): its cost per
-#      call, its memory, and its scale rows;
+#      call, its memory, and its scale rows; and `changes` on a staged layer of 1,000 changed
+#      files (crates/brokerd/examples/staged_changes.rs);
 #   2. the end-to-end suite's benches on each backend, in the suite's own setup (tests/e2e/run.sh:
 #      the service user, the test image, the network namespace): brokerd next to the bare
-#      sandbox (--bench), then calls per second and latency at 1 to 16 concurrent clients with
+#      sandbox (--bench) and staged calls next to direct ones with `changes` on a 1,000-file
+#      layer (--bench too: staged-<backend>.json), then calls per second and latency at 1 to 16 concurrent clients with
 #      brokerd's default max_concurrent_calls and with it at the core count (--scale); only the
 #      last scenario runs besides (it stops brokerd);
 #   3. unless BENCH_PODMAN_CONF=0, the service user's Podman configuration side by side
@@ -59,8 +61,9 @@ rm -rf "$out"
 install -d "$out"
 
 say "1/4 brokerd alone, no-op runner"
-cargo build --release --locked -p brokerd --example overhead
+cargo build --release --locked -p brokerd --example overhead --example staged_changes
 "$target/release/examples/overhead" "$overhead_n" --scale "$overhead_n" --out "$out" | tee "$out/overhead.log"
+"$target/release/examples/staged_changes" 20 --out "$out" | tee "$out/staged-changes.log"
 
 say "2/4 the end-to-end suite's benches on: $backends"
 E2E_BACKENDS=$backends tests/e2e/run.sh --only sigterm-stops-cleanly --bench "$n" \
@@ -75,9 +78,9 @@ else
 fi
 
 missing=()
-for f in overhead scale-noop; do [ -f "$out/$f.json" ] || missing+=("$f.json"); done
+for f in overhead scale-noop changes-noop; do [ -f "$out/$f.json" ] || missing+=("$f.json"); done
 for b in $backends; do
-    for f in bench scale; do [ -f "$out/$f-$b.json" ] || missing+=("$f-$b.json"); done
+    for f in bench staged scale; do [ -f "$out/$f-$b.json" ] || missing+=("$f-$b.json"); done
 done
 if [ "$podman_conf" = 1 ] && [ ! -f "$out/podman-conf.json" ]; then missing+=(podman-conf.json); fi
 if [ ${#missing[@]} -gt 0 ]; then

@@ -3,8 +3,9 @@
 # missing, builds, makes the tools image and the service user, starts brokerd as that user with
 # an example config, runs a short scripted session through boxctl (each tool, a refusal, an ask
 # and its approval, protected files held by the mount table, a staged grant whose destructive
-# command is read, partly committed and partly discarded by the owner), shows the audit
-# records, stops brokerd with SIGTERM and checks that no container is left.
+# command is read, partly committed and partly discarded by the owner, each step checked: the
+# demo fails if the host's files are not what the step shows), shows the audit records, stops
+# brokerd with SIGTERM and checks that no container is left.
 #
 # No network is used by the session: http_fetch is shown only as a refusal (a host outside the
 # grant), which brokerd decides before anything runs. The end-to-end suite (make e2e) fetches
@@ -25,6 +26,7 @@ export PATH="$HOME/.cargo/bin:$PATH"
 
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 show() { printf '$ %s\n' "$*"; }
+fail() { echo "demo: $*" >&2; exit 1; }
 
 stop_brokerd() {
     if [ -n "$brokerd_pid" ] && kill -0 "$brokerd_pid" 2>/dev/null; then
@@ -122,6 +124,7 @@ call() {
     echo "$out"
     echo "(exit $code, $(((t1 - t0) / 1000000)) ms)"
     last=$out
+    last_code=$code
 }
 
 step "read_file: a file in the read-only directory"
@@ -161,16 +164,33 @@ call notes shell "{\"command\":$(js "$cmd"),\"cwd\":$(js "$demo/notes")}"
 echo "on the host, unchanged: $(cat "$demo/notes/vendor/lib.c")"
 
 step "staged writes: the same kind of command on the staged grant deletes everything"
+# A tree as the host has it: each path with its type and mode, then each file's sha256.
+tree_of() {
+    (cd "$1" && find . -mindepth 1 -printf '%p %y %m\n' | LC_ALL=C sort &&
+        find . -type f -print0 | LC_ALL=C sort -z | xargs -0 -r sha256sum)
+}
+# The session's staged changes of the project grant, one "kind path" a line, sorted.
+staged_changes() {
+    target/release/boxctl --socket "$socket" changes --session demo --grant project --text |
+        awk '$1 ~ /^(added|modified|deleted|type_changed|mode_changed)$/ { print $1, $2 }' |
+        LC_ALL=C sort
+}
 show "ls -A $demo/project"
 ls -A "$demo/project"
+before=$(tree_of "$demo/project")
 cmd="sh -c \"\$(printf '%s' 'rm -rf ./*; echo \"# rewritten by the agent\" > README.md')\"; ls -A"
 call project shell "{\"command\":$(js "$cmd"),\"cwd\":$(js "$demo/project")}"
+[ "$last_code" -eq 0 ] || fail "the staged command did not run (exit $last_code)"
 echo "on the host, nothing changed:"
 ls -A "$demo/project"
+[ "$(tree_of "$demo/project")" = "$before" ] || fail "the host's project changed before any commit"
 
 step "the owner reads what the session staged"
 show "boxctl changes --session demo --grant project --text --diff"
 target/release/boxctl --socket "$socket" changes --session demo --grant project --text --diff
+want=$(printf '%s\n' "modified $demo/project/README.md" "deleted $demo/project/TODO" \
+    "deleted $demo/project/src" "deleted $demo/project/src/main.c" | LC_ALL=C sort)
+[ "$(staged_changes)" = "$want" ] || fail "changes does not list the README and every deletion: $(staged_changes)"
 
 step "the owner commits the README alone"
 show "boxctl commit --session demo --grant project $demo/project/README.md"
@@ -178,12 +198,22 @@ target/release/boxctl --socket "$socket" commit --session demo --grant project "
 echo "on the host:"
 ls -A "$demo/project"
 cat "$demo/project/README.md"
+[ "$(cat "$demo/project/README.md")" = "# rewritten by the agent" ] || fail "the README did not land"
+if [ "$(cat "$demo/project/TODO")" != "TODO: tests" ] ||
+    [ "$(cat "$demo/project/src/main.c")" != "int main(void) { return 0; }" ]; then
+    fail "the commit of the README took the deletions with it"
+fi
+after_commit=$(tree_of "$demo/project")
+[ "$(staged_changes)" = "$(printf '%s\n' "$want" | grep -v README.md)" ] ||
+    fail "the deletions are no longer staged: $(staged_changes)"
 
 step "and discards the rest: the deletions never reach the host"
 show "boxctl discard --session demo --grant project"
 target/release/boxctl --socket "$socket" discard --session demo --grant project
 ls -A "$demo/project"
 target/release/boxctl --socket "$socket" changes --session demo --grant project --text
+[ -z "$(staged_changes)" ] || fail "changes left after the discard: $(staged_changes)"
+[ "$(tree_of "$demo/project")" = "$after_commit" ] || fail "the discard changed the host's project"
 
 step "the audit log: one hash-chained record per decision (metadata only)"
 show "tail -n 4 $state/audit.jsonl"

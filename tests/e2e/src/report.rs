@@ -10,6 +10,8 @@
 //! | `host.json` | `host` | `scripts/bench.sh` (the host and the run's settings) |
 //! | `bench-<backend>.json` | `ratio` | `boxmaker-e2e run --bench N --bench-out DIR` |
 //! | `scale-<backend>.json` | `scale` | `boxmaker-e2e run --scale N --bench-out DIR` |
+//! | `staged-<backend>.json` | `staged` | `boxmaker-e2e run --bench N --bench-out DIR` |
+//! | `changes-noop.json` | `changes` | brokerd's `staged_changes` example |
 //! | `overhead.json`, `scale-noop.json` | `overhead`, `scale` | brokerd's `overhead` example |
 //! | `podman-conf.json` | `podman-conf` | `scripts/bench-podman-conf.sh --json` |
 
@@ -20,7 +22,20 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 /// The sections this program writes, in the order it writes them.
-pub const SECTIONS: &[&str] = &["host", "ratio", "overhead", "scale", "podman-conf"];
+pub const SECTIONS: &[&str] = &[
+    "host",
+    "ratio",
+    "staged",
+    "overhead",
+    "scale",
+    "podman-conf",
+];
+
+/// The performance targets of staged writes (docs/design.md#staged-writes-and-owners): a
+/// staged call's p50 at most this many times a direct one's of the same run, by backend.
+const STAGED_TARGETS: &[(&str, f64)] = &[("podman", 1.05), ("bwrap", 1.10)];
+/// `changes` on a layer of 1,000 changed files: its p50 under this.
+const CHANGES_TARGET_MS: f64 = 100.0;
 
 /// The benches' JSON, by what each holds.
 #[derive(Default)]
@@ -34,6 +49,8 @@ pub struct Results {
     podman_conf: Option<Value>,
     /// By backend: staged calls next to direct ones.
     staged: BTreeMap<String, Value>,
+    /// `changes` on a large layer, brokerd alone.
+    changes: Option<Value>,
 }
 
 /// The order backends appear in, tables and plot alike.
@@ -90,6 +107,7 @@ impl Results {
                 let b = text_of(&v, "backend")?;
                 self.staged.insert(b, v);
             }
+            "changes" => self.changes = Some(v),
             "podman-conf" => self.podman_conf = Some(v),
             other => return Err(format!("unknown bench {other:?}")),
         }
@@ -108,8 +126,11 @@ impl Results {
         if let Some(o) = &self.overhead {
             out.insert("overhead", overhead_md(o)?);
         }
-        if !self.staged.is_empty() {
-            out.insert("staged", staged_md(&sorted(&self.staged))?);
+        if !self.staged.is_empty() || self.changes.is_some() {
+            out.insert(
+                "staged",
+                staged_md(&sorted(&self.staged), self.changes.as_ref())?,
+            );
         }
         if !self.scale.is_empty() {
             out.insert("scale", scale_md(&sorted(&self.scale))?);
@@ -290,41 +311,86 @@ fn ratio_md(benches: &[(&str, &Value)]) -> Result<String, String> {
     Ok(s)
 }
 
-/// Staged calls next to direct ones, and `changes` on a large layer.
-fn staged_md(benches: &[(&str, &Value)]) -> Result<String, String> {
-    let mut s = String::from(
-        "| backend | tool | direct p50 ms | p95 ms | staged p50 ms | p95 ms | ratio p50 |\n\
-         |---|---|---|---|---|---|---|\n",
-    );
+/// Staged calls next to direct ones, each against its target, and `changes` on a large layer,
+/// through the suite's brokerd and by brokerd alone.
+fn staged_md(benches: &[(&str, &Value)], alone: Option<&Value>) -> Result<String, String> {
+    let mut s = String::new();
+    if !benches.is_empty() {
+        s.push_str(
+            "| backend | tool | direct p50 ms | p95 ms | staged p50 ms | p95 ms | ratio p50 | target |\n\
+             |---|---|---|---|---|---|---|---|\n",
+        );
+    }
+    let met = |ok: bool| if ok { "met" } else { "**not met**" };
     for (backend, v) in benches {
+        let target = STAGED_TARGETS
+            .iter()
+            .find(|(b, _)| b == backend)
+            .map(|(_, t)| *t);
         for r in rows(v, "rows")? {
+            let ratio = num(&r, "ratio_p50")?;
+            let target = match target {
+                Some(t) => format!("≤ {t:.2}: {}", met(ratio <= t)),
+                None => "–".into(),
+            };
             let _ = writeln!(
                 s,
-                "| {} | {} | {} | {} | {} | {} | {:.2} |",
+                "| {} | {} | {} | {} | {} | {} | {:.2} | {target} |",
                 cell(backend),
                 cell(&text_of(&r, "tool")?),
                 fmt_num(Some(num(&r, "direct_p50_ms")?)),
                 fmt_num(Some(num(&r, "direct_p95_ms")?)),
                 fmt_num(Some(num(&r, "staged_p50_ms")?)),
                 fmt_num(Some(num(&r, "staged_p95_ms")?)),
-                num(&r, "ratio_p50")?,
+                ratio,
             );
         }
     }
+    if !benches.is_empty() {
+        let calls: Vec<String> = benches
+            .iter()
+            .map(|(b, v)| num(v, "calls").map(|n| format!("{n} on {b}")))
+            .collect::<Result<_, _>>()?;
+        let _ = writeln!(s, "\nCalls per tool and side: {}.", calls.join(", "));
+    }
     for (backend, v) in benches {
+        let p50 = num(v, "changes_p50_ms")?;
         let _ = writeln!(
             s,
-            "\n`changes` of {} staged paths on {}: p50 {} ms, p95 {} ms; with diffs p50 {} ms, p95 {} ms ({} calls per tool and side).",
+            "\n`changes` of {} staged paths on {}: p50 {} ms, p95 {} ms (target under {CHANGES_TARGET_MS:.0} ms: {}); \
+             with diffs p50 {} ms, p95 {} ms.",
             num(v, "changes_paths")?,
             cell(backend),
-            fmt_num(Some(num(v, "changes_p50_ms")?)),
+            fmt_num(Some(p50)),
             fmt_num(Some(num(v, "changes_p95_ms")?)),
+            met(p50 < CHANGES_TARGET_MS),
             fmt_num(Some(num(v, "changes_diff_p50_ms")?)),
             fmt_num(Some(num(v, "changes_diff_p95_ms")?)),
-            num(v, "calls")?,
         );
     }
-    Ok(s)
+    if let Some(v) = alone {
+        let mut kinds = Vec::new();
+        for r in rows(v, "rows")? {
+            let diff = r.get("diff").and_then(Value::as_bool).unwrap_or(false);
+            let p50 = num(&r, "p50_ms")?;
+            kinds.push(format!(
+                "{} p50 {} ms, p95 {} ms ({})",
+                if diff { "with diffs" } else { "without" },
+                fmt_num(Some(p50)),
+                fmt_num(Some(num(&r, "p95_ms")?)),
+                met(p50 < CHANGES_TARGET_MS),
+            ));
+        }
+        let _ = writeln!(
+            s,
+            "\n`changes` of {} staged paths, brokerd alone (no-op runner, {} answers each): {}.",
+            num(v, "paths")?,
+            num(v, "runs")?,
+            kinds.join("; "),
+        );
+    }
+    // The blank line before the first table's text is the caller's.
+    Ok(s.trim_start().to_string())
 }
 
 fn overhead_md(v: &Value) -> Result<String, String> {
@@ -774,135 +840,5 @@ pub fn run(opts: &crate::Opts) -> Result<(), String> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    const SCALE: &str = r#"{"bench":"scale","backend":"bwrap","cores":2,"default_slots":4,
-        "tools":["read_file","shell"],"calls_per_row":8,"rows":[
-        {"slots":4,"slots_are":"default","clients":1,"calls":8,"errors":0,"seconds":0.1,
-         "calls_per_s":80.0,"p50_ms":6.2,"p95_ms":9.9},
-        {"slots":4,"slots_are":"default","clients":2,"calls":8,"errors":0,"seconds":0.1,
-         "calls_per_s":120.0,"p50_ms":8.0,"p95_ms":12.5},
-        {"slots":2,"slots_are":"cores","clients":1,"calls":8,"errors":0,"seconds":0.1,
-         "calls_per_s":79.0,"p50_ms":6.3,"p95_ms":null}]}"#;
-
-    const RATIO: &str = r#"{"bench":"ratio","backend":"podman","bare":"bare podman run","calls":3,
-        "rows":[{"tool":"read_file","through_p50_ms":133.2,"through_p95_ms":140.0,
-        "bare_p50_ms":123.5,"bare_p95_ms":130.1,"ratio_p50":1.0785},
-        {"tool":"http_fetch","through_p50_ms":288.0,"through_p95_ms":314.0,
-        "bare_p50_ms":387.0,"bare_p95_ms":454.0,"ratio_p50":0.744,
-        "beside_p50_ms":251.0,"beside_p95_ms":280.0,"beside_ratio_p50":0.6486}]}"#;
-
-    #[test]
-    fn tables_from_json() {
-        let mut r = Results::default();
-        r.add(SCALE).unwrap();
-        r.add(RATIO).unwrap();
-        let s = r.sections().unwrap();
-        assert_eq!(
-            s.keys().copied().collect::<Vec<_>>(),
-            vec!["ratio", "scale"]
-        );
-        assert!(s["ratio"].contains("| podman | read_file | 133 | 140 | 124 | 130 | 1.08 |"));
-        assert!(s["ratio"].contains("| podman | http_fetch | 288 | 314 | 387 | 454 | 0.74 |"));
-        // The what-if is said apart from the table, never as one of its rows.
-        assert!(s["ratio"].contains("podman http_fetch with the tool container started beside"));
-        assert!(s["ratio"].contains("p50 251 ms, p95 280 ms, 0.65 of the bare sequence."));
-        assert!(!s["ratio"].contains("| 251 |"));
-        assert!(s["scale"].contains("| 4 (default) | 2 | 120 | 8.00 | 12.5 | 8 | 0 |"));
-        // A row without a p95 shows a dash, not a number.
-        assert!(s["scale"].contains("| 2 (cores) | 1 | 79.0 | 6.30 | – | 8 | 0 |"));
-    }
-
-    #[test]
-    fn bad_json_is_an_error_not_a_panic() {
-        let mut r = Results::default();
-        for bad in [
-            "",
-            "[]",
-            "{}",
-            r#"{"bench":"nonsense"}"#,
-            r#"{"bench":"scale"}"#,
-            r#"{"bench":7}"#,
-        ] {
-            assert!(r.add(bad).is_err(), "{bad:?}");
-        }
-        // Accepted, but its rows are missing: the section says so, as an error.
-        r.add(r#"{"bench":"scale","backend":"podman"}"#).unwrap();
-        assert!(r.sections().is_err());
-        assert!(r.svg().is_err());
-        let mut r = Results::default();
-        r.add(r#"{"bench":"ratio","backend":"x","calls":1,"rows":[{"tool":"shell"}]}"#)
-            .unwrap();
-        assert!(r.sections().is_err());
-    }
-
-    #[test]
-    fn splice_replaces_between_markers_only() {
-        let doc = "# T\n<!-- bench:ratio -->\nold\n<!-- /bench:ratio -->\ntail\n";
-        let mut s = BTreeMap::new();
-        s.insert("ratio", "new\n".to_string());
-        let (out, done) = splice(doc, &s).unwrap();
-        assert_eq!(
-            out,
-            "# T\n<!-- bench:ratio -->\n\nnew\n\n<!-- /bench:ratio -->\ntail\n"
-        );
-        assert_eq!(done, vec!["ratio"]);
-        // Once more gives the same text.
-        assert_eq!(splice(&out, &s).unwrap().0, out);
-        assert!(splice("no markers\n", &s).is_err());
-        assert!(splice("<!-- bench:ratio -->\n", &s).is_err());
-        assert!(splice("<!-- /bench:ratio --><!-- bench:ratio -->", &s).is_err());
-        assert!(splice(
-            "<!-- bench:ratio --><!-- /bench:ratio --><!-- bench:ratio --><!-- /bench:ratio -->",
-            &s
-        )
-        .is_err());
-    }
-
-    #[test]
-    fn numbers_keep_about_three_digits() {
-        let cases = [
-            (Some(1234.4), "1234"),
-            (Some(99.96), "100"),
-            (Some(9.996), "10.0"),
-            (Some(6.004), "6.00"),
-            (Some(0.9996), "1.00"),
-            (Some(0.4567), "0.457"),
-            (None, "–"),
-            (Some(f64::NAN), "–"),
-        ];
-        for (x, want) in cases {
-            assert_eq!(fmt_num(x), want, "{x:?}");
-        }
-    }
-
-    #[test]
-    fn nice_axes() {
-        let close = |(a, b): (f64, f64), (c, d): (f64, f64)| {
-            assert!((a - c).abs() < 1e-9 && (b - d).abs() < 1e-9, "{a} {b}");
-        };
-        close(nice_axis(9.9, 5), (2.0, 10.0));
-        close(nice_axis(133.0, 5), (50.0, 150.0));
-        close(nice_axis(0.42, 5), (0.1, 0.5));
-        close(nice_axis(0.0, 5), (0.2, 1.0));
-        close(nice_axis(f64::NAN, 5), (0.2, 1.0));
-    }
-
-    #[test]
-    fn the_plot_has_a_panel_a_line_per_series_and_a_legend() {
-        let mut r = Results::default();
-        r.add(SCALE).unwrap();
-        let svg = r.svg().unwrap().unwrap();
-        assert!(svg.starts_with("<svg "));
-        assert!(svg.trim_end().ends_with("</svg>"));
-        assert!(svg.contains(">bwrap</text>"));
-        assert!(svg.contains("max_concurrent_calls 4 (default)"));
-        assert!(svg.contains("max_concurrent_calls 2 (cores)"));
-        assert!(svg.contains(">concurrent clients (log scale)</text>"));
-        // default: p50 and p95 lines; cores: p50 only (its p95 is null).
-        assert_eq!(svg.matches("<polyline").count(), 3);
-        assert_eq!(svg.matches("<g>").count(), svg.matches("</g>").count());
-        assert!(Results::default().svg().unwrap().is_none());
-    }
-}
+#[path = "report_tests.rs"]
+mod tests;

@@ -519,7 +519,7 @@ impl Broker {
                     return self.audit_failed(&e);
                 }
                 return Body::Unavailable {
-                    message: Unavailable::RunnerUnavailable.to_string(),
+                    message: Unavailable::LayerUnavailable.to_string(),
                 };
             }
         };

@@ -48,7 +48,12 @@ impl Broker {
 
     /// Gives a staged grant's plan its session's layers and holds them for the call: a
     /// writable call gets each layer (made on first use), a read-only one the layers that
-    /// exist (to see what the session staged). `None` for a direct grant.
+    /// exist (to see what the session staged). Returns the held layers the call can write to,
+    /// whose changes are recorded once it ends; `None` for a direct grant.
+    ///
+    /// Where the runner cannot mount a layer read-only (Podman), a read-only call that sees
+    /// a layer can write to it: it is bounded by `max_staged_bytes` and recorded as a
+    /// writing call is (docs/design.md#staged-writes-and-owners).
     pub(super) fn stage_plan(
         &self,
         session: &Ident,
@@ -83,20 +88,26 @@ impl Broker {
         if layers.is_empty() {
             return Ok(None);
         }
+        let reads_write = self.runner.read_only_layers_write();
         let holding = self
             .stage
-            .hold(session, &layers, plan.writes, deadline)
+            .hold(session, &layers, plan.writes || reads_write, deadline)
             .map_err(|e| match e {
                 StageError::Layer { .. } => NotStaged::Unavailable(e.to_string()),
-                StageError::Full { .. } | StageError::Busy(_) => NotStaged::Refused(e.to_string()),
+                StageError::Full { bytes, max } if !plan.writes => {
+                    NotStaged::Refused(StageError::FullReading { bytes, max }.to_string())
+                }
+                StageError::Full { .. } | StageError::FullReading { .. } | StageError::Busy(_) => {
+                    NotStaged::Refused(e.to_string())
+                }
             })?;
-        let writable = layers
+        let written = layers
             .into_iter()
             .zip(plan.mounts.iter().filter(|m| m.stage.is_some()))
-            .filter(|(_, m)| m.write)
+            .filter(|(_, m)| m.write || reads_write)
             .map(|(l, _)| l)
             .collect();
-        Ok(Some((holding, writable)))
+        Ok(Some((holding, written)))
     }
 
     /// Logs a layer that could not be made or mounted, with its runbook pointer.
@@ -324,7 +335,13 @@ impl Broker {
             );
             let mut rec = owner_record(&session, Decided::Discarded, &paths, &[]);
             rec.reason = Some("past [broker] staged_ttl_s".into());
-            let _ = self.record(rec).await;
+            if let Err(e) = self.record(rec).await {
+                tracing::error!(
+                    session = session.as_str(),
+                    "the discard of expired staged changes could not be audited: {e}; see {}",
+                    runbook::AUDIT_UNWRITABLE
+                );
+            }
         }
     }
 }

@@ -516,6 +516,14 @@ pub trait Runner: Send + Sync {
         false
     }
 
+    /// Whether a read-only call's staged layer is writable all the same: Podman's overlay
+    /// volume takes no `ro` (docs/design.md#staged-writes-and-owners), so what such a call
+    /// writes lands in the session's layer, and brokerd bounds and records it as a writing
+    /// call's. bwrap mounts a read-only call's layer with no upper directory.
+    fn read_only_layers_write(&self) -> bool {
+        false
+    }
+
     /// The cgroup v2 files this runner sets its sandboxes' limits in, each with the value a
     /// sandbox reads back from it, which the preflight checks with `enforce_limits`. `None`:
     /// the configured `pids.max` and `memory.max` (what Podman's `--pids-limit` and `--memory`

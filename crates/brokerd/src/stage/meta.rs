@@ -143,7 +143,8 @@ pub struct Meta {
     pub real: std::path::PathBuf,
     /// The grants of the session that staged into it.
     pub grants: Vec<String>,
-    /// Seconds since the epoch of the layer's first change.
+    /// Seconds since the epoch when the layer was made (the session's first writing call
+    /// through its directory); `staged_ttl_s` counts from it.
     pub created: u64,
     /// By path relative to the real directory: what it was when first staged.
     pub first: BTreeMap<String, Identity>,

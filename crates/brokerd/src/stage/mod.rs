@@ -82,6 +82,9 @@ pub enum StageError {
     Layer { real: PathBuf, why: String },
     #[error("this session has {bytes} bytes staged, at or past [broker] max_staged_bytes ({max}): its writes are refused until an owner commits or discards them")]
     Full { bytes: u64, max: u64 },
+    /// `Full`, for a read-only call whose layer the runner cannot mount read-only.
+    #[error("this session has {bytes} bytes staged, at or past [broker] max_staged_bytes ({max}): this runner cannot mount its staged layer read-only, so its calls that see the layer are refused as its writes are, until an owner commits or discards them")]
+    FullReading { bytes: u64, max: u64 },
     #[error("another call of this session is using its staged layer of {}, or an owner is committing it; nothing was run; ask again once it has finished", .0.display())]
     Busy(PathBuf),
 }
@@ -392,7 +395,8 @@ impl Stage {
         })
     }
 
-    /// Layers whose first change is older than `staged_ttl_s`: the ones to discard.
+    /// Layers made longer ago than `staged_ttl_s` (`Meta::created`, not their last change):
+    /// the ones to discard.
     pub fn expired(&self) -> Vec<(Ident, Layer)> {
         let Some(ttl) = self.ttl else {
             return Vec::new();

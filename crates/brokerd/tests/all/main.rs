@@ -22,4 +22,5 @@ mod podman_service;
 mod privileges;
 mod service;
 mod slots;
+mod staged;
 mod status;

@@ -219,6 +219,9 @@ pub const UNAVAILABLE: Result<RunOutput, RunError> =
 /// The way out could not be made: unavailable, with the sandbox itself not known to be down.
 pub const EGRESS_UNAVAILABLE: Result<RunOutput, RunError> =
     Err(RunError::Unavailable(Unavailable::EgressUnavailable));
+/// A staged layer could not be mounted: unavailable, with the sandbox not known to be down.
+pub const LAYER_UNAVAILABLE: Result<RunOutput, RunError> =
+    Err(RunError::Unavailable(Unavailable::LayerUnavailable));
 
 /// Each line of the case's `events` file, which its scripts append to.
 pub fn events(case: &Case) -> Vec<String> {

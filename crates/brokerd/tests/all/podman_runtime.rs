@@ -246,6 +246,86 @@ fn a_swapped_grant_directory_is_refused_before_and_after_the_run() {
     assert_eq!(rt.run(&spec), ok("fine\n", false));
 }
 
+/// A staged layer's overlay volume that podman could not mount is `unavailable` with the staged
+/// layer's runbook pointer, not the sandbox missing: podman's own lines as Podman 4.3 with runc
+/// printed them (docs/design.md#staged-writes-and-owners). The same lines for a call with no
+/// staged mount, or naming another layer, or after the tool printed, are podman's failure as
+/// before.
+#[test]
+fn an_overlay_volume_podman_cannot_mount_is_the_layer_unavailable() {
+    use brokerd::runner::StageMount;
+    let log = common::captured_log();
+    let dirs = tempfile::tempdir().expect("tempdir");
+    let base = std::fs::canonicalize(dirs.path()).expect("canonical");
+    let real = base.join("real");
+    let layer = base.join("layer");
+    let (upper, work) = (layer.join("upper"), layer.join("work"));
+    for d in [&real, &upper, &work] {
+        std::fs::create_dir_all(d).expect("dir");
+    }
+    let stage = StageMount {
+        upper: upper.clone(),
+        work: work.clone(),
+        merged: layer.join("merged"),
+    };
+    let (r, u, w) = (real.display(), upper.display(), work.display());
+    let prepare =
+        format!("Error: mounting overlay failed \"{r}\": chmod {u}: no such file or directory");
+    let runtime = format!(
+        "Error: OCI runtime error: runc: runc create failed: unable to start container process: \
+         error during container init: error mounting \"/home/boxmaker/.local/share/containers/\
+         storage/overlay-containers/0f/userdata/overlay/3612083776/merge\" to rootfs at \"{r}\": \
+         mount /home/boxmaker/.local/share/containers/storage/overlay-containers/0f/userdata/\
+         overlay/3612083776/merge:{r} (via /proc/self/fd/10), data: \
+         lowerdir={r},upperdir={u},workdir={w},userxattr: invalid argument"
+    );
+    let other_layer = runtime.replace(&format!("upperdir={u}"), "upperdir=/elsewhere/upper");
+    // (case, what podman prints on standard error, exit, standard output, staged, answer)
+    let table: Vec<(&str, &str, u8, &str, bool, Answer)> = vec![
+        ("ovlprep", &prepare, 127, "", true, LAYER_UNAVAILABLE),
+        ("ovlprep126", &prepare, 126, "", true, LAYER_UNAVAILABLE),
+        ("ovlmount", &runtime, 126, "", true, LAYER_UNAVAILABLE),
+        ("ovlmount125", &runtime, 125, "", true, LAYER_UNAVAILABLE),
+        ("ovldirect", &prepare, 127, "", false, UNAVAILABLE),
+        ("ovlother", &other_layer, 126, "", true, UNAVAILABLE),
+        ("ovlprinted", &runtime, 126, "x", true, UNAVAILABLE),
+        (
+            "ovlplain",
+            "Error: permission denied",
+            126,
+            "",
+            true,
+            UNAVAILABLE,
+        ),
+        // Not podman's own failure: the tool's answer.
+        ("ovltool", &prepare, 1, "", true, ok("", false)),
+    ];
+    for (session, stderr, exit, stdout, staged, want) in table {
+        let quoted = |t: &str| format!("'{}'", t.replace('\'', r"'\''"));
+        let sh = format!(
+            "printf '%s' {}; printf '%s\\n' {} >&2; exit {exit}",
+            quoted(stdout),
+            quoted(stderr)
+        );
+        let case = Case::new(session, &sh);
+        let mut spec = case.spec(ToolName::Shell);
+        let mut m = Mount::at(&real, true).expect("a directory");
+        m.stage = staged.then(|| stage.clone());
+        spec.mounts = vec![m];
+        assert_eq!(case.runtime().run(&spec), want, "{session}");
+    }
+    let journal = String::from_utf8_lossy(&log.lock().expect("log")).into_owned();
+    let line = journal
+        .lines()
+        .find(|l| l.contains("ovlmount") && l.contains("unavailable"))
+        .unwrap_or_else(|| panic!("no log line of ovlmount:\n{journal}"));
+    assert!(
+        line.contains("the session's staged layer could not be mounted")
+            && line.contains("see runbook/runner.md#staged-layer"),
+        "{line}"
+    );
+}
+
 /// What podman or the tool print on standard error reaches brokerd's log only, and redacted:
 /// a secret in it is not kept in the journal.
 #[test]

@@ -13,6 +13,9 @@ use super::{call_on, check, show, Outcome, Suite, CALL_WAIT, STAGED_GRANT};
 
 /// `[broker] max_staged_bytes` of the suite's brokerd: small, for the bound's scenario.
 pub const MAX_STAGED_BYTES: u64 = 4 * 1024 * 1024;
+/// The changed files of the layer the staged bench times `changes` on (the performance
+/// target: under 100 ms for 1,000).
+const CHANGES_LAYER: usize = 1000;
 
 /// Lists a tree, the same way inside a sandbox and on the host: each path below the working
 /// directory with its type, a link's target, a file's md5 and permission bits.
@@ -498,7 +501,7 @@ fn p50_p95(times: &mut [Duration]) -> (f64, f64) {
 impl Suite {
     /// The staged bench: the same write_file and shell call on the direct grant and on the
     /// staged one, alternating, `n` each (p50 and p95 through brokerd); then `changes` on a
-    /// layer of 1,000 changed files, with and without diffs.
+    /// layer of exactly 1,000 changed files, with and without diffs, 10 times each.
     pub(super) fn bench_staged(&mut self, n: usize) -> Result<Value, String> {
         let session = format!("s-bench-staged-{}", std::process::id());
         self.staged_fill()?;
@@ -552,18 +555,32 @@ impl Suite {
             }));
         }
         self.discard_all(&session)?;
-        // 1,000 changed files: 990 added, 10 modified.
+        // A layer of exactly CHANGES_LAYER changed files: a.txt and b.txt modified, the rest
+        // added beside them (no new directory, which would be a change of its own).
+        let added = CHANGES_LAYER - 2;
         self.staged_shell(
             &session,
-            "mkdir -p many && i=0; while [ $i -lt 990 ]; do echo $i > many/f$i; i=$((i+1)); done; \
-             for f in a.txt b.txt; do echo x >> $f; done; echo made",
+            &format!(
+                "i=0; while [ $i -lt {added} ]; do echo $i > f$i; i=$((i+1)); done; \
+                 for f in a.txt b.txt; do echo x >> $f; done; echo made"
+            ),
         )?;
         let mut owner = self.owner()?;
-        let count = owner
+        let listed = owner
             .changes(Some(&session), Some(STAGED_GRANT), false)
-            .map_err(|e| e.to_string())?
+            .map_err(|e| e.to_string())?;
+        let count = listed.changes.len();
+        let modified = listed
             .changes
-            .len();
+            .iter()
+            .filter(|c| c.change.as_str() == "modified")
+            .count();
+        if count != CHANGES_LAYER || listed.left_out != 0 || modified != 2 {
+            return Err(format!(
+                "the layer holds {count} changes ({modified} modified, {} left out), not {CHANGES_LAYER}",
+                listed.left_out
+            ));
+        }
         let mut timed = |diff: bool| -> Result<(f64, f64), String> {
             let mut times = Vec::new();
             for _ in 0..10 {

@@ -5,9 +5,10 @@
 //! [`PodmanRuntime::egress_args`] as separate `OsString`s (never a shell string); golden files
 //! under `tests/fixtures/podman/` hold them byte for byte. What runs them: `process` (every
 //! podman process, started through the clone spawner), `tool` (the tool container and its
-//! answer), `fetch` (an http_fetch, its tool container beside its proxy), `remove` (stops
-//! and the sweep, each looked at until the container is gone), `orphans` (monitors of
-//! containers Podman forgot), `terminal` (the failures remembered until restart).
+//! answer), `fetch` (an http_fetch, its tool container beside its proxy), `layer` (a staged
+//! layer's overlay volume that failed), `remove` (stops and the sweep, each looked at until
+//! the container is gone), `orphans` (monitors of containers Podman forgot), `terminal` (the
+//! failures remembered until restart).
 //!
 //! Every podman process brokerd starts runs in its own process group and is waited for with a
 //! bound, so a podman that hangs cannot hang a call past its time limit plus
@@ -34,6 +35,7 @@ use crate::config::{EgressNetwork, RunnerConfig};
 use crate::redact::redact;
 
 mod fetch;
+mod layer;
 mod orphans;
 mod process;
 mod remove;
@@ -71,6 +73,8 @@ enum Trouble {
     Poisoned,
     #[error("an earlier call's egress proxy was not confirmed removed in time")]
     EarlierCleanUp,
+    #[error("the session's staged layer could not be mounted")]
+    Staged,
 }
 
 /// Runs calls with rootless Podman.
@@ -168,7 +172,8 @@ impl PodmanRuntime {
             match &m.stage {
                 // The session's layer over a staged grant directory. Podman's overlay volume
                 // is writable even for a read-only call: what such a call writes lands in the
-                // layer too, where the owner sees it (docs/design.md#the-podman-runner).
+                // layer too, and the broker bounds and records it as a write
+                // (`read_only_layers_write`, docs/design.md#staged-writes-and-owners).
                 Some(s) => a.push(overlay_volume(&m.path, s)),
                 None => a.push(volume(&m.path, &m.path, if m.write { "rw" } else { "ro" })),
             }
@@ -224,6 +229,7 @@ impl PodmanRuntime {
             Trouble::Terminal(_) | Trouble::NoPodman | Trouble::PodmanFailed => {
                 Unavailable::RunnerUnavailable
             }
+            Trouble::Staged => Unavailable::LayerUnavailable,
         };
         let what = match &trouble {
             Trouble::Terminal(t) => format!("{trouble}: {t}"),
@@ -269,6 +275,11 @@ impl Runner for PodmanRuntime {
     /// toolkit sets both for every program it starts (the tool's own environment); Podman's
     /// argument list sets none.
     fn sets_home_and_tmpdir(&self) -> bool {
+        true
+    }
+
+    /// Podman 4.3 refuses `:O` with `ro` ("can't use 'O' with other options").
+    fn read_only_layers_write(&self) -> bool {
         true
     }
 

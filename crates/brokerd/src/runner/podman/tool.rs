@@ -5,6 +5,7 @@
 use std::io::ErrorKind;
 use std::time::Instant;
 
+use super::layer;
 use super::process::Proc;
 use super::terminal::{self, Terminal};
 use super::{PodmanRuntime, Trouble};
@@ -110,6 +111,10 @@ impl PodmanRuntime {
             }
             Verdict::RunnerFailed => {
                 let detail = format!("podman exited with {status}: {stderr}");
+                // A staged layer that could not be mounted: not the sandbox missing.
+                if layer::failed_at_layer(spec, streams.stdout(), &stderr) {
+                    return Err(self.unavailable(spec, Trouble::Staged, &detail));
+                }
                 match suspect.and_then(|s| self.confirm(s, &stderr)) {
                     Some(t) => Err(self.terminal_answer(spec, t, "remembered until restart")),
                     None => Err(self.unavailable(spec, Trouble::PodmanFailed, &detail)),

@@ -7,7 +7,8 @@
 //! The fake runner records every `RunSpec` and acts on a word in the call's target (the shell
 //! command or the file path): `FAIL`, `UNAVAIL` (the sandbox missing), `EGRESSDOWN` (the way
 //! out missing), `PANIC`, `BIG`, `HOLD` (block until the test releases it), `TIDY` (hold the
-//! clean-up after the answer), `STAGE` (a staged call: `rm a.txt` and a new `new.txt` in the
+//! clean-up after the answer), `SCRIBBLE` (`SCRIBBLE.txt` changed in the layers it can write
+//! to), `STAGE` (a staged call: `rm a.txt` and a new `new.txt` in the
 //! session's layer, through a real overlayfs mount where the kernel gives one, else written
 //! as overlayfs writes them). Anything else answers `ran <tool>`. Every answer line is parsed
 //! strictly as `proto::broker::Answer`, and every test ends by verifying the audit chain.
@@ -26,6 +27,7 @@ use std::time::{Duration, Instant};
 use brokerd::audit::{self, Audit};
 use brokerd::broker::{Broker, AUDIT_UNAVAILABLE};
 use brokerd::policy::Policy;
+use brokerd::runner::podman::PodmanRuntime;
 use brokerd::runner::{Failure, Mount, Reply, RunError, RunOutput, RunSpec, Runner, Unavailable};
 use brokerd::server::{self, Clients};
 use proto::broker::{Answer, Body};
@@ -67,6 +69,8 @@ pub(crate) struct FakeRunner {
     terminal: Mutex<Option<String>>,
     /// What the runner reports as confinement this host does not apply.
     weakened: Mutex<Vec<String>>,
+    /// `Runner::read_only_layers_write`: `SCRIBBLE` writes a read-only call's layer too.
+    read_only_layers_write: std::sync::atomic::AtomicBool,
 }
 
 impl FakeRunner {
@@ -121,6 +125,10 @@ impl Runner for FakeRunner {
         self.weakened.lock().unwrap().clone()
     }
 
+    fn read_only_layers_write(&self) -> bool {
+        self.read_only_layers_write.load(Ordering::SeqCst)
+    }
+
     /// `TIDY` in the call: the answer leaves, then the runner's clean-up holds until released.
     fn run_replying(&self, spec: &RunSpec, reply: Reply<'_>) {
         let tidy = target_of(spec).contains("TIDY");
@@ -154,6 +162,16 @@ impl Runner for FakeRunner {
             for m in spec.mounts.iter().filter(|m| m.write) {
                 if let Some(layer) = &m.stage {
                     stage_into(&m.path, layer);
+                }
+            }
+        }
+        if t.contains("SCRIBBLE") {
+            // `SCRIBBLE.txt` changed in each staged mount the call could write to: a writable
+            // one, or any where layers cannot be mounted read-only (as overlayfs copies up).
+            let writable = self.read_only_layers_write();
+            for m in spec.mounts.iter().filter(|m| m.write || writable) {
+                if let Some(layer) = &m.stage {
+                    std::fs::write(layer.upper.join("SCRIBBLE.txt"), "scribbled\n").unwrap();
                 }
             }
         }
@@ -237,6 +255,12 @@ pub(crate) struct Opts {
     pub(crate) preflight_retry: Option<Duration>,
     /// Run before each audit record's sync (`Audit::before_sync`).
     pub(crate) before_audit_sync: Option<Box<dyn FnMut() + Send>>,
+    /// Calls run by the real `PodmanRuntime` with this program as its `podman` (a fake
+    /// script), not by the fake runner.
+    pub(crate) podman: Option<PathBuf>,
+    /// The fake runner cannot mount a read-only call's layer read-only, as Podman cannot
+    /// (`Runner::read_only_layers_write`).
+    pub(crate) read_only_layers_write: bool,
 }
 
 impl Default for Opts {
@@ -252,6 +276,8 @@ impl Default for Opts {
             runner_extra: "",
             preflight_retry: None,
             before_audit_sync: None,
+            podman: None,
+            read_only_layers_write: false,
         }
     }
 }
@@ -313,7 +339,7 @@ max_concurrent_calls = {slots}
 [runner]
 image = "sha256:{hex}"
 home = "{home}"
-{runner_extra}
+{runner_extra}{podman}
 
 [grants.auto]
 mode = "auto"
@@ -356,6 +382,11 @@ writes = "staged"
             slots = opts.max_concurrent_calls,
             broker_extra = opts.broker_extra,
             runner_extra = opts.runner_extra,
+            podman = opts
+                .podman
+                .as_ref()
+                .map(|p| format!("podman = \"{}\"\n", p.display()))
+                .unwrap_or_default(),
             hex = "a".repeat(64),
             home = base.join("home").display(),
             rw = rw.display(),
@@ -377,11 +408,18 @@ writes = "staged"
             brokerd::config::parse(&text, "service.toml").unwrap_or_else(|e| panic!("{e}"));
         let policy = Policy::new(&config).expect("policy");
         let runner = Arc::new(FakeRunner::default());
+        runner
+            .read_only_layers_write
+            .store(opts.read_only_layers_write, Ordering::SeqCst);
+        let run: Arc<dyn Runner> = match &opts.podman {
+            Some(_) => Arc::new(PodmanRuntime::new(config.runner.as_ref().expect("runner"))),
+            None => runner.clone(),
+        };
         let mut log = Audit::open(&config.broker.audit_log).expect("audit");
         if let Some(hook) = opts.before_audit_sync.take() {
             log.before_sync(hook);
         }
-        let mut broker = Broker::new(config, policy, runner.clone(), log);
+        let mut broker = Broker::new(config, policy, run, log);
         if let Some(first) = opts.preflight_retry {
             broker = broker.with_preflight_retry(first);
         }
@@ -442,8 +480,13 @@ writes = "staged"
         }
     }
 
+    /// Runs the expiry of layers past `staged_ttl_s` once, as brokerd's minute timer does.
+    pub(crate) fn expire_staged(&self) {
+        self.rt.block_on(self.broker.expire_staged());
+    }
+
     /// The audit records so far, after checking the chain.
-    fn records(&self) -> Vec<Value> {
+    pub(crate) fn records(&self) -> Vec<Value> {
         let text = std::fs::read_to_string(&self.audit).unwrap_or_default();
         if text.is_empty() {
             return Vec::new();
