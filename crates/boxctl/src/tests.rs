@@ -1,4 +1,3 @@
-
 use super::*;
 
 /// A commit answer that landed `/srv/notes/b` and left out the conflicts and skipped paths.

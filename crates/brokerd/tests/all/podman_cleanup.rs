@@ -119,7 +119,7 @@ fn a_failed_rm_poisons_unless_the_container_is_confirmed_gone() {
 }
 
 /// What `a_monitor_stand_in` is to be: "monitor" (a conmon that starts its container's init and
-/// waits) or "init" (which sleeps).
+/// stays) or "init" (which sleeps).
 const MONITOR_STAND_IN: &str = "BOXMAKER_TEST_MONITOR_STAND_IN";
 
 /// This test program's arguments that run `a_monitor_stand_in` alone.
@@ -147,6 +147,9 @@ fn a_monitor_stand_in() {
             if let Ok(mut c) = child {
                 let _ = c.wait();
             }
+            // Outlives its child, so that only a kill ends it (a real conmon exits once its
+            // container's init has: that would race the sweep's kill of the monitor itself).
+            std::thread::sleep(std::time::Duration::from_secs(300));
         }
         Ok("init") => std::thread::sleep(std::time::Duration::from_secs(300)),
         _ => {}

@@ -1,4 +1,3 @@
-
 use super::*;
 use hickory_proto::rr::rdata::{A, AAAA, CNAME};
 use hickory_proto::rr::Record;
