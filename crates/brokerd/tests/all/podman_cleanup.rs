@@ -138,11 +138,14 @@ fn stand_in_args() -> [&'static str; 5] {
 fn a_monitor_stand_in() {
     match std::env::var(MONITOR_STAND_IN).as_deref() {
         Ok("monitor") => {
+            // Dies with the test, whatever becomes of it: no stand-in outlives a failed run.
+            let _ = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL);
             let child = std::process::Command::new(std::env::current_exe().expect("program"))
                 .args(stand_in_args())
                 .env(MONITOR_STAND_IN, "init")
                 .stdin(std::process::Stdio::null())
                 .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
                 .spawn();
             if let Ok(mut c) = child {
                 let _ = c.wait();
@@ -151,7 +154,13 @@ fn a_monitor_stand_in() {
             // container's init has: that would race the sweep's kill of the monitor itself).
             std::thread::sleep(std::time::Duration::from_secs(300));
         }
-        Ok("init") => std::thread::sleep(std::time::Duration::from_secs(300)),
+        Ok("init") => {
+            // Dies with its monitor, whoever kills that (the test kills another program's).
+            let _ = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL);
+            if nix::unistd::getppid().as_raw() != 1 {
+                std::thread::sleep(std::time::Duration::from_secs(300));
+            }
+        }
         _ => {}
     }
 }
@@ -202,6 +211,7 @@ esac
             .env(MONITOR_STAND_IN, "monitor")
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
             .spawn()
             .expect("a fake conmon")
     };
