@@ -278,17 +278,7 @@ fn doctor_bwrap(cfg: &Config, rc: &config::RunnerConfig, mut r: Report, socket: 
             )),
         },
     );
-    let userns = Command::new("bwrap")
-        .args([
-            "--unshare-user",
-            "--unshare-all",
-            "--ro-bind",
-            "/",
-            "/",
-            "true",
-        ])
-        .stdin(Stdio::null())
-        .output();
+    let userns = crate::runner::bwrap::userns_probe().output();
     r.check(
         "user namespaces",
         match userns {

@@ -14,7 +14,6 @@
 use std::io::Read;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use brokerd::config;
@@ -58,17 +57,7 @@ fn tools_present() -> bool {
 }
 
 fn bwrap_probe() -> bool {
-    let out = Command::new("bwrap")
-        .args([
-            "--unshare-user",
-            "--unshare-all",
-            "--ro-bind",
-            "/",
-            "/",
-            "true",
-        ])
-        .stdin(Stdio::null())
-        .output();
+    let out = brokerd::runner::bwrap::userns_probe().output();
     match out {
         Ok(o) if o.status.success() => true,
         Ok(o) => {

@@ -48,7 +48,7 @@ mod sweep;
 #[cfg(test)]
 mod tests;
 
-pub use argv::{RootEntry, RootLayout};
+pub use argv::{userns_probe, RootEntry, RootLayout};
 use placement::{drop_placement, Placement};
 use sandbox::{ProxyGuard, Sandbox};
 use sweep::sweep_sandboxes;
