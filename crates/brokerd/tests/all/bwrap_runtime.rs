@@ -93,7 +93,7 @@ struct World {
 /// A world whose tools root holds the toolkit and busybox (`bwrap_works` says they exist).
 fn world() -> World {
     let w = bare_world();
-    std::fs::copy(toolkit(), w.root.join("bin/toolkit")).expect("toolkit");
+    std::fs::copy(toolkit(), w.root.join(&proto::tools::TOOLKIT[1..])).expect("toolkit");
     std::fs::copy(BUSYBOX, w.root.join("bin/busybox")).expect("busybox");
     std::os::unix::fs::symlink("busybox", w.root.join("bin/sh")).expect("sh");
     w
@@ -439,7 +439,7 @@ fn egress_proxy_lifecycle() {
     assert!(!rt.poisoned());
 
     // A proxy that cannot start (no toolkit in the root) is unavailable, and cleaned up.
-    std::fs::remove_file(w.root.join("bin/toolkit")).expect("rm");
+    std::fs::remove_file(w.root.join(&proto::tools::TOOLKIT[1..])).expect("rm");
     let rt = runtime(&w, "egress_start_ms = 3000");
     let started = Instant::now();
     assert_eq!(

@@ -109,6 +109,25 @@ fn egress_argument_list() {
     assert_golden("egress.args", &runtime().egress_args(&egress(), NAME));
 }
 
+/// Every container brokerd starts carries the label that the sweep, `brokerd ps` and the e2e
+/// suite filter on (`podman ps --filter label=boxmaker` lists both kinds).
+#[test]
+fn every_container_carries_the_label_the_sweep_filters_on() {
+    let rt = runtime();
+    let key = brokerd::runner::podman::LABEL_FILTER
+        .strip_prefix("label=")
+        .expect("a label filter");
+    let egress_spec = spec(ToolName::HttpFetch, vec![], Some(egress()));
+    for (args, value) in [
+        (rt.tool_args(&spec(ToolName::Shell, vec![], None), NAME), "tool"),
+        (rt.egress_args(&egress(), NAME), "egress"),
+        (rt.tool_args(&egress_spec, NAME), "tool"),
+    ] {
+        let want = OsString::from(format!("--label={key}={value}"));
+        assert!(args.contains(&want), "{want:?} not in {args:?}");
+    }
+}
+
 #[test]
 fn egress_without_allow_addresses_has_no_allow_address_flag() {
     let only_hosts = Egress {

@@ -4,6 +4,8 @@
 
 use std::time::{Duration, Instant};
 
+use brokerd::runner::podman::LABEL_FILTER;
+use proto::tools::TOOLKIT;
 use serde_json::{json, Value};
 
 use super::{call_on, check, Backend, Outcome, Suite, AFTER_ANSWER, CALL_WAIT, GRANT, SETTLE};
@@ -20,7 +22,7 @@ impl Suite {
                     "ps",
                     "-a",
                     "--filter",
-                    "label=boxmaker",
+                    LABEL_FILTER,
                     "--format",
                     "{{.Names}}",
                 ]);
@@ -83,7 +85,7 @@ impl Suite {
         match self.backend {
             Backend::Podman => {
                 let mut c = self.user.command(&self.podman);
-                c.args(["ps", "-aq", "--filter", "label=boxmaker"]);
+                c.args(["ps", "-aq", "--filter", LABEL_FILTER]);
                 if let Ok((0, ids)) = system::output(c, self.t(Duration::from_secs(30))) {
                     for id in ids.split_whitespace() {
                         let mut rm = self.user.command(&self.podman);
@@ -114,13 +116,14 @@ impl Suite {
                 .into_iter()
                 .filter(|p| p.is_bwrap())
                 .map(|p| {
-                    let what = p.cmdline.split(" /bin/toolkit ").nth(1).unwrap_or("");
+                    let toolkit = format!(" {TOOLKIT} ");
+                    let what = p.cmdline.split(&toolkit).nth(1).unwrap_or("");
                     what.split(' ').next().unwrap_or("").to_string()
                 })
                 .collect();
         }
         let mut c = self.user.command(&self.podman);
-        c.args(["ps", "--filter", "label=boxmaker", "--format", "{{.Names}}"]);
+        c.args(["ps", "--filter", LABEL_FILTER, "--format", "{{.Names}}"]);
         let prefix = format!("boxmaker-{}-", self.session);
         match system::output(c, self.t(Duration::from_secs(30))) {
             Ok((0, out)) => out
