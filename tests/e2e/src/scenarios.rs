@@ -43,8 +43,6 @@ const STAGED_GRANT: &str = "e2e-staged";
 /// A variable only brokerd's environment has, looked for in every sandbox.
 const CANARY_NAME: &str = "BOXMAKER_E2E_CANARY";
 const CANARY_VALUE: &str = "planted-in-brokerd-s-environment";
-/// The runner's fixed sentences (seed 003 section 6), as the model reads them.
-const TIMED_OUT: &str = "the tool ran past its time limit";
 
 /// How long a bwrap sandbox's inner processes may outlive the answer: brokerd confirms the
 /// death of the bwrap it started through its pidfd; the sandbox's PID 1 gets its

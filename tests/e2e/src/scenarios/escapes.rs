@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use brokerd::runner::mounts::{MountChanged, MountTrouble};
 use client::Body;
 use serde_json::json;
 
@@ -78,12 +79,16 @@ impl Suite {
         let _ = std::fs::remove_file(&self.ro);
         std::fs::rename(&away, &self.ro).map_err(|e| format!("move ro back: {e}"))?;
         match answer? {
-            Body::Refused { reason } => check(
-                reason.contains(&format!(
-                    "grant directory {ro} is reached through a symbolic link"
-                )),
-                || format!("reason {reason:?}"),
-            )?,
+            Body::Refused { reason } => {
+                let want = MountChanged {
+                    path: self.ro.clone(),
+                    why: MountTrouble::Symlink,
+                }
+                .to_string();
+                check(reason == want, || {
+                    format!("reason {reason:?}, want {want:?}")
+                })?
+            }
             other => return Err(format!("expected a refusal, got {}", show(&other))),
         }
         let log = std::fs::read_to_string(&self.log).unwrap_or_default();

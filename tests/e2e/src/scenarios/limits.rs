@@ -6,7 +6,9 @@ use std::time::{Duration, Instant};
 use client::Body;
 use serde_json::json;
 
-use super::{check, show, Backend, Outcome, Suite, RO_TEXT, SHELL_MS, TIMED_OUT};
+use brokerd::runner::Failure;
+
+use super::{check, show, Backend, Outcome, Suite, RO_TEXT, SHELL_MS};
 use crate::https::BIG;
 use crate::system;
 
@@ -18,9 +20,9 @@ impl Suite {
         let body = self.call("shell", json!({ "command": command }))?;
         let took = started.elapsed();
         match body {
-            Body::Failed { message } => {
-                check(message == TIMED_OUT, || format!("message {message:?}"))?
-            }
+            Body::Failed { message } => check(message == Failure::TimedOut.to_string(), || {
+                format!("message {message:?}")
+            })?,
             other => return Err(format!("expected failed, got {}", show(&other))),
         }
         let limit = self.t(Duration::from_millis(SHELL_MS));

@@ -3,9 +3,10 @@
 
 use std::time::Duration;
 
+use brokerd::policy::Why;
 use client::Body;
 
-use super::{check, exit_codes, show, Outcome, Suite};
+use super::{check, exit_codes, show, Outcome, Suite, GRANT};
 use crate::https::{HELLO, TAILNET_GREETING};
 use crate::system;
 
@@ -165,16 +166,21 @@ impl Suite {
 
     pub(super) fn fetch_other_host(&mut self) -> Outcome {
         match self.fetch("https://other.test/")? {
-            Body::Refused { reason } => check(
-                reason.contains("other.test is not one of the grant's hosts"),
-                || format!("reason {reason:?}"),
-            ),
+            Body::Refused { reason } => {
+                let config = brokerd::config::load(&self.config).map_err(|e| e.to_string())?;
+                let want = Why::HostNotGranted {
+                    host: "other.test".into(),
+                    hosts: config.grants[GRANT].hosts.clone(),
+                }
+                .to_string();
+                check(reason == want, || {
+                    format!("reason {reason:?}, want {want:?}")
+                })
+            }
             other => Err(format!("expected a refusal, got {}", show(&other))),
         }
     }
 
-    /// What the model sees when curl fails: a result that is one `http_fetch: <url>: ...`
-    /// line (seed 003 section 4), with no body.
     /// An http_fetch the proxy refused: the toolkit's one line with curl's report of the
     /// proxy's SOCKS5 reply (RFC 1928: 2 not allowed, 4 host unreachable) for `host`.
     fn fetch_refused_by_proxy(&mut self, url: &str, host: &str, reply: u8) -> Outcome {
@@ -185,7 +191,9 @@ impl Suite {
         self.fetch_fails_in_curl(url, &wants)
     }
 
-    /// `wants`: curl's report, in any one of its spellings.
+    /// What the model sees when curl fails: a result that is one `http_fetch: <url>: ...`
+    /// line (docs/design.md#the-toolkit), with no body; `wants`: curl's report, in any one of
+    /// its spellings.
     fn fetch_fails_in_curl(&mut self, url: &str, wants: &[String]) -> Outcome {
         match self.fetch(url)? {
             Body::Result { content, .. } => {
