@@ -276,9 +276,10 @@ fn ratio_md(benches: &[(&str, &Value)]) -> Result<String, String> {
             }
             let _ = writeln!(
                 s,
-                "\nWhat-if, not what brokerd does: {} {} with the tool container started beside \
-                 its proxy, its input held until the socket is seen and `run -d` has exited (seed \
-                 003 section 6 starts it only once the socket exists): p50 {} ms, p95 {} ms, {:.2} of the bare sequence.",
+                "\nThe bench's `beside` side, bare in the order brokerd starts an http_fetch \
+                 (docs/design.md#http_fetch-and-its-egress-proxy): {} {} with the tool container \
+                 started beside its proxy, its input held until the socket is seen and `run -d` \
+                 has exited: p50 {} ms, p95 {} ms, {:.2} of the bare sequence.",
                 cell(backend),
                 cell(&text_of(&r, "tool")?),
                 fmt_num(Some(num(&r, "beside_p50_ms")?)),
@@ -805,8 +806,11 @@ mod tests {
         );
         assert!(s["ratio"].contains("| podman | read_file | 133 | 140 | 124 | 130 | 1.08 |"));
         assert!(s["ratio"].contains("| podman | http_fetch | 288 | 314 | 387 | 454 | 0.74 |"));
-        // The what-if is said apart from the table, never as one of its rows.
-        assert!(s["ratio"].contains("podman http_fetch with the tool container started beside"));
+        // The `beside` side is said apart from the table, never as one of its rows.
+        assert!(s["ratio"].contains(
+            "in the order brokerd starts an http_fetch (docs/design.md#http_fetch-and-its-egress-proxy): \
+             podman http_fetch with the tool container started beside its proxy"
+        ));
         assert!(s["ratio"].contains("p50 251 ms, p95 280 ms, 0.65 of the bare sequence."));
         assert!(!s["ratio"].contains("| 251 |"));
         assert!(s["scale"].contains("| 4 (default) | 2 | 120 | 8.00 | 12.5 | 8 | 0 |"));

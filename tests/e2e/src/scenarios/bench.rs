@@ -23,7 +23,8 @@ enum BareRunner {
 impl Suite {
     /// Wall time per call of each tool through brokerd, next to the bare command of the
     /// argument list brokerd builds for the same call: `podman run` of
-    /// `PodmanRuntime::tool_args` (for http_fetch the proxy's `egress_args` around it), or
+    /// `PodmanRuntime::tool_args` (for http_fetch the proxy's `egress_args` before it, and both
+    /// together as the `beside` side), or
     /// `bwrap` of `BwrapRuntime::build_argv` (and `proxy_argv`), as the service user. The
     /// bare side has no rlimits, no pidfd and no output capture beyond reading stdout.
     /// Returns the rows as the bench's JSON.
@@ -68,9 +69,10 @@ impl Suite {
             self.result(tool.as_str(), args.clone())?;
             let mut through = Vec::new();
             let mut bare = Vec::new();
-            // What-if, not what brokerd does: on Podman, http_fetch's tool container started
-            // beside its proxy, its input held until the socket is seen and `run -d` has exited
-            // (`bare_podman_beside`).
+            // On Podman, http_fetch bare also in the order brokerd starts it
+            // (docs/design.md#http_fetch-and-its-egress-proxy): the tool container beside its
+            // proxy, its input held until the socket is seen and `run -d` has exited
+            // (`bare_podman_beside`); `bare` starts the proxy, then the tool.
             let mut beside = Vec::new();
             // The two sides take turns call by call (which goes first alternates), so the
             // host's drift falls on both alike. Each call starts once what the one before it
@@ -151,7 +153,7 @@ impl Suite {
             if !beside.is_empty() {
                 let (sp50, sp95) = percentiles(&mut beside);
                 println!(
-                    "bench {b} {:<10} what-if, tool beside its proxy p50 {sp50:>7.1} ms p95 {sp95:>7.1} ms ; \
+                    "bench {b} {:<10} bare, tool beside its proxy as brokerd starts it p50 {sp50:>7.1} ms p95 {sp95:>7.1} ms ; \
                      ratio to {bare_name} p50 {:.2} (n {n})",
                     tool.as_str(),
                     sp50 / bp50,
@@ -245,11 +247,11 @@ impl Suite {
         })
     }
 
-    /// What-if, not what brokerd does (seed 003 section 6 starts the tool container only once
-    /// the proxy's socket exists): the proxy's `run -d` and the tool's `run` of the same
-    /// argument lists started together, the tool's input written once the socket is seen and
-    /// the proxy's `run -d` has exited. Returns the time until the tool's answer; the proxy's
-    /// `rm -f` and the directory's removal come after it, as brokerd's do.
+    /// A bare http_fetch in the order brokerd starts one
+    /// (docs/design.md#http_fetch-and-its-egress-proxy): the proxy's `run -d` and the tool's
+    /// `run` of the same argument lists started together, the tool's input written once the
+    /// socket is seen and the proxy's `run -d` has exited. Returns the time until the tool's
+    /// answer; the proxy's `rm -f` and the directory's removal come after it, as brokerd's do.
     fn bare_podman_beside(
         &self,
         runtime: &brokerd::runner::podman::PodmanRuntime,
@@ -297,7 +299,7 @@ impl Suite {
                 })?;
                 check(status.success(), || {
                     format!(
-                        "what-if run of {name}: {status} {}",
+                        "beside run of {name}: {status} {}",
                         String::from_utf8_lossy(&out)
                     )
                 })?;
