@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use crate::config::{self, Backend, Config, EgressNetwork};
 use crate::runbook;
 use crate::runner::bwrap::BwrapRuntime;
-use crate::runner::podman::PodmanRuntime;
+use crate::runner::podman::{self, PodmanRuntime};
 use crate::runner::{RunSpec, Runner};
 use proto::tools::ToolName;
 
@@ -278,17 +278,7 @@ fn doctor_bwrap(cfg: &Config, rc: &config::RunnerConfig, mut r: Report, socket: 
             )),
         },
     );
-    let userns = Command::new("bwrap")
-        .args([
-            "--unshare-user",
-            "--unshare-all",
-            "--ro-bind",
-            "/",
-            "/",
-            "true",
-        ])
-        .stdin(Stdio::null())
-        .output();
+    let userns = crate::runner::bwrap::userns_probe().output();
     r.check(
         "user namespaces",
         match userns {
@@ -303,7 +293,10 @@ fn doctor_bwrap(cfg: &Config, rc: &config::RunnerConfig, mut r: Report, socket: 
         },
     );
     if let Some(b) = &cfg.bwrap {
-        let toolkit = b.tools_root.join("bin/toolkit");
+        // The sandbox's `/` is the tools root.
+        let toolkit = b
+            .tools_root
+            .join(proto::tools::TOOLKIT.trim_start_matches('/'));
         r.check(
             "tools root",
             if toolkit.is_file() {
@@ -655,9 +648,9 @@ fn ps(cfg: &Config) -> Result<u8, String> {
             "ps",
             "-a",
             "--filter",
-            "label=boxmaker",
+            podman::LABEL_FILTER,
             "--format",
-            "{{.Names}}\t{{.Status}}\t{{.Labels.boxmaker}}",
+            &format!("{{{{.Names}}}}\t{{{{.Status}}}}\t{}", podman::LABEL_VALUE),
         ],
     )?;
     if out.trim().is_empty() {

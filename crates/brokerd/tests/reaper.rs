@@ -26,18 +26,7 @@ fn children() -> Vec<String> {
 
 #[test]
 fn a_sandbox_s_pid_1_is_adopted_and_reaped_and_nothing_else() {
-    let probe = Command::new("bwrap")
-        .args([
-            "--unshare-user",
-            "--unshare-pid",
-            "--ro-bind",
-            "/",
-            "/",
-            "true",
-        ])
-        .stdin(Stdio::null())
-        .stderr(Stdio::piped())
-        .output();
+    let probe = brokerd::runner::bwrap::userns_probe().output();
     let works = matches!(&probe, Ok(o) if o.status.success());
     if !works {
         assert!(

@@ -297,9 +297,10 @@ fn ratio_md(benches: &[(&str, &Value)]) -> Result<String, String> {
             }
             let _ = writeln!(
                 s,
-                "\nWhat-if, not what brokerd does: {} {} with the tool container started beside \
-                 its proxy, its input held until the socket is seen and `run -d` has exited (seed \
-                 003 section 6 starts it only once the socket exists): p50 {} ms, p95 {} ms, {:.2} of the bare sequence.",
+                "\nThe bench's `beside` side, bare in the order brokerd starts an http_fetch \
+                 (docs/design.md#http_fetch-and-its-egress-proxy): {} {} with the tool container \
+                 started beside its proxy, its input held until the socket is seen and `run -d` \
+                 has exited: p50 {} ms, p95 {} ms, {:.2} of the bare sequence.",
                 cell(backend),
                 cell(&text_of(&r, "tool")?),
                 fmt_num(Some(num(&r, "beside_p50_ms")?)),

@@ -25,6 +25,9 @@ pub const STDERR_KEEP: usize = 4096;
 /// How long to wait for the last output once the sandbox has exited: a process that inherited
 /// the pipe must not hold the answer.
 pub const DRAIN_GRACE: Duration = Duration::from_secs(2);
+/// How long a [`Capture`]d pipe (a helper's standard error, a podman helper's standard output)
+/// may take to end once its process has exited.
+pub const STDERR_GRACE: Duration = Duration::from_millis(100);
 
 /// What an exit status means (docs/design.md#the-podman-runner), before the backend adds its own
 /// reading of "the runner failed".

@@ -8,15 +8,14 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::ffi::OsString;
-use std::os::unix::ffi::OsStrExt;
-use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::path::Path;
 
 use brokerd::config;
 use brokerd::runner::bwrap::{BwrapRuntime, RootEntry, RootLayout};
 use brokerd::runner::protected::Over;
-use brokerd::runner::{DirId, Egress, Mount, RunSpec};
 use proto::tools::ToolName;
+
+use crate::common::{self, egress, mount, spec};
 
 /// A fixed name, so the files do not depend on the per-process counter.
 const NAME: &str = "boxmaker-s1-c1-7";
@@ -44,58 +43,14 @@ fn runtime() -> BwrapRuntime {
     .with_layout(layout())
 }
 
-fn mount(path: &str, write: bool) -> Mount {
-    // The argument list binds descriptors; which directory they are is checked at run time.
-    Mount {
-        path: PathBuf::from(path),
-        write,
-        id: DirId { dev: 0, ino: 0 },
-        protect: false,
-        stage: None,
-    }
-}
-
-fn spec(tool: ToolName, mounts: Vec<Mount>, egress: Option<Egress>) -> RunSpec {
-    RunSpec {
-        session: proto::ident::Ident::fixed("s1"),
-        call: proto::ident::Ident::fixed("c1"),
-        tool,
-        input: b"{}".to_vec(),
-        mounts,
-        egress,
-        timeout: Duration::from_secs(30),
-    }
-}
-
-fn egress() -> Egress {
-    Egress {
-        hosts: vec!["docs.example.org".into(), "*.example.net".into()],
-        allow_addresses: vec![
-            "192.0.2.0/24".parse().unwrap(),
-            "2001:db8::/32".parse().unwrap(),
-        ],
-    }
-}
-
+/// With `BLESS` set, the file is written from `args` first.
 fn assert_golden(file: &str, args: &[OsString]) {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/bwrap")
-        .join(file);
-    let mut got = Vec::new();
-    for a in args {
-        got.extend_from_slice(a.as_bytes());
-        got.push(b'\n');
-    }
     if std::env::var_os("BLESS").is_some() {
-        std::fs::write(&path, &got).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let path = common::golden_path("bwrap", file);
+        std::fs::write(&path, common::golden_lines(args))
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     }
-    let want = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    assert_eq!(
-        String::from_utf8_lossy(&got),
-        String::from_utf8_lossy(&want),
-        "{file}"
-    );
-    assert_eq!(got, want, "{file}: bytes differ");
+    common::assert_golden("bwrap", file, args);
 }
 
 #[test]

@@ -14,7 +14,6 @@
 use std::io::Read;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use brokerd::config;
@@ -58,17 +57,7 @@ fn tools_present() -> bool {
 }
 
 fn bwrap_probe() -> bool {
-    let out = Command::new("bwrap")
-        .args([
-            "--unshare-user",
-            "--unshare-all",
-            "--ro-bind",
-            "/",
-            "/",
-            "true",
-        ])
-        .stdin(Stdio::null())
-        .output();
+    let out = brokerd::runner::bwrap::userns_probe().output();
     match out {
         Ok(o) if o.status.success() => true,
         Ok(o) => {
@@ -104,7 +93,7 @@ struct World {
 /// A world whose tools root holds the toolkit and busybox (`bwrap_works` says they exist).
 fn world() -> World {
     let w = bare_world();
-    std::fs::copy(toolkit(), w.root.join("bin/toolkit")).expect("toolkit");
+    std::fs::copy(toolkit(), w.root.join(&proto::tools::TOOLKIT[1..])).expect("toolkit");
     std::fs::copy(BUSYBOX, w.root.join("bin/busybox")).expect("busybox");
     std::os::unix::fs::symlink("busybox", w.root.join("bin/sh")).expect("sh");
     w
@@ -450,7 +439,7 @@ fn egress_proxy_lifecycle() {
     assert!(!rt.poisoned());
 
     // A proxy that cannot start (no toolkit in the root) is unavailable, and cleaned up.
-    std::fs::remove_file(w.root.join("bin/toolkit")).expect("rm");
+    std::fs::remove_file(w.root.join(&proto::tools::TOOLKIT[1..])).expect("rm");
     let rt = runtime(&w, "egress_start_ms = 3000");
     let started = Instant::now();
     assert_eq!(

@@ -19,8 +19,8 @@ use brokerd::runner::podman::PodmanRuntime;
 use brokerd::runner::{Egress, Failure, RunError, RunOutput, RunSpec, Unavailable};
 use proto::tools::ToolName;
 
-/// The digest of every case's image, `localhost/<session>@sha256:<DIGEST>`.
-const DIGEST: &str = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
+use crate::common;
+
 /// Short limits keep the suite fast; the bound is what "returns promptly" may take on a busy
 /// machine.
 pub const LIMIT: Duration = Duration::from_millis(1000);
@@ -32,14 +32,7 @@ pub const CAP: usize = 1000;
 const FAKE_PODMAN: &str = r#"#!/bin/sh
 # Fake podman: record the call, then act out <root>/<session>/<step>.sh.
 root='@ROOT@'
-name=""
-egress_dir=""
-for a in "$@"; do
-  case "$a" in
-    --name=*) name="${a#--name=}" ;;
-    --volume=*:/run/egress:rw) egress_dir="${a#--volume=}"; egress_dir="${egress_dir%:/run/egress:rw}" ;;
-  esac
-done
+@ARGS@
 [ -n "$name" ] || for a in "$@"; do name="$a"; done
 case "$1" in
   # `image exists localhost/<session>@sha256:...`: the case's image names it.
@@ -78,11 +71,11 @@ pub fn fake_podman() -> &'static Path {
         let _ = std::fs::remove_dir_all(&root);
         std::fs::create_dir_all(&root).expect("fake podman root");
         let script = root.join("podman");
-        let text = FAKE_PODMAN.replace("@ROOT@", &root.display().to_string());
-        std::fs::write(&script, text).expect("write fake podman");
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755))
-            .expect("chmod fake podman");
+        let text = common::fake_podman_script(FAKE_PODMAN);
+        common::write_script(
+            &script,
+            &text.replace("@ROOT@", &root.display().to_string()),
+        );
         script
     })
 }
@@ -128,7 +121,7 @@ impl Case {
     /// `localhost/<session>@sha256:...`, so that the script finds the case of an
     /// `image exists`.
     pub fn image(&self) -> String {
-        format!("localhost/{}@sha256:{DIGEST}", self.session)
+        common::image(self.session)
     }
 
     pub fn runtime(&self) -> PodmanRuntime {

@@ -7,75 +7,30 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::ffi::OsString;
-use std::os::unix::ffi::OsStrExt;
-use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::path::Path;
 
 use brokerd::config;
 use brokerd::runner::podman::PodmanRuntime;
 use brokerd::runner::protected::Over;
-use brokerd::runner::{DirId, Egress, Mount, RunSpec};
+use brokerd::runner::Egress;
 use proto::tools::ToolName;
 
-const IMAGE: &str = "localhost/boxmaker-tools@sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
+use crate::common::{self, egress, mount, spec};
+
 /// A fixed name, so the files do not depend on the per-process counter.
 const NAME: &str = "boxmaker-s1-c1-7";
 
 fn runtime() -> PodmanRuntime {
-    let text = format!("[runner]\nimage = \"{IMAGE}\"\nhome = \"/var/lib/boxmaker\"\n");
+    let text = format!(
+        "[runner]\nimage = \"{}\"\nhome = \"/var/lib/boxmaker\"\n",
+        common::image("boxmaker-tools")
+    );
     let cfg = config::parse(&text, "golden.toml").expect("config");
     PodmanRuntime::new(&cfg.runner.expect("runner"))
 }
 
-fn mount(path: &str, write: bool) -> Mount {
-    // The argument list names paths; which directory they are is checked at run time.
-    Mount {
-        path: PathBuf::from(path),
-        write,
-        id: DirId { dev: 0, ino: 0 },
-        protect: false,
-        stage: None,
-    }
-}
-
-fn spec(tool: ToolName, mounts: Vec<Mount>, egress: Option<Egress>) -> RunSpec {
-    RunSpec {
-        session: proto::ident::Ident::fixed("s1"),
-        call: proto::ident::Ident::fixed("c1"),
-        tool,
-        input: b"{}".to_vec(),
-        mounts,
-        egress,
-        timeout: Duration::from_secs(30),
-    }
-}
-
-fn egress() -> Egress {
-    Egress {
-        hosts: vec!["docs.example.org".into(), "*.example.net".into()],
-        allow_addresses: vec![
-            "192.0.2.0/24".parse().unwrap(),
-            "2001:db8::/32".parse().unwrap(),
-        ],
-    }
-}
-
 fn assert_golden(file: &str, args: &[OsString]) {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/podman")
-        .join(file);
-    let want = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let mut got = Vec::new();
-    for a in args {
-        got.extend_from_slice(a.as_bytes());
-        got.push(b'\n');
-    }
-    assert_eq!(
-        String::from_utf8_lossy(&got),
-        String::from_utf8_lossy(&want),
-        "{file}"
-    );
-    assert_eq!(got, want, "{file}: bytes differ");
+    common::assert_golden("podman", file, args);
 }
 
 #[test]
@@ -107,6 +62,28 @@ fn tool_argument_lists() {
 #[test]
 fn egress_argument_list() {
     assert_golden("egress.args", &runtime().egress_args(&egress(), NAME));
+}
+
+/// Every container brokerd starts carries the label that the sweep, `brokerd ps` and the e2e
+/// suite filter on (`podman ps --filter label=boxmaker` lists both kinds).
+#[test]
+fn every_container_carries_the_label_the_sweep_filters_on() {
+    let rt = runtime();
+    let key = brokerd::runner::podman::LABEL_FILTER
+        .strip_prefix("label=")
+        .expect("a label filter");
+    let egress_spec = spec(ToolName::HttpFetch, vec![], Some(egress()));
+    for (args, value) in [
+        (
+            rt.tool_args(&spec(ToolName::Shell, vec![], None), NAME),
+            "tool",
+        ),
+        (rt.egress_args(&egress(), NAME), "egress"),
+        (rt.tool_args(&egress_spec, NAME), "tool"),
+    ] {
+        let want = OsString::from(format!("--label={key}={value}"));
+        assert!(args.contains(&want), "{want:?} not in {args:?}");
+    }
 }
 
 #[test]

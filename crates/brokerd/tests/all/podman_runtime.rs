@@ -14,7 +14,7 @@ use proto::tools::ToolName;
 use crate::common;
 use crate::podman_fake::*;
 
-/// Seed 003 section 6's exit-code table, one case per row.
+/// The exit-code table of docs/design.md#the-tool-container, one case per row.
 #[test]
 fn exit_codes() {
     let cases: Vec<(&'static str, &str, Result<RunOutput, RunError>)> = vec![

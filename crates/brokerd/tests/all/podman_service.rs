@@ -6,7 +6,6 @@
 //! open for writing when it is executed (ETXTBSY).
 
 use std::io::{BufRead, BufReader, Write};
-use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::sync::Arc;
@@ -20,19 +19,12 @@ use brokerd::server::{self, Clients};
 use proto::broker::{Answer, Body};
 use serde_json::{json, Value};
 
-const IMAGE: &str = "localhost/boxmaker-tools@sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
+use crate::common;
 
 const FAKE_PODMAN: &str = r#"#!/bin/sh
 # Fake podman: record each call under @LOG@ by container name, then act like it worked.
 log='@LOG@'
-name=""
-egress_dir=""
-for a in "$@"; do
-  case "$a" in
-    --name=*) name="${a#--name=}" ;;
-    --volume=*:/run/egress:rw) egress_dir="${a#--volume=}"; egress_dir="${egress_dir%:/run/egress:rw}" ;;
-  esac
-done
+@ARGS@
 case "$1" in
   run)
     printf '%s\n' "$@" > "$log/$name.args"
@@ -80,12 +72,12 @@ fn each_tool_reaches_podman_with_its_arguments() {
     }
     std::fs::write(rw.join("a.txt"), "a").unwrap();
     let podman = base.join("podman");
-    std::fs::write(
+    let script = common::fake_podman_script(FAKE_PODMAN);
+    common::write_script(
         &podman,
-        FAKE_PODMAN.replace("@LOG@", &log.display().to_string()),
-    )
-    .unwrap();
-    std::fs::set_permissions(&podman, std::fs::Permissions::from_mode(0o755)).unwrap();
+        &script.replace("@LOG@", &log.display().to_string()),
+    );
+    let image = common::image("boxmaker-tools");
 
     let uid = nix::unistd::getuid().as_raw();
     let audit_path = base.join("audit.jsonl");
@@ -96,7 +88,7 @@ clients = [{uid}]
 audit_log = "{audit}"
 
 [runner]
-image = "{IMAGE}"
+image = "{image}"
 podman = "{podman}"
 home = "{home}"
 egress_start_ms = 3000
@@ -203,7 +195,7 @@ hosts = ["docs.example.org"]
         assert_eq!(&args[..3], ["run", "--rm", "-i"], "{call}");
         assert_eq!(
             args[args.len() - 3..],
-            [IMAGE, proto::tools::TOOLKIT, tool],
+            [image.as_str(), proto::tools::TOOLKIT, tool],
             "{call}"
         );
         for v in &volumes {

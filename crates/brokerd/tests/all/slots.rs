@@ -14,7 +14,7 @@ use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use brokerd::server::{self, Clients, FIRST_REQUEST_TIMEOUT};
+use brokerd::server::{self, Clients, FrameError, FIRST_REQUEST_TIMEOUT};
 use proto::broker::{Answer, Body};
 
 use crate::service::{me, Opts, Service};
@@ -151,7 +151,7 @@ fn one_uid_cannot_starve_another() {
     // The busy uid is still refused, and served again once it gives a connection back.
     assert_eq!(
         served(me(), &socket).err().as_deref(),
-        Some("busy: too many connections from this user")
+        Some(FrameError::TooManyFromUser.to_string().as_str())
     );
     drop(hog);
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -187,13 +187,7 @@ fn a_connection_without_a_request_is_closed_after_the_first_request_deadline() {
         let a = answer(s).expect("an error line before the close");
         assert_eq!(a.id, None);
         match a.body {
-            Body::Error { message } => assert_eq!(
-                message,
-                format!(
-                    "no request within {} s of connecting; the connection is closed",
-                    FIRST_REQUEST_TIMEOUT.as_secs()
-                )
-            ),
+            Body::Error { message } => assert_eq!(message, FrameError::NoRequest.to_string()),
             other => panic!("expected an error, got {other:?}"),
         }
         assert!(answer(s).is_none(), "closed after the error line");

@@ -3,6 +3,23 @@
 
 use super::*;
 
+/// bwrap asked for a user namespace with every other namespace unshared, over the host's `/`,
+/// running `true`: whether this host lets bwrap make a sandbox's namespaces at all. `brokerd
+/// doctor` asks it, and so do the tests that need a real sandbox, to skip where there is none.
+pub fn userns_probe() -> std::process::Command {
+    let mut c = std::process::Command::new("bwrap");
+    c.args([
+        "--unshare-user",
+        "--unshare-all",
+        "--ro-bind",
+        "/",
+        "/",
+        "true",
+    ])
+    .stdin(std::process::Stdio::null());
+    c
+}
+
 /// One entry of the tools root's top level, as the sandbox's `/` shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RootEntry {

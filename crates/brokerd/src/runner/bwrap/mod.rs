@@ -25,7 +25,9 @@ use super::cgroup::{self, CgroupLimits, CgroupUnavailable, ChildGroup, Mechanism
 use super::egress::{self, make_private_dir, EGRESS_MOUNT, EGRESS_SOCKET};
 use super::limits::ResourceLimits;
 use super::mounts::{self, open_mounts};
-use super::output::{verdict, Capture, Event, Streams, Verdict, DRAIN_GRACE, STDERR_KEEP};
+use super::output::{
+    verdict, Capture, Event, Streams, Verdict, DRAIN_GRACE, STDERR_GRACE, STDERR_KEEP,
+};
 use super::overlay::Overlays;
 use super::pidfd::{Pidfd, Stopped, KILL_CONFIRM};
 use super::protected::{Held, Over, Protector};
@@ -46,7 +48,7 @@ mod sweep;
 #[cfg(test)]
 mod tests;
 
-pub use argv::{RootEntry, RootLayout};
+pub use argv::{userns_probe, RootEntry, RootLayout};
 use placement::{drop_placement, Placement};
 use sandbox::{ProxyGuard, Sandbox};
 use sweep::sweep_sandboxes;
@@ -60,8 +62,6 @@ pub const PROXY_MEMORY: u64 = 128 * 1024 * 1024;
 pub const PROXY_PIDS: u32 = 64;
 /// Used only if `memory` somehow does not parse (config::load rejects that).
 const FALLBACK_MEMORY: u64 = 512 * 1024 * 1024;
-/// How long standard error may take to end once bwrap has exited.
-const STDERR_GRACE: Duration = Duration::from_millis(100);
 /// Entries of the tools root the sandbox makes for itself: mount points, empty in the image.
 const OWN_MOUNTS: [&str; 5] = ["dev", "proc", "run", "sys", "tmp"];
 /// The host file the proxy resolves names with (docs/design.md#the-egress-proxy).

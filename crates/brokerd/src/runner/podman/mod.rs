@@ -50,6 +50,20 @@ pub use terminal::Terminal;
 /// take before brokerd gives up on it: the stop budget's bound (`config::stop_budget`).
 pub use crate::config::HELPER_TIMEOUT;
 
+/// The label key of every container brokerd starts (`boxmaker=tool`, `boxmaker=egress`), by
+/// which the sweep, `brokerd ps` and the end-to-end suite find them: written here once.
+macro_rules! label_key {
+    () => {
+        "boxmaker"
+    };
+}
+/// `podman ps --filter` for every container brokerd started.
+pub const LABEL_FILTER: &str = concat!("label=", label_key!());
+/// `podman ps --format` for the label's value of a container: `tool` or `egress`.
+pub const LABEL_VALUE: &str = concat!("{{.Labels.", label_key!(), "}}");
+const TOOL_LABEL: &str = concat!("--label=", label_key!(), "=tool");
+const EGRESS_LABEL: &str = concat!("--label=", label_key!(), "=egress");
+
 /// Numbers the containers of this brokerd process (the `<n>` of
 /// docs/design.md#the-podman-runner).
 static CONTAINERS: AtomicU64 = AtomicU64::new(0);
@@ -158,7 +172,7 @@ impl PodmanRuntime {
             "--rm".into(),
             "-i".into(),
             format!("--name={name}").into(),
-            "--label=boxmaker=tool".into(),
+            TOOL_LABEL.into(),
             "--network=none".into(),
             "--read-only".into(),
             "--cap-drop=all".into(),
@@ -202,7 +216,7 @@ impl PodmanRuntime {
             "-d".into(),
             "--rm".into(),
             format!("--name={name}-egress").into(),
-            "--label=boxmaker=egress".into(),
+            EGRESS_LABEL.into(),
             format!("--network={}", self.egress_network).into(),
             "--read-only".into(),
             "--cap-drop=all".into(),

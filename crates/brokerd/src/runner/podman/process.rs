@@ -13,15 +13,13 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use super::super::dies_with_brokerd;
-use super::super::output::{Capture, STDERR_KEEP};
+use super::super::output::{Capture, STDERR_GRACE, STDERR_KEEP};
 use super::super::pidfd::Pidfd;
 use super::super::spawn::{self, find_program, Io, PreExec, Spawn};
 
 /// How often a running podman process is looked at when no pidfd could be had for it (with
 /// one, a wait wakes on its exit).
 const POLL: Duration = Duration::from_millis(10);
-/// How long standard output and error may take to end once their podman process has exited.
-const STDIO_GRACE: Duration = Duration::from_millis(100);
 /// How long a podman process killed with its group may take to be seen gone.
 const KILL_WAIT: Duration = Duration::from_secs(1);
 
@@ -214,7 +212,7 @@ impl Started {
     pub(super) fn finish(mut self, deadline: Instant) -> Helper {
         match self.proc.wait_until(deadline) {
             Some(status) => {
-                let grace = Instant::now() + STDIO_GRACE;
+                let grace = Instant::now() + STDERR_GRACE;
                 if let Some(out) = &self.stdout {
                     out.wait_done(grace);
                 }

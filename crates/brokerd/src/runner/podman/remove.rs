@@ -180,7 +180,7 @@ impl PodmanRuntime {
             "-a",
             "--no-trunc",
             "--filter",
-            "label=boxmaker",
+            super::LABEL_FILTER,
             "--format",
             "{{.ID}}",
         ])?;

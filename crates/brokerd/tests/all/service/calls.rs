@@ -334,8 +334,9 @@ fn result_paging() {
     );
     let p = c.req(json!({"op": "result", "id": "u", "result_id": "r-nope"}));
     assert_eq!(p.kind(), "error");
-    assert!(
-        message(&p).contains("unknown or expired result_id"),
+    assert_eq!(
+        message(&p),
+        ProtocolError::UnknownResult("r-nope".into()).to_string(),
         "{p:?}"
     );
 }
@@ -745,7 +746,11 @@ fn tools_per_mode() {
     }
     let a = c.req(json!({"op": "tools", "id": "x", "grant": "nope"}));
     assert_eq!(kind(&a), "error");
-    assert!(message(&a).contains("unknown grant"), "{a:?}");
+    assert_eq!(
+        message(&a),
+        ProtocolError::UnknownGrant("nope".into()).to_string(),
+        "{a:?}"
+    );
 }
 
 /// The repeated-refusal key is (tool, target, refusal): arguments that do not parse are
@@ -858,8 +863,9 @@ fn unavailable_runner_stops_later_writes() {
         let a = c.call("s", call, "auto", tool, args.clone());
         assert_eq!(kind(&a), want, "{call}: {a:?}");
         if want == "refused" {
-            assert!(
-                message(&a).contains("unavailable earlier in this session"),
+            assert_eq!(
+                message(&a),
+                brokerd::policy::Why::UnavailableEarlier { tool: tool.into() }.to_string(),
                 "{a:?}"
             );
             assert_eq!(svc.runner.calls(), before, "{call} not attempted");
@@ -897,7 +903,14 @@ fn without_a_runner_every_call_that_would_run_is_refused() {
     });
     assert!(svc.broker.config().runner.is_none());
     let mut c = svc.connect();
-    let no_runner = "no tool runner is configured on this host; nothing was run";
+    let no_runner = brokerd::policy::Why::NoRunner.to_string();
+    let no_runner = no_runner.as_str();
+    let not_granted = brokerd::policy::Why::ToolNotGranted {
+        tool: ToolName::HttpFetch,
+        grant: "readonly".into(),
+    }
+    .to_string();
+    let not_granted = not_granted.as_str();
     let read = json!({"path": "a.txt"});
     let cases = [
         (
@@ -930,7 +943,7 @@ fn without_a_runner_every_call_that_would_run_is_refused() {
             "http_fetch",
             json!({"url": "https://docs.example.org/"}),
             "refused",
-            "http_fetch is not one of the tools",
+            not_granted,
         ),
         (
             "r5",

@@ -96,7 +96,11 @@ fn shutdown_drains_calls_in_flight() {
     let mut c = svc.connect();
     let a = c.call("s", "new", "auto", "shell", json!({"command": "ls"}));
     assert_eq!(kind(&a), "error", "{a:?}");
-    assert!(message(&a).contains("shutting down"), "{a:?}");
+    assert_eq!(
+        message(&a),
+        ProtocolError::ShuttingDown.to_string(),
+        "{a:?}"
+    );
     // Held past a short grace: drain says calls remain.
     assert!(!svc
         .rt

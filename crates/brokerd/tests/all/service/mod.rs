@@ -25,11 +25,11 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use brokerd::audit::{self, Audit};
-use brokerd::broker::{Broker, AUDIT_UNAVAILABLE};
+use brokerd::broker::{Broker, ProtocolError, AUDIT_UNAVAILABLE};
 use brokerd::policy::Policy;
 use brokerd::runner::podman::PodmanRuntime;
 use brokerd::runner::{Failure, Mount, Reply, RunError, RunOutput, RunSpec, Runner, Unavailable};
-use brokerd::server::{self, Clients};
+use brokerd::server::{self, Clients, FrameError};
 use proto::broker::{Answer, Body};
 use proto::tools::ToolName;
 use serde_json::{json, Value};

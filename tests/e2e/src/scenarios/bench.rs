@@ -1,0 +1,389 @@
+//! The ratio bench (`--bench N`): each tool through brokerd next to the bare command of the
+//! argument list brokerd builds for the same call.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use super::{check, percentiles, Backend, Outcome, Suite, GRANT};
+use crate::system;
+
+/// The bare command a bench compares brokerd with, built by brokerd's own code.
+enum BareRunner {
+    Podman(brokerd::runner::podman::PodmanRuntime),
+    Bwrap(
+        brokerd::runner::bwrap::BwrapRuntime,
+        brokerd::runner::bwrap::RootLayout,
+    ),
+}
+
+impl Suite {
+    /// Wall time per call of each tool through brokerd, next to the bare command of the
+    /// argument list brokerd builds for the same call: `podman run` of
+    /// `PodmanRuntime::tool_args` (for http_fetch the proxy's `egress_args` before it, and both
+    /// together as the `beside` side), or
+    /// `bwrap` of `BwrapRuntime::build_argv` (and `proxy_argv`), as the service user. The
+    /// bare side has no rlimits, no pidfd and no output capture beyond reading stdout.
+    /// Returns the rows as the bench's JSON.
+    pub(super) fn bench(&mut self, n: usize) -> Result<Value, String> {
+        use brokerd::runner::bwrap::{BwrapRuntime, RootLayout};
+        use brokerd::runner::podman::PodmanRuntime;
+        use brokerd::runner::{Egress, Mount, RunSpec};
+        use proto::tools::ToolName;
+        let config = brokerd::config::load(&self.config).map_err(|e| e.to_string())?;
+        let rc = config.runner.clone().ok_or("no [runner]")?;
+        let bare_runner = match self.backend {
+            Backend::Podman => BareRunner::Podman(PodmanRuntime::new(&rc)),
+            Backend::Bwrap => {
+                let bc = config.bwrap.clone().ok_or("no [bwrap]")?;
+                let layout = RootLayout::read(&bc.tools_root)
+                    .map_err(|e| format!("{}: {e}", bc.tools_root.display()))?;
+                BareRunner::Bwrap(BwrapRuntime::new(&rc, &bc), layout)
+            }
+        };
+        let bare_name = match self.backend {
+            Backend::Podman => "bare podman run",
+            Backend::Bwrap => "bare bwrap",
+        };
+        let grant = &config.grants[GRANT];
+        let cases: Vec<(ToolName, Value)> = vec![
+            (
+                ToolName::ReadFile,
+                json!({ "path": self.ro.join("hello.txt") }),
+            ),
+            (
+                ToolName::WriteFile,
+                json!({ "path": self.rw.join("bench.txt"), "content": "bench\n" }),
+            ),
+            (ToolName::Shell, json!({ "command": "echo hi" })),
+            (ToolName::HttpFetch, json!({ "url": "https://ok.test/" })),
+        ];
+        let b = self.backend.as_str();
+        let mut rows = Vec::new();
+        for (tool, args) in cases {
+            self.await_reaped_zombies(0);
+            // One warm-up of each side, so the page cache holds what both start.
+            self.result(tool.as_str(), args.clone())?;
+            let mut through = Vec::new();
+            let mut bare = Vec::new();
+            // On Podman, http_fetch bare also in the order brokerd starts it
+            // (docs/design.md#http_fetch-and-its-egress-proxy): the tool container beside its
+            // proxy, its input held until the socket is seen and `run -d` has exited
+            // (`bare_podman_beside`); `bare` starts the proxy, then the tool.
+            let mut beside = Vec::new();
+            // The two sides take turns call by call (which goes first alternates), so the
+            // host's drift falls on both alike. Each call starts once what the one before it
+            // left is gone: no egress directory (brokerd removes it last, after the answer),
+            // as when a model thinks between calls. Back to back is the scale bench's part.
+            for i in 0..=n {
+                let through_first = i % 2 == 0;
+                if i > 0 && through_first {
+                    self.await_settled();
+                    let t = Instant::now();
+                    let (_, _) = self.result(tool.as_str(), args.clone())?;
+                    through.push(t.elapsed());
+                }
+                let spec = RunSpec {
+                    session: proto::ident::Ident::fixed("bench"),
+                    call: proto::ident::Ident::parse(format!(
+                        "{}-{i}",
+                        tool.as_str().replace('_', "-")
+                    ))
+                    .map_err(|e| e.to_string())?,
+                    tool,
+                    input: serde_json::to_vec(&args).unwrap_or_default(),
+                    mounts: grant
+                        .paths
+                        .iter()
+                        .map(|p| Mount::at(&p.path, p.write && tool != ToolName::ReadFile))
+                        .collect::<Result<_, _>>()
+                        .map_err(|e| e.to_string())?,
+                    egress: (tool == ToolName::HttpFetch).then(|| Egress {
+                        hosts: grant.hosts.clone(),
+                        allow_addresses: grant.allow_addresses.clone(),
+                    }),
+                    timeout: self.t(Duration::from_secs(30)),
+                };
+                let name = format!("boxmaker-bench-{}-{i}", spec.call);
+                // Bare bwrap's orphans wait for the host's init; too many would count against
+                // the process limit brokerd's sandboxes get.
+                self.await_reaped_zombies(8);
+                self.await_settled();
+                let t = Instant::now();
+                match &bare_runner {
+                    BareRunner::Podman(rt) => self.bare_podman(rt, &spec, &name)?,
+                    BareRunner::Bwrap(rt, layout) => self.bare_bwrap(rt, layout, &spec, &name)?,
+                }
+                if i > 0 {
+                    bare.push(t.elapsed());
+                }
+                if let (BareRunner::Podman(rt), ToolName::HttpFetch) = (&bare_runner, tool) {
+                    self.await_settled();
+                    let took = self.bare_podman_beside(rt, &spec, &format!("{name}-beside"))?;
+                    if i > 0 {
+                        beside.push(took);
+                    }
+                }
+                if i > 0 && !through_first {
+                    self.await_settled();
+                    let t = Instant::now();
+                    let (_, _) = self.result(tool.as_str(), args.clone())?;
+                    through.push(t.elapsed());
+                }
+            }
+            let (tp50, tp95) = percentiles(&mut through);
+            let (bp50, bp95) = percentiles(&mut bare);
+            println!(
+                "bench {b} {:<10} through brokerd p50 {tp50:>7.1} ms p95 {tp95:>7.1} ms ; \
+                 {bare_name} p50 {bp50:>7.1} ms p95 {bp95:>7.1} ms ; ratio p50 {:.2} (n {n})",
+                tool.as_str(),
+                tp50 / bp50,
+            );
+            let mut row = json!({
+                "tool": tool.as_str(),
+                "through_p50_ms": tp50,
+                "through_p95_ms": tp95,
+                "bare_p50_ms": bp50,
+                "bare_p95_ms": bp95,
+                "ratio_p50": tp50 / bp50,
+            });
+            if !beside.is_empty() {
+                let (sp50, sp95) = percentiles(&mut beside);
+                println!(
+                    "bench {b} {:<10} bare, tool beside its proxy as brokerd starts it p50 {sp50:>7.1} ms p95 {sp95:>7.1} ms ; \
+                     ratio to {bare_name} p50 {:.2} (n {n})",
+                    tool.as_str(),
+                    sp50 / bp50,
+                );
+                row["beside_p50_ms"] = json!(sp50);
+                row["beside_p95_ms"] = json!(sp95);
+                row["beside_ratio_p50"] = json!(sp50 / bp50);
+            }
+            rows.push(row);
+        }
+        Ok(json!({
+            "bench": "ratio",
+            "backend": b,
+            "bare": bare_name,
+            "calls": n,
+            "rows": rows,
+        }))
+    }
+
+    /// Each bare bwrap leaves an orphaned zombie (the sandbox's inner bwrap) that this host's
+    /// PID 1 reaps a second or two later (brokerd reaps its own; this process does not); in a
+    /// burst they reach the user's RLIMIT_NPROC (`pids`) and bwrap cannot fork ("Can't fork
+    /// for pid 1"). The bench lets them go between series and says how long that took.
+    fn await_reaped_zombies(&self, at_most: usize) {
+        if self.backend != Backend::Bwrap {
+            return;
+        }
+        let started = Instant::now();
+        let before = system::zombies(&self.user);
+        if before <= at_most {
+            return;
+        }
+        let limit = self.t(Duration::from_secs(15));
+        while system::zombies(&self.user) > at_most && started.elapsed() < limit {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        if before > 0 {
+            println!(
+                "bench note: waited {} ms for {before} orphaned bwrap zombies to be reaped ({} left)",
+                started.elapsed().as_millis(),
+                system::zombies(&self.user)
+            );
+        }
+    }
+
+    /// Up to 20 s (times --time-scale) until no egress directory is left: the previous call's
+    /// clean-up is over.
+    fn await_settled(&self) {
+        let limit = Instant::now() + self.t(Duration::from_secs(20));
+        while std::fs::read_dir(&self.egress_root).is_ok_and(|mut d| d.next().is_some())
+            && Instant::now() < limit
+        {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    fn bare_podman(
+        &self,
+        runtime: &brokerd::runner::podman::PodmanRuntime,
+        spec: &brokerd::runner::RunSpec,
+        name: &str,
+    ) -> Outcome {
+        let mut proxy = None;
+        if let Some(egress) = &spec.egress {
+            let dir = runtime.egress_dir(name);
+            std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+            self.user.chown(&dir)?;
+            let mut c = self.user.command(&self.podman);
+            c.args(runtime.egress_args(egress, name));
+            let (code, out) = system::output(c, self.t(Duration::from_secs(30)))?;
+            check(code == 0, || format!("proxy: {out}"))?;
+            wait_for_socket(&dir, self.t(Duration::from_secs(5)));
+            proxy = Some((format!("{name}-egress"), dir));
+        }
+        let mut c = self.user.command(&self.podman);
+        c.args(runtime.tool_args(spec, name));
+        let out = run_with_input(c, &spec.input);
+        if let Some((container, dir)) = proxy {
+            let mut rm = self.user.command(&self.podman);
+            rm.args(["rm", "-f", &container]);
+            let _ = system::output(rm, self.t(Duration::from_secs(30)));
+            let _ = std::fs::remove_dir_all(dir);
+        }
+        let out = out?;
+        check(out.status.code() == Some(0), || {
+            format!(
+                "bare run of {name}: {} {}",
+                out.status,
+                String::from_utf8_lossy(&out.stdout)
+            )
+        })
+    }
+
+    /// A bare http_fetch in the order brokerd starts one
+    /// (docs/design.md#http_fetch-and-its-egress-proxy): the proxy's `run -d` and the tool's
+    /// `run` of the same argument lists started together, the tool's input written once the
+    /// socket is seen and the proxy's `run -d` has exited. Returns the time until the tool's
+    /// answer; the proxy's `rm -f` and the directory's removal come after it, as brokerd's do.
+    fn bare_podman_beside(
+        &self,
+        runtime: &brokerd::runner::podman::PodmanRuntime,
+        spec: &brokerd::runner::RunSpec,
+        name: &str,
+    ) -> Result<Duration, String> {
+        use std::io::{Read, Write};
+        let egress = spec
+            .egress
+            .as_ref()
+            .ok_or("an http_fetch spec has an egress")?;
+        let dir = runtime.egress_dir(name);
+        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+        self.user.chown(&dir)?;
+        let started = Instant::now();
+        let mut proxy = self.user.command(&self.podman);
+        proxy
+            .args(runtime.egress_args(egress, name))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let mut proxy = proxy.spawn().map_err(|e| format!("proxy: {e}"))?;
+        let mut tool = self.user.command(&self.podman);
+        tool.args(runtime.tool_args(spec, name))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        let ran = tool
+            .spawn()
+            .map_err(|e| format!("tool: {e}"))
+            .and_then(|mut tool| {
+                wait_for_socket(&dir, self.t(Duration::from_secs(5)));
+                let proxy_status = proxy.wait().map_err(|e| e.to_string());
+                if let Some(mut stdin) = tool.stdin.take() {
+                    let _ = stdin.write_all(&spec.input);
+                }
+                let mut out = Vec::new();
+                if let Some(mut stdout) = tool.stdout.take() {
+                    let _ = stdout.read_to_end(&mut out);
+                }
+                let status = tool.wait().map_err(|e| e.to_string())?;
+                let took = started.elapsed();
+                check(proxy_status?.success(), || {
+                    format!("proxy of {name} failed")
+                })?;
+                check(status.success(), || {
+                    format!(
+                        "beside run of {name}: {status} {}",
+                        String::from_utf8_lossy(&out)
+                    )
+                })?;
+                Ok(took)
+            });
+        let _ = proxy.kill();
+        let _ = proxy.wait();
+        let mut rm = self.user.command(&self.podman);
+        rm.args(["rm", "-f", &format!("{name}-egress")]);
+        let _ = system::output(rm, self.t(Duration::from_secs(30)));
+        let _ = std::fs::remove_dir_all(dir);
+        ran
+    }
+
+    fn bare_bwrap(
+        &self,
+        runtime: &brokerd::runner::bwrap::BwrapRuntime,
+        layout: &brokerd::runner::bwrap::RootLayout,
+        spec: &brokerd::runner::RunSpec,
+        name: &str,
+    ) -> Outcome {
+        let mut proxy = None;
+        if let Some(egress) = &spec.egress {
+            let dir = runtime.egress_dir(name);
+            std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))
+                .map_err(|e| e.to_string())?;
+            self.user.chown(&dir)?;
+            let mut c = self.user.command("bwrap");
+            c.args(runtime.proxy_argv(egress, name, layout, None))
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null());
+            // The argument list says `--seccomp 3`: the bare run gets the same filter.
+            let _filter = brokerd::runner::seccomp::pass_to(&mut c).map_err(|e| e.to_string())?;
+            let child = c.spawn().map_err(|e| format!("proxy: {e}"))?;
+            proxy = Some((child, dir.clone()));
+            wait_for_socket(&dir, self.t(Duration::from_secs(5)));
+        }
+        let mut c = self.user.command("bwrap");
+        c.args(runtime.build_argv(spec, name, layout, None));
+        let _filter = brokerd::runner::seccomp::pass_to(&mut c).map_err(|e| e.to_string())?;
+        // The argument list binds the grant's directories by descriptor, as brokerd does.
+        let fds = brokerd::runner::mounts::open_mounts(&spec.mounts).map_err(|e| e.to_string())?;
+        let _mounts = brokerd::runner::mounts::pass_to(&mut c, fds).map_err(|e| e.to_string())?;
+        let out = run_with_input(c, &spec.input);
+        if let Some((mut child, dir)) = proxy {
+            let _ = child.kill();
+            let _ = child.wait();
+            let _ = std::fs::remove_dir_all(dir);
+        }
+        let out = out?;
+        check(out.status.code() == Some(0), || {
+            format!(
+                "bare bwrap of {name}: {} {}",
+                out.status,
+                String::from_utf8_lossy(&out.stdout)
+            )
+        })
+    }
+}
+
+/// Up to `limit` (5 s, times --time-scale) for a proxy's socket to appear in its egress
+/// directory.
+fn wait_for_socket(dir: &Path, limit: Duration) {
+    let sock = dir.join("egress.sock");
+    let until = Instant::now() + limit;
+    while !sock.exists() && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Runs `c` with `input` on its standard input, standard output read to the end.
+fn run_with_input(
+    mut c: std::process::Command,
+    input: &[u8],
+) -> Result<std::process::Output, String> {
+    use std::io::Write;
+    c.stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    let mut child = c.spawn().map_err(|e| e.to_string())?;
+    if let Some(mut stdin) = child.stdin.take() {
+        let _ = stdin.write_all(input);
+    }
+    child.wait_with_output().map_err(|e| e.to_string())
+}

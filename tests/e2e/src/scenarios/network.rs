@@ -1,0 +1,282 @@
+//! The network: a shell has none (the controls show the fake tailnet host is there to reach),
+//! and http_fetch reaches only the grant's hosts at allowed addresses, through its proxy.
+
+use std::time::Duration;
+
+use brokerd::policy::Why;
+use client::Body;
+
+use super::{check, exit_codes, show, Outcome, Suite, GRANT};
+use crate::https::{HELLO, TAILNET_GREETING};
+use crate::system;
+
+impl Suite {
+    // --- shell and the network ---------------------------------------------------------------
+
+    /// Without the sandbox's `--network=none`, a container on the egress proxy's network in
+    /// this namespace does reach the fake tailnet host: so the refusals below are the
+    /// sandbox's doing, not a missing host.
+    pub(super) fn control_egress_network_reaches_tailnet(&mut self) -> Outcome {
+        let nc_s = self.secs(5).to_string();
+        let network = format!("--network={}", self.egress_network);
+        let mut c = self.user.command(&self.podman);
+        c.args([
+            "run",
+            "--rm",
+            "--name=boxmaker-e2e-control",
+            &network,
+            &self.image,
+            "/bin/busybox",
+            "timeout",
+            &nc_s,
+            "/bin/busybox",
+            "nc",
+            "100.100.100.100",
+            "80",
+        ]);
+        let (code, out) = system::output(c, self.t(Duration::from_secs(30)))?;
+        self.control_connections += 1;
+        check(out.contains(TAILNET_GREETING), || {
+            format!("the control container did not reach 100.100.100.100:80 (exit {code}): {out}")
+        })
+    }
+
+    /// The same for bwrap: a bare `bwrap --share-net` over the same tools root, as the service
+    /// user, reaches the fake tailnet host; the tool sandbox differs from it by the network
+    /// namespace brokerd's argument list unshares.
+    pub(super) fn control_share_net_reaches_tailnet(&mut self) -> Outcome {
+        let root = self.tools_root.clone().ok_or("no tools root")?;
+        let nc_s = self.secs(5).to_string();
+        let mut c = self.user.command("bwrap");
+        c.args([
+            "--unshare-all",
+            "--share-net",
+            "--die-with-parent",
+            "--ro-bind",
+        ])
+        .arg(&root)
+        .args([
+            "/",
+            "--proc",
+            "/proc",
+            "--dev",
+            "/dev",
+            "/bin/busybox",
+            "timeout",
+            &nc_s,
+            "/bin/busybox",
+            "nc",
+            "100.100.100.100",
+            "80",
+        ]);
+        let (code, out) = system::output(c, self.t(Duration::from_secs(30)))?;
+        self.control_connections += 1;
+        check(out.contains(TAILNET_GREETING), || {
+            format!("the control sandbox did not reach 100.100.100.100:80 (exit {code}): {out}")
+        })
+    }
+
+    /// `nc` to each target from the sandbox: each must fail to connect, with a reason, and
+    /// neither crash nor reach anything.
+    fn nc_fails(&mut self, targets: &[&str]) -> Outcome {
+        let mut cmd = String::new();
+        let nc_s = self.secs(5);
+        for t in targets {
+            let (host, port) = t.split_once(':').unwrap_or((t, "80"));
+            cmd.push_str(&format!(
+                "echo '== {t}'; timeout {nc_s} nc {host} {port} </dev/null 2>&1; echo \"rc=$?\"; "
+            ));
+        }
+        let out = self.shell(&cmd)?;
+        for t in targets {
+            let section = out
+                .split("== ")
+                .find(|s| s.starts_with(&format!("{t}\n")))
+                .ok_or_else(|| format!("no output for {t}: {out:?}"))?;
+            check(!section.contains(TAILNET_GREETING), || {
+                format!("{t} was reached: {section:?}")
+            })?;
+            check(
+                exit_codes(section) == ["1"] && section.contains("can't connect"),
+                || {
+                    format!("{t}: nc did not fail to connect as expected (a crash or a hang is not a refusal): {section:?}")
+                },
+            )?;
+        }
+        Ok(())
+    }
+
+    pub(super) fn shell_cannot_reach_tailnet(&mut self) -> Outcome {
+        self.nc_fails(&["100.100.100.100:80", "100.100.100.100:443"])
+    }
+
+    pub(super) fn shell_cannot_reach_host(&mut self) -> Outcome {
+        // The namespace's own addresses: the HTTPS host, the nameserver (TCP), slirp4netns's
+        // gateway and DNS addresses.
+        self.nc_fails(&[
+            "192.0.2.1:443",
+            "192.0.2.2:443",
+            "192.0.2.53:53",
+            "10.0.2.2:80",
+            "10.0.2.3:53",
+        ])
+    }
+
+    pub(super) fn shell_has_no_network(&mut self) -> Outcome {
+        let w = self.secs(5);
+        let out = self.shell(&format!(
+            "sed 1,2d /proc/net/dev | cut -d: -f1 | tr -d ' '; echo '== route'; cat /proc/net/route; echo '== resolv'; cat /etc/resolv.conf; \
+             echo '== wget'; timeout {w} wget -q -O- https://ok.test/ 2>&1; echo \"rc=$?\"; \
+             echo '== dns'; timeout {w} nslookup ok.test 192.0.2.53 2>&1; echo \"rc=$?\""
+        ))?;
+        check(out.starts_with("lo\n== route\n"), || {
+            format!("the sandbox has an interface besides lo: {out:?}")
+        })?;
+        let route = out.split("== route\n").nth(1).unwrap_or("");
+        let route_lines = route
+            .split("== resolv")
+            .next()
+            .unwrap_or("")
+            .lines()
+            .count();
+        check(route_lines <= 1, || {
+            format!("the sandbox has routes: {route:?}")
+        })?;
+        let wget = out.split("== wget\n").nth(1).unwrap_or("");
+        let wget = wget.split("== dns").next().unwrap_or("");
+        check(!wget.contains(HELLO), || {
+            format!("wget reached ok.test: {wget:?}")
+        })?;
+        check(
+            exit_codes(wget) == ["1"] && wget.contains("bad address"),
+            || {
+                format!(
+                    "wget did not fail to resolve (a crash or a hang is not a refusal): {wget:?}"
+                )
+            },
+        )?;
+        let dns = out.split("== dns\n").nth(1).unwrap_or("");
+        check(
+            !dns.contains("192.0.2.1") && exit_codes(dns) == ["1"],
+            || format!("nslookup got an answer or crashed: {dns:?}"),
+        )
+    }
+
+    // --- http_fetch --------------------------------------------------------------------------
+
+    pub(super) fn fetch_other_host(&mut self) -> Outcome {
+        match self.fetch("https://other.test/")? {
+            Body::Refused { reason } => {
+                let config = brokerd::config::load(&self.config).map_err(|e| e.to_string())?;
+                let want = Why::HostNotGranted {
+                    host: "other.test".into(),
+                    hosts: config.grants[GRANT].hosts.clone(),
+                }
+                .to_string();
+                check(reason == want, || {
+                    format!("reason {reason:?}, want {want:?}")
+                })
+            }
+            other => Err(format!("expected a refusal, got {}", show(&other))),
+        }
+    }
+
+    /// An http_fetch the proxy refused: the toolkit's one line with curl's report of the
+    /// proxy's SOCKS5 reply (RFC 1928: 2 not allowed, 4 host unreachable) for `host`.
+    fn fetch_refused_by_proxy(&mut self, url: &str, host: &str, reply: u8) -> Outcome {
+        // curl before 8.9 (Debian 12) says "Can't complete", 8.9 and later (NixOS) "cannot
+        // complete"; the rest of the line, the host and the reply code, is the same.
+        let wants = ["Can't", "cannot"]
+            .map(|verb| format!("{verb} complete SOCKS5 connection to {host}. ({reply})"));
+        self.fetch_fails_in_curl(url, &wants)
+    }
+
+    /// What the model sees when curl fails: a result that is one `http_fetch: <url>: ...`
+    /// line (docs/design.md#the-toolkit), with no body; `wants`: curl's report, in any one of
+    /// its spellings.
+    fn fetch_fails_in_curl(&mut self, url: &str, wants: &[String]) -> Outcome {
+        match self.fetch(url)? {
+            Body::Result { content, .. } => {
+                let prefix = format!("http_fetch: {url}: ");
+                check(
+                    content.starts_with(&prefix) && content.trim_end().lines().count() == 1,
+                    || format!("content {content:?} is not one {prefix:?} line"),
+                )?;
+                check(
+                    !content.contains(HELLO) && !content.contains("[http"),
+                    || format!("a body came back: {content:?}"),
+                )?;
+                check(wants.iter().any(|w| content.contains(w.as_str())), || {
+                    format!("content {content:?} says none of {wants:?}")
+                })
+            }
+            other => Err(format!(
+                "expected a result with curl's error, got {}",
+                show(&other)
+            )),
+        }
+    }
+
+    pub(super) fn fetch_redirect(&mut self) -> Outcome {
+        // The proxy answers 2 (not allowed) for other.test.
+        self.fetch_refused_by_proxy("https://ok.test/redirect-other", "other.test", 2)
+    }
+
+    pub(super) fn fetch_port(&mut self) -> Outcome {
+        match self.fetch("https://ok.test:8443/")? {
+            Body::Refused { reason } => {
+                check(reason.contains("443"), || format!("reason {reason:?}"))
+            }
+            other => Err(format!("expected a refusal, got {}", show(&other))),
+        }
+    }
+
+    /// The contrast for the four below: another name of the same pattern that resolves into
+    /// allow_addresses is fetched.
+    pub(super) fn fetch_allowed_subdomain(&mut self) -> Outcome {
+        match self.fetch("https://www.ok.test/")? {
+            Body::Result { content, .. } => {
+                check(content == format!("{HELLO}\n[http 200]"), || {
+                    format!("content {content:?}")
+                })
+            }
+            other => Err(format!("expected a result, got {}", show(&other))),
+        }
+    }
+
+    pub(super) fn fetch_tailnet_name(&mut self) -> Outcome {
+        self.fetch_refused_by_proxy("https://tailnet.ok.test/", "tailnet.ok.test", 4)
+    }
+
+    pub(super) fn fetch_cgnat_name(&mut self) -> Outcome {
+        self.fetch_refused_by_proxy("https://cgnat.ok.test/", "cgnat.ok.test", 4)
+    }
+
+    pub(super) fn fetch_loopback_name(&mut self) -> Outcome {
+        self.fetch_refused_by_proxy("https://loop.ok.test/", "loop.ok.test", 4)
+    }
+
+    pub(super) fn fetch_metadata_name(&mut self) -> Outcome {
+        self.fetch_refused_by_proxy("https://meta.ok.test/", "meta.ok.test", 4)
+    }
+
+    /// Every connection the fake tailnet host saw came from the control container.
+    pub(super) fn tailnet_untouched(&mut self) -> Outcome {
+        let Some(log) = &self.tailnet_log else {
+            return Ok(());
+        };
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        let text = text
+            .lines()
+            .skip(self.tailnet_before)
+            .collect::<Vec<_>>()
+            .join("\n");
+        let n = text.lines().count();
+        check(n == self.control_connections, || {
+            format!(
+                "the tailnet host saw {n} connection(s), the control made {}: {text}",
+                self.control_connections
+            )
+        })
+    }
+}

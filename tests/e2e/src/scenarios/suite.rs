@@ -1,0 +1,342 @@
+//! The suite's own steps: the config it writes for brokerd, starting and stopping brokerd as
+//! the service user, and the calls a scenario makes through it.
+
+use std::fs::File;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use client::{Body, Client, Request};
+use serde_json::{json, Value};
+
+use super::{
+    call_on, check, host_egress_network, show, staged, time_scale, Backend, Outcome, Suite,
+    ASK_GRANT, CALL_WAIT, CANARY_NAME, CANARY_VALUE, GRANT, OUTPUT_CAP, RO_TEXT, SHELL_MS,
+    STAGED_GRANT,
+};
+use crate::system::{self, User};
+
+impl Suite {
+    pub(super) fn prepare(
+        backend: Backend,
+        user: User,
+        work: &Path,
+        opts: &crate::Opts,
+    ) -> Result<Suite, String> {
+        let (image, tools_root) = match backend {
+            Backend::Podman => (opts.required("image")?, None),
+            Backend::Bwrap => (
+                opts.one("image").unwrap_or_default(),
+                Some(PathBuf::from(opts.required("tools-root")?)),
+            ),
+        };
+        let brokerd = PathBuf::from(opts.required("brokerd")?);
+        let podman = opts.one("podman").unwrap_or_else(|| "podman".into());
+        let mk = |p: &Path, mode: u32| -> Result<(), String> {
+            std::fs::create_dir_all(p).map_err(|e| format!("{}: {e}", p.display()))?;
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode))
+                .map_err(|e| format!("{}: {e}", p.display()))
+        };
+        let (rw, ro, state) = (work.join("rw"), work.join("ro"), work.join("state"));
+        let staged = work.join("staged");
+        mk(work, 0o755)?;
+        mk(&ro, 0o755)?;
+        mk(&rw, 0o755)?;
+        mk(&staged, 0o755)?;
+        mk(&state, 0o750)?;
+        user.chown(&rw)?;
+        user.chown(&staged)?;
+        user.chown(&state)?;
+        let hello = ro.join("hello.txt");
+        std::fs::write(&hello, RO_TEXT).map_err(|e| format!("{}: {e}", hello.display()))?;
+        let config = state.join("brokerd.toml");
+        // Off unless asked for: CI's host cannot enforce them (cgroup v1 for Podman, no cgroup
+        // v2 delegation for bwrap). With it on, brokerd's preflight reads the limits back.
+        let enforce_limits = match opts.one("enforce-limits").as_deref() {
+            None | Some("false") => false,
+            Some("true") => true,
+            Some(v) => return Err(format!("--enforce-limits {v:?} is not true or false")),
+        };
+        let scale = time_scale(opts)?;
+        let ms = |v: u64| v * u64::from(scale);
+        let limits_note = match (enforce_limits, &tools_root) {
+            (true, _) => "# Limits enforced (--enforce-limits true): the preflight reads them back.\n",
+            (false, None) => "# This host's rootless Podman cannot enforce memory and pids limits (cgroup v1).\n",
+            (false, Some(_)) => "# No cgroup v2 delegation on this host: rlimits only (runbook/runner.md#bwrap-unavailable).\n",
+        };
+        let egress_network = match (opts.one("egress-network"), &tools_root) {
+            (Some(n), _) if n == "pasta" || n == "slirp4netns" => n,
+            (Some(n), _) => {
+                return Err(format!(
+                    "--egress-network {n:?} is not pasta or slirp4netns"
+                ))
+            }
+            (None, None) => host_egress_network(&user, &podman)?,
+            (None, Some(_)) => String::new(),
+        };
+        let backend_keys = match &tools_root {
+            None => format!(
+                "backend = \"podman\"\npodman = \"{podman}\"\nimage = \"{image}\"\negress_network = \"{egress_network}\"\n{limits_note}"
+            ),
+            Some(_) => format!("backend = \"bwrap\"\n{limits_note}"),
+        };
+        let cgroup = match opts.one("bwrap-cgroup").as_deref() {
+            None => String::new(),
+            Some(m @ ("delegated" | "systemd-scope")) => format!("cgroup = \"{m}\"\n"),
+            Some(m) => {
+                return Err(format!(
+                    "--bwrap-cgroup {m:?} is not delegated or systemd-scope"
+                ))
+            }
+        };
+        let bwrap_section = match &tools_root {
+            None => String::new(),
+            // The test variant's tree: its CA bundle also holds the suite's test CA.
+            Some(root) => format!("\n[bwrap]\ntools_root = \"{}\"\n{cgroup}", root.display()),
+        };
+        let text = format!(
+            r#"# Written by boxmaker-e2e for one run of the suite.
+[broker]
+clients = [0]
+audit_log = "{state}/audit.jsonl"
+timeout_ms = {timeout_ms}
+refusal_repeats = 50
+shutdown_grace_s = {grace_s}
+# The suite's client (root) may commit and discard its staged changes.
+owners = [0]
+max_staged_bytes = {max_staged}
+
+[runner]
+{backend_keys}enforce_limits = {enforce_limits}
+output_cap = {OUTPUT_CAP}
+shell_ms = {shell_ms}
+read_file_ms = {read_file_ms}
+write_file_ms = {write_file_ms}
+http_fetch_ms = {http_fetch_ms}
+egress_start_ms = {egress_start_ms}
+home = "{home}"
+
+[grants.{GRANT}]
+mode = "auto"
+tools = ["read_file", "write_file", "shell", "http_fetch"]
+paths = [ {{ path = "{rw}", write = true }}, {{ path = "{ro}" }} ]
+hosts = ["ok.test", "*.ok.test"]
+allow_addresses = ["192.0.2.0/24"]
+
+[grants.{ASK_GRANT}]
+mode = "ask"
+tools = ["read_file", "write_file", "shell"]
+paths = [ {{ path = "{rw}", write = true }} ]
+
+[grants.{STAGED_GRANT}]
+mode = "auto"
+tools = ["read_file", "write_file", "shell"]
+paths = [ {{ path = "{staged}", write = true }} ]
+writes = "staged"
+{bwrap_section}"#,
+            state = state.display(),
+            home = user.home.display(),
+            rw = rw.display(),
+            ro = ro.display(),
+            staged = staged.display(),
+            max_staged = staged::MAX_STAGED_BYTES,
+            timeout_ms = ms(60000),
+            grace_s = ms(5),
+            shell_ms = ms(SHELL_MS),
+            read_file_ms = ms(10000),
+            write_file_ms = ms(10000),
+            http_fetch_ms = ms(20000),
+            egress_start_ms = ms(5000),
+        );
+        std::fs::write(&config, text).map_err(|e| format!("{}: {e}", config.display()))?;
+        let tailnet_log = opts.one("tailnet-log").map(PathBuf::from);
+        // The test hosts outlive one backend's run: only connections from now on are this run's.
+        let tailnet_before = tailnet_log.as_ref().map_or(0, |l| {
+            std::fs::read_to_string(l)
+                .unwrap_or_default()
+                .lines()
+                .count()
+        });
+        Ok(Suite {
+            backend,
+            tools_root,
+            egress_root: user.home.join("run").join("egress"),
+            socket: state.join("broker.sock"),
+            log: state.join("brokerd.log"),
+            pid_file: state.join("brokerd.pid"),
+            tailnet_log,
+            tailnet_before,
+            scale,
+            user,
+            podman,
+            brokerd,
+            config,
+            work: work.to_path_buf(),
+            rw,
+            ro,
+            staged,
+            image,
+            egress_network,
+            child: None,
+            session: String::new(),
+            calls: 0,
+            long_call_ids: false,
+            control_connections: 0,
+        })
+    }
+
+    /// `d`, times `--time-scale`.
+    pub(super) fn t(&self, d: Duration) -> Duration {
+        d * self.scale
+    }
+
+    /// Whole seconds, times `--time-scale` (for commands run in a sandbox).
+    pub(super) fn secs(&self, s: u64) -> u64 {
+        s * u64::from(self.scale)
+    }
+
+    // --- brokerd -----------------------------------------------------------------------------
+
+    pub(super) fn start_brokerd(&mut self) -> Outcome {
+        let log = File::options()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .map_err(|e| format!("{}: {e}", self.log.display()))?;
+        let err = log.try_clone().map_err(|e| e.to_string())?;
+        let mut c = self.user.command(&self.brokerd);
+        c.arg("--config")
+            .arg(&self.config)
+            .arg("--socket")
+            .arg(&self.socket)
+            .env("BROKERD_LOG", "info")
+            // Planted for `no_brokerd_environment`: nothing of it may reach a sandbox.
+            .env(CANARY_NAME, CANARY_VALUE)
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(err)
+            .process_group(0);
+        let child = c
+            .spawn()
+            .map_err(|e| format!("cannot start {}: {e}", self.brokerd.display()))?;
+        let _ = std::fs::write(&self.pid_file, format!("{}\n", child.id()));
+        self.child = Some(child);
+        let ready_within = self.t(Duration::from_secs(30));
+        let until = Instant::now() + ready_within;
+        loop {
+            if let Some(child) = self.child.as_mut() {
+                if let Ok(Some(status)) = child.try_wait() {
+                    self.child = None;
+                    return Err(format!(
+                        "brokerd exited with {status} at start; see {}",
+                        self.log.display()
+                    ));
+                }
+            }
+            if let Ok(mut client) = Client::connect(&self.socket) {
+                let _ = client.set_timeout(Some(self.t(Duration::from_secs(10))));
+                let req = Request::Status {
+                    id: client.next_id(),
+                    v: None,
+                };
+                if let Ok(answer) = client.request(&req) {
+                    return match answer.body {
+                        Body::Status(s) if s.preflight.ok == Some(true) => Ok(()),
+                        other => Err(format!("brokerd is not ready: {}", show(&other))),
+                    };
+                }
+            }
+            if Instant::now() >= until {
+                return Err(format!(
+                    "brokerd did not answer status within {ready_within:?}"
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub(super) fn stop_brokerd(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            system::signal(&child, libc::SIGTERM);
+            let limit = self.t(Duration::from_secs(20));
+            if system::wait(&mut child, limit).is_none() {
+                system::signal(&child, libc::SIGKILL);
+                let _ = child.wait();
+            }
+        }
+        let _ = std::fs::remove_file(&self.pid_file);
+    }
+
+    // --- calls -------------------------------------------------------------------------------
+
+    pub(super) fn call_as(
+        &mut self,
+        grant: &str,
+        tool: &str,
+        args: Value,
+        approval: Option<String>,
+    ) -> Result<Body, String> {
+        // An approval re-sends exactly the call that was asked about, call id included.
+        if approval.is_none() {
+            self.calls += 1;
+        }
+        call_on(
+            &self.socket,
+            self.t(CALL_WAIT),
+            &self.session,
+            &self.call_id(),
+            grant,
+            tool,
+            args,
+            approval,
+        )
+    }
+
+    /// A call of the `e2e` grant; an `ask` (a command the auto mode deems dangerous) is
+    /// approved, since these scenarios test what runs, not the question.
+    pub(super) fn call(&mut self, tool: &str, args: Value) -> Result<Body, String> {
+        let body = self.call_as(GRANT, tool, args.clone(), None)?;
+        match body {
+            Body::Ask { ticket, .. } => self.call_as(GRANT, tool, args, Some(ticket)),
+            other => Ok(other),
+        }
+    }
+
+    /// A call that must give a result: (content, truncated).
+    pub(super) fn result(&mut self, tool: &str, args: Value) -> Result<(String, bool), String> {
+        match self.call(tool, args)? {
+            Body::Result {
+                content,
+                truncated,
+                label,
+                ..
+            } => {
+                check(label == format!("{GRANT}/{tool}"), || {
+                    format!("the label is {label:?}, not {GRANT}/{tool}")
+                })?;
+                Ok((content, truncated))
+            }
+            other => Err(format!("expected a result, got {}", show(&other))),
+        }
+    }
+
+    pub(super) fn shell(&mut self, command: &str) -> Result<String, String> {
+        self.result("shell", json!({ "command": command }))
+            .map(|(c, _)| c)
+    }
+
+    pub(super) fn fetch(&mut self, url: &str) -> Result<Body, String> {
+        self.call("http_fetch", json!({ "url": url }))
+    }
+
+    /// The id of the current call: `c<n>`, or padded to 64 characters.
+    pub(super) fn call_id(&self) -> String {
+        let id = format!("c{}-", self.calls);
+        match self.long_call_ids {
+            true => format!("{id:x<64}"),
+            false => id.trim_end_matches('-').to_string(),
+        }
+    }
+}
