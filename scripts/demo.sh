@@ -156,14 +156,20 @@ n=$((n - 1))
 call review write_file "$args" --approval "$ticket"
 echo "on the host: $(cat "$demo/notes/review.txt")"
 
-step "protected files: a command the classifier cannot read tries to change vendor/"
-# The command as the model would send it, as a JSON string.
-js() { local s=${1//\\/\\\\}; s=${s//\"/\\\"}; printf '"%s"' "$s"; }
-cmd="sh -c \"\$(printf '%s' 'echo x > vendor/lib.c; rm -rf vendor; mv vendor v2')\"; echo done"
-call notes shell "{\"command\":$(js "$cmd"),\"cwd\":$(js "$demo/notes")}"
+step "protected files: a script the classifier cannot read tries to change vendor/"
+# A string as the model would send it in JSON.
+js() { local s=${1//\\/\\\\}; s=${s//\"/\\\"}; s=${s//$'\n'/\\n}; printf '"%s"' "$s"; }
+# The model writes a script, then runs it: `sh ./fix.sh` is shell_complex (the classifier
+# cannot read what the file holds), so auto runs it unasked. The mount table holds vendor/.
+script=$'echo x > vendor/lib.c\nrm -rf vendor\nmv vendor v2\necho done'
+call notes write_file "{\"path\":$(js "$demo/notes/fix.sh"),\"content\":$(js "$script")}"
+call notes shell "{\"command\":\"sh ./fix.sh\",\"cwd\":$(js "$demo/notes")}"
+[ "$last_code" -eq 0 ] || fail "the script did not run unasked (exit $last_code)"
+[ "$(cat "$demo/notes/vendor/lib.c")" = "int vendored;" ] || fail "vendor/lib.c changed on the host"
+[ ! -e "$demo/notes/v2" ] || fail "vendor/ was moved on the host"
 echo "on the host, unchanged: $(cat "$demo/notes/vendor/lib.c")"
 
-step "staged writes: the same kind of command on the staged grant deletes everything"
+step "staged writes: the same kind of script on the staged grant deletes everything"
 # A tree as the host has it: each path with its type and mode, then each file's sha256.
 tree_of() {
     (cd "$1" && find . -mindepth 1 -printf '%p %y %m\n' | LC_ALL=C sort &&
@@ -178,9 +184,12 @@ staged_changes() {
 show "ls -A $demo/project"
 ls -A "$demo/project"
 before=$(tree_of "$demo/project")
-cmd="sh -c \"\$(printf '%s' 'rm -rf ./*; echo \"# rewritten by the agent\" > README.md')\"; ls -A"
-call project shell "{\"command\":$(js "$cmd"),\"cwd\":$(js "$demo/project")}"
-[ "$last_code" -eq 0 ] || fail "the staged command did not run (exit $last_code)"
+# The script lands in the session's layer, and deletes itself with the rest.
+script=$'rm -rf ./*\necho "# rewritten by the agent" > README.md\nls -A'
+call project write_file "{\"path\":$(js "$demo/project/build.sh"),\"content\":$(js "$script")}"
+[ "$last_code" -eq 0 ] || fail "the staged write_file did not run (exit $last_code)"
+call project shell "{\"command\":\"sh ./build.sh\",\"cwd\":$(js "$demo/project")}"
+[ "$last_code" -eq 0 ] || fail "the staged script did not run unasked (exit $last_code)"
 echo "on the host, nothing changed:"
 ls -A "$demo/project"
 [ "$(tree_of "$demo/project")" = "$before" ] || fail "the host's project changed before any commit"
