@@ -110,6 +110,64 @@ pub fn staging_userns() -> io::Result<OwnedFd> {
     }
 }
 
+/// Where, beside a layer's work directory, the boot of its last writable mount is noted.
+const VOLATILE_BOOT: &str = "volatile-boot";
+/// The kernel's identifier of this boot.
+const BOOT_ID: &str = "/proc/sys/kernel/random/boot_id";
+
+/// Makes a layer's work directory mountable again after its last writable overlay: a
+/// `volatile` overlay (which leaves the layer to the kernel's writeback, as every direct write
+/// is, instead of syncing the whole file system at each unmount) leaves
+/// `work/incompat/volatile` behind, and overlayfs refuses the directory while it is there.
+/// The caller holds the layer, so no overlay of it is mounted. When the host has restarted
+/// since that mount, its last writes may not have reached the disk: said in the log, as the
+/// layer is still the owner's to look at (docs/design.md#staged-writes-and-owners).
+fn clear_volatile(work: &Path) -> io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let inner = work.join("work");
+    let incompat = inner.join("incompat");
+    let mark = incompat.join("volatile");
+    let noted = work.with_file_name(VOLATILE_BOOT);
+    let boot = std::fs::read_to_string(BOOT_ID).unwrap_or_default();
+    // overlayfs makes these directories mode 0: their owner opens them up to remove them.
+    let open_up = |d: &Path| -> io::Result<bool> {
+        match std::fs::symlink_metadata(d) {
+            Ok(m) if m.is_dir() => {
+                if m.permissions().mode() & 0o700 != 0o700 {
+                    std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o700))?;
+                }
+                Ok(true)
+            }
+            Ok(_) => Err(io::Error::other(format!(
+                "{} is not a directory",
+                d.display()
+            ))),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(e),
+        }
+    };
+    let before = std::fs::read_to_string(&noted).unwrap_or_default();
+    if open_up(&inner)? && open_up(&incompat)? {
+        if open_up(&mark)? {
+            if before != boot {
+                tracing::warn!(
+                    layer = %work.display(),
+                    "this staged layer was last written before the host restarted: the writes of its last calls may not have reached the disk; its changes show what did"
+                );
+            }
+            for e in std::fs::read_dir(&mark)? {
+                std::fs::remove_file(e?.path())?;
+            }
+            std::fs::remove_dir(&mark)?;
+        }
+        std::fs::remove_dir(&incompat)?;
+    }
+    if before != boot {
+        std::fs::write(&noted, &boot)?;
+    }
+    Ok(())
+}
+
 fn c_path(p: &Path) -> io::Result<CString> {
     CString::new(p.as_os_str().as_bytes()).map_err(|_| io::Error::other("a path holds a NUL byte"))
 }
@@ -155,8 +213,9 @@ impl Overlays {
                     to: work.as_raw_fd(),
                     expect: None,
                 });
+                clear_volatile(&stage.work)?;
                 let o = format!(
-                    "lowerdir=/proc/self/fd/{},upperdir=/proc/self/fd/{},workdir=/proc/self/fd/{},userxattr",
+                    "lowerdir=/proc/self/fd/{},upperdir=/proc/self/fd/{},workdir=/proc/self/fd/{},userxattr,volatile",
                     fd(0),
                     fd(1),
                     work.as_raw_fd()

@@ -14,6 +14,8 @@
 //!                                               first staged a change to it (conflicts)
 //!                                      layer.json.lock  flock: one writer of layer.json
 //!                                      lock     flock: sandboxes shared, commit exclusive
+//!                                      volatile-boot  the boot of bwrap's last writable
+//!                                               overlay of it (runner::overlay)
 //! ```
 //!
 //! A layer is the owner's data: it survives `end_session`, restarts and crashes, and goes only
@@ -168,6 +170,16 @@ impl Stage {
             real: real.to_path_buf(),
             why: e.to_string(),
         };
+        // Made for this grant by an earlier call: nothing to write (layer.json is replaced
+        // whole, never written in place, so it reads whole without the lock).
+        let made = |d: &Path| fs::symlink_metadata(d).is_ok_and(|m| m.is_dir());
+        if Meta::read(&layer).is_ok_and(|m| m.real == real && m.grants.iter().any(|g| g == grant))
+            && [&layer.upper, &layer.work, &layer.merged]
+                .into_iter()
+                .all(|d| made(d))
+        {
+            return Ok(layer);
+        }
         let mut b = fs::DirBuilder::new();
         b.recursive(true).mode(0o700);
         for d in [
@@ -271,6 +283,16 @@ impl Stage {
         };
         let real = real.as_ref();
         let entries = changes::entries(&upper, real)?;
+        // Every path recorded already (the usual case past a session's first calls): nothing
+        // to write, and no lock to take.
+        let recorded = |meta: &Meta| {
+            entries.iter().all(|e| {
+                meta.first.contains_key(&meta::key(&e.rel)) && (!e.hides || meta.covered(&e.rel))
+            })
+        };
+        if Meta::read(layer).is_ok_and(|m| recorded(&m)) {
+            return Ok(());
+        }
         Meta::update(
             layer,
             || None,

@@ -863,6 +863,27 @@ fn a_staged_directory_writes_only_its_layer() {
         std::fs::read_to_string(stage.upper.join("new.txt")).expect("staged"),
         "new\n"
     );
+    // The overlay was volatile (no sync of the whole file system at its unmount), and its
+    // mark is cleared for the next writable call, also when the host restarted in between.
+    let mark = stage.work.join("work/incompat/volatile");
+    let boot = layer.join("volatile-boot");
+    assert!(std::fs::symlink_metadata(&mark).is_ok(), "no volatile mark");
+    for noted in [None, Some("a boot before this one\n")] {
+        if let Some(n) = noted {
+            std::fs::write(&boot, n).expect("boot");
+        }
+        let out = content(rt.run(&shell(
+            &format!(
+                "cd {} && echo again >> new.txt && cat new.txt",
+                w.work.display()
+            ),
+            mounts.clone(),
+        )));
+        assert!(out.starts_with("new\nagain\n"), "{out}");
+        let now = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").expect("boot id");
+        assert_eq!(std::fs::read_to_string(&boot).expect("noted"), now);
+    }
+    assert_eq!(snapshot(&w.work), before, "the real directory changed");
     // The next call of the session sees the layer; a read-only one cannot write it.
     let mut ro_mounts = ro(&w.work);
     ro_mounts[0].stage = Some(stage.clone());
@@ -873,7 +894,7 @@ fn a_staged_directory_writes_only_its_layer() {
         ),
         ro_mounts,
     )));
-    assert!(out.starts_with("new\nd\nnew.txt\n"), "{out}");
+    assert!(out.starts_with("new\nagain\nagain\nd\nnew.txt\n"), "{out}");
     assert!(
         out.contains("Read-only file system") && out.contains("rc=1"),
         "{out}"
