@@ -28,6 +28,7 @@ pub mod output;
 pub mod overlay;
 pub mod pidfd;
 pub mod podman;
+pub(crate) mod procfs;
 pub mod protected;
 pub mod reaper;
 pub mod seccomp;
