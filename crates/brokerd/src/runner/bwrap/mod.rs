@@ -206,8 +206,7 @@ impl BwrapRuntime {
 
     /// `boxmaker-<session>-<call>-<n>`, n counting sandboxes in this process.
     pub fn sandbox_name(spec: &RunSpec) -> String {
-        let n = SANDBOXES.fetch_add(1, Ordering::SeqCst) + 1;
-        format!("boxmaker-{}-{}-{n}", spec.session, spec.call)
+        super::sandbox_name(&SANDBOXES, spec)
     }
 
     /// `<home>/run/egress/<name>/`
@@ -238,16 +237,7 @@ impl BwrapRuntime {
             Unavailable::LayerUnavailable => why.runbook(),
             _ => RUNBOOK,
         };
-        let answer = RunError::Unavailable(why);
-        tracing::error!(
-            session = %spec.session,
-            call = %spec.call,
-            tool = %spec.tool,
-            status = answer.ended().as_str(),
-            "{what}: {}; see {pointer}",
-            redact(detail.trim_end()),
-        );
-        answer
+        super::unavailable(spec, why, &what, detail, pointer)
     }
 
     fn remember(&self, t: Terminal) {
@@ -308,17 +298,13 @@ impl Steps for BwrapRuntime {
     /// and the egress directory: each confirmed when dropped, or the runtime is poisoned.
     type Leftovers<'a> = (Option<Sandbox<'a>>, Option<ProxyGuard<'a>>);
 
-    fn refusal(&self, spec: &RunSpec) -> Option<RunError> {
+    fn refusal(&self, spec: &RunSpec, detail: &str) -> Option<RunError> {
         let t = self.terminal()?;
-        Some(self.unavailable(
-            spec,
-            Trouble::Terminal(t),
-            "remembered from an earlier call",
-        ))
+        Some(self.unavailable(spec, Trouble::Terminal(t), detail))
     }
 
-    fn poisoned_answer(&self, spec: &RunSpec) -> RunError {
-        self.unavailable(spec, Trouble::Poisoned, "http_fetch is off")
+    fn poisoned_answer(&self, spec: &RunSpec, detail: &str) -> RunError {
+        self.unavailable(spec, Trouble::Poisoned, detail)
     }
 
     fn settling(&self) -> &Settling {
