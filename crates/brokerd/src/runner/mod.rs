@@ -588,8 +588,16 @@ impl Runner for NoRunner {
 pub struct SweepError(pub String);
 
 impl SweepError {
-    /// A sweep's answer: how many things it removed, or every removal that failed.
-    pub fn outcome(removed: usize, failed: Vec<String>) -> Result<usize, SweepError> {
+    /// A sweep's answer from its parts, each how many things it removed and the removals that
+    /// failed: how many things went in all, or every removal that failed, in order.
+    pub fn outcome(
+        parts: impl IntoIterator<Item = (usize, Vec<String>)>,
+    ) -> Result<usize, SweepError> {
+        let (mut removed, mut failed) = (0, Vec::new());
+        for (n, failures) in parts {
+            removed += n;
+            failed.extend(failures);
+        }
         if failed.is_empty() {
             Ok(removed)
         } else {

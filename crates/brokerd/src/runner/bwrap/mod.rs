@@ -271,17 +271,15 @@ impl Runner for BwrapRuntime {
 
     /// Removes every sandbox, egress directory and sandbox cgroup a crashed brokerd left.
     fn sweep(&self) -> Result<usize, SweepError> {
-        let (mut removed, mut failed) = sweep_sandboxes(&self.bwrap, &self.tools_root);
-        let (dirs, dir_failures) = egress::sweep(&self.home);
-        removed += dirs;
-        failed.extend(dir_failures);
+        let mut parts = vec![
+            sweep_sandboxes(&self.bwrap, &self.tools_root),
+            egress::sweep(&self.home),
+        ];
         // Probing here also prepares the delegated subtree once, at start-up.
         if let Ok(Mechanism::Delegated { root }) = self.mechanism() {
-            let (groups, group_failures) = cgroup::sweep(root);
-            removed += groups;
-            failed.extend(group_failures);
+            parts.push(cgroup::sweep(root));
         }
-        SweepError::outcome(removed, failed)
+        SweepError::outcome(parts)
     }
 
     fn run(&self, spec: &RunSpec) -> Result<RunOutput, RunError> {

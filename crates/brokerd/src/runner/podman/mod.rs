@@ -288,14 +288,11 @@ impl Runner for PodmanRuntime {
     /// monitors of containers Podman no longer lists, and every egress directory
     /// (docs/design.md#sweep: at start, and at the end of a shutdown).
     fn sweep(&self) -> Result<usize, SweepError> {
-        let (mut removed, mut failed) = self.sweep_containers()?;
-        let (monitors, monitor_failures) = orphans::sweep_monitors();
-        removed += monitors;
-        failed.extend(monitor_failures);
-        let (dirs, dir_failures) = egress::sweep(&self.home);
-        removed += dirs;
-        failed.extend(dir_failures);
-        SweepError::outcome(removed, failed)
+        SweepError::outcome([
+            self.sweep_containers()?,
+            orphans::sweep_monitors(),
+            egress::sweep(&self.home),
+        ])
     }
 
     fn run(&self, spec: &RunSpec) -> Result<RunOutput, RunError> {
