@@ -177,11 +177,9 @@ impl Broker {
         paths: Vec<String>,
         all_or_nothing: bool,
     ) -> Body {
-        if !peer.owner {
-            return error(ProtocolError::NotOwner);
-        }
-        let Ok(session) = Ident::parse(session) else {
-            return error(ProtocolError::BadIdent("session"));
+        let session = match owner_session(peer, session) {
+            Ok(session) => session,
+            Err(e) => return error(e),
         };
         let stage = self.stage.clone();
         let s = session.clone();
@@ -231,11 +229,9 @@ impl Broker {
         grant: Option<String>,
         paths: Vec<String>,
     ) -> Body {
-        if !peer.owner {
-            return error(ProtocolError::NotOwner);
-        }
-        let Ok(session) = Ident::parse(session) else {
-            return error(ProtocolError::BadIdent("session"));
+        let session = match owner_session(peer, session) {
+            Ok(session) => session,
+            Err(e) => return error(e),
         };
         let stage = self.stage.clone();
         let s = session.clone();
@@ -367,4 +363,13 @@ fn internal(why: &str) -> Body {
     Body::Error {
         message: "the staged changes could not be read".into(),
     }
+}
+
+/// The session an owner op names, once its peer is an owner: a peer that is not one is
+/// answered that first, whatever it named.
+fn owner_session(peer: Peer, session: String) -> Result<Ident, ProtocolError> {
+    if !peer.owner {
+        return Err(ProtocolError::NotOwner);
+    }
+    Ident::parse(session).map_err(|_| ProtocolError::BadIdent("session"))
 }
