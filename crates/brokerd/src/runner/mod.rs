@@ -620,7 +620,7 @@ fn run_call<S: Steps>(backend: &S, spec: &RunSpec, reply: Reply<'_>) {
         return reply.send(Err(refusal));
     }
     if spec.egress.is_some() && backend.poisoned() {
-        return reply.send(Err(backend.poisoned_answer(spec, "http_fetch is off")));
+        return reply.send(Err(backend.poisoned_answer(spec, FETCH_OFF)));
     }
     // The writable mounts' protected targets, held until the sandbox is gone.
     let held = match backend
@@ -651,6 +651,9 @@ fn unprotected(spec: &RunSpec, e: protected::Unprotected) -> RunError {
     call_line!(warn, spec, answer, "{answer}");
     answer
 }
+
+/// The detail of an http_fetch's `unavailable` line while containment is poisoned.
+pub(crate) const FETCH_OFF: &str = "http_fetch is off";
 
 /// The steps of a call that differ between the backends; [`run_call`] is the rest.
 trait Steps: Runner {
