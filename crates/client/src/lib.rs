@@ -25,6 +25,7 @@ pub use proto::broker::{
     Answer, Body, Change, ChangeKind, PathReason, Request, SessionChanges, Status, ToolSchema,
     DEFAULT_SOCKET, MAX_LINE,
 };
+use proto::line::{Frame, LineReader};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
@@ -442,21 +443,10 @@ impl Client {
     }
 }
 
-/// One line read from brokerd.
-#[derive(Debug, PartialEq, Eq)]
-enum Frame {
-    /// The line without its newline (a last line without one counts).
-    Line(Vec<u8>),
-    /// The line was longer than the limit: read to its end and dropped.
-    TooLong,
-    Eof,
-}
-
-/// Reads one line of at most `max` bytes, newline excluded, as brokerd reads requests: a
-/// longer line is consumed to its end without being kept, so the next one is read in step.
+/// Reads one line of at most `max` bytes, newline excluded, as brokerd reads requests
+/// ([`LineReader`]).
 fn read_frame<R: BufRead>(r: &mut R, max: usize) -> std::io::Result<Frame> {
-    let mut line = Vec::new();
-    let mut too_long = false;
+    let mut reading = LineReader::new(max);
     loop {
         let buf = match r.fill_buf() {
             Ok(buf) => buf,
@@ -464,32 +454,12 @@ fn read_frame<R: BufRead>(r: &mut R, max: usize) -> std::io::Result<Frame> {
             Err(e) => return Err(e),
         };
         if buf.is_empty() {
-            return Ok(match (too_long, line.is_empty()) {
-                (true, _) => Frame::TooLong,
-                (false, true) => Frame::Eof,
-                (false, false) => Frame::Line(line),
-            });
+            return Ok(reading.end());
         }
-        let (chunk, found) = match buf.iter().position(|&b| b == b'\n') {
-            Some(i) => (&buf[..i], Some(i + 1)),
-            None => (buf, None),
-        };
-        if !too_long {
-            if line.len() + chunk.len() > max {
-                too_long = true;
-                line = Vec::new();
-            } else {
-                line.extend_from_slice(chunk);
-            }
-        }
-        let used = found.unwrap_or(buf.len());
+        let (used, frame) = reading.take(buf);
         r.consume(used);
-        if found.is_some() {
-            return Ok(if too_long {
-                Frame::TooLong
-            } else {
-                Frame::Line(line)
-            });
+        if let Some(frame) = frame {
+            return Ok(frame);
         }
     }
 }

@@ -118,32 +118,26 @@ pub enum Request {
 
 impl Request {
     pub fn id(&self) -> &str {
-        match self {
-            Request::Call { id, .. }
-            | Request::Tools { id, .. }
-            | Request::Result { id, .. }
-            | Request::Decline { id, .. }
-            | Request::EndSession { id, .. }
-            | Request::Status { id, .. }
-            | Request::Changes { id, .. }
-            | Request::Commit { id, .. }
-            | Request::Discard { id, .. }
-            | Request::Approve { id, .. } => id,
-        }
+        self.head().0
     }
 
     pub fn version(&self) -> Option<u32> {
+        self.head().1
+    }
+
+    /// What every request carries: its `id` and its `v`.
+    fn head(&self) -> (&str, Option<u32>) {
         match self {
-            Request::Call { v, .. }
-            | Request::Tools { v, .. }
-            | Request::Result { v, .. }
-            | Request::Decline { v, .. }
-            | Request::EndSession { v, .. }
-            | Request::Status { v, .. }
-            | Request::Changes { v, .. }
-            | Request::Commit { v, .. }
-            | Request::Discard { v, .. }
-            | Request::Approve { v, .. } => *v,
+            Request::Call { id, v, .. }
+            | Request::Tools { id, v, .. }
+            | Request::Result { id, v, .. }
+            | Request::Decline { id, v, .. }
+            | Request::EndSession { id, v, .. }
+            | Request::Status { id, v, .. }
+            | Request::Changes { id, v, .. }
+            | Request::Commit { id, v, .. }
+            | Request::Discard { id, v, .. }
+            | Request::Approve { id, v, .. } => (id, *v),
         }
     }
 }

@@ -5,6 +5,8 @@
 //! - [`addr`]: which addresses http_fetch may reach. brokerd checks a grant's
 //!   `allow_addresses` with it; the egress proxy checks every address it dials.
 //! - [`egress`]: the egress proxy's command line. brokerd writes it; toolkit parses it.
+//! - [`line`]: the protocol's line framing, with its limit. brokerd reads requests and boxctl
+//!   reads answers with it.
 //! - [`ident`]: session, call and grant names, which become container and directory names.
 //! - [`hosts`]: host names and host patterns. brokerd checks grants and URLs with them; the
 //!   egress proxy checks every connection with the same functions.
@@ -19,5 +21,6 @@ pub mod broker;
 pub mod egress;
 pub mod hosts;
 pub mod ident;
+pub mod line;
 pub mod tools;
 pub mod visible;

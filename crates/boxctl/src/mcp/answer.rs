@@ -101,40 +101,44 @@ pub fn tools(from_broker: Vec<ToolSchema>, staged: bool) -> Vec<Tool> {
     let may_write = staged && from_broker.iter().any(|t| may_write(&t.name));
     let mut out: Vec<Tool> = from_broker
         .into_iter()
-        .map(|t| {
-            let schema = match t.parameters {
-                serde_json::Value::Object(o) => o,
-                // MCP wants an object schema; brokerd always sends one.
-                _ => JsonObject::new(),
-            };
-            let tool = Tool::new(t.name.clone(), t.description, Arc::new(schema));
-            match annotations(&t.name) {
-                Some(a) => tool.annotate(a),
-                None => tool,
-            }
-        })
+        .map(|t| tool(t.name, t.description, t.parameters))
         .collect();
-    let read_result = Tool::new(
-        READ_RESULT,
+    out.push(tool(
+        READ_RESULT.into(),
         Say::ReadResultDescription.to_string(),
-        Arc::new(read_result_schema()),
-    );
-    out.push(match annotations(READ_RESULT) {
-        Some(a) => read_result.annotate(a),
-        None => read_result,
-    });
+        read_result_schema(),
+    ));
     if may_write {
-        let staged = Tool::new(
-            STAGED_CHANGES,
+        out.push(tool(
+            STAGED_CHANGES.into(),
             Say::StagedChangesDescription.to_string(),
-            Arc::new(staged_changes_schema()),
-        );
-        out.push(match annotations(STAGED_CHANGES) {
-            Some(a) => staged.annotate(a),
-            None => staged,
-        });
+            staged_changes_schema(),
+        ));
     }
     out
+}
+
+/// One tool as MCP lists it: its schema, which MCP wants an object (brokerd's always is; the
+/// bridge's own are), and its [`HINTS`].
+fn tool(name: String, description: String, schema: serde_json::Value) -> Tool {
+    let schema = match schema {
+        serde_json::Value::Object(o) => o,
+        _ => JsonObject::new(),
+    };
+    let tool = Tool::new(name.clone(), description, Arc::new(schema));
+    match annotations(&name) {
+        Some(a) => tool.annotate(a),
+        None => tool,
+    }
+}
+
+/// The arguments of one of the bridge's own tools (none: `{}`); `bad` says what was wrong.
+fn own_arguments<T: serde::de::DeserializeOwned>(
+    arguments: Option<JsonObject>,
+    bad: fn(String) -> Say<'static>,
+) -> Result<T, String> {
+    let value = serde_json::Value::Object(arguments.unwrap_or_default());
+    serde_json::from_value(value).map_err(|e| bad(e.to_string()).to_string())
 }
 
 /// Whether a tool of brokerd's may write: not read only by [`HINTS`], or not in it.
@@ -145,8 +149,8 @@ fn may_write(tool: &str) -> bool {
         .is_none_or(|(_, h)| !h.read_only)
 }
 
-fn staged_changes_schema() -> JsonObject {
-    let schema = serde_json::json!({
+fn staged_changes_schema() -> serde_json::Value {
+    serde_json::json!({
         "type": "object",
         "properties": {
             "diff": {
@@ -155,11 +159,7 @@ fn staged_changes_schema() -> JsonObject {
             }
         },
         "additionalProperties": false
-    });
-    match schema {
-        serde_json::Value::Object(o) => o,
-        _ => JsonObject::new(),
-    }
+    })
 }
 
 /// The arguments of [`STAGED_CHANGES`].
@@ -172,8 +172,7 @@ pub struct StagedChanges {
 
 impl StagedChanges {
     pub fn parse(arguments: Option<JsonObject>) -> Result<StagedChanges, String> {
-        let value = serde_json::Value::Object(arguments.unwrap_or_default());
-        serde_json::from_value(value).map_err(|e| Say::BadStagedChanges(e.to_string()).to_string())
+        own_arguments(arguments, Say::BadStagedChanges)
     }
 }
 
@@ -201,8 +200,8 @@ pub fn changes(grant: &str, c: &Changes) -> CallToolResult {
     CallToolResult::success(vec![ContentBlock::text(text)])
 }
 
-fn read_result_schema() -> JsonObject {
-    let schema = serde_json::json!({
+fn read_result_schema() -> serde_json::Value {
+    serde_json::json!({
         "type": "object",
         "properties": {
             "result_id": {
@@ -217,11 +216,7 @@ fn read_result_schema() -> JsonObject {
         },
         "required": ["result_id"],
         "additionalProperties": false
-    });
-    match schema {
-        serde_json::Value::Object(o) => o,
-        _ => JsonObject::new(),
-    }
+    })
 }
 
 /// The arguments of [`READ_RESULT`].
@@ -235,8 +230,7 @@ pub struct ReadResult {
 
 impl ReadResult {
     pub fn parse(arguments: Option<JsonObject>) -> Result<ReadResult, String> {
-        let value = serde_json::Value::Object(arguments.unwrap_or_default());
-        serde_json::from_value(value).map_err(|e| Say::BadReadResult(e.to_string()).to_string())
+        own_arguments(arguments, Say::BadReadResult)
     }
 }
 

@@ -40,14 +40,21 @@ pub fn verify(path: &Path) -> Result<Head, VerifyError> {
     verify_file(path).map(|(_, head)| head)
 }
 
-/// Checks `<path>.N` .. `<path>.1` and `<path>` as one chain.
-pub fn verify_rotated(path: &Path) -> Result<Head, VerifyError> {
+/// The files of one chain, oldest first: `<path>.N` .. `<path>.1` (as many as exist from `.1`
+/// on), then `<path>`.
+fn chain_files(path: &Path) -> Vec<PathBuf> {
     let mut files: Vec<PathBuf> = (1..)
         .map(|k| rotated(path, k))
         .take_while(|p| p.exists())
         .collect();
     files.reverse();
     files.push(path.to_path_buf());
+    files
+}
+
+/// Checks `<path>.N` .. `<path>.1` and `<path>` as one chain.
+pub fn verify_rotated(path: &Path) -> Result<Head, VerifyError> {
+    let files = chain_files(path);
     let mut last: Option<Head> = None;
     for f in files {
         let (first, head) = verify_file(&f)?;
@@ -94,12 +101,7 @@ impl std::fmt::Display for Unfinished {
 /// The calls of `<path>.N` .. `<path>` decided to run without an outcome record after them
 /// (read after [`verify_rotated`] passed; lines that are not records are skipped).
 pub fn unfinished(path: &Path) -> Result<Vec<Unfinished>, VerifyError> {
-    let mut files: Vec<PathBuf> = (1..)
-        .map(|k| rotated(path, k))
-        .take_while(|p| p.exists())
-        .collect();
-    files.reverse();
-    files.push(path.to_path_buf());
+    let files = chain_files(path);
     let mut open: Vec<Unfinished> = Vec::new();
     for f in files {
         let bytes = std::fs::read(&f).map_err(|e| VerifyError::Read {

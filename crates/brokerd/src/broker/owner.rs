@@ -13,7 +13,8 @@ use proto::ident::Ident;
 use proto::visible::visible;
 
 use crate::audit::StagedPath;
-use crate::protect::{self, scan::Bounds, scan::Scanner};
+use crate::config::ProtectBounds;
+use crate::protect::{self, scan::Scanner};
 use crate::stage::changes::{self, Found};
 use crate::stage::conflict::Conflicts;
 use crate::stage::tree::Tree;
@@ -196,7 +197,7 @@ pub(super) fn list(
     session: &Ident,
     grant: Option<&str>,
     diff: bool,
-    bounds: Bounds,
+    bounds: ProtectBounds,
 ) -> std::io::Result<(Vec<Change>, usize)> {
     let scanner = Scanner::new(bounds);
     let mut out = Vec::new();
@@ -353,7 +354,7 @@ pub(super) fn commit_session(
     grant: Option<&str>,
     paths: &[String],
     all_or_nothing: bool,
-    bounds: Bounds,
+    bounds: ProtectBounds,
 ) -> Result<Committed, OwnerRefused> {
     let taken = take(stage, session, grant, paths)?;
     let named = named(&taken, paths, "committed")?;

@@ -39,8 +39,15 @@ fn a_deletion_that_removes_protected_targets_needs_naming() {
             return;
         };
         let stage = Arc::new(stage);
-        let done = commit_session(&stage, &session(), None, &[], false, Bounds::default())
-            .expect("commit");
+        let done = commit_session(
+            &stage,
+            &session(),
+            None,
+            &[],
+            false,
+            ProtectBounds::default(),
+        )
+        .expect("commit");
         let skipped: Vec<&str> = done.skipped.iter().map(|s| s.path.as_str()).collect();
         let at = |p: &str| layer.real.join(p).display().to_string();
         assert_eq!(
@@ -73,7 +80,7 @@ fn a_deletion_that_removes_protected_targets_needs_naming() {
             None,
             &[at("lib")],
             false,
-            Bounds::default(),
+            ProtectBounds::default(),
         )
         .expect("commit");
         assert!(
@@ -100,7 +107,14 @@ fn naming_what_matches_nothing_is_refused() {
     let stage = Arc::new(stage);
     let at = |p: &str| layer.real.join(p).display().to_string();
     let named = [at("new.txt"), at("nope"), "/elsewhere/x".to_string()];
-    let refused = commit_session(&stage, &session(), None, &named, false, Bounds::default());
+    let refused = commit_session(
+        &stage,
+        &session(),
+        None,
+        &named,
+        false,
+        ProtectBounds::default(),
+    );
     match refused {
         Err(OwnerRefused::NoMatch { paths, done }) => {
             assert_eq!(paths, [at("nope"), "/elsewhere/x".to_string()]);
@@ -121,7 +135,7 @@ fn naming_what_matches_nothing_is_refused() {
         None,
         &[at("new.txt")],
         false,
-        Bounds::default(),
+        ProtectBounds::default(),
     )
     .expect("commit");
     assert_eq!(done.landed.len(), 1);
@@ -144,7 +158,7 @@ fn changes_writes_nothing_and_fits_a_line() {
     let before = paths(&layer.dir);
     let meta = fs::read(layer.dir.join("layer.json")).expect("meta");
     let (changes, left_out) =
-        list(&stage, &session(), None, true, Bounds::default()).expect("list");
+        list(&stage, &session(), None, true, ProtectBounds::default()).expect("list");
     assert_eq!(changes.len() + left_out, 100);
     assert!(left_out > 0, "the diffs alone are past a line");
     let body = proto::broker::Answer::new(

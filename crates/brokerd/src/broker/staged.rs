@@ -13,7 +13,6 @@ use super::{error, Broker, Peer, ProtocolError};
 use crate::audit::{self, Decided, Record, RecordKind, StagedPath};
 use crate::config::Writes;
 use crate::policy::{GrantPolicy, Plan};
-use crate::protect::scan::Bounds;
 use crate::runbook;
 use crate::runner::StageMount;
 use crate::stage::{changes, Holding, Layer, Merged, StageError};
@@ -121,15 +120,6 @@ impl Broker {
         );
     }
 
-    /// The bounds of the walk that finds protected targets (`[runner] protect_max_*`).
-    fn protect_bounds(&self) -> Bounds {
-        self.config
-            .runner
-            .as_ref()
-            .map(|r| r.protect)
-            .unwrap_or_default()
-    }
-
     /// `changes`: a session's staged changes (clients and owners), or, without a session,
     /// the sessions that have some; as many as fit in a line, with how many more there are.
     pub(super) async fn changes(
@@ -158,7 +148,7 @@ impl Broker {
         let Ok(session) = Ident::parse(session) else {
             return error(ProtocolError::BadIdent("session"));
         };
-        let bounds = self.protect_bounds();
+        let bounds = self.config.protect_bounds();
         let read = tokio::task::spawn_blocking(move || {
             let listed = list(&stage, &session, grant.as_deref(), diff, bounds);
             (listed, stage.bytes(&session), session)
@@ -187,15 +177,13 @@ impl Broker {
         paths: Vec<String>,
         all_or_nothing: bool,
     ) -> Body {
-        if !peer.owner {
-            return error(ProtocolError::NotOwner);
-        }
-        let Ok(session) = Ident::parse(session) else {
-            return error(ProtocolError::BadIdent("session"));
+        let session = match owner_session(peer, session) {
+            Ok(session) => session,
+            Err(e) => return error(e),
         };
         let stage = self.stage.clone();
         let s = session.clone();
-        let bounds = self.protect_bounds();
+        let bounds = self.config.protect_bounds();
         let done = tokio::task::spawn_blocking(move || {
             commit_session(&stage, &s, grant.as_deref(), &paths, all_or_nothing, bounds)
         })
@@ -241,11 +229,9 @@ impl Broker {
         grant: Option<String>,
         paths: Vec<String>,
     ) -> Body {
-        if !peer.owner {
-            return error(ProtocolError::NotOwner);
-        }
-        let Ok(session) = Ident::parse(session) else {
-            return error(ProtocolError::BadIdent("session"));
+        let session = match owner_session(peer, session) {
+            Ok(session) => session,
+            Err(e) => return error(e),
         };
         let stage = self.stage.clone();
         let s = session.clone();
@@ -377,4 +363,13 @@ fn internal(why: &str) -> Body {
     Body::Error {
         message: "the staged changes could not be read".into(),
     }
+}
+
+/// The session an owner op names, once its peer is an owner: a peer that is not one is
+/// answered that first, whatever it named.
+fn owner_session(peer: Peer, session: String) -> Result<Ident, ProtocolError> {
+    if !peer.owner {
+        return Err(ProtocolError::NotOwner);
+    }
+    Ident::parse(session).map_err(|_| ProtocolError::BadIdent("session"))
 }

@@ -7,7 +7,7 @@
 
 use proptest::prelude::*;
 
-use super::properties::{cases, quoted, roots};
+use super::properties::{config, quoted, roots};
 use super::CommandClass::*;
 use super::*;
 
@@ -661,12 +661,7 @@ fn honest_read() -> impl Strategy<Value = String> {
 }
 
 proptest! {
-    // A failing case prints its input; nothing is written into the source tree.
-    #![proptest_config(ProptestConfig {
-        cases: cases(),
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    })]
+    #![proptest_config(config())]
 
     /// Family "runners and program spellings" (issue #25).
     #[test]

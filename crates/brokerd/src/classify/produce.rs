@@ -259,22 +259,14 @@ fn printf_text(format: &str) -> Option<String> {
                     out.push(s);
                     continue;
                 }
-                let (radix, mut digits, max) = match e {
+                let (radix, digits, max) = match e {
                     '0'..='7' => (8, e.to_string(), 3),
                     'x' => (16, String::new(), 2),
                     _ => return None,
                 };
-                while digits.len() < max {
-                    match chars.peek() {
-                        Some(d) if d.is_digit(radix) => {
-                            digits.push(*d);
-                            chars.next();
-                        }
-                        _ => break,
-                    }
-                }
-                let value = u32::from_str_radix(&digits, radix).ok()?;
-                out.push(char::from_u32(value).filter(|c| *c != '\0')?);
+                out.push(super::words::numeric_escape(
+                    &mut chars, digits, radix, max,
+                )?);
             }
             _ => out.push(c),
         }

@@ -16,11 +16,21 @@ use super::*;
 
 const DEFAULT_CASES: u32 = 3000;
 
-pub(super) fn cases() -> u32 {
+fn cases() -> u32 {
     std::env::var("PROPTEST_CASES")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(DEFAULT_CASES)
+}
+
+/// How every property of the classifier is run: `PROPTEST_CASES` cases (3000 unless set), a
+/// failing case printing its input and nothing written into the source tree.
+pub(super) fn config() -> ProptestConfig {
+    ProptestConfig {
+        cases: cases(),
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    }
 }
 
 /// What a core does, and so the least class the whole command may get.
@@ -287,12 +297,7 @@ pub(super) fn roots() -> Vec<PathBuf> {
 }
 
 proptest! {
-    // A failing case prints its input; nothing is written into the source tree.
-    #![proptest_config(ProptestConfig {
-        cases: cases(),
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    })]
+    #![proptest_config(config())]
 
     #[test]
     fn disguises_do_not_lower_the_class((kind, command) in command()) {

@@ -341,26 +341,36 @@ fn unescape_ansi_c(text: &str) -> Option<String> {
             '0'..='7' => (8, 2),
             _ => return None,
         };
-        let mut digits = String::new();
-        if radix == 8 {
-            digits.push(e);
-        }
-        while digits.len() < max + usize::from(radix == 8) {
-            match chars.peek() {
-                Some(d) if d.is_digit(radix) => {
-                    digits.push(*d);
-                    chars.next();
-                }
-                _ => break,
-            }
-        }
-        let value = u32::from_str_radix(&digits, radix).ok()?;
-        match char::from_u32(value) {
-            Some(ch) if ch != '\0' => out.push(ch),
-            _ => return None,
-        }
+        // An octal escape's first digit is the escape itself.
+        let (digits, max) = match radix {
+            8 => (e.to_string(), max + 1),
+            _ => (String::new(), max),
+        };
+        out.push(numeric_escape(&mut chars, digits, radix, max)?);
     }
     Some(out)
+}
+
+/// The character of a numeric escape: its digits of `radix` begin with `digits` and go on in
+/// `chars` while there are fewer than `max`. None for NUL (which no argument can hold) or a
+/// value that is no character.
+pub(super) fn numeric_escape(
+    chars: &mut std::iter::Peekable<std::str::Chars<'_>>,
+    mut digits: String,
+    radix: u32,
+    max: usize,
+) -> Option<char> {
+    while digits.len() < max {
+        match chars.peek() {
+            Some(d) if d.is_digit(radix) => {
+                digits.push(*d);
+                chars.next();
+            }
+            _ => break,
+        }
+    }
+    let value = u32::from_str_radix(&digits, radix).ok()?;
+    char::from_u32(value).filter(|c| *c != '\0')
 }
 
 /// Whether bash would brace-expand the word (`{a,b}`, `x{1..3}`); busybox ash does not.
@@ -428,5 +438,27 @@ fn word_shape(n: Node, src: &str, out: &mut String, depth: usize) -> bool {
             out.push('x');
             true
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// bash's `$'...'` takes one to three octal digits and up to two hex ones; printf's format
+    /// (`produce::printf_text`) reads the same digits through `numeric_escape`.
+    #[test]
+    fn numeric_escapes_take_their_digits_and_no_more() {
+        assert_eq!(unescape_ansi_c(r"\162m"), Some("rm".into()));
+        assert_eq!(unescape_ansi_c(r"\1623"), Some("r3".into()));
+        assert_eq!(unescape_ansi_c(r"\x72m"), Some("rm".into()));
+        assert_eq!(unescape_ansi_c(r"\x7"), Some("\u{7}".into()));
+        assert_eq!(unescape_ansi_c(r"\u0072m"), Some("rm".into()));
+        assert_eq!(unescape_ansi_c(r"\0"), None, "NUL");
+        assert_eq!(unescape_ansi_c(r"\xg"), None, "no digits");
+        assert_eq!(unescape_ansi_c(r"\U00110000"), None, "no character");
+        let mut chars = "623x".chars().peekable();
+        assert_eq!(numeric_escape(&mut chars, "1".into(), 8, 3), Some('r'));
+        assert_eq!(chars.collect::<String>(), "3x");
     }
 }

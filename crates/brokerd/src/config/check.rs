@@ -334,8 +334,8 @@ impl Checker<'_> {
             egress_start_ms,
             home,
             protect: {
-                let d = crate::protect::scan::Bounds::default();
-                crate::protect::scan::Bounds {
+                let d = ProtectBounds::default();
+                ProtectBounds {
                     max_depth: self.positive(
                         &r.protect_max_depth,
                         d.max_depth,

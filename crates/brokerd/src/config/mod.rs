@@ -58,6 +58,14 @@ pub struct Config {
     pub grants: BTreeMap<String, Grant>,
 }
 
+impl Config {
+    /// The bounds of the walk that finds protected targets (`[runner] protect_max_*`; the
+    /// defaults without a `[runner]`).
+    pub fn protect_bounds(&self) -> ProtectBounds {
+        self.runner.as_ref().map(|r| r.protect).unwrap_or_default()
+    }
+}
+
 /// `[broker]`
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BrokerConfig {
@@ -143,7 +151,32 @@ pub struct RunnerConfig {
     pub home: PathBuf,
     /// The bounds of the walk that finds the protected targets of a writable grant directory
     /// (docs/design.md#protected-targets).
-    pub protect: crate::protect::scan::Bounds,
+    pub protect: ProtectBounds,
+}
+
+/// How far one walk for protected targets may go (`[runner] protect_max_depth`,
+/// `protect_max_entries`, `protect_max_targets`): what the config says, which `protect::scan`
+/// obeys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProtectBounds {
+    /// Directories below the grant directory.
+    pub max_depth: usize,
+    /// Directory entries looked at, all directories together.
+    pub max_entries: usize,
+    /// Protected targets found and the directories pinned above them, together: each is one
+    /// more mount in every writable sandbox.
+    pub max_targets: usize,
+}
+
+impl Default for ProtectBounds {
+    /// The three keys unset.
+    fn default() -> ProtectBounds {
+        ProtectBounds {
+            max_depth: 32,
+            max_entries: 100_000,
+            max_targets: 256,
+        }
+    }
 }
 
 impl RunnerConfig {

@@ -47,7 +47,7 @@ fn defaults_are_the_documented_ones() {
             enforce_limits: true,
             egress_start_ms: 5_000,
             home: "/var/lib/boxmaker".into(),
-            protect: crate::protect::scan::Bounds {
+            protect: ProtectBounds {
                 max_depth: 32,
                 max_entries: 100_000,
                 max_targets: 256,

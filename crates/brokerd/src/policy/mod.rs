@@ -190,12 +190,7 @@ pub struct Policy {
 impl Policy {
     pub fn new(config: &Config) -> Result<Policy, PolicyError> {
         let classifier = Classifier::new()?;
-        let bounds = config
-            .runner
-            .as_ref()
-            .map(|r| r.protect)
-            .unwrap_or_default();
-        let scanner = crate::protect::scan::Scanner::new(bounds);
+        let scanner = crate::protect::scan::Scanner::new(config.protect_bounds());
         let mut grants = BTreeMap::new();
         for (name, grant) in &config.grants {
             let roots = grant

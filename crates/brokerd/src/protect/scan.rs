@@ -30,30 +30,9 @@ use nix::dir::{Dir, Type};
 use nix::fcntl::{openat, OFlag};
 use nix::sys::stat::{fstat, fstatat, FileStat, Mode, SFlag};
 
+use crate::config::ProtectBounds;
+
 use super::{has_protected_component, marker_in, protected_dir_name, HEADER_READ};
-
-/// How far one walk may go.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Bounds {
-    /// Directories below the grant directory.
-    pub max_depth: usize,
-    /// Directory entries looked at, all directories together.
-    pub max_entries: usize,
-    /// Protected targets found and the directories pinned above them, together: each is one
-    /// more mount in every writable sandbox.
-    pub max_targets: usize,
-}
-
-impl Default for Bounds {
-    /// `[runner] protect_max_depth`, `protect_max_entries`, `protect_max_targets` unset.
-    fn default() -> Bounds {
-        Bounds {
-            max_depth: 32,
-            max_entries: 100_000,
-            max_targets: 256,
-        }
-    }
-}
 
 /// Why a target is protected.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -146,20 +125,20 @@ type Stamps = HashMap<(u64, u64), Stamp>;
 /// Walks grant directories, remembering what each file said between walks.
 #[derive(Debug, Default)]
 pub struct Scanner {
-    bounds: Bounds,
+    bounds: ProtectBounds,
     /// By grant directory: the files of its last walk.
     stamps: Mutex<HashMap<PathBuf, Stamps>>,
 }
 
 impl Scanner {
-    pub fn new(bounds: Bounds) -> Scanner {
+    pub fn new(bounds: ProtectBounds) -> Scanner {
         Scanner {
             bounds,
             stamps: Mutex::new(HashMap::new()),
         }
     }
 
-    pub fn bounds(&self) -> Bounds {
+    pub fn bounds(&self) -> ProtectBounds {
         self.bounds
     }
 
@@ -234,12 +213,7 @@ pub struct Survey {
 /// Walks every writable directory of every grant with `protect = "mount"` and direct writes.
 pub fn survey(config: &crate::config::Config) -> Vec<Survey> {
     use crate::config::{Protect, Writes};
-    let bounds = config
-        .runner
-        .as_ref()
-        .map(|r| r.protect)
-        .unwrap_or_default();
-    let scanner = Scanner::new(bounds);
+    let scanner = Scanner::new(config.protect_bounds());
     let mut out = Vec::new();
     for (name, g) in &config.grants {
         if g.protect != Protect::Mount || g.writes != Writes::Direct {
@@ -274,7 +248,7 @@ fn leak_name(name: &str) -> &'static str {
 }
 
 struct Walk<'a> {
-    bounds: Bounds,
+    bounds: ProtectBounds,
     root: &'a Path,
     previous: Stamps,
     seen: Stamps,

@@ -2,8 +2,8 @@ use super::*;
 use std::fs;
 use std::os::unix::fs::symlink;
 
-fn bounds() -> Bounds {
-    Bounds {
+fn bounds() -> ProtectBounds {
+    ProtectBounds {
         max_depth: 8,
         max_entries: 1000,
         max_targets: 16,
@@ -121,7 +121,7 @@ fn a_changed_file_is_read_again() {
 #[test]
 fn past_its_bounds_the_walk_says_which() {
     let (_keep, root) = tree();
-    let with = |f: fn(&mut Bounds)| {
+    let with = |f: fn(&mut ProtectBounds)| {
         let mut b = bounds();
         f(&mut b);
         scan_of(&Scanner::new(b), &root)
@@ -196,7 +196,7 @@ fn pins_count_as_mounts() {
     let (_keep, root) = tree();
     let with = |max_targets| {
         scan_of(
-            &Scanner::new(Bounds {
+            &Scanner::new(ProtectBounds {
                 max_targets,
                 ..bounds()
             }),

@@ -19,6 +19,21 @@ use crate::config::MAX_GRANT_PATHS;
 
 pub use mounts::{DirId, MountChanged};
 
+/// A log line about how a call ended, with the fields every such line carries, in every
+/// backend: the session, the call, the tool, and the status the audit gives it (`$answer` is
+/// the [`RunError`]). The rest is the line's own fields and message, as `tracing` takes them.
+macro_rules! call_line {
+    ($level:ident, $spec:expr, $answer:expr, $($rest:tt)+) => {
+        tracing::$level!(
+            session = %$spec.session,
+            call = %$spec.call,
+            tool = %$spec.tool,
+            status = $answer.ended().as_str(),
+            $($rest)+
+        )
+    };
+}
+
 pub mod bwrap;
 pub mod cgroup;
 pub mod egress;
@@ -28,6 +43,7 @@ pub mod output;
 pub mod overlay;
 pub mod pidfd;
 pub mod podman;
+pub(crate) mod procfs;
 pub mod protected;
 pub mod reaper;
 pub mod seccomp;
@@ -347,16 +363,39 @@ pub(crate) fn not_cleared(spec: &RunSpec) -> RunError {
     )
 }
 
+/// `boxmaker-<session>-<call>-<n>`: the name of a call's container or sandbox, `n` counting
+/// them in this process (`count`). The sweep and `brokerd ps` know brokerd's by it
+/// (docs/design.md#the-podman-runner).
+pub(crate) fn sandbox_name(count: &std::sync::atomic::AtomicU64, spec: &RunSpec) -> String {
+    let n = count.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+    format!("boxmaker-{}-{}-{n}", spec.session, spec.call)
+}
+
+/// The operator's log line for a call that found its backend unavailable, and the answer:
+/// `what` went wrong, then `detail` (what the program printed can quote the model's text, so
+/// it is redacted), then the runbook entry that says what to do.
+pub(crate) fn unavailable(
+    spec: &RunSpec,
+    why: Unavailable,
+    what: &str,
+    detail: &str,
+    runbook: &str,
+) -> RunError {
+    let answer = RunError::Unavailable(why);
+    call_line!(
+        error,
+        spec,
+        answer,
+        "{what}: {}; see {runbook}",
+        crate::redact::redact(detail.trim_end())
+    );
+    answer
+}
+
 /// The operator's log line for a call that could not run, and its fixed answer.
 pub(crate) fn could_not_run(spec: &RunSpec, why: &str) -> RunError {
     let answer = RunError::Failed(Failure::CouldNotRun);
-    tracing::error!(
-        session = %spec.session,
-        call = %spec.call,
-        tool = %spec.tool,
-        status = answer.ended().as_str(),
-        "{why}"
-    );
+    call_line!(error, spec, answer, "{why}");
     answer
 }
 
@@ -549,8 +588,16 @@ impl Runner for NoRunner {
 pub struct SweepError(pub String);
 
 impl SweepError {
-    /// A sweep's answer: how many things it removed, or every removal that failed.
-    pub fn outcome(removed: usize, failed: Vec<String>) -> Result<usize, SweepError> {
+    /// A sweep's answer from its parts, each how many things it removed and the removals that
+    /// failed: how many things went in all, or every removal that failed, in order.
+    pub fn outcome(
+        parts: impl IntoIterator<Item = (usize, Vec<String>)>,
+    ) -> Result<usize, SweepError> {
+        let (mut removed, mut failed) = (0, Vec::new());
+        for (n, failures) in parts {
+            removed += n;
+            failed.extend(failures);
+        }
         if failed.is_empty() {
             Ok(removed)
         } else {
@@ -569,11 +616,11 @@ fn run_call<S: Steps>(backend: &S, spec: &RunSpec, reply: Reply<'_>) {
     if let Some(what) = spec.malformation() {
         return reply.send(Err(malformed(spec, &what)));
     }
-    if let Some(refusal) = backend.refusal(spec) {
+    if let Some(refusal) = backend.refusal(spec, "remembered from an earlier call") {
         return reply.send(Err(refusal));
     }
     if spec.egress.is_some() && backend.poisoned() {
-        return reply.send(Err(backend.poisoned_answer(spec)));
+        return reply.send(Err(backend.poisoned_answer(spec, FETCH_OFF)));
     }
     // The writable mounts' protected targets, held until the sandbox is gone.
     let held = match backend
@@ -601,15 +648,12 @@ fn unprotected(spec: &RunSpec, e: protected::Unprotected) -> RunError {
         return mount_changed(spec, e);
     }
     let answer = RunError::Unprotected(e);
-    tracing::warn!(
-        session = %spec.session,
-        call = %spec.call,
-        tool = %spec.tool,
-        status = answer.ended().as_str(),
-        "{answer}"
-    );
+    call_line!(warn, spec, answer, "{answer}");
     answer
 }
+
+/// The detail of an http_fetch's `unavailable` line while containment is poisoned.
+pub(crate) const FETCH_OFF: &str = "http_fetch is off";
 
 /// The steps of a call that differ between the backends; [`run_call`] is the rest.
 trait Steps: Runner {
@@ -618,13 +662,13 @@ trait Steps: Runner {
     where
         Self: 'a;
 
-    /// Why no call may start now, already logged: a failure remembered until restart.
-    fn refusal(&self, _spec: &RunSpec) -> Option<RunError> {
+    /// Why no call may start now: a failure remembered until restart, logged with `detail`.
+    fn refusal(&self, _spec: &RunSpec, _detail: &str) -> Option<RunError> {
         None
     }
 
-    /// The logged answer of an http_fetch while containment is poisoned.
-    fn poisoned_answer(&self, spec: &RunSpec) -> RunError;
+    /// The answer of an http_fetch while containment is poisoned, logged with `detail`.
+    fn poisoned_answer(&self, spec: &RunSpec, detail: &str) -> RunError;
 
     /// Finds and holds the protected targets of writable mounts.
     fn protector(&self) -> &protected::Protector;
@@ -664,11 +708,10 @@ fn malformed(spec: &RunSpec, what: &str) -> RunError {
 pub(crate) fn mount_changed(spec: &RunSpec, e: MountChanged) -> RunError {
     let path = e.path.display().to_string();
     let answer = RunError::MountChanged(e);
-    tracing::error!(
-        session = %spec.session,
-        call = %spec.call,
-        tool = %spec.tool,
-        status = answer.ended().as_str(),
+    call_line!(
+        error,
+        spec,
+        answer,
         path,
         "{answer}; see {}",
         crate::runbook::GRANT_DIRECTORY_CHANGED
@@ -754,11 +797,11 @@ mod tests {
 
     impl Steps for Recorder {
         type Leftovers<'a> = Left<'a>;
-        fn refusal(&self, _spec: &RunSpec) -> Option<RunError> {
+        fn refusal(&self, _spec: &RunSpec, _detail: &str) -> Option<RunError> {
             self.refuse
                 .then_some(RunError::Unavailable(Unavailable::RunnerUnavailable))
         }
-        fn poisoned_answer(&self, _spec: &RunSpec) -> RunError {
+        fn poisoned_answer(&self, _spec: &RunSpec, _detail: &str) -> RunError {
             RunError::Unavailable(Unavailable::RunnerUnavailable)
         }
         fn protector(&self) -> &protected::Protector {

@@ -19,7 +19,8 @@ use std::time::Instant;
 
 use super::mounts::{self, DirId};
 use super::{Mount, MountChanged};
-use crate::protect::scan::{Bounds, PastBounds, Pin, Scanner, Target};
+use crate::config::ProtectBounds;
+use crate::protect::scan::{PastBounds, Pin, Scanner, Target};
 
 /// Why a call's writable mounts cannot be given their protection: the call is refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -128,7 +129,7 @@ pub struct Protector {
 }
 
 impl Protector {
-    pub fn new(bounds: Bounds) -> Protector {
+    pub fn new(bounds: ProtectBounds) -> Protector {
         Protector {
             scanner: Scanner::new(bounds),
             busy: Mutex::new(HashSet::new()),
@@ -246,8 +247,8 @@ mod tests {
     use std::sync::Arc;
     use std::time::Duration;
 
-    fn bounds() -> Bounds {
-        Bounds {
+    fn bounds() -> ProtectBounds {
+        ProtectBounds {
             max_depth: 8,
             max_entries: 100,
             max_targets: 8,

@@ -13,6 +13,8 @@
 use std::io;
 use std::sync::Mutex;
 
+use super::procfs::field;
+
 /// Makes brokerd the child subreaper of everything it starts (prctl PR_SET_CHILD_SUBREAPER).
 pub fn adopt_orphans() -> io::Result<()> {
     nix::sys::prctl::set_child_subreaper(true).map_err(io::Error::from)
@@ -66,13 +68,6 @@ pub(crate) fn is_namespace_init(status: &str) -> bool {
         .map(|l| l.split_whitespace().collect())
         .unwrap_or_default();
     ns_pids.len() >= 2 && ns_pids.last() == Some(&"1")
-}
-
-fn field<'a>(status: &'a str, name: &str) -> Option<&'a str> {
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix(name))
-        .map(str::trim)
 }
 
 /// waitid for one exited child, without blocking. A zombie child's PID cannot be reused before

@@ -12,7 +12,6 @@ use std::path::Path;
 
 use brokerd::config;
 use brokerd::runner::bwrap::{BwrapRuntime, RootEntry, RootLayout};
-use brokerd::runner::protected::Over;
 use proto::tools::ToolName;
 
 use crate::common::{self, egress, mount, spec};
@@ -137,16 +136,7 @@ fn any_path_survives_as_one_argument() {
 fn protected_targets_follow_the_mounts() {
     let rt = runtime();
     let l = layout();
-    let spec = spec(
-        ToolName::Shell,
-        vec![mount("/srv/notes", true), mount("/srv/ref", false)],
-        None,
-    );
-    let protected = [
-        Over::pin(Path::new("/srv/notes/src")),
-        Over::read_only(Path::new("/srv/notes/vendor")),
-        Over::read_only(Path::new("/srv/notes/src/gen.rs")),
-    ];
+    let (spec, protected) = common::protected_call();
     assert_golden(
         "shell-protected.args",
         &rt.build_argv_with(&spec, NAME, &l, None, &protected),

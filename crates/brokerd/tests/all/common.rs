@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Duration;
 
+use brokerd::runner::protected::Over;
 use brokerd::runner::{DirId, Egress, Mount, RunSpec};
 use proto::tools::ToolName;
 
@@ -68,6 +69,23 @@ pub fn spec(tool: ToolName, mounts: Vec<Mount>, egress: Option<Egress>) -> RunSp
         egress,
         timeout: Duration::from_secs(30),
     }
+}
+
+/// The call of both backends' `shell-protected` golden files: a shell call with a writable and
+/// a read-only grant directory, and the protected targets in the writable one (a pin, a
+/// directory, a file).
+pub fn protected_call() -> (RunSpec, [Over<'static>; 3]) {
+    let spec = spec(
+        ToolName::Shell,
+        vec![mount("/srv/notes", true), mount("/srv/ref", false)],
+        None,
+    );
+    let protected = [
+        Over::pin(Path::new("/srv/notes/src")),
+        Over::read_only(Path::new("/srv/notes/vendor")),
+        Over::read_only(Path::new("/srv/notes/src/gen.rs")),
+    ];
+    (spec, protected)
 }
 
 /// The golden files' egress: a host, a pattern, and an IPv4 and an IPv6 range.

@@ -55,15 +55,19 @@ fn an_owner_approves_what_the_client_cannot() {
         panic!("expected an ask, got {a:?}");
     };
     assert!(question.contains("boxctl approve"), "{question}");
-    for _ in 0..7 {
-        let again = c.req(call_req(
+    // The same call again, with the ticket.
+    let resend = |c: &mut crate::service::Client| {
+        c.req(call_req(
             "s1",
             "c1",
             "owned",
             "write_file",
             &args,
             Some(&ticket),
-        ));
+        ))
+    };
+    for _ in 0..7 {
+        let again = resend(&mut c);
         match again.body {
             Body::Refused { reason } => assert_eq!(reason, NotApproved.to_string()),
             other => panic!("expected a refusal while unapproved, got {other:?}"),
@@ -72,25 +76,11 @@ fn an_owner_approves_what_the_client_cannot() {
     assert_eq!(svc.runner.calls(), 0, "nothing ran before the approval");
     let a = c.req(json!({"op": "approve", "id": "ap", "ticket": ticket}));
     assert!(matches!(a.body, Body::Approved {}), "{a:?}");
-    let ran = c.req(call_req(
-        "s1",
-        "c1",
-        "owned",
-        "write_file",
-        &args,
-        Some(&ticket),
-    ));
+    let ran = resend(&mut c);
     assert!(matches!(ran.body, Body::Result { .. }), "{ran:?}");
     assert_eq!(svc.runner.calls(), 1);
     // Single use, as every ticket.
-    let again = c.req(call_req(
-        "s1",
-        "c1",
-        "owned",
-        "write_file",
-        &args,
-        Some(&ticket),
-    ));
+    let again = resend(&mut c);
     assert!(matches!(again.body, Body::Refused { .. }), "{again:?}");
 }
 

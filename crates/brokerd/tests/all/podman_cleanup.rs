@@ -101,11 +101,7 @@ fn a_failed_rm_poisons_unless_the_container_is_confirmed_gone() {
             ok("fetched\n", false)
         );
         let verbs = case.verbs();
-        assert_eq!(
-            verbs[..4],
-            ["run", "proxy", "rm -f egress", "exists egress"],
-            "{session}"
-        );
+        assert_eq!(verbs[..4], FETCH_RAN, "{session}");
         assert_eq!(
             verbs.len() > 4,
             poisoned,

@@ -216,6 +216,35 @@ pub const EGRESS_UNAVAILABLE: Result<RunOutput, RunError> =
 pub const LAYER_UNAVAILABLE: Result<RunOutput, RunError> =
     Err(RunError::Unavailable(Unavailable::LayerUnavailable));
 
+/// The podman calls of an http_fetch whose tool ran to its end: the tool container, the
+/// proxy, and the proxy's removal, looked at until it is gone.
+pub const FETCH_RAN: [&str; 4] = ["run", "proxy", "rm -f egress", "exists egress"];
+/// The podman calls of an http_fetch whose tool container was stopped: killed, removed and
+/// looked at, then the proxy's removal.
+pub const FETCH_STOPPED: [&str; 7] = [
+    "run",
+    "proxy",
+    "kill",
+    "rm -f",
+    "exists",
+    "rm -f egress",
+    "exists egress",
+];
+
+impl Case {
+    /// The call's tool container was made and stopped before its decision was on disk: it
+    /// read nothing, and no proxy was started for it.
+    pub fn assert_stopped_before_the_decision(&self) {
+        assert_eq!(
+            self.verbs(),
+            ["run", "kill", "rm -f", "exists"],
+            "no proxy before the decision"
+        );
+        assert_eq!(self.record("stdin"), b"");
+        assert_eq!(self.egress_dirs(), Vec::<PathBuf>::new());
+    }
+}
+
 /// Each line of the case's `events` file, which its scripts append to.
 pub fn events(case: &Case) -> Vec<String> {
     String::from_utf8_lossy(&case.record("events"))

@@ -29,10 +29,7 @@ stat -c %a "$egress_dir" > "$d/mode""#;
     let rt = case.runtime();
     let spec = case.spec(ToolName::HttpFetch);
     assert_eq!(rt.run(&spec), ok("fetched\n", false));
-    assert_eq!(
-        case.verbs(),
-        ["run", "proxy", "rm -f egress", "exists egress"]
-    );
+    assert_eq!(case.verbs(), FETCH_RAN);
     assert_eq!(case.record("mode"), b"700\n");
     assert_eq!(case.egress_dirs(), Vec::<PathBuf>::new());
 
@@ -73,10 +70,7 @@ fn http_fetch_answers_before_its_proxy_is_removed() {
     assert_eq!(answer, ok("fetched\n", false));
     assert_eq!(verbs, ["run", "proxy"]);
     assert_eq!(dirs, 1);
-    assert_eq!(
-        case.verbs(),
-        ["run", "proxy", "rm -f egress", "exists egress"]
-    );
+    assert_eq!(case.verbs(), FETCH_RAN);
     assert_eq!(case.egress_dirs(), Vec::<PathBuf>::new());
 }
 
@@ -92,16 +86,7 @@ fn egress_is_cleaned_up_on_every_path() {
         Answer,
         Vec<&'static str>,
     );
-    let ran = vec!["run", "proxy", "rm -f egress", "exists egress"];
-    let stopped = vec![
-        "run",
-        "proxy",
-        "kill",
-        "rm -f",
-        "exists",
-        "rm -f egress",
-        "exists egress",
-    ];
+    let (ran, stopped) = (FETCH_RAN.to_vec(), FETCH_STOPPED.to_vec());
     let cases: Vec<Row> = vec![
         (
             "eok",
@@ -242,18 +227,7 @@ fn a_late_decision_never_lengthens_the_call() {
         took >= budget && took < budget + Duration::from_secs(1),
         "took {took:?}, budget {budget:?}"
     );
-    assert_eq!(
-        case.verbs(),
-        [
-            "run",
-            "proxy",
-            "kill",
-            "rm -f",
-            "exists",
-            "rm -f egress",
-            "exists egress"
-        ]
-    );
+    assert_eq!(case.verbs(), FETCH_STOPPED);
 
     // On disk only after the time limit: no proxy started, the tool container was stopped
     // having read nothing, and the answer comes at the limit.
@@ -264,13 +238,7 @@ fn a_late_decision_never_lengthens_the_call() {
         took >= limit && took < limit + Duration::from_millis(300),
         "took {took:?}"
     );
-    assert_eq!(
-        case.verbs(),
-        ["run", "kill", "rm -f", "exists"],
-        "no proxy before the decision"
-    );
-    assert_eq!(case.record("stdin"), b"");
-    assert_eq!(case.egress_dirs(), Vec::<PathBuf>::new());
+    case.assert_stopped_before_the_decision();
 }
 
 /// The tool container starts beside its proxy, not after it, and reads its input only once
@@ -344,19 +312,7 @@ fn a_proxy_late_or_failed_takes_the_tool_container_with_it() {
             "{session}: the tool read its input"
         );
         assert_eq!(events(&case), ["tool-started"], "{session}");
-        assert_eq!(
-            case.verbs(),
-            [
-                "run",
-                "proxy",
-                "kill",
-                "rm -f",
-                "exists",
-                "rm -f egress",
-                "exists egress"
-            ],
-            "{session}"
-        );
+        assert_eq!(case.verbs(), FETCH_STOPPED, "{session}");
         assert_eq!(case.egress_dirs(), Vec::<PathBuf>::new(), "{session}");
     }
 }

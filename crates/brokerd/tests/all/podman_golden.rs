@@ -7,11 +7,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::ffi::OsString;
-use std::path::Path;
 
 use brokerd::config;
 use brokerd::runner::podman::PodmanRuntime;
-use brokerd::runner::protected::Over;
 use brokerd::runner::Egress;
 use proto::tools::ToolName;
 
@@ -118,16 +116,7 @@ fn names_count_calls_in_this_process() {
 #[test]
 fn protected_targets_follow_the_volumes() {
     let rt = runtime();
-    let spec = spec(
-        ToolName::Shell,
-        vec![mount("/srv/notes", true), mount("/srv/ref", false)],
-        None,
-    );
-    let protected = [
-        Over::pin(Path::new("/srv/notes/src")),
-        Over::read_only(Path::new("/srv/notes/vendor")),
-        Over::read_only(Path::new("/srv/notes/src/gen.rs")),
-    ];
+    let (spec, protected) = common::protected_call();
     assert_golden(
         "shell-protected.args",
         &rt.tool_args_with(&spec, NAME, &protected),

@@ -393,13 +393,7 @@ fn the_tool_and_its_proxy_wait_for_the_decision_on_disk() {
     let case = Case::new("gatefetch", r#"cat > "$d/stdin"; echo fetched"#);
     let (answer, _) = run(&case, &case.spec(ToolName::HttpFetch), false);
     assert_eq!(answer, failed(Failure::CouldNotRun));
-    assert_eq!(
-        case.verbs(),
-        ["run", "kill", "rm -f", "exists"],
-        "no proxy before the decision"
-    );
-    assert_eq!(case.record("stdin"), b"");
-    assert_eq!(case.egress_dirs(), Vec::<PathBuf>::new());
+    case.assert_stopped_before_the_decision();
 }
 
 /// A writable mount's protected targets reach Podman as read-only volumes over it, and the

@@ -184,17 +184,7 @@ impl BwrapRuntime {
             );
             a.push(over.path.as_os_str().to_owned());
         }
-        if spec.egress.is_some() {
-            a.push("--bind".into());
-            a.push(self.egress_dir(name).into_os_string());
-            a.push(EGRESS_MOUNT.into());
-        }
-        if let Some(dir) = cgroup_view {
-            // The sandbox reads its own limits where cgroup v2 puts them (the preflight).
-            a.push("--ro-bind".into());
-            a.push(dir.as_os_str().to_owned());
-            a.push(cgroup::CGROUP_ROOT.into());
-        }
+        self.egress_and_cgroup(&mut a, spec.egress.is_some().then_some(name), cgroup_view);
         a.extend(
             [
                 "--remount-ro",
@@ -224,17 +214,31 @@ impl BwrapRuntime {
         a.extend(["--tmpfs", "/tmp", "--ro-bind"].map(OsString::from));
         a.push(self.resolv_conf.clone().into_os_string());
         a.push(RESOLV_CONF.into());
-        a.push("--bind".into());
-        a.push(self.egress_dir(name).into_os_string());
-        a.push(EGRESS_MOUNT.into());
+        self.egress_and_cgroup(&mut a, Some(name), cgroup_view);
+        a.extend(["--remount-ro", "/", "--chdir", "/"].map(OsString::from));
+        a.extend(egress.proxy_command());
+        a
+    }
+
+    /// The binds both sandboxes end with: the egress directory of sandbox `egress` (when
+    /// there is one) at [`EGRESS_MOUNT`], then the sandbox's own cgroup, read-only, where
+    /// cgroup v2 puts it, for the sandbox to read its limits in (the preflight).
+    fn egress_and_cgroup(
+        &self,
+        a: &mut Vec<OsString>,
+        egress: Option<&str>,
+        cgroup_view: Option<&Path>,
+    ) {
+        if let Some(name) = egress {
+            a.push("--bind".into());
+            a.push(self.egress_dir(name).into_os_string());
+            a.push(EGRESS_MOUNT.into());
+        }
         if let Some(dir) = cgroup_view {
             a.push("--ro-bind".into());
             a.push(dir.as_os_str().to_owned());
             a.push(cgroup::CGROUP_ROOT.into());
         }
-        a.extend(["--remount-ro", "/", "--chdir", "/"].map(OsString::from));
-        a.extend(egress.proxy_command());
-        a
     }
 
     /// The staged mounts of `spec`, in the staging user namespace (made at the first).

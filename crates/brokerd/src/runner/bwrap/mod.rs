@@ -206,8 +206,7 @@ impl BwrapRuntime {
 
     /// `boxmaker-<session>-<call>-<n>`, n counting sandboxes in this process.
     pub fn sandbox_name(spec: &RunSpec) -> String {
-        let n = SANDBOXES.fetch_add(1, Ordering::SeqCst) + 1;
-        format!("boxmaker-{}-{}-{n}", spec.session, spec.call)
+        super::sandbox_name(&SANDBOXES, spec)
     }
 
     /// `<home>/run/egress/<name>/`
@@ -238,16 +237,7 @@ impl BwrapRuntime {
             Unavailable::LayerUnavailable => why.runbook(),
             _ => RUNBOOK,
         };
-        let answer = RunError::Unavailable(why);
-        tracing::error!(
-            session = %spec.session,
-            call = %spec.call,
-            tool = %spec.tool,
-            status = answer.ended().as_str(),
-            "{what}: {}; see {pointer}",
-            redact(detail.trim_end()),
-        );
-        answer
+        super::unavailable(spec, why, &what, detail, pointer)
     }
 
     fn remember(&self, t: Terminal) {
@@ -281,17 +271,15 @@ impl Runner for BwrapRuntime {
 
     /// Removes every sandbox, egress directory and sandbox cgroup a crashed brokerd left.
     fn sweep(&self) -> Result<usize, SweepError> {
-        let (mut removed, mut failed) = sweep_sandboxes(&self.bwrap, &self.tools_root);
-        let (dirs, dir_failures) = egress::sweep(&self.home);
-        removed += dirs;
-        failed.extend(dir_failures);
+        let mut parts = vec![
+            sweep_sandboxes(&self.bwrap, &self.tools_root),
+            egress::sweep(&self.home),
+        ];
         // Probing here also prepares the delegated subtree once, at start-up.
         if let Ok(Mechanism::Delegated { root }) = self.mechanism() {
-            let (groups, group_failures) = cgroup::sweep(root);
-            removed += groups;
-            failed.extend(group_failures);
+            parts.push(cgroup::sweep(root));
         }
-        SweepError::outcome(removed, failed)
+        SweepError::outcome(parts)
     }
 
     fn run(&self, spec: &RunSpec) -> Result<RunOutput, RunError> {
@@ -308,17 +296,13 @@ impl Steps for BwrapRuntime {
     /// and the egress directory: each confirmed when dropped, or the runtime is poisoned.
     type Leftovers<'a> = (Option<Sandbox<'a>>, Option<ProxyGuard<'a>>);
 
-    fn refusal(&self, spec: &RunSpec) -> Option<RunError> {
+    fn refusal(&self, spec: &RunSpec, detail: &str) -> Option<RunError> {
         let t = self.terminal()?;
-        Some(self.unavailable(
-            spec,
-            Trouble::Terminal(t),
-            "remembered from an earlier call",
-        ))
+        Some(self.unavailable(spec, Trouble::Terminal(t), detail))
     }
 
-    fn poisoned_answer(&self, spec: &RunSpec) -> RunError {
-        self.unavailable(spec, Trouble::Poisoned, "http_fetch is off")
+    fn poisoned_answer(&self, spec: &RunSpec, detail: &str) -> RunError {
+        self.unavailable(spec, Trouble::Poisoned, detail)
     }
 
     fn settling(&self) -> &Settling {

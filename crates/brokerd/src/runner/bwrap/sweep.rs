@@ -2,6 +2,7 @@
 //! and stopped (docs/design.md#service).
 
 use super::*;
+use crate::runner::procfs;
 
 /// Kills the sandboxes a crashed brokerd left running. Each dies with brokerd once it is
 /// set up, but a sandbox killed while bwrap was still building it can outlive it: the
@@ -12,29 +13,11 @@ use super::*;
 pub(super) fn sweep_sandboxes(bwrap: &Path, tools_root: &Path) -> (usize, Vec<String>) {
     let mut removed = 0;
     let mut failed = Vec::new();
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return (0, failed);
-    };
-    let (uid, me) = (
-        nix::unistd::getuid().as_raw(),
-        nix::unistd::getpid().as_raw(),
-    );
+    let uid = nix::unistd::getuid().as_raw();
     let marker = tools_root.join("bin");
-    for entry in entries.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<libc::pid_t>().ok())
-        else {
-            continue;
-        };
-        if pid == me {
-            continue;
-        }
-        let dir = entry.path();
+    for (pid, dir) in procfs::processes() {
         let is_it = || {
-            let status = std::fs::read_to_string(dir.join("status")).unwrap_or_default();
-            let cmdline = std::fs::read(dir.join("cmdline")).unwrap_or_default();
+            let (status, cmdline) = procfs::status_and_cmdline(&dir);
             is_left_sandbox(&status, &cmdline, uid, bwrap, &marker)
         };
         let Some(pidfd) = Pidfd::open_if(pid, is_it) else {
@@ -59,12 +42,7 @@ pub(super) fn is_left_sandbox(
     bwrap: &Path,
     marker: &Path,
 ) -> bool {
-    let real_uid = status
-        .lines()
-        .find_map(|l| l.strip_prefix("Uid:"))
-        .and_then(|ids| ids.split_whitespace().next())
-        .and_then(|id| id.parse::<u32>().ok());
-    if real_uid != Some(uid) {
+    if procfs::real_uid(status) != Some(uid) {
         return false;
     }
     let mut args = cmdline.split(|&b| b == 0);

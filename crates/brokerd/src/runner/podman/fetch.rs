@@ -19,6 +19,7 @@ use super::{PodmanRuntime, Trouble};
 use crate::runner::egress::{self, make_private_dir, EGRESS_SOCKET, SOCKET_STEP};
 use crate::runner::protected::Over;
 use crate::runner::wake::first_ready_until;
+use crate::runner::FETCH_OFF;
 use crate::runner::{
     could_not_run, not_cleared, Cleared, Deadlines, Egress, RunError, RunOutput, RunSpec,
 };
@@ -125,7 +126,7 @@ impl PodmanRuntime {
             return Err(self.unavailable(spec, Trouble::EarlierCleanUp, &detail));
         }
         if self.poisoned() {
-            return Err(self.unavailable(spec, Trouble::Poisoned, "http_fetch is off"));
+            return Err(self.unavailable(spec, Trouble::Poisoned, FETCH_OFF));
         }
         Ok(())
     }

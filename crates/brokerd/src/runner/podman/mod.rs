@@ -31,8 +31,6 @@ use super::{
     Settling, Steps, SweepError, Unavailable,
 };
 use crate::config::{EgressNetwork, RunnerConfig};
-// What podman prints can quote the model's text: redacted before it is logged.
-use crate::redact::redact;
 
 mod fetch;
 mod layer;
@@ -144,8 +142,7 @@ impl PodmanRuntime {
 
     /// `boxmaker-<session>-<call>-<n>`, n counting containers in this process.
     pub fn container_name(spec: &RunSpec) -> String {
-        let n = CONTAINERS.fetch_add(1, Ordering::SeqCst) + 1;
-        format!("boxmaker-{}-{}-{n}", spec.session, spec.call)
+        super::sandbox_name(&CONTAINERS, spec)
     }
 
     /// `<home>/run/egress/<name>/`
@@ -249,17 +246,7 @@ impl PodmanRuntime {
             Trouble::Terminal(t) => format!("{trouble}: {t}"),
             _ => trouble.to_string(),
         };
-        let answer = RunError::Unavailable(why);
-        tracing::error!(
-            session = %spec.session,
-            call = %spec.call,
-            tool = %spec.tool,
-            status = answer.ended().as_str(),
-            "{what}: {}; see {}",
-            redact(detail.trim_end()),
-            why.runbook()
-        );
-        answer
+        super::unavailable(spec, why, &what, detail, why.runbook())
     }
 
     /// Runs a podman helper (`kill`, `rm`, `container exists`, `image exists`), giving up at
@@ -301,14 +288,11 @@ impl Runner for PodmanRuntime {
     /// monitors of containers Podman no longer lists, and every egress directory
     /// (docs/design.md#sweep: at start, and at the end of a shutdown).
     fn sweep(&self) -> Result<usize, SweepError> {
-        let (mut removed, mut failed) = self.sweep_containers()?;
-        let (monitors, monitor_failures) = orphans::sweep_monitors();
-        removed += monitors;
-        failed.extend(monitor_failures);
-        let (dirs, dir_failures) = egress::sweep(&self.home);
-        removed += dirs;
-        failed.extend(dir_failures);
-        SweepError::outcome(removed, failed)
+        SweepError::outcome([
+            self.sweep_containers()?,
+            orphans::sweep_monitors(),
+            egress::sweep(&self.home),
+        ])
     }
 
     fn run(&self, spec: &RunSpec) -> Result<RunOutput, RunError> {
@@ -323,17 +307,13 @@ impl Runner for PodmanRuntime {
 impl Steps for PodmanRuntime {
     type Leftovers<'a> = EgressGuard<'a>;
 
-    fn refusal(&self, spec: &RunSpec) -> Option<RunError> {
+    fn refusal(&self, spec: &RunSpec, detail: &str) -> Option<RunError> {
         let t = self.terminal()?;
-        Some(self.unavailable(
-            spec,
-            Trouble::Terminal(t),
-            "remembered from an earlier call",
-        ))
+        Some(self.unavailable(spec, Trouble::Terminal(t), detail))
     }
 
-    fn poisoned_answer(&self, spec: &RunSpec) -> RunError {
-        self.unavailable(spec, Trouble::Poisoned, "http_fetch is off")
+    fn poisoned_answer(&self, spec: &RunSpec, detail: &str) -> RunError {
+        self.unavailable(spec, Trouble::Poisoned, detail)
     }
 
     fn settling(&self) -> &Settling {

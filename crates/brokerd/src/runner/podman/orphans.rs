@@ -14,7 +14,7 @@ use std::path::Path;
 
 use super::remove::is_boxmaker_name;
 use crate::runner::pidfd::{Pidfd, KILL_CONFIRM};
-use crate::runner::reaper;
+use crate::runner::{procfs, reaper};
 
 /// Kills every `conmon` of this user that monitors a container named as brokerd names them,
 /// its children first (the container's init, whose death ends the container's PID
@@ -38,23 +38,11 @@ pub(super) fn stop_monitor_of(name: &str) -> Result<(), String> {
 fn kill_monitors(pick: impl Fn(&str) -> bool) -> (usize, Vec<String>) {
     let mut removed = 0;
     let mut failed = Vec::new();
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return (0, failed);
-    };
     let uid = nix::unistd::getuid().as_raw();
-    for entry in entries.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<libc::pid_t>().ok())
-        else {
-            continue;
-        };
-        let dir = entry.path();
+    for (pid, dir) in procfs::processes() {
         let mut name = None;
         let is_it = || {
-            let status = std::fs::read_to_string(dir.join("status")).unwrap_or_default();
-            let cmdline = std::fs::read(dir.join("cmdline")).unwrap_or_default();
+            let (status, cmdline) = procfs::status_and_cmdline(&dir);
             name = left_monitor(&status, &cmdline, uid).filter(|n| pick(n));
             name.is_some()
         };
@@ -66,11 +54,8 @@ fn kill_monitors(pick: impl Fn(&str) -> bool) -> (usize, Vec<String>) {
         for child in reaper::children(&pid.to_string()) {
             // Still the child of the monitor, which its pidfd keeps alive: the PID is its.
             let of_it = || {
-                std::fs::read_to_string(format!("/proc/{child}/status")).is_ok_and(|s| {
-                    s.lines()
-                        .find_map(|l| l.strip_prefix("PPid:"))
-                        .is_some_and(|p| p.trim() == pid.to_string())
-                })
+                std::fs::read_to_string(format!("/proc/{child}/status"))
+                    .is_ok_and(|s| procfs::field(&s, "PPid:") == Some(pid.to_string().as_str()))
             };
             if let Some(c) = Pidfd::open_if(child, of_it) {
                 if !c.kill_foreign(KILL_CONFIRM) {
@@ -97,12 +82,7 @@ fn kill_monitors(pick: impl Fn(&str) -> bool) -> (usize, Vec<String>) {
 /// The container a process (its /proc `status` and `cmdline`) monitors, if it is a `conmon`
 /// of this user (its real uid) for a container named as brokerd names them (`-n <name>`).
 pub(super) fn left_monitor(status: &str, cmdline: &[u8], uid: u32) -> Option<String> {
-    let real_uid = status
-        .lines()
-        .find_map(|l| l.strip_prefix("Uid:"))
-        .and_then(|ids| ids.split_whitespace().next())
-        .and_then(|id| id.parse::<u32>().ok());
-    if real_uid != Some(uid) {
+    if procfs::real_uid(status) != Some(uid) {
         return None;
     }
     let mut args = cmdline.split(|&b| b == 0);

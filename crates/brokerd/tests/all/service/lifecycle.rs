@@ -79,18 +79,7 @@ fn shutdown_drains_calls_in_flight() {
     // Nothing in flight: drain returns at once.
     assert!(svc.rt.block_on(svc.broker.drain(Duration::from_secs(5))));
     let mut busy = svc.connect();
-    busy.send_raw(
-        call_req(
-            "s",
-            "inflight",
-            "auto",
-            "shell",
-            &json!({"command": "cat HOLD"}),
-            None,
-        )
-        .to_string()
-        .as_bytes(),
-    );
+    busy.send_held("s", "inflight");
     svc.runner.wait_started(1);
     svc.broker.begin_shutdown();
     let mut c = svc.connect();

@@ -578,6 +578,13 @@ impl Client {
         self.send_raw(v.to_string().as_bytes());
     }
 
+    /// Sends a shell call the fake runner holds until released (`cat HOLD`), without waiting
+    /// for its answer.
+    fn send_held(&mut self, session: &str, call: &str) {
+        let hold = json!({"command": "cat HOLD"});
+        self.send(call_req(session, call, "auto", "shell", &hold, None));
+    }
+
     fn raw(&mut self, line: &[u8]) -> Answer {
         self.send_raw(line);
         self.answer()

@@ -191,18 +191,7 @@ fn client_vanishes_mid_call() {
     let silent = svc.connect();
     {
         let mut c = svc.connect();
-        c.send_raw(
-            call_req(
-                "s",
-                "gone",
-                "auto",
-                "shell",
-                &json!({"command": "cat HOLD"}),
-                None,
-            )
-            .to_string()
-            .as_bytes(),
-        );
+        c.send_held("s", "gone");
         svc.runner.wait_started(1);
         // Drop both halves: the client is gone.
     }
@@ -302,18 +291,7 @@ fn busy_when_the_queue_is_full() {
     let queue = brokerd::broker::QUEUE_PER_SLOT;
     let mut held: Vec<Client> = (0..=queue).map(|_| svc.connect()).collect();
     for (i, c) in held.iter_mut().enumerate() {
-        c.send_raw(
-            call_req(
-                "s",
-                &format!("h{i}"),
-                "auto",
-                "shell",
-                &json!({"command": "cat HOLD"}),
-                None,
-            )
-            .to_string()
-            .as_bytes(),
-        );
+        c.send_held("s", &format!("h{i}"));
     }
     svc.runner.wait_started(1);
     // Each call audits its decision before it queues; then give it a moment to queue.
@@ -351,8 +329,7 @@ fn a_call_that_waited_too_long_answers_busy() {
         ..Opts::default()
     });
     let mut first = svc.connect();
-    let hold = json!({"command": "cat HOLD"});
-    first.send(call_req("s", "h", "auto", "shell", &hold, None));
+    first.send_held("s", "h");
     svc.runner.wait_started(1);
     let mut second = svc.connect();
     second.send(call_req(
