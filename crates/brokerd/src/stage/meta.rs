@@ -199,16 +199,7 @@ impl Meta {
         fresh: impl FnOnce() -> Option<Meta>,
         change: impl FnOnce(&mut Meta) -> io::Result<(bool, T)>,
     ) -> io::Result<T> {
-        let lock = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
-            .open(layer.dir.join(META_LOCK))?;
-        let _held = nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusive)
-            .map_err(|(_, e)| io::Error::from(e))?;
+        let _held = super::lock_file(&layer.dir, META_LOCK, nix::fcntl::FlockArg::LockExclusive)?;
         let mut meta = match Meta::read(layer) {
             Ok(m) => m,
             Err(e) if e.kind() == io::ErrorKind::NotFound => match fresh() {

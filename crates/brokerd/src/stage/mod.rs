@@ -46,6 +46,8 @@ pub mod tree;
 pub use merged::Merged;
 pub use meta::{Identity, Meta};
 
+/// A layer's lock: sandboxes take it shared, commits and discards exclusive.
+const LOCK: &str = "lock";
 /// The directory under the service home that holds every layer.
 pub const STAGED_DIR: &str = "staged";
 /// The most real entries below one hidden directory recorded in one pass (see
@@ -258,7 +260,7 @@ impl Stage {
         // Against another process (a commit run locally as the service user): shared flocks.
         let mut locks = Vec::new();
         for l in layers {
-            match lock_file(&l.dir, nix::fcntl::FlockArg::LockSharedNonblock) {
+            match lock_file(&l.dir, LOCK, nix::fcntl::FlockArg::LockSharedNonblock) {
                 Ok(f) => locks.push(f),
                 Err(_) => return Err(StageError::Busy(l.real.clone())),
             }
@@ -407,8 +409,12 @@ impl Stage {
                 Err(_) => return Err(StageError::Busy(layer.real.clone())),
             };
         }
-        let lock = lock_file(&layer.dir, nix::fcntl::FlockArg::LockExclusiveNonblock)
-            .map_err(|_| StageError::Busy(layer.real.clone()))?;
+        let lock = lock_file(
+            &layer.dir,
+            LOCK,
+            nix::fcntl::FlockArg::LockExclusiveNonblock,
+        )
+        .map_err(|_| StageError::Busy(layer.real.clone()))?;
         busy.insert(layer.dir.clone());
         Ok(Holding {
             dirs: vec![layer.dir.clone()],
@@ -478,7 +484,12 @@ fn remove_as_container_root(podman: &Path, dir: &Path) -> io::Result<()> {
     }
 }
 
-fn lock_file(dir: &Path, how: nix::fcntl::FlockArg) -> io::Result<nix::fcntl::Flock<File>> {
+/// A layer's lock file `name` (made 0600 if missing, never through a link), locked `how`.
+fn lock_file(
+    dir: &Path,
+    name: &str,
+    how: nix::fcntl::FlockArg,
+) -> io::Result<nix::fcntl::Flock<File>> {
     let f = OpenOptions::new()
         .read(true)
         .write(true)
@@ -486,7 +497,7 @@ fn lock_file(dir: &Path, how: nix::fcntl::FlockArg) -> io::Result<nix::fcntl::Fl
         .truncate(false)
         .mode(0o600)
         .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
-        .open(dir.join("lock"))?;
+        .open(dir.join(name))?;
     nix::fcntl::Flock::lock(f, how).map_err(|(_, e)| io::Error::from(e))
 }
 

@@ -38,8 +38,6 @@ use super::{
 };
 use super::{reaper, seccomp};
 use crate::config::{memory_bytes, BwrapConfig, CgroupMode, RunnerConfig};
-// What bwrap and the tools print can quote the model's text: redacted before it is logged.
-use crate::redact::redact;
 
 mod argv;
 mod placement;
@@ -303,6 +301,10 @@ impl Steps for BwrapRuntime {
 
     fn poisoned_answer(&self, spec: &RunSpec, detail: &str) -> RunError {
         self.unavailable(spec, Trouble::Poisoned, detail)
+    }
+
+    fn earlier_clean_up_answer(&self, spec: &RunSpec, detail: &str) -> RunError {
+        self.unavailable(spec, Trouble::EarlierCleanUp, detail)
     }
 
     fn settling(&self) -> &Settling {

@@ -340,15 +340,7 @@ impl BwrapRuntime {
         let pidfd = guard.sandbox.as_ref().map(|s| &s.pidfd);
         let appeared = egress::wait_for_socket(&guard.dir, deadline, pidfd.map(Pidfd::as_fd));
         if appeared {
-            // The proxies of calls answered before this one are stopped, or the runtime is
-            // poisoned, before this tool gets its way out (docs/design.md#runners).
-            if !self.settling.wait_for_earlier(deadline) {
-                let detail = format!("waited {:?}", self.egress_start);
-                return Err(self.unavailable(spec, Trouble::EarlierCleanUp, &detail));
-            }
-            if self.poisoned() {
-                return Err(self.unavailable(spec, Trouble::Poisoned, "http_fetch is off"));
-            }
+            Steps::way_out_clear(self, spec, deadline, self.egress_start)?;
             return Ok(guard);
         }
         let exited = pidfd.is_some_and(|p| p.wait_exit(Duration::ZERO));
@@ -461,13 +453,7 @@ impl BwrapRuntime {
                 Err(self.unavailable(spec, Trouble::Setup, &detail))
             }
             Verdict::Failed(f) => {
-                tracing::info!(
-                    session = %spec.session,
-                    call = %spec.call,
-                    tool = %spec.tool,
-                    "bwrap exited with {status}; its standard error: {}",
-                    redact(err.trim_end())
-                );
+                super::super::tool_failed_line(spec, "bwrap", &status, &err);
                 Err(RunError::Failed(f))
             }
         }

@@ -19,7 +19,7 @@ use super::{PodmanRuntime, Trouble};
 use crate::runner::egress::{self, make_private_dir, EGRESS_SOCKET, SOCKET_STEP};
 use crate::runner::protected::Over;
 use crate::runner::wake::first_ready_until;
-use crate::runner::FETCH_OFF;
+use crate::runner::Steps;
 use crate::runner::{
     could_not_run, not_cleared, Cleared, Deadlines, Egress, RunError, RunOutput, RunSpec,
 };
@@ -82,7 +82,7 @@ impl PodmanRuntime {
         let answer = match guard.start(egress, name) {
             Err(e) => Err(e),
             Ok(()) => match guard.wait_until_up(&mut tool, proxy_by, budget) {
-                Gate::Open => match self.way_out_clear(spec, proxy_by, budget) {
+                Gate::Open => match Steps::way_out_clear(self, spec, proxy_by, budget) {
                     Ok(()) => {
                         let deadline = times.step(spec.timeout);
                         return (
@@ -111,24 +111,6 @@ impl PodmanRuntime {
         // The proxy failed or was late: the tool container goes having read nothing.
         self.stop(spec, name, &mut tool);
         (answer, Some(guard))
-    }
-
-    /// Before a tool gets its way out: the proxies of calls answered before this one are
-    /// removed, or the runtime is poisoned, and it is not (docs/design.md#runners).
-    fn way_out_clear(
-        &self,
-        spec: &RunSpec,
-        deadline: Instant,
-        budget: Duration,
-    ) -> Result<(), RunError> {
-        if !self.settling.wait_for_earlier(deadline) {
-            let detail = format!("waited {budget:?}");
-            return Err(self.unavailable(spec, Trouble::EarlierCleanUp, &detail));
-        }
-        if self.poisoned() {
-            return Err(self.unavailable(spec, Trouble::Poisoned, FETCH_OFF));
-        }
-        Ok(())
     }
 }
 

@@ -316,6 +316,10 @@ impl Steps for PodmanRuntime {
         self.unavailable(spec, Trouble::Poisoned, detail)
     }
 
+    fn earlier_clean_up_answer(&self, spec: &RunSpec, detail: &str) -> RunError {
+        self.unavailable(spec, Trouble::EarlierCleanUp, detail)
+    }
+
     fn settling(&self) -> &Settling {
         &self.settling
     }

@@ -14,7 +14,6 @@ use crate::runner::protected::Over;
 use crate::runner::spawn::Io;
 use crate::runner::{not_cleared, Cleared, Deadlines, Failure, RunError, RunOutput, RunSpec};
 // What podman and the tools print can quote the model's text: redacted before it is logged.
-use crate::redact::redact;
 
 impl PodmanRuntime {
     /// Starts the tool container (`podman run --rm -i`), its three pipes held by brokerd. Its
@@ -100,13 +99,7 @@ impl PodmanRuntime {
         match verdict(status, streams.stdout().to_vec(), truncated) {
             Verdict::Output(out) => Ok(out),
             Verdict::Failed(f) => {
-                tracing::info!(
-                    session = %spec.session,
-                    call = %spec.call,
-                    tool = %spec.tool,
-                    "podman exited with {status}; its standard error: {}",
-                    redact(stderr.trim_end())
-                );
+                super::super::tool_failed_line(spec, "podman", &status, &stderr);
                 Err(RunError::Failed(f))
             }
             Verdict::RunnerFailed => {
