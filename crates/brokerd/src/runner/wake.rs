@@ -41,10 +41,7 @@ pub fn first_ready_until(fds: &[BorrowedFd<'_>], deadline: Instant) -> Option<us
 pub fn poll_until(polled: &mut [libc::pollfd], deadline: Instant) -> io::Result<usize> {
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
-        let ts = libc::timespec {
-            tv_sec: libc::time_t::try_from(left.as_secs()).unwrap_or(libc::time_t::MAX),
-            tv_nsec: libc::c_long::from(left.subsec_nanos() as i32),
-        };
+        let ts = nix::sys::time::TimeSpec::from_duration(left);
         // SAFETY: `polled` is a valid array of as many pollfds as the count says, each naming
         // a descriptor the caller keeps open for the length of this call (a negative one is
         // skipped by the kernel); `ts` is a valid timespec, and no signal mask is passed.
@@ -52,7 +49,7 @@ pub fn poll_until(polled: &mut [libc::pollfd], deadline: Instant) -> io::Result<
             libc::ppoll(
                 polled.as_mut_ptr(),
                 polled.len() as libc::nfds_t,
-                &ts,
+                ts.as_ref(),
                 std::ptr::null(),
             )
         };
