@@ -402,3 +402,15 @@ fn framing_table() {
         assert_eq!(got, want, "{:?}", String::from_utf8_lossy(input));
     }
 }
+
+#[test]
+fn a_client_from_a_stream_made_elsewhere_talks_as_one_that_connected() {
+    let (_d, socket, t) = broker(vec![r#"{"id":"$ID","kind":"ended"}"#]);
+    let stream = UnixStream::connect(&socket).expect("connect");
+    let mut c = Client::from_stream(stream).expect("from_stream");
+    c.end_session("s").expect("end_session");
+    drop(c);
+    let seen = t.join().expect("broker");
+    assert_eq!(seen.len(), 1);
+    assert!(seen[0].contains(r#""op":"end_session""#), "{seen:?}");
+}
