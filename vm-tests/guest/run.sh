@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The guest test: boxmaker on a host like the real one, under QEMU. A Debian 12 guest
 # with systemd as PID 1 and cgroup v2, rootless Podman with its limits enforced, brokerd
-# socket-activated from the dist/systemd/ units, and the checks of in-guest.sh (and the
-# end-to-end suite when its binary is built). The guest has no network device at all.
+# socket-activated from the dist/systemd/ units, and the checks of `boxmaker-e2e guest`
+# (tests/e2e/src/guest/, which ends with the end-to-end suite), started by in-guest.sh. The
+# guest has no network device at all.
 #
 #   vm-tests/guest/run.sh [--no-cache] [--keep]
 #
@@ -11,8 +12,9 @@
 #   2. the guest's root image: build-image.sh, cached under $CACHE_DIR/<key> where the key hashes
 #      build-image.sh, the kernel and the mirror (--no-cache builds a fresh one in the work
 #      directory and leaves the cache alone);
-#   3. the payload disk, made anew each run: this build's binaries, the tools image builder,
-#      setup.sh, the units, in-guest.sh; the guest writes its results and journal back onto it;
+#   3. the payload disk, made anew each run: this build's binaries (boxmaker-e2e, which holds
+#      the checks, among them), the tools image builder, setup.sh, the units, in-guest.sh; the
+#      guest writes its results and journal back onto it;
 #   4. QEMU (KVM only when the CPU has vmx/svm and a probe boot works; TCG otherwise), the root
 #      image with snapshot=on so it stays clean;
 #   5. the results: each `ok`/`FAIL`/`skip` line, the timings, exit 0 only when all passed.
@@ -25,7 +27,7 @@ REPO=$(cd "$HERE/../.." && pwd)
 BROKERD=${BROKERD:-$REPO/target/release/brokerd}
 BOXCTL=${BOXCTL:-$REPO/target/release/boxctl}
 TOOLKIT=${TOOLKIT:-$REPO/target/x86_64-unknown-linux-musl/release/toolkit}
-# The scenario suite (tests/e2e); optional: without it the suite is skipped.
+# The guest's checks and the scenario suite (tests/e2e: `boxmaker-e2e guest`), static.
 E2E_BIN=${E2E_BIN:-$REPO/target/x86_64-unknown-linux-musl/release/boxmaker-e2e}
 # The scripts the guest runs, copied whole with the paths they have here, so a script that calls
 # another beside it (build-tools-image.sh its program check, in-netns.sh hosts-net.sh, setup.sh
@@ -94,7 +96,7 @@ mirror=$(
 ) || true
 mirror=${mirror:-http://deb.debian.org/debian}
 
-for f in "$BROKERD" "$BOXCTL" "$TOOLKIT"; do
+for f in "$BROKERD" "$BOXCTL" "$TOOLKIT" "$E2E_BIN"; do
     [ -x "$f" ] || die "$f is missing; build it first (make guest-test does)"
 done
 
@@ -135,7 +137,7 @@ say "timing image ${t_image}s ($image_state: $image, kernel $kver)"
 t=$(now)
 p=$work/payload
 mkdir -p "$p/bin" "$p/src/images" "$p/src/scripts" "$p/src/tests/e2e" "$p/units" "$p/results"
-install -m 0755 "$BROKERD" "$BOXCTL" "$TOOLKIT" "$p/bin/"
+install -m 0755 "$BROKERD" "$BOXCTL" "$TOOLKIT" "$E2E_BIN" "$p/bin/"
 install -m 0755 "$HERE/in-guest.sh" "$p/in-guest.sh"
 for d in "${SOURCE_DIRS[@]}"; do
     cp -a "$REPO/$d/." "$p/src/$d/"
@@ -151,12 +153,6 @@ if [ -d "$UNITS_DIR" ] && ls "$UNITS_DIR"/*.socket >/dev/null 2>&1; then
     say "units from $UNITS_DIR: $(cd "$p/units" && echo *)"
 else
     say "no units in $UNITS_DIR: the guest uses its stand-in units and says so"
-fi
-if [ -x "$E2E_BIN" ]; then
-    install -m 0755 "$E2E_BIN" "$p/bin/"
-    say "the scenario suite goes in: $E2E_BIN"
-else
-    say "no scenario suite ($E2E_BIN): the guest skips it"
 fi
 # What the guest's checks take from this run's environment.
 {

@@ -171,6 +171,12 @@ impl Client {
             path: path.display().to_string(),
             source,
         })?;
+        Client::from_stream(stream)
+    }
+
+    /// A client over a connection made elsewhere: by a thread that took another user's
+    /// credentials to connect, say, since brokerd reads its peer from the connecting process.
+    pub fn from_stream(stream: UnixStream) -> Result<Client, ClientError> {
         let writer = stream.try_clone()?;
         Ok(Client {
             reader: BufReader::new(stream),

@@ -395,3 +395,15 @@ last"[..],
         vec![l("abc"), Frame::TooLong, l("x"), l("last"), Frame::Eof]
     );
 }
+
+#[test]
+fn a_client_from_a_stream_made_elsewhere_talks_as_one_that_connected() {
+    let (_d, socket, t) = broker(vec![r#"{"id":"$ID","kind":"ended"}"#]);
+    let stream = UnixStream::connect(&socket).expect("connect");
+    let mut c = Client::from_stream(stream).expect("from_stream");
+    c.end_session("s").expect("end_session");
+    drop(c);
+    let seen = t.join().expect("broker");
+    assert_eq!(seen.len(), 1);
+    assert!(seen[0].contains(r#""op":"end_session""#), "{seen:?}");
+}

@@ -34,14 +34,23 @@
 //! boxmaker-e2e egress-network [--user NAME] [--podman PROG] [--program true]
 //!     prints the egress network `run` picks without --egress-network: pasta or slirp4netns
 //!     (with --program true: the program Podman runs for it, as `podman info` names it)
+//!
+//! boxmaker-e2e guest --payload DIR [--e2e 1|0] [--time-scale N] [--e2e-args ARGS]
+//!                    [--backends LIST]
+//!     the checks of the QEMU guest (vm-tests/guest/), as root inside it: the binaries,
+//!     scripts and units from the payload disk at DIR, the results into DIR/results/; the
+//!     scenario suite at the end (unless --e2e 0) with --time-scale N (default 5), ARGS added
+//!     to its `run` and on the backends of LIST (default "podman bwrap"); src/guest/
 //! ```
 //!
 //! `run` prints `ok <backend>/<name>` or `FAIL <backend>/<name>: <why>` for each scenario,
 //! then `<backend>: N passed, M failed` alone on a line, and exits 1 if any failed (2 for bad
-//! usage or a setup failure).
+//! usage or a setup failure). `guest` prints `ok NAME (detail)`, `FAIL NAME: why` or
+//! `skip NAME: why` per check and `N passed, M failed` last, and exits 1 if any failed.
 
 mod ca;
 mod dns;
+mod guest;
 mod https;
 mod report;
 mod scenarios;
@@ -72,7 +81,8 @@ const USAGE: &str = "usage: boxmaker-e2e ca --out DIR
        boxmaker-e2e serve --ca DIR [--https ADDR]... [--dns ADDR] [--tailnet ADDR]... [--tailnet-log FILE] [--record NAME=IPV4]... [--ready FILE]
        boxmaker-e2e run --brokerd FILE --work DIR [--backend podman|bwrap] [--image ID] [--tools-root DIR] [--user NAME] [--podman PROG] [--tailnet-log FILE] [--only NAME]... [--bench N] [--enforce-limits true|false] [--time-scale N] [--bwrap-cgroup delegated|systemd-scope] [--egress-network pasta|slirp4netns] [--bench-out DIR] [--scale N] [--scale-clients LIST] [--scale-tools LIST]
        boxmaker-e2e report --dir DIR [--markdown FILE] [--svg FILE]
-       boxmaker-e2e egress-network [--user NAME] [--podman PROG] [--program true]";
+       boxmaker-e2e egress-network [--user NAME] [--podman PROG] [--program true]
+       boxmaker-e2e guest --payload DIR [--e2e 1|0] [--time-scale N] [--e2e-args ARGS] [--backends LIST]";
 
 /// Options as (name, value) pairs, in order; every option takes a value.
 pub struct Opts(Vec<(String, String)>);
@@ -183,6 +193,10 @@ fn main() -> ExitCode {
                 _ => println!("{network}"),
             }
             Ok(ExitCode::SUCCESS)
+        }
+        "guest" => {
+            opts.check(&["payload", "e2e", "time-scale", "e2e-args", "backends"])?;
+            guest::run(&opts)
         }
         _ => Err(format!("unknown command {cmd:?}\n{USAGE}")),
     });

@@ -95,7 +95,10 @@ impl User {
 
 /// Runs a command to its end within `limit`: (exit code, standard output and error).
 pub fn output(mut c: Command, limit: Duration) -> Result<(i32, String), String> {
-    let dir = std::env::temp_dir().join(format!("boxmaker-e2e-out-{}", std::process::id()));
+    // One file per call, so that threads may run commands side by side.
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("boxmaker-e2e-out-{}-{n}", std::process::id()));
     let file = File::create(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let err = file.try_clone().map_err(|e| e.to_string())?;
     let mut child = c

@@ -1,0 +1,254 @@
+//! The scenario suite in the guest: tests/e2e/in-netns.sh, as CI's Debian run and the NixOS VM
+//! test call it: a network namespace with the suite's own hosts (the guest has no NIC anyway),
+//! then `boxmaker-e2e run` against a brokerd of its own, per backend. What it takes is made
+//! here: the test CA, the test variant of the tools image (its bundle also holds that CA) and
+//! its tree. Both backends run with their limits enforced (the guest has cgroup v2 and the
+//! user's systemd): Podman's through its own cgroups, bwrap's through cgroup = "systemd-scope"
+//! (the suite's brokerd is not a unit, so it has no delegated group; the bwrap variant's checks
+//! prove "delegated"). Every time limit and wait of the suite is multiplied by --time-scale: a
+//! container starts in 5-9 s under TCG.
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Instant;
+
+use super::host;
+use super::{is_image_id, Guest};
+
+const E2E_CA: &str = "/var/lib/boxmaker-guest/e2e-ca";
+const E2E_TREE: &str = "/var/lib/boxmaker-guest/tools-root-e2e";
+const E2E_IMAGE_NAME: &str = "localhost/boxmaker-tools-e2e";
+/// The bound of one backend's run, in seconds.
+const E2E_TIMEOUT_S: u32 = 1500;
+
+/// A line of the suite's output, as the guest counts it.
+#[derive(Debug, PartialEq, Eq)]
+enum Line<'a> {
+    Ok(&'a str),
+    Fail { name: &'a str, why: &'a str },
+}
+
+/// `ok NAME` or `FAIL NAME: why` (NAME ends at the first colon); anything else is not a result.
+fn result_line(line: &str) -> Option<Line<'_>> {
+    if let Some(name) = line.strip_prefix("ok ") {
+        return Some(Line::Ok(name));
+    }
+    let rest = line.strip_prefix("FAIL ")?;
+    let name = rest.split(':').next().unwrap_or(rest);
+    let why = rest.split_once(": ").map_or(rest, |(_, w)| w);
+    Some(Line::Fail { name, why })
+}
+
+impl Guest {
+    pub(super) fn scenarios(&mut self) {
+        if !self.set.e2e {
+            self.t
+                .skip("scenario-suite", "not asked for (GUEST_E2E=1 runs it)");
+            return;
+        }
+        if !self.payload("bin/boxmaker-e2e").is_file()
+            || !self.payload("src/tests/e2e/in-netns.sh").is_file()
+        {
+            self.t.skip(
+                "scenario-suite",
+                "boxmaker-e2e or tests/e2e/in-netns.sh was not in the payload",
+            );
+            return;
+        }
+        // The service's brokerd must not run beside the suite's own.
+        host::systemctl(&["stop", &self.service_unit, &self.socket_unit]);
+        let started = Instant::now();
+        let Some(image) = self.e2e_setup() else {
+            return;
+        };
+        self.t.out(&format!(
+            "timing e2e-setup {}s (test CA, test image and tree)",
+            started.elapsed().as_secs()
+        ));
+        let started = Instant::now();
+        self.run_backend("podman", &image, &["--enforce-limits", "true"]);
+        self.t.out(&format!(
+            "timing scenarios-podman {}s",
+            started.elapsed().as_secs()
+        ));
+        let started = Instant::now();
+        if !self.set.backends.split_whitespace().any(|b| b == "bwrap") {
+            let why = format!(
+                "not asked for (GUEST_E2E_BACKENDS=\"{}\")",
+                self.set.backends
+            );
+            self.t.skip("e2e/bwrap", &why);
+        } else if host::have("bwrap") {
+            self.run_backend(
+                "bwrap",
+                &image,
+                &[
+                    "--enforce-limits",
+                    "true",
+                    "--bwrap-cgroup",
+                    "systemd-scope",
+                ],
+            );
+            self.t.out(&format!(
+                "timing scenarios-bwrap {}s",
+                started.elapsed().as_secs()
+            ));
+        } else {
+            self.t.skip("e2e/bwrap", "no bwrap in the guest");
+        }
+        self.svc.podman(&["image", "rm", E2E_IMAGE_NAME]);
+    }
+
+    /// The test CA and the test image: the image's id, or `None` once the failure is told.
+    fn e2e_setup(&mut self) -> Option<String> {
+        let _ = std::fs::remove_dir_all(E2E_CA);
+        let _ = std::fs::remove_dir_all(E2E_TREE);
+        let ca = Path::new(E2E_CA);
+        let made = std::fs::create_dir_all(ca)
+            .map_err(|e| e.to_string())
+            .and_then(|()| crate::ca::create(ca).map_err(|e| e.to_string()));
+        if let Err(e) = made {
+            self.t.fail("e2e/setup", &format!("boxmaker-e2e ca: {e}"));
+            return None;
+        }
+        let ca_pem = ca.join(crate::ca::CA_CERT).display().to_string();
+        let err = self.results_file("e2e-image.err");
+        let image = self.build_image(
+            Path::new(E2E_TREE),
+            &["--name", E2E_IMAGE_NAME, "--extra-ca", &ca_pem],
+            &err,
+        );
+        if is_image_id(&image) {
+            Some(image)
+        } else {
+            self.t.fail(
+                "e2e/setup",
+                &format!("the test image: builder printed '{image}'"),
+            );
+            let tail = super::tail_of(&err, 20);
+            self.t.note(&tail);
+            None
+        }
+    }
+
+    fn run_backend(&mut self, backend: &str, image: &str, extra: &[&str]) {
+        let out_path = self.results_file(&format!("e2e-{backend}.txt"));
+        let mut c = host::cmd("timeout", [E2E_TIMEOUT_S.to_string()]);
+        let scale = self.set.time_scale.clone();
+        c.arg("bash")
+            .arg(self.payload("src/tests/e2e/in-netns.sh"))
+            .arg("--e2e")
+            .arg(self.payload("bin/boxmaker-e2e"))
+            .args(["--brokerd", &self.brokerd, "--ca", E2E_CA])
+            .arg("--work")
+            .arg(format!("/srv/boxmaker-e2e-{backend}"))
+            .args([
+                "--image",
+                image,
+                "--tools-root",
+                E2E_TREE,
+                "--backends",
+                backend,
+            ])
+            .args(["--", "--time-scale", &scale])
+            .args(extra)
+            .args(&self.set.e2e_args);
+        let file = std::fs::File::create(&out_path);
+        let rc = match file.and_then(|f| Ok((f.try_clone()?, f))) {
+            Ok((out, err)) => {
+                c.stdout(Stdio::from(out)).stderr(Stdio::from(err));
+                host::run(c).code
+            }
+            Err(e) => {
+                self.t.fail(
+                    &format!("e2e/{backend}"),
+                    &format!("{}: {e}", out_path.display()),
+                );
+                return;
+            }
+        };
+        let text = std::fs::read_to_string(&out_path).unwrap_or_default();
+        let mut failed = false;
+        for line in text.lines() {
+            match result_line(line) {
+                Some(Line::Ok(name)) => self.t.ok(&format!("e2e/{name}"), ""),
+                Some(Line::Fail { name, why }) => {
+                    failed = true;
+                    self.t.fail(&format!("e2e/{name}"), why);
+                }
+                None => {}
+            }
+        }
+        let times: String = text
+            .lines()
+            .filter(|l| l.starts_with("  ("))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        if !times.is_empty() {
+            use std::io::Write;
+            let _ = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(self.results_file("e2e-times.txt"))
+                .and_then(|mut f| f.write_all(times.as_bytes()));
+        }
+        if rc != 0 && !failed {
+            self.t.fail(
+                &format!("e2e/{backend}"),
+                &format!("tests/e2e/in-netns.sh exited with {rc} without a failed scenario"),
+            );
+            self.t.note(&host::tail(&text, 25));
+        }
+        let summary = text
+            .lines()
+            .rfind(|l| is_backend_summary(l, backend))
+            .unwrap_or("");
+        self.t.note(&format!("{backend}: {summary}, exit {rc}"));
+    }
+}
+
+/// `<backend>: N passed, ...`, the suite's own summary line.
+fn is_backend_summary(line: &str, backend: &str) -> bool {
+    line.strip_prefix(backend)
+        .and_then(|r| r.strip_prefix(": "))
+        .is_some_and(|r| {
+            let digits = r.bytes().take_while(u8::is_ascii_digit).count();
+            digits > 0 && r[digits..].starts_with(" passed")
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_suites_lines_are_read_as_the_guest_counts_them() {
+        assert_eq!(
+            result_line("ok podman/read-file"),
+            Some(Line::Ok("podman/read-file"))
+        );
+        assert_eq!(
+            result_line("FAIL bwrap/ttl: answer: late"),
+            Some(Line::Fail {
+                name: "bwrap/ttl",
+                why: "answer: late"
+            })
+        );
+        assert_eq!(
+            result_line("FAIL bwrap/odd"),
+            Some(Line::Fail {
+                name: "bwrap/odd",
+                why: "bwrap/odd"
+            })
+        );
+        assert_eq!(result_line("  (podman/read-file 3.2s)"), None);
+        assert_eq!(result_line("okay"), None);
+    }
+
+    #[test]
+    fn the_backends_summary_is_told_from_other_lines() {
+        assert!(is_backend_summary("podman: 40 passed, 0 failed", "podman"));
+        assert!(!is_backend_summary("podman: passed", "podman"));
+        assert!(!is_backend_summary("bwrap: 40 passed", "podman"));
+    }
+}
