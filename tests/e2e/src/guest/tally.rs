@@ -12,6 +12,8 @@ const NOTE_MAX: usize = 4000;
 
 pub struct Tally {
     log: Option<File>,
+    /// Whether lines go to standard output too (not in this module's tests).
+    echo: bool,
     pub passed: usize,
     pub failed: usize,
 }
@@ -24,6 +26,7 @@ impl Tally {
             .ok();
         Tally {
             log: file,
+            echo: true,
             passed: 0,
             failed: 0,
         }
@@ -31,9 +34,11 @@ impl Tally {
 
     /// One line, as it is.
     pub fn out(&mut self, line: &str) {
-        let mut stdout = std::io::stdout().lock();
-        let _ = writeln!(stdout, "{line}");
-        let _ = stdout.flush();
+        if self.echo {
+            let mut stdout = std::io::stdout().lock();
+            let _ = writeln!(stdout, "{line}");
+            let _ = stdout.flush();
+        }
         if let Some(f) = self.log.as_mut() {
             let _ = writeln!(f, "{line}");
         }
@@ -146,6 +151,7 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let log = dir.join("checks.log");
         let mut t = Tally::create(&log);
+        t.echo = false;
         assert!(t.check("a", true, || "fine".into(), || unreachable!()));
         assert!(!t.check("b", false, || unreachable!(), || "broken".into()));
         t.skip("c", "not here");
