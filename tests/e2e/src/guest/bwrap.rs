@@ -35,8 +35,9 @@ impl Guest {
             );
             return;
         }
-        let Ok(b) = self.broker().cloned() else {
-            return;
+        let b = match self.broker().cloned() {
+            Ok(b) => b,
+            Err(e) => return self.t.fail("bwrap-unit", &e),
         };
         host::systemctl(&["stop", &self.service_unit]);
         if let Err(e) = self.switch_to_bwrap(&dropin) {

@@ -74,8 +74,9 @@ impl Background {
 
 impl Guest {
     pub(super) fn calls(&mut self) {
-        let Ok(b) = self.broker().cloned() else {
-            return;
+        let b = match self.broker().cloned() {
+            Ok(b) => b,
+            Err(e) => return self.t.fail("shell", &e),
         };
         let a = b.call(
             "g1",

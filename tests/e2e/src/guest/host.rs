@@ -11,7 +11,9 @@ use serde_json::Value;
 
 use crate::system::{self, User};
 
-/// How long one podman or systemctl command may take in the guest (TCG is slow).
+/// How long one command run through `merged` may take in the guest (TCG is slow); `run` has
+/// no bound of its own: a command that hangs there leaves the guest running, which run.sh
+/// reports as no power-off, never as a pass.
 pub const COMMAND_LIMIT: Duration = Duration::from_secs(600);
 
 /// What a command printed, the two streams apart.

@@ -182,8 +182,9 @@ impl Guest {
         host::systemctl(&["daemon-reload"]);
         host::systemctl(&["start", &self.socket_unit]);
         let before = self.state("ActiveState");
-        let Ok(broker) = self.broker().cloned() else {
-            return;
+        let broker = match self.broker().cloned() {
+            Ok(broker) => broker,
+            Err(e) => return self.t.fail("socket-activation", &e),
         };
         let socket_active = host::systemctl(&["is-active", "-q", &self.socket_unit]);
         let exists = is_socket(&broker.socket);
