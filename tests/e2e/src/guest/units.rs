@@ -198,6 +198,11 @@ mod tests {
     #[test]
     fn the_repository_units_and_the_standins_read_alike() {
         let dist = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../dist/systemd");
+        if !dist.is_dir() {
+            // The package's check phase builds from the crates alone (nixos/pkgs/boxmaker.nix).
+            eprintln!("SKIPPED: {} is not in this source tree", dist.display());
+            return;
+        }
         let u = Units::read(&dist, &dist).unwrap();
         assert_eq!(u.socket_unit, "boxmaker.socket");
         assert_eq!(u.service_unit, "boxmaker.service");
