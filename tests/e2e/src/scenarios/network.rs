@@ -17,7 +17,6 @@ impl Suite {
     /// this namespace does reach the fake tailnet host: so the refusals below are the
     /// sandbox's doing, not a missing host.
     pub(super) fn control_egress_network_reaches_tailnet(&mut self) -> Outcome {
-        let nc_s = self.secs(5).to_string();
         let network = format!("--network={}", self.egress_network);
         let mut c = self.user.command(&self.podman);
         c.args([
@@ -26,19 +25,8 @@ impl Suite {
             "--name=boxmaker-e2e-control",
             &network,
             &self.image,
-            "/bin/busybox",
-            "timeout",
-            &nc_s,
-            "/bin/busybox",
-            "nc",
-            "100.100.100.100",
-            "80",
         ]);
-        let (code, out) = system::output(c, self.t(Duration::from_secs(30)))?;
-        self.control_connections += 1;
-        check(out.contains(TAILNET_GREETING), || {
-            format!("the control container did not reach 100.100.100.100:80 (exit {code}): {out}")
-        })
+        self.control_reaches_tailnet(c, "container")
     }
 
     /// The same for bwrap: a bare `bwrap --share-net` over the same tools root, as the service
@@ -46,7 +34,6 @@ impl Suite {
     /// namespace brokerd's argument list unshares.
     pub(super) fn control_share_net_reaches_tailnet(&mut self) -> Outcome {
         let root = self.tools_root.clone().ok_or("no tools root")?;
-        let nc_s = self.secs(5).to_string();
         let mut c = self.user.command("bwrap");
         c.args([
             "--unshare-all",
@@ -55,12 +42,15 @@ impl Suite {
             "--ro-bind",
         ])
         .arg(&root)
-        .args([
-            "/",
-            "--proc",
-            "/proc",
-            "--dev",
-            "/dev",
+        .args(["/", "--proc", "/proc", "--dev", "/dev"]);
+        self.control_reaches_tailnet(c, "sandbox")
+    }
+
+    /// Runs `nc` to the fake tailnet host's port 80 at the end of `c` (a container or sandbox
+    /// command up to its program): it must get the host's greeting.
+    fn control_reaches_tailnet(&mut self, mut c: std::process::Command, what: &str) -> Outcome {
+        let nc_s = self.secs(5).to_string();
+        c.args([
             "/bin/busybox",
             "timeout",
             &nc_s,
@@ -72,7 +62,7 @@ impl Suite {
         let (code, out) = system::output(c, self.t(Duration::from_secs(30)))?;
         self.control_connections += 1;
         check(out.contains(TAILNET_GREETING), || {
-            format!("the control sandbox did not reach 100.100.100.100:80 (exit {code}): {out}")
+            format!("the control {what} did not reach 100.100.100.100:80 (exit {code}): {out}")
         })
     }
 
