@@ -278,6 +278,48 @@ impl PreExec for Spawn {
     }
 }
 
+/// Runs `work` in a child made as a [`Spawn`]'s is (`CLONE_VM | CLONE_VFORK`, a stack of its
+/// own), which exits when it returns, and waits for it: for system calls that only a process
+/// of its own may make, such as joining a mount namespace (a thread shares its file-system
+/// context with brokerd's others, so setns refuses it). The child runs with every signal
+/// blocked and never unblocks them, so no handler of brokerd's runs in it.
+///
+/// # Safety
+/// As [`PreExec::pre_exec_hook`]'s hooks: `work` may call only async-signal-safe functions,
+/// and must not allocate, take a lock, panic, or write memory that other threads use.
+pub unsafe fn run_in_child(work: &mut dyn FnMut() -> io::Result<()>) -> io::Result<()> {
+    let mut stack = Stack::new()?;
+    let failure = AtomicI32::new(NOT_EXECED);
+    let child_main = Box::new(|| -> isize {
+        let code = match work() {
+            Ok(()) => 0,
+            Err(e) => e.raw_os_error().unwrap_or(libc::EINVAL),
+        };
+        failure.store(code, Ordering::SeqCst);
+        // SAFETY: leaves the child at once, without exit handlers (they belong to brokerd).
+        unsafe { libc::_exit(0) }
+    });
+    let before = set_mask(u64::MAX)?;
+    // SAFETY: as in `Spawn::spawn`: the child runs on its own stack while this thread waits
+    // (CLONE_VFORK), and ends in _exit; the caller's `work` keeps the hooks' contract.
+    let cloned = unsafe {
+        nix::sched::clone(
+            child_main,
+            stack.usable(),
+            CloneFlags::CLONE_VM | CloneFlags::CLONE_VFORK,
+            Some(libc::SIGCHLD),
+        )
+    };
+    let _ = set_mask(before);
+    let pid = cloned?;
+    while let Err(nix::errno::Errno::EINTR) = nix::sys::wait::waitpid(pid, None) {}
+    match failure.load(Ordering::SeqCst) {
+        0 => Ok(()),
+        NOT_EXECED => Err(io::Error::other("the child died before it finished")),
+        e => Err(io::Error::from_raw_os_error(e)),
+    }
+}
+
 /// The child, from clone to execve: never returns.
 ///
 /// # Safety
@@ -646,6 +688,37 @@ mod tests {
             .spawn()
             .expect_err("nul");
         assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+    }
+
+    /// `run_in_child` runs its work in another process, one that may join a mount namespace
+    /// (which a thread of brokerd's may not), and returns the work's error.
+    #[test]
+    fn work_in_a_child_is_another_process_s() {
+        let mut seen = 0;
+        let mut work = || -> io::Result<()> {
+            // SAFETY: getpid, unshare and setns are system calls; `seen` is this test's local.
+            unsafe {
+                seen = libc::getpid();
+                let ns = libc::open(c"/proc/self/ns/mnt".as_ptr(), libc::O_RDONLY);
+                if ns < 0 || libc::setns(ns, libc::CLONE_NEWNS) != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                libc::close(ns);
+            }
+            Err(io::Error::from_raw_os_error(libc::ENOTCONN))
+        };
+        // SAFETY: the work makes system calls and writes a local of this thread only.
+        let got = unsafe { run_in_child(&mut work) };
+        // setns to its own namespace needs CAP_SYS_ADMIN: as root the work gets to the end.
+        if nix::unistd::geteuid().is_root() {
+            assert_eq!(got.expect_err("work").raw_os_error(), Some(libc::ENOTCONN));
+        } else {
+            assert!(got.is_err());
+        }
+        assert!(seen > 0 && seen != std::process::id() as i32, "{seen}");
+        let mut fine = || -> io::Result<()> { Ok(()) };
+        // SAFETY: no call at all.
+        assert!(unsafe { run_in_child(&mut fine) }.is_ok());
     }
 
     /// Every signal, the C library's own two included, stays blocked in the child until just

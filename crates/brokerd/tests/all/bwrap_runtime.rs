@@ -863,11 +863,23 @@ fn a_staged_directory_writes_only_its_layer() {
         std::fs::read_to_string(stage.upper.join("new.txt")).expect("staged"),
         "new\n"
     );
-    // The overlay was volatile (no sync of the whole file system at its unmount), and its
-    // mark is cleared for the next writable call, also when the host restarted in between.
+    // Once its sandbox is gone the call's overlay is unmounted, its volatile mark (no sync of
+    // the whole file system at its unmount) cleared, also when the host restarted in between,
+    // and a fresh one mounted for the next call: that one's mark is there.
     let mark = stage.work.join("work/incompat/volatile");
-    let boot = layer.join("volatile-boot");
     assert!(std::fs::symlink_metadata(&mark).is_ok(), "no volatile mark");
+    let boot = layer.join("volatile-boot");
+    let out = content(rt.run(&shell(
+        "grep ' - overlay ' /proc/self/mountinfo",
+        mounts.clone(),
+    )));
+    assert!(
+        out.contains(&format!(" {} ", w.work.display()))
+            && out.contains(",userxattr")
+            // Shown as `fsync=volatile` since Linux 6.x.
+            && out.contains("volatile"),
+        "{out}"
+    );
     for noted in [None, Some("a boot before this one\n")] {
         if let Some(n) = noted {
             std::fs::write(&boot, n).expect("boot");
@@ -900,6 +912,16 @@ fn a_staged_directory_writes_only_its_layer() {
         "{out}"
     );
     assert!(!stage.upper.join("y.txt").exists());
+    // The read-only call took the overlay mounted for it and mounted its own: the next
+    // writing call clears the mark that one left and mounts afresh.
+    let out = content(rt.run(&shell(
+        &format!(
+            "cd {} && echo third >> new.txt && cat new.txt",
+            w.work.display()
+        ),
+        mounts.clone(),
+    )));
+    assert_eq!(out, "new\nagain\nagain\nthird\n\n[exit 0]");
     // A layer that cannot be mounted is unavailable, never the real directory.
     let mut broken = rw(&w.work);
     broken[0].stage = Some(brokerd::runner::StageMount {
@@ -911,6 +933,112 @@ fn a_staged_directory_writes_only_its_layer() {
         Err(RunError::Unavailable(Unavailable::LayerUnavailable))
     );
     assert!(!w.work.join("x.txt").exists());
+}
+
+/// The processes of this test binary's children named `bwrap` whose mount table names
+/// `path`: the bwraps of the staging mount namespace that holds an overlay at `path`.
+fn bwraps_seeing(path: &Path) -> Vec<String> {
+    let me = std::process::id().to_string();
+    let mut found = Vec::new();
+    for e in std::fs::read_dir("/proc").expect("proc").flatten() {
+        let dir = e.path();
+        let Ok(stat) = std::fs::read_to_string(dir.join("stat")) else {
+            continue;
+        };
+        // pid (comm) state ppid ...
+        let Some((comm, rest)) = stat.split_once(") ") else {
+            continue;
+        };
+        let ppid = rest.split(' ').nth(1).unwrap_or("");
+        if ppid != me || !comm.ends_with("(bwrap") {
+            continue;
+        }
+        let table = std::fs::read_to_string(dir.join("mountinfo")).unwrap_or_default();
+        if table.contains(&format!(" {} ", path.display())) {
+            found.push(table);
+        }
+    }
+    found
+}
+
+/// No overlay serves two staged calls: each call's is unmounted once its sandbox is gone and a
+/// fresh one, untouched until the layer's next call, mounted in brokerd's staging mount
+/// namespace. A file the host replaced between two calls (as an editor saves) reads as it is
+/// now, not as overlayfs had looked it up, and calls leave one overlay per layer, seen by
+/// neither the host nor another layer's sandbox (docs/design.md#staged-writes-and-owners).
+#[test]
+fn a_staged_call_sees_the_real_directory_as_it_is_now() {
+    if !bwrap_works() {
+        return;
+    }
+    let w = world();
+    let rt = std::sync::Arc::new(runtime(&w, ""));
+    let stage_of = |name: &str| {
+        let layer = w.home.join(name);
+        let stage = brokerd::runner::StageMount {
+            upper: layer.join("upper"),
+            work: layer.join("work"),
+            merged: layer.join("merged"),
+        };
+        for d in [&stage.upper, &stage.work, &stage.merged] {
+            std::fs::create_dir_all(d).expect("layer dir");
+        }
+        stage
+    };
+    let (a, b) = (stage_of("layer-a"), stage_of("layer-b"));
+    let mut on_a = rw(&w.work);
+    on_a[0].stage = Some(a.clone());
+    let file = w.work.join("notes.txt");
+    std::fs::write(&file, "first\n").expect("notes");
+    let read = format!("cat {}", file.display());
+    assert_eq!(
+        content(rt.run(&shell(&read, on_a.clone()))),
+        "first\n\n[exit 0]"
+    );
+    // The host saves a new version beside it and renames it over the old.
+    let beside = w.work.join(".notes.txt.new");
+    std::fs::write(&beside, "second\n").expect("new notes");
+    std::fs::rename(&beside, &file).expect("rename over");
+    assert_eq!(
+        content(rt.run(&shell(&read, on_a.clone()))),
+        "second\n\n[exit 0]"
+    );
+    // While a call of another layer runs, the staging namespace holds its overlay only.
+    let mut on_b = rw(&w.work);
+    on_b[0].stage = Some(b.clone());
+    let long = {
+        let (rt, on_b) = (rt.clone(), on_b.clone());
+        std::thread::spawn(move || content(rt.run(&shell("sleep 3; echo slept", on_b))))
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let tables = loop {
+        let t = bwraps_seeing(&b.merged);
+        if !t.is_empty() || std::time::Instant::now() > deadline {
+            break t;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(tables.len(), 1, "no bwrap of layer b's call was found");
+    // Layer a's two calls left one overlay mounted, the one for its next call, not one each.
+    assert_eq!(
+        tables[0]
+            .matches(&format!(" {} ", a.merged.display()))
+            .count(),
+        1,
+        "{}",
+        tables[0]
+    );
+    // Neither the host nor a sandbox of layer a, made meanwhile from that same namespace, sees
+    // layer b's overlay: only its own.
+    let host = std::fs::read_to_string("/proc/self/mountinfo").expect("host table");
+    assert!(
+        !host.contains(&format!(" {} ", b.merged.display())),
+        "{host}"
+    );
+    let mine = content(rt.run(&shell("grep ' - overlay ' /proc/self/mountinfo", on_a)));
+    assert_eq!(mine.matches(" - overlay ").count(), 1, "{mine}");
+    assert!(!mine.contains("layer-b"), "{mine}");
+    assert_eq!(long.join().expect("long call"), "slept\n\n[exit 0]");
 }
 
 /// A sandbox cannot leave a setuid or setgid file in a directory it may write (a setuid

@@ -241,17 +241,17 @@ impl BwrapRuntime {
         }
     }
 
-    /// The staged mounts of `spec`, in the staging user namespace (made at the first).
+    /// The staged mounts of `spec`, in the staging namespaces (made at the first).
     pub(super) fn overlays(&self, spec: &RunSpec, passed: usize) -> io::Result<Option<Overlays>> {
         if spec.mounts.iter().all(|m| m.stage.is_none()) {
             return Ok(None);
         }
         let mut staging = lock(&self.staging);
         if staging.is_none() {
-            *staging = Some(crate::runner::overlay::staging_userns()?);
+            *staging = Some(crate::runner::overlay::Staging::new()?);
         }
         match staging.as_ref() {
-            Some(userns) => Overlays::of(&spec.mounts, passed, userns),
+            Some(staging) => Overlays::of(&spec.mounts, passed, staging),
             None => Ok(None),
         }
     }

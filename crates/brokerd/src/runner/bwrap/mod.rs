@@ -144,8 +144,9 @@ pub struct BwrapRuntime {
     weakened: Mutex<Vec<String>>,
     /// The protected targets of writable mounts (docs/design.md#protected-targets).
     protector: Protector,
-    /// The user namespace staged sandboxes mount their layers in, made at the first one.
-    staging: Mutex<Option<OwnedFd>>,
+    /// The namespaces staged sandboxes mount their layers in, made at the first one and kept
+    /// while the runtime lives (the calls' overlays name their descriptors).
+    staging: Mutex<Option<crate::runner::overlay::Staging>>,
 }
 
 impl BwrapRuntime {

@@ -13,6 +13,9 @@ pub(crate) struct Sandbox<'a> {
     reaped: bool,
     kill_confirm: Duration,
     poisoned: &'a AtomicBool,
+    /// Its staged layers' overlays: unmounted when dropped, after bwrap has been stopped
+    /// (the fields drop after `Drop::drop`'s `stop`).
+    _overlays: Option<Overlays>,
 }
 
 impl Sandbox<'_> {
@@ -269,6 +272,7 @@ impl BwrapRuntime {
             reaped: false,
             kill_confirm: self.kill_confirm,
             poisoned: &self.poisoned,
+            _overlays: overlays,
         })
     }
 
