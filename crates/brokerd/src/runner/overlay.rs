@@ -258,10 +258,18 @@ impl Overlays {
         let mut items = Vec::new();
         for (i, m) in mounts.iter().enumerate() {
             let Some(stage) = &m.stage else { continue };
-            // Taken by this call whatever it is: a read-only one mounts its own over it.
+            // Taken by this call whatever it is: a read-only one mounts its own over it, and so
+            // does a call whose layer's directories are not those it was mounted over (its
+            // child checks again, and the overlay's root, where the layer is only there).
+            let same = |p: &Path, id: DirId| {
+                std::fs::symlink_metadata(p).is_ok_and(|md| {
+                    use std::os::unix::fs::MetadataExt;
+                    md.dev() == id.dev && md.ino() == id.ino
+                })
+            };
             let ready = lock(&staging.ready)
                 .remove(&stage.merged)
-                .filter(|_| m.write);
+                .filter(|r| m.write && same(&stage.upper, r.upper) && same(&stage.work, r.work));
             let slot = FIRST_FD + i32::try_from(i).map_err(io::Error::other)?;
             let (lower, upper) = (reserve()?, reserve()?);
             let mut reopen = vec![

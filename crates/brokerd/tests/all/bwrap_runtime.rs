@@ -1035,10 +1035,38 @@ fn a_staged_call_sees_the_real_directory_as_it_is_now() {
         !host.contains(&format!(" {} ", b.merged.display())),
         "{host}"
     );
-    let mine = content(rt.run(&shell("grep ' - overlay ' /proc/self/mountinfo", on_a)));
+    let mine = content(rt.run(&shell(
+        "grep ' - overlay ' /proc/self/mountinfo",
+        on_a.clone(),
+    )));
     assert_eq!(mine.matches(" - overlay ").count(), 1, "{mine}");
     assert!(!mine.contains("layer-b"), "{mine}");
     assert_eq!(long.join().expect("long call"), "slept\n\n[exit 0]");
+    // Layer a discarded whole while an overlay waits for its next call (its directories
+    // removed, then made again by that call's preparation): that call mounts over the new
+    // directories, and nothing of the old layer shows.
+    let staged = format!("{}/staged.txt", w.work.display());
+    assert_eq!(
+        content(rt.run(&shell(&format!("echo kept > {staged}"), on_a.clone()))),
+        "\n[exit 0]"
+    );
+    assert!(a.upper.join("staged.txt").is_file());
+    std::fs::remove_dir_all(w.home.join("layer-a")).expect("discard layer a");
+    let a_again = stage_of("layer-a");
+    assert_eq!(a_again, a);
+    let out = content(rt.run(&shell(
+        &format!(
+            "cat {staged}; echo rc=$?; echo new > {}/fresh.txt",
+            w.work.display()
+        ),
+        on_a,
+    )));
+    assert!(out.contains("rc=1"), "{out}");
+    assert!(!a.upper.join("staged.txt").exists());
+    assert!(
+        a.upper.join("fresh.txt").is_file(),
+        "the write missed the layer"
+    );
 }
 
 /// A sandbox cannot leave a setuid or setgid file in a directory it may write (a setuid
