@@ -1067,6 +1067,24 @@ fn a_staged_call_sees_the_real_directory_as_it_is_now() {
         a.upper.join("fresh.txt").is_file(),
         "the write missed the layer"
     );
+    // The layer's upper directory swapped for a link while an overlay waits over it: the next
+    // call is unavailable, and writes neither through the link nor into the old directory.
+    let elsewhere = w.home.join("elsewhere");
+    std::fs::create_dir(&elsewhere).expect("elsewhere");
+    let old = w.home.join("layer-a-upper-old");
+    std::fs::rename(&a.upper, &old).expect("move upper");
+    std::os::unix::fs::symlink(&elsewhere, &a.upper).expect("link upper");
+    let mut again = rw(&w.work);
+    again[0].stage = Some(a.clone());
+    assert_eq!(
+        rt.run(&shell(
+            &format!("echo swapped > {}/swapped.txt", w.work.display()),
+            again
+        )),
+        Err(RunError::Unavailable(Unavailable::LayerUnavailable))
+    );
+    assert_eq!(std::fs::read_dir(&elsewhere).expect("elsewhere").count(), 0);
+    assert!(!old.join("swapped.txt").exists() && !w.work.join("swapped.txt").exists());
 }
 
 /// A sandbox cannot leave a setuid or setgid file in a directory it may write (a setuid
