@@ -223,24 +223,9 @@ impl Spawn {
             unsafe { in_child(&child_fds, hooks, program_p, argv_p, envp_p, &failure) }
         });
 
-        // Every signal blocked across the clone, so that none is handled in the child before
-        // it has put the handlers back to their defaults (a handler of brokerd's would run on
-        // brokerd's memory).
-        // The system call, not the C library's wrapper, which leaves out the two signals it
-        // keeps for itself: those have handlers in brokerd too.
-        let before = set_mask(u64::MAX)?;
-        // SAFETY: the child runs `child_main` on its own stack (with a guard page) and ends in
-        // execve or _exit; CLONE_VFORK keeps this thread, whose stack and locals the child
-        // reads, stopped until then; the child allocates nothing and takes no lock.
-        let cloned = unsafe {
-            nix::sched::clone(
-                child_main,
-                stack.usable(),
-                CloneFlags::CLONE_VM | CloneFlags::CLONE_VFORK,
-                Some(libc::SIGCHLD),
-            )
-        };
-        let _ = set_mask(before);
+        // SAFETY: the child runs `child_main` on its own stack and ends in execve or _exit;
+        // it allocates nothing and takes no lock.
+        let cloned = unsafe { clone_vfork(&mut stack, child_main) };
         drop(theirs);
         drop(null);
         let pid = cloned?.as_raw();
@@ -299,9 +284,29 @@ pub unsafe fn run_in_child(work: &mut dyn FnMut() -> io::Result<()>) -> io::Resu
         // SAFETY: leaves the child at once, without exit handlers (they belong to brokerd).
         unsafe { libc::_exit(0) }
     });
+    // SAFETY: the child ends in _exit; the caller's `work` keeps the hooks' contract.
+    let pid = unsafe { clone_vfork(&mut stack, child_main) }?;
+    while let Err(nix::errno::Errno::EINTR) = nix::sys::wait::waitpid(pid, None) {}
+    match failure.load(Ordering::SeqCst) {
+        0 => Ok(()),
+        NOT_EXECED => Err(io::Error::other("the child died before it finished")),
+        e => Err(io::Error::from_raw_os_error(e)),
+    }
+}
+
+/// clone(2) with `CLONE_VM | CLONE_VFORK`: `child_main` runs on `stack` while this thread
+/// waits, until it execs or exits. Every signal is blocked across the clone, so that none is
+/// handled in the child before it has put the handlers back to their defaults (a handler of
+/// brokerd's would run on brokerd's memory); the mask is set by the system call, not the C
+/// library's wrapper, which leaves out the two signals it keeps for itself (those have
+/// handlers in brokerd too).
+///
+/// # Safety
+/// `child_main` must end in execve or _exit, allocate nothing and take no lock; what it reads
+/// of this thread's stack is kept for it, as the thread is stopped until then.
+unsafe fn clone_vfork(stack: &mut Stack, child_main: nix::sched::CloneCb<'_>) -> io::Result<Pid> {
     let before = set_mask(u64::MAX)?;
-    // SAFETY: as in `Spawn::spawn`: the child runs on its own stack while this thread waits
-    // (CLONE_VFORK), and ends in _exit; the caller's `work` keeps the hooks' contract.
+    // SAFETY: the caller's contract; the stack has a guard page below it.
     let cloned = unsafe {
         nix::sched::clone(
             child_main,
@@ -311,13 +316,7 @@ pub unsafe fn run_in_child(work: &mut dyn FnMut() -> io::Result<()>) -> io::Resu
         )
     };
     let _ = set_mask(before);
-    let pid = cloned?;
-    while let Err(nix::errno::Errno::EINTR) = nix::sys::wait::waitpid(pid, None) {}
-    match failure.load(Ordering::SeqCst) {
-        0 => Ok(()),
-        NOT_EXECED => Err(io::Error::other("the child died before it finished")),
-        e => Err(io::Error::from_raw_os_error(e)),
-    }
+    Ok(cloned?)
 }
 
 /// The child, from clone to execve: never returns.

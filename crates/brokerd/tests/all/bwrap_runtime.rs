@@ -826,8 +826,21 @@ fn snapshot(dir: &Path) -> Vec<(String, String)> {
     out
 }
 
-/// A staged grant directory: the session's layer over the real one, mounted in the sandbox's
-/// own namespaces. Whatever the command does lands in the layer and the real directory keeps
+/// A layer's directories under `layer`, made.
+fn layer_at(layer: &Path) -> brokerd::runner::StageMount {
+    let stage = brokerd::runner::StageMount {
+        upper: layer.join("upper"),
+        work: layer.join("work"),
+        merged: layer.join("merged"),
+    };
+    for d in [&stage.upper, &stage.work, &stage.merged] {
+        std::fs::create_dir_all(d).expect("layer dir");
+    }
+    stage
+}
+
+/// A staged grant directory: the session's layer over the real one, mounted in brokerd's
+/// staging namespaces. Whatever the command does lands in the layer and the real directory keeps
 /// what it had; a read-only call sees the layer and cannot write
 /// (docs/design.md#staged-writes-and-owners).
 #[test]
@@ -838,14 +851,7 @@ fn a_staged_directory_writes_only_its_layer() {
     let w = world();
     let rt = runtime(&w, "");
     let layer = w.home.join("layer");
-    let stage = brokerd::runner::StageMount {
-        upper: layer.join("upper"),
-        work: layer.join("work"),
-        merged: layer.join("merged"),
-    };
-    for d in [&stage.upper, &stage.work, &stage.merged] {
-        std::fs::create_dir_all(d).expect("layer dir");
-    }
+    let stage = layer_at(&layer);
     std::fs::write(w.work.join("old.txt"), "old\n").expect("old");
     let before = snapshot(&w.work);
     let mut mounts = rw(&w.work);
@@ -973,18 +979,7 @@ fn a_staged_call_sees_the_real_directory_as_it_is_now() {
     }
     let w = world();
     let rt = std::sync::Arc::new(runtime(&w, ""));
-    let stage_of = |name: &str| {
-        let layer = w.home.join(name);
-        let stage = brokerd::runner::StageMount {
-            upper: layer.join("upper"),
-            work: layer.join("work"),
-            merged: layer.join("merged"),
-        };
-        for d in [&stage.upper, &stage.work, &stage.merged] {
-            std::fs::create_dir_all(d).expect("layer dir");
-        }
-        stage
-    };
+    let stage_of = |name: &str| layer_at(&w.home.join(name));
     let (a, b) = (stage_of("layer-a"), stage_of("layer-b"));
     let mut on_a = rw(&w.work);
     on_a[0].stage = Some(a.clone());
