@@ -94,68 +94,33 @@ impl User {
 }
 
 /// Runs a command to its end within `limit`: (exit code, standard output and error).
-pub fn output(c: Command, limit: Duration) -> Result<(i32, String), String> {
-    run_within(c, limit, false).map(|(code, out, _)| (code, out))
-}
-
-/// Runs a command to its end within `limit`, its standard output and error apart: (exit code,
-/// output, error).
-pub fn output_apart(c: Command, limit: Duration) -> Result<(i32, String, String), String> {
-    run_within(c, limit, true)
-}
-
-/// Runs `c` (standard input empty, in a process group of its own) with its streams in files,
-/// one for both unless `apart`; past `limit`, its group is killed and that is the error.
-fn run_within(
-    mut c: Command,
-    limit: Duration,
-    apart: bool,
-) -> Result<(i32, String, String), String> {
-    // Files of their own per call, so that threads may run commands side by side.
+pub fn output(mut c: Command, limit: Duration) -> Result<(i32, String), String> {
+    // One file per call, so that threads may run commands side by side.
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let base = std::env::temp_dir().join(format!("boxmaker-e2e-out-{}-{n}", std::process::id()));
-    let err_path = base.with_extension("err");
-    let file = File::create(&base).map_err(|e| format!("{}: {e}", base.display()))?;
-    let err = match apart {
-        true => File::create(&err_path).map_err(|e| format!("{}: {e}", err_path.display()))?,
-        false => file.try_clone().map_err(|e| e.to_string())?,
-    };
-    let spawned = c
+    let dir = std::env::temp_dir().join(format!("boxmaker-e2e-out-{}-{n}", std::process::id()));
+    let file = File::create(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let err = file.try_clone().map_err(|e| e.to_string())?;
+    let mut child = c
         .stdin(Stdio::null())
         .stdout(file)
         .stderr(err)
         .process_group(0)
-        .spawn();
-    let read_and_remove = |p: &Path| {
-        let text = std::fs::read_to_string(p).unwrap_or_default();
-        let _ = std::fs::remove_file(p);
-        text
-    };
-    let mut child = match spawned {
-        Ok(child) => child,
-        Err(e) => {
-            read_and_remove(&base);
-            read_and_remove(&err_path);
-            return Err(format!("cannot start {:?}: {e}", c.get_program()));
-        }
-    };
+        .spawn()
+        .map_err(|e| format!("cannot start {:?}: {e}", c.get_program()))?;
     let status = wait(&mut child, limit);
-    if status.is_none() {
-        kill_group(&child);
-        let _ = child.wait();
-    }
-    let text = read_and_remove(&base);
-    let err_text = match apart {
-        true => read_and_remove(&err_path),
-        false => String::new(),
-    };
+    let text = std::fs::read_to_string(&dir).unwrap_or_default();
+    let _ = std::fs::remove_file(&dir);
     match status {
-        Some(s) => Ok((s.code().unwrap_or(-1), text, err_text)),
-        None => Err(format!(
-            "{:?} did not finish within {limit:?}: {text}{err_text}",
-            c.get_program()
-        )),
+        Some(s) => Ok((s.code().unwrap_or(-1), text)),
+        None => {
+            kill_group(&child);
+            let _ = child.wait();
+            Err(format!(
+                "{:?} did not finish within {limit:?}: {text}",
+                c.get_program()
+            ))
+        }
     }
 }
 
@@ -312,42 +277,4 @@ pub fn zombies(user: &User) -> usize {
         .filter_map(|e| std::fs::read_to_string(e.path().join("status")).ok())
         .filter(|s| uid_and_state(s) == Some((user.uid, false)))
         .count()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn sh(script: &str) -> Command {
-        let mut c = Command::new("/bin/sh");
-        c.args(["-c", script]);
-        c
-    }
-
-    /// The streams come back apart or together, with the exit code; a command past its limit
-    /// is killed with its process group and is an error that says so.
-    #[test]
-    fn a_command_runs_within_its_limit() {
-        let script = "echo out; echo err >&2; exit 3";
-        assert_eq!(
-            output_apart(sh(script), Duration::from_secs(30)),
-            Ok((3, "out\n".to_string(), "err\n".to_string()))
-        );
-        assert_eq!(
-            output(sh(script), Duration::from_secs(30)),
-            Ok((3, "out\nerr\n".to_string()))
-        );
-        let started = Instant::now();
-        let e = output_apart(
-            sh("echo begun; sleep 30 & wait"),
-            Duration::from_millis(300),
-        )
-        .expect_err("past its limit");
-        assert!(e.contains("did not finish") && e.contains("begun"), "{e}");
-        assert!(started.elapsed() < Duration::from_secs(10));
-        assert!(
-            output_apart(Command::new("/nonexistent/program"), Duration::from_secs(1))
-                .is_err_and(|e| e.contains("cannot start"))
-        );
-    }
 }
