@@ -203,6 +203,17 @@ impl Guest {
             .lines()
             .rfind(|l| is_backend_summary(l, backend))
             .unwrap_or("");
+        // A run whose lines never reached the file counted nothing: not a pass.
+        if summary.is_empty() && !failed && rc == 0 {
+            self.t.fail(
+                &format!("e2e/{backend}"),
+                &format!(
+                    "{} has no \"{backend}: N passed\" line (exit {rc})",
+                    out_path.display()
+                ),
+            );
+            self.t.note(&host::tail(&text, 25));
+        }
         self.t.note(&format!("{backend}: {summary}, exit {rc}"));
     }
 }
