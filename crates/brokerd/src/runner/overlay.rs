@@ -373,17 +373,7 @@ impl Overlays {
 
     /// In a child of brokerd's own: joins the staging namespaces and runs `work`.
     fn in_staging(&self, work: &mut dyn FnMut() -> io::Result<()>) -> io::Result<()> {
-        let (userns, mntns) = (self.userns.as_raw_fd(), self.mntns.as_raw_fd());
-        let mut joined = || -> io::Result<()> {
-            // SAFETY: setns on descriptors that outlive the child; async-signal-safe.
-            unsafe {
-                check(libc::setns(userns, libc::CLONE_NEWUSER))?;
-                check(libc::setns(mntns, libc::CLONE_NEWNS))?;
-            }
-            work()
-        };
-        // SAFETY: `work` keeps the hooks' contract (its callers say how).
-        unsafe { super::spawn::run_in_child(&mut joined) }
+        in_staging(self.userns.as_raw_fd(), self.mntns.as_raw_fd(), work)
     }
 
     /// Once the call's sandbox is gone: its overlays unmounted, then each writable one's work
@@ -452,21 +442,31 @@ fn expire(ready: &Mutex<HashMap<PathBuf, Ready>>, userns: i32, mntns: i32) {
         return;
     }
     ready.retain(|_, r| now.duration_since(r.at) < READY_KEEP);
-    let mut work = || -> io::Result<()> {
-        // SAFETY: setns and umount2 on descriptors and C strings that outlive the child.
+    // SAFETY: umount2 on C strings that outlive the child; async-signal-safe.
+    let unmounted = in_staging(userns, mntns, &mut || unsafe {
+        for m in &old {
+            libc::umount2(m.as_ptr(), libc::MNT_DETACH | libc::UMOUNT_NOFOLLOW);
+        }
+        Ok(())
+    });
+    if let Err(e) = unmounted {
+        tracing::warn!("unmounting staged layers no call took failed: {e}");
+    }
+}
+
+/// In a child of brokerd's own: joins the staging namespaces (`userns`, `mntns`) and runs
+/// `work`, which keeps the hooks' contract (its callers say how).
+fn in_staging(userns: i32, mntns: i32, work: &mut dyn FnMut() -> io::Result<()>) -> io::Result<()> {
+    let mut joined = || -> io::Result<()> {
+        // SAFETY: setns on descriptors that outlive the child; async-signal-safe.
         unsafe {
             check(libc::setns(userns, libc::CLONE_NEWUSER))?;
             check(libc::setns(mntns, libc::CLONE_NEWNS))?;
-            for m in &old {
-                libc::umount2(m.as_ptr(), libc::MNT_DETACH | libc::UMOUNT_NOFOLLOW);
-            }
         }
-        Ok(())
+        work()
     };
-    // SAFETY: `work` calls only setns and umount2 and writes nothing.
-    if let Err(e) = unsafe { super::spawn::run_in_child(&mut work) } {
-        tracing::warn!("unmounting staged layers no call took failed: {e}");
-    }
+    // SAFETY: `joined` makes only setns and `work`'s calls.
+    unsafe { super::spawn::run_in_child(&mut joined) }
 }
 
 /// A writable overlay mounted after its call for its layer's next one, and untouched since:
