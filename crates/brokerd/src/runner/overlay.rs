@@ -30,7 +30,8 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use nix::fcntl::{fcntl, open, FcntlArg, OFlag};
@@ -75,7 +76,7 @@ pub struct Overlays {
     /// descriptors to (the child's hook would find another file at a low one).
     userns: OwnedFd,
     mntns: OwnedFd,
-    ready: Arc<Mutex<HashMap<PathBuf, Ready>>>,
+    waiting: Arc<Waiting>,
 }
 
 /// brokerd's staging namespaces, made once, at the first staged call: a user namespace that
@@ -83,18 +84,90 @@ pub struct Overlays {
 /// then, whose mounts are slaves of the host's (a mount made or removed on the host reaches it;
 /// nothing made in it reaches the host). Each staged sandbox's child joins both and mounts its
 /// overlays there, so no call copies the host's mount table or tears a copy down; the overlays
-/// are unmounted once their sandbox is gone ([`Overlays`]' drop).
+/// are unmounted once their sandbox is gone ([`Overlays`]' drop), and a thread of its own
+/// unmounts each overlay mounted for a layer's next call that no call took within its time
+/// ([`READY_KEEP`]). Dropped, it stops that thread; the overlays go with the namespace.
 pub struct Staging {
     userns: OwnedFd,
     mntns: OwnedFd,
-    /// The writable overlays mounted for their layers' next calls, by merged directory.
-    ready: Arc<Mutex<HashMap<PathBuf, Ready>>>,
+    waiting: Arc<Waiting>,
+    expiry: Option<JoinHandle<()>>,
+}
+
+/// The writable overlays mounted for their layers' next calls, by merged directory, and how
+/// long one waits for its call. Whoever removes an entry owns that overlay: a call's
+/// [`Overlays::of`] (which takes it or mounts over it) or the expiry (which unmounts it while it
+/// holds the lock, so that no call's own mount at that place is unmounted instead).
+struct Waiting {
+    state: Mutex<Pending>,
+    /// Told of each overlay added, and of the end.
+    wake: Condvar,
+    keep: Duration,
+}
+
+#[derive(Default)]
+struct Pending {
+    ready: HashMap<PathBuf, Ready>,
+    closed: bool,
+}
+
+impl Waiting {
+    fn add(&self, key: PathBuf, ready: Ready) {
+        lock(&self.state).ready.insert(key, ready);
+        self.wake.notify_all();
+    }
+
+    fn take(&self, key: &Path) -> Option<Ready> {
+        lock(&self.state).ready.remove(key)
+    }
+
+    /// The expiry's thread: until the staging namespaces are dropped, unmounts each ready
+    /// overlay once it has waited `keep`, waking at the first one due or when one is added.
+    fn expire_until_closed(&self, userns: &OwnedFd, mntns: &OwnedFd) {
+        let mut state = lock(&self.state);
+        while !state.closed {
+            let now = Instant::now();
+            let due = |r: &Ready| r.at + self.keep;
+            let old: Vec<CString> = state
+                .ready
+                .iter()
+                .filter(|(_, r)| due(r) <= now)
+                .filter_map(|(k, _)| c_path(k).ok())
+                .collect();
+            if !old.is_empty() {
+                state.ready.retain(|_, r| due(r) > now);
+                unmount_detached(&old, userns.as_raw_fd(), mntns.as_raw_fd());
+            }
+            let next = state.ready.values().map(due).min();
+            state = match next {
+                Some(at) => {
+                    let wait = at.saturating_duration_since(Instant::now());
+                    self.wake
+                        .wait_timeout(state, wait)
+                        .unwrap_or_else(|p| p.into_inner())
+                        .0
+                }
+                None => self.wake.wait(state).unwrap_or_else(|p| p.into_inner()),
+            };
+        }
+    }
+}
+
+impl Drop for Staging {
+    fn drop(&mut self) {
+        lock(&self.waiting.state).closed = true;
+        self.waiting.wake.notify_all();
+        if let Some(t) = self.expiry.take() {
+            let _ = t.join();
+        }
+    }
 }
 
 impl Staging {
     /// Made by a short-lived child (dumpable, unlike brokerd, so that its maps can be written),
-    /// and kept as the two descriptors every staged sandbox's child joins.
-    pub fn new() -> io::Result<Staging> {
+    /// and kept as the two descriptors every staged sandbox's child joins; a ready overlay no
+    /// call takes is unmounted after `keep` ([`READY_KEEP`] in brokerd).
+    pub fn new(keep: Duration) -> io::Result<Staging> {
         use nix::unistd::{fork, pipe2, ForkResult};
         // Close-on-exec, so that no program brokerd starts meanwhile holds them; and the child
         // is let go by bytes, not by the end of the pipe, which another fork of brokerd's
@@ -159,10 +232,24 @@ impl Staging {
                             Mode::empty(),
                         )
                     };
+                    let (userns, mntns) = (ns("user")?, ns("mnt")?);
+                    let waiting = Arc::new(Waiting {
+                        state: Mutex::default(),
+                        wake: Condvar::new(),
+                        keep,
+                    });
+                    let expiry = {
+                        let (userns, mntns) = (userns.try_clone()?, mntns.try_clone()?);
+                        let waiting = waiting.clone();
+                        std::thread::Builder::new()
+                            .name("staged-expiry".into())
+                            .spawn(move || waiting.expire_until_closed(&userns, &mntns))?
+                    };
                     Ok(Staging {
-                        userns: ns("user")?,
-                        mntns: ns("mnt")?,
-                        ready: Arc::default(),
+                        userns,
+                        mntns,
+                        waiting,
+                        expiry: Some(expiry),
                     })
                 })();
                 // The child's two reads: both answered, whatever happened.
@@ -267,8 +354,9 @@ impl Overlays {
                     md.dev() == id.dev && md.ino() == id.ino
                 })
             };
-            let ready = lock(&staging.ready)
-                .remove(&stage.merged)
+            let ready = staging
+                .waiting
+                .take(&stage.merged)
                 .filter(|r| m.write && same(&stage.upper, r.upper) && same(&stage.work, r.work));
             let slot = FIRST_FD + i32::try_from(i).map_err(io::Error::other)?;
             let (lower, upper) = (reserve()?, reserve()?);
@@ -331,7 +419,7 @@ impl Overlays {
             items,
             userns: high(&staging.userns)?,
             mntns: high(&staging.mntns)?,
-            ready: staging.ready.clone(),
+            waiting: staging.waiting.clone(),
         }))
     }
 
@@ -412,7 +500,7 @@ impl Overlays {
                 Ok(())
             })?;
             if let Some(r) = made {
-                lock(&self.ready).insert(item.key.clone(), r);
+                self.waiting.add(item.key.clone(), r);
             }
         }
         Ok(())
@@ -424,27 +512,14 @@ impl Drop for Overlays {
         if let Err(e) = self.after() {
             tracing::warn!("unmounting a call's staged layers, or mounting them again for the next call, failed: {e}");
         }
-        expire(&self.ready, self.userns.as_raw_fd(), self.mntns.as_raw_fd());
     }
 }
 
-/// Unmounts the ready overlays no call has taken for [`READY_KEEP`]: a session that has
-/// stopped keeps none mounted for long. Their layers' next calls mount afresh.
-fn expire(ready: &Mutex<HashMap<PathBuf, Ready>>, userns: i32, mntns: i32) {
-    let mut ready = lock(ready);
-    let now = Instant::now();
-    let old: Vec<CString> = ready
-        .iter()
-        .filter(|(_, r)| now.duration_since(r.at) >= READY_KEEP)
-        .filter_map(|(k, _)| c_path(k).ok())
-        .collect();
-    if old.is_empty() {
-        return;
-    }
-    ready.retain(|_, r| now.duration_since(r.at) < READY_KEEP);
+/// Detaches the overlays mounted at `merged` in the staging namespaces (those no call took).
+fn unmount_detached(merged: &[CString], userns: i32, mntns: i32) {
     // SAFETY: umount2 on C strings that outlive the child; async-signal-safe.
     let unmounted = in_staging(userns, mntns, &mut || unsafe {
-        for m in &old {
+        for m in merged {
             libc::umount2(m.as_ptr(), libc::MNT_DETACH | libc::UMOUNT_NOFOLLOW);
         }
         Ok(())
@@ -483,7 +558,7 @@ struct Ready {
 }
 
 /// How long a ready overlay waits for its layer's next call before it is unmounted.
-const READY_KEEP: Duration = Duration::from_secs(60);
+pub const READY_KEEP: Duration = Duration::from_secs(60);
 
 fn check(r: libc::c_int) -> io::Result<libc::c_int> {
     if r < 0 {

@@ -967,6 +967,29 @@ fn bwraps_seeing(path: &Path) -> Vec<String> {
     found
 }
 
+/// The mount table of a long staged call on `mounts` (`sleep 3`), read once its bwrap shows an
+/// overlay at `merged`, and the call (which answers "slept").
+fn table_while_running(
+    rt: &std::sync::Arc<BwrapRuntime>,
+    mounts: &[Mount],
+    merged: &Path,
+) -> (String, std::thread::JoinHandle<String>) {
+    let long = {
+        let (rt, mounts) = (rt.clone(), mounts.to_vec());
+        std::thread::spawn(move || content(rt.run(&shell("sleep 3; echo slept", mounts))))
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let mut tables = loop {
+        let t = bwraps_seeing(merged);
+        if !t.is_empty() || std::time::Instant::now() > deadline {
+            break t;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(tables.len(), 1, "no bwrap of the long call was found");
+    (tables.remove(0), long)
+}
+
 /// No overlay serves two staged calls: each call's is unmounted once its sandbox is gone and a
 /// fresh one, untouched until the layer's next call, mounted in brokerd's staging mount
 /// namespace. A file the host replaced between two calls (as an editor saves) reads as it is
@@ -1001,27 +1024,12 @@ fn a_staged_call_sees_the_real_directory_as_it_is_now() {
     // While a call of another layer runs, the staging namespace holds its overlay only.
     let mut on_b = rw(&w.work);
     on_b[0].stage = Some(b.clone());
-    let long = {
-        let (rt, on_b) = (rt.clone(), on_b.clone());
-        std::thread::spawn(move || content(rt.run(&shell("sleep 3; echo slept", on_b))))
-    };
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    let tables = loop {
-        let t = bwraps_seeing(&b.merged);
-        if !t.is_empty() || std::time::Instant::now() > deadline {
-            break t;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    assert_eq!(tables.len(), 1, "no bwrap of layer b's call was found");
+    let (table, long) = table_while_running(&rt, &on_b, &b.merged);
     // Layer a's two calls left one overlay mounted, the one for its next call, not one each.
     assert_eq!(
-        tables[0]
-            .matches(&format!(" {} ", a.merged.display()))
-            .count(),
+        table.matches(&format!(" {} ", a.merged.display())).count(),
         1,
-        "{}",
-        tables[0]
+        "{table}"
     );
     // Neither the host nor a sandbox of layer a, made meanwhile from that same namespace, sees
     // layer b's overlay: only its own.
@@ -1080,6 +1088,55 @@ fn a_staged_call_sees_the_real_directory_as_it_is_now() {
     );
     assert_eq!(std::fs::read_dir(&elsewhere).expect("elsewhere").count(), 0);
     assert!(!old.join("swapped.txt").exists() && !w.work.join("swapped.txt").exists());
+}
+
+/// An overlay mounted for a layer's next call that no call takes is unmounted once it has
+/// waited its time, by brokerd's own clock, with no other staged call to do it: an idle brokerd
+/// does not hold a staged grant's file system busy for longer than that. The layer's next call
+/// mounts its own and sees what the session staged (docs/design.md#staged-writes-and-owners).
+#[test]
+fn an_overlay_no_call_takes_is_unmounted_in_its_time() {
+    if !bwrap_works() {
+        return;
+    }
+    let w = world();
+    // Longer than the first long call below: no staged call ends between the overlay's due time
+    // and the look that follows it.
+    let keep = Duration::from_secs(5);
+    let rt = std::sync::Arc::new(runtime(&w, "").with_ready_keep(keep));
+    let stage_of = |name: &str| layer_at(&w.home.join(name));
+    let (a, b) = (stage_of("layer-a"), stage_of("layer-b"));
+    let (mut on_a, mut on_b) = (rw(&w.work), rw(&w.work));
+    on_a[0].stage = Some(a.clone());
+    on_b[0].stage = Some(b.clone());
+    let staged = format!("{}/staged.txt", w.work.display());
+    let written = std::time::Instant::now();
+    assert_eq!(
+        content(rt.run(&shell(&format!("echo kept > {staged}"), on_a.clone()))),
+        "\n[exit 0]"
+    );
+    let a_at = format!(" {} ", a.merged.display());
+    let (table, long) = table_while_running(&rt, &on_b, &b.merged);
+    assert!(
+        written.elapsed() < keep,
+        "the host was too slow to see the overlay waiting"
+    );
+    assert_eq!(table.matches(&a_at).count(), 1, "{table}");
+    assert_eq!(long.join().expect("long call"), "slept\n\n[exit 0]");
+    // Nothing staged runs while the overlays wait out their time.
+    std::thread::sleep(keep + Duration::from_secs(1));
+    let (table, long) = table_while_running(&rt, &on_b, &b.merged);
+    assert_eq!(table.matches(&a_at).count(), 0, "{table}");
+    assert_eq!(
+        table.matches(&format!(" {} ", b.merged.display())).count(),
+        1,
+        "{table}"
+    );
+    assert_eq!(long.join().expect("long call"), "slept\n\n[exit 0]");
+    assert_eq!(
+        content(rt.run(&shell(&format!("cat {staged}"), on_a))),
+        "kept\n\n[exit 0]"
+    );
 }
 
 /// A sandbox cannot leave a setuid or setgid file in a directory it may write (a setuid

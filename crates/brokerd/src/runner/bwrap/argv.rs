@@ -248,7 +248,7 @@ impl BwrapRuntime {
         }
         let mut staging = lock(&self.staging);
         if staging.is_none() {
-            *staging = Some(crate::runner::overlay::Staging::new()?);
+            *staging = Some(crate::runner::overlay::Staging::new(self.ready_keep)?);
         }
         match staging.as_ref() {
             Some(staging) => Overlays::of(&spec.mounts, passed, staging),

@@ -147,6 +147,8 @@ pub struct BwrapRuntime {
     /// The namespaces staged sandboxes mount their layers in, made at the first one and kept
     /// while the runtime lives (the calls' overlays name their descriptors).
     staging: Mutex<Option<crate::runner::overlay::Staging>>,
+    /// How long an overlay mounted for a staged layer's next call waits for it.
+    ready_keep: Duration,
 }
 
 impl BwrapRuntime {
@@ -172,6 +174,7 @@ impl BwrapRuntime {
             weakened: Mutex::new(Vec::new()),
             protector: Protector::new(config.protect),
             staging: Mutex::new(None),
+            ready_keep: crate::runner::overlay::READY_KEEP,
         }
     }
 
@@ -190,6 +193,13 @@ impl BwrapRuntime {
     /// Another resolver file for the proxy (tests: a nameserver of their own).
     pub fn with_resolv_conf(mut self, path: impl Into<PathBuf>) -> BwrapRuntime {
         self.resolv_conf = path.into();
+        self
+    }
+
+    /// Another time an overlay mounted for a staged layer's next call waits for it before it
+    /// is unmounted (tests: a short one).
+    pub fn with_ready_keep(mut self, keep: Duration) -> BwrapRuntime {
+        self.ready_keep = keep;
         self
     }
 
