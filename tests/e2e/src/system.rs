@@ -94,30 +94,80 @@ impl User {
 }
 
 /// Runs a command to its end within `limit`: (exit code, standard output and error).
-pub fn output(mut c: Command, limit: Duration) -> Result<(i32, String), String> {
-    // One file per call, so that threads may run commands side by side.
+pub fn output(c: Command, limit: Duration) -> Result<(i32, String), String> {
+    let (code, text, _) = captured(c, limit, false)?;
+    Ok((code, text))
+}
+
+/// Runs `c` to its end within `limit` (standard input empty), its standard output and error
+/// apart: (exit code, output, error). One that outlives `limit` is killed with its process
+/// group and is an error saying so.
+pub fn output_apart(c: Command, limit: Duration) -> Result<(i32, String, String), String> {
+    captured(c, limit, true)
+}
+
+/// Runs `c` within `limit` with what it prints in files of its own (one for both streams
+/// unless `apart`), read once it ends.
+fn captured(mut c: Command, limit: Duration, apart: bool) -> Result<(i32, String, String), String> {
+    // Files of each call's own, so that threads may run commands side by side.
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let dir = std::env::temp_dir().join(format!("boxmaker-e2e-out-{}-{n}", std::process::id()));
-    let file = File::create(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let err = file.try_clone().map_err(|e| e.to_string())?;
-    let mut child = c
+    let path =
+        |n: u64| std::env::temp_dir().join(format!("boxmaker-e2e-out-{}-{n}", std::process::id()));
+    let out_path = path(NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+    let err_path = apart.then(|| path(NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)));
+    let made = |p: &Path| File::create(p).map_err(|e| format!("{}: {e}", p.display()));
+    let file = made(&out_path)?;
+    let err = match &err_path {
+        Some(p) => made(p)?,
+        None => file.try_clone().map_err(|e| e.to_string())?,
+    };
+    let spawned = c
         .stdin(Stdio::null())
         .stdout(file)
         .stderr(err)
         .process_group(0)
+        .spawn();
+    let status = spawned.map(|mut child| {
+        let status = wait(&mut child, limit);
+        if status.is_none() {
+            kill_group(&child);
+            let _ = child.wait();
+        }
+        status
+    });
+    let mut read = |p: &Path| {
+        let text = std::fs::read_to_string(p).unwrap_or_default();
+        let _ = std::fs::remove_file(p);
+        text
+    };
+    let text = read(&out_path);
+    let err_text = err_path.as_deref().map(&mut read).unwrap_or_default();
+    match status {
+        Ok(Some(s)) => Ok((s.code().unwrap_or(-1), text, err_text)),
+        Ok(None) => Err(format!(
+            "{:?} did not finish within {limit:?}: {text}{err_text}",
+            c.get_program()
+        )),
+        Err(e) => Err(format!("cannot start {:?}: {e}", c.get_program())),
+    }
+}
+
+/// Runs `c` with the standard output and error its caller set (standard input empty) within
+/// `limit`: its exit status, or an error when it could not start or was killed at `limit`
+/// with its process group.
+pub fn status_within(mut c: Command, limit: Duration) -> Result<i32, String> {
+    let mut child = c
+        .stdin(Stdio::null())
+        .process_group(0)
         .spawn()
         .map_err(|e| format!("cannot start {:?}: {e}", c.get_program()))?;
-    let status = wait(&mut child, limit);
-    let text = std::fs::read_to_string(&dir).unwrap_or_default();
-    let _ = std::fs::remove_file(&dir);
-    match status {
-        Some(s) => Ok((s.code().unwrap_or(-1), text)),
+    match wait(&mut child, limit) {
+        Some(s) => Ok(s.code().unwrap_or(-1)),
         None => {
             kill_group(&child);
             let _ = child.wait();
             Err(format!(
-                "{:?} did not finish within {limit:?}: {text}",
+                "{:?} did not finish within {limit:?}",
                 c.get_program()
             ))
         }
@@ -277,4 +327,66 @@ pub fn zombies(user: &User) -> usize {
         .filter_map(|e| std::fs::read_to_string(e.path().join("status")).ok())
         .filter(|s| uid_and_state(s) == Some((user.uid, false)))
         .count()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sh(script: &str) -> Command {
+        let mut c = Command::new("/bin/sh");
+        c.args(["-c", script]);
+        c
+    }
+
+    #[test]
+    fn the_two_streams_are_read_apart_or_together() {
+        let script = "echo out; echo err >&2; exit 3";
+        assert_eq!(
+            output_apart(sh(script), Duration::from_secs(20)),
+            Ok((3, "out\n".to_string(), "err\n".to_string()))
+        );
+        assert_eq!(
+            output(sh(script), Duration::from_secs(20)),
+            Ok((3, "out\nerr\n".to_string()))
+        );
+    }
+
+    /// A command past its limit is killed with what it started, and says what it printed.
+    #[test]
+    fn a_command_past_its_limit_is_killed_with_its_group() {
+        let dir = std::env::temp_dir().join(format!("boxmaker-e2e-limit-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("dir");
+        let late = dir.join("late");
+        let script = format!(
+            "echo started; (sleep 2; touch {}) & sleep 30",
+            late.display()
+        );
+        let t = Instant::now();
+        let got = output_apart(sh(&script), Duration::from_millis(500));
+        assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+        let why = got.expect_err("ended in time");
+        assert!(
+            why.contains("did not finish") && why.contains("started"),
+            "{why}"
+        );
+        // The background child went with its group.
+        std::thread::sleep(Duration::from_secs(3));
+        assert!(!late.exists(), "a child of the killed command ran on");
+        // The streams a caller set stay its own.
+        let file = dir.join("out.txt");
+        let mut c = sh("echo to-file; echo err-to-file >&2");
+        let f = File::create(&file).expect("file");
+        c.stdout(f.try_clone().expect("clone")).stderr(f);
+        assert_eq!(status_within(c, Duration::from_secs(20)), Ok(0));
+        assert_eq!(
+            std::fs::read_to_string(&file).expect("read"),
+            "to-file\nerr-to-file\n"
+        );
+        assert!(status_within(sh("sleep 30"), Duration::from_millis(300))
+            .expect_err("ended in time")
+            .contains("did not finish"));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

@@ -4,22 +4,21 @@
 //! here.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use serde_json::Value;
 
 use crate::system::{self, User};
 
-/// How long one command run through `merged` may take in the guest (TCG is slow); `run` has
-/// no bound of its own: a command that hangs there leaves the guest running, which run.sh
-/// reports as no power-off, never as a pass.
+/// How long one command run through `run` or `merged` may take in the guest (TCG is slow): one
+/// that hangs is killed there, with its process group, and its check fails saying so.
 pub const COMMAND_LIMIT: Duration = Duration::from_secs(600);
 
 /// What a command printed, the two streams apart.
 #[derive(Debug, Default)]
 pub struct Out {
-    /// The exit code; -1 when killed by a signal or not started.
+    /// The exit code; -1 when killed by a signal, killed at [`COMMAND_LIMIT`] or not started.
     pub code: i32,
     pub stdout: String,
     pub stderr: String,
@@ -31,19 +30,21 @@ impl Out {
     }
 }
 
-/// Runs `c` to its end (standard input empty). A program that cannot start is exit -1 with
-/// why in `stderr`.
-pub fn run(mut c: Command) -> Out {
-    match c.stdin(Stdio::null()).output() {
-        Ok(o) => Out {
-            code: o.status.code().unwrap_or(-1),
-            stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+/// Runs `c` to its end within [`COMMAND_LIMIT`] (standard input empty), with standard output
+/// and error of its own, read apart. A program that cannot start or does not end in time is
+/// exit -1 with why in `stderr`. A caller that needs the streams elsewhere (a file, as a long
+/// suite writes) uses [`system::status_within`] with a limit of its own.
+pub fn run(c: Command) -> Out {
+    match system::output_apart(c, COMMAND_LIMIT) {
+        Ok((code, stdout, stderr)) => Out {
+            code,
+            stdout,
+            stderr,
         },
-        Err(e) => Out {
+        Err(why) => Out {
             code: -1,
             stdout: String::new(),
-            stderr: format!("cannot start {:?}: {e}", c.get_program()),
+            stderr: why,
         },
     }
 }
