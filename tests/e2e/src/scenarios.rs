@@ -76,6 +76,9 @@ type Scenario = fn(&mut Suite) -> Outcome;
 struct Suite {
     backend: Backend,
     tools_root: Option<PathBuf>,
+    /// The other backend and brokerd's config for it, where this run was given what it needs
+    /// (`--tools-root`, `--image`).
+    other_config: Option<(Backend, String)>,
     user: User,
     podman: String,
     brokerd: PathBuf,
@@ -247,6 +250,10 @@ pub fn run(opts: &crate::Opts) -> Result<ExitCode, String> {
         (
             "staged-changes-survive-a-crash",
             Suite::staged_survive_crash,
+        ),
+        (
+            "staged-layer-outlives-a-change-of-backend",
+            Suite::staged_layer_outlives_a_backend_change,
         ),
         (
             "protected-targets-hold-against-an-unreadable-command",

@@ -179,8 +179,8 @@ impl Broker {
                 });
                 let stage = Stage::new(home, b.max_staged_bytes, b.staged_ttl_s);
                 match rc {
-                    Some(r) if r.backend == Backend::Podman => stage.with_podman(r.podman.clone()),
-                    _ => stage,
+                    Some(r) => stage.for_runner(r.backend, r.podman.clone()),
+                    None => stage,
                 }
             }),
             config,

@@ -75,6 +75,11 @@ impl Broker {
                 if !layer.upper.is_dir() {
                     continue;
                 }
+                if self.runner.read_only_layers_write() {
+                    self.stage
+                        .work_for_reading(&layer)
+                        .map_err(|e| NotStaged::Unavailable(e.to_string()))?;
+                }
                 layer
             };
             m.stage = Some(StageMount {

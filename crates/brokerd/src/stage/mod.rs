@@ -7,15 +7,18 @@
 //!
 //! ```text
 //! <session>/d-<hash of the real path>/upper    the layer (overlayfs' upper directory)
-//!                                      work     overlayfs' work directory
+//!                                      work/podman, work/bwrap   overlayfs' work
+//!                                               directory of each backend's mounts (scratch:
+//!                                               each backend leaves it as only it can clear
+//!                                               it, so a layer outlives a change of backend)
 //!                                      merged   where bwrap's sandboxes see the merged view
 //!                                      layer.json   the real path, its grants, and the
 //!                                               identity of each real path when the session
 //!                                               first staged a change to it (conflicts)
 //!                                      layer.json.lock  flock: one writer of layer.json
 //!                                      lock     flock: sandboxes shared, commit exclusive
-//!                                      volatile-boot  the boot of bwrap's last writable
-//!                                               overlay of it (runner::overlay)
+//!                                      work/volatile-boot  the boot of bwrap's last
+//!                                               writable overlay of it (runner::overlay)
 //! ```
 //!
 //! A layer is the owner's data: it survives `end_session`, restarts and crashes, and goes only
@@ -34,6 +37,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use sha2::{Digest, Sha256};
 
+use proto::broker::Backend;
 use proto::ident::Ident;
 
 pub mod changes;
@@ -63,16 +67,17 @@ pub struct Layer {
     pub real: PathBuf,
     pub dir: PathBuf,
     pub upper: PathBuf,
+    /// The work directory of this brokerd's backend's mounts.
     pub work: PathBuf,
     pub merged: PathBuf,
 }
 
 impl Layer {
-    fn at(dir: PathBuf, real: &Path) -> Layer {
+    fn at(dir: PathBuf, real: &Path, backend: Backend) -> Layer {
         Layer {
             real: real.to_path_buf(),
             upper: dir.join("upper"),
-            work: dir.join("work"),
+            work: dir.join("work").join(backend.as_str()),
             merged: dir.join("merged"),
             dir,
         }
@@ -102,9 +107,11 @@ pub struct Stage {
     /// Layers a call of this process is using (by layer directory).
     busy: Mutex<HashSet<PathBuf>>,
     freed: Condvar,
-    /// The podman program, when Podman's overlays made the layers: what its container's
-    /// mapped root left (overlayfs' `work/work`, mode 0, owned by a subordinate uid) goes
-    /// through `podman unshare`.
+    /// The backend whose mounts use the layers (whose work directory a layer's calls get).
+    backend: Backend,
+    /// The podman program: what a Podman container's mapped root left in a layer (overlayfs'
+    /// `work/work`, mode 0, owned by a subordinate uid) goes through `podman unshare`, also
+    /// after the backend became bwrap.
     podman: Option<PathBuf>,
 }
 
@@ -139,12 +146,15 @@ impl Stage {
             ttl: (ttl_s > 0).then(|| Duration::from_secs(ttl_s)),
             busy: Mutex::new(HashSet::new()),
             freed: Condvar::new(),
+            backend: Backend::Podman,
             podman: None,
         }
     }
 
-    /// Layers that Podman's overlays write (see `podman`).
-    pub fn with_podman(mut self, podman: PathBuf) -> Stage {
+    /// The layers of `backend`'s mounts, and the podman program that removes what a
+    /// container's mapped root left in one (see `podman`).
+    pub fn for_runner(mut self, backend: Backend, podman: PathBuf) -> Stage {
+        self.backend = backend;
         self.podman = Some(podman);
         self
     }
@@ -162,7 +172,20 @@ impl Stage {
         let mut h = Sha256::new();
         h.update(real.as_os_str().as_encoded_bytes());
         let name = format!("d-{}", &hex::encode(h.finalize())[..32]);
-        Layer::at(self.session_dir(session).join(name), real)
+        Layer::at(self.session_dir(session).join(name), real, self.backend)
+    }
+
+    /// Makes the work directory of a layer a read-only call mounts (Podman's overlay volume
+    /// needs one), when this backend has none there yet: the layer was written through the
+    /// other backend.
+    pub fn work_for_reading(&self, layer: &Layer) -> io::Result<()> {
+        if fs::symlink_metadata(&layer.work).is_ok_and(|m| m.is_dir()) {
+            return Ok(());
+        }
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&layer.work)
     }
 
     /// Makes the layer's directories (0700) and its metadata, naming `grant`.
@@ -355,10 +378,10 @@ impl Stage {
             if !e.file_name().to_string_lossy().starts_with("d-") {
                 continue;
             }
-            let Ok(meta) = Meta::read(&Layer::at(dir.clone(), Path::new("/"))) else {
+            let Ok(meta) = Meta::read(&Layer::at(dir.clone(), Path::new("/"), self.backend)) else {
                 continue;
             };
-            out.push(Layer::at(dir, &meta.real));
+            out.push(Layer::at(dir, &meta.real, self.backend));
         }
         out.sort_by(|a, b| a.real.cmp(&b.real));
         out

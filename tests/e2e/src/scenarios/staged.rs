@@ -459,6 +459,72 @@ impl Suite {
         self.discard_all(&session)
     }
 
+    /// A layer outlives a change of backend: brokerd restarted on the other backend over a
+    /// layer this one wrote lists the same changes, its sandbox sees them (a replaced directory,
+    /// a deletion, a modification) and writes beside them, and a discard removes the layer
+    /// whole, what the first backend's container root left in it included
+    /// (docs/design.md#staged-writes-and-owners). Each backend leaves its own work directory
+    /// as only it can clear it, so the two do not share one.
+    pub(super) fn staged_layer_outlives_a_backend_change(&mut self) -> Outcome {
+        let Some((other, other_config)) = self.other_config.clone() else {
+            return Err(format!(
+                "this run has no config for the backend beside {} (--tools-root and --image)",
+                self.backend.as_str()
+            ));
+        };
+        let session = self.staged_session();
+        self.staged_fill()?;
+        let before = self.host_listing()?;
+        let first = self.staged_shell(
+            &session,
+            "rm -r src && mkdir src && echo new > src/new.rs && rm b.txt && echo more >> a.txt && echo first",
+        )?;
+        check(first.starts_with("first\n"), || format!("output {first:?}"))?;
+        let staged = self.staged_changes(&session)?;
+        let own = std::fs::read_to_string(&self.config).map_err(|e| e.to_string())?;
+        std::fs::write(&self.config, &other_config).map_err(|e| e.to_string())?;
+        self.stop_brokerd();
+        let switched = self.start_brokerd().and_then(|()| {
+            check(self.staged_changes(&session)? == staged, || {
+                format!("{} lists other changes than {staged:?}", other.as_str())
+            })?;
+            // A read-only call first: its mount needs a work directory of this backend too.
+            let path = self.staged.join("src/new.rs").display().to_string();
+            match self.staged_call(&session, "read_file", json!({ "path": path }))? {
+                Body::Result { content, .. } => {
+                    check(content == "new\n", || format!("read_file: {content:?}"))?
+                }
+                other => return Err(format!("read_file: {}", show(&other))),
+            }
+            let out = self.staged_shell(
+                &session,
+                "ls src; cat a.txt; test -e b.txt || echo no-b; echo second > second.txt; echo done",
+            )?;
+            check(out.starts_with("new.rs\na\nmore\nno-b\ndone\n"), || {
+                format!("on {}: {out:?}", other.as_str())
+            })?;
+            let mut changes = self.staged_changes(&session)?;
+            changes.retain(|(p, _)| p != "second.txt");
+            check(changes == staged, || format!("after the write: {changes:?}"))?;
+            check(self.host_listing()? == before, || {
+                "the host's directory changed".to_string()
+            })?;
+            self.discard_all(&session)?;
+            let layers = self.user.home.join("staged").join(&session);
+            check(!layers.exists(), || {
+                format!("{} is left after the discard", layers.display())
+            })?;
+            check(self.host_listing()? == before, || {
+                "the host's directory changed after the discard".to_string()
+            })
+        });
+        // This run's backend again, whatever happened.
+        std::fs::write(&self.config, own).map_err(|e| e.to_string())?;
+        self.stop_brokerd();
+        let back = self.start_brokerd();
+        switched.and(back)
+    }
+
     /// Staged changes are the owner's data: a SIGKILL of brokerd and its restart keep them.
     pub(super) fn staged_survive_crash(&mut self) -> Outcome {
         let session = self.staged_session();

@@ -32,6 +32,8 @@ impl Suite {
                 Some(PathBuf::from(opts.required("tools-root")?)),
             ),
         };
+        // The other backend's tree, for the scenario that changes backend under a layer.
+        let tree = opts.one("tools-root").map(PathBuf::from);
         let brokerd = PathBuf::from(opts.required("brokerd")?);
         let podman = opts.one("podman").unwrap_or_else(|| "podman".into());
         let mk = |p: &Path, mode: u32| -> Result<(), String> {
@@ -76,11 +78,15 @@ impl Suite {
             (None, None) => host_egress_network(&user, &podman)?,
             (None, Some(_)) => String::new(),
         };
-        let backend_keys = match &tools_root {
-            None => format!(
+        // The [runner] keys and the [bwrap] section of a backend: this run's, or the other one's
+        // (`staged-layer-outlives-a-change-of-backend`; its egress network is looked up then).
+        let backend_keys = |b: Backend, egress_network: &str| {
+            match b {
+            Backend::Podman => format!(
                 "backend = \"podman\"\npodman = \"{podman}\"\nimage = \"{image}\"\negress_network = \"{egress_network}\"\n{limits_note}"
             ),
-            Some(_) => format!("backend = \"bwrap\"\n{limits_note}"),
+            Backend::Bwrap => format!("backend = \"bwrap\"\n{limits_note}"),
+        }
         };
         let cgroup = match opts.one("bwrap-cgroup").as_deref() {
             None => String::new(),
@@ -91,13 +97,16 @@ impl Suite {
                 ))
             }
         };
-        let bwrap_section = match &tools_root {
-            None => String::new(),
+        let bwrap_section = |b: Backend| match (b, &tree) {
+            (Backend::Podman, _) | (Backend::Bwrap, None) => String::new(),
             // The test variant's tree: its CA bundle also holds the suite's test CA.
-            Some(root) => format!("\n[bwrap]\ntools_root = \"{}\"\n{cgroup}", root.display()),
+            (Backend::Bwrap, Some(root)) => {
+                format!("\n[bwrap]\ntools_root = \"{}\"\n{cgroup}", root.display())
+            }
         };
-        let text = format!(
-            r#"# Written by boxmaker-e2e for one run of the suite.
+        let config_of = |b: Backend, egress_network: &str| {
+            format!(
+                r#"# Written by boxmaker-e2e for one run of the suite.
 [broker]
 clients = [0]
 audit_log = "{state}/audit.jsonl"
@@ -136,20 +145,39 @@ tools = ["read_file", "write_file", "shell"]
 paths = [ {{ path = "{staged}", write = true }} ]
 writes = "staged"
 {bwrap_section}"#,
-            state = state.display(),
-            home = user.home.display(),
-            rw = rw.display(),
-            ro = ro.display(),
-            staged = staged.display(),
-            max_staged = staged::MAX_STAGED_BYTES,
-            timeout_ms = ms(60000),
-            grace_s = ms(5),
-            shell_ms = ms(SHELL_MS),
-            read_file_ms = ms(10000),
-            write_file_ms = ms(10000),
-            http_fetch_ms = ms(20000),
-            egress_start_ms = ms(5000),
-        );
+                backend_keys = backend_keys(b, egress_network),
+                bwrap_section = bwrap_section(b),
+                state = state.display(),
+                home = user.home.display(),
+                rw = rw.display(),
+                ro = ro.display(),
+                staged = staged.display(),
+                max_staged = staged::MAX_STAGED_BYTES,
+                timeout_ms = ms(60000),
+                grace_s = ms(5),
+                shell_ms = ms(SHELL_MS),
+                read_file_ms = ms(10000),
+                write_file_ms = ms(10000),
+                http_fetch_ms = ms(20000),
+                egress_start_ms = ms(5000),
+            )
+        };
+        let text = config_of(backend, &egress_network);
+        let other = match backend {
+            Backend::Podman => Backend::Bwrap,
+            Backend::Bwrap => Backend::Podman,
+        };
+        let other_ready = match other {
+            Backend::Bwrap => tree.is_some(),
+            Backend::Podman => !image.is_empty(),
+        };
+        let other_config = other_ready.then(|| {
+            let egress = match other {
+                Backend::Podman => host_egress_network(&user, &podman).unwrap_or_default(),
+                Backend::Bwrap => String::new(),
+            };
+            (other, config_of(other, &egress))
+        });
         std::fs::write(&config, text).map_err(|e| format!("{}: {e}", config.display()))?;
         let tailnet_log = opts.one("tailnet-log").map(PathBuf::from);
         // The test hosts outlive one backend's run: only connections from now on are this run's.
@@ -162,6 +190,7 @@ writes = "staged"
         Ok(Suite {
             backend,
             tools_root,
+            other_config,
             egress_root: user.home.join("run").join("egress"),
             socket: state.join("broker.sock"),
             log: state.join("brokerd.log"),
