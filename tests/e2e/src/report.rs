@@ -318,8 +318,8 @@ fn staged_md(benches: &[(&str, &Value)], alone: Option<&Value>) -> Result<String
     let mut s = String::new();
     if !benches.is_empty() {
         s.push_str(
-            "| backend | tool | direct p50 ms | p95 ms | staged p50 ms | p95 ms | ratio p50 | target |\n\
-             |---|---|---|---|---|---|---|---|\n",
+            "| backend | tool | direct p50 ms | p95 ms | staged p50 ms | p95 ms | ratio p50 | target | bare ratio p50 |\n\
+             |---|---|---|---|---|---|---|---|---|\n",
         );
     }
     let met = |ok: bool| if ok { "met" } else { "**not met**" };
@@ -334,9 +334,17 @@ fn staged_md(benches: &[(&str, &Value)], alone: Option<&Value>) -> Result<String
                 Some(t) => format!("≤ {t:.2}: {}", met(ratio <= t)),
                 None => "–".into(),
             };
+            let bare = match r.get("bare_ratio_p50").and_then(Value::as_f64) {
+                Some(b) => format!(
+                    "{b:.2} ({} / {} ms)",
+                    fmt_num(Some(num(&r, "bare_staged_p50_ms")?)),
+                    fmt_num(Some(num(&r, "bare_direct_p50_ms")?))
+                ),
+                None => "–".into(),
+            };
             let _ = writeln!(
                 s,
-                "| {} | {} | {} | {} | {} | {} | {:.2} | {target} |",
+                "| {} | {} | {} | {} | {} | {} | {:.2} | {target} | {bare} |",
                 cell(backend),
                 cell(&text_of(&r, "tool")?),
                 fmt_num(Some(num(&r, "direct_p50_ms")?)),
@@ -353,6 +361,16 @@ fn staged_md(benches: &[(&str, &Value)], alone: Option<&Value>) -> Result<String
             .map(|(b, v)| num(v, "calls").map(|n| format!("{n} on {b}")))
             .collect::<Result<_, _>>()?;
         let _ = writeln!(s, "\nCalls per tool and side: {}.", calls.join(", "));
+        if benches.iter().any(|(_, v)| {
+            rows(v, "rows").is_ok_and(|r| r.iter().any(|r| r.get("bare_ratio_p50").is_some()))
+        }) {
+            s.push_str(
+                "\nBare ratio: `podman run` of the argument lists brokerd builds for the same two calls, \
+                 the staged one's `:O` volume over a layer of the bench's own against the direct grant's \
+                 volumes, taking turns with the calls through brokerd: Podman's own cost of its overlay \
+                 volume, with no brokerd in it.\n",
+            );
+        }
     }
     for (backend, v) in benches {
         let p50 = num(v, "changes_p50_ms")?;

@@ -61,7 +61,11 @@ fn the_staged_table_says_whether_each_target_is_met() {
     r.add(STAGED).unwrap();
     let podman = STAGED
         .replace(r#""backend":"bwrap""#, r#""backend":"podman""#)
-        .replace(r#""ratio_p50":1.0833"#, r#""ratio_p50":1.04"#)
+        .replace(
+            r#""ratio_p50":1.0833"#,
+            r#""ratio_p50":1.04,"bare_direct_p50_ms":6.0,"bare_direct_p95_ms":7.0,
+               "bare_staged_p50_ms":6.18,"bare_staged_p95_ms":7.2,"bare_ratio_p50":1.03"#,
+        )
         .replace(r#""changes_p50_ms":42.0"#, r#""changes_p50_ms":100.0"#);
     r.add(&podman).unwrap();
     r.add(CHANGES).unwrap();
@@ -72,7 +76,9 @@ fn the_staged_table_says_whether_each_target_is_met() {
     let bwrap_at = t.find("| bwrap | write_file |").unwrap();
     assert!(podman_at < bwrap_at, "{t}");
     assert!(
-        t.contains("| podman | write_file | 6.00 | 7.00 | 6.50 | 7.50 | 1.04 | ≤ 1.05: met |"),
+        t.contains(
+            "| podman | write_file | 6.00 | 7.00 | 6.50 | 7.50 | 1.04 | ≤ 1.05: met | 1.03 (6.18 / 6.00 ms) |\n"
+        ),
         "{t}"
     );
     assert!(
@@ -80,7 +86,7 @@ fn the_staged_table_says_whether_each_target_is_met() {
         "{t}"
     );
     assert!(
-        t.contains("| bwrap | write_file | 6.00 | 7.00 | 6.50 | 7.50 | 1.08 | ≤ 1.10: met |"),
+        t.contains("| bwrap | write_file | 6.00 | 7.00 | 6.50 | 7.50 | 1.08 | ≤ 1.10: met | – |\n"),
         "{t}"
     );
     assert!(t.contains("`changes` of 1000 staged paths on bwrap: p50 42.0 ms, p95 51.0 ms (target under 100 ms: met); with diffs p50 120 ms, p95 130 ms."), "{t}");
@@ -92,6 +98,10 @@ fn the_staged_table_says_whether_each_target_is_met() {
     assert!(t.contains("brokerd alone (no-op runner, 20 answers each): without p50 10.1 ms, p95 10.5 ms (met); with diffs p50 13.8 ms, p95 14.5 ms (met)."), "{t}");
     assert!(
         t.contains("Calls per tool and side: 40 on podman, 40 on bwrap."),
+        "{t}"
+    );
+    assert!(
+        t.contains("Bare ratio: `podman run` of the argument lists"),
         "{t}"
     );
     // The section goes between its own markers, apart from the ratio table's.

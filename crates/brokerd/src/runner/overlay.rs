@@ -127,18 +127,20 @@ impl Waiting {
         let mut state = lock(&self.state);
         while !state.closed {
             let now = Instant::now();
-            let due = |r: &Ready| r.at + self.keep;
+            // None: a time too far to be told (never due).
+            let due = |r: &Ready| r.at.checked_add(self.keep);
+            let is_due = |r: &Ready| due(r).is_some_and(|at| at <= now);
             let old: Vec<CString> = state
                 .ready
                 .iter()
-                .filter(|(_, r)| due(r) <= now)
+                .filter(|(_, r)| is_due(r))
                 .filter_map(|(k, _)| c_path(k).ok())
                 .collect();
             if !old.is_empty() {
-                state.ready.retain(|_, r| due(r) > now);
+                state.ready.retain(|_, r| !is_due(r));
                 unmount_detached(&old, userns.as_raw_fd(), mntns.as_raw_fd());
             }
-            let next = state.ready.values().map(due).min();
+            let next = state.ready.values().filter_map(due).min();
             state = match next {
                 Some(at) => {
                     let wait = at.saturating_duration_since(Instant::now());

@@ -210,7 +210,7 @@ impl Suite {
         }
     }
 
-    fn bare_podman(
+    pub(super) fn bare_podman(
         &self,
         runtime: &brokerd::runner::podman::PodmanRuntime,
         spec: &brokerd::runner::RunSpec,

@@ -9,7 +9,7 @@ use std::time::Duration;
 use client::{Body, Client, Staged};
 use serde_json::{json, Value};
 
-use super::{call_on, check, show, Outcome, Suite, CALL_WAIT, STAGED_GRANT};
+use super::{call_on, check, show, Backend, Outcome, Suite, CALL_WAIT, GRANT, STAGED_GRANT};
 
 /// `[broker] max_staged_bytes` of the suite's brokerd: small, for the bound's scenario.
 pub const MAX_STAGED_BYTES: u64 = 4 * 1024 * 1024;
@@ -559,6 +559,116 @@ fn clear_dir(d: &PathBuf) -> Outcome {
     Ok(())
 }
 
+/// The bare side of the staged bench on Podman: brokerd's Podman runtime (for its argument
+/// lists), the suite's direct and staged grants' mounts, and a layer of the bench's own.
+pub(super) struct BareStaged {
+    runtime: brokerd::runner::podman::PodmanRuntime,
+    direct: Vec<brokerd::runner::Mount>,
+    staged: Vec<brokerd::runner::Mount>,
+    layer: PathBuf,
+}
+
+/// The staged bench's call of `tool` in `dir`.
+fn bench_args(tool: &str, dir: &Path) -> Value {
+    match tool {
+        "write_file" => json!({
+            "path": dir.join("bench.txt").display().to_string(),
+            "content": "bench\n"
+        }),
+        _ => json!({ "command": "echo hi > bench.txt", "cwd": dir.display().to_string() }),
+    }
+}
+
+impl Suite {
+    /// The bare side's runtime, mounts and layer (made afresh, the service user's).
+    fn bare_staged_setup(&self) -> Result<BareStaged, String> {
+        use brokerd::runner::{Mount, StageMount};
+        let config = brokerd::config::load(&self.config).map_err(|e| e.to_string())?;
+        let rc = config.runner.clone().ok_or("no [runner]")?;
+        let mounts = |grant: &str| -> Result<Vec<Mount>, String> {
+            let g = config
+                .grants
+                .get(grant)
+                .ok_or(format!("no grant {grant}"))?;
+            g.paths
+                .iter()
+                .map(|p| Mount::at(&p.path, p.write))
+                .collect::<Result<_, _>>()
+                .map_err(|e| e.to_string())
+        };
+        let layer = self.user.home.join("bench-bare-layer");
+        self.bare_layer_removed(&layer)?;
+        let stage = StageMount {
+            upper: layer.join("upper"),
+            work: layer.join("work"),
+            merged: layer.join("merged"),
+        };
+        for d in [&stage.upper, &stage.work] {
+            std::fs::create_dir_all(d).map_err(|e| format!("{}: {e}", d.display()))?;
+        }
+        self.user.chown_tree(&layer)?;
+        let mut staged = mounts(STAGED_GRANT)?;
+        for m in &mut staged {
+            m.stage = Some(stage.clone());
+        }
+        Ok(BareStaged {
+            runtime: brokerd::runner::podman::PodmanRuntime::new(&rc),
+            direct: mounts(GRANT)?,
+            staged,
+            layer,
+        })
+    }
+
+    /// One bare `podman run` of the staged bench, timed to its end.
+    fn bare_staged_run(
+        &self,
+        bare: &BareStaged,
+        tool: &str,
+        staged_now: bool,
+        i: usize,
+    ) -> Result<Duration, String> {
+        use proto::tools::ToolName;
+        let (dir, mounts, side) = match staged_now {
+            true => (&self.staged, &bare.staged, "s"),
+            false => (&self.rw, &bare.direct, "d"),
+        };
+        let spec = brokerd::runner::RunSpec {
+            session: proto::ident::Ident::fixed("bench"),
+            call: proto::ident::Ident::parse(format!(
+                "staged-{}-{side}-{i}",
+                tool.replace('_', "-")
+            ))
+            .map_err(|e| e.to_string())?,
+            tool: match tool {
+                "write_file" => ToolName::WriteFile,
+                _ => ToolName::Shell,
+            },
+            input: serde_json::to_vec(&bench_args(tool, dir)).unwrap_or_default(),
+            mounts: mounts.clone(),
+            egress: None,
+            timeout: self.t(Duration::from_secs(30)),
+        };
+        let name = format!("boxmaker-bench-{}", spec.call);
+        let t = std::time::Instant::now();
+        self.bare_podman(&bare.runtime, &spec, &name)?;
+        Ok(t.elapsed())
+    }
+
+    /// The bare side's layer removed: what a container's mapped root left in it goes through
+    /// `podman unshare`, as brokerd's discard does.
+    fn bare_layer_removed(&self, layer: &Path) -> Outcome {
+        if std::fs::symlink_metadata(layer).is_err() {
+            return Ok(());
+        }
+        let mut c = self.user.command(&self.podman);
+        c.arg("unshare").arg("rm").arg("-rf").arg(layer);
+        let (code, out) = crate::system::output(c, self.t(Duration::from_secs(30)))?;
+        check(code == 0 && !layer.exists(), || {
+            format!("{}: {out}", layer.display())
+        })
+    }
+}
+
 /// The percentiles (p50, p95) of `times`, in milliseconds.
 fn p50_p95(times: &mut [Duration]) -> (f64, f64) {
     super::percentiles(times)
@@ -566,29 +676,28 @@ fn p50_p95(times: &mut [Duration]) -> (f64, f64) {
 
 impl Suite {
     /// The staged bench: the same write_file and shell call on the direct grant and on the
-    /// staged one, alternating, `n` each (p50 and p95 through brokerd); then `changes` on a
-    /// layer of exactly 1,000 changed files, with and without diffs, 10 times each.
+    /// staged one, alternating, `n` each (p50 and p95 through brokerd); on Podman also bare,
+    /// `podman run` of the argument lists brokerd builds for each (Podman's own cost of its
+    /// overlay volume); then `changes` on a layer of exactly 1,000 changed files, with and
+    /// without diffs, 10 times each.
     pub(super) fn bench_staged(&mut self, n: usize) -> Result<Value, String> {
         let session = format!("s-bench-staged-{}", std::process::id());
         self.staged_fill()?;
+        let bare = match self.backend {
+            Backend::Podman => Some(self.bare_staged_setup()?),
+            Backend::Bwrap => None,
+        };
         let mut rows = Vec::new();
         for tool in ["write_file", "shell"] {
             let (mut direct, mut staged) = (Vec::new(), Vec::new());
+            let (mut bare_direct, mut bare_staged) = (Vec::new(), Vec::new());
             for i in 0..=n {
                 for staged_now in [i % 2 == 0, i % 2 != 0] {
                     let (grant_dir, into) = match staged_now {
                         true => (self.staged.clone(), &mut staged),
                         false => (self.rw.clone(), &mut direct),
                     };
-                    let args = match tool {
-                        "write_file" => json!({
-                            "path": grant_dir.join("bench.txt").display().to_string(),
-                            "content": "bench\n"
-                        }),
-                        _ => {
-                            json!({ "command": "echo hi > bench.txt", "cwd": grant_dir.display().to_string() })
-                        }
-                    };
+                    let args = bench_args(tool, &grant_dir);
                     let t = std::time::Instant::now();
                     let body = match staged_now {
                         true => self.staged_call(&session, tool, args)?,
@@ -603,6 +712,17 @@ impl Suite {
                         into.push(took);
                     }
                 }
+                if let Some(bare) = &bare {
+                    for staged_now in [i % 2 == 0, i % 2 != 0] {
+                        let took = self.bare_staged_run(bare, tool, staged_now, i)?;
+                        if i > 0 {
+                            match staged_now {
+                                true => bare_staged.push(took),
+                                false => bare_direct.push(took),
+                            }
+                        }
+                    }
+                }
             }
             let (dp50, dp95) = p50_p95(&mut direct);
             let (sp50, sp95) = p50_p95(&mut staged);
@@ -611,14 +731,29 @@ impl Suite {
                 self.backend.as_str(),
                 sp50 / dp50
             );
-            rows.push(json!({
+            let mut row = json!({
                 "tool": tool,
                 "direct_p50_ms": dp50,
                 "direct_p95_ms": dp95,
                 "staged_p50_ms": sp50,
                 "staged_p95_ms": sp95,
                 "ratio_p50": sp50 / dp50,
-            }));
+            });
+            if bare.is_some() {
+                let (bd50, bd95) = p50_p95(&mut bare_direct);
+                let (bs50, bs95) = p50_p95(&mut bare_staged);
+                println!(
+                    "bench {} {tool:<10} bare podman run direct p50 {bd50:>7.1} ms p95 {bd95:>7.1} ms ; bare staged (:O volume) p50 {bs50:>7.1} ms p95 {bs95:>7.1} ms ; ratio p50 {:.2} (n {n})",
+                    self.backend.as_str(),
+                    bs50 / bd50
+                );
+                row["bare_direct_p50_ms"] = json!(bd50);
+                row["bare_direct_p95_ms"] = json!(bd95);
+                row["bare_staged_p50_ms"] = json!(bs50);
+                row["bare_staged_p95_ms"] = json!(bs95);
+                row["bare_ratio_p50"] = json!(bs50 / bd50);
+            }
+            rows.push(row);
         }
         self.discard_all(&session)?;
         // A layer of exactly CHANGES_LAYER changed files: a.txt and b.txt modified, the rest
@@ -665,6 +800,9 @@ impl Suite {
             self.backend.as_str()
         );
         self.discard_all(&session)?;
+        if let Some(bare) = bare {
+            self.bare_layer_removed(&bare.layer)?;
+        }
         Ok(json!({
             "bench": "staged",
             "backend": self.backend.as_str(),
