@@ -176,7 +176,11 @@ writes = "staged"
                 Backend::Podman => host_egress_network(&user, &podman).unwrap_or_default(),
                 Backend::Bwrap => String::new(),
             };
-            (other, config_of(other, &egress))
+            // The scenario tests the layer, not the limits: this run's limit options (a cgroup
+            // mode, --enforce-limits) are the run's backend's, so the other one enforces none.
+            let text = config_of(other, &egress)
+                .replace("enforce_limits = true", "enforce_limits = false");
+            (other, text)
         });
         std::fs::write(&config, text).map_err(|e| format!("{}: {e}", config.display()))?;
         let tailnet_log = opts.one("tailnet-log").map(PathBuf::from);
