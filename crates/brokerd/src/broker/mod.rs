@@ -545,7 +545,7 @@ impl Broker {
         };
         if failed_preflight.is_some() {
             if let Err(e) = self.record(rec.clone()).await {
-                return self.audit_failed(&e);
+                return self.decision_unrecorded(rec, &e, received);
             }
         }
         let outcome = match failed_preflight {
@@ -565,7 +565,7 @@ impl Broker {
         };
         let outcome = match outcome {
             Ok(o) => o,
-            Err(NotRun::Audit(e)) => return self.audit_failed(&e),
+            Err(NotRun::Audit(e)) => return self.decision_unrecorded(rec, &e, received),
             Err(NotRun::Busy) => {
                 rec.status = Some(Ended::Busy);
                 journal(&rec, None, received);

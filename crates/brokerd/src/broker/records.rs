@@ -136,6 +136,25 @@ impl Broker {
             .map_err(|e| format!("the audit task failed: {e}"))?
     }
 
+    /// An allowed call whose decision record could not be written: nothing ran, and its
+    /// decision line goes to the journal first (with status `unavailable`), naming its session
+    /// and call, as a refusal's and an ask's do before their record: on a full audit disk the
+    /// journal is the operator's only trace of it (docs/design.md#audit).
+    pub(super) fn decision_unrecorded(&self, mut rec: Record, e: &str, received: Instant) -> Body {
+        rec.status = Some(Ended::Unavailable);
+        journal(&rec, None, received);
+        tracing::error!(
+            session = rec.session.as_deref().unwrap_or_default(),
+            call = rec.call.as_deref().unwrap_or_default(),
+            error = e,
+            "an audit record could not be written; see {}",
+            runbook::AUDIT_UNWRITABLE
+        );
+        Body::Unavailable {
+            message: AUDIT_UNAVAILABLE.into(),
+        }
+    }
+
     pub(super) fn audit_failed(&self, e: &str) -> Body {
         tracing::error!(
             error = e,

@@ -258,3 +258,46 @@ fn the_journal_and_the_audit_log_use_the_same_words() {
         assert_eq!(serde_json::to_value(e).unwrap(), json!(e.as_str()));
     }
 }
+
+/// On a full audit disk (/dev/full), an allowed call answers unavailable, and the journal
+/// still has its decision line, naming its session and call, before the error line; a refused
+/// one has its line as before. Nothing ran.
+#[test]
+fn a_decision_whose_record_cannot_be_written_is_still_in_the_journal() {
+    let log = common::captured_log();
+    let svc = Service::with(crate::service::Opts {
+        audit: Some(std::path::PathBuf::from("/dev/full")),
+        ..crate::service::Opts::default()
+    });
+    let mut c = svc.connect();
+    let s = "journal-full-disk";
+    let a = c.call(s, "allowed", "auto", "read_file", json!({"path": "a.txt"}));
+    assert_eq!(kind(&a), "unavailable", "{a:?}");
+    let a = c.call(s, "refused", "auto", "read_file", json!({"path": "/etc/x"}));
+    assert_eq!(kind(&a), "unavailable", "{a:?}");
+    assert_eq!(svc.runner.calls(), 0, "nothing ran unaudited");
+    let text = String::from_utf8_lossy(&log.lock().unwrap()).into_owned();
+    let got: Vec<(String, String, String)> = decision_lines(&text, s)
+        .iter()
+        .map(|f| {
+            (
+                get(f, "call").to_string(),
+                get(f, "decision").to_string(),
+                get(f, "status").to_string(),
+            )
+        })
+        .collect();
+    let want = [
+        ("allowed", "allow", "unavailable"),
+        ("refused", "refused", ""),
+    ]
+    .map(|(a, b, c)| (a.to_string(), b.to_string(), c.to_string()));
+    assert_eq!(got, want, "{text}");
+    // The error line that follows the allowed call's decision names it too.
+    let allowed_error = text.lines().any(|l| {
+        l.contains("an audit record could not be written")
+            && l.contains(&format!("session=\"{s}\""))
+            && l.contains("call=\"allowed\"")
+    });
+    assert!(allowed_error, "{text}");
+}
