@@ -243,15 +243,14 @@ fn grant_checks(cfg: &Config, r: &mut Report) {
     }
     for s in crate::protect::scan::survey(cfg) {
         r.check(
-            &format!("grant {}: protected targets in {}", s.grant, s.path.display()),
+            &format!(
+                "grant {}: protected targets in {}",
+                s.grant,
+                s.path.display()
+            ),
             s.outcome
                 .map(|n| format!("{n}, bound read-only in its writable sandboxes"))
-                .map_err(|e| {
-                    format!(
-                        "{e}: its writable calls are refused; raise [runner] {} or set protect = \"classifier\" for the grant",
-                        e.key().unwrap_or("protect_max_entries")
-                    )
-                }),
+                .map_err(|e| format!("{e}: its writable calls are refused; {}", e.remedy())),
         );
     }
 }

@@ -195,10 +195,10 @@ fn check_config(file: &Path, placeholder_grant_dirs: bool) -> ExitCode {
                     Err(e) => {
                         past += 1;
                         eprintln!(
-                            "{}: grants.{}: {e}: its writable calls would be refused; raise [runner] {} or set protect = \"classifier\" for the grant",
+                            "{}: grants.{}: {e}: its writable calls would be refused; {}",
                             file.display(),
                             s.grant,
-                            e.key().unwrap_or("protect_max_entries")
+                            e.remedy()
                         );
                     }
                 }

@@ -260,6 +260,10 @@ pub fn run(opts: &crate::Opts) -> Result<ExitCode, String> {
             Suite::protected_targets_hold,
         ),
         (
+            "protected-targets-hold-when-hidden-from-the-walk",
+            Suite::protected_targets_hold_across_calls,
+        ),
+        (
             "crash-while-a-sandbox-starts-is-swept",
             Suite::crash_while_starting,
         ),

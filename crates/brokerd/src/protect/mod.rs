@@ -62,21 +62,26 @@ pub fn protected_in(
     written_as: &str,
     reached: &Path,
 ) -> Option<Protection> {
+    protected_by_name(written_as, reached).or_else(|| {
+        header_marker(view, reached).map(|marker| Protection::Header {
+            path: written_as.to_string(),
+            marker,
+        })
+    })
+}
+
+/// `protected` by the names alone, reading nothing: for a path that did not resolve inside
+/// the grant, whose file a decision never opens.
+pub fn protected_by_name(written_as: &str, reached: &Path) -> Option<Protection> {
     if let Some(component) = protected_component(Path::new(written_as)) {
         return Some(Protection::Directory {
             path: written_as.to_string(),
             component,
         });
     }
-    if let Some(component) = protected_component(reached) {
-        return Some(Protection::Directory {
-            path: reached.display().to_string(),
-            component,
-        });
-    }
-    header_marker(view, reached).map(|marker| Protection::Header {
-        path: written_as.to_string(),
-        marker,
+    protected_component(reached).map(|component| Protection::Directory {
+        path: reached.display().to_string(),
+        component,
     })
 }
 
@@ -151,7 +156,11 @@ pub const HEADER_READ: u64 = HEADER_BYTES;
 
 /// The generated-file marker in the first lines of an existing regular file.
 fn header_marker(view: &dyn crate::view::View, p: &Path) -> Option<&'static str> {
-    // Not waiting on a FIFO; only regular files are read.
+    // Only regular files are opened (a device's open may do something; a FIFO's may wait),
+    // and only regular files are read, should it have changed in between.
+    if !view.lstat(p).ok()?.file_type().is_file() {
+        return None;
+    }
     let file: File = view.open(p).ok()?;
     if !file.metadata().ok()?.is_file() {
         return None;

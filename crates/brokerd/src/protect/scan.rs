@@ -18,15 +18,18 @@
 //! What a file says in its first lines is read once per version of the file: a file whose
 //! inode, size, modification and change times are those of the last walk keeps its answer.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::ffi::{CStr, CString, OsStr, OsString};
 use std::fmt;
 use std::fs::File;
 use std::io::Read;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use nix::dir::{Dir, Type};
+use nix::errno::Errno;
 use nix::fcntl::{openat, OFlag};
 use nix::sys::stat::{fstat, fstatat, FileStat, Mode, SFlag};
 
@@ -41,6 +44,15 @@ pub enum Kind {
     Directory(&'static str),
     /// A file whose first lines carry this marker.
     Generated(&'static str),
+    /// A file of a protected name (a plain file named `vendor`): a protected target by its
+    /// path, as the refusals read it.
+    Named(&'static str),
+    /// A directory or file the walk could not read, held whole: what it holds, or what its
+    /// first lines say, cannot be known, and the sandbox must not be able to make it readable.
+    Unreadable,
+    /// Another name of a file that has a name inside a protected directory (a hard link):
+    /// writing it would write that file.
+    Linked,
 }
 
 /// One protected target: its path, and a descriptor of what the walk found there.
@@ -100,6 +112,20 @@ impl PastBounds {
             PastBounds::Unreadable { .. } => None,
         }
     }
+
+    /// What the owner can do about it, for the refusal and the reports.
+    pub fn remedy(&self) -> String {
+        match (self, self.key()) {
+            (PastBounds::Unreadable { at, .. }, _) => format!(
+                "make {} readable and searchable by brokerd's user on the host (chmod u+rx) or set protect = \"classifier\" for the grant",
+                at.display()
+            ),
+            (_, Some(key)) => {
+                format!("raise [runner] {key} or set protect = \"classifier\" for the grant")
+            }
+            (_, None) => "set protect = \"classifier\" for the grant".to_string(),
+        }
+    }
 }
 
 /// A file as the last walk saw it, and what its first lines said.
@@ -122,19 +148,27 @@ impl Stamp {
 /// The files of one walk, by (device, inode).
 type Stamps = HashMap<(u64, u64), Stamp>;
 
+/// What the walks of one grant directory remember: the files they read, and the targets they
+/// held, which stay held while their path exists and a walk cannot tell what they are.
+#[derive(Debug, Default)]
+struct Memory {
+    stamps: Stamps,
+    targets: HashMap<PathBuf, Kind>,
+}
+
 /// Walks grant directories, remembering what each file said between walks.
 #[derive(Debug, Default)]
 pub struct Scanner {
     bounds: ProtectBounds,
-    /// By grant directory: the files of its last walk.
-    stamps: Mutex<HashMap<PathBuf, Stamps>>,
+    /// By grant directory: what its walks found.
+    memory: Mutex<HashMap<PathBuf, Memory>>,
 }
 
 impl Scanner {
     pub fn new(bounds: ProtectBounds) -> Scanner {
         Scanner {
             bounds,
-            stamps: Mutex::new(HashMap::new()),
+            memory: Mutex::new(HashMap::new()),
         }
     }
 
@@ -145,14 +179,14 @@ impl Scanner {
     /// The protected targets of the directory `root` (canonical), opened as `dir` (any
     /// descriptor of it, `O_PATH` included).
     pub fn scan(&self, root: &Path, dir: BorrowedFd<'_>) -> Result<Found, PastBounds> {
-        let unreadable = |at: &Path, e: nix::Error| PastBounds::Unreadable {
-            at: at.to_path_buf(),
+        let unreadable = |e: nix::Error| PastBounds::Unreadable {
+            at: root.to_path_buf(),
             why: e.desc().to_string(),
         };
         // A grant directory that is itself vendored or generated is protected whole.
         if let Some(name) = has_protected_component(root) {
             let fd = openat(dir, ".", OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty())
-                .map_err(|e| unreadable(root, e))?;
+                .map_err(unreadable)?;
             let kind = Kind::Directory(leak_name(&name));
             return Ok(Found {
                 targets: vec![Target {
@@ -164,35 +198,57 @@ impl Scanner {
                 entries: 0,
             });
         }
-        let previous = self
-            .stamps
+        let memory = self
+            .memory
             .lock()
-            .map(|mut s| s.remove(root).unwrap_or_default())
+            .map(|mut m| m.remove(root).unwrap_or_default())
             .unwrap_or_default();
-        let mut walk = Walk {
-            bounds: self.bounds,
-            root,
-            previous,
-            seen: HashMap::new(),
-            found: Vec::new(),
-            pins: Vec::new(),
-            entries: 0,
-        };
-        let top = openat(
-            dir,
-            ".",
-            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
-            Mode::empty(),
-        )
-        .map_err(|e| unreadable(root, e))?;
-        let result = walk.dir(top, root.to_path_buf(), None, 0);
+        let mut walk = Walk::new(self.bounds, root, memory.stamps, &memory.targets);
+        let mut result = walk.run(dir);
+        // Another name of a file inside a protected directory: held too, found by a second
+        // walk that knows which files they are (only where such names may exist).
         if result.is_ok() {
-            if let Ok(mut stamps) = self.stamps.lock() {
-                stamps.insert(root.to_path_buf(), walk.seen);
+            match walk.linked_to_protected() {
+                Ok(linked) if linked.is_empty() => {}
+                Ok(linked) => {
+                    let seen = std::mem::take(&mut walk.seen);
+                    walk = Walk::new(self.bounds, root, seen, &memory.targets);
+                    walk.linked = linked;
+                    result = walk.run(dir);
+                }
+                Err(e) => result = Err(e),
             }
         }
         // Found after what they hold; mounted before it.
         walk.pins.sort_by_key(|p| p.path.components().count());
+        let kept = match &result {
+            // What was held stays remembered, and so do the remembered targets inside a
+            // target held whole.
+            Ok(()) => {
+                let mut targets: HashMap<PathBuf, Kind> = walk
+                    .found
+                    .iter()
+                    .map(|t| (t.path.clone(), t.kind))
+                    .collect();
+                for (p, k) in &memory.targets {
+                    if walk.found.iter().any(|t| p.starts_with(&t.path)) {
+                        targets.entry(p.clone()).or_insert(*k);
+                    }
+                }
+                Memory {
+                    stamps: walk.seen,
+                    targets,
+                }
+            }
+            // A walk that did not finish forgets nothing it held.
+            Err(_) => Memory {
+                stamps: Stamps::new(),
+                targets: memory.targets.clone(),
+            },
+        };
+        if let Ok(mut m) = self.memory.lock() {
+            m.insert(root.to_path_buf(), kept);
+        }
         result.map(|()| Found {
             targets: walk.found,
             pins: walk.pins,
@@ -247,94 +303,192 @@ fn leak_name(name: &str) -> &'static str {
         .unwrap_or("generated")
 }
 
+/// Why a directory's walk stopped: a bound (the call is refused), or something in it that
+/// could not be read (the directory is held whole by its parent's walk).
+enum Stop {
+    Bounds(PastBounds),
+    Unreadable(nix::Error),
+}
+
+impl From<PastBounds> for Stop {
+    fn from(e: PastBounds) -> Stop {
+        Stop::Bounds(e)
+    }
+}
+
+/// The files with more than one name, by (device, inode): how many names the file has, and
+/// the paths the walk found it at outside the protected directories.
+type Links = HashMap<(u64, u64), (u64, Vec<PathBuf>)>;
+
 struct Walk<'a> {
     bounds: ProtectBounds,
     root: &'a Path,
     previous: Stamps,
     seen: Stamps,
+    /// What earlier walks held: held again where this walk cannot tell what it is.
+    remembered: &'a HashMap<PathBuf, Kind>,
+    /// Files to hold as another name of a protected one, by (device, inode).
+    linked: HashSet<(u64, u64)>,
+    links: Links,
     found: Vec<Target>,
     pins: Vec<Pin>,
     entries: usize,
 }
 
-impl Walk<'_> {
+impl<'a> Walk<'a> {
+    fn new(
+        bounds: ProtectBounds,
+        root: &'a Path,
+        previous: Stamps,
+        remembered: &'a HashMap<PathBuf, Kind>,
+    ) -> Walk<'a> {
+        Walk {
+            bounds,
+            root,
+            previous,
+            seen: HashMap::new(),
+            remembered,
+            linked: HashSet::new(),
+            links: HashMap::new(),
+            found: Vec::new(),
+            pins: Vec::new(),
+            entries: 0,
+        }
+    }
+
+    /// Walks the grant directory from its descriptor. One that cannot be read is refused
+    /// (holding it whole would make the writable call read-only without saying so).
+    fn run(&mut self, dir: BorrowedFd<'_>) -> Result<(), PastBounds> {
+        let unreadable = |e: nix::Error| PastBounds::Unreadable {
+            at: self.root.to_path_buf(),
+            why: e.desc().to_string(),
+        };
+        let top = openat(
+            dir,
+            ".",
+            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(unreadable)?;
+        // The grant directory's own name counts: a `tmp` in a grant directory named `build`
+        // is `build/tmp`.
+        let name = self.root.file_name().map(OsStr::to_os_string);
+        match self.dir(top, self.root.to_path_buf(), name, 0) {
+            Ok(()) => Ok(()),
+            Err(Stop::Bounds(e)) => Err(e),
+            Err(Stop::Unreadable(e)) => Err(PastBounds::Unreadable {
+                at: self.root.to_path_buf(),
+                why: e.desc().to_string(),
+            }),
+        }
+    }
+
     fn dir(
         &mut self,
         fd: OwnedFd,
         path: PathBuf,
-        name: Option<String>,
+        name: Option<OsString>,
         depth: usize,
-    ) -> Result<(), PastBounds> {
-        let unreadable = |at: &Path, e: nix::Error| PastBounds::Unreadable {
-            at: at.to_path_buf(),
-            why: e.desc().to_string(),
-        };
-        let mut dir = Dir::from_fd(fd).map_err(|e| unreadable(&path, e))?;
-        // Names first, so the directory is read before anything below it is opened.
-        let mut names: Vec<(String, Option<Type>)> = Vec::new();
+    ) -> Result<(), Stop> {
+        let mut dir = Dir::from_fd(fd).map_err(Stop::Unreadable)?;
+        // Names first, so the directory is read before anything below it is opened. Names are
+        // bytes: one that is not UTF-8 is none of the protected names, and is walked as it is.
+        let mut names: Vec<(CString, Option<Type>)> = Vec::new();
         for entry in dir.iter() {
-            let entry = entry.map_err(|e| unreadable(&path, e))?;
+            let entry = entry.map_err(Stop::Unreadable)?;
             let bytes = entry.file_name().to_bytes();
             if bytes == b"." || bytes == b".." {
                 continue;
             }
             self.entries += 1;
             if self.entries > self.bounds.max_entries {
-                return Err(PastBounds::Entries {
+                return Err(Stop::Bounds(PastBounds::Entries {
                     root: self.root.to_path_buf(),
                     max: self.bounds.max_entries,
-                });
+                }));
             }
-            // A name that is not UTF-8 is none of the protected names; its file is still read.
-            names.push((
-                String::from_utf8_lossy(bytes).into_owned(),
-                entry.file_type(),
-            ));
+            names.push((entry.file_name().to_owned(), entry.file_type()));
         }
         // In name order, so that the same tree gives the same answer.
         names.sort_by(|a, b| a.0.cmp(&b.0));
         let targets_before = self.found.len();
         for (entry, kind) in names {
-            let at = path.join(&entry);
+            let entry_name = OsStr::from_bytes(entry.to_bytes());
+            let at = path.join(entry_name);
             let kind = match kind {
                 Some(k) => k,
                 None => match fstatat(
                     dir.as_fd(),
-                    entry.as_str(),
+                    entry.as_c_str(),
                     nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
                 ) {
                     Ok(st) => type_of(&st),
-                    Err(_) => continue,
+                    Err(Errno::ENOENT) => continue,
+                    Err(e) => return Err(Stop::Unreadable(e)),
                 },
             };
             match kind {
                 Type::Directory => {
-                    if let Some(protected) = protected_dir_name(&entry, name.as_deref()) {
+                    let parent = name.as_deref().and_then(OsStr::to_str);
+                    let protected = entry_name
+                        .to_str()
+                        .and_then(|n| protected_dir_name(n, parent));
+                    if let Some(protected) = protected {
                         let flags = OFlag::O_PATH
                             | OFlag::O_DIRECTORY
                             | OFlag::O_NOFOLLOW
                             | OFlag::O_CLOEXEC;
-                        let fd = openat(dir.as_fd(), entry.as_str(), flags, Mode::empty())
-                            .map_err(|e| unreadable(&at, e))?;
-                        self.target(at, fd, Kind::Directory(protected))?;
+                        match openat(dir.as_fd(), entry.as_c_str(), flags, Mode::empty()) {
+                            Ok(fd) => self.target(at, fd, Kind::Directory(protected))?,
+                            Err(e) => self.cannot_tell(dir.as_fd(), &entry, at, e)?,
+                        }
                         continue;
                     }
                     if depth + 1 > self.bounds.max_depth {
-                        return Err(PastBounds::Depth {
+                        return Err(Stop::Bounds(PastBounds::Depth {
                             root: self.root.to_path_buf(),
                             at,
                             max: self.bounds.max_depth,
-                        });
+                        }));
                     }
                     let flags =
                         OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-                    // Gone since it was listed: nothing there to protect.
-                    let Ok(sub) = openat(dir.as_fd(), entry.as_str(), flags, Mode::empty()) else {
-                        continue;
+                    let sub = match openat(dir.as_fd(), entry.as_c_str(), flags, Mode::empty()) {
+                        Ok(sub) => sub,
+                        Err(e) => {
+                            self.cannot_tell(dir.as_fd(), &entry, at, e)?;
+                            continue;
+                        }
                     };
-                    self.dir(sub, at, Some(entry), depth + 1)?;
+                    // What a directory that cannot be read all through holds is not known:
+                    // it is held whole, and nothing found inside it is mounted on its own.
+                    let before = (self.found.len(), self.pins.len());
+                    match self.dir(sub, at.clone(), Some(entry_name.to_os_string()), depth + 1) {
+                        Ok(()) => {}
+                        Err(Stop::Unreadable(_)) => {
+                            self.found.truncate(before.0);
+                            self.pins.truncate(before.1);
+                            self.hold_whole(dir.as_fd(), &entry, at)?;
+                        }
+                        Err(e) => return Err(e),
+                    }
                 }
-                Type::File => self.file(dir.as_fd(), &entry, at)?,
+                Type::File => {
+                    let parent = name.as_deref().and_then(OsStr::to_str);
+                    let named = entry_name
+                        .to_str()
+                        .and_then(|n| protected_dir_name(n, parent));
+                    match named {
+                        Some(named) => {
+                            let flags = OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+                            match openat(dir.as_fd(), entry.as_c_str(), flags, Mode::empty()) {
+                                Ok(fd) => self.target(at, fd, Kind::Named(named))?,
+                                Err(e) => self.cannot_tell(dir.as_fd(), &entry, at, e)?,
+                            }
+                        }
+                        None => self.file(dir.as_fd(), &entry, at)?,
+                    }
+                }
                 // Links are not followed; devices, sockets and FIFOs carry no header.
                 _ => {}
             }
@@ -343,12 +497,54 @@ impl Walk<'_> {
         // just read, by a descriptor of its own.
         if depth > 0 && self.found.len() > targets_before {
             let flags = OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
-            let fd =
-                openat(dir.as_fd(), ".", flags, Mode::empty()).map_err(|e| unreadable(&path, e))?;
+            let fd = openat(dir.as_fd(), ".", flags, Mode::empty()).map_err(Stop::Unreadable)?;
             self.count_mount()?;
             self.pins.push(Pin { path, fd });
         }
         Ok(())
+    }
+
+    /// An entry the walk could not open: gone since it was listed (or replaced by a link or
+    /// a file of another type) is nothing to protect, unless an earlier walk held it; anything
+    /// else (no permission, an I/O error) is held whole.
+    fn cannot_tell(
+        &mut self,
+        dir: BorrowedFd<'_>,
+        name: &CStr,
+        at: PathBuf,
+        e: Errno,
+    ) -> Result<(), Stop> {
+        if matches!(
+            e,
+            Errno::ENOENT | Errno::ENOTDIR | Errno::ELOOP | Errno::ENXIO
+        ) && !self.remembered.contains_key(&at)
+        {
+            return Ok(());
+        }
+        self.hold_whole(dir, name, at)
+    }
+
+    /// Holds the directory or file `name` whole, read-only, by a descriptor that reads
+    /// nothing (`O_PATH`); what was there before keeps its kind. Where even that cannot be
+    /// opened, the directory holding it cannot be searched: that one is held whole instead.
+    fn hold_whole(&mut self, dir: BorrowedFd<'_>, name: &CStr, at: PathBuf) -> Result<(), Stop> {
+        let flags = OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+        let fd = match openat(dir, name, flags, Mode::empty()) {
+            Ok(fd) => fd,
+            Err(Errno::ENOENT) => return Ok(()),
+            Err(e) => return Err(Stop::Unreadable(e)),
+        };
+        let st = fstat(&fd).map_err(Stop::Unreadable)?;
+        // A link or a special file in its place since it was listed: nothing to bind.
+        if !matches!(type_of(&st), Type::Directory | Type::File) {
+            return Ok(());
+        }
+        let kind = self
+            .remembered
+            .get(&at)
+            .copied()
+            .unwrap_or(Kind::Unreadable);
+        Ok(self.target(at, fd, kind)?)
     }
 
     /// One more mount (a target or a pin), within `max_targets`.
@@ -362,12 +558,25 @@ impl Walk<'_> {
         Ok(())
     }
 
-    /// A regular file: a target when its first lines say it is generated.
-    fn file(&mut self, dir: BorrowedFd<'_>, name: &str, at: PathBuf) -> Result<(), PastBounds> {
-        let Ok(st) = fstatat(dir, name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW) else {
-            return Ok(());
+    /// A regular file: a target when its first lines say it is generated, when it is another
+    /// name of a file in a protected directory, or when it cannot be read.
+    fn file(&mut self, dir: BorrowedFd<'_>, name: &CStr, at: PathBuf) -> Result<(), Stop> {
+        let st = match fstatat(dir, name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW) {
+            Ok(st) => st,
+            Err(e) => return self.cannot_tell(dir, name, at, e),
         };
         let id = (st.st_dev, st.st_ino);
+        if self.linked.contains(&id) {
+            let flags = OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+            return match openat(dir, name, flags, Mode::empty()) {
+                Ok(fd) => Ok(self.target(at, fd, Kind::Linked)?),
+                Err(e) => self.cannot_tell(dir, name, at, e),
+            };
+        }
+        if st.st_nlink > 1 {
+            let links = self.links.entry(id).or_insert((st.st_nlink, Vec::new()));
+            links.1.push(at.clone());
+        }
         let known = self.previous.get(&id).filter(|s| s.same_file(&st)).copied();
         let (marker, fd) = match known {
             Some(stamp) => {
@@ -376,10 +585,10 @@ impl Walk<'_> {
                     return Ok(());
                 };
                 let flags = OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-                let Ok(fd) = openat(dir, name, flags, Mode::empty()) else {
-                    return Ok(());
-                };
-                (marker, fd)
+                match openat(dir, name, flags, Mode::empty()) {
+                    Ok(fd) => (marker, fd),
+                    Err(e) => return self.cannot_tell(dir, name, at, e),
+                }
             }
             None => {
                 // O_NONBLOCK: a file swapped for a FIFO since the listing does not hang.
@@ -388,22 +597,20 @@ impl Walk<'_> {
                     | OFlag::O_NONBLOCK
                     | OFlag::O_NOCTTY
                     | OFlag::O_CLOEXEC;
-                let Ok(fd) = openat(dir, name, flags, Mode::empty()) else {
-                    return Ok(());
+                let fd = match openat(dir, name, flags, Mode::empty()) {
+                    Ok(fd) => fd,
+                    Err(e) => return self.cannot_tell(dir, name, at, e),
                 };
                 // What is read is what the descriptor is: its own identity is the one kept.
-                let Ok(st) = fstat(&fd) else { return Ok(()) };
+                let st = fstat(&fd).map_err(Stop::Unreadable)?;
                 if type_of(&st) != Type::File {
                     return Ok(());
                 }
                 let mut head = Vec::new();
                 let mut file = File::from(fd);
-                if (&mut file)
-                    .take(HEADER_READ)
-                    .read_to_end(&mut head)
-                    .is_err()
-                {
-                    return Ok(());
+                if let Err(e) = (&mut file).take(HEADER_READ).read_to_end(&mut head) {
+                    let e = Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO));
+                    return self.cannot_tell(dir, name, at, e);
                 }
                 let marker = marker_in(&head);
                 self.seen.insert(
@@ -421,7 +628,7 @@ impl Walk<'_> {
                 (marker, OwnedFd::from(file))
             }
         };
-        self.target(at, fd, Kind::Generated(marker))
+        Ok(self.target(at, fd, Kind::Generated(marker))?)
     }
 
     fn target(&mut self, path: PathBuf, fd: OwnedFd, kind: Kind) -> Result<(), PastBounds> {
@@ -429,6 +636,117 @@ impl Walk<'_> {
         self.found.push(Target { path, fd, kind });
         Ok(())
     }
+
+    /// The files found with a name the walk did not see and no name it holds: where the
+    /// unseen name is inside a protected directory this walk holds, writing the file would
+    /// write that one. The protected directories are read for their files' identities only
+    /// when such files exist, within `max_entries` of their own; a directory that cannot be
+    /// read, or past the bound, counts as holding every one of them.
+    fn linked_to_protected(&self) -> Result<HashSet<(u64, u64)>, PastBounds> {
+        let held: HashSet<&Path> = self.found.iter().map(|t| t.path.as_path()).collect();
+        let candidates: HashSet<(u64, u64)> = self
+            .links
+            .iter()
+            .filter(|(_, (nlink, paths))| {
+                (paths.len() as u64) < *nlink && !paths.iter().any(|p| held.contains(p.as_path()))
+            })
+            .map(|(id, _)| *id)
+            .collect();
+        if candidates.is_empty() {
+            return Ok(candidates);
+        }
+        let mut inside = HashSet::new();
+        let mut budget = self.bounds.max_entries;
+        for t in &self.found {
+            let whole = matches!(t.kind, Kind::Directory(_) | Kind::Unreadable);
+            if !whole {
+                continue;
+            }
+            let complete = fs_ids(&t.fd, &candidates, &mut inside, &mut budget, 0, self.bounds);
+            if !complete {
+                return Ok(candidates);
+            }
+        }
+        Ok(inside)
+    }
+}
+
+/// Adds to `out` the identities of `wanted` files found below the directory `dir` (an `O_PATH`
+/// descriptor; a file's is checked itself). False where something could not be read or the
+/// budget ran out: the caller then assumes every wanted file is there.
+fn fs_ids(
+    dir: &OwnedFd,
+    wanted: &HashSet<(u64, u64)>,
+    out: &mut HashSet<(u64, u64)>,
+    budget: &mut usize,
+    depth: usize,
+    bounds: ProtectBounds,
+) -> bool {
+    let Ok(st) = fstat(dir) else { return false };
+    match type_of(&st) {
+        Type::File => {
+            if wanted.contains(&(st.st_dev, st.st_ino)) {
+                out.insert((st.st_dev, st.st_ino));
+            }
+            return true;
+        }
+        Type::Directory => {}
+        _ => return true,
+    }
+    if depth > bounds.max_depth {
+        return false;
+    }
+    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    let Ok(fd) = openat(dir.as_fd(), ".", flags, Mode::empty()) else {
+        return false;
+    };
+    // A second descriptor of it for the look-ups, while the first is being read.
+    let Ok(at_fd) = fd.try_clone() else {
+        return false;
+    };
+    let Ok(mut d) = Dir::from_fd(fd) else {
+        return false;
+    };
+    let mut subdirs = Vec::new();
+    for entry in d.iter() {
+        let Ok(entry) = entry else { return false };
+        let bytes = entry.file_name().to_bytes();
+        if bytes == b"." || bytes == b".." {
+            continue;
+        }
+        if *budget == 0 {
+            return false;
+        }
+        *budget -= 1;
+        match entry.file_type() {
+            Some(Type::Symlink | Type::Fifo | Type::Socket) => continue,
+            Some(Type::CharacterDevice | Type::BlockDevice) => continue,
+            Some(Type::Directory) => subdirs.push(entry.file_name().to_owned()),
+            _ => {
+                let at = nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW;
+                let Ok(st) = fstatat(at_fd.as_fd(), entry.file_name(), at) else {
+                    return false;
+                };
+                match type_of(&st) {
+                    Type::File if wanted.contains(&(st.st_dev, st.st_ino)) => {
+                        out.insert((st.st_dev, st.st_ino));
+                    }
+                    Type::Directory => subdirs.push(entry.file_name().to_owned()),
+                    _ => {}
+                }
+            }
+        }
+    }
+    for name in subdirs {
+        let flags = OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+        let Ok(sub) = openat(at_fd.as_fd(), name.as_c_str(), flags, Mode::empty()) else {
+            return false;
+        };
+        if !fs_ids(&sub, wanted, out, budget, depth + 1, bounds) {
+            return false;
+        }
+    }
+    true
 }
 
 fn type_of(st: &FileStat) -> Type {
@@ -448,6 +766,9 @@ impl fmt::Display for Kind {
         match self {
             Kind::Directory(name) => write!(f, "a {name}/ directory"),
             Kind::Generated(marker) => write!(f, "a file marked {marker}"),
+            Kind::Named(name) => write!(f, "a file named {name}"),
+            Kind::Unreadable => write!(f, "a directory or file brokerd cannot read"),
+            Kind::Linked => write!(f, "another name of a file in a protected directory"),
         }
     }
 }

@@ -155,8 +155,7 @@ fn a_vendored_grant_directory_is_one_target() {
     assert_eq!(got, vec![("".into(), Kind::Directory("vendor"))]);
 }
 
-/// A FIFO named like a source file does not hang the walk, and a file that cannot be read is
-/// no target (nothing to protect that brokerd cannot even read).
+/// A FIFO named like a source file does not hang the walk and is no target.
 #[test]
 fn odd_files_do_not_stop_the_walk() {
     let (_keep, root) = tree();
@@ -207,4 +206,165 @@ fn pins_count_as_mounts() {
     };
     assert_eq!(with(12), Ok(6));
     assert_eq!(with(11), Err(Some("protect_max_targets")));
+}
+
+/// Runs `f` on a thread of its own without the capabilities that let root read what its mode
+/// forbids, so that a mode of 000 means to the walk what it means to brokerd's user.
+fn without_dac<T: Send>(f: impl FnOnce() -> T + Send) -> T {
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            for cap in [
+                caps::Capability::CAP_DAC_OVERRIDE,
+                caps::Capability::CAP_DAC_READ_SEARCH,
+            ] {
+                // Capabilities are the thread's own; not root, it has none to drop.
+                let _ = caps::drop(None, caps::CapSet::Effective, cap);
+            }
+            f()
+        })
+        .join()
+        .expect("join")
+    })
+}
+
+fn chmod(p: &Path, mode: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(p, fs::Permissions::from_mode(mode)).expect("chmod");
+}
+
+/// A directory on the way to a target that brokerd cannot read (mode 000, or readable but not
+/// searchable) is held whole, read-only, with nothing below it mounted on its own: the next
+/// sandbox can neither restore its mode nor reach the targets inside.
+#[test]
+fn a_directory_it_cannot_read_is_held_whole() {
+    for mode in [0o000, 0o400, 0o100] {
+        let (_keep, root) = tree();
+        chmod(&root.join("a"), mode);
+        let got = without_dac(|| scan_of(&Scanner::new(bounds()), &root));
+        chmod(&root.join("a"), 0o755);
+        let got = got.expect("scan");
+        let a: Vec<&(String, Kind)> = got.iter().filter(|(r, _)| r.starts_with('a')).collect();
+        // Mode 100 can be searched, not listed: `a` itself is held; mode 400 can be listed,
+        // not searched: its entries cannot be opened, so `a` is held.
+        assert_eq!(a, [&("a".to_string(), Kind::Unreadable)], "mode {mode:o}");
+        assert!(got.iter().any(|(r, _)| r == "vendor"), "{got:?}");
+    }
+}
+
+/// A grant directory brokerd cannot read is refused, and the reason says what to fix on the
+/// host (no bound would help).
+#[test]
+fn a_grant_directory_it_cannot_read_is_refused_with_what_to_fix() {
+    let (_keep, root) = tree();
+    let dir = File::open(&root).expect("open");
+    chmod(&root, 0o000);
+    let got = without_dac(|| Scanner::new(bounds()).scan(&root, dir.as_fd()).map(|_| ()));
+    chmod(&root, 0o755);
+    let e = got.expect_err("refused");
+    assert_eq!(e.key(), None);
+    assert!(e.remedy().contains("chmod u+rx"), "{}", e.remedy());
+    assert!(!e.remedy().contains("protect_max"), "{}", e.remedy());
+}
+
+/// A file brokerd cannot read may say anything in its first lines: it is held; and a target
+/// an earlier walk found keeps its kind when the walk can no longer read it.
+#[test]
+fn a_file_it_cannot_read_is_held_and_keeps_what_it_was() {
+    let (_keep, root) = tree();
+    let scanner = Scanner::new(bounds());
+    let first = scan_of(&scanner, &root).expect("scan");
+    assert!(first.contains(&("src/gen/api.rs".into(), Kind::Generated("@generated"))));
+    chmod(&root.join("src/gen/api.rs"), 0o000);
+    chmod(&root.join("src/main.rs"), 0o000);
+    let got = without_dac(|| scan_of(&scanner, &root)).expect("scan");
+    chmod(&root.join("src/gen/api.rs"), 0o644);
+    chmod(&root.join("src/main.rs"), 0o644);
+    assert!(
+        got.contains(&("src/gen/api.rs".into(), Kind::Generated("@generated"))),
+        "{got:?}"
+    );
+    assert!(
+        got.contains(&("src/main.rs".into(), Kind::Unreadable)),
+        "{got:?}"
+    );
+}
+
+/// Names are bytes: a directory whose name is not UTF-8 is walked, and the `vendor/` inside it
+/// is found at its real path.
+#[test]
+fn names_that_are_not_utf8_are_walked() {
+    use std::os::unix::ffi::OsStrExt;
+    let (_keep, root) = tree();
+    let odd = root.join(std::ffi::OsStr::from_bytes(b"caf\xe9"));
+    fs::create_dir_all(odd.join("vendor")).expect("mkdir");
+    let dir = File::open(&root).expect("open");
+    let found = Scanner::new(bounds())
+        .scan(&root, dir.as_fd())
+        .expect("scan");
+    let held = found
+        .targets
+        .iter()
+        .find(|t| t.path == odd.join("vendor"))
+        .expect("the vendor/ below a name that is not UTF-8 is held");
+    let by_fd = fstat(&held.fd).expect("fstat");
+    let by_path = nix::sys::stat::lstat(&held.path).expect("lstat");
+    assert_eq!(
+        (by_fd.st_ino, by_fd.st_dev),
+        (by_path.st_ino, by_path.st_dev)
+    );
+    assert!(
+        found.pins.iter().any(|p| p.path == odd),
+        "its directory is pinned"
+    );
+}
+
+/// A grant directory named `build`: its own `tmp/` is `build/tmp`.
+#[test]
+fn a_grant_directory_named_build_holds_its_tmp() {
+    let (_keep, root) = tree();
+    let got = scan_of(&Scanner::new(bounds()), &root.join("build")).expect("scan");
+    assert_eq!(got, vec![("tmp".into(), Kind::Directory("build/tmp"))]);
+}
+
+/// Another name of a file in a protected directory (a hard link the host made) is held; two
+/// names of one file both outside protected directories are not, nor is a file that shares
+/// its content with a file outside the grant.
+#[test]
+fn another_name_of_a_protected_file_is_held() {
+    let (_keep, root) = tree();
+    fs::hard_link(root.join("vendor/lib/a.c"), root.join("src/a.c")).expect("link");
+    fs::hard_link(root.join("src/main.rs"), root.join("main2.rs")).expect("link");
+    let outside = root.parent().expect("parent").join("outside.txt");
+    fs::write(&outside, "x\n").expect("write");
+    fs::hard_link(&outside, root.join("shared.txt")).expect("link");
+    let got = scan_of(&Scanner::new(bounds()), &root).expect("scan");
+    assert!(got.contains(&("src/a.c".into(), Kind::Linked)), "{got:?}");
+    for free in ["src/main.rs", "main2.rs", "shared.txt"] {
+        assert!(!got.iter().any(|(r, _)| r == free), "{free}: {got:?}");
+    }
+    // Inside a protected directory it cannot read, any such name is held.
+    chmod(&root.join("vendor/lib"), 0o000);
+    let got = without_dac(|| scan_of(&Scanner::new(bounds()), &root));
+    chmod(&root.join("vendor/lib"), 0o755);
+    let got = got.expect("scan");
+    assert!(got.contains(&("src/a.c".into(), Kind::Linked)), "{got:?}");
+    assert!(
+        got.contains(&("shared.txt".into(), Kind::Linked)),
+        "{got:?}"
+    );
+}
+
+/// A plain file of a protected name is a protected target as the refusals read it, and is
+/// held; a link of that name is not followed, and is no target.
+#[test]
+fn a_file_named_like_a_protected_directory_is_held_and_a_link_is_not() {
+    let (_keep, root) = tree();
+    fs::write(root.join("src/vendor"), "plain\n").expect("write");
+    symlink("../vendor", root.join("src/gen/vendor")).expect("symlink");
+    let got = scan_of(&Scanner::new(bounds()), &root).expect("scan");
+    assert!(
+        got.contains(&("src/vendor".into(), Kind::Named("vendor"))),
+        "{got:?}"
+    );
+    assert!(!got.iter().any(|(r, _)| r == "src/gen/vendor"), "{got:?}");
 }

@@ -26,8 +26,8 @@ use crate::protect::scan::{PastBounds, Pin, Scanner, Target};
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Unprotected {
     #[error(
-        "the protected targets of grant directory {} (generated, vendored and third-party files, which every writable sandbox binds read-only) could not all be found: {why}; nothing was run, and the owner can raise [runner] {key} or set protect = \"classifier\" for the grant",
-        .dir.display(), key = .why.key().unwrap_or("protect_max_entries")
+        "the protected targets of grant directory {} (generated, vendored and third-party files, which every writable sandbox binds read-only) could not all be found: {why}; nothing was run, and the owner can {remedy}",
+        .dir.display(), remedy = .why.remedy()
     )]
     PastBounds { dir: PathBuf, why: PastBounds },
     #[error(
@@ -36,7 +36,7 @@ pub enum Unprotected {
     )]
     Held(PathBuf),
     #[error(
-        "the path {} (a protected target, or a directory holding one) holds ':' or ',', which Podman's --volume cannot carry, so it cannot be bound; nothing was run, and the owner can rename it or set protect = \"classifier\" for the grant",
+        "the path {} (a protected target, or a directory holding one) holds ':' or ',' or a name that is not UTF-8, which Podman's --volume cannot carry, so it cannot be bound; nothing was run, and the owner can rename it or set protect = \"classifier\" for the grant",
         .0.display()
     )]
     Unmountable(PathBuf),

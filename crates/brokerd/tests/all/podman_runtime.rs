@@ -446,6 +446,22 @@ fn protected_targets_become_read_only_volumes() {
         other => panic!("expected a refusal, got {other:?}"),
     }
     assert!(odd.calls().is_empty(), "{:?}", odd.calls());
+
+    // A name that is not UTF-8 cannot reach runc's JSON spec either.
+    use std::os::unix::ffi::OsStrExt;
+    std::fs::remove_dir_all(root.join("a:b")).expect("rm odd");
+    let latin = Case::new("protectedlatin", "echo ran");
+    let caf = root.join(std::ffi::OsStr::from_bytes(b"caf\xe9"));
+    std::fs::create_dir_all(caf.join("vendor")).expect("latin vendor");
+    let mut spec = latin.spec(ToolName::Shell);
+    let mut m = Mount::at(&root, true).expect("mount");
+    m.protect = true;
+    spec.mounts = vec![m];
+    match latin.runtime().run(&spec) {
+        Err(RunError::Unprotected(e)) => assert!(e.to_string().contains("not UTF-8"), "{e}"),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    assert!(latin.calls().is_empty(), "{:?}", latin.calls());
 }
 
 /// Podman runs through the clone spawner with every hook std's `Command` had: a process group

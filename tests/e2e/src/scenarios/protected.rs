@@ -3,7 +3,7 @@
 
 use serde_json::{json, Value};
 
-use super::{call_on, check, show, tree_of, Body, Outcome, Suite, CALL_WAIT, GRANT};
+use super::{call_on, check, show, tree_of, Backend, Body, Outcome, Suite, CALL_WAIT, GRANT};
 
 impl Suite {
     /// A command the classifier cannot read writes, deletes and renames a vendored directory
@@ -105,6 +105,114 @@ impl Suite {
         check(keep == "after\n", || {
             format!("the unprotected file was not written: {keep:?}")
         })
+    }
+
+    /// The walk fails closed, across calls: a call makes the directory holding `vendor/`
+    /// unreadable (`chmod 000`), and the next call, which restores its mode and writes, finds
+    /// it held whole; another name (a hard link the host made) of a vendored file and a plain
+    /// file named `vendor` are held too. A `vendor/` below a name that is not UTF-8 is held on
+    /// bwrap; Podman cannot carry such a path to its runtime, so there the writable call is
+    /// refused, saying so.
+    pub(super) fn protected_targets_hold_across_calls(&mut self) -> Outcome {
+        use std::os::unix::ffi::OsStrExt;
+        let dir = self.rw.join("protected-twice");
+        let _ = std::fs::remove_dir_all(&dir);
+        let setup = || -> std::io::Result<()> {
+            std::fs::create_dir_all(dir.join("sub/vendor"))?;
+            std::fs::write(dir.join("sub/vendor/lib.c"), "int lib;\n")?;
+            std::fs::create_dir_all(dir.join("src"))?;
+            std::fs::hard_link(dir.join("sub/vendor/lib.c"), dir.join("src/lib.c"))?;
+            std::fs::create_dir_all(dir.join("named"))?;
+            std::fs::write(dir.join("named/vendor"), "plain\n")?;
+            std::fs::write(dir.join("keep.txt"), "before\n")?;
+            Ok(())
+        };
+        setup().map_err(|e| format!("host: {e}"))?;
+        self.user.chown_tree(&dir)?;
+        let d = dir.display().to_string();
+        let clean = || {
+            let _ = std::process::Command::new("chmod")
+                .args(["-R", "u+rwx", &d])
+                .status();
+            let _ = std::fs::remove_dir_all(&dir);
+        };
+        let first = format!("chmod 000 {d}/sub\necho hidden\n");
+        let out = self.script_call(&dir.join("hide.sh"), &first)?;
+        check(out.contains("hidden"), || format!("first call: {out:?}"))?;
+        let second = format!(
+            "cd {d}\n\
+             chmod 755 sub; echo x > sub/vendor/lib.c; rm -rf sub/vendor; mv sub s2\n\
+             echo x > src/lib.c; rm -f src/lib.c\n\
+             echo x > named/vendor; rm -f named/vendor\n\
+             echo after > keep.txt\n\
+             echo finished\n"
+        );
+        let out = self.script_call(&dir.join("attack.sh"), &second)?;
+        check(out.contains("finished"), || format!("second call: {out:?}"))?;
+        // The host reads what is there as root, whatever its mode.
+        let read =
+            |p: &std::path::Path| std::fs::read_to_string(p).unwrap_or_else(|e| e.to_string());
+        let got = [
+            read(&dir.join("sub/vendor/lib.c")),
+            read(&dir.join("src/lib.c")),
+            read(&dir.join("named/vendor")),
+            read(&dir.join("keep.txt")),
+        ];
+        let want = ["int lib;\n", "int lib;\n", "plain\n", "after\n"];
+        if got != want {
+            clean();
+            return Err(format!(
+                "held targets changed or the free file did not: {got:?}, want {want:?}; output {out:?}"
+            ));
+        }
+        // A name that is not UTF-8.
+        let odd = dir.join(std::ffi::OsStr::from_bytes(b"caf\xe9"));
+        let made = std::fs::create_dir_all(odd.join("vendor"))
+            .and_then(|()| std::fs::write(odd.join("vendor/x.c"), "int x;\n"));
+        if let Err(e) = made {
+            clean();
+            return Err(format!("host: {e}"));
+        }
+        self.user.chown_tree(&dir)?;
+        let outcome = if self.backend == Backend::Podman {
+            match self.call(
+                "write_file",
+                json!({ "path": dir.join("w.txt"), "content": "x" }),
+            )? {
+                Body::Refused { reason } if reason.contains("not UTF-8") => Ok(()),
+                other => Err(format!(
+                    "a writable call with a target Podman cannot carry: {}",
+                    show(&other)
+                )),
+            }
+        } else {
+            let third = format!(
+                "cd {d}\nfor f in caf*/vendor/x.c; do echo x > \"$f\"; done; rm -rf caf*/vendor\necho finished\n"
+            );
+            self.script_call(&dir.join("third.sh"), &third)
+                .and_then(|out| {
+                    let x = read(&odd.join("vendor/x.c"));
+                    check(out.contains("finished") && x == "int x;\n", || {
+                        format!("the vendor/ below a name that is not UTF-8: {x:?}; output {out:?}")
+                    })
+                })
+        };
+        clean();
+        outcome
+    }
+
+    /// Runs `sh <script>` in the grant, the script written first with write_file: the
+    /// classifier sees no code in it, so `auto` runs it unasked. Its output.
+    fn script_call(&mut self, script: &std::path::Path, text: &str) -> Result<String, String> {
+        match self.call("write_file", json!({ "path": script, "content": text }))? {
+            Body::Result { .. } => {}
+            other => return Err(format!("write_file of the script: {}", show(&other))),
+        }
+        let command = format!("sh {}", script.display());
+        match self.call("shell", json!({ "command": command }))? {
+            Body::Result { content, .. } => Ok(content),
+            other => Err(format!("`{command}`: {}", show(&other))),
+        }
     }
 
     /// The decision and class the audit log records for call `call` of this session.

@@ -336,11 +336,12 @@ impl Steps for PodmanRuntime {
         held: &Held<'_>,
         cleared: &Cleared,
     ) -> Result<Ran<EgressGuard<'a>>, RunError> {
-        // Podman's --volume cannot carry a path with ':' or ','.
+        // Podman's --volume cannot carry a path with ':' or ',', nor its OCI spec (JSON) one
+        // that is not UTF-8.
         let protected: Vec<Over<'_>> = held.mounts().into_iter().map(|(o, _)| o).collect();
         if let Some(o) = protected
             .iter()
-            .find(|o| crate::args::check_grant_path(o.path).is_err())
+            .find(|o| crate::args::check_grant_path(o.path).is_err() || o.path.to_str().is_none())
         {
             let answer = RunError::Unprotected(Unprotected::Unmountable(o.path.to_path_buf()));
             let status = answer.ended().as_str();
