@@ -216,7 +216,7 @@ pub fn expand_in(
             }
             // Only directories the grant holds are listed; elsewhere the sandbox holds nothing
             // of the owner's.
-            let Ok(real) = crate::workspace::follow(view, dir) else {
+            let Ok(real) = crate::workspace::follow(view, dir, roots) else {
                 continue;
             };
             if !roots.iter().any(|r| real.starts_with(r)) {

@@ -154,6 +154,8 @@ impl std::error::Error for PathRefusal {}
 #[derive(Debug, Clone)]
 pub struct Workspace {
     roots: Vec<ResolvedRoot>,
+    /// The directories' paths alone: where a resolution may look.
+    paths: Vec<PathBuf>,
 }
 
 impl Workspace {
@@ -196,7 +198,8 @@ impl Workspace {
                 id,
             });
         }
-        Ok(Workspace { roots: out })
+        let paths = out.iter().map(|r| r.path.clone()).collect();
+        Ok(Workspace { roots: out, paths })
     }
 
     pub fn roots(&self) -> &[ResolvedRoot] {
@@ -238,7 +241,7 @@ impl Workspace {
         } else {
             first.join(path)
         };
-        let real = follow(view, &joined).map_err(refuse)?;
+        let real = follow(view, &joined, &self.paths).map_err(refuse)?;
         // The most specific root wins: a writable directory inside a read-only one is writable.
         let holder = self
             .roots
@@ -315,9 +318,21 @@ fn lexical(p: &Path) -> PathBuf {
     out
 }
 
+/// Whether `p` is a grant directory, inside one, or on the way to one: the only places a
+/// decision looks at (docs/design.md#grants-and-paths).
+fn in_reach(p: &Path, roots: &[PathBuf]) -> bool {
+    roots.iter().any(|r| r.starts_with(p) || p.starts_with(r))
+}
+
 /// Follows every symlink of an absolute path on `view`'s tree, component by component. The
 /// part that does not exist yet is appended as written, and may not contain `..`.
-pub fn follow(view: &dyn View, path: &Path) -> Result<PathBuf, Why> {
+///
+/// Nothing outside `roots` (the grant's directories, canonical) and the directories on the
+/// way to them is looked at: a path that leaves them is returned as it stands from there on,
+/// unresolved, and so lies outside every root. No link of `/proc` or `/dev/fd` (`/proc/self/fd/N`,
+/// `/proc/self/root`) is ever read, and no file system that does not hold a grant directory
+/// is asked anything.
+pub fn follow(view: &dyn View, path: &Path, roots: &[PathBuf]) -> Result<PathBuf, Why> {
     let mut pending: Vec<OsString> = Vec::new();
     push_front(&mut pending, path);
     let mut out = PathBuf::from("/");
@@ -340,6 +355,14 @@ pub fn follow(view: &dyn View, path: &Path) -> Result<PathBuf, Why> {
         if missing {
             out = next;
             continue;
+        }
+        if !in_reach(&next, roots) {
+            // Outside: the rest as written (a `..` in it included), never resolved.
+            out = next;
+            while let Some(rest) = pending.pop() {
+                out.push(rest);
+            }
+            return Ok(out);
         }
         match view.lstat(&next) {
             Ok(m) if m.file_type().is_symlink() => {

@@ -17,9 +17,10 @@ use proto::ident::Ident;
 use tokio::sync::{Notify, Semaphore};
 
 use crate::args;
+use crate::args::ToolArgs;
 use crate::audit::{self, Audit, Decided, Ended, Record, RecordKind};
 use crate::config::{Backend, Config};
-use crate::policy::{Decision, Plan, Policy, Refusal, Why};
+use crate::policy::{Decision, GrantPolicy, Plan, Policy, Refusal, Why};
 use crate::preflight;
 use crate::preview::{preview, ResultStore};
 use crate::probe::{Kept, RETRY_FIRST};
@@ -46,6 +47,11 @@ pub const QUEUE_PER_SLOT: usize = 8;
 pub const RESULT_STORE_BYTES: usize = 256 * 1024 * 1024;
 /// The most sessions remembered as having seen the runner unavailable.
 const MAX_UNAVAILABLE_SESSIONS: usize = 10_000;
+/// The longest a call's decision may take (docs/design.md#life-of-a-call): it reads only a
+/// bounded number of entries of the grant's directories, in microseconds where they answer.
+pub const DECIDE_WITHIN: Duration = Duration::from_secs(5);
+/// Decisions made at once; past it a call is refused (those before it wait on a file system).
+pub const MAX_DECIDING: usize = 32;
 /// Characters in one `result_page`.
 pub const PAGE_CHARS: usize = 50_000;
 
@@ -91,7 +97,10 @@ struct State {
 
 pub struct Broker {
     config: Config,
-    policy: Policy,
+    policy: Arc<Policy>,
+    /// Decisions being made on blocking threads, at most [`MAX_DECIDING`]: one stuck on a
+    /// file system that does not answer holds its permit until it returns.
+    deciding: Arc<Semaphore>,
     runner: Arc<dyn Runner>,
     audit: Arc<Mutex<Audit>>,
     /// The audit head and any stalled record, read without waiting for a record's sync.
@@ -159,7 +168,8 @@ impl Broker {
             waiting: AtomicUsize::new(0),
             in_flight: Arc::new(AtomicUsize::new(0)),
             idle: Arc::new(Notify::new()),
-            policy,
+            policy: Arc::new(policy),
+            deciding: Arc::new(Semaphore::new(MAX_DECIDING)),
             runner,
             audit_watch: audit.watch(),
             audit: Arc::new(Mutex::new(audit)),
@@ -404,9 +414,12 @@ impl Broker {
         // 3. Decide, on the tree the sandbox will see: a staged grant's session sees its
         // layers. Without a runner the decision is still made and audited, and whatever would
         // run is refused (docs/design.md#service).
-        let decision = match self.staged_view(&session, grant) {
-            Some(view) => self.policy.decide_in(&view, grant, &parsed),
-            None => self.policy.decide(grant, &parsed),
+        let decision = match self.decide(&session, grant, &parsed).await {
+            Ok(d) => d,
+            Err(why) => {
+                let refusal = Refusal::new(parsed.target(), why);
+                return self.refused(rec, &session, &tool, refusal, received).await;
+            }
         };
         // The program a shell command runs, from the classifier's parse of it.
         rec.executable = match &decision {
@@ -682,6 +695,49 @@ impl Broker {
         match self.record(rec).await {
             Ok(_) => body,
             Err(e) => self.audit_failed(&e),
+        }
+    }
+
+    /// Decides a call on a blocking thread, within [`DECIDE_WITHIN`]: a decision waits on
+    /// nothing outside the grant's directories, but a grant directory's own file system may
+    /// stop answering (docs/design.md#life-of-a-call). Past the limit the call is refused
+    /// while the thread finishes on its own; the other clients' calls go on.
+    async fn decide(
+        &self,
+        session: &Ident,
+        grant: &GrantPolicy,
+        args: &ToolArgs,
+    ) -> Result<Decision, Why> {
+        let tool = args.tool();
+        let Ok(permit) = self.deciding.clone().try_acquire_owned() else {
+            return Err(Why::Undecided {
+                tool,
+                why: format!("{MAX_DECIDING} decisions are waiting on the grant's file systems"),
+            });
+        };
+        let view = self.staged_view(session, grant);
+        let (policy, name, args) = (self.policy.clone(), grant.name.clone(), args.clone());
+        let task = tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            let g = policy.grant(&name)?;
+            Some(match view {
+                Some(view) => policy.decide_in(&view, g, &args),
+                None => policy.decide(g, &args),
+            })
+        });
+        match tokio::time::timeout(DECIDE_WITHIN, task).await {
+            Ok(Ok(Some(d))) => Ok(d),
+            Ok(_) => Err(Why::Undecided {
+                tool,
+                why: "the decision failed".into(),
+            }),
+            Err(_) => Err(Why::Undecided {
+                tool,
+                why: format!(
+                    "a file it looked at in the grant's directories did not answer within {} s",
+                    DECIDE_WITHIN.as_secs()
+                ),
+            }),
         }
     }
 

@@ -16,7 +16,7 @@ use crate::classify::{Classifier, ClassifierError, CommandClass};
 use crate::config::{Config, Grant, Protect, Writes};
 use crate::glob;
 use crate::mode::{ActionClass, Capabilities, Grant as Permit};
-use crate::protect::{pattern_protected, protected_in, Protection};
+use crate::protect::{pattern_protected, protected_by_name, protected_in, Protection};
 use crate::runner::{Egress, Mount};
 use crate::view::{Host, View};
 use crate::visible::{visible, Visible};
@@ -132,6 +132,9 @@ pub enum Why {
     /// A staged grant's layer cannot take the call (the session's bytes, a layer in use).
     #[error("{0}")]
     Staged(String),
+    /// The decision did not finish: a file system of the grant did not answer.
+    #[error("{tool}: no decision could be made ({why}); nothing was run")]
+    Undecided { tool: ToolName, why: String },
 }
 
 impl Why {
@@ -156,6 +159,7 @@ impl Why {
             Why::UnplacedWrite(_) => "unplaced_write",
             Why::NoRunner => "no_runner",
             Why::Staged(_) => "staged",
+            Why::Undecided { .. } => "undecided",
         }
     }
 }
@@ -384,11 +388,14 @@ impl Policy {
                         continue;
                     }
                     let reached = base.join(w);
-                    let reached = match g.workspace.resolve_in(view, tool, &path_string(&reached)) {
-                        Ok(r) => r.path,
-                        Err(_) => reached,
-                    };
-                    if let Some(why) = protected_in(view, w, &reached) {
+                    // A file outside the grant is judged by its name: a decision opens nothing
+                    // there.
+                    let protection =
+                        match g.workspace.resolve_in(view, tool, &path_string(&reached)) {
+                            Ok(r) => protected_in(view, w, &r.path),
+                            Err(_) => protected_by_name(w, &reached),
+                        };
+                    if let Some(why) = protection {
                         let written = w.clone();
                         return refuse(&a.command, Why::ShellWritesProtected { written, why });
                     }
@@ -397,7 +404,7 @@ impl Policy {
                 // where every grant directory is mounted.
                 for t in &assessment.recursive {
                     let at = base.join(t);
-                    let real = crate::workspace::follow(view, &at).unwrap_or(at);
+                    let real = crate::workspace::follow(view, &at, &roots).unwrap_or(at);
                     if roots.iter().any(|r| r.starts_with(&real)) {
                         assessment.class = CommandClass::Dangerous;
                         assessment.reason = Some(format!(
@@ -551,11 +558,11 @@ fn pattern_protection(
         }
         for m in glob::expand_in(view, &base.join(&alt), roots).ok_or_else(cannot_tell)? {
             let shown = path_string(&m);
-            let reached = match g.workspace.resolve_in(view, tool, &shown) {
-                Ok(r) => r.path,
-                Err(_) => m,
+            let protection = match g.workspace.resolve_in(view, tool, &shown) {
+                Ok(r) => protected_in(view, &shown, &r.path),
+                Err(_) => protected_by_name(&shown, &m),
             };
-            if let Some(p) = protected_in(view, &shown, &reached) {
+            if let Some(p) = protection {
                 return Ok(Some(p));
             }
         }

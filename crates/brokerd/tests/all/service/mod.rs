@@ -41,6 +41,7 @@ mod calls;
 mod lifecycle;
 mod protocol;
 mod secrets;
+mod stalls;
 
 /// How long any one answer may take before the test calls it hung.
 const PATIENCE: Duration = Duration::from_secs(60);
