@@ -260,6 +260,10 @@ pub fn run(opts: &crate::Opts) -> Result<ExitCode, String> {
             Suite::protected_targets_hold,
         ),
         (
+            "descriptors-stall-nothing",
+            Suite::descriptors_stall_nothing,
+        ),
+        (
             "protected-targets-hold-when-hidden-from-the-walk",
             Suite::protected_targets_hold_across_calls,
         ),

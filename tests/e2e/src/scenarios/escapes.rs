@@ -12,6 +12,43 @@ use super::{check, show, Outcome, Suite, CANARY_NAME, CANARY_VALUE, RO_TEXT};
 use crate::system;
 
 impl Suite {
+    /// The model names brokerd's descriptors and the sandbox's own: `read_file` of
+    /// `/proc/self/fd/N`, `/proc/self/root/...` and `/dev/fd/N` is refused at once as outside
+    /// the grant, and a shell that writes through every `/proc/*/fd/*` it finds (its own
+    /// pipes to toolkit and brokerd included) is answered within its time limit; brokerd
+    /// then serves the next call as before.
+    pub(super) fn descriptors_stall_nothing(&mut self) -> Outcome {
+        for path in [
+            "/proc/self/fd/0",
+            "/proc/self/fd/3",
+            "/proc/self/root/etc/hostname",
+            "/dev/fd/1",
+        ] {
+            let started = std::time::Instant::now();
+            match self.call("read_file", json!({ "path": path }))? {
+                Body::Refused { reason }
+                    if reason.contains("is outside the grant's directories") => {}
+                other => return Err(format!("read_file {path}: {}", show(&other))),
+            }
+            check(started.elapsed() < Duration::from_secs(5), || {
+                format!("read_file {path} took {:?}", started.elapsed())
+            })?;
+        }
+        let started = std::time::Instant::now();
+        let command = "for f in /proc/[0-9]*/fd/*; do echo x > $f; done 2>/dev/null; echo looped";
+        let answer = self.call("shell", json!({ "command": command }))?;
+        check(!matches!(answer, Body::Unavailable { .. }), || {
+            format!("`{command}`: {}", show(&answer))
+        })?;
+        check(started.elapsed() < Duration::from_secs(40), || {
+            format!("`{command}` was answered after {:?}", started.elapsed())
+        })?;
+        match self.call("read_file", json!({ "path": self.rw.join("a.txt") }))? {
+            Body::Result { .. } | Body::Failed { .. } => Ok(()),
+            other => Err(format!("the call after it: {}", show(&other))),
+        }
+    }
+
     /// `brokerd check-config` refuses, naming both paths, a grant directory inside a
     /// writable one (a sandbox of the outer one could swap the inner one for a symlink), the
     /// same in either order (bwrap used to bind a writable parent over a read-only child),
