@@ -26,8 +26,10 @@ impl Suite {
         ] {
             let started = std::time::Instant::now();
             match self.call("read_file", json!({ "path": path }))? {
+                // Outside as written: what the link leads to in brokerd is never read.
                 Body::Refused { reason }
-                    if reason.contains("is outside the grant's directories") => {}
+                    if reason.contains("is outside the grant's directories")
+                        && !reason.contains("leads to") => {}
                 other => return Err(format!("read_file {path}: {}", show(&other))),
             }
             check(started.elapsed() < Duration::from_secs(5), || {
