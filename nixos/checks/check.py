@@ -18,6 +18,9 @@
                                          against stub-pkgs.nix: nixpkgs' conventions (meta,
                                          tests on with a skip list), and the VM test's script
                                          compiles and names nothing it does not define
+    check.py vm-units PACKAGES-JSON      the VM test's units on each node (the module's and the
+                                         test's own) in a unit directory: `systemd-analyze
+                                         verify multi-user.target` finds no ordering cycle
     check.py images PACKAGES-JSON        the tools image's two trees (the bwrap root and the
                                          layered image's root) laid out by the expression's own
                                          scripts, with stand-ins for the store paths, hold every
@@ -522,6 +525,51 @@ DRIVER_GLOBALS = {"start_all", "subtest", "machines", "driver", "log", "join_all
                   "t", "os", "Machine"}
 
 
+def vm_units(packages_json):
+    """The VM test's units on each node (the module's and the test's own) in a unit directory,
+    as NixOS writes them ([Unit] dependencies and ordering, a .wants link per wantedBy; systemd
+    adds the default dependencies itself), and `systemd-analyze verify multi-user.target`:
+    the boot transaction must have no ordering cycle, which systemd breaks by dropping a job
+    (a socket, a service or sockets.target itself) and then the test waits for a unit that
+    never starts. Commands are /bin/true: only the order is checked here."""
+    if shutil.which("systemd-analyze") is None:
+        check(False, "vm-units: systemd-analyze is missing (apt-get install systemd)")
+        return
+    nodes = json.loads(Path(packages_json).read_text())["vmTest"]["units"]
+    for node, units in sorted(nodes.items()):
+        with tempfile.TemporaryDirectory() as d:
+            d = Path(d)
+            for kind, section in (("services", "Service"), ("sockets", "Socket")):
+                for name, u in units[kind].items():
+                    unit = f"{name}.{kind[:-1]}"
+                    lines = ["[Unit]"]
+                    lines += [f"{k}={toml_value(v) if isinstance(v, bool) else v}"
+                              for k, v in u["unitConfig"].items() if not isinstance(v, list)]
+                    for key, option in (("Requires", "requires"), ("Wants", "wants"),
+                                        ("After", "after"), ("Before", "before")):
+                        if u[option]:
+                            lines.append(f"{key}={' '.join(u[option])}")
+                    if kind == "services":
+                        lines += ["[Service]", f"Type={u['Type']}", "ExecStart=/bin/true"]
+                    else:
+                        lines += ["[Socket]", f"ListenStream={u['ListenStream']}"]
+                    (d / unit).write_text("\n".join(lines) + "\n")
+                    for target in u["wantedBy"]:
+                        (d / f"{target}.wants").mkdir(exist_ok=True)
+                        os.symlink(f"../{unit}", d / f"{target}.wants" / unit)
+            # The unit directory first, then systemd's own (the empty entry).
+            r = run(["systemd-analyze", "verify", "--man=no", "multi-user.target"],
+                    env={**os.environ, "SYSTEMD_UNIT_PATH": f"{d}:"})
+            out = r.stdout + r.stderr
+            cycles = [l for l in out.splitlines() if "ordering cycle" in l or "break ordering cycle" in l]
+            check(r.returncode == 0 and not cycles,
+                  f"vm-units: {node}: multi-user.target starts without an ordering cycle "
+                  f"(exit {r.returncode}): {cycles or out.strip()}")
+    if not FAILED:
+        print(f"vm-units: the VM test's nodes ({', '.join(sorted(nodes))}) boot to multi-user.target "
+              "without an ordering cycle (systemd-analyze verify)")
+
+
 def undefined_names(source, extra):
     """Names a script reads that nothing in it, the driver or Python defines."""
     tree = ast.parse(source)
@@ -663,7 +711,7 @@ def images(packages_json):
 def main(argv):
     cmd, args = argv[1], argv[2:]
     {"lock": lock, "outputs": outputs, "scripts": scripts, "module": module, "units": units,
-     "packages": packages, "images": images}[cmd](*args)
+     "packages": packages, "images": images, "vm-units": vm_units}[cmd](*args)
     if FAILED:
         print(f"{cmd}: {len(FAILED)} check(s) failed", file=sys.stderr)
         return 1
