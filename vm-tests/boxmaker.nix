@@ -205,11 +205,23 @@ in
             f"DBUS_SESSION_BUS_ADDRESS=unix:path=/run/user/{uid}/bus {cmd}"
         )
 
-    def suite(cmd):
+    # The scenario suite on one backend, through tests/e2e/in-netns.sh: it must exit 0 and end
+    # with its summaries, "<backend>: N passed, 0 failed" and the total, with N at least the
+    # scenarios the suite has (a run that printed nothing, or ran fewer, passed nothing).
+    def suite(cmd, backend):
         out = host.succeed(cmd + " 2>&1")
         for line in out.splitlines():
             if line.startswith(("FAIL ", "podman: ", "bwrap: ")) or line.endswith(" failed"):
                 print(line)
+        runs = re.findall(rf"^{backend}: (\d+) passed, (\d+) failed$", out, re.M)
+        assert runs, f"the suite on {backend} printed no summary: {out[-2000:]}"
+        passed, failed = map(int, runs[-1])
+        assert failed == 0 and passed >= ${toString suite.scenarioCount}, (
+            f"the suite on {backend}: {passed} passed, {failed} failed "
+            f"(the suite has ${toString suite.scenarioCount} scenarios)"
+        )
+        totals = re.findall(r"^\d+ passed, \d+ failed$", out, re.M)
+        assert totals and totals[-1] == f"{passed} passed, 0 failed", f"the suite's total: {totals}"
         return out
 
     def call(node, n, grant, tool, args, session="vm"):
@@ -409,11 +421,11 @@ in
         nothing_left(host, "podman", "after a stop")
 
     with subtest("the end-to-end scenario suite on Podman, limits enforced"):
-        suite("${onPodman}")
+        suite("${onPodman}", "podman")
         nothing_left(host, "podman", "after the suite on Podman")
 
     with subtest("the end-to-end scenario suite on bwrap, limits enforced"):
-        suite("${onBwrap}")
+        suite("${onBwrap}", "bwrap")
         nothing_left(host, "podman", "after the suite on bwrap")
 
     with subtest("bwrap, through the module's socket and unit: Delegate=yes, no capabilities"):

@@ -21,6 +21,9 @@
     check.py vm-units PACKAGES-JSON      the VM test's units on each node (the module's and the
                                          test's own) in a unit directory: `systemd-analyze
                                          verify multi-user.target` finds no ordering cycle
+    check.py suites PACKAGES-JSON        tests/e2e/in-netns.sh's loop over stand-ins for
+                                         boxmaker-e2e, and the VM test's suite() over their
+                                         outputs: no summary, or a failed count, fails
     check.py images PACKAGES-JSON        the tools image's two trees (the bwrap root and the
                                          layered image's root) laid out by the expression's own
                                          scripts, with stand-ins for the store paths, hold every
@@ -31,6 +34,7 @@ import builtins
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -525,6 +529,77 @@ DRIVER_GLOBALS = {"start_all", "subtest", "machines", "driver", "log", "join_all
                   "t", "os", "Machine"}
 
 
+def scenario_count():
+    """The entries of the scenario table in tests/e2e/src/scenarios.rs."""
+    text = (ROOT / "tests/e2e/src/scenarios.rs").read_text()
+    table = text.split("let scenarios", 1)[1].split("];", 1)[0]
+    return table.count("Suite::")
+
+
+# Stand-ins for `boxmaker-e2e run` on podman: what each prints and its status, and whether the
+# suite must count it as passed.
+STAND_INS = [
+    ("exits 0 and prints nothing", "", 0, False),
+    ("prints 3 passed, 1 failed and exits 0", "podman: 3 passed, 1 failed", 0, False),
+    ("prints 0 failed but exits 1", "podman: 3 passed, 0 failed", 1, False),
+    ("prints 3 passed, 0 failed", "podman: 3 passed, 0 failed", 0, True),
+]
+
+
+def suites(packages_json):
+    """The suite's verdicts where a run printed no summary or a failed count: the loop of
+    tests/e2e/in-netns.sh (tests/e2e/suite-tally.sh) over stand-ins for `boxmaker-e2e`, and
+    the VM test's suite() over the same outputs."""
+    tally = ROOT / "tests/e2e/suite-tally.sh"
+    with tempfile.TemporaryDirectory() as d:
+        for what, prints, status, passes in STAND_INS:
+            e2e = Path(d) / "boxmaker-e2e"
+            e2e.write_text(f"#!/bin/sh\n{'echo ' + shlex.quote(prints) if prints else ':'}\nexit {status}\n")
+            e2e.chmod(0o755)
+            work = Path(d) / "work"
+            shutil.rmtree(work, ignore_errors=True)
+            work.mkdir()
+            r = run(["bash", "-c", 'set -euo pipefail; backends=podman; work=$1; e2e=$2; '
+                     'run_backend() { "$e2e" run --backend "$1"; }; . "$3"; run_suites',
+                     "tally", str(work), str(e2e), str(tally)])
+            check((r.returncode == 0) == passes,
+                  f"suites: in-netns.sh's loop {'passes' if passes else 'fails'} a run that {what} "
+                  f"(exit {r.returncode}: {r.stdout.strip()!r})")
+
+    vm = json.loads(Path(packages_json).read_text())["vmTest"]
+    fn = next((n for n in ast.parse(vm["testScript"]).body
+               if isinstance(n, ast.FunctionDef) and n.name == "suite"), None)
+    if fn is None:
+        check(False, "suites: the VM test's script defines suite()")
+        return
+    n = scenario_count()
+
+    class Host:
+        def __init__(self, out):
+            self.out = out
+
+        def succeed(self, cmd):
+            return self.out
+
+    # The stand-ins' outputs as in-netns.sh prints them (its total last); the VM test fails
+    # each, the last one too: 3 is fewer than the suite's scenarios.
+    cases = [(what, f"{prints}\n{prints.split(': ')[1]}\n" if prints else "", False)
+             for what, prints, status, _ in STAND_INS if status == 0]
+    cases.append((f"prints {n} passed, 0 failed", f"ok podman/x\npodman: {n} passed, 0 failed\n{n} passed, 0 failed\n", True))
+    for what, out, passes in cases:
+        scope = {"re": re, "host": Host(out), "print": lambda *a: None}
+        exec(compile(ast.Module(body=[fn], type_ignores=[]), "testScript", "exec"), scope)
+        try:
+            scope["suite"]("true", "podman")
+            ok = True
+        except AssertionError:
+            ok = False
+        check(ok == passes, f"suites: the VM test's suite() {'passes' if passes else 'fails'} a run that {what}")
+    if not FAILED:
+        print(f"suites: in-netns.sh's loop and the VM test's suite() fail a run without a summary or "
+              f"with a failed scenario, and the VM test wants at least {n} passed per backend")
+
+
 def vm_units(packages_json):
     """The VM test's units on each node (the module's and the test's own) in a unit directory,
     as NixOS writes them ([Unit] dependencies and ordering, a .wants link per wantedBy; systemd
@@ -711,7 +786,8 @@ def images(packages_json):
 def main(argv):
     cmd, args = argv[1], argv[2:]
     {"lock": lock, "outputs": outputs, "scripts": scripts, "module": module, "units": units,
-     "packages": packages, "images": images, "vm-units": vm_units}[cmd](*args)
+     "packages": packages, "images": images, "vm-units": vm_units,
+     "suites": suites}[cmd](*args)
     if FAILED:
         print(f"{cmd}: {len(FAILED)} check(s) failed", file=sys.stderr)
         return 1

@@ -103,5 +103,6 @@ python3 nixos/checks/check.py module "$tmp/eval.json" ${brokerd:+"$brokerd"}
 nixi --eval --strict --json nixos/checks/eval-packages.nix --arg lib "$lib" >"$tmp/packages.json"
 python3 nixos/checks/check.py packages "$tmp/packages.json"
 python3 nixos/checks/check.py vm-units "$tmp/packages.json"
+python3 nixos/checks/check.py suites "$tmp/packages.json"
 python3 nixos/checks/check.py images "$tmp/packages.json"
 say "all passed"
