@@ -79,13 +79,18 @@ let
         printf '%s\n' "$got" >$out
       '';
 
-  # Users made by userborn or systemd-sysusers: neither writes /etc/subuid or /etc/subgid in
-  # nixos-26.05 (userborn 0.5 "doesn't handle SUBUID/SUBGIDs"; only the default users script,
-  # update-users-groups.pl, writes them from autoSubUidGidRange and subUidRanges), so the
-  # module writes the service user's range itself, from subIdRange, which it then requires.
-  # As a file (mode 0644), not a link into /etc/static: shadow's newuidmap opens /etc/subuid
-  # with O_NOFOLLOW and refuses a symlink, and rootless Podman could then start nothing.
-  usersWithoutSubIds = config.services.userborn.enable || config.systemd.sysusers.enable;
+  # Who writes the service user's line of /etc/subuid and /etc/subgid (nixos/README.md). The
+  # default users script (update-users-groups.pl) and userborn 1.0 or later (to which
+  # nixpkgs' module hands each user's subUidRanges, subGidRanges and autoSubUidGidRange) write
+  # them from the user's options. systemd-sysusers and older userborn (0.4, nixos-26.05's)
+  # write none: there the module writes subIdRange itself, which it then requires, as a file
+  # (a mode, not a link into /etc/static): shadow's newuidmap opens /etc/subuid with
+  # O_NOFOLLOW and refuses a symlink, and rootless Podman could then start nothing.
+  userbornWritesSubIds =
+    config.services.userborn.enable
+    && lib.versionAtLeast (lib.getVersion config.services.userborn.package) "1.0";
+  usersWithoutSubIds =
+    (config.services.userborn.enable && !userbornWritesSubIds) || config.systemd.sysusers.enable;
   writesSubIds = !isBwrap && usersWithoutSubIds && cfg.subIdRange != null;
   subIdLine = lib.optionalString writesSubIds "${cfg.user}:${toString cfg.subIdRange.start}:${toString cfg.subIdRange.count}\n";
 
@@ -598,6 +603,54 @@ let
         }
       ) statePlaces
     ) grantEntries;
+  # The service user's sub-ID range against every other range of the host: the other users'
+  # subUidRanges and subGidRanges, and the other lines of /etc/subuid and /etc/subgid where
+  # the module writes them. Lines of one file merge as text, so an overlap would pass
+  # silently, and two users' containers would share IDs.
+  subIdOverlapAssertions =
+    let
+      mine = {
+        inherit (cfg.subIdRange) start count;
+      };
+      overlaps = r: r.start < mine.start + mine.count && mine.start < r.start + r.count;
+      shown = r: "${toString r.start}-${toString (r.start + r.count - 1)}";
+      others = lib.filterAttrs (n: _: n != cfg.user) config.users.users;
+      fromUsers =
+        kind: startKey:
+        lib.concatLists (
+          lib.mapAttrsToList (
+            n: u:
+            map (r: {
+              start = r.${startKey};
+              inherit (r) count;
+              who = "users.users.${n}.${kind}";
+            }) (u.${kind} or [ ])
+          ) others
+        );
+      fromFile =
+        file:
+        let
+          text = config.environment.etc.${file}.text or null;
+          lines = lib.filter (l: l != "") (lib.splitString "\n" (if text == null then "" else text));
+          parsed = map (l: lib.splitString ":" l) lines;
+        in
+        map (f: {
+          start = lib.toInt (lib.elemAt f 1);
+          count = lib.toInt (lib.elemAt f 2);
+          who = "/etc/${file} (${lib.head f})";
+        }) (lib.filter (f: lib.length f == 3 && lib.head f != cfg.user) parsed);
+      ranges =
+        fromUsers "subUidRanges" "startUid"
+        ++ fromUsers "subGidRanges" "startGid"
+        ++ fromFile "subuid"
+        ++ fromFile "subgid";
+    in
+    lib.optionals (!isBwrap && cfg.subIdRange != null) (
+      map (r: {
+        assertion = !overlaps r;
+        message = "services.boxmaker.subIdRange: ${cfg.user}'s range ${shown mine} overlaps ${shown r} of ${r.who}: their containers would share IDs. Choose a start outside every other range.";
+      }) ranges
+    );
 in
 {
   options.services.boxmaker = {
@@ -741,9 +794,10 @@ in
       default = null;
       description = ''
         The service user's subordinate ID range; null allocates one (autoSubUidGidRange).
-        Required where users are made by services.userborn or systemd.sysusers, which write no
-        /etc/subuid or /etc/subgid: the module then writes this range into both. Podman
-        backend only: bwrap maps the service user alone.
+        Required where users are made by systemd.sysusers or by services.userborn older than
+        1.0, which write no /etc/subuid or /etc/subgid: the module then writes this range into
+        both. It must not overlap another user's range. Podman backend only: bwrap maps the
+        service user alone.
       '';
     };
 
@@ -809,7 +863,7 @@ in
       }
       {
         assertion = isBwrap || !usersWithoutSubIds || cfg.subIdRange != null;
-        message = "services.boxmaker.subIdRange: users are made by ${if config.services.userborn.enable then "userborn" else "systemd-sysusers"} here, which writes no /etc/subuid or /etc/subgid, and rootless Podman starts no container without a range for ${cfg.user}. Set services.boxmaker.subIdRange = { start = 100000; } (a range no other user has): the module then writes it into both files.";
+        message = "services.boxmaker.subIdRange: users are made by ${if config.services.userborn.enable then "userborn ${lib.getVersion config.services.userborn.package}" else "systemd-sysusers"} here, which writes no /etc/subuid or /etc/subgid, and rootless Podman starts no container without a range for ${cfg.user}. Set services.boxmaker.subIdRange = { start = 2000000000; } (a range no other user has; 100000 and up are where ranges are usually allocated): the module then writes it into both files.";
       }
       {
         assertion = isBwrap || s.bwrap == null;
@@ -849,7 +903,8 @@ in
       message = "services.boxmaker.settings.runner.${k}: ${toString v} ms is not under broker.timeout_ms (${toString s.broker.timeout_ms} ms): the agent loop stops waiting then. Lower it, or raise both.";
     }) limits
     ++ grantAssertions
-    ++ overlapAssertions;
+    ++ overlapAssertions
+    ++ subIdOverlapAssertions;
 
     users.users.${cfg.user} = {
       isSystemUser = true;
@@ -895,13 +950,14 @@ in
       (mkIf writesSubIds {
         # Lines: another module's entries for other users are kept beside this one. A file,
         # not a link (see writesSubIds).
+        # The mode by default only: a host may set its own (any mode keeps it a file).
         subuid = {
           text = subIdLine;
-          mode = "0644";
+          mode = lib.mkDefault "0644";
         };
         subgid = {
           text = subIdLine;
-          mode = "0644";
+          mode = lib.mkDefault "0644";
         };
       })
       (mkIf (!isBwrap) {

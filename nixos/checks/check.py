@@ -393,6 +393,22 @@ def module(eval_json, brokerd=None):
         check(r["userborn"][f + "Mode"] == "0644",
               f"module/userborn: /etc/{f} is a file (mode 0644), not a symlink ({r['userborn'][f + 'Mode']!r})")
         check(r["minimal"][f] is None, f"module/minimal: /etc/{f} left to NixOS's own users module")
+    # The host's own mode, or its own file (with mkForce), without a conflict.
+    own = r["userbornOwnMode"]
+    check(own["failedAssertions"] == [] and own["subuidMode"] == "0600" and own["subgidMode"] == "0644",
+          f"module/userbornOwnMode: the host's mode wins ({own['subuidMode']}, {own['subgidMode']})")
+    own = r["userbornOwnSource"]
+    check(own["failedAssertions"] == [] and own["subuidSource"].endswith("-subuid")
+          and "etc-subuid" not in own["subuidSource"],
+          f"module/userbornOwnSource: the host's own /etc/subuid wins ({own['subuidSource']})")
+    # userborn 1.0 writes them from the user's options: the module is no second writer.
+    for name, ranges in (("userborn1", []), ("userborn1Range", [{"startUid": 400000, "count": 65536}])):
+        c = r[name]
+        check(c["failedAssertions"] == [] and c["subuid"] is None and c["subgid"] is None
+              and c["user"]["subUidRanges"] == ranges
+              and c["user"]["autoSubUidGidRange"] == (ranges == []),
+              f"module/{name}: userborn 1.0 writes the sub-IDs from the user's options, the module "
+              f"writes no /etc/subuid ({c['failedAssertions']}, {c['subuid']!r}, {c['user']['subUidRanges']})")
     # toolsImageId is checked at build time against the ID computed from the image.
     script = r["full"]["imageIdScript"] or ""
     computed = re.search(r"\$\(cat (/nix/store/\S+/image-id)\)", script)

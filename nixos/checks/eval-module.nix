@@ -96,6 +96,7 @@ let
       subuid = config.environment.etc.subuid.text or null;
       subgid = config.environment.etc.subgid.text or null;
       subuidMode = config.environment.etc.subuid.mode or null;
+      subuidSource = toString (config.environment.etc.subuid.source or "");
       subgidMode = config.environment.etc.subgid.mode or null;
       systemPackages = map (p: p.name) config.environment.systemPackages;
       socket = {
@@ -230,6 +231,36 @@ let
     };
   };
 
+  # The host's own mode for the files the module writes: it wins, without a conflict.
+  userbornOwnMode = {
+    inherit (userborn) cfg;
+    nixos = userborn.nixos // {
+      environment.etc.subuid = {
+        text = "builder:500000:65536";
+        mode = "0600";
+      };
+    };
+  };
+  # A host that writes /etc/subuid itself from a file (nixos/README.md: with mkForce).
+  userbornOwnSource = {
+    inherit (userborn) cfg;
+    nixos = {
+      services.userborn.enable = true;
+      environment.etc.subuid.source = lib.mkForce (builtins.toFile "subuid" "boxmaker:400000:65536\n");
+    };
+  };
+  # userborn 1.0 writes sub-IDs from the users' options: the module writes no file, and
+  # needs no subIdRange (autoSubUidGidRange), or hands userborn the one given.
+  userborn1 = {
+    services.userborn.enable = true;
+    services.userborn.package = {
+      type = "derivation";
+      name = "userborn-1.0.0";
+      version = "1.0.0";
+      outPath = "/nix/store/00000000000000000000000000000000-userborn-1.0.0";
+    };
+  };
+
   # The bwrap backend with every default: the tools image's .root, cgroup = "delegated".
   bwrap = {
     enable = true;
@@ -303,7 +334,32 @@ let
     userbornNoRange = {
       cfg.enable = true;
       nixos.services.userborn.enable = true;
-      expect = "services.boxmaker.subIdRange: users are made by userborn here, which writes no /etc/subuid";
+      expect = "services.boxmaker.subIdRange: users are made by userborn 0.4.0 here, which writes no /etc/subuid";
+    };
+    # The usual first range of hand-written and allocated lines, taken by another user.
+    subIdOverlapLine = {
+      cfg = {
+        enable = true;
+        subIdRange.start = 100000;
+      };
+      nixos = {
+        services.userborn.enable = true;
+        environment.etc.subgid.text = "builder:150000:65536";
+      };
+      expect = "services.boxmaker.subIdRange: boxmaker's range 100000-165535 overlaps 150000-215535 of /etc/subgid (builder)";
+    };
+    subIdOverlapUser = {
+      cfg = {
+        enable = true;
+        subIdRange.start = 100000;
+      };
+      nixos.users.users.alice.subUidRanges = [
+        {
+          startUid = 130000;
+          count = 1000;
+        }
+      ];
+      expect = "overlaps 130000-130999 of users.users.alice.subUidRanges";
     };
     sysusersNoRange = {
       cfg.enable = true;
@@ -496,6 +552,10 @@ in
   bwrap = summary (eval bwrap);
   bwrapScope = summary (eval bwrapScope);
   userborn = summary (evalWith userborn.cfg userborn.nixos);
+  userbornOwnMode = summary (evalWith userbornOwnMode.cfg userbornOwnMode.nixos);
+  userbornOwnSource = summary (evalWith userbornOwnSource.cfg userbornOwnSource.nixos);
+  userborn1 = summary (evalWith minimal userborn1);
+  userborn1Range = summary (evalWith userborn.cfg userborn1);
   # bwrap needs no subordinate IDs, whoever makes the users.
   bwrapUserborn = failed (evalWith bwrap { services.userborn.enable = true; });
   disabled = {
