@@ -24,6 +24,9 @@
     check.py suites PACKAGES-JSON        tests/e2e/in-netns.sh's loop over stand-ins for
                                          boxmaker-e2e, and the VM test's suite() over their
                                          outputs: no summary, or a failed count, fails
+    check.py vm-checks PACKAGES-JSON     subtests of the VM test over fake nodes: the stranger's
+                                         refusal and the bwrap suite's leftovers fail for the
+                                         right reason
     check.py images PACKAGES-JSON        the tools image's two trees (the bwrap root and the
                                          layered image's root) laid out by the expression's own
                                          scripts, with stand-ins for the store paths, hold every
@@ -616,6 +619,105 @@ def suites(packages_json):
               f"with a failed scenario, and the VM test wants at least {n} passed per backend")
 
 
+class FakeNode:
+    """A VM test node whose commands answer from a table: the first pattern a command contains
+    gives its output ("" for none). fail() raises unless the answer is a failure (None: the
+    command failed with no output; a str tuple: failed with that output)."""
+
+    def __init__(self, answers):
+        self.answers = answers
+
+    def _answer(self, cmd):
+        return next((out for pat, out in self.answers if pat in cmd), "")
+
+    def succeed(self, cmd):
+        out = self._answer(cmd)
+        if out is None or isinstance(out, tuple):
+            raise AssertionError(f"command failed: {cmd}")
+        return out
+
+    def fail(self, cmd):
+        out = self._answer(cmd)
+        if out is None:
+            return ""
+        if isinstance(out, tuple):
+            return out[0]
+        raise AssertionError(f"command succeeded: {cmd}")
+
+    def execute(self, cmd):
+        out = self._answer(cmd)
+        return (1, "") if out is None else (1, out[0]) if isinstance(out, tuple) else (0, out)
+
+
+def vm_checks(packages_json):
+    """Subtests of the VM test that must fail for the right reason, run over fake nodes: the
+    stranger's refusal must be the socket's "Permission denied" with brokerd not started, and
+    the leftover check after the suite on bwrap must see bwrap's leftovers (scopes and sandbox
+    groups in the service user's manager), not Podman's."""
+    vm = json.loads(Path(packages_json).read_text())["vmTest"]
+    tree = ast.parse(vm["testScript"])
+    defs = [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.Import))]
+    subtests = {}
+    for n in tree.body:
+        if isinstance(n, ast.With):
+            call = n.items[0].context_expr
+            if isinstance(call, ast.Call) and getattr(call.func, "id", "") == "subtest":
+                subtests[call.args[0].value] = n.body
+
+    class Time:
+        @staticmethod
+        def sleep(_):
+            pass
+
+    def outcome(title, host):
+        body = subtests.get(title)
+        if body is None:
+            return f"no subtest {title!r}"
+        scope = {"host": host, "print": lambda *a: None}
+        exec(compile(ast.Module(body=defs + body, type_ignores=[]), "testScript", "exec"), scope)
+        return "passed"
+
+    def run_subtest(title, host):
+        try:
+            return outcome(title, host)
+        except AssertionError as e:
+            return f"failed: {e}"
+
+    stranger = "a user outside the client group cannot connect"
+    refused = "boxctl: cannot connect to /run/boxmaker/broker.sock: Permission denied (os error 13)"
+    for what, boxctl, active, passes in (
+        ("refused by the socket's mode, brokerd inactive", (refused,), None, True),
+        ("failing for another reason", ("boxctl: no such file or directory",), None, False),
+        ("refused, but brokerd started", (refused,), "active", False),
+    ):
+        got = run_subtest(stranger, FakeNode([("boxctl", boxctl), ("is-active", active)]))
+        check(got.startswith("passed") == passes,
+              f"vm-checks: the stranger's subtest {'passes' if passes else 'fails'} a connection {what} ({got})")
+
+    n = scenario_count()
+    bwrap_suite = "the end-to-end scenario suite on bwrap, limits enforced"
+    scope = "/sys/fs/cgroup/user.slice/user-900.slice/user@900.service/boxmaker.slice/boxmaker-s-c-1.scope"
+    for what, found, passes in (("nothing left", "", True), ("a sandbox scope left", scope, False)):
+        host = FakeNode([
+            ("boxmaker-e2e-bwrap", f"bwrap: {n} passed, 0 failed\n{n} passed, 0 failed\n"),
+            ("id -u boxmaker", "900\n"),
+            ("user@900.service", found),
+        ])
+        # time.sleep of nothing_left() must not wait: the script imports time itself.
+        import time as real_time
+        saved, real_time.sleep = real_time.sleep, Time.sleep
+        try:
+            got = run_subtest(bwrap_suite, host)
+        finally:
+            real_time.sleep = saved
+        check(got.startswith("passed") == passes,
+              f"vm-checks: the leftover check after the suite on bwrap "
+              f"{'passes' if passes else 'fails'} with {what} ({got[:200]})")
+    if not FAILED:
+        print("vm-checks: the stranger's refusal must be the socket's, and the bwrap suite's "
+              "leftover check sees bwrap's scopes")
+
+
 def vm_units(packages_json):
     """The VM test's units on each node (the module's and the test's own) in a unit directory,
     as NixOS writes them ([Unit] dependencies and ordering, a .wants link per wantedBy; systemd
@@ -817,7 +919,7 @@ def main(argv):
     cmd, args = argv[1], argv[2:]
     {"lock": lock, "outputs": outputs, "scripts": scripts, "module": module, "units": units,
      "packages": packages, "images": images, "vm-units": vm_units,
-     "suites": suites}[cmd](*args)
+     "suites": suites, "vm-checks": vm_checks}[cmd](*args)
     if FAILED:
         print(f"{cmd}: {len(FAILED)} check(s) failed", file=sys.stderr)
         return 1

@@ -104,5 +104,6 @@ nixi --eval --strict --json nixos/checks/eval-packages.nix --arg lib "$lib" >"$t
 python3 nixos/checks/check.py packages "$tmp/packages.json"
 python3 nixos/checks/check.py vm-units "$tmp/packages.json"
 python3 nixos/checks/check.py suites "$tmp/packages.json"
+python3 nixos/checks/check.py vm-checks "$tmp/packages.json"
 python3 nixos/checks/check.py images "$tmp/packages.json"
 say "all passed"
