@@ -20,11 +20,11 @@ let
   inherit (lib)
     mkOption
     mkEnableOption
-    mkPackageOption
     mkIf
     mkMerge
     types
     literalExpression
+    literalMD
     ;
 
   cfg = config.services.boxmaker;
@@ -398,14 +398,14 @@ let
                   cfg.toolsImageId
                 else
                   imageIdPlaceholder;
-              defaultText = literalExpression "the image ID of services.boxmaker.toolsImage, computed at build time; null (left out) with the bwrap backend";
+              defaultText = literalMD "the image ID of `services.boxmaker.toolsImage`, computed at build time; `null` (left out) with the bwrap backend";
               description = "The tools image by its image ID. Podman only, and only the ID of toolsImage (the image the module loads): leave it unset and set toolsImageId to pin the ID yourself.";
             };
             podman = mkOption {
               type = types.nullOr types.str;
               default =
                 if runner.config.backend == "bwrap" then null else lib.getExe config.virtualisation.podman.package;
-              defaultText = literalExpression "lib.getExe config.virtualisation.podman.package; null (left out) with the bwrap backend";
+              defaultText = literalMD "`lib.getExe config.virtualisation.podman.package`; `null` (left out) with the bwrap backend";
               description = "The podman program. Podman only; null leaves the key out.";
             };
             home = mkOption {
@@ -447,7 +447,7 @@ let
                 ]
               );
               default = if runner.config.backend == "bwrap" then null else "pasta";
-              defaultText = literalExpression ''"pasta"; null (left out) with the bwrap backend'';
+              defaultText = literalMD ''`"pasta"`; `null` (left out) with the bwrap backend'';
               description = "The egress proxy container's network. NixOS's Podman has pasta; slirp4netns only where it is installed for Podman. Podman only.";
             };
           };
@@ -478,7 +478,7 @@ let
           }
         );
         default = if settings.config.runner.backend == "bwrap" then { } else null;
-        defaultText = literalExpression "from services.boxmaker.bwrap when runner.backend = \"bwrap\", else null (no [bwrap] table)";
+        defaultText = literalMD "from `services.boxmaker.bwrap` when `runner.backend = \"bwrap\"`, else `null` (no `[bwrap]` table)";
         description = ''
           The [bwrap] table, written only with runner.backend = "bwrap" (brokerd refuses it
           otherwise). Set it through services.boxmaker.bwrap.
@@ -656,17 +656,19 @@ in
   options.services.boxmaker = {
     enable = mkEnableOption "boxmaker's brokerd, which runs an agent's tool calls in rootless Podman or bubblewrap sandboxes";
 
-    # pkgs.boxmaker where an overlay (or nixpkgs) has one, else the package of this repository.
-    package =
-      mkPackageOption (pkgs // { boxmaker = pkgs.boxmaker or (pkgs.callPackage ./pkgs/boxmaker.nix { }); })
-        "boxmaker"
-        {
-          extraDescription = "It has bin/brokerd and bin/boxctl. Without pkgs.boxmaker (an overlay), the one built from this module's repository.";
-        };
+    # pkgs.boxmaker where an overlay provides it (the flake's overlays.default), else the
+    # package of this repository.
+    package = mkOption {
+      type = types.package;
+      default = pkgs.boxmaker or (pkgs.callPackage ./pkgs/boxmaker.nix { });
+      defaultText = literalMD "`pkgs.boxmaker` where an overlay provides it (the flake's `overlays.default`), else the package of this module's repository (`nixos/pkgs/boxmaker.nix`)";
+      description = "The boxmaker package: bin/brokerd and bin/boxctl.";
+    };
 
     checkConfig = mkOption {
       type = types.bool;
-      default = true;
+      default = pkgs.stdenv.buildPlatform.canExecute pkgs.stdenv.hostPlatform;
+      defaultText = literalExpression "pkgs.stdenv.buildPlatform.canExecute pkgs.stdenv.hostPlatform";
       description = ''
         Run `brokerd check-config` on the generated config at build time, so a bad value fails
         the build with brokerd's own message. Turn it off where the build cannot run the
@@ -678,7 +680,7 @@ in
     toolsImage = mkOption {
       type = types.package;
       default = pkgs.callPackage ../images/tools-image.nix { toolkit = defaultToolkit; };
-      defaultText = literalExpression "images/tools-image.nix with the static toolkit";
+      defaultText = literalMD "the image of `images/tools-image.nix` with the static toolkit";
       description = "The tools image (a docker-archive from dockerTools.buildLayeredImage), loaded into the service user's Podman before brokerd starts (Podman backend). Its .root, the same files as a plain tree, is the bwrap backend's default tools root.";
     };
 
@@ -906,10 +908,12 @@ in
     ++ overlapAssertions
     ++ subIdOverlapAssertions;
 
+    # The user and its group are declared only under the module's own names; a host that
+    # names its own declares them, and gets the settings below merged into its user.
     users.users.${cfg.user} = {
-      isSystemUser = true;
-      group = cfg.group;
-      description = "boxmaker broker";
+      isSystemUser = mkIf (cfg.user == "boxmaker") true;
+      group = mkIf (cfg.user == "boxmaker") cfg.group;
+      description = mkIf (cfg.user == "boxmaker") "boxmaker broker";
       home = cfg.home;
       createHome = true;
       homeMode = "700";
@@ -933,10 +937,10 @@ in
         }
       ];
     };
-    users.groups = {
-      ${cfg.group} = { };
-      ${cfg.clientGroup} = { };
-    };
+    users.groups = mkMerge [
+      (mkIf (cfg.group == "boxmaker") { ${cfg.group} = { }; })
+      { ${cfg.clientGroup} = { }; }
+    ];
 
     # Rootless Podman needs /etc/containers (policy.json, registries.conf, storage.conf) and
     # its package, not what virtualisation.podman adds for everyone else: root's Podman API

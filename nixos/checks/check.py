@@ -100,6 +100,7 @@ def outputs(outputs_json):
             check("vm-boxmaker" in ch, f"flake: checks.{system}.vm-boxmaker (packages.e2e exists)")
         check("default" in o["devShells"][system], f"flake: devShells.{system}.default")
     check("default" in o["nixosModules"], "flake: nixosModules.default")
+    check("default" in o.get("overlays", []), "flake: overlays.default (pkgs.boxmaker, the module's package)")
     print(f"outputs: packages {sorted(o['packages']['x86_64-linux'])}; "
           f"checks {sorted(o['checks']['x86_64-linux'])}")
 
@@ -412,6 +413,24 @@ def module(eval_json, brokerd=None):
               and c["user"]["autoSubUidGidRange"] == (ranges == []),
               f"module/{name}: userborn 1.0 writes the sub-IDs from the user's options, the module "
               f"writes no /etc/subuid ({c['failedAssertions']}, {c['subuid']!r}, {c['user']['subUidRanges']})")
+    # nixpkgs' conventions for options: literalExpression holds Nix only (prose is literalMD),
+    # the package's default names what exists, checkConfig follows the platforms, and the
+    # user and group are declared only under the module's own names.
+    for o in r["docs"]:
+        for key in ("defaultText", "example"):
+            v = o[key]
+            if isinstance(v, dict) and v.get("_type") == "literalExpression":
+                res = run(["nix-instantiate", "--store", "dummy://", "--readonly-mode", "--parse", "-E", f"let config = 0; pkgs = 0; lib = 0; boxmaker = 0; in (\n{v['text']}\n)"])
+                check(res.returncode == 0, f"module/docs: {o['name']} {key} is Nix, or literalMD ({v['text']!r})")
+    docs = {o["name"]: o for o in r["docs"]}
+    pkg = (docs["services.boxmaker.package"]["defaultText"] or {}).get("text", "")
+    check("overlays.default" in pkg, f"module/docs: the package's defaultText names the flake's overlay ({pkg!r})")
+    cc = (docs["services.boxmaker.checkConfig"]["defaultText"] or {}).get("text", "")
+    check(cc == "pkgs.stdenv.buildPlatform.canExecute pkgs.stdenv.hostPlatform",
+          f"module/docs: checkConfig defaults to whether the build can run the host's programs ({cc!r})")
+    own = r["ownUser"]
+    check(own["user"]["isSystemUser"] is False and "svc" not in own["groups"],
+          f"module/ownUser: a user and group of the host's own names are not declared ({own['user']['isSystemUser']}, {own['groups']})")
     # toolsImageId is checked at build time against the ID computed from the image.
     script = r["full"]["imageIdScript"] or ""
     computed = re.search(r"\$\(cat (/nix/store/\S+/image-id)\)", script)

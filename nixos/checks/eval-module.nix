@@ -34,6 +34,11 @@ let
   );
 
   pkgs = {
+    # A native build: the build can run what it builds (checkConfig's default).
+    stdenv = {
+      buildPlatform.canExecute = _: true;
+      hostPlatform = { };
+    };
     runtimeShell = "/nix/store/00000000000000000000000000000000-bash/bin/bash";
     bash = fakeDrv "bash" { };
     coreutils = fakeDrv "coreutils" { };
@@ -89,7 +94,7 @@ let
     in
     {
       failedAssertions = failed config;
-      user = config.users.users.boxmaker or null;
+      user = config.users.users.boxmaker or (config.users.users.svc or null);
       groups = lib.attrNames config.users.groups;
       containers = config.virtualisation.containers.enable;
       podmanModule = config.virtualisation.podman.enable;
@@ -546,6 +551,23 @@ let
 in
 {
   minimal = summary (eval minimal);
+  # The user and group under the host's own names: declared by the host, not the module.
+  ownUser = summary (
+    evalWith {
+      enable = true;
+      user = "svc";
+      group = "svc";
+    } { users.users.svc.group = "svc"; }
+  );
+  # Every option's default and example as the manual shows them.
+  docs = map (o: {
+    inherit (o) name;
+    defaultText = o.default or null;
+    example = o.example or null;
+  }) (lib.optionAttrSetToDocList (lib.evalModules {
+    modules = [ nixosStubs ../module.nix ];
+    specialArgs = { inherit pkgs; };
+  }).options.services.boxmaker);
   noCheck = summary (eval noCheck);
   full = summary (eval full);
   seccompBase = summary (eval seccompBase);
