@@ -16,7 +16,8 @@
                                          the drop-in in effect (where systemd has it)
     check.py packages PACKAGES-JSON      the flake's packages as eval-packages.nix evaluated them
                                          against stub-pkgs.nix: nixpkgs' conventions (meta,
-                                         tests on with a skip list), and the VM test's script
+                                         tests on with a skip list, built without the release
+                                         profile's LTO), and the VM test's script
                                          compiles and names nothing it does not define
     check.py vm-units PACKAGES-JSON      the VM test's units on each node (the module's and the
                                          test's own) in a unit directory: `systemd-analyze
@@ -799,9 +800,41 @@ def undefined_names(source, extra):
                    if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id not in defined})
 
 
+def check_profile(args):
+    """The cargo profile the check phase builds the tests with, as nixpkgs' cargoCheckHook picks
+    it (checkType, whose default is buildType, whose default is "release"; `--profile <it>`
+    unless it is "debug", where `cargo test` takes its test profile), with the profiles it
+    inherits from, nearest first, and its `lto` as Cargo.toml sets it (None: cargo's default,
+    off)."""
+    import tomllib
+    profiles = tomllib.loads((ROOT / "Cargo.toml").read_text()).get("profile", {})
+    check_type = args.get("checkType") or args.get("buildType") or "release"
+    name = "test" if check_type == "debug" else check_type
+    chain, lto = [], None
+    while name and name not in chain:
+        chain.append(name)
+        conf = profiles.get(name, {})
+        if lto is None and "lto" in conf:
+            lto = conf["lto"]
+        name = conf.get("inherits") or {"test": "dev", "bench": "release"}.get(name)
+    return check_type, chain, lto
+
+
 def packages(packages_json):
     data = json.loads(Path(packages_json).read_text())
     pk = data["packages"]
+    # The check phase builds every crate again for its test binaries: not with the release
+    # profile's fat LTO (Cargo.toml), which would make the first build of the package compile
+    # the workspace twice at its slowest.
+    for name in ("boxmaker", "crateTests"):
+        args = pk[name]["args"]
+        if args.get("doCheck") is not True:
+            continue
+        check_type, chain, lto = check_profile(args)
+        check("release" not in chain and lto in (None, False, "off"),
+              f"packages.{name}: the check phase builds its tests without the release profile "
+              f"or LTO (checkType {check_type!r}: cargo profile {' <- '.join(chain)}, lto {lto!r}); "
+              "set checkType = \"debug\" in nixos/pkgs/boxmaker.nix")
     for name in ("boxmaker", "toolkit", "e2e", "crateTests"):
         meta = pk[name]["args"].get("meta", {})
         for field in ("description", "license", "mainProgram", "platforms"):
@@ -821,7 +854,8 @@ def packages(packages_json):
     missing = undefined_names(vm["testScript"], vm["nodes"])
     check(missing == [], f"the VM test's script defines every name it reads (not: {missing})")
     if not FAILED:
-        print(f"packages: meta, tests and skip list of {', '.join(('boxmaker', 'toolkit', 'e2e'))}; "
+        print(f"packages: meta, tests and skip list of {', '.join(('boxmaker', 'toolkit', 'e2e'))}, "
+              f"tests built in cargo's {check_profile(pk['boxmaker']['args'])[1][0]} profile; "
               f"the VM test's script ({len(vm['testScript'].splitlines())} lines) compiles")
 
 

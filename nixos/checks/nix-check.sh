@@ -15,7 +15,8 @@
 #      configs the module checks at build time go through `brokerd check-config`
 #   6. with NIXPKGS_LIB: the flake's packages and checks evaluated against stubs of the nixpkgs
 #      builders they call (nixos/checks/stub-pkgs.nix, which refuse arguments nixpkgs does not
-#      take): nixpkgs' conventions (meta, tests with a skip list), the VM test's script compiles
+#      take): nixpkgs' conventions (meta, tests with a skip list, built without the release
+#      profile's LTO), the VM test's script compiles
 #      and names nothing undefined, each VM node's units (the module's and the test's own)
 #      boot to multi-user.target without an ordering cycle (systemd-analyze verify), and the
 #      tools image's two trees, laid out by the
