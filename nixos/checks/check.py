@@ -839,6 +839,16 @@ def packages(packages_json):
         meta = pk[name]["args"].get("meta", {})
         for field in ("description", "license", "mainProgram", "platforms"):
             check(meta.get(field), f"packages.{name}: meta.{field} is set")
+        # nixos/README.md, "Package metadata": maintainers is a list (empty: none in nixpkgs'
+        # maintainer list), and no homepage but a real https address.
+        check(isinstance(meta.get("maintainers"), list),
+              f"packages.{name}: meta.maintainers is a list (not {meta.get('maintainers')!r})")
+        homepage = meta.get("homepage")
+        check(homepage is None or (
+            isinstance(homepage, str) and re.fullmatch(r"https://[a-z0-9.-]+\.[a-z]{2,}(/\S*)?", homepage)
+            and not re.search(r"OWNER|example\.|localhost|TODO|XXX", homepage, re.I)),
+              f"packages.{name}: meta.homepage is left out or an https address, not a placeholder "
+              f"(not {homepage!r})")
     # nixpkgs' convention: a package runs its tests, skipping what its build sandbox cannot run.
     check(pk["boxmaker"]["args"].get("doCheck") is True, "packages.boxmaker runs its tests (doCheck)")
     skips = [f for f in pk["boxmaker"]["args"].get("checkFlags", []) if f.startswith("--skip=")]
@@ -854,7 +864,7 @@ def packages(packages_json):
     missing = undefined_names(vm["testScript"], vm["nodes"])
     check(missing == [], f"the VM test's script defines every name it reads (not: {missing})")
     if not FAILED:
-        print(f"packages: meta, tests and skip list of {', '.join(('boxmaker', 'toolkit', 'e2e'))}, "
+        print(f"packages: meta (maintainers a list, homepage {pk['boxmaker']['args']['meta'].get('homepage') or 'left out'}), tests and skip list of {', '.join(('boxmaker', 'toolkit', 'e2e'))}, "
               f"tests built in cargo's {check_profile(pk['boxmaker']['args'])[1][0]} profile; "
               f"the VM test's script ({len(vm['testScript'].splitlines())} lines) compiles")
 

@@ -90,8 +90,12 @@ rustPlatform.buildRustPackage {
       done
     '';
 
+  # No homepage: boxmaker has no public address to name, and a made-up one would mislead.
+  # No maintainers: nixpkgs' maintainer list names the maintainers of nixpkgs' own packages,
+  # and this one is built from this repository's flake (nixos/README.md, "Package metadata").
   meta = {
     description = "boxmaker: ${lib.concatStringsSep ", " crates}";
+    maintainers = [ ];
     license = with lib.licenses; [
       mit
       asl20
