@@ -49,6 +49,9 @@
         }
       );
 
+      # pkgs.boxmaker, which the module's package option takes where it is there.
+      overlays.default = final: _prev: { boxmaker = final.callPackage ./nixos/pkgs/boxmaker.nix { }; };
+
       nixosModules.default = ./nixos/module.nix;
       nixosModules.boxmaker = ./nixos/module.nix;
 

@@ -3,7 +3,8 @@
 #
 #   /bin/toolkit                       the static musl toolkit
 #   /bin/busybox                       Debian's busybox-static, and a link to it for every
-#                                      applet in /bin (sh, ls, cat, ...), as the Nix image has:
+#                                      applet of bin/ and sbin/ in /bin (sh, ls, cat, ...), as
+#                                      the Nix image has:
 #                                      the sandbox's PATH is /bin, and a busybox built without
 #                                      FEATURE_SH_STANDALONE (nixpkgs') finds applets only so
 #   /bin/curl                          Debian's curl and every library ldd names (it speaks
@@ -61,8 +62,12 @@ install -m 0755 "$toolkit" "$new/bin/toolkit"
 install -m 0755 /bin/busybox "$new/bin/busybox"
 install -m 0755 /usr/bin/curl "$new/bin/curl"
 applets=0
-for applet in $(/bin/busybox --list); do
-    case "$applet" in */*|busybox) continue ;; esac
+# The applets busybox installs in bin/ and sbin/ (not /linuxrc), all linked in /bin, as
+# images/tools-image.nix links nixpkgs' bin/ and sbin/ (`make nix-check` compares the two).
+for applet in $(/bin/busybox --list-full); do
+    case "$applet" in bin/*|sbin/*|usr/bin/*|usr/sbin/*) ;; *) continue ;; esac
+    applet=${applet##*/}
+    [ "$applet" != busybox ] || continue
     [ -e "$new/bin/$applet" ] || { ln -s busybox "$new/bin/$applet"; applets=$((applets + 1)); }
 done
 [ -L "$new/bin/sh" ] || die "busybox lists no sh applet"

@@ -56,15 +56,17 @@ let
   '';
   curl = lib.getBin pkgsStatic.curl;
   busybox = pkgsStatic.busybox;
-  # busybox and a relative link to it for each applet nixpkgs installs in its bin/: the one
-  # /bin both trees below share.
+  # busybox and a relative link to it in /bin for each applet nixpkgs installs, in its bin/
+  # and its sbin/ (every applet busybox has, as images/build-tools-image.sh links every applet
+  # `busybox --list` names): the one /bin both trees below share. `make nix-check` compares
+  # the two rules over one busybox.
   busyboxBin = runCommand "boxmaker-busybox-bin" { } ''
     mkdir -p $out/bin
     cp ${busybox}/bin/busybox $out/bin/busybox
     chmod 0755 $out/bin/busybox
-    for applet in ${busybox}/bin/*; do
+    for applet in ${busybox}/bin/* ${busybox}/sbin/*; do
       name=''${applet##*/}
-      [ "$name" = busybox ] || ln -s busybox "$out/bin/$name"
+      [ "$name" = busybox ] || [ -e "$out/bin/$name" ] || ln -s busybox "$out/bin/$name"
     done
     for must in sh ls cat; do
       [ -L "$out/bin/$must" ] || { echo "tools-image: busybox has no $must applet" >&2; exit 1; }

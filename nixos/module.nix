@@ -20,11 +20,11 @@ let
   inherit (lib)
     mkOption
     mkEnableOption
-    mkPackageOption
     mkIf
     mkMerge
     types
     literalExpression
+    literalMD
     ;
 
   cfg = config.services.boxmaker;
@@ -79,13 +79,18 @@ let
         printf '%s\n' "$got" >$out
       '';
 
-  # Users made by userborn or systemd-sysusers: neither writes /etc/subuid or /etc/subgid in
-  # nixos-26.05 (userborn 0.5 "doesn't handle SUBUID/SUBGIDs"; only the default users script,
-  # update-users-groups.pl, writes them from autoSubUidGidRange and subUidRanges), so the
-  # module writes the service user's range itself, from subIdRange, which it then requires.
-  # As a file (mode 0644), not a link into /etc/static: shadow's newuidmap opens /etc/subuid
-  # with O_NOFOLLOW and refuses a symlink, and rootless Podman could then start nothing.
-  usersWithoutSubIds = config.services.userborn.enable || config.systemd.sysusers.enable;
+  # Who writes the service user's line of /etc/subuid and /etc/subgid (nixos/README.md). The
+  # default users script (update-users-groups.pl) and userborn 1.0 or later (to which
+  # nixpkgs' module hands each user's subUidRanges, subGidRanges and autoSubUidGidRange) write
+  # them from the user's options. systemd-sysusers and older userborn (0.4, nixos-26.05's)
+  # write none: there the module writes subIdRange itself, which it then requires, as a file
+  # (a mode, not a link into /etc/static): shadow's newuidmap opens /etc/subuid with
+  # O_NOFOLLOW and refuses a symlink, and rootless Podman could then start nothing.
+  userbornWritesSubIds =
+    config.services.userborn.enable
+    && lib.versionAtLeast (lib.getVersion config.services.userborn.package) "1.0";
+  usersWithoutSubIds =
+    (config.services.userborn.enable && !userbornWritesSubIds) || config.systemd.sysusers.enable;
   writesSubIds = !isBwrap && usersWithoutSubIds && cfg.subIdRange != null;
   subIdLine = lib.optionalString writesSubIds "${cfg.user}:${toString cfg.subIdRange.start}:${toString cfg.subIdRange.count}\n";
 
@@ -393,14 +398,14 @@ let
                   cfg.toolsImageId
                 else
                   imageIdPlaceholder;
-              defaultText = literalExpression "the image ID of services.boxmaker.toolsImage, computed at build time; null (left out) with the bwrap backend";
+              defaultText = literalMD "the image ID of `services.boxmaker.toolsImage`, computed at build time; `null` (left out) with the bwrap backend";
               description = "The tools image by its image ID. Podman only, and only the ID of toolsImage (the image the module loads): leave it unset and set toolsImageId to pin the ID yourself.";
             };
             podman = mkOption {
               type = types.nullOr types.str;
               default =
                 if runner.config.backend == "bwrap" then null else lib.getExe config.virtualisation.podman.package;
-              defaultText = literalExpression "lib.getExe config.virtualisation.podman.package; null (left out) with the bwrap backend";
+              defaultText = literalMD "`lib.getExe config.virtualisation.podman.package`; `null` (left out) with the bwrap backend";
               description = "The podman program. Podman only; null leaves the key out.";
             };
             home = mkOption {
@@ -442,7 +447,7 @@ let
                 ]
               );
               default = if runner.config.backend == "bwrap" then null else "pasta";
-              defaultText = literalExpression ''"pasta"; null (left out) with the bwrap backend'';
+              defaultText = literalMD ''`"pasta"`; `null` (left out) with the bwrap backend'';
               description = "The egress proxy container's network. NixOS's Podman has pasta; slirp4netns only where it is installed for Podman. Podman only.";
             };
           };
@@ -473,7 +478,7 @@ let
           }
         );
         default = if settings.config.runner.backend == "bwrap" then { } else null;
-        defaultText = literalExpression "from services.boxmaker.bwrap when runner.backend = \"bwrap\", else null (no [bwrap] table)";
+        defaultText = literalMD "from `services.boxmaker.bwrap` when `runner.backend = \"bwrap\"`, else `null` (no `[bwrap]` table)";
         description = ''
           The [bwrap] table, written only with runner.backend = "bwrap" (brokerd refuses it
           otherwise). Set it through services.boxmaker.bwrap.
@@ -598,22 +603,72 @@ let
         }
       ) statePlaces
     ) grantEntries;
+  # The service user's sub-ID range against every other range of the host: the other users'
+  # subUidRanges and subGidRanges, and the other lines of /etc/subuid and /etc/subgid where
+  # the module writes them. Lines of one file merge as text, so an overlap would pass
+  # silently, and two users' containers would share IDs.
+  subIdOverlapAssertions =
+    let
+      mine = {
+        inherit (cfg.subIdRange) start count;
+      };
+      overlaps = r: r.start < mine.start + mine.count && mine.start < r.start + r.count;
+      shown = r: "${toString r.start}-${toString (r.start + r.count - 1)}";
+      others = lib.filterAttrs (n: _: n != cfg.user) config.users.users;
+      fromUsers =
+        kind: startKey:
+        lib.concatLists (
+          lib.mapAttrsToList (
+            n: u:
+            map (r: {
+              start = r.${startKey};
+              inherit (r) count;
+              who = "users.users.${n}.${kind}";
+            }) (u.${kind} or [ ])
+          ) others
+        );
+      fromFile =
+        file:
+        let
+          text = config.environment.etc.${file}.text or null;
+          lines = lib.filter (l: l != "") (lib.splitString "\n" (if text == null then "" else text));
+          parsed = map (l: lib.splitString ":" l) lines;
+        in
+        map (f: {
+          start = lib.toInt (lib.elemAt f 1);
+          count = lib.toInt (lib.elemAt f 2);
+          who = "/etc/${file} (${lib.head f})";
+        }) (lib.filter (f: lib.length f == 3 && lib.head f != cfg.user) parsed);
+      ranges =
+        fromUsers "subUidRanges" "startUid"
+        ++ fromUsers "subGidRanges" "startGid"
+        ++ fromFile "subuid"
+        ++ fromFile "subgid";
+    in
+    lib.optionals (!isBwrap && cfg.subIdRange != null) (
+      map (r: {
+        assertion = !overlaps r;
+        message = "services.boxmaker.subIdRange: ${cfg.user}'s range ${shown mine} overlaps ${shown r} of ${r.who}: their containers would share IDs. Choose a start outside every other range.";
+      }) ranges
+    );
 in
 {
   options.services.boxmaker = {
     enable = mkEnableOption "boxmaker's brokerd, which runs an agent's tool calls in rootless Podman or bubblewrap sandboxes";
 
-    # pkgs.boxmaker where an overlay (or nixpkgs) has one, else the package of this repository.
-    package =
-      mkPackageOption (pkgs // { boxmaker = pkgs.boxmaker or (pkgs.callPackage ./pkgs/boxmaker.nix { }); })
-        "boxmaker"
-        {
-          extraDescription = "It has bin/brokerd and bin/boxctl. Without pkgs.boxmaker (an overlay), the one built from this module's repository.";
-        };
+    # pkgs.boxmaker where an overlay provides it (the flake's overlays.default), else the
+    # package of this repository.
+    package = mkOption {
+      type = types.package;
+      default = pkgs.boxmaker or (pkgs.callPackage ./pkgs/boxmaker.nix { });
+      defaultText = literalMD "`pkgs.boxmaker` where an overlay provides it (the flake's `overlays.default`), else the package of this module's repository (`nixos/pkgs/boxmaker.nix`)";
+      description = "The boxmaker package: bin/brokerd and bin/boxctl.";
+    };
 
     checkConfig = mkOption {
       type = types.bool;
-      default = true;
+      default = pkgs.stdenv.buildPlatform.canExecute pkgs.stdenv.hostPlatform;
+      defaultText = literalExpression "pkgs.stdenv.buildPlatform.canExecute pkgs.stdenv.hostPlatform";
       description = ''
         Run `brokerd check-config` on the generated config at build time, so a bad value fails
         the build with brokerd's own message. Turn it off where the build cannot run the
@@ -625,7 +680,7 @@ in
     toolsImage = mkOption {
       type = types.package;
       default = pkgs.callPackage ../images/tools-image.nix { toolkit = defaultToolkit; };
-      defaultText = literalExpression "images/tools-image.nix with the static toolkit";
+      defaultText = literalMD "the image of `images/tools-image.nix` with the static toolkit";
       description = "The tools image (a docker-archive from dockerTools.buildLayeredImage), loaded into the service user's Podman before brokerd starts (Podman backend). Its .root, the same files as a plain tree, is the bwrap backend's default tools root.";
     };
 
@@ -741,9 +796,10 @@ in
       default = null;
       description = ''
         The service user's subordinate ID range; null allocates one (autoSubUidGidRange).
-        Required where users are made by services.userborn or systemd.sysusers, which write no
-        /etc/subuid or /etc/subgid: the module then writes this range into both. Podman
-        backend only: bwrap maps the service user alone.
+        Required where users are made by systemd.sysusers or by services.userborn older than
+        1.0, which write no /etc/subuid or /etc/subgid: the module then writes this range into
+        both. It must not overlap another user's range. Podman backend only: bwrap maps the
+        service user alone.
       '';
     };
 
@@ -809,7 +865,7 @@ in
       }
       {
         assertion = isBwrap || !usersWithoutSubIds || cfg.subIdRange != null;
-        message = "services.boxmaker.subIdRange: users are made by ${if config.services.userborn.enable then "userborn" else "systemd-sysusers"} here, which writes no /etc/subuid or /etc/subgid, and rootless Podman starts no container without a range for ${cfg.user}. Set services.boxmaker.subIdRange = { start = 100000; } (a range no other user has): the module then writes it into both files.";
+        message = "services.boxmaker.subIdRange: users are made by ${if config.services.userborn.enable then "userborn ${lib.getVersion config.services.userborn.package}" else "systemd-sysusers"} here, which writes no /etc/subuid or /etc/subgid, and rootless Podman starts no container without a range for ${cfg.user}. Set services.boxmaker.subIdRange = { start = 2000000000; } (a range no other user has; 100000 and up are where ranges are usually allocated): the module then writes it into both files.";
       }
       {
         assertion = isBwrap || s.bwrap == null;
@@ -849,12 +905,15 @@ in
       message = "services.boxmaker.settings.runner.${k}: ${toString v} ms is not under broker.timeout_ms (${toString s.broker.timeout_ms} ms): the agent loop stops waiting then. Lower it, or raise both.";
     }) limits
     ++ grantAssertions
-    ++ overlapAssertions;
+    ++ overlapAssertions
+    ++ subIdOverlapAssertions;
 
+    # The user and its group are declared only under the module's own names; a host that
+    # names its own declares them, and gets the settings below merged into its user.
     users.users.${cfg.user} = {
-      isSystemUser = true;
-      group = cfg.group;
-      description = "boxmaker broker";
+      isSystemUser = mkIf (cfg.user == "boxmaker") true;
+      group = mkIf (cfg.user == "boxmaker") cfg.group;
+      description = mkIf (cfg.user == "boxmaker") "boxmaker broker";
       home = cfg.home;
       createHome = true;
       homeMode = "700";
@@ -878,10 +937,10 @@ in
         }
       ];
     };
-    users.groups = {
-      ${cfg.group} = { };
-      ${cfg.clientGroup} = { };
-    };
+    users.groups = mkMerge [
+      (mkIf (cfg.group == "boxmaker") { ${cfg.group} = { }; })
+      { ${cfg.clientGroup} = { }; }
+    ];
 
     # Rootless Podman needs /etc/containers (policy.json, registries.conf, storage.conf) and
     # its package, not what virtualisation.podman adds for everyone else: root's Podman API
@@ -895,13 +954,14 @@ in
       (mkIf writesSubIds {
         # Lines: another module's entries for other users are kept beside this one. A file,
         # not a link (see writesSubIds).
+        # The mode by default only: a host may set its own (any mode keeps it a file).
         subuid = {
           text = subIdLine;
-          mode = "0644";
+          mode = lib.mkDefault "0644";
         };
         subgid = {
           text = subIdLine;
-          mode = "0644";
+          mode = lib.mkDefault "0644";
         };
       })
       (mkIf (!isBwrap) {

@@ -117,7 +117,10 @@ let
       networking.nameservers = [ "192.0.2.53" ];
       systemd.services.boxmaker-test-hosts = {
         wantedBy = [ "multi-user.target" ];
-        before = [ "boxmaker.socket" ];
+        # Before brokerd, not its socket: an ordinary service comes after basic.target, which
+        # comes after sockets.target and so after the socket, and systemd would break that
+        # cycle by dropping a job (`make nix-check` verifies the boot with systemd-analyze).
+        before = [ "boxmaker.service" ];
         path = [
           pkgs.iproute2
           pkgs.gawk
@@ -202,11 +205,23 @@ in
             f"DBUS_SESSION_BUS_ADDRESS=unix:path=/run/user/{uid}/bus {cmd}"
         )
 
-    def suite(cmd):
+    # The scenario suite on one backend, through tests/e2e/in-netns.sh: it must exit 0 and end
+    # with its summaries, "<backend>: N passed, 0 failed" and the total, with N at least the
+    # scenarios the suite has (a run that printed nothing, or ran fewer, passed nothing).
+    def suite(cmd, backend):
         out = host.succeed(cmd + " 2>&1")
         for line in out.splitlines():
             if line.startswith(("FAIL ", "podman: ", "bwrap: ")) or line.endswith(" failed"):
                 print(line)
+        runs = re.findall(rf"^{backend}: (\d+) passed, (\d+) failed$", out, re.M)
+        assert runs, f"the suite on {backend} printed no summary: {out[-2000:]}"
+        passed, failed = map(int, runs[-1])
+        assert failed == 0 and passed >= ${toString suite.scenarioCount}, (
+            f"the suite on {backend}: {passed} passed, {failed} failed "
+            f"(the suite has ${toString suite.scenarioCount} scenarios)"
+        )
+        totals = re.findall(r"^\d+ passed, \d+ failed$", out, re.M)
+        assert totals and totals[-1] == f"{passed} passed, 0 failed", f"the suite's total: {totals}"
         return out
 
     def call(node, n, grant, tool, args, session="vm"):
@@ -221,14 +236,24 @@ in
 
     # What a sandbox of this host leaves when it is not cleaned up: containers of the service
     # user (storage-only ones included) with brokerd's names, sandbox cgroups anywhere in the
-    # unit's own cgroup (and the unit's cgroup itself once the unit is stopped), sandbox and
-    # proxy processes of the service user, and egress directories.
+    # unit's own cgroup (and the unit's cgroup itself once the unit is stopped), or with
+    # "bwrap-scope" (the suite's brokerd, cgroup = "systemd-scope") the transient scopes and
+    # sandbox groups in the service user's manager, sandbox and proxy processes of the
+    # service user, and egress directories.
     def leftovers(node, backend, cgroup=None):
         left = []
         if backend == "podman":
             names = as_boxmaker("podman ps -a --external --format '{{.Names}}'", node).split()
             left += [f"container {n}" for n in names if n.startswith("boxmaker-")]
             procs = node.succeed("pgrep -u boxmaker -a -f 'conmon|/bin/toolkit' || true").strip()
+        elif backend == "bwrap-scope":
+            uid = node.succeed("id -u boxmaker").strip()
+            manager = f"/sys/fs/cgroup/user.slice/user-{uid}.slice/user@{uid}.service"
+            left += node.succeed(
+                f"find {manager} -mindepth 1 -type d \\( -name 'boxmaker-*.scope' -o -name 'sandbox-*' \\) "
+                "2>/dev/null || true"
+            ).split()
+            procs = node.succeed("pgrep -u boxmaker -a -f 'bwrap|/bin/toolkit' || true").strip()
         else:
             cg = cgroup or node.succeed(
                 "systemctl show -p ControlGroup --value boxmaker.service"
@@ -344,7 +369,11 @@ in
         host.fail("systemctl is-active boxmaker.service")
 
     with subtest("a user outside the client group cannot connect"):
-        host.fail("runuser -u stranger -- boxctl --socket ${socket} status")
+        # Refused by the socket's mode (0660, root:boxmaker-clients), not any other error, and
+        # brokerd is not started.
+        out = host.fail("runuser -u stranger -- boxctl --socket ${socket} status 2>&1")
+        assert "Permission denied" in out, out
+        host.fail("systemctl is-active boxmaker.service")
 
     with subtest("the first connection starts brokerd as boxmaker, ready after a preflight that read its limits back"):
         status = json.loads(host.succeed("runuser -u loopd -- boxctl --socket ${socket} status"))
@@ -406,12 +435,12 @@ in
         nothing_left(host, "podman", "after a stop")
 
     with subtest("the end-to-end scenario suite on Podman, limits enforced"):
-        suite("${onPodman}")
+        suite("${onPodman}", "podman")
         nothing_left(host, "podman", "after the suite on Podman")
 
     with subtest("the end-to-end scenario suite on bwrap, limits enforced"):
-        suite("${onBwrap}")
-        nothing_left(host, "podman", "after the suite on bwrap")
+        suite("${onBwrap}", "bwrap")
+        nothing_left(host, "bwrap-scope", "after the suite on bwrap")
 
     with subtest("bwrap, through the module's socket and unit: Delegate=yes, no capabilities"):
         bwrapHost.wait_for_unit("multi-user.target")

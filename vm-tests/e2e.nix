@@ -43,11 +43,21 @@ rec {
     root = ../.;
     fileset = lib.fileset.unions [
       ../tests/e2e/in-netns.sh
+      ../tests/e2e/suite-tally.sh
       ../tests/e2e/hosts-net.sh
       ../tests/e2e/pasta-layout.sh
       ../scripts/as-boxmaker
     ];
   };
+
+  # How many scenarios a full run has on each backend: the entries of the table in
+  # tests/e2e/src/scenarios.rs. A run that passed fewer ran less than the suite.
+  scenarioCount =
+    let
+      source = builtins.readFile ../tests/e2e/src/scenarios.rs;
+      table = lib.head (lib.splitString "];" (lib.elemAt (lib.splitString "let scenarios" source) 1));
+    in
+    lib.length (lib.splitString "Suite::" table) - 1;
 
   # A shell command (run as root on a host with the service user `boxmaker`, its Podman and
   # bwrap) that runs the suite on `backends` against `brokerd`; it prints the scenario lines,

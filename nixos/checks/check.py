@@ -16,8 +16,18 @@
                                          the drop-in in effect (where systemd has it)
     check.py packages PACKAGES-JSON      the flake's packages as eval-packages.nix evaluated them
                                          against stub-pkgs.nix: nixpkgs' conventions (meta,
-                                         tests on with a skip list), and the VM test's script
+                                         tests on with a skip list, built without the release
+                                         profile's LTO), and the VM test's script
                                          compiles and names nothing it does not define
+    check.py vm-units PACKAGES-JSON      the VM test's units on each node (the module's and the
+                                         test's own) in a unit directory: `systemd-analyze
+                                         verify multi-user.target` finds no ordering cycle
+    check.py suites PACKAGES-JSON        tests/e2e/in-netns.sh's loop over stand-ins for
+                                         boxmaker-e2e, and the VM test's suite() over their
+                                         outputs: no summary, or a failed count, fails
+    check.py vm-checks PACKAGES-JSON     subtests of the VM test over fake nodes: the stranger's
+                                         refusal and the bwrap suite's leftovers fail for the
+                                         right reason
     check.py images PACKAGES-JSON        the tools image's two trees (the bwrap root and the
                                          layered image's root) laid out by the expression's own
                                          scripts, with stand-ins for the store paths, hold every
@@ -28,6 +38,7 @@ import builtins
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -90,6 +101,7 @@ def outputs(outputs_json):
             check("vm-boxmaker" in ch, f"flake: checks.{system}.vm-boxmaker (packages.e2e exists)")
         check("default" in o["devShells"][system], f"flake: devShells.{system}.default")
     check("default" in o["nixosModules"], "flake: nixosModules.default")
+    check("default" in o.get("overlays", []), "flake: overlays.default (pkgs.boxmaker, the module's package)")
     print(f"outputs: packages {sorted(o['packages']['x86_64-linux'])}; "
           f"checks {sorted(o['checks']['x86_64-linux'])}")
 
@@ -386,6 +398,40 @@ def module(eval_json, brokerd=None):
         check(r["userborn"][f + "Mode"] == "0644",
               f"module/userborn: /etc/{f} is a file (mode 0644), not a symlink ({r['userborn'][f + 'Mode']!r})")
         check(r["minimal"][f] is None, f"module/minimal: /etc/{f} left to NixOS's own users module")
+    # The host's own mode, or its own file (with mkForce), without a conflict.
+    own = r["userbornOwnMode"]
+    check(own["failedAssertions"] == [] and own["subuidMode"] == "0600" and own["subgidMode"] == "0644",
+          f"module/userbornOwnMode: the host's mode wins ({own['subuidMode']}, {own['subgidMode']})")
+    own = r["userbornOwnSource"]
+    check(own["failedAssertions"] == [] and own["subuidSource"].endswith("-subuid")
+          and "etc-subuid" not in own["subuidSource"],
+          f"module/userbornOwnSource: the host's own /etc/subuid wins ({own['subuidSource']})")
+    # userborn 1.0 writes them from the user's options: the module is no second writer.
+    for name, ranges in (("userborn1", []), ("userborn1Range", [{"startUid": 400000, "count": 65536}])):
+        c = r[name]
+        check(c["failedAssertions"] == [] and c["subuid"] is None and c["subgid"] is None
+              and c["user"]["subUidRanges"] == ranges
+              and c["user"]["autoSubUidGidRange"] == (ranges == []),
+              f"module/{name}: userborn 1.0 writes the sub-IDs from the user's options, the module "
+              f"writes no /etc/subuid ({c['failedAssertions']}, {c['subuid']!r}, {c['user']['subUidRanges']})")
+    # nixpkgs' conventions for options: literalExpression holds Nix only (prose is literalMD),
+    # the package's default names what exists, checkConfig follows the platforms, and the
+    # user and group are declared only under the module's own names.
+    for o in r["docs"]:
+        for key in ("defaultText", "example"):
+            v = o[key]
+            if isinstance(v, dict) and v.get("_type") == "literalExpression":
+                res = run(["nix-instantiate", "--store", "dummy://", "--readonly-mode", "--parse", "-E", f"let config = 0; pkgs = 0; lib = 0; boxmaker = 0; in (\n{v['text']}\n)"])
+                check(res.returncode == 0, f"module/docs: {o['name']} {key} is Nix, or literalMD ({v['text']!r})")
+    docs = {o["name"]: o for o in r["docs"]}
+    pkg = (docs["services.boxmaker.package"]["defaultText"] or {}).get("text", "")
+    check("overlays.default" in pkg, f"module/docs: the package's defaultText names the flake's overlay ({pkg!r})")
+    cc = (docs["services.boxmaker.checkConfig"]["defaultText"] or {}).get("text", "")
+    check(cc == "pkgs.stdenv.buildPlatform.canExecute pkgs.stdenv.hostPlatform",
+          f"module/docs: checkConfig defaults to whether the build can run the host's programs ({cc!r})")
+    own = r["ownUser"]
+    check(own["user"]["isSystemUser"] is False and "svc" not in own["groups"],
+          f"module/ownUser: a user and group of the host's own names are not declared ({own['user']['isSystemUser']}, {own['groups']})")
     # toolsImageId is checked at build time against the ID computed from the image.
     script = r["full"]["imageIdScript"] or ""
     computed = re.search(r"\$\(cat (/nix/store/\S+/image-id)\)", script)
@@ -522,6 +568,221 @@ DRIVER_GLOBALS = {"start_all", "subtest", "machines", "driver", "log", "join_all
                   "t", "os", "Machine"}
 
 
+def scenario_count():
+    """The entries of the scenario table in tests/e2e/src/scenarios.rs."""
+    text = (ROOT / "tests/e2e/src/scenarios.rs").read_text()
+    table = text.split("let scenarios", 1)[1].split("];", 1)[0]
+    return table.count("Suite::")
+
+
+# Stand-ins for `boxmaker-e2e run` on podman: what each prints and its status, and whether the
+# suite must count it as passed.
+STAND_INS = [
+    ("exits 0 and prints nothing", "", 0, False),
+    ("prints 3 passed, 1 failed and exits 0", "podman: 3 passed, 1 failed", 0, False),
+    ("prints 0 failed but exits 1", "podman: 3 passed, 0 failed", 1, False),
+    ("prints 3 passed, 0 failed", "podman: 3 passed, 0 failed", 0, True),
+]
+
+
+def suites(packages_json):
+    """The suite's verdicts where a run printed no summary or a failed count: the loop of
+    tests/e2e/in-netns.sh (tests/e2e/suite-tally.sh) over stand-ins for `boxmaker-e2e`, and
+    the VM test's suite() over the same outputs."""
+    tally = ROOT / "tests/e2e/suite-tally.sh"
+    with tempfile.TemporaryDirectory() as d:
+        for what, prints, status, passes in STAND_INS:
+            e2e = Path(d) / "boxmaker-e2e"
+            e2e.write_text(f"#!/bin/sh\n{'echo ' + shlex.quote(prints) if prints else ':'}\nexit {status}\n")
+            e2e.chmod(0o755)
+            work = Path(d) / "work"
+            shutil.rmtree(work, ignore_errors=True)
+            work.mkdir()
+            r = run(["bash", "-c", 'set -euo pipefail; backends=podman; work=$1; e2e=$2; '
+                     'run_backend() { "$e2e" run --backend "$1"; }; . "$3"; run_suites',
+                     "tally", str(work), str(e2e), str(tally)])
+            check((r.returncode == 0) == passes,
+                  f"suites: in-netns.sh's loop {'passes' if passes else 'fails'} a run that {what} "
+                  f"(exit {r.returncode}: {r.stdout.strip()!r})")
+
+    vm = json.loads(Path(packages_json).read_text())["vmTest"]
+    fn = next((n for n in ast.parse(vm["testScript"]).body
+               if isinstance(n, ast.FunctionDef) and n.name == "suite"), None)
+    if fn is None:
+        check(False, "suites: the VM test's script defines suite()")
+        return
+    n = scenario_count()
+
+    class Host:
+        def __init__(self, out):
+            self.out = out
+
+        def succeed(self, cmd):
+            return self.out
+
+    # The stand-ins' outputs as in-netns.sh prints them (its total last); the VM test fails
+    # each, the last one too: 3 is fewer than the suite's scenarios.
+    cases = [(what, f"{prints}\n{prints.split(': ')[1]}\n" if prints else "", False)
+             for what, prints, status, _ in STAND_INS if status == 0]
+    cases.append((f"prints {n} passed, 0 failed", f"ok podman/x\npodman: {n} passed, 0 failed\n{n} passed, 0 failed\n", True))
+    for what, out, passes in cases:
+        scope = {"re": re, "host": Host(out), "print": lambda *a: None}
+        exec(compile(ast.Module(body=[fn], type_ignores=[]), "testScript", "exec"), scope)
+        try:
+            scope["suite"]("true", "podman")
+            ok = True
+        except AssertionError:
+            ok = False
+        check(ok == passes, f"suites: the VM test's suite() {'passes' if passes else 'fails'} a run that {what}")
+    if not FAILED:
+        print(f"suites: in-netns.sh's loop and the VM test's suite() fail a run without a summary or "
+              f"with a failed scenario, and the VM test wants at least {n} passed per backend")
+
+
+class FakeNode:
+    """A VM test node whose commands answer from a table: the first pattern a command contains
+    gives its output ("" for none). fail() raises unless the answer is a failure (None: the
+    command failed with no output; a str tuple: failed with that output)."""
+
+    def __init__(self, answers):
+        self.answers = answers
+
+    def _answer(self, cmd):
+        return next((out for pat, out in self.answers if pat in cmd), "")
+
+    def succeed(self, cmd):
+        out = self._answer(cmd)
+        if out is None or isinstance(out, tuple):
+            raise AssertionError(f"command failed: {cmd}")
+        return out
+
+    def fail(self, cmd):
+        out = self._answer(cmd)
+        if out is None:
+            return ""
+        if isinstance(out, tuple):
+            return out[0]
+        raise AssertionError(f"command succeeded: {cmd}")
+
+    def execute(self, cmd):
+        out = self._answer(cmd)
+        return (1, "") if out is None else (1, out[0]) if isinstance(out, tuple) else (0, out)
+
+
+def vm_checks(packages_json):
+    """Subtests of the VM test that must fail for the right reason, run over fake nodes: the
+    stranger's refusal must be the socket's "Permission denied" with brokerd not started, and
+    the leftover check after the suite on bwrap must see bwrap's leftovers (scopes and sandbox
+    groups in the service user's manager), not Podman's."""
+    vm = json.loads(Path(packages_json).read_text())["vmTest"]
+    tree = ast.parse(vm["testScript"])
+    defs = [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.Import))]
+    subtests = {}
+    for n in tree.body:
+        if isinstance(n, ast.With):
+            call = n.items[0].context_expr
+            if isinstance(call, ast.Call) and getattr(call.func, "id", "") == "subtest":
+                subtests[call.args[0].value] = n.body
+
+    class Time:
+        @staticmethod
+        def sleep(_):
+            pass
+
+    def outcome(title, host):
+        body = subtests.get(title)
+        if body is None:
+            return f"no subtest {title!r}"
+        scope = {"host": host, "print": lambda *a: None}
+        exec(compile(ast.Module(body=defs + body, type_ignores=[]), "testScript", "exec"), scope)
+        return "passed"
+
+    def run_subtest(title, host):
+        try:
+            return outcome(title, host)
+        except AssertionError as e:
+            return f"failed: {e}"
+
+    stranger = "a user outside the client group cannot connect"
+    refused = "boxctl: cannot connect to /run/boxmaker/broker.sock: Permission denied (os error 13)"
+    for what, boxctl, active, passes in (
+        ("refused by the socket's mode, brokerd inactive", (refused,), None, True),
+        ("failing for another reason", ("boxctl: no such file or directory",), None, False),
+        ("refused, but brokerd started", (refused,), "active", False),
+    ):
+        got = run_subtest(stranger, FakeNode([("boxctl", boxctl), ("is-active", active)]))
+        check(got.startswith("passed") == passes,
+              f"vm-checks: the stranger's subtest {'passes' if passes else 'fails'} a connection {what} ({got})")
+
+    n = scenario_count()
+    bwrap_suite = "the end-to-end scenario suite on bwrap, limits enforced"
+    scope = "/sys/fs/cgroup/user.slice/user-900.slice/user@900.service/boxmaker.slice/boxmaker-s-c-1.scope"
+    for what, found, passes in (("nothing left", "", True), ("a sandbox scope left", scope, False)):
+        host = FakeNode([
+            ("boxmaker-e2e-bwrap", f"bwrap: {n} passed, 0 failed\n{n} passed, 0 failed\n"),
+            ("id -u boxmaker", "900\n"),
+            ("user@900.service", found),
+        ])
+        # time.sleep of nothing_left() must not wait: the script imports time itself.
+        import time as real_time
+        saved, real_time.sleep = real_time.sleep, Time.sleep
+        try:
+            got = run_subtest(bwrap_suite, host)
+        finally:
+            real_time.sleep = saved
+        check(got.startswith("passed") == passes,
+              f"vm-checks: the leftover check after the suite on bwrap "
+              f"{'passes' if passes else 'fails'} with {what} ({got[:200]})")
+    if not FAILED:
+        print("vm-checks: the stranger's refusal must be the socket's, and the bwrap suite's "
+              "leftover check sees bwrap's scopes")
+
+
+def vm_units(packages_json):
+    """The VM test's units on each node (the module's and the test's own) in a unit directory,
+    as NixOS writes them ([Unit] dependencies and ordering, a .wants link per wantedBy; systemd
+    adds the default dependencies itself), and `systemd-analyze verify multi-user.target`:
+    the boot transaction must have no ordering cycle, which systemd breaks by dropping a job
+    (a socket, a service or sockets.target itself) and then the test waits for a unit that
+    never starts. Commands are /bin/true: only the order is checked here."""
+    if shutil.which("systemd-analyze") is None:
+        check(False, "vm-units: systemd-analyze is missing (apt-get install systemd)")
+        return
+    nodes = json.loads(Path(packages_json).read_text())["vmTest"]["units"]
+    for node, units in sorted(nodes.items()):
+        with tempfile.TemporaryDirectory() as d:
+            d = Path(d)
+            for kind, section in (("services", "Service"), ("sockets", "Socket")):
+                for name, u in units[kind].items():
+                    unit = f"{name}.{kind[:-1]}"
+                    lines = ["[Unit]"]
+                    lines += [f"{k}={toml_value(v) if isinstance(v, bool) else v}"
+                              for k, v in u["unitConfig"].items() if not isinstance(v, list)]
+                    for key, option in (("Requires", "requires"), ("Wants", "wants"),
+                                        ("After", "after"), ("Before", "before")):
+                        if u[option]:
+                            lines.append(f"{key}={' '.join(u[option])}")
+                    if kind == "services":
+                        lines += ["[Service]", f"Type={u['Type']}", "ExecStart=/bin/true"]
+                    else:
+                        lines += ["[Socket]", f"ListenStream={u['ListenStream']}"]
+                    (d / unit).write_text("\n".join(lines) + "\n")
+                    for target in u["wantedBy"]:
+                        (d / f"{target}.wants").mkdir(exist_ok=True)
+                        os.symlink(f"../{unit}", d / f"{target}.wants" / unit)
+            # The unit directory first, then systemd's own (the empty entry).
+            r = run(["systemd-analyze", "verify", "--man=no", "multi-user.target"],
+                    env={**os.environ, "SYSTEMD_UNIT_PATH": f"{d}:"})
+            out = r.stdout + r.stderr
+            cycles = [l for l in out.splitlines() if "ordering cycle" in l or "break ordering cycle" in l]
+            check(r.returncode == 0 and not cycles,
+                  f"vm-units: {node}: multi-user.target starts without an ordering cycle "
+                  f"(exit {r.returncode}): {cycles or out.strip()}")
+    if not FAILED:
+        print(f"vm-units: the VM test's nodes ({', '.join(sorted(nodes))}) boot to multi-user.target "
+              "without an ordering cycle (systemd-analyze verify)")
+
+
 def undefined_names(source, extra):
     """Names a script reads that nothing in it, the driver or Python defines."""
     tree = ast.parse(source)
@@ -539,13 +800,55 @@ def undefined_names(source, extra):
                    if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id not in defined})
 
 
+def check_profile(args):
+    """The cargo profile the check phase builds the tests with, as nixpkgs' cargoCheckHook picks
+    it (checkType, whose default is buildType, whose default is "release"; `--profile <it>`
+    unless it is "debug", where `cargo test` takes its test profile), with the profiles it
+    inherits from, nearest first, and its `lto` as Cargo.toml sets it (None: cargo's default,
+    off)."""
+    import tomllib
+    profiles = tomllib.loads((ROOT / "Cargo.toml").read_text()).get("profile", {})
+    check_type = args.get("checkType") or args.get("buildType") or "release"
+    name = "test" if check_type == "debug" else check_type
+    chain, lto = [], None
+    while name and name not in chain:
+        chain.append(name)
+        conf = profiles.get(name, {})
+        if lto is None and "lto" in conf:
+            lto = conf["lto"]
+        name = conf.get("inherits") or {"test": "dev", "bench": "release"}.get(name)
+    return check_type, chain, lto
+
+
 def packages(packages_json):
     data = json.loads(Path(packages_json).read_text())
     pk = data["packages"]
+    # The check phase builds every crate again for its test binaries: not with the release
+    # profile's fat LTO (Cargo.toml), which would make the first build of the package compile
+    # the workspace twice at its slowest.
+    for name in ("boxmaker", "crateTests"):
+        args = pk[name]["args"]
+        if args.get("doCheck") is not True:
+            continue
+        check_type, chain, lto = check_profile(args)
+        check("release" not in chain and lto in (None, False, "off"),
+              f"packages.{name}: the check phase builds its tests without the release profile "
+              f"or LTO (checkType {check_type!r}: cargo profile {' <- '.join(chain)}, lto {lto!r}); "
+              "set checkType = \"debug\" in nixos/pkgs/boxmaker.nix")
     for name in ("boxmaker", "toolkit", "e2e", "crateTests"):
         meta = pk[name]["args"].get("meta", {})
         for field in ("description", "license", "mainProgram", "platforms"):
             check(meta.get(field), f"packages.{name}: meta.{field} is set")
+        # nixos/README.md, "Package metadata": maintainers is a list (empty: none in nixpkgs'
+        # maintainer list), and no homepage but a real https address.
+        check(isinstance(meta.get("maintainers"), list),
+              f"packages.{name}: meta.maintainers is a list (not {meta.get('maintainers')!r})")
+        homepage = meta.get("homepage")
+        check(homepage is None or (
+            isinstance(homepage, str) and re.fullmatch(r"https://[a-z0-9.-]+\.[a-z]{2,}(/\S*)?", homepage)
+            and not re.search(r"OWNER|example\.|localhost|TODO|XXX", homepage, re.I)),
+              f"packages.{name}: meta.homepage is left out or an https address, not a placeholder "
+              f"(not {homepage!r})")
     # nixpkgs' convention: a package runs its tests, skipping what its build sandbox cannot run.
     check(pk["boxmaker"]["args"].get("doCheck") is True, "packages.boxmaker runs its tests (doCheck)")
     skips = [f for f in pk["boxmaker"]["args"].get("checkFlags", []) if f.startswith("--skip=")]
@@ -561,7 +864,8 @@ def packages(packages_json):
     missing = undefined_names(vm["testScript"], vm["nodes"])
     check(missing == [], f"the VM test's script defines every name it reads (not: {missing})")
     if not FAILED:
-        print(f"packages: meta, tests and skip list of {', '.join(('boxmaker', 'toolkit', 'e2e'))}; "
+        print(f"packages: meta (maintainers a list, homepage {pk['boxmaker']['args']['meta'].get('homepage') or 'left out'}), tests and skip list of {', '.join(('boxmaker', 'toolkit', 'e2e'))}, "
+              f"tests built in cargo's {check_profile(pk['boxmaker']['args'])[1][0]} profile; "
               f"the VM test's script ({len(vm['testScript'].splitlines())} lines) compiles")
 
 
@@ -624,6 +928,20 @@ def images(packages_json):
         r = subprocess.run([str(ROOT / "images/check-programs.sh"), str(local[img["root"]])],
                            capture_output=True, text=True)
         check(r.returncode == 0, f"images: the bwrap tools root (tools-image.nix's root) {r.stderr.strip()}")
+        # The Debian builder (images/build-tools-image.sh) links every applet `busybox --list`
+        # names into /bin: the Nix tree, laid out over the same busybox, must have the same.
+        # Its own loop, from `applets=0` to the check after it, run over an empty /bin.
+        src = (ROOT / "images/build-tools-image.sh").read_text()
+        loop = src[src.index("applets=0\n"):src.index('[ -L "$new/bin/sh" ]')]
+        deb = tmp / "debian"
+        (deb / "bin").mkdir(parents=True)
+        r = subprocess.run(["bash", "-euo", "pipefail", "-c", loop], env={**os.environ, "new": str(deb)},
+                           capture_output=True, text=True)
+        check(r.returncode == 0, f"images: build-tools-image.sh's applet loop runs ({r.stderr.strip()})")
+        debian = {e.name for e in (deb / "bin").iterdir()} | {"busybox", "toolkit", "curl"}
+        nix = {e.name for e in (local[img["root"]] / "bin").iterdir()}
+        check(nix == debian, f"images: the Nix tree's /bin is the Debian builder's: only in Nix "
+                             f"{sorted(nix - debian)}, only in Debian's {sorted(debian - nix)}")
 
         # The layered image: its contents joined as symlinkJoin (lndir) joins them (a file
         # becomes a link to its store path, a link keeps its text), then extraCommands in its
@@ -663,7 +981,8 @@ def images(packages_json):
 def main(argv):
     cmd, args = argv[1], argv[2:]
     {"lock": lock, "outputs": outputs, "scripts": scripts, "module": module, "units": units,
-     "packages": packages, "images": images}[cmd](*args)
+     "packages": packages, "images": images, "vm-units": vm_units,
+     "suites": suites, "vm-checks": vm_checks}[cmd](*args)
     if FAILED:
         print(f"{cmd}: {len(FAILED)} check(s) failed", file=sys.stderr)
         return 1

@@ -34,6 +34,11 @@ let
   );
 
   pkgs = {
+    # A native build: the build can run what it builds (checkConfig's default).
+    stdenv = {
+      buildPlatform.canExecute = _: true;
+      hostPlatform = { };
+    };
     runtimeShell = "/nix/store/00000000000000000000000000000000-bash/bin/bash";
     bash = fakeDrv "bash" { };
     coreutils = fakeDrv "coreutils" { };
@@ -60,210 +65,8 @@ let
     };
   };
 
-  # The NixOS options module.nix sets or reads, declared as NixOS declares them (names, and
-  # types close enough to reject a wrong shape).
-  nixosStubs =
-    { config, ... }:
-    {
-      options = {
-        assertions = mkOption {
-          type = types.listOf (
-            types.submodule {
-              options.assertion = mkOption { type = types.bool; };
-              options.message = mkOption { type = types.str; };
-            }
-          );
-          default = [ ];
-        };
-        warnings = mkOption {
-          type = types.listOf types.str;
-          default = [ ];
-        };
-        security.allowUserNamespaces = mkOption {
-          type = types.bool;
-          default = true;
-        };
-        users.users = mkOption {
-          default = { };
-          type = types.attrsOf (
-            types.submodule {
-              options = {
-                isSystemUser = mkOption {
-                  type = types.bool;
-                  default = false;
-                };
-                group = mkOption { type = types.str; };
-                description = mkOption {
-                  type = types.str;
-                  default = "";
-                };
-                home = mkOption { type = types.str; };
-                createHome = mkOption {
-                  type = types.bool;
-                  default = false;
-                };
-                homeMode = mkOption {
-                  type = types.strMatching "[0-7]{1,5}";
-                  default = "700";
-                };
-                linger = mkOption {
-                  type = types.nullOr types.bool;
-                  default = null;
-                };
-                autoSubUidGidRange = mkOption {
-                  type = types.bool;
-                  default = false;
-                };
-                subUidRanges = mkOption {
-                  type = types.listOf (
-                    types.submodule {
-                      options.startUid = mkOption { type = types.int; };
-                      options.count = mkOption { type = types.int; };
-                    }
-                  );
-                  default = [ ];
-                };
-                subGidRanges = mkOption {
-                  type = types.listOf (
-                    types.submodule {
-                      options.startGid = mkOption { type = types.int; };
-                      options.count = mkOption { type = types.int; };
-                    }
-                  );
-                  default = [ ];
-                };
-              };
-            }
-          );
-        };
-        users.groups = mkOption {
-          default = { };
-          type = types.attrsOf (types.submodule { });
-        };
-        virtualisation.podman.enable = mkOption {
-          type = types.bool;
-          default = false;
-        };
-        virtualisation.containers.enable = mkOption {
-          type = types.bool;
-          default = false;
-        };
-        services.userborn.enable = mkOption {
-          type = types.bool;
-          default = false;
-        };
-        systemd.sysusers.enable = mkOption {
-          type = types.bool;
-          default = false;
-        };
-        virtualisation.podman.package = mkOption {
-          type = types.package;
-          default = fakeDrv "podman" {
-            meta.mainProgram = "podman";
-            src = fakeDrv "podman-src" { };
-          };
-        };
-        environment.systemPackages = mkOption {
-          type = types.listOf types.package;
-          default = [ ];
-        };
-        environment.etc = mkOption {
-          default = { };
-          type = types.attrsOf (
-            types.submodule {
-              options.source = mkOption {
-                type = types.nullOr types.path;
-                default = null;
-              };
-              options.text = mkOption {
-                type = types.nullOr types.lines;
-                default = null;
-              };
-              # "symlink" (a link into /etc/static) or a mode, which makes it a copied file.
-              options.mode = mkOption {
-                type = types.str;
-                default = "symlink";
-              };
-            }
-          );
-        };
-        systemd.tmpfiles.rules = mkOption {
-          type = types.listOf types.str;
-          default = [ ];
-        };
-        systemd.sockets = mkOption {
-          default = { };
-          type = types.attrsOf (
-            types.submodule {
-              options = {
-                unitConfig = mkOption {
-                  type = types.attrsOf unitValue;
-                  default = { };
-                };
-                socketConfig = mkOption {
-                  type = types.attrsOf unitValue;
-                  default = { };
-                };
-                wantedBy = mkOption {
-                  type = types.listOf types.str;
-                  default = [ ];
-                };
-              };
-            }
-          );
-        };
-        systemd.services = mkOption {
-          default = { };
-          type = types.attrsOf (
-            types.submodule {
-              options = {
-                unitConfig = mkOption {
-                  type = types.attrsOf unitValue;
-                  default = { };
-                };
-                serviceConfig = mkOption {
-                  type = types.attrsOf unitValue;
-                  default = { };
-                };
-                description = mkOption {
-                  type = types.str;
-                  default = "";
-                };
-                requires = mkOption {
-                  type = types.listOf types.str;
-                  default = [ ];
-                };
-                after = mkOption {
-                  type = types.listOf types.str;
-                  default = [ ];
-                };
-                wants = mkOption {
-                  type = types.listOf types.str;
-                  default = [ ];
-                };
-                path = mkOption {
-                  type = types.listOf (types.either types.package types.str);
-                  default = [ ];
-                };
-                restartTriggers = mkOption {
-                  type = types.listOf types.unspecified;
-                  default = [ ];
-                };
-              };
-            }
-          );
-        };
-      };
-    };
-
-  # NixOS's unitOption: a scalar or a list of them.
-  unitScalar = types.oneOf [
-    types.bool
-    types.int
-    types.str
-    types.path
-  ];
-  unitValue = types.either unitScalar (types.listOf unitScalar);
+  # The NixOS options module.nix and the VM test's nodes set or read (./nixos-stubs.nix).
+  nixosStubs = import ./nixos-stubs.nix { inherit lib; };
 
   # services.boxmaker = cfg, and `nixos` for the rest of the host.
   evalWith =
@@ -291,13 +94,14 @@ let
     in
     {
       failedAssertions = failed config;
-      user = config.users.users.boxmaker or null;
+      user = config.users.users.boxmaker or (config.users.users.svc or null);
       groups = lib.attrNames config.users.groups;
       containers = config.virtualisation.containers.enable;
       podmanModule = config.virtualisation.podman.enable;
       subuid = config.environment.etc.subuid.text or null;
       subgid = config.environment.etc.subgid.text or null;
       subuidMode = config.environment.etc.subuid.mode or null;
+      subuidSource = toString (config.environment.etc.subuid.source or "");
       subgidMode = config.environment.etc.subgid.mode or null;
       systemPackages = map (p: p.name) config.environment.systemPackages;
       socket = {
@@ -432,6 +236,36 @@ let
     };
   };
 
+  # The host's own mode for the files the module writes: it wins, without a conflict.
+  userbornOwnMode = {
+    inherit (userborn) cfg;
+    nixos = userborn.nixos // {
+      environment.etc.subuid = {
+        text = "builder:500000:65536";
+        mode = "0600";
+      };
+    };
+  };
+  # A host that writes /etc/subuid itself from a file (nixos/README.md: with mkForce).
+  userbornOwnSource = {
+    inherit (userborn) cfg;
+    nixos = {
+      services.userborn.enable = true;
+      environment.etc.subuid.source = lib.mkForce (builtins.toFile "subuid" "boxmaker:400000:65536\n");
+    };
+  };
+  # userborn 1.0 writes sub-IDs from the users' options: the module writes no file, and
+  # needs no subIdRange (autoSubUidGidRange), or hands userborn the one given.
+  userborn1 = {
+    services.userborn.enable = true;
+    services.userborn.package = {
+      type = "derivation";
+      name = "userborn-1.0.0";
+      version = "1.0.0";
+      outPath = "/nix/store/00000000000000000000000000000000-userborn-1.0.0";
+    };
+  };
+
   # The bwrap backend with every default: the tools image's .root, cgroup = "delegated".
   bwrap = {
     enable = true;
@@ -505,7 +339,32 @@ let
     userbornNoRange = {
       cfg.enable = true;
       nixos.services.userborn.enable = true;
-      expect = "services.boxmaker.subIdRange: users are made by userborn here, which writes no /etc/subuid";
+      expect = "services.boxmaker.subIdRange: users are made by userborn 0.4.0 here, which writes no /etc/subuid";
+    };
+    # The usual first range of hand-written and allocated lines, taken by another user.
+    subIdOverlapLine = {
+      cfg = {
+        enable = true;
+        subIdRange.start = 100000;
+      };
+      nixos = {
+        services.userborn.enable = true;
+        environment.etc.subgid.text = "builder:150000:65536";
+      };
+      expect = "services.boxmaker.subIdRange: boxmaker's range 100000-165535 overlaps 150000-215535 of /etc/subgid (builder)";
+    };
+    subIdOverlapUser = {
+      cfg = {
+        enable = true;
+        subIdRange.start = 100000;
+      };
+      nixos.users.users.alice.subUidRanges = [
+        {
+          startUid = 130000;
+          count = 1000;
+        }
+      ];
+      expect = "overlaps 130000-130999 of users.users.alice.subUidRanges";
     };
     sysusersNoRange = {
       cfg.enable = true;
@@ -692,12 +551,33 @@ let
 in
 {
   minimal = summary (eval minimal);
+  # The user and group under the host's own names: declared by the host, not the module.
+  ownUser = summary (
+    evalWith {
+      enable = true;
+      user = "svc";
+      group = "svc";
+    } { users.users.svc.group = "svc"; }
+  );
+  # Every option's default and example as the manual shows them.
+  docs = map (o: {
+    inherit (o) name;
+    defaultText = o.default or null;
+    example = o.example or null;
+  }) (lib.optionAttrSetToDocList (lib.evalModules {
+    modules = [ nixosStubs ../module.nix ];
+    specialArgs = { inherit pkgs; };
+  }).options.services.boxmaker);
   noCheck = summary (eval noCheck);
   full = summary (eval full);
   seccompBase = summary (eval seccompBase);
   bwrap = summary (eval bwrap);
   bwrapScope = summary (eval bwrapScope);
   userborn = summary (evalWith userborn.cfg userborn.nixos);
+  userbornOwnMode = summary (evalWith userbornOwnMode.cfg userbornOwnMode.nixos);
+  userbornOwnSource = summary (evalWith userbornOwnSource.cfg userbornOwnSource.nixos);
+  userborn1 = summary (evalWith minimal userborn1);
+  userborn1Range = summary (evalWith userborn.cfg userborn1);
   # bwrap needs no subordinate IDs, whoever makes the users.
   bwrapUserborn = failed (evalWith bwrap { services.userborn.enable = true; });
   disabled = {

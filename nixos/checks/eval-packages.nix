@@ -81,6 +81,33 @@ let
       out = toString d;
     }) (lib.filter (d: d ? script) img.image.contents ++ [ img.root ]);
   vm = c.vm-boxmaker.test;
+
+  # Each node of the VM test evaluated with the module against stubs of the NixOS options
+  # (./nixos-stubs.nix): its systemd units' dependencies and ordering, which
+  # `check.py vm-units` renders into a unit directory for `systemd-analyze verify`.
+  nodeUnits =
+    node:
+    let
+      config =
+        (lib'.evalModules {
+          modules = [
+            (import ./nixos-stubs.nix { lib = lib'; })
+            node
+          ];
+          specialArgs = { inherit pkgs; };
+        }).config;
+      deps = u: {
+        inherit (u) unitConfig wantedBy;
+        requires = u.requires or [ ];
+        after = u.after or [ ];
+        wants = u.wants or [ ];
+        before = u.before or [ ];
+      };
+    in
+    {
+      services = lib.mapAttrs (_: s: deps s // { Type = s.serviceConfig.Type or "simple"; }) config.systemd.services;
+      sockets = lib.mapAttrs (_: s: deps s // { inherit (s.socketConfig) ListenStream; }) config.systemd.sockets;
+    };
 in
 {
   packages = {
@@ -96,5 +123,6 @@ in
     inherit (vm) name globalTimeout testScript;
     meta = vm.meta or { };
     nodes = lib.attrNames vm.nodes;
+    units = lib.mapAttrs (_: nodeUnits) vm.nodes;
   };
 }

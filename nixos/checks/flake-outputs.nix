@@ -36,5 +36,6 @@ in
       checks = names outputs.checks;
       devShells = names outputs.devShells;
       nixosModules = lib.attrNames outputs.nixosModules;
+      overlays = lib.attrNames outputs.overlays;
     }
 )

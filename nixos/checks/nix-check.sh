@@ -15,8 +15,11 @@
 #      configs the module checks at build time go through `brokerd check-config`
 #   6. with NIXPKGS_LIB: the flake's packages and checks evaluated against stubs of the nixpkgs
 #      builders they call (nixos/checks/stub-pkgs.nix, which refuse arguments nixpkgs does not
-#      take): nixpkgs' conventions (meta, tests with a skip list), the VM test's script compiles
-#      and names nothing undefined, and the tools image's two trees, laid out by the
+#      take): nixpkgs' conventions (meta, tests with a skip list, built without the release
+#      profile's LTO), the VM test's script compiles
+#      and names nothing undefined, each VM node's units (the module's and the test's own)
+#      boot to multi-user.target without an ordering cycle (systemd-analyze verify), and the
+#      tools image's two trees, laid out by the
 #      expression's own scripts over stand-ins, hold every program of images/programs.txt
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -30,6 +33,16 @@ if ! command -v nix-instantiate >/dev/null 2>&1; then
     say "installing nix-bin"
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nix-bin >/dev/null
+fi
+# systemd-analyze, for the units' checks (3, and the VM test's boot order in 6).
+if ! command -v systemd-analyze >/dev/null 2>&1; then
+    if [ "$(id -u)" -ne 0 ]; then
+        echo "nix-check: systemd-analyze is missing; install systemd (apt-get install systemd) or run as root" >&2
+        exit 1
+    fi
+    say "installing systemd (systemd-analyze)"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends systemd >/dev/null
 fi
 # No daemon and no store writes: evaluation only, as any user.
 nixi() { nix-instantiate --store dummy:// --readonly-mode "$@"; }
@@ -90,5 +103,8 @@ python3 nixos/checks/check.py module "$tmp/eval.json" ${brokerd:+"$brokerd"}
 # 6
 nixi --eval --strict --json nixos/checks/eval-packages.nix --arg lib "$lib" >"$tmp/packages.json"
 python3 nixos/checks/check.py packages "$tmp/packages.json"
+python3 nixos/checks/check.py vm-units "$tmp/packages.json"
+python3 nixos/checks/check.py suites "$tmp/packages.json"
+python3 nixos/checks/check.py vm-checks "$tmp/packages.json"
 python3 nixos/checks/check.py images "$tmp/packages.json"
 say "all passed"

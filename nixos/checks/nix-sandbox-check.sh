@@ -22,9 +22,12 @@
 #   HOME=/homeless-shelter (absent), TMPDIR=/build, NIX_BUILD_CORES=2
 #
 # and then the check phase's command, as nixpkgs' cargoCheckHook builds it from the package's
-# cargoTestFlags and checkFlags (--skip for each name of nixos/pkgs/check-skips.txt):
-#   cargo test -j 2 --profile release --target x86_64-unknown-linux-gnu --offline --workspace \
+# checkType, cargoTestFlags and checkFlags (--skip for each name of nixos/pkgs/check-skips.txt):
+#   cargo test -j 2 --target x86_64-unknown-linux-gnu --offline --workspace \
 #     -- --test-threads=2 --skip=...
+# with no --profile, since the package's checkType is "debug" (cargo's test profile); any
+# other checkType (its default is buildType, "release") is passed as `--profile <checkType>`,
+# here as by the hook.
 #
 # The vendored crates are kept in build/nix-vendor (made again when Cargo.lock changes); the
 # build directory is fresh each run and removed after it. NIX_SANDBOX_ALL=1 adds --no-fail-fast,
@@ -48,6 +51,14 @@ if grep -q 'postPatch\|preCheck' nixos/pkgs/boxmaker.nix ||
     say "nixos/pkgs/boxmaker.nix patches or wraps its check phase, or takes its skip list elsewhere; this script does not reproduce that"
     exit 1
 fi
+# The check phase's profile, as cargoCheckHook picks it: checkType, else buildType, else
+# "release"; `--profile <it>` unless it is "debug".
+nix_string() { sed -n "s/^ *$1 = \"\([^\"]*\)\";.*/\1/p" nixos/pkgs/boxmaker.nix | head -n 1; }
+check_type=$(nix_string checkType)
+build_type=$(nix_string buildType)
+check_type=${check_type:-${build_type:-release}}
+profile=""
+[ "$check_type" = debug ] || profile=" --profile $check_type"
 skips=()
 while IFS= read -r name; do
     case "$name" in ''|'#'*) continue ;; esac
@@ -144,7 +155,7 @@ for f in $libs $dev; do
     done
 done
 
-command="cargo test -j $cores --profile release --target $triple --offline --workspace${NIX_SANDBOX_ALL:+ --no-fail-fast} -- --test-threads=$cores ${skips[*]}"
+command="cargo test -j $cores$profile --target $triple --offline --workspace${NIX_SANDBOX_ALL:+ --no-fail-fast} -- --test-threads=$cores ${skips[*]}"
 # First the sandbox checks itself: what Nix's lacks must be absent here too.
 selfcheck='for p in /bin/bash /usr/bin/env /sys /run /root "$HOME" /usr/share /usr/local /usr/lib/python3; do
         if [ -e "$p" ]; then echo "nix-sandbox-check: $p exists in the sandbox" >&2; exit 3; fi

@@ -113,6 +113,29 @@ let
       // (env.passthru or { });
 
     writeShellScript = name: text: drv name { inherit text; };
+    runtimeShell = "${storePath "bash"}/bin/bash";
+    coreutils = pkg "coreutils" [ "cat" ];
+    gzip = pkg "gzip" [ "gzip" ];
+    zstd = pkg "zstd" [ "zstd" ];
+    # A JSON-like value type, as TOML settings are; generate keeps the value as JSON.
+    formats.toml = _: {
+      type =
+        let
+          value = lib.types.nullOr (
+            lib.types.oneOf [
+              lib.types.bool
+              lib.types.int
+              lib.types.float
+              lib.types.str
+              lib.types.path
+              (lib.types.attrsOf value)
+              (lib.types.listOf value)
+            ]
+          );
+        in
+        lib.types.attrsOf value;
+      generate = name: value: drv name { json = builtins.toJSON value; };
+    };
     writeText = name: text: drv name { inherit text; };
 
     rustPlatform.buildRustPackage =

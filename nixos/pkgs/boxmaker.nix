@@ -53,6 +53,11 @@ rustPlatform.buildRustPackage {
   ]) crates;
 
   doCheck = runTests;
+  # The tests are built in cargo's test profile, not the release profile the binaries are:
+  # the workspace's release profile (Cargo.toml: lto = true, codegen-units = 1) would compile
+  # every crate a second time with fat LTO for the test binaries. nixpkgs' cargoCheckHook
+  # passes `--profile <checkType>` unless checkType is "debug".
+  checkType = "debug";
   cargoTestFlags = [ "--workspace" ];
   checkFlags = map (name: "--skip=${name}") (
     lib.filter (line: line != "" && !lib.hasPrefix "#" line) (
@@ -85,8 +90,12 @@ rustPlatform.buildRustPackage {
       done
     '';
 
+  # No homepage: boxmaker has no public address to name, and a made-up one would mislead.
+  # No maintainers: nixpkgs' maintainer list names the maintainers of nixpkgs' own packages,
+  # and this one is built from this repository's flake (nixos/README.md, "Package metadata").
   meta = {
     description = "boxmaker: ${lib.concatStringsSep ", " crates}";
+    maintainers = [ ];
     license = with lib.licenses; [
       mit
       asl20

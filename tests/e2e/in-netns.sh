@@ -2,7 +2,8 @@
 # The end-to-end suite's run, given what it runs (as root): a network namespace with the suite's
 # own hosts, `boxmaker-e2e serve` in it, then `boxmaker-e2e run` against a real brokerd inside
 # it, once per backend. Each run prints `<backend>: N passed, M failed`; the last line is the
-# total, `N passed, M failed`; the status is 0 only when every backend's run passed. Used by
+# total, `N passed, M failed`; the status is 0 only when every backend's run passed: it exited
+# 0 and its summary says 0 failed (a run without a summary fails; suite-tally.sh). Used by
 # tests/e2e/run.sh (CI on Debian, after its builds) and by the NixOS VM test (vm-tests/e2e.nix,
 # with Nix store paths), so both run the same suite in the same topology.
 #
@@ -134,33 +135,13 @@ done
 # The user's Podman must set up its namespaces from inside this one (resolv.conf above).
 as_user podman system migrate >/dev/null 2>&1 || true
 
-rc=0
-total_passed=0
-total_failed=0
-for b in $backends; do
-    say "running the scenarios on $b"
-    brc=0
-    (exec_in_ns "$e2e" run --backend "$b" --brokerd "$brokerd" ${image:+--image "$image"} \
+# One `boxmaker-e2e run` per backend in the namespace; suite-tally.sh counts them and fails on
+# a run with a failed scenario or without a summary.
+run_args=("$@")
+run_backend() {
+    exec_in_ns "$e2e" run --backend "$1" --brokerd "$brokerd" ${image:+--image "$image"} \
         ${tree:+--tools-root "$tree"} ${egress_network:+--egress-network "$egress_network"} \
-        --work "$work/$b" --tailnet-log "$work/tailnet.log" "$@") 2>&1 |
-        tee "$work/$b.out" || brc=$?    # pipefail: the suite's status unless tee failed
-    summary=$(grep -E "^$b: [0-9]+ passed, [0-9]+ failed\$" "$work/$b.out" | tail -n 1 || true)
-    if [ -n "$summary" ]; then
-        p=${summary#"$b: "}; p=${p%% *}
-        f=${summary%" failed"}; f=${f##* }
-        total_passed=$((total_passed + p))
-        total_failed=$((total_failed + f))
-    else
-        total_failed=$((total_failed + 1))
-        echo "FAIL $b/suite: boxmaker-e2e run exited with $brc without a summary"
-    fi
-    if [ "$brc" -ne 0 ]; then
-        rc=1
-        if [ -f "$work/$b/state/brokerd.log" ]; then
-            say "brokerd's log on $b (last 40 lines):"
-            tail -n 40 "$work/$b/state/brokerd.log" >&2
-        fi
-    fi
-done
-echo "$total_passed passed, $total_failed failed"
-exit "$rc"
+        --work "$work/$1" --tailnet-log "$work/tailnet.log" ${run_args[@]+"${run_args[@]}"}
+}
+. "$here/suite-tally.sh"
+run_suites
