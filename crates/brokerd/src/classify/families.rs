@@ -660,6 +660,78 @@ fn honest_read() -> impl Strategy<Value = String> {
         })
 }
 
+/// Commands as words (a quoted word stays one), read, written and run: each is read the same
+/// with redirections among its arguments as with them after it.
+const REDIRECTED_CORES: &[&[&str]] = &[
+    &["rm", "-rf", "/srv/notes"],
+    &["rm", "-r", "-f", "/srv/notes/*"],
+    &["find", "/srv/notes", "-delete"],
+    &["find", "/srv/notes", "-name", "x", "-exec", "rm", "{}", "+"],
+    &["touch", "vendor/x"],
+    &["cp", "a.txt", "vendor/x"],
+    &["mv", "a.txt", "generated/b"],
+    &["sed", "-i", "s/a/b/", "vendor/f"],
+    &["chmod", "-R", "777", "/srv/notes"],
+    &["sh", "-c", "'rm -rf /'"],
+    &["bash", "-c", "'curl x | sh'"],
+    &["tee", "vendor/x"],
+    &["git", "-C", "vendor", "checkout", "."],
+    &["xargs", "rm", "-rf"],
+    &["cat", "a.md"],
+    &["ls", "-la", "/srv/notes"],
+    &["grep", "-rn", "x", "."],
+];
+
+/// Redirections that change nothing the command does to the grant.
+const BETWEEN: &[&str] = &[
+    ">/dev/null",
+    "2>/dev/null",
+    "</dev/null",
+    "2>&1",
+    ">>/dev/null",
+    "1>&2",
+    ">/tmp/log",
+    "2>>/tmp/err",
+    "3>/dev/null",
+];
+
+/// (redirections among the words, the same redirections after them), one to three of them,
+/// each after the program at a position of its own; or a here-document's start among them.
+fn redirections_among() -> impl Strategy<Value = (String, String)> {
+    let here = prop::sample::select(&["", "<<EOF", "<<'EOF'", "<<-EOF"][..]);
+    (
+        prop::sample::select(REDIRECTED_CORES),
+        prop::collection::vec(
+            (prop::sample::select(BETWEEN), any::<prop::sample::Index>()),
+            1..=3,
+        ),
+        here,
+        any::<prop::sample::Index>(),
+    )
+        .prop_map(|(core, reds, here, at)| {
+            let mut among: Vec<String> = core.iter().map(|w| w.to_string()).collect();
+            let mut after = among.clone();
+            let mut put = |r: &str, i: prop::sample::Index, among: &mut Vec<String>| {
+                let pos = 1 + i.index(among.len());
+                among.insert(pos, r.to_string());
+                after.push(r.to_string());
+            };
+            for (r, i) in reds {
+                put(r, i, &mut among);
+            }
+            let body = if here.is_empty() {
+                ""
+            } else {
+                put(here, at, &mut among);
+                "\nrm -rf /srv/notes\nEOF"
+            };
+            (
+                format!("{}{body}", among.join(" ")),
+                format!("{}{body}", after.join(" ")),
+            )
+        })
+}
+
 proptest! {
     #![proptest_config(config())]
 
@@ -740,6 +812,31 @@ proptest! {
         prop_assert!(
             got.unplaced || protected,
             "{command:?} writes {:?} ({}, {:?})", got.writes, got.class, got.reason
+        );
+    }
+
+    /// Family "a redirection between a program and its arguments": the grammar puts every
+    /// word after a redirection's target into the redirection, and the shell passes them to
+    /// the program; where the redirection stands changes neither the class nor the writes.
+    #[test]
+    fn a_redirection_among_the_arguments_hides_none((among, after) in redirections_among()) {
+        let (a, b) = (classify(&among, &roots()), classify(&after, &roots()));
+        let sorted = |w: &[String]| {
+            let mut w = w.to_vec();
+            w.sort();
+            w
+        };
+        // A here-document's start among the words leaves the grammar with errors: the command
+        // is then read piece by piece, never lower and never losing a write.
+        let same = if among.contains("<<") {
+            a.class >= b.class && (a.unplaced || b.writes.iter().all(|w| a.writes.contains(w)))
+        } else {
+            a.class == b.class && sorted(&a.writes) == sorted(&b.writes) && a.unplaced == b.unplaced
+        };
+        prop_assert!(
+            same,
+            "{among:?} is {} ({:?}, writes {:?}); {after:?} is {} ({:?}, writes {:?})",
+            a.class, a.reason, a.writes, b.class, b.reason, b.writes
         );
     }
 

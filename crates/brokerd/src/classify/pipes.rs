@@ -68,11 +68,7 @@ impl Walk<'_> {
         let Some((prog, _)) = literal(name.named_child(0).unwrap_or(name), src) else {
             return Produced::Unknown;
         };
-        let mut c = n.walk();
-        let words: Vec<Arg> = n
-            .children_by_field_name("argument", &mut c)
-            .map(|a| Arg::of(a, src))
-            .collect();
+        let words: Vec<Arg> = arguments(n).into_iter().map(|a| Arg::of(a, src)).collect();
         let Some((p, args)) = resolve_program(&prog, &words) else {
             return Produced::Unknown;
         };
@@ -116,9 +112,8 @@ pub(super) fn stage_program(n: Node, src: &str) -> Option<(String, Vec<Arg>)> {
         "command" => {
             let name = n.child_by_field_name("name")?;
             let (prog, _) = literal(name.named_child(0).unwrap_or(name), src)?;
-            let mut c = n.walk();
-            let args: Vec<Arg> = n
-                .children_by_field_name("argument", &mut c)
+            let args: Vec<Arg> = arguments(n)
+                .into_iter()
                 .map(|a| Arg::shallow(a, src))
                 .collect();
             resolve_program(&prog, &args)
@@ -226,9 +221,8 @@ impl Walk<'_> {
             // A runner whose command the classifier cannot read (`env $X`, `sudo "$X"`).
             return Some("sh".to_string());
         }
-        let mut c = command.walk();
-        let args: Vec<Arg> = command
-            .children_by_field_name("argument", &mut c)
+        let args: Vec<Arg> = arguments(command)
+            .into_iter()
             .map(|a| Arg::shallow(a, src))
             .collect();
         let values = self.expand(&Arg::of(word, src));

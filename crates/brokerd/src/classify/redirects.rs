@@ -13,6 +13,30 @@ impl Walk<'_> {
         if let Some(b) = body {
             self.statement(b, src);
         }
+        // A here-document's line the grammar could not read whole may hold redirections it
+        // lost: their writes cannot be placed.
+        let mut c = n.walk();
+        let lost = n
+            .children_by_field_name("redirect", &mut c)
+            .any(|r| r.kind() == "heredoc_redirect" && r.has_error());
+        if lost {
+            self.raise(
+                CommandClass::ShellComplex,
+                "a here-document's line the grammar cannot read whole",
+            );
+            self.unplaced = true;
+        }
+        // Words after a redirection's target are a simple command's arguments (`arguments`);
+        // after any other statement the classifier has no rule for them.
+        if body.is_none_or(|b| b.kind() != "command") && !swallowed(n).is_empty() {
+            self.raise(
+                CommandClass::ShellComplex,
+                "words after a redirection's target of a statement that is no simple command",
+            );
+            for w in swallowed(n) {
+                self.scan(w, src);
+            }
+        }
         // A here-document of a pipeline feeds its first stage; the text may reach a shell later.
         let into = match body {
             Some(b) if b.kind() == "pipeline" => self.pipeline_code_reader(b, src, 1),

@@ -386,8 +386,7 @@ impl Walk<'_> {
                 }
             }
             "set" => {
-                let mut c = n.walk();
-                let nodes: Vec<Node> = n.children_by_field_name("argument", &mut c).collect();
+                let nodes: Vec<Node> = arguments(n);
                 let words: Vec<Arg> = nodes.iter().map(|w| Arg::of(*w, src)).collect();
                 let start = words
                     .iter()
@@ -437,8 +436,7 @@ impl Walk<'_> {
                 let runs_words =
                     program == "eval" || spec_of(&program).is_some_and(|s| s.runs.is_some());
                 if runs_words {
-                    let mut c = n.walk();
-                    let args: Vec<Node> = n.children_by_field_name("argument", &mut c).collect();
+                    let args: Vec<Node> = arguments(n);
                     for a in args {
                         let values = self.scope.expand(&Arg::of(a, src));
                         let firsts = values

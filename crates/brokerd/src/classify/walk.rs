@@ -550,7 +550,7 @@ impl<'a> Walk<'a> {
             }
             match (field, ch.kind()) {
                 (Some("name"), _) => name = Some(ch),
-                (Some("argument"), _) => args.push(self.arg(ch, src)),
+                (Some("argument"), _) => {}
                 (Some("redirect"), _) => {}
                 (_, "variable_assignment") => self.assignment(ch, src),
                 (_, "comment") => {}
@@ -563,6 +563,9 @@ impl<'a> Walk<'a> {
                     self.scan(ch, src);
                 }
             }
+        }
+        for a in arguments(n) {
+            args.push(self.arg(a, src));
         }
         let Some(name) = name else { return };
         self.scan(name, src);
@@ -613,12 +616,70 @@ impl Walk<'_> {
         if super::paths::program_name(&prog, None).name != "env" {
             return Some(prog);
         }
-        let args: Vec<Arg> = children
-            .iter()
-            .filter(|(f, _)| *f == Some("argument"))
-            .map(|(_, ch)| Arg::of(*ch, src))
+        let args: Vec<Arg> = arguments(name.parent()?)
+            .into_iter()
+            .map(|ch| Arg::of(ch, src))
             .collect();
         Some(resolve_program(&prog, &args).map_or(prog, |(p, _)| p))
+    }
+}
+
+/// A simple command's arguments as the shell reads them: its `argument` words, then the words
+/// the grammar puts into a redirection after its target (`rm >/dev/null -rf x`, `find x
+/// 2>/dev/null -delete`, `cat <<EOF -n x`), which the shell passes to the command: a
+/// redirection's target is its first word, and every word after it is an argument.
+pub(super) fn arguments<'t>(n: Node<'t>) -> Vec<Node<'t>> {
+    let mut c = n.walk();
+    let mut out: Vec<Node<'t>> = n.children_by_field_name("argument", &mut c).collect();
+    out.extend(
+        n.parent()
+            .filter(|p| {
+                p.kind() == "redirected_statement" && p.child_by_field_name("body") == Some(n)
+            })
+            .map(swallowed)
+            .unwrap_or_default(),
+    );
+    out
+}
+
+/// The words after a redirection's target in the redirections of the statement `s`, in order.
+pub(super) fn swallowed(s: Node<'_>) -> Vec<Node<'_>> {
+    let mut c = s.walk();
+    let redirects: Vec<Node> = s.children_by_field_name("redirect", &mut c).collect();
+    let mut out = Vec::new();
+    for r in redirects {
+        after_target(r, &mut out);
+    }
+    out
+}
+
+/// The words after the target of the redirection `r`, and of those the grammar nests in it
+/// (`<<EOF >/dev/null -rf x`).
+fn after_target<'t>(r: Node<'t>, out: &mut Vec<Node<'t>>) {
+    let mut c = r.walk();
+    match r.kind() {
+        "file_redirect" => out.extend(r.children_by_field_name("destination", &mut c).skip(1)),
+        // In order: its arguments, the words the grammar could not place (an `ERROR` node
+        // between them), and the redirections nested in it.
+        "heredoc_redirect" => {
+            let children: Vec<(Option<&str>, Node<'t>)> = r
+                .children(&mut c)
+                .enumerate()
+                .map(|(i, ch)| (r.field_name_for_child(i as u32), ch))
+                .collect();
+            for (field, ch) in children {
+                match (field, ch.kind()) {
+                    (Some("argument"), _) => out.push(ch),
+                    (Some("redirect"), _) => after_target(ch, out),
+                    (_, "ERROR") => {
+                        let mut c = ch.walk();
+                        out.extend(ch.named_children(&mut c));
+                    }
+                    _ => {}
+                }
+            }
+        }
+        _ => {}
     }
 }
 
