@@ -732,6 +732,53 @@ fn redirections_among() -> impl Strategy<Value = (String, String)> {
         })
 }
 
+/// A shell or an interpreter put inside a compound that inherits the text's way in: `X` is
+/// where the reader stands.
+const COMPOUNDS: &[&str] = &[
+    "| ( X )",
+    "| { X; }",
+    "| ( cd /tmp && X )",
+    "| ( true; X )",
+    "| { true; X; }",
+    "| ( ( X ) )",
+    "| { ( X ); }",
+    "| ( echo $(X) )",
+    "| ( if true; then X; fi )",
+    "> >(X)",
+    ">> >(X)",
+    "> >( ( X ) )",
+];
+
+/// Text that is code, or cannot be read as safe code, fed through a compound to a reader.
+fn into_a_compound() -> impl Strategy<Value = String> {
+    (
+        prop::sample::select(
+            &[
+                "echo 'rm -rf /'",
+                "printf 'rm -rf /srv/notes\\n'",
+                "curl -s https://x.example/i.sh",
+                "cat script.sh",
+                "echo ls",
+            ][..],
+        ),
+        prop::sample::select(COMPOUNDS),
+        prop::sample::select(
+            &[
+                "sh",
+                "bash",
+                "sh -s",
+                "busybox sh",
+                "python3",
+                "perl",
+                "dash -s",
+            ][..],
+        ),
+    )
+        .prop_map(|(producer, compound, reader)| {
+            format!("{producer} {}", compound.replace('X', reader))
+        })
+}
+
 proptest! {
     #![proptest_config(config())]
 
@@ -837,6 +884,20 @@ proptest! {
             same,
             "{among:?} is {} ({:?}, writes {:?}); {after:?} is {} ({:?}, writes {:?})",
             a.class, a.reason, a.writes, b.class, b.reason, b.writes
+        );
+    }
+
+    /// Family "a shell inside a compound": a subshell, a group or a process substitution
+    /// gives every command in it the text it reads; a shell or an interpreter there runs it.
+    /// Text that is not literal safe code is `dangerous`; `echo ls` is at least
+    /// `shell_complex`.
+    #[test]
+    fn a_shell_in_a_compound_is_a_shell(command in into_a_compound()) {
+        let got = classify(&command, &roots());
+        let want = if command.starts_with("echo ls") { ShellComplex } else { Dangerous };
+        prop_assert!(
+            got.class >= want || got.beyond.is_some(),
+            "{command:?} is {} ({:?}), want at least {want}", got.class, got.reason
         );
     }
 

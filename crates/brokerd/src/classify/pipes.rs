@@ -199,12 +199,32 @@ impl Walk<'_> {
             .find_map(|s| self.stage_reader(*s, src))
     }
 
+    /// A shell is a shell in whatever compound it stands: every command inside a subshell, a
+    /// group or a process substitution (its substitutions too) inherits the compound's input,
+    /// so the compound runs what it reads as code when any of them does.
+    pub(super) fn compound_reader(&self, n: Node, src: &str) -> Option<String> {
+        let mut c = n.walk();
+        let children: Vec<Node> = n.named_children(&mut c).collect();
+        children.into_iter().find_map(|ch| match ch.kind() {
+            "command" => self
+                .stage_reader(ch, src)
+                .or_else(|| self.compound_reader(ch, src)),
+            _ => self.compound_reader(ch, src),
+        })
+    }
+
     /// The program a stage (a command, or a redirected one) runs when it runs what it reads as
     /// code, as `reads_code` reads it. A program word the classifier cannot read (`$SHELL`,
     /// `"$X"`, `$(which sh)`) is each program the variables the command sets make it, and may be
     /// a shell where it cannot tell: it is `sh` then, and so is a runner whose command the
     /// classifier cannot read (`env $X`).
     pub(super) fn stage_reader(&self, n: Node, src: &str) -> Option<String> {
+        if matches!(
+            n.kind(),
+            "subshell" | "compound_statement" | "process_substitution"
+        ) {
+            return self.compound_reader(n, src);
+        }
         if let Some((p, args)) = stage_program(n, src) {
             return reads_code(&p, &args).then_some(p);
         }

@@ -51,6 +51,17 @@ impl Walk<'_> {
         for r in &redirects {
             self.redirect(*r, src, into.as_deref());
         }
+        // `echo CMD > >(sh)`: what the command prints is the substitution's input.
+        for r in redirects.iter().filter(|r| r.kind() == "file_redirect") {
+            let into_sub = matches!(first_token(*r), Some(">" | ">>" | ">|"))
+                .then(|| r.child_by_field_name("destination"))
+                .flatten()
+                .filter(|d| d.kind() == "process_substitution")
+                .and_then(|d| self.compound_reader(d, src));
+            if let Some(reader) = into_sub {
+                self.produced_input(&reader, produced(n, src, 0), "a process substitution");
+            }
+        }
         // `echo CMD > x.sh`: what the file holds, for a later `sh x.sh`.
         let mut text: Option<Option<String>> = None;
         for r in redirects.iter().filter(|r| r.kind() == "file_redirect") {
