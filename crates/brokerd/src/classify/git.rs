@@ -182,6 +182,43 @@ const SUBS: &[Sub] = &[
     ),
 ];
 
+/// A subcommand's options whose value is shell code it runs (`sh -c`): long ones with the
+/// shortest prefix git takes of each, and short ones.
+struct CodeOptions {
+    sub: &'static str,
+    long: &'static [(&'static str, usize)],
+    short: &'static [&'static str],
+}
+
+const CODE_OPTIONS: &[CodeOptions] = &[
+    CodeOptions {
+        sub: "filter-branch",
+        long: &[
+            ("tree-filter", 11),
+            ("index-filter", 12),
+            ("msg-filter", 10),
+            ("env-filter", 10),
+            ("commit-filter", 13),
+            ("parent-filter", 13),
+            ("tag-name-filter", 15),
+            ("setup", 5),
+        ],
+        short: &[],
+    },
+    CodeOptions {
+        sub: "rebase",
+        long: &[("exec", 3)],
+        short: &["-x"],
+    },
+];
+
+/// Subcommands whose words after an operand are what they run: the subcommand, that operand,
+/// and whether the words are shell code (`git submodule foreach CODE`) or a program and its
+/// arguments (`git bisect run PROGRAM ARGS`). The words are taken as written, not as the
+/// subcommand's options would read them.
+const RUNS_AFTER: &[(&str, &str, bool)] =
+    &[("bisect", "run", false), ("submodule", "foreach", true)];
+
 /// Subcommands that rewrite files of the work tree they do not name.
 const TREE_CHANGERS: &[&str] = &[
     "stash",
@@ -358,6 +395,7 @@ impl Walk<'_> {
             Does::Runs => self.raise(ShellComplex, format!("git {sub} runs programs")),
             Does::Changes => self.raise(WorkspaceMutating, format!("git {sub}")),
         }
+        self.git_code(sub, rest);
         match sub {
             "config" => {
                 self.raise(
@@ -380,20 +418,7 @@ impl Walk<'_> {
                 self.unplaced = true;
             }
             "rm" if o.has("r") => self.deletes("git rm", true, &o.operands),
-            "submodule" if first == Some("foreach") => {
-                self.run_code("git submodule foreach", o.operands.get(1..).unwrap_or(&[]));
-            }
-            "bisect" if first == Some("run") => {
-                self.run_rest("git bisect run", o.operands.get(1..).unwrap_or(&[]));
-            }
-            "rebase" => {
-                for code in long_values(rest, "exec", 3)
-                    .iter()
-                    .chain(short_values(rest, "-x").iter())
-                {
-                    self.run_code("git rebase --exec", std::slice::from_ref(code));
-                }
-            }
+
             "worktree" if first == Some("add") => {
                 let path = o.operands.get(1).cloned();
                 self.write_target(&path.unwrap_or_else(|| Arg::literal(".")));
@@ -505,6 +530,37 @@ fn lists_only(sub: &str, o: &Parsed) -> bool {
 
 /// The values of a long option given by any prefix of `full` at least `min` characters long
 /// (`--outp=F`, `--output F`), up to `--`.
+impl Walk<'_> {
+    /// The code a subcommand carries in its options and operands (`CODE_OPTIONS`,
+    /// `RUNS_AFTER`), read as what it runs.
+    fn git_code(&mut self, sub: &str, rest: &[Arg]) {
+        for c in CODE_OPTIONS.iter().filter(|c| c.sub == sub) {
+            let values = c
+                .long
+                .iter()
+                .flat_map(|(option, min)| long_values(rest, option, *min))
+                .chain(c.short.iter().flat_map(|o| short_values(rest, o)));
+            for code in values.collect::<Vec<_>>() {
+                self.run_code(&format!("git {sub}"), std::slice::from_ref(&code));
+            }
+        }
+        for (_, trigger, code) in RUNS_AFTER.iter().filter(|(s, ..)| *s == sub) {
+            let at = rest
+                .iter()
+                .position(|a| a.text().is_none_or(|t| !t.starts_with('-')));
+            let Some(at) = at.filter(|i| rest[*i].text() == Some(*trigger)) else {
+                continue;
+            };
+            let words = &rest[at + 1..];
+            let name = format!("git {sub} {trigger}");
+            match code {
+                true => self.run_code(&name, words),
+                false => self.run_rest(&name, words),
+            }
+        }
+    }
+}
+
 fn long_values(args: &[Arg], full: &str, min: usize) -> Vec<Arg> {
     let mut out = Vec::new();
     let mut i = 0;
