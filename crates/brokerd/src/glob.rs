@@ -115,6 +115,15 @@ fn class(p: &[char], start: usize, c: char) -> Option<(bool, usize)> {
             return Some((hit != negate, i + 1));
         }
         first = false;
+        // A POSIX class (`[[:alpha:]]`): bash matches it as the class of characters it names.
+        if ch == '[' && p.get(i + 1) == Some(&':') {
+            let name_end =
+                (i + 2..p.len().saturating_sub(1)).find(|j| p[*j] == ':' && p[*j + 1] == ']')?;
+            let name: String = p[i + 2..name_end].iter().collect();
+            hit |= posix_class(&name, c);
+            i = name_end + 2;
+            continue;
+        }
         let lo = if ch == '\\' {
             i += 1;
             *p.get(i)?
@@ -129,6 +138,26 @@ fn class(p: &[char], start: usize, c: char) -> Option<(bool, usize)> {
             hit |= lo == c;
             i += 1;
         }
+    }
+}
+
+/// Whether `c` is in the POSIX character class `name` (ASCII, as in the C locale); an
+/// unknown name matches nothing, as in bash.
+fn posix_class(name: &str, c: char) -> bool {
+    match name {
+        "alnum" => c.is_ascii_alphanumeric(),
+        "alpha" => c.is_ascii_alphabetic(),
+        "blank" => c == ' ' || c == '\t',
+        "cntrl" => c.is_ascii_control(),
+        "digit" => c.is_ascii_digit(),
+        "graph" => c.is_ascii_graphic(),
+        "lower" => c.is_ascii_lowercase(),
+        "print" => c.is_ascii_graphic() || c == ' ',
+        "punct" => c.is_ascii_punctuation(),
+        "space" => c.is_ascii_whitespace() || c == '\u{b}',
+        "upper" => c.is_ascii_uppercase(),
+        "xdigit" => c.is_ascii_hexdigit(),
+        _ => false,
     }
 }
 
@@ -253,6 +282,12 @@ mod tests {
     fn matching() {
         let cases = [
             ("generat*", "generated", true),
+            ("[[:lower:]]endor", "vendor", true),
+            ("[[:upper:]]endor", "vendor", false),
+            ("[![:digit:]]endor", "vendor", true),
+            ("x[[:punct:]]y", "x_y", true),
+            ("[[:alpha:][:digit:]]1", "a1", true),
+            ("[[:nope:]]x", "ax", false),
             ("vendo?", "vendor", true),
             ("vendo?", "vendors", false),
             ("gen.r?", "gen.rs", true),

@@ -40,6 +40,12 @@ const COMMAND_VARS: &[&str] = &[
     "PS4",
 ];
 
+/// Whether the variable `name` holds a command another program runs: it is read as that
+/// command, and is no more than it.
+pub(super) fn is_command_var(name: &str) -> bool {
+    COMMAND_VARS.contains(&name)
+}
+
 impl Walk<'_> {
     /// `name` set to `value`: when a program runs what the variable holds, the value is read as
     /// code (`GIT_EDITOR='rm -rf /' git commit` is dangerous).
@@ -50,7 +56,7 @@ impl Walk<'_> {
                 Some(t) => value.with_text(t.trim_start_matches('|')),
                 None => value.clone(),
             };
-            self.run_code(&format!("the command {name} holds"), &[code]);
+            self.held_code(&format!("the command {name} holds"), &[code]);
         } else if let Some(n) = name.strip_prefix("GIT_CONFIG_VALUE_") {
             // The key it goes with, as far as the command sets it: one it does not set, or
             // sets from text the classifier cannot read, may be any.

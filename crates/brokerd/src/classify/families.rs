@@ -524,6 +524,10 @@ const FILE_WRITERS: &[&str] = &[
     "time -o @T@ ls",
     "script -q @T@ -c ls",
     "python3 -c \"open('@T@','w')\"",
+    "perl -e 'open(F, \">@T@\")'",
+    "git stash push -- @T@",
+    "git stash push -m m -- @T@",
+    "git restore -- @T@",
 ];
 
 /// Ways of writing files under a directory `@D@`.
@@ -540,6 +544,8 @@ const DIR_WRITERS: &[&str] = &[
     "make -C @D@",
     "cd @D@ && touch x",
     "find . -exec cp {} @D@/ \\;",
+    "env GIT_WORK_TREE=@D@ git checkout .",
+    "env GIT_WORK_TREE=@D@ git stash pop",
 ];
 
 /// Writes the walk cannot place: it must say so.
@@ -568,6 +574,9 @@ fn protected_write() -> impl Strategy<Value = String> {
             "third_party/l.h",
             "build/tmp/o",
             "src/vendor/y",
+            "[[:lower:]]endor/x.c",
+            "generat[[:alpha:]]d/a.rs",
+            "third[[:punct:]]party/l.h",
         ][..],
     );
     let dir = prop::sample::select(
@@ -643,6 +652,22 @@ const HONEST_READS: &[&str] = &[
     "gawk '{ print tolower($0) }' @F@",
     "sed -n '@N@,@N@p' @F@",
     "sed '$a end' @F@",
+    "fd @F@",
+    "fd -e rs -H --max-depth @N@ main",
+    "fdfind -t f @F@ /srv/ref",
+    "git reflog -n @N@",
+    "git reflog show --date=iso -@N@",
+    "git config user.name",
+    "git config --get remote.origin.url",
+    "git config get core.editor",
+    "git -c core.quotepath=off status",
+    "git -c color.ui=never log -n @N@",
+    "git -c core.abbrev=@N@ log --oneline",
+    "GIT_PAGER=cat git log -n @N@",
+    "PAGER=cat git diff",
+    "find . -name '*.rs' -exec grep -n main {} +",
+    "find /srv/ref -type f -exec wc -l {} \\;",
+    "find . -name @F@ -exec cat {} +",
 ];
 
 /// An honest read, alone or in a pipeline of readers.
@@ -656,7 +681,11 @@ fn honest_read() -> impl Strategy<Value = String> {
     )
         .prop_map(|(read, file, n, pipe, runner)| {
             let read = read.replace("@F@", file).replace("@N@", &n.to_string());
-            format!("{runner}{read}{pipe}")
+            // An assignment comes before the runner (`GIT_PAGER=cat nice git log`).
+            match read.split_once(' ') {
+                Some((var, rest)) if var.contains('=') => format!("{var} {runner}{rest}{pipe}"),
+                _ => format!("{runner}{read}{pipe}"),
+            }
         })
 }
 
@@ -943,10 +972,11 @@ proptest! {
     #[test]
     fn writes_are_reported_or_unplaced(command in protected_write()) {
         let got = classify(&command, &roots());
-        let protected = got
-            .writes
-            .iter()
-            .any(|w| crate::protect::protected(w, std::path::Path::new(w)).is_some());
+        // A write to a pattern is judged by the pattern, as the policy judges it.
+        let protected = got.writes.iter().any(|w| {
+            crate::protect::protected(w, std::path::Path::new(w)).is_some()
+                || crate::protect::pattern_protected(w).is_some()
+        });
         prop_assert!(
             got.unplaced || protected,
             "{command:?} writes {:?} ({}, {:?})", got.writes, got.class, got.reason

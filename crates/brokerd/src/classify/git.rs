@@ -264,6 +264,43 @@ const COMMAND_KEYS: &[&str] = &[
     "uploadpack.packobjectshook",
 ];
 
+/// Config keys that change only how git prints (`git -c core.quotepath=off status`): setting
+/// one runs nothing and reads no other config. Any other key may (`include.path` reads a file
+/// of config, and a list of the keys that run programs could lag behind git).
+const DISPLAY_KEYS: &[&str] = &[
+    "core.quotepath",
+    "core.abbrev",
+    "color.",
+    "column.",
+    "advice.",
+    "i18n.",
+    "log.date",
+    "log.decorate",
+    "log.showsignature",
+    "diff.renames",
+    "diff.noprefix",
+    "diff.mnemonicprefix",
+    "diff.relative",
+    "status.short",
+    "status.branch",
+    "status.showuntrackedfiles",
+    "grep.linenumber",
+    "grep.patterntype",
+    "blame.date",
+];
+
+/// Whether setting config key `key` changes only how git prints.
+fn is_display_key(key: &str) -> bool {
+    let key = key.to_ascii_lowercase();
+    DISPLAY_KEYS.iter().any(|k| {
+        if k.ends_with('.') {
+            key.starts_with(k)
+        } else {
+            key == *k
+        }
+    }) && !is_command_key(&key)
+}
+
 /// Whether git runs the value of config key `key` as a command.
 pub(super) fn is_command_key(key: &str) -> bool {
     let key = key.to_ascii_lowercase();
@@ -328,8 +365,15 @@ impl Walk<'_> {
             return;
         };
         let rest = args.get(i + 1..).unwrap_or(&[]);
+        // `GIT_WORK_TREE=DIR git ...` is `git --work-tree=DIR ...`.
+        let tree = self.scope.value("GIT_WORK_TREE");
+        let tree_unknown = tree.as_ref().is_some_and(|v| v.unknown || v.outside);
+        for t in tree.map(|v| v.texts).unwrap_or_default() {
+            dirs.push(Arg::literal(&t));
+        }
         // `git -C DIR`: what the subcommand writes is under DIR.
         let mut inner = self.nested();
+        inner.cwd_unknown |= tree_unknown;
         for d in &dirs {
             match d.text() {
                 Some(t) => inner.cwd = Some(inner.land(t)),
@@ -418,6 +462,17 @@ impl Walk<'_> {
                 self.unplaced = true;
             }
             "rm" if o.has("r") => self.deletes("git rm", true, &o.operands),
+            // `git stash push [--] PATHS` puts the paths back as HEAD has them.
+            "stash" if matches!(first, Some("push" | "save")) => {
+                let after_dashes = rest.iter().position(|a| a.text() == Some("--"));
+                let paths = match after_dashes {
+                    Some(at) => &rest[at + 1..],
+                    None => o.operands.get(1..).unwrap_or(&[]),
+                };
+                for p in paths {
+                    self.write_target(p);
+                }
+            }
 
             "worktree" if first == Some("add") => {
                 let path = o.operands.get(1).cloned();
@@ -468,6 +523,12 @@ impl Walk<'_> {
     /// `KEY=VALUE` set by `git -c` or `git config`: a key whose value is a command has it read
     /// as code (`alias.x=!CMD`).
     pub(super) fn git_config_value(&mut self, setting: &Arg) {
+        let key = setting
+            .text()
+            .map(|t| t.split_once('=').map_or(t, |(k, _)| k));
+        if key.is_some_and(is_display_key) {
+            return;
+        }
         self.raise(
             CommandClass::ShellComplex,
             "git -c can make git run programs or read other config",
@@ -523,7 +584,30 @@ fn lists_only(sub: &str, o: &Parsed) -> bool {
             !o.has_any(&changes) && (o.operands.is_empty() || o.has_any(&lists))
         }
         "tag" => (o.operands.is_empty() || o.has_any(&["l", "list"])) && !o.has_any(&["d", "a"]),
-        "config" => o.has_any(&["get", "get-all", "get-regexp", "list", "l"]),
+        // `git config KEY` prints a value, as `git config get KEY` does.
+        "config" => {
+            let sets = [
+                "unset",
+                "unset-all",
+                "add",
+                "replace-all",
+                "rename-section",
+                "remove-section",
+                "e",
+                "edit",
+            ];
+            let verb = o.operands.first().and_then(|a| a.text());
+            o.has_any(&["get", "get-all", "get-regexp", "list", "l"])
+                || matches!(verb, Some("get" | "list"))
+                || (o.operands.len() == 1
+                    && !o.has_any(&sets)
+                    && verb.is_some_and(|k| k.contains('.')))
+        }
+        // `git reflog` is `git reflog show` unless its first word is a verb that changes it.
+        "reflog" => !matches!(
+            o.operands.first().and_then(|a| a.text()),
+            Some("expire" | "delete")
+        ),
         _ => false,
     }
 }

@@ -127,6 +127,7 @@ mod properties;
 #[cfg(test)]
 mod tests;
 
+use envvars::is_command_var;
 use paths::*;
 use pipes::*;
 use produce::*;

@@ -267,6 +267,22 @@ const SPECS: &[RawSpec] = &[
          0,print0",
     ),
     RawSpec {
+        // fd (Debian's fdfind) finds names; -x and -X run a command for what it finds. clap
+        // does not abbreviate.
+        abbreviate: false,
+        ..spec(
+            &["fd", "fdfind"],
+            Operands::Read,
+            "H,hidden I,no-ignore u,unrestricted no-ignore-vcs no-ignore-parent \
+             s,case-sensitive i,ignore-case g,glob regex F,fixed-strings a,absolute-path \
+             l,list-details L,follow p,full-path 0,print0 d,max-depth= min-depth= exact-depth= \
+             E,exclude= prune t,type= e,extension= S,size= changed-within= changed-before= \
+             o,owner= format= x,exec:run X,exec-batch:run batch-size= ignore-file= c,color= \
+             j,threads= max-results= 1 q,quiet show-errors base-directory= path-separator= \
+             search-path= strip-cwd-prefix=? one-file-system h,help V,version",
+        )
+    },
+    RawSpec {
         // ripgrep's options are many and read-only but for these; clap does not abbreviate.
         abbreviate: false,
         unknown_harmless: true,

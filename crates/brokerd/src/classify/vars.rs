@@ -120,6 +120,16 @@ impl Scope {
             .unwrap_or_default()
     }
 
+    /// What a variable the command sets may hold, as a word would expand it; `None` where the
+    /// command does not set it.
+    pub(super) fn value(&self, name: &str) -> Option<Values> {
+        self.get(name).map(|v| Values {
+            texts: v.texts.clone(),
+            unknown: v.unknown,
+            outside: v.outside,
+        })
+    }
+
     fn get(&self, name: &str) -> Option<&Value> {
         self.vars.iter().find(|(n, _)| n == name).map(|(_, v)| v)
     }

@@ -472,7 +472,8 @@ impl<'a> Walk<'a> {
     pub(super) fn assignment(&mut self, n: Node, src: &str) {
         if let Some(name) = n.child_by_field_name("name") {
             let name = &src[name.byte_range()];
-            if is_sensitive_var(name) {
+            // A variable holding a command is read as the command (`command_variable`).
+            if is_sensitive_var(name) && !is_command_var(name) {
                 self.raise(
                     CommandClass::ShellComplex,
                     format!("sets {name}, which changes what programs run"),

@@ -219,13 +219,15 @@ impl Walk<'_> {
             );
         }
         for var in u.assignments.iter().filter_map(|a| a.split_once('=')) {
-            if is_sensitive_var(var.0) {
+            if is_sensitive_var(var.0) && !is_command_var(var.0) {
                 self.raise(
                     ShellComplex,
                     format!("sets {}, which changes what programs run", var.0),
                 );
             }
             self.command_variable(var.0, &Arg::literal(var.1));
+            // What the runner's command sees of it (`env GIT_WORK_TREE=DIR git ...`).
+            self.scope.add(var.0, Values::of(var.1));
         }
         for f in &u.files {
             self.write_target(f);
@@ -302,6 +304,12 @@ impl Walk<'_> {
             CommandClass::ShellComplex,
             format!("{name} runs shell code"),
         );
+        self.held_code(name, words);
+    }
+
+    /// Shell code another program runs, read as what it does: no worse than that, where the
+    /// classifier reads all of it (`GIT_PAGER=cat`).
+    pub(super) fn held_code(&mut self, name: &str, words: &[Arg]) {
         let mut code = Values {
             texts: vec![String::new()],
             ..Values::default()
