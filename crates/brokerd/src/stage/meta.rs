@@ -31,8 +31,9 @@ const HASH_LIMIT: u64 = 64 * 1024 * 1024;
 /// What a real path was when the session first staged a change to it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Identity {
-    /// `file`, `dir`, `link`, `other`, `none` (it did not exist), or `unreachable` (the way
-    /// to it goes through a link).
+    /// `file`, `dir`, `link`, `other`, `none` (it did not exist), `unreachable` (the way
+    /// to it goes through a link), or `changed` (the host changed it while the call that first
+    /// staged it ran: what the session saw is not known).
     pub kind: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dev: Option<u64>,
@@ -105,6 +106,11 @@ impl Identity {
         }
     }
 
+    /// A real entry the host changed while the call that first staged it ran.
+    pub fn changed_during_call() -> Identity {
+        Identity::of_kind("changed")
+    }
+
     pub fn none() -> Identity {
         Identity::of_kind("none")
     }
@@ -130,7 +136,7 @@ impl Identity {
                         }
                     }
             }
-            "unreachable" => false,
+            "unreachable" | "changed" => false,
             _ => self.dev == now.dev && self.ino == now.ino,
         }
     }

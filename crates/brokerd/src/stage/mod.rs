@@ -27,7 +27,7 @@
 //! (what a layer changed), `conflict` (which changes a commit refuses), `commit` (landing and
 //! discarding changes).
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
@@ -104,8 +104,10 @@ pub struct Stage {
     root: PathBuf,
     pub max_bytes: u64,
     pub ttl: Option<Duration>,
-    /// Layers a call of this process is using (by layer directory).
-    busy: Mutex<HashSet<PathBuf>>,
+    /// Layers a call of this process is using (by layer directory), with when a call (not an
+    /// owner's commit) took them: what the host changed after that, the session cannot have
+    /// seen (see `record_first`).
+    busy: Mutex<HashMap<PathBuf, Option<i128>>>,
     freed: Condvar,
     /// The backend whose mounts use the layers (whose work directory a layer's calls get).
     backend: Backend,
@@ -144,7 +146,7 @@ impl Stage {
             root: home.join(STAGED_DIR),
             max_bytes,
             ttl: (ttl_s > 0).then(|| Duration::from_secs(ttl_s)),
-            busy: Mutex::new(HashSet::new()),
+            busy: Mutex::new(HashMap::new()),
             freed: Condvar::new(),
             backend: Backend::Podman,
             podman: None,
@@ -259,7 +261,9 @@ impl Stage {
             }
         }
         let dirs: Vec<PathBuf> = layers.iter().map(|l| l.dir.clone()).collect();
-        let busy_one = |busy: &HashSet<PathBuf>| layers.iter().find(|l| busy.contains(&l.dir));
+        let busy_one = |busy: &HashMap<PathBuf, Option<i128>>| {
+            layers.iter().find(|l| busy.contains_key(&l.dir))
+        };
         let mut busy = self
             .busy
             .lock()
@@ -288,7 +292,8 @@ impl Stage {
                 Err(_) => return Err(StageError::Busy(l.real.clone())),
             }
         }
-        busy.extend(dirs.iter().cloned());
+        let began = coarse_now_ns();
+        busy.extend(dirs.iter().map(|d| (d.clone(), began)));
         Ok(Holding {
             dirs,
             locks,
@@ -302,11 +307,27 @@ impl Stage {
     /// it too (at most `RECORD_LIMIT`), and joins `Meta::hidden`; below such a path, a real
     /// entry with no record appeared after the session last saw it, and stays unrecorded: a
     /// conflict (docs/design.md#staged-writes-and-owners).
+    ///
+    /// Recorded by a call (the layer held by `hold`), a real entry whose change time is past
+    /// the moment the call took the layer changed while the call ran: the session's base is
+    /// not known, so it is recorded as changed (a conflict at commit), and such an entry below
+    /// a hidden directory stays unrecorded (a conflict too).
     pub fn record_first(&self, layer: &Layer) -> io::Result<()> {
         let (Some(upper), real) = changes::trees(&layer.upper, &layer.real)? else {
             return Ok(());
         };
         let real = real.as_ref();
+        let began = self
+            .busy
+            .lock()
+            .ok()
+            .and_then(|b| b.get(&layer.dir).copied().flatten());
+        let changed_since = |rel: &Path| match (began, real.map(|r| r.stat(rel))) {
+            (Some(t), Some(Ok(st))) => {
+                i128::from(st.st_ctime) * 1_000_000_000 + i128::from(st.st_ctime_nsec) > t
+            }
+            _ => false,
+        };
         let entries = changes::entries(&upper, real)?;
         // Every path recorded already (the usual case past a session's first calls): nothing
         // to write, and no lock to take.
@@ -334,7 +355,10 @@ impl Stage {
                 for e in &entries {
                     let k = meta::key(&e.rel);
                     if !meta.first.contains_key(&k) {
-                        let now = identity(&e.rel);
+                        let now = match changed_since(&e.rel) {
+                            true => Identity::changed_during_call(),
+                            false => identity(&e.rel),
+                        };
                         if !(meta.covered(&e.rel) && now.kind != "none") {
                             meta.first.insert(k.clone(), now);
                             changed = true;
@@ -343,7 +367,7 @@ impl Stage {
                     if e.hides && !meta.covered(&e.rel) {
                         if let Some(real) = real {
                             let (below, _all) = changes::real_below(real, &e.rel, RECORD_LIMIT);
-                            for b in below {
+                            for b in below.into_iter().filter(|b| !changed_since(b)) {
                                 meta.first
                                     .entry(meta::key(&b))
                                     .or_insert_with(|| identity(&b));
@@ -422,7 +446,7 @@ impl Stage {
             .busy
             .lock()
             .map_err(|_| StageError::Busy(layer.real.clone()))?;
-        while busy.contains(&layer.dir) {
+        while busy.contains_key(&layer.dir) {
             let now = Instant::now();
             if now >= deadline {
                 return Err(StageError::Busy(layer.real.clone()));
@@ -438,7 +462,7 @@ impl Stage {
             nix::fcntl::FlockArg::LockExclusiveNonblock,
         )
         .map_err(|_| StageError::Busy(layer.real.clone()))?;
-        busy.insert(layer.dir.clone());
+        busy.insert(layer.dir.clone(), None);
         Ok(Holding {
             dirs: vec![layer.dir.clone()],
             locks: vec![lock],
@@ -545,6 +569,18 @@ pub fn dir_bytes(dir: &Path) -> u64 {
         }
     }
     total
+}
+
+/// The time the kernel stamps files with (`CLOCK_REALTIME_COARSE`), in nanoseconds: a file
+/// changed after this reads has a change time past it, however coarse the stamps.
+fn coarse_now_ns() -> Option<i128> {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid timespec the call writes and nothing else.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut ts) };
+    (rc == 0).then(|| i128::from(ts.tv_sec) * 1_000_000_000 + i128::from(ts.tv_nsec))
 }
 
 fn now_s() -> u64 {

@@ -15,3 +15,61 @@ fn identities_tell_changes() {
     std::fs::write(tmp.path().join("none"), "x").expect("write");
     assert!(!missing.unchanged(&Identity::of(&tmp.path().join("none"))));
 }
+
+/// The host edits a file and adds one below a directory while a call of the session holds the
+/// layer (after its sandbox may have copied them up): neither is the session's base. The file
+/// the call staged is a conflict, and so is its deletion of the directory; the commit keeps
+/// the host's edit and file.
+#[test]
+fn what_the_host_changes_during_a_call_is_a_conflict() {
+    use std::path::Path;
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let base = std::fs::canonicalize(tmp.path()).expect("canonical");
+    let real = base.join("real");
+    std::fs::create_dir_all(real.join("src")).expect("mkdir");
+    std::fs::write(real.join("a.txt"), "a\n").expect("write");
+    std::fs::write(real.join("src/main.rs"), "fn main() {}\n").expect("write");
+    let stage = Arc::new(Stage::new(&base.join("home"), 1 << 30, 0));
+    let session = Ident::fixed("s1");
+    let layer = stage.prepare(&session, "g", &real).expect("prepare");
+    // Past the clock tick the files were made in.
+    std::thread::sleep(Duration::from_millis(25));
+    let held = stage
+        .hold(
+            &session,
+            std::slice::from_ref(&layer),
+            true,
+            Instant::now() + Duration::from_secs(5),
+        )
+        .expect("hold");
+    std::thread::sleep(Duration::from_millis(25));
+    std::fs::write(real.join("a.txt"), "the host's edit\n").expect("edit");
+    std::fs::write(real.join("src/new.rs"), "the host's\n").expect("add");
+    // What the call's sandbox leaves in the layer: its own a.txt, src deleted.
+    std::fs::write(layer.upper.join("a.txt"), "a\nA\n").expect("write");
+    tree::Tree::open(&layer.upper)
+        .expect("upper")
+        .whiteout(Path::new("src"))
+        .expect("whiteout");
+    stage.record_first(&layer).expect("record");
+    drop(held);
+    commit::prepare_layer(&stage, &layer).expect("prepare");
+    let found = changes::changes(&layer.upper, &layer.real)
+        .expect("changes")
+        .found;
+    let report = commit::commit(&layer, &found, None, false, |_| None).expect("commit");
+    let conflicts: Vec<_> = report.conflicts.iter().map(|(p, _)| p.clone()).collect();
+    for p in ["a.txt", "src"] {
+        assert!(conflicts.iter().any(|c| c == Path::new(p)), "{report:?}");
+    }
+    assert_eq!(
+        std::fs::read_to_string(real.join("a.txt")).expect("read"),
+        "the host's edit\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(real.join("src/new.rs")).expect("read"),
+        "the host's\n"
+    );
+}
