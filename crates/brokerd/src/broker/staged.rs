@@ -101,9 +101,10 @@ impl Broker {
                 StageError::Full { bytes, max } if !plan.writes => {
                     NotStaged::Refused(StageError::FullReading { bytes, max }.to_string())
                 }
-                StageError::Full { .. } | StageError::FullReading { .. } | StageError::Busy(_) => {
-                    NotStaged::Refused(e.to_string())
-                }
+                StageError::Full { .. }
+                | StageError::FullReading { .. }
+                | StageError::Unmeasured { .. }
+                | StageError::Busy(_) => NotStaged::Refused(e.to_string()),
             })?;
         let written = layers
             .into_iter()

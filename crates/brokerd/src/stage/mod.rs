@@ -94,6 +94,10 @@ pub enum StageError {
     /// `Full`, for a read-only call whose layer the runner cannot mount read-only.
     #[error("this session has {bytes} bytes staged, at or past [broker] max_staged_bytes ({max}): this runner cannot mount its staged layer read-only, so its calls that see the layer are refused as its writes are, until an owner commits or discards them")]
     FullReading { bytes: u64, max: u64 },
+    /// A directory of a layer that brokerd cannot read (a call made it mode 000): what it
+    /// holds cannot be counted, so it counts as past the bound.
+    #[error("this session's staged layer holds a directory brokerd cannot read ({}): what it holds cannot be counted, so it counts as past [broker] max_staged_bytes ({max}), and this session's calls that may write its staged layers are refused until an owner commits or discards it", .dir.display())]
+    Unmeasured { dir: PathBuf, max: u64 },
     #[error("another call of this session is using its staged layer of {}, or an owner is committing it; nothing was run; ask again once it has finished", .0.display())]
     Busy(PathBuf),
 }
@@ -252,7 +256,12 @@ impl Stage {
         deadline: Instant,
     ) -> Result<Holding, StageError> {
         if writes {
-            let bytes = self.bytes(session);
+            let bytes = self
+                .measure(session)
+                .map_err(|dir| StageError::Unmeasured {
+                    dir,
+                    max: self.max_bytes,
+                })?;
             if bytes >= self.max_bytes {
                 return Err(StageError::Full {
                     bytes,
@@ -382,13 +391,21 @@ impl Stage {
         )
     }
 
-    /// The bytes a session holds in its layers' upper directories.
+    /// The bytes a session holds in its layers' upper directories (what cannot be counted
+    /// counts as `u64::MAX`).
     pub fn bytes(&self, session: &Ident) -> u64 {
-        let mut total = 0;
+        self.measure(session).unwrap_or(u64::MAX)
+    }
+
+    /// The bytes a session holds in its layers' upper directories, or the first directory
+    /// of them brokerd cannot read (its real path): what it holds cannot be counted.
+    pub fn measure(&self, session: &Ident) -> Result<u64, PathBuf> {
+        let mut total = 0u64;
         for l in self.layers_of(session) {
-            total += dir_bytes(&l.upper);
+            let bytes = measure(&l.upper).map_err(|rel| l.real.join(rel))?;
+            total = total.saturating_add(bytes);
         }
-        total
+        Ok(total)
     }
 
     /// The layers a session has, with their metadata (unreadable ones left out).
@@ -548,27 +565,45 @@ fn lock_file(
     nix::fcntl::Flock::lock(f, how).map_err(|(_, e)| io::Error::from(e))
 }
 
-/// The bytes of the regular files under `dir` (links and whiteouts count nothing), read by
-/// descriptor: a directory swapped for a link meanwhile leads nowhere else.
+/// The bytes of the regular files under `dir` (links and whiteouts count nothing; what cannot
+/// be counted counts as `u64::MAX`).
 pub fn dir_bytes(dir: &Path) -> u64 {
-    let Ok(t) = tree::Tree::open(dir) else {
-        return 0;
+    measure(dir).unwrap_or(u64::MAX)
+}
+
+/// The bytes of the regular files under `dir`, read by descriptor (a directory swapped for a
+/// link meanwhile leads nowhere else), or the first directory below it (relative) that brokerd
+/// cannot read: a sandbox may have made it mode 000 with anything in it. No `dir`: nothing.
+pub fn measure(dir: &Path) -> Result<u64, PathBuf> {
+    let gone = |e: &io::Error| matches!(e.raw_os_error(), Some(libc::ENOENT));
+    let t = match tree::Tree::open(dir) {
+        Ok(t) => t,
+        Err(_) if fs::symlink_metadata(dir).is_err() => return Ok(0),
+        Err(_) => return Err(PathBuf::new()),
     };
-    let mut total = 0;
+    let mut total = 0u64;
     let mut stack = vec![PathBuf::new()];
     while let Some(d) = stack.pop() {
-        for name in t.names(&d).unwrap_or_default() {
+        let names = match t.names(&d) {
+            Ok(n) => n,
+            // Removed by a call meanwhile: nothing of it is held.
+            Err(e) if gone(&e) => continue,
+            Err(_) => return Err(d),
+        };
+        for name in names {
             let here = d.join(name);
             match t.stat(&here) {
                 Ok(st) if tree::kind_of_stat(&st) == "dir" => stack.push(here),
                 Ok(st) if tree::kind_of_stat(&st) == "file" => {
-                    total += u64::try_from(st.st_size).unwrap_or(0);
+                    total = total.saturating_add(u64::try_from(st.st_size).unwrap_or(0));
                 }
-                _ => {}
+                Ok(_) => {}
+                Err(e) if gone(&e) => {}
+                Err(_) => return Err(here),
             }
         }
     }
-    total
+    Ok(total)
 }
 
 /// The time the kernel stamps files with (`CLOCK_REALTIME_COARSE`), in nanoseconds: a file

@@ -73,3 +73,48 @@ fn what_the_host_changes_during_a_call_is_a_conflict() {
         "the host's\n"
     );
 }
+
+/// A call that writes into a directory of its layer and makes it mode 000 hides nothing from
+/// `max_staged_bytes`: what brokerd cannot read counts as past the bound, and the session's
+/// next writing call is refused, saying why.
+#[test]
+fn what_cannot_be_read_counts_as_past_the_bound() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let base = std::fs::canonicalize(tmp.path()).expect("canonical");
+    let real = base.join("real");
+    std::fs::create_dir_all(&real).expect("mkdir");
+    let stage = Arc::new(Stage::new(&base.join("home"), 1 << 20, 0));
+    let session = Ident::fixed("s1");
+    let layer = stage.prepare(&session, "g", &real).expect("prepare");
+    let hidden = layer.upper.join("d");
+    std::fs::create_dir_all(&hidden).expect("mkdir");
+    std::fs::write(hidden.join("big"), vec![0u8; 2 << 20]).expect("write");
+    std::fs::set_permissions(&hidden, std::fs::Permissions::from_mode(0o000)).expect("chmod");
+    // As the service user, without the capabilities a test run as root has.
+    let held = std::thread::scope(|s| {
+        s.spawn(|| {
+            caps::clear(None, caps::CapSet::Effective).expect("drop capabilities");
+            let held = stage.hold(
+                &session,
+                std::slice::from_ref(&layer),
+                true,
+                Instant::now() + Duration::from_secs(5),
+            );
+            (held.map(|_| ()), stage.bytes(&session))
+        })
+        .join()
+        .expect("thread")
+    });
+    std::fs::set_permissions(&hidden, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+    let (held, bytes) = held;
+    let why = held.expect_err("a writing call past the bound");
+    assert!(
+        why.to_string().contains("cannot read") && why.to_string().contains("max_staged_bytes"),
+        "{why}"
+    );
+    assert!(matches!(why, StageError::Unmeasured { ref dir, .. } if *dir == real.join("d")));
+    assert_eq!(bytes, u64::MAX);
+}
