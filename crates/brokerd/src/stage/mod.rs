@@ -25,7 +25,7 @@
 //! by discard or `staged_ttl_s`. Modules: `tree` (a directory read and changed by descriptor,
 //! no link followed), `meta` (`layer.json`), `merged` (the view decisions take), `changes`
 //! (what a layer changed), `conflict` (which changes a commit refuses), `commit` (landing and
-//! discarding changes).
+//! discarding changes), `names` (a path as the owner reads and names it).
 
 use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
@@ -45,6 +45,7 @@ pub mod commit;
 pub mod conflict;
 pub mod merged;
 pub mod meta;
+pub mod names;
 pub mod tree;
 
 pub use merged::Merged;
