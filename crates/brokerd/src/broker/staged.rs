@@ -296,6 +296,22 @@ impl Broker {
         }
     }
 
+    /// Tidies after the commits a stop of brokerd killed midway: no temporary name of theirs
+    /// stays in an owner's directory (docs/design.md#staged-writes-and-owners).
+    pub async fn finish_interrupted_commits(&self) {
+        let stage = self.stage.clone();
+        let Ok(failed) = tokio::task::spawn_blocking(move || stage.finish_interrupted()).await
+        else {
+            return;
+        };
+        for (real, e) in failed {
+            tracing::warn!(
+                real = %real.display(),
+                "an interrupted commit could not be tidied after (tried again before its next commit or discard): {e}"
+            );
+        }
+    }
+
     /// Discards the layers past `staged_ttl_s` (the owner's choice), each audited.
     pub async fn expire_staged(&self) {
         let stage = self.stage.clone();

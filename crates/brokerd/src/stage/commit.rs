@@ -21,7 +21,7 @@ use std::ffi::OsStr;
 use std::fs::{self, File};
 use std::io::{self, Write};
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
 
 use nix::errno::Errno;
@@ -102,6 +102,7 @@ fn land(
     upper: &Tree,
     f: &Found,
     seen: &SeenMap,
+    journal: &Journal,
 ) -> Result<(Landed, Option<DirMode>), NotLanded> {
     let landed = || Landed {
         rel: f.rel.clone(),
@@ -139,7 +140,7 @@ fn land(
         }
         ChangeKind::ModeChanged => chmod_at(&parent, name, landed_mode(f), f.seen.as_ref())?,
         ChangeKind::Added | ChangeKind::Modified | ChangeKind::TypeChanged => {
-            let tmp = temp_name(name);
+            let tmp = journal.temp_name(name);
             match f.what {
                 // A new directory is made in place: nothing is there to keep.
                 "dir" if f.seen.is_none() => {
@@ -366,14 +367,136 @@ fn put_in_place(
     Ok(())
 }
 
+/// The prefix of every temporary name a commit makes beside what it lands.
+const TEMP_PREFIX: &str = ".boxmaker-commit-";
+/// A layer's note that a commit is landing, naming its temporary names (`Journal`).
+const PENDING: &str = "commit.pending";
+
 fn temp_name(name: &OsStr) -> std::ffi::OsString {
-    let mut rand = [0u8; 6];
-    let _ = getrandom::fill(&mut rand);
-    let mut t = std::ffi::OsString::from(".boxmaker-commit-");
-    t.push(hex::encode(rand));
-    t.push("-");
-    t.push(name);
-    t
+    Journal { id: String::new() }.temp_name(name)
+}
+
+/// The temporary names of one commit: `.boxmaker-commit-<id>-<random>-<name>`, the id noted
+/// (synced) in the layer's `commit.pending` before any is made and removed once the last
+/// is gone; a commit killed midway leaves the note, and `finish_interrupted` tidies after it.
+struct Journal {
+    id: String,
+}
+
+impl Journal {
+    fn begin(layer: &Layer) -> io::Result<Journal> {
+        let mut rand = [0u8; 6];
+        getrandom::fill(&mut rand).map_err(|e| io::Error::other(e.to_string()))?;
+        let id = hex::encode(rand);
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(layer.dir.join(PENDING))?;
+        f.write_all(id.as_bytes())?;
+        f.sync_all()?;
+        File::open(&layer.dir)?.sync_all()?;
+        Ok(Journal { id })
+    }
+
+    fn prefix(&self) -> String {
+        format!("{TEMP_PREFIX}{}-", self.id)
+    }
+
+    fn temp_name(&self, name: &OsStr) -> std::ffi::OsString {
+        let mut rand = [0u8; 6];
+        let _ = getrandom::fill(&mut rand);
+        let mut t = std::ffi::OsString::from(self.prefix());
+        t.push(hex::encode(rand));
+        t.push("-");
+        t.push(name);
+        t
+    }
+
+    /// Every temporary name is gone: the note goes.
+    fn end(layer: &Layer) -> io::Result<()> {
+        match fs::remove_file(layer.dir.join(PENDING)) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Tidies after a commit of `layer` killed midway (its `commit.pending` left): in the real
+/// directory of each entry of the layer, each temporary name of that commit goes. At most one
+/// change was landing: its temporary entry is the commit's own (removed), unless it was
+/// already exchanged with the real entry, which is then put back (the real entry at the name
+/// being the layer's). Either way that entry is as it was before the commit, and its change
+/// stays in the layer for the next one. Called before a layer is committed or discarded, and
+/// at brokerd's start (`Stage::finish_interrupted`).
+pub fn finish_interrupted(layer: &Layer) -> io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let id = match fs::read_to_string(layer.dir.join(PENDING)) {
+        Ok(id) => id,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    let prefix = Journal {
+        id: id.trim().to_string(),
+    }
+    .prefix();
+    let (Some(upper), Some(real)) = changes::trees(&layer.upper, &layer.real)? else {
+        return Journal::end(layer);
+    };
+    let mut dirs: std::collections::BTreeSet<PathBuf> = std::collections::BTreeSet::new();
+    dirs.insert(PathBuf::new());
+    for e in changes::entries(&upper, Some(&real))? {
+        dirs.insert(e.rel.parent().unwrap_or(Path::new("")).to_path_buf());
+    }
+    for d in dirs {
+        let Ok(dir) = real.dir(&d) else { continue };
+        let Ok(dir) = nix::fcntl::openat(
+            &dir,
+            ".",
+            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        ) else {
+            continue;
+        };
+        let names = names_at(&dir).map_err(io::Error::other)?;
+        for tmp in names {
+            let Some(rest) = tmp.as_bytes().strip_prefix(prefix.as_bytes()) else {
+                continue;
+            };
+            // `<random>-<name>`
+            let Some(dash) = rest.iter().position(|&b| b == b'-') else {
+                continue;
+            };
+            let name = OsStr::from_bytes(&rest[dash + 1..]);
+            if is_layers(&real, &upper, &d.join(name)) {
+                rename2_at(&dir, &tmp, name, libc::RENAME_EXCHANGE).map_err(io::Error::from)?;
+            }
+            remove_at(&dir, &tmp).map_err(io::Error::from)?;
+        }
+    }
+    Journal::end(layer)
+}
+
+/// Whether the real entry at `rel` is the layer's (what a commit put there): of its type, and
+/// a file of its content, a link of its target.
+fn is_layers(real: &Tree, upper: &Tree, rel: &Path) -> bool {
+    let (Ok(r), Ok(u)) = (real.stat(rel), upper.stat(rel)) else {
+        return false;
+    };
+    match (kind_of_stat(&r), kind_of_stat(&u)) {
+        ("file", "file") => real
+            .sha256(rel)
+            .ok()
+            .is_some_and(|h| upper.sha256(rel).ok() == Some(h)),
+        ("link", "link") => real
+            .read_link(rel)
+            .ok()
+            .is_some_and(|t| upper.read_link(rel).ok() == Some(t)),
+        ("dir", "dir") => true,
+        _ => false,
+    }
 }
 
 /// Writes `input`'s bytes to the new file `tmp` in `parent`, synced, for `put_in_place`.
@@ -663,6 +786,16 @@ pub fn apply(layer: &Layer, found: &[Found], plan: Plan<'_>) -> Report {
         .iter()
         .filter_map(|f| f.seen.map(|s| (f.rel.clone(), s)))
         .collect();
+    let journal = match Journal::begin(layer) {
+        Ok(j) => j,
+        Err(e) => {
+            for f in ready {
+                let why = format!("the layer's commit note could not be written: {e}");
+                report.conflicts.push((f.rel.clone(), NotLanded::Io(why)));
+            }
+            return report;
+        }
+    };
     let mut modes = Vec::new();
     let mut removed: Vec<&Path> = Vec::new();
     for f in ready {
@@ -675,7 +808,7 @@ pub fn apply(layer: &Layer, found: &[Found], plan: Plan<'_>) -> Report {
             });
             continue;
         }
-        match land(&root, &upper, f, &seen) {
+        match land(&root, &upper, f, &seen, &journal) {
             Ok((l, mode)) => {
                 if let Some(m) = mode {
                     modes.push((report.landed.len(), m));
@@ -699,6 +832,12 @@ pub fn apply(layer: &Layer, found: &[Found], plan: Plan<'_>) -> Report {
         if let Err(e) = set {
             unset.push((i, e));
         }
+    }
+    // Every temporary name of the commit is gone by now.
+    if let Err(e) = Journal::end(layer) {
+        report
+            .unfinished
+            .push(format!("{PENDING} could not be removed: {e}"));
     }
     unset.sort_by_key(|(i, _)| std::cmp::Reverse(*i));
     for (i, e) in unset {
@@ -753,10 +892,12 @@ fn open_existing_parent(root: &Tree, rel: &Path) -> Result<(), NotLanded> {
     Ok(())
 }
 
-/// Readies a layer for a commit or a discard: every opaque directory made plain
+/// Readies a layer for a commit or a discard: a commit of it killed midway tidied after
+/// (`finish_interrupted`), every opaque directory made plain
 /// (`normalize_opaque`), and what its calls changed recorded (a crash may have left some of it
 /// unrecorded).
 pub fn prepare_layer(stage: &super::Stage, layer: &Layer) -> io::Result<()> {
+    finish_interrupted(layer)?;
     normalize_opaque(layer)?;
     stage.record_first(layer)
 }

@@ -139,3 +139,120 @@ fn a_commit_raced_by_a_swap_removes_nothing_of_the_host() {
     }
     eprintln!("{conflicts} of 150 commits met the swap (a conflict)");
 }
+
+/// The commit that `a_commit_killed_midway_leaves_no_temporary_file` runs in a child process
+/// and kills: the layer of session `s1` over `BOXMAKER_TEST_REAL`, under `BOXMAKER_TEST_HOME`.
+#[test]
+#[ignore = "run by a_commit_killed_midway_leaves_no_temporary_file"]
+fn a_commit_to_be_killed() {
+    let (Some(home), Some(real)) = (
+        std::env::var_os("BOXMAKER_TEST_HOME"),
+        std::env::var_os("BOXMAKER_TEST_REAL"),
+    ) else {
+        return;
+    };
+    let stage = Stage::new(Path::new(&home), 1 << 40, 0);
+    let layer = stage.layer(&Ident::fixed("s1"), Path::new(&real));
+    let found = listed(&stage, &layer);
+    let _ = commit(&layer, &found, None, false, |_| None);
+}
+
+/// The names in `dir` that a commit writes beside what it lands.
+fn temporaries(dir: &Path) -> Vec<String> {
+    fs::read_dir(dir)
+        .expect("read_dir")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(".boxmaker-commit-"))
+        .collect()
+}
+
+/// A commit killed while it writes a file beside the real one (brokerd stopped by SIGKILL
+/// midway) leaves its temporary file; brokerd's next start removes it, the real file is as it
+/// was, and the change stays in the layer for the next commit, which lands it whole.
+#[test]
+fn a_commit_killed_midway_leaves_no_temporary_file() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let base = fs::canonicalize(tmp.path()).expect("canonical");
+    let (real, home) = (base.join("real"), base.join("home"));
+    fs::create_dir_all(&real).expect("mkdir");
+    fs::write(real.join("big"), "the host's\n").expect("write");
+    let stage = Arc::new(Stage::new(&home, 1 << 40, 0));
+    let layer = stage
+        .prepare(&Ident::fixed("s1"), "g", &real)
+        .expect("prepare");
+    fs::write(layer.upper.join("big"), vec![b'x'; 32 << 20]).expect("write");
+    stage.record_first(&layer).expect("record");
+    let mut child = std::process::Command::new(std::env::current_exe().expect("exe"))
+        .args([
+            "--exact",
+            "stage::commit::tests::races::a_commit_to_be_killed",
+            "--ignored",
+            "--test-threads=1",
+        ])
+        .env("BOXMAKER_TEST_HOME", &home)
+        .env("BOXMAKER_TEST_REAL", &real)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let until = std::time::Instant::now() + Duration::from_secs(60);
+    while temporaries(&real).is_empty() && std::time::Instant::now() < until {
+        if child.try_wait().expect("wait").is_some() {
+            break;
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(
+        temporaries(&real).len(),
+        1,
+        "the commit was not caught midway"
+    );
+    // brokerd's start.
+    assert!(stage.finish_interrupted().is_empty());
+    assert_eq!(temporaries(&real), Vec::<String>::new());
+    assert_eq!(
+        fs::read_to_string(real.join("big")).expect("read"),
+        "the host's\n"
+    );
+    let found = listed(&stage, &layer);
+    let report = commit(&layer, &found, None, false, |_| None).expect("commit");
+    assert_eq!(report.landed.len(), 1, "{report:?}");
+    assert_eq!(
+        fs::metadata(real.join("big")).expect("stat").len(),
+        32 << 20
+    );
+    assert_eq!(temporaries(&real), Vec::<String>::new());
+}
+
+/// Killed just after it exchanged the new file with the real one (the real one under the
+/// temporary name, not yet checked): the next start puts the real one back, and removes the
+/// commit's own.
+#[test]
+fn a_commit_killed_after_its_exchange_puts_the_real_entry_back() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let base = fs::canonicalize(tmp.path()).expect("canonical");
+    let real = base.join("real");
+    fs::create_dir_all(&real).expect("mkdir");
+    fs::write(real.join("f"), "the host's\n").expect("write");
+    let stage = Arc::new(Stage::new(&base.join("home"), 1 << 30, 0));
+    let layer = stage
+        .prepare(&Ident::fixed("s1"), "g", &real)
+        .expect("prepare");
+    fs::write(layer.upper.join("f"), "the session's\n").expect("write");
+    stage.record_first(&layer).expect("record");
+    // What the killed commit left: its note, and the two exchanged.
+    fs::write(layer.dir.join("commit.pending"), "0123456789ab").expect("note");
+    let tmp_name = real.join(".boxmaker-commit-0123456789ab-feed-f");
+    fs::write(&tmp_name, "the session's\n").expect("write");
+    exchange(&tmp_name, &real.join("f")).expect("exchange");
+    assert!(stage.finish_interrupted().is_empty());
+    assert_eq!(temporaries(&real), Vec::<String>::new());
+    assert_eq!(
+        fs::read_to_string(real.join("f")).expect("read"),
+        "the host's\n"
+    );
+    assert!(!layer.dir.join("commit.pending").exists());
+}

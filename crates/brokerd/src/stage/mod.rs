@@ -16,6 +16,8 @@
 //!                                               identity of each real path when the session
 //!                                               first staged a change to it (conflicts)
 //!                                      layer.json.lock  flock: one writer of layer.json
+//!                                      commit.pending  while a commit lands: the id in
+//!                                               its temporary names (`commit::Journal`)
 //!                                      lock     flock: sandboxes shared, commit exclusive
 //!                                      work/volatile-boot  the boot of bwrap's last
 //!                                               writable overlay of it (runner::overlay)
@@ -486,6 +488,24 @@ impl Stage {
             locks: vec![lock],
             stage: self.clone(),
         })
+    }
+
+    /// Tidies after every commit killed midway (`commit::finish_interrupted`), at brokerd's
+    /// start: no temporary name of it stays in an owner's directory. What cannot be tidied is
+    /// said, with its layer, and tried again before that layer's next commit or discard.
+    pub fn finish_interrupted(self: &Arc<Self>) -> Vec<(PathBuf, io::Error)> {
+        let mut failed = Vec::new();
+        for s in self.sessions() {
+            for l in self.layers_of(&s) {
+                let Ok(_hold) = self.exclusive(&l, Instant::now()) else {
+                    continue;
+                };
+                if let Err(e) = commit::finish_interrupted(&l) {
+                    failed.push((l.real.clone(), e));
+                }
+            }
+        }
+        failed
     }
 
     /// Layers made longer ago than `staged_ttl_s` (`Meta::created`, not their last change):
