@@ -74,7 +74,8 @@ fn at(meta: &Meta, real: Option<&Tree>, rel: &Path) -> bool {
     match meta.first.get(&key(rel)) {
         Some(first) => !first.unchanged(&Identity::at(real, rel, first.sha256.is_some())),
         // Unrecorded: below a hidden directory, it appeared since (if it is there at all);
-        // elsewhere a crash left it unrecorded, and the commit records it as it is.
-        None => meta.covered(rel) && Identity::at(real, rel, false).kind != "none",
+        // past the metadata's bound, what the session saw is not known; elsewhere a crash
+        // left it unrecorded, and the commit records it as it is.
+        None => meta.full || (meta.covered(rel) && Identity::at(real, rel, false).kind != "none"),
     }
 }

@@ -158,11 +158,16 @@ pub struct Meta {
     /// recorded when it was first seen.
     #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
     pub hidden: BTreeSet<String>,
+    /// Set once a record did not fit (about `META_BUDGET` bytes in all): from then on a path
+    /// with no record is a conflict, since what the session saw there was not kept.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub full: bool,
 }
 
-/// The key of `rel` in `Meta::first` and `Meta::hidden`.
+/// The key of `rel` in `Meta::first` and `Meta::hidden`: its text (`names::shown`), one per
+/// path whatever bytes its names hold.
 pub fn key(rel: &Path) -> String {
-    rel.display().to_string()
+    super::names::shown(rel)
 }
 
 impl Meta {
@@ -219,6 +224,30 @@ impl Meta {
             meta.write(layer)?;
         }
         Ok(out)
+    }
+
+    /// About the bytes of `layer.json` one record of `first` takes.
+    pub fn cost(key: &str, id: &Identity) -> usize {
+        key.len() + serde_json::to_vec(id).map_or(512, |v| v.len()) + 16
+    }
+
+    /// About the bytes of `layer.json` its records take.
+    pub fn size(&self) -> usize {
+        let first: usize = self.first.iter().map(|(k, id)| Meta::cost(k, id)).sum();
+        first + self.hidden.iter().map(|k| k.len() + 8).sum::<usize>()
+    }
+
+    /// Keeps the records of the paths in `entries` (the layer's) and of those below a path of
+    /// `hidden` that is one of them; whether anything went.
+    pub fn prune(&mut self, entries: BTreeSet<String>) -> bool {
+        let before = (self.first.len(), self.hidden.len());
+        self.hidden.retain(|k| entries.contains(k));
+        let hidden = &self.hidden;
+        // A key's ancestors are its prefixes up to a `/` (a text keeps every `/` of its path).
+        let below_hidden = |k: &str| k.match_indices('/').any(|(i, _)| hidden.contains(&k[..i]));
+        self.first
+            .retain(|k, _| entries.contains(k) || below_hidden(k));
+        before != (self.first.len(), self.hidden.len())
     }
 
     /// Whether `rel` lies at or below a path of `hidden`.

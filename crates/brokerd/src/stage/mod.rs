@@ -63,6 +63,9 @@ const RECORD_LIMIT: usize = changes::MAX_CHANGES;
 /// The most bytes of real files one pass of `Stage::record_first` hashes; past it, files are
 /// told by size, inode and times.
 const RECORD_HASH_BYTES: u64 = 1 << 30;
+/// About the most bytes a layer's `layer.json` holds, however many paths a session changes:
+/// past it, a path with no record is a conflict (`Meta::full`).
+const META_BUDGET: usize = 32 << 20;
 
 /// One session's layer over one real directory.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -118,6 +121,8 @@ pub struct Stage {
     freed: Condvar,
     /// The backend whose mounts use the layers (whose work directory a layer's calls get).
     backend: Backend,
+    /// See `META_BUDGET`.
+    meta_budget: usize,
     /// The podman program: what a Podman container's mapped root left in a layer (overlayfs'
     /// `work/work`, mode 0, owned by a subordinate uid) goes through `podman unshare`, also
     /// after the backend became bwrap.
@@ -157,7 +162,15 @@ impl Stage {
             freed: Condvar::new(),
             backend: Backend::Podman,
             podman: None,
+            meta_budget: META_BUDGET,
         }
+    }
+
+    /// The layers with a smaller `layer.json` (tests).
+    #[cfg(test)]
+    pub(crate) fn with_meta_budget(mut self, bytes: usize) -> Stage {
+        self.meta_budget = bytes;
+        self
     }
 
     /// The layers of `backend`'s mounts, and the podman program that removes what a
@@ -355,7 +368,6 @@ impl Stage {
             layer,
             || None,
             |meta| {
-                let mut changed = false;
                 let mut hashed = 0u64;
                 let mut identity = |rel: &Path| {
                     let id = Identity::at(real, rel, hashed < RECORD_HASH_BYTES);
@@ -364,6 +376,19 @@ impl Stage {
                     }
                     id
                 };
+                // What the layer no longer changes needs no record: a later change of it is
+                // recorded by the call that makes it.
+                let mut changed = meta.prune(entries.iter().map(|e| meta::key(&e.rel)).collect());
+                let mut size = meta.size();
+                let mut room = |meta: &mut Meta, cost: usize| {
+                    if size.saturating_add(cost) > self.meta_budget {
+                        meta.full = true;
+                        return false;
+                    }
+                    size += cost;
+                    true
+                };
+                let was_full = meta.full;
                 for e in &entries {
                     let k = meta::key(&e.rel);
                     if !meta.first.contains_key(&k) {
@@ -371,7 +396,9 @@ impl Stage {
                             true => Identity::changed_during_call(),
                             false => identity(&e.rel),
                         };
-                        if !(meta.covered(&e.rel) && now.kind != "none") {
+                        if !(meta.covered(&e.rel) && now.kind != "none")
+                            && room(meta, Meta::cost(&k, &now))
+                        {
                             meta.first.insert(k.clone(), now);
                             changed = true;
                         }
@@ -380,16 +407,27 @@ impl Stage {
                         if let Some(real) = real {
                             let (below, _all) = changes::real_below(real, &e.rel, RECORD_LIMIT);
                             for b in below.into_iter().filter(|b| !changed_since(b)) {
-                                meta.first
-                                    .entry(meta::key(&b))
-                                    .or_insert_with(|| identity(&b));
+                                let bk = meta::key(&b);
+                                if meta.first.contains_key(&bk) {
+                                    continue;
+                                }
+                                let id = identity(&b);
+                                if room(meta, Meta::cost(&bk, &id)) {
+                                    meta.first.insert(bk, id);
+                                }
                             }
                         }
-                        meta.hidden.insert(k);
-                        changed = true;
+                        if room(meta, k.len() + 8) {
+                            meta.hidden.insert(k);
+                            changed = true;
+                        }
                     }
                 }
-                Ok((changed, ()))
+                // Every path of the layer has its record again: none is unknown.
+                if meta.full && recorded(meta) {
+                    meta.full = false;
+                }
+                Ok((changed || meta.full != was_full, ()))
             },
         )
     }

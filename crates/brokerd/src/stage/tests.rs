@@ -118,3 +118,59 @@ fn what_cannot_be_read_counts_as_past_the_bound() {
     assert!(matches!(why, StageError::Unmeasured { ref dir, .. } if *dir == real.join("d")));
     assert_eq!(bytes, u64::MAX);
 }
+
+/// However many paths a session changes, `layer.json` stays within its bound; a path that
+/// found no room in it is a conflict, so a host file made there later is not overwritten, and
+/// what the layer no longer changes leaves it.
+#[test]
+fn layer_json_stays_bounded() {
+    const BUDGET: usize = 8 << 10;
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let base = std::fs::canonicalize(tmp.path()).expect("canonical");
+    let real = base.join("real");
+    std::fs::create_dir_all(&real).expect("mkdir");
+    let stage = Stage::new(&base.join("home"), 1 << 30, 0).with_meta_budget(BUDGET);
+    let layer = stage
+        .prepare(&Ident::fixed("s1"), "g", &real)
+        .expect("prepare");
+    for i in 0..1000 {
+        std::fs::write(layer.upper.join(format!("n{i:04}")), "n\n").expect("write");
+        if i % 100 == 99 {
+            stage.record_first(&layer).expect("record");
+        }
+    }
+    let size = || {
+        std::fs::metadata(layer.dir.join("layer.json"))
+            .expect("layer.json")
+            .len()
+    };
+    // The bound, and what pretty-printing adds to each record.
+    assert!(size() < 2 * BUDGET as u64, "{} bytes", size());
+    let meta = Meta::read(&layer).expect("meta");
+    let recorded = meta.first.len();
+    assert!(meta.full && recorded < 1000, "{recorded}");
+    // The host makes a file where the session's has no record: a conflict, kept.
+    std::fs::write(real.join("n0999"), "the host's\n").expect("write");
+    commit::prepare_layer(&stage, &layer).expect("prepare");
+    let found = changes::changes(&layer.upper, &layer.real)
+        .expect("changes")
+        .found;
+    let report = commit::commit(&layer, &found, None, false, |_| None).expect("commit");
+    // What has a record lands; the rest, whose base is not known, conflicts.
+    assert_eq!(report.landed.len(), recorded);
+    assert_eq!(report.conflicts.len(), 1000 - recorded);
+    assert_eq!(
+        std::fs::read_to_string(real.join("n0999")).expect("read"),
+        "the host's\n"
+    );
+    // Recorded again, only what the layer still changes is kept.
+    let left = changes::changes(&layer.upper, &layer.real).expect("changes");
+    assert_eq!(left.count(), 1000 - recorded);
+    for f in &left.found {
+        std::fs::remove_file(layer.upper.join(&f.rel)).expect("rm");
+    }
+    std::fs::write(layer.upper.join("again"), "a\n").expect("write");
+    stage.record_first(&layer).expect("record");
+    let meta = Meta::read(&layer).expect("meta");
+    assert_eq!(meta.first.keys().collect::<Vec<_>>(), ["again"]);
+}
