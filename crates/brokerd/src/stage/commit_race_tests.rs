@@ -15,7 +15,7 @@ use std::time::Duration;
 
 /// A small seeded generator (xorshift): a failing run is replayed with its seed, from
 /// `BOXMAKER_TEST_SEED` or the one the test prints.
-pub(crate) struct Seeded(u64);
+pub(crate) struct Seeded(pub(crate) u64);
 
 impl Seeded {
     pub(crate) fn from_env(default: u64) -> Seeded {

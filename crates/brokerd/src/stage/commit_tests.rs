@@ -404,3 +404,6 @@ mod attacks;
 
 #[path = "commit_race_tests.rs"]
 mod races;
+
+#[path = "commit_prop_tests.rs"]
+mod props;

@@ -403,8 +403,13 @@ impl Stage {
                             changed = true;
                         }
                     }
+                    // What is below it is recorded only when it was a directory as the
+                    // session first saw it: one the host made there later (in place of a
+                    // file or link the session changed) holds nothing the session saw, and
+                    // what it holds stays unrecorded, a conflict.
+                    let saw_dir = meta.first.get(&k).is_some_and(|id| id.kind == "dir");
                     if e.hides && !meta.covered(&e.rel) {
-                        if let Some(real) = real {
+                        if let (Some(real), true) = (real, saw_dir) {
                             let (below, _all) = changes::real_below(real, &e.rel, RECORD_LIMIT);
                             for b in below.into_iter().filter(|b| !changed_since(b)) {
                                 let bk = meta::key(&b);
