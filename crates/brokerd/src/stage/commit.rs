@@ -305,31 +305,47 @@ fn put_in_place(
     let drop_tmp = || {
         let _ = remove_at(parent, tmp);
     };
+    let failed = |e: NotLanded| {
+        drop_tmp();
+        Err(e)
+    };
     let Some(expect) = expect else {
         return match rename2_at(parent, tmp, name, libc::RENAME_NOREPLACE) {
             Ok(()) => Ok(()),
-            Err(e) => {
-                drop_tmp();
-                Err(match e {
-                    Errno::EEXIST => NotLanded::Changed,
-                    e => io_err(e.desc()),
-                })
-            }
+            Err(Errno::EEXIST) => failed(NotLanded::Changed),
+            // A file system without the flag (some network and FUSE ones): checked, then
+            // renamed, a narrower promise than the flag's.
+            Err(Errno::EINVAL) => match stat_at(parent, name) {
+                Ok(None) => rename_plain(parent, tmp, name).or_else(failed),
+                Ok(Some(_)) => failed(NotLanded::Changed),
+                Err(e) => failed(e),
+            },
+            Err(e) => failed(io_err(e.desc())),
         };
     };
     // Checked before the exchange (a write in place moves the change time), and after it,
     // as far as the exchange's own rename leaves it to be told (the modification time).
-    if stat_at(parent, name)? != Some(*expect) {
-        drop_tmp();
-        return Err(NotLanded::Changed);
+    match stat_at(parent, name) {
+        Ok(now) if now == Some(*expect) => {}
+        Ok(_) => return failed(NotLanded::Changed),
+        Err(e) => return failed(e),
     }
-    if let Err(e) = rename2_at(parent, tmp, name, libc::RENAME_EXCHANGE) {
-        drop_tmp();
-        return Err(match e {
-            // Gone since it was listed: nothing of the host's is there to replace.
-            Errno::ENOENT => NotLanded::Changed,
-            e => io_err(e.desc()),
-        });
+    match rename2_at(parent, tmp, name, libc::RENAME_EXCHANGE) {
+        Ok(()) => {}
+        // Gone since it was listed: nothing of the host's is there to replace.
+        Err(Errno::ENOENT) => return failed(NotLanded::Changed),
+        // No exchange on this file system: what is there is removed as a deletion is (each
+        // entry checked), then the new entry renamed in.
+        Err(Errno::EINVAL) => {
+            if expect.kind == "dir" && !listed_below(parent, name, rel, seen).unwrap_or(false) {
+                return failed(NotLanded::Changed);
+            }
+            if let Err(e) = remove_listed(parent, name, rel, seen) {
+                return failed(e);
+            }
+            return rename_plain(parent, tmp, name).or_else(failed);
+        }
+        Err(e) => return failed(io_err(e.desc())),
     }
     // The replaced entry is at `tmp` now.
     let kept = match stat_at(parent, tmp) {
@@ -534,6 +550,11 @@ fn write_file_at(
         return Err(io_err(e));
     }
     Ok(hex::encode(hasher.finalize()))
+}
+
+/// `renameat(parent, from, parent, to)`.
+fn rename_plain(parent: &OwnedFd, from: &OsStr, to: &OsStr) -> Result<(), NotLanded> {
+    nix::fcntl::renameat(parent, from, parent, to).map_err(|e| io_err(e.desc()))
 }
 
 /// `renameat2(parent, from, parent, to, flags)`, through the system call itself (see
