@@ -133,6 +133,9 @@ pub struct Stage {
 /// touches them meanwhile.
 #[derive(Debug)]
 pub struct Holding {
+    /// For a call that may write: the bytes its layers may hold together before it is
+    /// stopped (`max_staged_bytes` less what the session's other layers hold).
+    pub limit: Option<u64>,
     dirs: Vec<PathBuf>,
     locks: Vec<nix::fcntl::Flock<File>>,
     stage: Arc<Stage>,
@@ -271,6 +274,7 @@ impl Stage {
         writes: bool,
         deadline: Instant,
     ) -> Result<Holding, StageError> {
+        let mut limit = None;
         if writes {
             let bytes = self
                 .measure(session)
@@ -284,6 +288,11 @@ impl Stage {
                     max: self.max_bytes,
                 });
             }
+            let held: u64 = layers
+                .iter()
+                .map(|l| dir_bytes(&l.upper))
+                .fold(0, u64::saturating_add);
+            limit = Some(self.max_bytes.saturating_sub(bytes.saturating_sub(held)));
         }
         let dirs: Vec<PathBuf> = layers.iter().map(|l| l.dir.clone()).collect();
         let busy_one = |busy: &HashMap<PathBuf, Option<i128>>| {
@@ -320,6 +329,7 @@ impl Stage {
         let began = coarse_now_ns();
         busy.extend(dirs.iter().map(|d| (d.clone(), began)));
         Ok(Holding {
+            limit,
             dirs,
             locks,
             stage: self.clone(),
@@ -527,6 +537,7 @@ impl Stage {
         .map_err(|_| StageError::Busy(layer.real.clone()))?;
         busy.insert(layer.dir.clone(), None);
         Ok(Holding {
+            limit: None,
             dirs: vec![layer.dir.clone()],
             locks: vec![lock],
             stage: self.clone(),

@@ -174,3 +174,33 @@ fn layer_json_stays_bounded() {
     let meta = Meta::read(&layer).expect("meta");
     assert_eq!(meta.first.keys().collect::<Vec<_>>(), ["again"]);
 }
+
+/// A writing call's layers may hold together what the session's bound leaves after its other
+/// layers: the runner stops the call past it.
+#[test]
+fn a_call_may_hold_what_the_other_layers_leave() {
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let base = std::fs::canonicalize(tmp.path()).expect("canonical");
+    let (one, two) = (base.join("one"), base.join("two"));
+    for d in [&one, &two] {
+        std::fs::create_dir_all(d).expect("mkdir");
+    }
+    let stage = Arc::new(Stage::new(&base.join("home"), 1000, 0));
+    let session = Ident::fixed("s1");
+    let a = stage.prepare(&session, "g", &one).expect("prepare");
+    let b = stage.prepare(&session, "g", &two).expect("prepare");
+    std::fs::write(a.upper.join("f"), vec![0u8; 300]).expect("write");
+    std::fs::write(b.upper.join("f"), vec![0u8; 100]).expect("write");
+    let until = Instant::now() + Duration::from_secs(5);
+    let held = stage
+        .hold(&session, std::slice::from_ref(&b), true, until)
+        .expect("hold");
+    assert_eq!(held.limit, Some(700));
+    drop(held);
+    let reading = stage
+        .hold(&session, std::slice::from_ref(&b), false, until)
+        .expect("hold");
+    assert_eq!(reading.limit, None);
+}

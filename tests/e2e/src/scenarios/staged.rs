@@ -754,6 +754,7 @@ impl Suite {
             mounts: mounts.clone(),
             egress: None,
             timeout: self.t(Duration::from_secs(30)),
+            staged_limit: None,
         };
         let name = format!("boxmaker-bench-{}", spec.call);
         let t = std::time::Instant::now();
