@@ -388,6 +388,8 @@ const TEMP_PREFIX: &str = ".boxmaker-commit-";
 /// A layer's note that a commit is landing, naming its temporary names (`Journal`).
 const PENDING: &str = "commit.pending";
 
+/// A temporary name beside `name` in the layer itself (brokerd's own state, not the owner's
+/// directory: no note is needed to tidy after it).
 fn temp_name(name: &OsStr) -> std::ffi::OsString {
     Journal { id: String::new() }.temp_name(name)
 }
