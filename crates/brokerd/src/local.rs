@@ -402,6 +402,7 @@ fn nested_userns(cfg: &Config, rc: &config::RunnerConfig) -> Result<String, Stri
         mounts: Vec::new(),
         egress: None,
         timeout: PROBE_TIMEOUT,
+        staged_limit: None,
     };
     let name = format!("boxmaker-doctor-{}", std::process::id());
     let args = PodmanRuntime::new(rc).tool_args(&spec, &name);

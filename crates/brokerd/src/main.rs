@@ -390,6 +390,8 @@ async fn run(file: &Path, socket: Option<PathBuf>) -> Result<(), String> {
         .await
         .map_err(|e| format!("{e}; see {}", runbook::AUDIT_UNWRITABLE))?;
 
+    broker.finish_interrupted_commits().await;
+
     // The broker logs its outcome, and when a failed one is tried again.
     let preflight = broker.preflight().await;
     // The stop signals are watched before anyone can see brokerd ready (the log, systemd, a

@@ -87,6 +87,7 @@ impl Sandbox {
                 mounts: workspaces,
                 egress: None,
                 timeout: limit,
+                staged_limit: None,
             },
             expected,
             home_and_tmpdir,
@@ -149,6 +150,7 @@ pub fn network_spec(rc: Option<&RunnerConfig>) -> RunSpec {
             allow_addresses: Vec::new(),
         }),
         timeout: limit,
+        staged_limit: None,
     }
 }
 

@@ -239,6 +239,14 @@ pub fn run(opts: &crate::Opts) -> Result<ExitCode, String> {
             Suite::staged_swapped_dir,
         ),
         (
+            "staged-commit-raced-by-a-swap-keeps-the-host-s-files",
+            Suite::staged_commit_raced_by_a_swap,
+        ),
+        (
+            "staged-host-edit-during-a-call-is-a-conflict",
+            Suite::staged_host_edit_during_a_call,
+        ),
+        (
             "staged-protected-target-needs-naming",
             Suite::staged_protected,
         ),

@@ -18,7 +18,7 @@ use crate::protect::{self, scan::Scanner};
 use crate::stage::changes::{self, Found};
 use crate::stage::conflict::Conflicts;
 use crate::stage::tree::Tree;
-use crate::stage::{commit, Holding, Layer, Meta, Stage, StageError};
+use crate::stage::{commit, names, Holding, Layer, Meta, Stage, StageError};
 
 /// How long an owner's commit or discard waits for a call of the session to finish.
 const OWNER_WAIT: Duration = Duration::from_secs(30);
@@ -52,9 +52,10 @@ impl From<StageError> for OwnerRefused {
     }
 }
 
-/// A layer's real path of `rel`, as the owner reads it (control characters escaped).
+/// A layer's real path of `rel`, as the owner reads and names it (`stage::names`: hidden
+/// characters and bytes that are not UTF-8 escaped, one text per path).
 pub(super) fn shown(layer: &Layer, rel: &Path) -> String {
-    visible(&layer.real.join(rel).display().to_string()).to_string()
+    names::shown(&layer.real.join(rel))
 }
 
 pub(super) fn shown_paths(layer: &Layer, found: &[Found]) -> Vec<StagedPath> {
@@ -231,10 +232,7 @@ pub(super) fn list(
                 what: f.what.to_string(),
                 size: f.size,
                 sha256: f.sha256.clone(),
-                target: f
-                    .target
-                    .as_ref()
-                    .map(|t| visible(&t.display().to_string()).to_string()),
+                target: f.target.as_deref().map(names::shown),
                 mode: f.mode.map(|m| format!("{m:o}")),
                 dropped_bits: changes::dropped_bits(f).map(|m| format!("{m:o}")),
             };
@@ -265,12 +263,7 @@ fn take(
 ) -> Result<Vec<Taken>, OwnerRefused> {
     let mut out = Vec::new();
     for (layer, _) in layers(stage, session, grant) {
-        let shown_top = visible(&layer.real.display().to_string()).to_string();
-        let may_name = |p: &String| {
-            Path::new(p).starts_with(&layer.real)
-                || p == &shown_top
-                || p.starts_with(&format!("{shown_top}/"))
-        };
+        let may_name = |p: &String| names::parse(p).is_some_and(|p| p.starts_with(&layer.real));
         if !paths.is_empty() && !paths.iter().any(may_name) {
             continue;
         }
@@ -287,8 +280,9 @@ fn take(
 }
 
 /// The named paths of each layer, relative to it (`None` for each when none was named). A path
-/// is named as `changes` shows it or as it is, and selects the changes at or below it; one
-/// that selects nothing in any layer refuses the whole operation.
+/// is named as `changes` shows it, and only so (`stage::names::parse`: the text reads back to
+/// one path), and selects the changes at or below it; one that selects nothing in any layer
+/// refuses the whole operation.
 fn named(
     taken: &[Taken],
     paths: &[String],
@@ -302,21 +296,16 @@ fn named(
     for t in taken {
         let mut rels = Vec::new();
         for (i, p) in paths.iter().enumerate() {
-            let as_is = Path::new(p)
-                .strip_prefix(&t.layer.real)
-                .ok()
-                .and_then(commit::relative)
+            let rel = names::parse(p)
+                .and_then(|p| {
+                    p.strip_prefix(&t.layer.real)
+                        .ok()
+                        .and_then(commit::relative)
+                })
                 .filter(|rel| t.found.iter().any(|f| f.rel.starts_with(rel)));
-            if let Some(rel) = as_is {
+            if let Some(rel) = rel {
                 rels.push(rel);
                 matched[i] = true;
-            }
-            // A path as shown, escapes and all.
-            for f in &t.found {
-                if shown(&t.layer, &f.rel) == *p {
-                    rels.push(f.rel.clone());
-                    matched[i] = true;
-                }
             }
         }
         out.push(Some(rels));

@@ -184,3 +184,60 @@ fn changes_writes_nothing_and_fits_a_line() {
         "changes rewrote layer.json"
     );
 }
+
+/// Names that are not UTF-8 read each as its own path in `changes`, and naming one commits
+/// that one alone: three names that a lossy conversion shows alike, and a name whose shown
+/// form is another's name as it is (`f\xff` spelled with a backslash).
+#[test]
+fn names_that_read_alike_commit_alone() {
+    let script =
+        r#"for b in 377 376 375; do echo "$b" > "$(printf "f\\$b")"; done; echo lit > 'f\xff'"#;
+    let Some((_tmp, stage, layer)) = staged(script, |_| {}) else {
+        return;
+    };
+    let stage = Arc::new(stage);
+    let (listed, left_out) =
+        list(&stage, &session(), None, false, ProtectBounds::default()).expect("list");
+    let top = layer.real.display().to_string();
+    let shown: Vec<String> = listed.iter().map(|c| c.path.clone()).collect();
+    assert_eq!(left_out, 0);
+    assert_eq!(
+        shown,
+        [
+            format!("{top}/f\\\\xff"),
+            format!("{top}/f\\xfd"),
+            format!("{top}/f\\xfe"),
+            format!("{top}/f\\xff"),
+        ]
+    );
+    let done = commit_session(
+        &stage,
+        &session(),
+        None,
+        &[format!("{top}/f\\xff")],
+        false,
+        ProtectBounds::default(),
+    )
+    .expect("commit");
+    let landed: Vec<&str> = done.landed.iter().map(|l| l.path.as_str()).collect();
+    assert_eq!(landed, [format!("{top}/f\\xff")]);
+    let mut on_disk: Vec<Vec<u8>> = fs::read_dir(&layer.real)
+        .expect("read_dir")
+        .flatten()
+        .map(|e| std::os::unix::ffi::OsStrExt::as_bytes(e.file_name().as_os_str()).to_vec())
+        .collect();
+    on_disk.sort();
+    assert_eq!(on_disk, [b"f\xff".to_vec()]);
+    // The lossy form names nothing.
+    assert!(matches!(
+        commit_session(
+            &stage,
+            &session(),
+            None,
+            &[format!("{top}/f\u{fffd}")],
+            false,
+            ProtectBounds::default(),
+        ),
+        Err(OwnerRefused::NoMatch { .. })
+    ));
+}

@@ -74,6 +74,7 @@ impl Broker {
             mounts: plan.mounts,
             egress: plan.egress,
             timeout,
+            staged_limit: staged.as_ref().and_then(|(h, _)| h.limit),
         };
         let runner = self.runner.clone();
         self.in_flight.fetch_add(1, Ordering::SeqCst);

@@ -101,9 +101,10 @@ impl Broker {
                 StageError::Full { bytes, max } if !plan.writes => {
                     NotStaged::Refused(StageError::FullReading { bytes, max }.to_string())
                 }
-                StageError::Full { .. } | StageError::FullReading { .. } | StageError::Busy(_) => {
-                    NotStaged::Refused(e.to_string())
-                }
+                StageError::Full { .. }
+                | StageError::FullReading { .. }
+                | StageError::Unmeasured { .. }
+                | StageError::Busy(_) => NotStaged::Refused(e.to_string()),
             })?;
         let written = layers
             .into_iter()
@@ -292,6 +293,22 @@ impl Broker {
         match self.record(rec).await {
             Ok(_) => Body::Approved {},
             Err(e) => self.audit_failed(&e),
+        }
+    }
+
+    /// Tidies after the commits a stop of brokerd killed midway: no temporary name of theirs
+    /// stays in an owner's directory (docs/design.md#staged-writes-and-owners).
+    pub async fn finish_interrupted_commits(&self) {
+        let stage = self.stage.clone();
+        let Ok(failed) = tokio::task::spawn_blocking(move || stage.finish_interrupted()).await
+        else {
+            return;
+        };
+        for (real, e) in failed {
+            tracing::warn!(
+                real = %real.display(),
+                "an interrupted commit could not be tidied after (tried again before its next commit or discard): {e}"
+            );
         }
     }
 

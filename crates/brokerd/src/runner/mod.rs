@@ -149,6 +149,10 @@ pub struct RunSpec {
     pub egress: Option<Egress>,
     /// The tool's time limit.
     pub timeout: Duration,
+    /// For a call that writes staged layers: the bytes its layers' upper directories may hold
+    /// together (`max_staged_bytes` less what the session's other layers hold); past it the
+    /// call is stopped (docs/design.md#staged-writes-and-owners).
+    pub staged_limit: Option<u64>,
 }
 
 impl RunSpec {
@@ -190,6 +194,34 @@ pub enum Failure {
     TimedOut,
     #[error("the tool failed with an unexpected status")]
     UnexpectedStatus,
+    #[error("the tool was stopped: this session's staged writes passed [broker] max_staged_bytes; what it wrote so far stays staged, and the session's writes are refused until an owner commits or discards them")]
+    StagedFull,
+}
+
+/// How often a call that writes staged layers has their bytes counted while it runs.
+pub(crate) const STAGED_LOOK: Duration = Duration::from_secs(1);
+
+/// When a runner next looks at a call's staged bytes (`staged_over`), `deadline` at the latest.
+pub(crate) fn staged_look(spec: &RunSpec, deadline: Instant) -> Instant {
+    match spec.staged_limit {
+        Some(_) => deadline.min(Instant::now() + STAGED_LOOK),
+        None => deadline,
+    }
+}
+
+/// Whether a call's staged layers hold more than its `staged_limit` (a directory brokerd
+/// cannot read counts as past it): the call is stopped.
+pub(crate) fn staged_over(spec: &RunSpec) -> bool {
+    let Some(limit) = spec.staged_limit else {
+        return false;
+    };
+    let held = spec
+        .mounts
+        .iter()
+        .filter_map(|m| m.stage.as_ref())
+        .map(|s| crate::stage::dir_bytes(&s.upper))
+        .fold(0u64, u64::saturating_add);
+    held > limit
 }
 
 /// Why nothing could run. The model reads one fixed sentence whatever the part that failed

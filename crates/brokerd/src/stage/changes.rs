@@ -52,6 +52,59 @@ pub struct Found {
     pub under: Option<PathBuf>,
     /// Whether landing it removes a real directory (and everything in it).
     pub hides: bool,
+    /// The real entry at `rel` as this listing saw it (`None`: nothing there). A commit
+    /// decides on this view and lands on it only: an entry that is no longer this one is a
+    /// conflict.
+    pub seen: Option<Seen>,
+}
+
+/// Which real entry a listing saw at a path: its type, device and inode, and for what is not
+/// a directory its change and modification times (a write, a rename or a mode change moves
+/// the first; a write the second). A directory is told by device and inode alone: what lands
+/// in it moves its times, and what it holds is judged entry by entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Seen {
+    pub kind: &'static str,
+    pub dev: u64,
+    pub ino: u64,
+    pub ctime_ns: Option<i128>,
+    pub mtime_ns: Option<i128>,
+}
+
+impl Seen {
+    pub fn of(st: &FileStat) -> Seen {
+        let kind = kind_of_stat(st);
+        let ns = |s: i64, n: i64| i128::from(s) * 1_000_000_000 + i128::from(n);
+        Seen {
+            kind,
+            dev: st.st_dev,
+            ino: st.st_ino,
+            ctime_ns: (kind != "dir").then(|| ns(st.st_ctime, st.st_ctime_nsec)),
+            mtime_ns: (kind != "dir").then(|| ns(st.st_mtime, st.st_mtime_nsec)),
+        }
+    }
+
+    /// Whether the real entry at `rel` of `real` is `seen` (`None`: nothing there), as far
+    /// as it can be told (a link on the way: it is not).
+    pub fn still(seen: Option<&Seen>, real: Option<&Tree>, rel: &Path) -> bool {
+        let Some(real) = real else {
+            return seen.is_none();
+        };
+        match real.stat(rel) {
+            Ok(st) => seen == Some(&Seen::of(&st)),
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => seen.is_none(),
+            Err(_) => false,
+        }
+    }
+
+    /// Whether `moved` is this entry after a rename of brokerd's own (which moves its change
+    /// time, and nothing else of it).
+    pub fn moved_to(&self, moved: &Seen) -> bool {
+        Seen {
+            ctime_ns: self.ctime_ns,
+            ..*moved
+        } == *self
+    }
 }
 
 /// A layer's changes in path order, and how many more there were past `MAX_CHANGES`.
@@ -248,9 +301,11 @@ impl Walk<'_> {
                     let hides = kind == ChangeKind::TypeChanged && over_dir;
                     let (upper, real_mode) =
                         (self.upper, on_disk.as_ref().map(|r| r.st_mode & 0o7777));
+                    let seen = on_disk.as_ref().map(Seen::of);
                     self.push(|| Found {
                         real_mode,
                         hides,
+                        seen,
                         ..found(upper, here.clone(), kind, &st)
                     });
                 }
@@ -293,6 +348,7 @@ impl Walk<'_> {
                 real_mode: Some(st.st_mode & 0o7777),
                 under,
                 hides: is_dir,
+                seen: Some(Seen::of(&st)),
             });
         }
     }
@@ -338,6 +394,7 @@ fn found(upper: &Tree, rel: PathBuf, kind: ChangeKind, st: &FileStat) -> Found {
         real_mode: None,
         under: None,
         hides: false,
+        seen: None,
         rel,
     }
 }

@@ -9,20 +9,28 @@
 //! lands inside it has landed. Setuid and setgid bits stay in the layer. A path whose real file
 //! changed since the session first staged it is a conflict (`conflict`), and is left in the
 //! layer; so is one whose way in the real tree is now a link.
+//!
+//! A commit decides and lands on one view: the listing taken once the layer is held
+//! (`changes::Found::seen`). Each real entry is removed, replaced or given a mode only while it
+//! is still the entry that listing saw, checked by descriptor as it lands; a new entry goes
+//! where the listing saw nothing only if nothing is there. A host that swaps, edits or adds
+//! meanwhile makes a conflict (`NotLanded::Changed`), never a removal.
 
+use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::fs::{self, File};
 use std::io::{self, Write};
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
 
 use nix::errno::Errno;
-use nix::fcntl::OFlag;
+use nix::fcntl::{AtFlags, OFlag};
 use nix::sys::stat::Mode;
+use nix::unistd::UnlinkatFlags;
 use proto::broker::ChangeKind;
 
-use super::changes::{self, landed_mode, Found};
+use super::changes::{self, landed_mode, Found, Seen};
 use super::conflict::Conflicts;
 use super::tree::{is_whiteout_stat, kind_of_stat, remove_at, Tree};
 use super::{Layer, Meta};
@@ -32,6 +40,8 @@ use super::{Layer, Meta};
 pub enum NotLanded {
     #[error("the real file changed since this session first staged it (a conflict): look at both and commit again, or discard it")]
     Conflict,
+    #[error("the real entry is no longer the one this commit listed: it changed while the commit ran (a conflict); nothing of it was removed or written: look at both and commit again, or discard it")]
+    Changed,
     #[error("the way to it in the real tree goes through a symbolic link now; nothing was written there")]
     Symlink,
     #[error("protected (vendored, generated or third-party): name it to commit it")]
@@ -72,9 +82,28 @@ fn not_landed(rel: &Path, e: &io::Error) -> NotLanded {
     }
 }
 
-/// Lands one change in the real tree `root`, reading the layer `upper`. A directory's mode is
-/// returned for the caller to set once the directory's children have landed.
-fn land(root: &Tree, upper: &Tree, f: &Found) -> Result<(Landed, Option<u32>), NotLanded> {
+/// The real entries a commit's listing saw, by path: what it may remove or replace.
+type SeenMap = BTreeMap<PathBuf, Seen>;
+
+/// A directory a commit made or changes the mode of, for its mode once its children landed:
+/// its path, the mode, and the entry it must still be.
+struct DirMode {
+    rel: PathBuf,
+    mode: u32,
+    seen: Option<Seen>,
+}
+
+/// Lands one change in the real tree `root`, reading the layer `upper`, on the view `seen`:
+/// what it removes or replaces must still be the entry the listing saw, each entry checked as
+/// it goes. A directory's mode is returned for the caller to set once the directory's children
+/// have landed.
+fn land(
+    root: &Tree,
+    upper: &Tree,
+    f: &Found,
+    seen: &SeenMap,
+    journal: &Journal,
+) -> Result<(Landed, Option<DirMode>), NotLanded> {
     let landed = || Landed {
         rel: f.rel.clone(),
         kind: f.kind,
@@ -94,32 +123,60 @@ fn land(root: &Tree, upper: &Tree, f: &Found) -> Result<(Landed, Option<u32>), N
     let mut sha256 = None;
     let mut dir_mode = None;
     match f.kind {
-        ChangeKind::Deleted => remove_at(&parent, name).map_err(|e| io_err(e.desc()))?,
-        ChangeKind::ModeChanged if f.what == "dir" => dir_mode = Some(landed_mode(f)),
-        ChangeKind::ModeChanged => chmod_at(&parent, name, landed_mode(f))?,
-        ChangeKind::Added | ChangeKind::Modified | ChangeKind::TypeChanged => {
-            if f.kind == ChangeKind::TypeChanged {
-                remove_at(&parent, name).map_err(|e| io_err(e.desc()))?;
+        ChangeKind::Deleted => {
+            if f.seen.is_some_and(|s| s.kind == "dir")
+                && !listed_below(&parent, name, &f.rel, seen)?
+            {
+                return Err(NotLanded::Changed);
             }
+            remove_listed(&parent, name, &f.rel, seen)?;
+        }
+        ChangeKind::ModeChanged if f.what == "dir" => {
+            dir_mode = Some(DirMode {
+                rel: f.rel.clone(),
+                mode: landed_mode(f),
+                seen: f.seen,
+            });
+        }
+        ChangeKind::ModeChanged => chmod_at(&parent, name, landed_mode(f), f.seen.as_ref())?,
+        ChangeKind::Added | ChangeKind::Modified | ChangeKind::TypeChanged => {
+            let tmp = journal.temp_name(name);
             match f.what {
-                "dir" => {
+                // A new directory is made in place: nothing is there to keep.
+                "dir" if f.seen.is_none() => {
                     // Open to brokerd until its children are in; its own mode comes last.
                     match nix::sys::stat::mkdirat(&parent, name, Mode::S_IRWXU) {
-                        Ok(()) | Err(Errno::EEXIST) => {}
+                        Ok(()) => {}
+                        Err(Errno::EEXIST) => return Err(NotLanded::Changed),
                         Err(e) => return Err(io_err(e.desc())),
                     }
-                    dir_mode = Some(landed_mode(f));
+                    dir_mode = Some(DirMode {
+                        rel: f.rel.clone(),
+                        mode: landed_mode(f),
+                        seen: stat_at(&parent, name).ok().flatten(),
+                    });
+                }
+                "dir" => {
+                    nix::sys::stat::mkdirat(&parent, tmp.as_os_str(), Mode::S_IRWXU)
+                        .map_err(|e| io_err(e.desc()))?;
+                    let made = stat_at(&parent, &tmp).ok().flatten();
+                    put_in_place(&parent, &tmp, name, &f.rel, f.seen.as_ref(), seen)?;
+                    dir_mode = Some(DirMode {
+                        rel: f.rel.clone(),
+                        mode: landed_mode(f),
+                        seen: made,
+                    });
                 }
                 "link" => {
                     let target = upper.read_link(&f.rel).map_err(io_err)?;
-                    let tmp = temp_name(name);
                     nix::unistd::symlinkat(&target, &parent, tmp.as_os_str())
                         .map_err(|e| io_err(e.desc()))?;
-                    rename_at(&parent, &tmp, name)?;
+                    put_in_place(&parent, &tmp, name, &f.rel, f.seen.as_ref(), seen)?;
                 }
                 "file" => {
                     let source = upper.open_file(&f.rel).map_err(io_err)?;
-                    sha256 = Some(write_file_at(&parent, name, source, landed_mode(f))?);
+                    sha256 = Some(write_file_at(&parent, &tmp, source, landed_mode(f))?);
+                    put_in_place(&parent, &tmp, name, &f.rel, f.seen.as_ref(), seen)?;
                 }
                 other => return Err(io_err(format!("a {other} cannot be committed"))),
             }
@@ -128,28 +185,349 @@ fn land(root: &Tree, upper: &Tree, f: &Found) -> Result<(Landed, Option<u32>), N
     Ok((Landed { sha256, ..landed() }, dir_mode))
 }
 
-fn temp_name(name: &OsStr) -> std::ffi::OsString {
-    let mut rand = [0u8; 6];
-    let _ = getrandom::fill(&mut rand);
-    let mut t = std::ffi::OsString::from(".boxmaker-commit-");
-    t.push(hex::encode(rand));
-    t.push("-");
-    t.push(name);
-    t
+/// What is at `name` in `parent` now, if anything.
+fn stat_at(parent: &OwnedFd, name: &OsStr) -> Result<Option<Seen>, NotLanded> {
+    match nix::sys::stat::fstatat(parent, name, AtFlags::AT_SYMLINK_NOFOLLOW) {
+        Ok(st) => Ok(Some(Seen::of(&st))),
+        Err(Errno::ENOENT) => Ok(None),
+        Err(e) => Err(io_err(e.desc())),
+    }
 }
 
-/// Writes `input`'s bytes beside `name` in `parent`, syncs them and renames them over it.
-fn write_file_at(
+/// Whether `name` in `parent` is still the entry seen at `rel`.
+fn is_seen(parent: &OwnedFd, name: &OsStr, rel: &Path, seen: &SeenMap) -> Result<bool, NotLanded> {
+    Ok(stat_at(parent, name)?.is_some_and(|now| seen.get(rel) == Some(&now)))
+}
+
+/// Whether the real directory `name` in `parent` (seen at `rel`) holds only entries the
+/// listing saw, each still the one it saw, at every depth. An entry it did not see (the
+/// host's, newer) makes removing the directory a conflict.
+fn listed_below(
     parent: &OwnedFd,
     name: &OsStr,
+    rel: &Path,
+    seen: &SeenMap,
+) -> Result<bool, NotLanded> {
+    if !is_seen(parent, name, rel, seen)? {
+        return Ok(false);
+    }
+    let dir = match open_dir_at(parent, name) {
+        Ok(d) => d,
+        Err(_) => return Ok(false),
+    };
+    for n in names_at(&dir)? {
+        let here = rel.join(&n);
+        if !is_seen(&dir, &n, &here, seen)? {
+            return Ok(false);
+        }
+        if seen.get(&here).is_some_and(|s| s.kind == "dir") && !listed_below(&dir, &n, &here, seen)?
+        {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// Removes the real entry `name` in `parent` (seen at `rel`), and for a directory what it
+/// holds, each entry checked to be the one the listing saw just before it goes; one that is
+/// not stops the removal there, a conflict. Nothing there is no error.
+fn remove_listed(
+    parent: &OwnedFd,
+    name: &OsStr,
+    rel: &Path,
+    seen: &SeenMap,
+) -> Result<(), NotLanded> {
+    let Some(now) = stat_at(parent, name)? else {
+        return Ok(());
+    };
+    if seen.get(rel) != Some(&now) {
+        return Err(NotLanded::Changed);
+    }
+    if now.kind != "dir" {
+        return match nix::unistd::unlinkat(parent, name, UnlinkatFlags::NoRemoveDir) {
+            Ok(()) | Err(Errno::ENOENT) => Ok(()),
+            Err(e) => Err(io_err(e.desc())),
+        };
+    }
+    let dir = open_dir_at(parent, name).map_err(|e| io_err(e.desc()))?;
+    let st = nix::sys::stat::fstat(&dir).map_err(|e| io_err(e.desc()))?;
+    if Seen::of(&st) != now {
+        return Err(NotLanded::Changed);
+    }
+    for n in names_at(&dir)? {
+        remove_listed(&dir, &n, &rel.join(&n), seen)?;
+    }
+    match nix::unistd::unlinkat(parent, name, UnlinkatFlags::RemoveDir) {
+        Ok(()) | Err(Errno::ENOENT) => Ok(()),
+        Err(Errno::ENOTEMPTY | Errno::EEXIST) => Err(NotLanded::Changed),
+        Err(e) => Err(io_err(e.desc())),
+    }
+}
+
+fn open_dir_at(parent: &OwnedFd, name: &OsStr) -> Result<OwnedFd, Errno> {
+    nix::fcntl::openat(
+        parent,
+        name,
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+}
+
+/// The names in the open directory `dir` (no `.` or `..`).
+fn names_at(dir: &OwnedFd) -> Result<Vec<std::ffi::OsString>, NotLanded> {
+    use std::os::unix::ffi::OsStrExt;
+    let fd = nix::unistd::dup(dir).map_err(|e| io_err(e.desc()))?;
+    let mut d = nix::dir::Dir::from_fd(fd).map_err(|e| io_err(e.desc()))?;
+    let mut out = Vec::new();
+    for e in d.iter() {
+        let e = e.map_err(|e| io_err(e.desc()))?;
+        let n = e.file_name().to_bytes();
+        if n != b"." && n != b".." {
+            out.push(OsStr::from_bytes(n).to_os_string());
+        }
+    }
+    Ok(out)
+}
+
+/// Puts what was made at `tmp` in `parent` at `name`, in one step: where the listing saw
+/// nothing, only if nothing is there (`RENAME_NOREPLACE`); otherwise exchanged with what is
+/// there (`RENAME_EXCHANGE`), which must be the entry seen at `rel` (a directory: with only
+/// what the listing saw in it), else it is exchanged back. What it replaced is then removed.
+/// On every failure `tmp` is gone and the real entry is as it was.
+fn put_in_place(
+    parent: &OwnedFd,
+    tmp: &OsStr,
+    name: &OsStr,
+    rel: &Path,
+    expect: Option<&Seen>,
+    seen: &SeenMap,
+) -> Result<(), NotLanded> {
+    let drop_tmp = || {
+        let _ = remove_at(parent, tmp);
+    };
+    let failed = |e: NotLanded| {
+        drop_tmp();
+        Err(e)
+    };
+    let Some(expect) = expect else {
+        return match rename2_at(parent, tmp, name, libc::RENAME_NOREPLACE) {
+            Ok(()) => Ok(()),
+            Err(Errno::EEXIST) => failed(NotLanded::Changed),
+            // A file system without the flag (some network and FUSE ones): checked, then
+            // renamed, a narrower promise than the flag's.
+            Err(Errno::EINVAL) => match stat_at(parent, name) {
+                Ok(None) => rename_plain(parent, tmp, name).or_else(failed),
+                Ok(Some(_)) => failed(NotLanded::Changed),
+                Err(e) => failed(e),
+            },
+            Err(e) => failed(io_err(e.desc())),
+        };
+    };
+    // Checked before the exchange (a write in place moves the change time), and after it,
+    // as far as the exchange's own rename leaves it to be told (the modification time).
+    match stat_at(parent, name) {
+        Ok(now) if now == Some(*expect) => {}
+        Ok(_) => return failed(NotLanded::Changed),
+        Err(e) => return failed(e),
+    }
+    match rename2_at(parent, tmp, name, libc::RENAME_EXCHANGE) {
+        Ok(()) => {}
+        // Gone since it was listed: nothing of the host's is there to replace.
+        Err(Errno::ENOENT) => return failed(NotLanded::Changed),
+        // No exchange on this file system: what is there is removed as a deletion is (each
+        // entry checked), then the new entry renamed in.
+        Err(Errno::EINVAL) => {
+            if expect.kind == "dir" && !listed_below(parent, name, rel, seen).unwrap_or(false) {
+                return failed(NotLanded::Changed);
+            }
+            if let Err(e) = remove_listed(parent, name, rel, seen) {
+                return failed(e);
+            }
+            return rename_plain(parent, tmp, name).or_else(failed);
+        }
+        Err(e) => return failed(io_err(e.desc())),
+    }
+    // The replaced entry is at `tmp` now.
+    let kept = match stat_at(parent, tmp) {
+        Ok(Some(now)) if expect.moved_to(&now) => {
+            now.kind != "dir" || listed_below(parent, tmp, rel, seen).unwrap_or(false)
+        }
+        _ => false,
+    };
+    if !kept {
+        let back = rename2_at(parent, tmp, name, libc::RENAME_EXCHANGE);
+        if back.is_ok() {
+            drop_tmp();
+        }
+        return Err(match back {
+            Ok(()) => NotLanded::Changed,
+            Err(e) => io_err(format!(
+                "the real entry changed while it was replaced, and could not be put back from {}: {}",
+                Path::new(tmp).display(),
+                e.desc()
+            )),
+        });
+    }
+    let removed = match expect.kind {
+        "dir" => remove_listed(parent, tmp, rel, seen),
+        _ => nix::unistd::unlinkat(parent, tmp, UnlinkatFlags::NoRemoveDir)
+            .map_err(|e| io_err(e.desc())),
+    };
+    if let Err(e) = removed {
+        // Changed inside while it went: what is left of it goes back to its name.
+        if rename2_at(parent, tmp, name, libc::RENAME_EXCHANGE).is_ok() {
+            drop_tmp();
+        }
+        return Err(e);
+    }
+    Ok(())
+}
+
+/// The prefix of every temporary name a commit makes beside what it lands.
+const TEMP_PREFIX: &str = ".boxmaker-commit-";
+/// A layer's note that a commit is landing, naming its temporary names (`Journal`).
+const PENDING: &str = "commit.pending";
+
+/// A temporary name beside `name` in the layer itself (brokerd's own state, not the owner's
+/// directory: no note is needed to tidy after it).
+fn temp_name(name: &OsStr) -> std::ffi::OsString {
+    Journal { id: String::new() }.temp_name(name)
+}
+
+/// The temporary names of one commit: `.boxmaker-commit-<id>-<random>-<name>`, the id noted
+/// (synced) in the layer's `commit.pending` before any is made and removed once the last
+/// is gone; a commit killed midway leaves the note, and `finish_interrupted` tidies after it.
+struct Journal {
+    id: String,
+}
+
+impl Journal {
+    fn begin(layer: &Layer) -> io::Result<Journal> {
+        let mut rand = [0u8; 6];
+        getrandom::fill(&mut rand).map_err(|e| io::Error::other(e.to_string()))?;
+        let id = hex::encode(rand);
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(layer.dir.join(PENDING))?;
+        f.write_all(id.as_bytes())?;
+        f.sync_all()?;
+        File::open(&layer.dir)?.sync_all()?;
+        Ok(Journal { id })
+    }
+
+    fn prefix(&self) -> String {
+        format!("{TEMP_PREFIX}{}-", self.id)
+    }
+
+    fn temp_name(&self, name: &OsStr) -> std::ffi::OsString {
+        let mut rand = [0u8; 6];
+        let _ = getrandom::fill(&mut rand);
+        let mut t = std::ffi::OsString::from(self.prefix());
+        t.push(hex::encode(rand));
+        t.push("-");
+        t.push(name);
+        t
+    }
+
+    /// Every temporary name is gone: the note goes.
+    fn end(layer: &Layer) -> io::Result<()> {
+        match fs::remove_file(layer.dir.join(PENDING)) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Tidies after a commit of `layer` killed midway (its `commit.pending` left): in the real
+/// directory of each entry of the layer, each temporary name of that commit goes. At most one
+/// change was landing: its temporary entry is the commit's own (removed), unless it was
+/// already exchanged with the real entry, which is then put back (the real entry at the name
+/// being the layer's). Either way that entry is as it was before the commit, and its change
+/// stays in the layer for the next one. Called before a layer is committed or discarded, and
+/// at brokerd's start (`Stage::finish_interrupted`).
+pub fn finish_interrupted(layer: &Layer) -> io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let id = match fs::read_to_string(layer.dir.join(PENDING)) {
+        Ok(id) => id,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    let prefix = Journal {
+        id: id.trim().to_string(),
+    }
+    .prefix();
+    let (Some(upper), Some(real)) = changes::trees(&layer.upper, &layer.real)? else {
+        return Journal::end(layer);
+    };
+    let mut dirs: std::collections::BTreeSet<PathBuf> = std::collections::BTreeSet::new();
+    dirs.insert(PathBuf::new());
+    for e in changes::entries(&upper, Some(&real))? {
+        dirs.insert(e.rel.parent().unwrap_or(Path::new("")).to_path_buf());
+    }
+    for d in dirs {
+        let Ok(dir) = real.dir(&d) else { continue };
+        let Ok(dir) = nix::fcntl::openat(
+            &dir,
+            ".",
+            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        ) else {
+            continue;
+        };
+        let names = names_at(&dir).map_err(io::Error::other)?;
+        for tmp in names {
+            let Some(rest) = tmp.as_bytes().strip_prefix(prefix.as_bytes()) else {
+                continue;
+            };
+            // `<random>-<name>`
+            let Some(dash) = rest.iter().position(|&b| b == b'-') else {
+                continue;
+            };
+            let name = OsStr::from_bytes(&rest[dash + 1..]);
+            if is_layers(&real, &upper, &d.join(name)) {
+                rename2_at(&dir, &tmp, name, libc::RENAME_EXCHANGE).map_err(io::Error::from)?;
+            }
+            remove_at(&dir, &tmp).map_err(io::Error::from)?;
+        }
+    }
+    Journal::end(layer)
+}
+
+/// Whether the real entry at `rel` is the layer's (what a commit put there): of its type, and
+/// a file of its content, a link of its target.
+fn is_layers(real: &Tree, upper: &Tree, rel: &Path) -> bool {
+    let (Ok(r), Ok(u)) = (real.stat(rel), upper.stat(rel)) else {
+        return false;
+    };
+    match (kind_of_stat(&r), kind_of_stat(&u)) {
+        ("file", "file") => real
+            .sha256(rel)
+            .ok()
+            .is_some_and(|h| upper.sha256(rel).ok() == Some(h)),
+        ("link", "link") => real
+            .read_link(rel)
+            .ok()
+            .is_some_and(|t| upper.read_link(rel).ok() == Some(t)),
+        ("dir", "dir") => true,
+        _ => false,
+    }
+}
+
+/// Writes `input`'s bytes to the new file `tmp` in `parent`, synced, for `put_in_place`.
+fn write_file_at(
+    parent: &OwnedFd,
+    tmp: &OsStr,
     mut input: File,
     mode: u32,
 ) -> Result<String, NotLanded> {
     use sha2::Digest;
-    let tmp = temp_name(name);
     let fd = nix::fcntl::openat(
         parent,
-        tmp.as_os_str(),
+        tmp,
         OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
         Mode::from_bits_truncate(mode & 0o777),
     )
@@ -170,27 +548,55 @@ fn write_file_at(
         out.sync_all()
     })();
     if let Err(e) = written {
-        let _ = nix::unistd::unlinkat(
-            parent,
-            tmp.as_os_str(),
-            nix::unistd::UnlinkatFlags::NoRemoveDir,
-        );
+        let _ = nix::unistd::unlinkat(parent, tmp, UnlinkatFlags::NoRemoveDir);
         return Err(io_err(e));
     }
-    rename_at(parent, &tmp, name)?;
     Ok(hex::encode(hasher.finalize()))
 }
 
-fn rename_at(parent: &OwnedFd, from: &OsStr, to: &OsStr) -> Result<(), NotLanded> {
-    nix::fcntl::renameat(parent, from, parent, to).map_err(|e| {
-        let _ = nix::unistd::unlinkat(parent, from, nix::unistd::UnlinkatFlags::NoRemoveDir);
-        io_err(e.desc())
-    })
+/// `renameat(parent, from, parent, to)`.
+fn rename_plain(parent: &OwnedFd, from: &OsStr, to: &OsStr) -> Result<(), NotLanded> {
+    nix::fcntl::renameat(parent, from, parent, to).map_err(|e| io_err(e.desc()))
+}
+
+/// `renameat2(parent, from, parent, to, flags)`, through the system call itself (see
+/// `exchange_at`).
+fn rename2_at(
+    parent: &OwnedFd,
+    from: &OsStr,
+    to: &OsStr,
+    flags: libc::c_uint,
+) -> Result<(), Errno> {
+    use std::os::unix::ffi::OsStrExt;
+    let from = std::ffi::CString::new(from.as_bytes()).map_err(|_| Errno::EINVAL)?;
+    let to = std::ffi::CString::new(to.as_bytes()).map_err(|_| Errno::EINVAL)?;
+    // SAFETY: both names are NUL-terminated strings that outlive the call, and `parent` is an
+    // open descriptor; the kernel reads nothing else.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_renameat2,
+            parent.as_raw_fd(),
+            from.as_ptr(),
+            parent.as_raw_fd(),
+            to.as_ptr(),
+            flags,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(Errno::last())
+    }
 }
 
 /// Sets the permission bits of `name` in `parent` to `mode` (a regular file or a directory,
-/// opened by name without following a link).
-fn chmod_at(parent: &OwnedFd, name: &OsStr, mode: u32) -> Result<(), NotLanded> {
+/// opened by name without following a link), when it is the entry `expect` (if given).
+fn chmod_at(
+    parent: &OwnedFd,
+    name: &OsStr,
+    mode: u32,
+    expect: Option<&Seen>,
+) -> Result<(), NotLanded> {
     let fd = nix::fcntl::openat(
         parent,
         name,
@@ -203,6 +609,11 @@ fn chmod_at(parent: &OwnedFd, name: &OsStr, mode: u32) -> Result<(), NotLanded> 
     // nothing is set through the link.
     if st.st_mode & libc::S_IFMT == libc::S_IFLNK {
         return Err(NotLanded::Symlink);
+    }
+    // The descriptor holds the inode: the mode goes to the entry checked, whatever the name
+    // holds by then.
+    if expect.is_some_and(|e| *e != Seen::of(&st)) {
+        return Err(NotLanded::Changed);
     }
     // An O_PATH descriptor takes no fchmod; its /proc link names exactly that file.
     let path = format!("/proc/self/fd/{}", fd.as_raw_fd());
@@ -394,6 +805,20 @@ pub fn apply(layer: &Layer, found: &[Found], plan: Plan<'_>) -> Report {
             return report;
         }
     };
+    let seen: SeenMap = found
+        .iter()
+        .filter_map(|f| f.seen.map(|s| (f.rel.clone(), s)))
+        .collect();
+    let journal = match Journal::begin(layer) {
+        Ok(j) => j,
+        Err(e) => {
+            for f in ready {
+                let why = format!("the layer's commit note could not be written: {e}");
+                report.conflicts.push((f.rel.clone(), NotLanded::Io(why)));
+            }
+            return report;
+        }
+    };
     let mut modes = Vec::new();
     let mut removed: Vec<&Path> = Vec::new();
     for f in ready {
@@ -406,7 +831,7 @@ pub fn apply(layer: &Layer, found: &[Found], plan: Plan<'_>) -> Report {
             });
             continue;
         }
-        match land(&root, &upper, f) {
+        match land(&root, &upper, f, &seen, &journal) {
             Ok((l, mode)) => {
                 if let Some(m) = mode {
                     modes.push((report.landed.len(), m));
@@ -422,15 +847,20 @@ pub fn apply(layer: &Layer, found: &[Found], plan: Plan<'_>) -> Report {
     // Directories' modes, children before their directories: a 0555 directory takes its
     // files first.
     let mut unset = Vec::new();
-    for (i, mode) in modes.into_iter().rev() {
-        let rel = &report.landed[i].rel;
+    for (i, m) in modes.into_iter().rev() {
         let set = root
-            .parent_of(rel)
-            .map_err(|e| not_landed(rel, &e))
-            .and_then(|(parent, name)| chmod_at(&parent, name, mode));
+            .parent_of(&m.rel)
+            .map_err(|e| not_landed(&m.rel, &e))
+            .and_then(|(parent, name)| chmod_at(&parent, name, m.mode, m.seen.as_ref()));
         if let Err(e) = set {
             unset.push((i, e));
         }
+    }
+    // Every temporary name of the commit is gone by now.
+    if let Err(e) = Journal::end(layer) {
+        report
+            .unfinished
+            .push(format!("{PENDING} could not be removed: {e}"));
     }
     unset.sort_by_key(|(i, _)| std::cmp::Reverse(*i));
     for (i, e) in unset {
@@ -485,10 +915,12 @@ fn open_existing_parent(root: &Tree, rel: &Path) -> Result<(), NotLanded> {
     Ok(())
 }
 
-/// Readies a layer for a commit or a discard: every opaque directory made plain
+/// Readies a layer for a commit or a discard: a commit of it killed midway tidied after
+/// (`finish_interrupted`), every opaque directory made plain
 /// (`normalize_opaque`), and what its calls changed recorded (a crash may have left some of it
 /// unrecorded).
 pub fn prepare_layer(stage: &super::Stage, layer: &Layer) -> io::Result<()> {
+    finish_interrupted(layer)?;
     normalize_opaque(layer)?;
     stage.record_first(layer)
 }
@@ -567,7 +999,7 @@ fn split(upper: &Tree, real: &Tree, root: &Path, keep: &Path) -> io::Result<()> 
     }
     for (d, mode) in dirs.iter().rev() {
         let (p, n) = upper.parent_of(d)?;
-        chmod_at(&p, n, mode & 0o7777).map_err(io::Error::other)?;
+        chmod_at(&p, n, mode & 0o7777, None).map_err(io::Error::other)?;
     }
     exchange_at(&parent, name, tmp_name.as_os_str())?;
     upper.remove(&tmp)

@@ -401,3 +401,9 @@ fn a_file_of_a_replaced_directory_is_discarded_with_it() {
 
 #[path = "commit_attack_tests.rs"]
 mod attacks;
+
+#[path = "commit_race_tests.rs"]
+mod races;
+
+#[path = "commit_prop_tests.rs"]
+mod props;

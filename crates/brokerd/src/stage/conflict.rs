@@ -3,12 +3,13 @@
 //! saw when it first staged a change there, and, below a change that hides a real directory,
 //! a real entry with no record (it appeared after the session last saw the directory). A
 //! change that removes a real directory conflicts when anything below it does: committing it
-//! would delete the host's newer files with it.
+//! would delete the host's newer files with it. A real entry that is no longer the one the
+//! commit's listing saw (`changes::Seen`) conflicts too: the commit decides on one view.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use super::changes::{real_below, Found};
+use super::changes::{real_below, Found, Seen};
 use super::meta::{key, Identity, Meta};
 use super::tree::Tree;
 
@@ -26,7 +27,7 @@ impl Conflicts {
         let mut set = BTreeSet::new();
         let mut walked: Vec<&Path> = Vec::new();
         for f in found {
-            if at(meta, real, &f.rel) {
+            if at(meta, real, &f.rel) || !still(real, f) {
                 set.insert(f.rel.clone());
             }
             // What the change removes with it, looked at once per tree (the listing may not
@@ -63,12 +64,18 @@ impl Conflicts {
     }
 }
 
+/// Whether the real entry at `f`'s path is still the one its listing saw.
+fn still(real: Option<&Tree>, f: &Found) -> bool {
+    Seen::still(f.seen.as_ref(), real, &f.rel)
+}
+
 /// Whether the real path `rel` conflicts on its own.
 fn at(meta: &Meta, real: Option<&Tree>, rel: &Path) -> bool {
     match meta.first.get(&key(rel)) {
         Some(first) => !first.unchanged(&Identity::at(real, rel, first.sha256.is_some())),
         // Unrecorded: below a hidden directory, it appeared since (if it is there at all);
-        // elsewhere a crash left it unrecorded, and the commit records it as it is.
-        None => meta.covered(rel) && Identity::at(real, rel, false).kind != "none",
+        // past the metadata's bound, what the session saw is not known; elsewhere a crash
+        // left it unrecorded, and the commit records it as it is.
+        None => meta.full || (meta.covered(rel) && Identity::at(real, rel, false).kind != "none"),
     }
 }

@@ -31,8 +31,9 @@ const HASH_LIMIT: u64 = 64 * 1024 * 1024;
 /// What a real path was when the session first staged a change to it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Identity {
-    /// `file`, `dir`, `link`, `other`, `none` (it did not exist), or `unreachable` (the way
-    /// to it goes through a link).
+    /// `file`, `dir`, `link`, `other`, `none` (it did not exist), `unreachable` (the way
+    /// to it goes through a link), or `changed` (the host changed it while the call that first
+    /// staged it ran: what the session saw is not known).
     pub kind: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dev: Option<u64>,
@@ -105,6 +106,11 @@ impl Identity {
         }
     }
 
+    /// A real entry the host changed while the call that first staged it ran.
+    pub fn changed_during_call() -> Identity {
+        Identity::of_kind("changed")
+    }
+
     pub fn none() -> Identity {
         Identity::of_kind("none")
     }
@@ -130,7 +136,7 @@ impl Identity {
                         }
                     }
             }
-            "unreachable" => false,
+            "unreachable" | "changed" => false,
             _ => self.dev == now.dev && self.ino == now.ino,
         }
     }
@@ -152,11 +158,16 @@ pub struct Meta {
     /// recorded when it was first seen.
     #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
     pub hidden: BTreeSet<String>,
+    /// Set once a record did not fit (about `META_BUDGET` bytes in all): from then on a path
+    /// with no record is a conflict, since what the session saw there was not kept.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub full: bool,
 }
 
-/// The key of `rel` in `Meta::first` and `Meta::hidden`.
+/// The key of `rel` in `Meta::first` and `Meta::hidden`: its text (`names::shown`), one per
+/// path whatever bytes its names hold.
 pub fn key(rel: &Path) -> String {
-    rel.display().to_string()
+    super::names::shown(rel)
 }
 
 impl Meta {
@@ -213,6 +224,30 @@ impl Meta {
             meta.write(layer)?;
         }
         Ok(out)
+    }
+
+    /// About the bytes of `layer.json` one record of `first` takes.
+    pub fn cost(key: &str, id: &Identity) -> usize {
+        key.len() + serde_json::to_vec(id).map_or(512, |v| v.len()) + 16
+    }
+
+    /// About the bytes of `layer.json` its records take.
+    pub fn size(&self) -> usize {
+        let first: usize = self.first.iter().map(|(k, id)| Meta::cost(k, id)).sum();
+        first + self.hidden.iter().map(|k| k.len() + 8).sum::<usize>()
+    }
+
+    /// Keeps the records of the paths in `entries` (the layer's) and of those below a path of
+    /// `hidden` that is one of them; whether anything went.
+    pub fn prune(&mut self, entries: BTreeSet<String>) -> bool {
+        let before = (self.first.len(), self.hidden.len());
+        self.hidden.retain(|k| entries.contains(k));
+        let hidden = &self.hidden;
+        // A key's ancestors are its prefixes up to a `/` (a text keeps every `/` of its path).
+        let below_hidden = |k: &str| k.match_indices('/').any(|(i, _)| hidden.contains(&k[..i]));
+        self.first
+            .retain(|k, _| entries.contains(k) || below_hidden(k));
+        before != (self.first.len(), self.hidden.len())
     }
 
     /// Whether `rel` lies at or below a path of `hidden`.

@@ -16,6 +16,8 @@
 //!                                               identity of each real path when the session
 //!                                               first staged a change to it (conflicts)
 //!                                      layer.json.lock  flock: one writer of layer.json
+//!                                      commit.pending  while a commit lands: the id in
+//!                                               its temporary names (`commit::Journal`)
 //!                                      lock     flock: sandboxes shared, commit exclusive
 //!                                      work/volatile-boot  the boot of bwrap's last
 //!                                               writable overlay of it (runner::overlay)
@@ -25,9 +27,9 @@
 //! by discard or `staged_ttl_s`. Modules: `tree` (a directory read and changed by descriptor,
 //! no link followed), `meta` (`layer.json`), `merged` (the view decisions take), `changes`
 //! (what a layer changed), `conflict` (which changes a commit refuses), `commit` (landing and
-//! discarding changes).
+//! discarding changes), `names` (a path as the owner reads and names it).
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
@@ -45,6 +47,7 @@ pub mod commit;
 pub mod conflict;
 pub mod merged;
 pub mod meta;
+pub mod names;
 pub mod tree;
 
 pub use merged::Merged;
@@ -60,6 +63,9 @@ const RECORD_LIMIT: usize = changes::MAX_CHANGES;
 /// The most bytes of real files one pass of `Stage::record_first` hashes; past it, files are
 /// told by size, inode and times.
 const RECORD_HASH_BYTES: u64 = 1 << 30;
+/// About the most bytes a layer's `layer.json` holds, however many paths a session changes:
+/// past it, a path with no record is a conflict (`Meta::full`).
+const META_BUDGET: usize = 32 << 20;
 
 /// One session's layer over one real directory.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -94,6 +100,10 @@ pub enum StageError {
     /// `Full`, for a read-only call whose layer the runner cannot mount read-only.
     #[error("this session has {bytes} bytes staged, at or past [broker] max_staged_bytes ({max}): this runner cannot mount its staged layer read-only, so its calls that see the layer are refused as its writes are, until an owner commits or discards them")]
     FullReading { bytes: u64, max: u64 },
+    /// A directory of a layer that brokerd cannot read (a call made it mode 000): what it
+    /// holds cannot be counted, so it counts as past the bound.
+    #[error("this session's staged layer holds a directory brokerd cannot read ({}): what it holds cannot be counted, so it counts as past [broker] max_staged_bytes ({max}), and this session's calls that may write its staged layers are refused until an owner commits or discards it", .dir.display())]
+    Unmeasured { dir: PathBuf, max: u64 },
     #[error("another call of this session is using its staged layer of {}, or an owner is committing it; nothing was run; ask again once it has finished", .0.display())]
     Busy(PathBuf),
 }
@@ -104,11 +114,15 @@ pub struct Stage {
     root: PathBuf,
     pub max_bytes: u64,
     pub ttl: Option<Duration>,
-    /// Layers a call of this process is using (by layer directory).
-    busy: Mutex<HashSet<PathBuf>>,
+    /// Layers a call of this process is using (by layer directory), with when a call (not an
+    /// owner's commit) took them: what the host changed after that, the session cannot have
+    /// seen (see `record_first`).
+    busy: Mutex<HashMap<PathBuf, Option<i128>>>,
     freed: Condvar,
     /// The backend whose mounts use the layers (whose work directory a layer's calls get).
     backend: Backend,
+    /// See `META_BUDGET`.
+    meta_budget: usize,
     /// The podman program: what a Podman container's mapped root left in a layer (overlayfs'
     /// `work/work`, mode 0, owned by a subordinate uid) goes through `podman unshare`, also
     /// after the backend became bwrap.
@@ -119,6 +133,9 @@ pub struct Stage {
 /// touches them meanwhile.
 #[derive(Debug)]
 pub struct Holding {
+    /// For a call that may write: the bytes its layers may hold together before it is
+    /// stopped (`max_staged_bytes` less what the session's other layers hold).
+    pub limit: Option<u64>,
     dirs: Vec<PathBuf>,
     locks: Vec<nix::fcntl::Flock<File>>,
     stage: Arc<Stage>,
@@ -144,11 +161,19 @@ impl Stage {
             root: home.join(STAGED_DIR),
             max_bytes,
             ttl: (ttl_s > 0).then(|| Duration::from_secs(ttl_s)),
-            busy: Mutex::new(HashSet::new()),
+            busy: Mutex::new(HashMap::new()),
             freed: Condvar::new(),
             backend: Backend::Podman,
             podman: None,
+            meta_budget: META_BUDGET,
         }
+    }
+
+    /// The layers with a smaller `layer.json` (tests).
+    #[cfg(test)]
+    pub(crate) fn with_meta_budget(mut self, bytes: usize) -> Stage {
+        self.meta_budget = bytes;
+        self
     }
 
     /// The layers of `backend`'s mounts, and the podman program that removes what a
@@ -249,17 +274,30 @@ impl Stage {
         writes: bool,
         deadline: Instant,
     ) -> Result<Holding, StageError> {
+        let mut limit = None;
         if writes {
-            let bytes = self.bytes(session);
+            let bytes = self
+                .measure(session)
+                .map_err(|dir| StageError::Unmeasured {
+                    dir,
+                    max: self.max_bytes,
+                })?;
             if bytes >= self.max_bytes {
                 return Err(StageError::Full {
                     bytes,
                     max: self.max_bytes,
                 });
             }
+            let held: u64 = layers
+                .iter()
+                .map(|l| dir_bytes(&l.upper))
+                .fold(0, u64::saturating_add);
+            limit = Some(self.max_bytes.saturating_sub(bytes.saturating_sub(held)));
         }
         let dirs: Vec<PathBuf> = layers.iter().map(|l| l.dir.clone()).collect();
-        let busy_one = |busy: &HashSet<PathBuf>| layers.iter().find(|l| busy.contains(&l.dir));
+        let busy_one = |busy: &HashMap<PathBuf, Option<i128>>| {
+            layers.iter().find(|l| busy.contains_key(&l.dir))
+        };
         let mut busy = self
             .busy
             .lock()
@@ -288,8 +326,10 @@ impl Stage {
                 Err(_) => return Err(StageError::Busy(l.real.clone())),
             }
         }
-        busy.extend(dirs.iter().cloned());
+        let began = coarse_now_ns();
+        busy.extend(dirs.iter().map(|d| (d.clone(), began)));
         Ok(Holding {
+            limit,
             dirs,
             locks,
             stage: self.clone(),
@@ -302,11 +342,27 @@ impl Stage {
     /// it too (at most `RECORD_LIMIT`), and joins `Meta::hidden`; below such a path, a real
     /// entry with no record appeared after the session last saw it, and stays unrecorded: a
     /// conflict (docs/design.md#staged-writes-and-owners).
+    ///
+    /// Recorded by a call (the layer held by `hold`), a real entry whose change time is past
+    /// the moment the call took the layer changed while the call ran: the session's base is
+    /// not known, so it is recorded as changed (a conflict at commit), and such an entry below
+    /// a hidden directory stays unrecorded (a conflict too).
     pub fn record_first(&self, layer: &Layer) -> io::Result<()> {
         let (Some(upper), real) = changes::trees(&layer.upper, &layer.real)? else {
             return Ok(());
         };
         let real = real.as_ref();
+        let began = self
+            .busy
+            .lock()
+            .ok()
+            .and_then(|b| b.get(&layer.dir).copied().flatten());
+        let changed_since = |rel: &Path| match (began, real.map(|r| r.stat(rel))) {
+            (Some(t), Some(Ok(st))) => {
+                i128::from(st.st_ctime) * 1_000_000_000 + i128::from(st.st_ctime_nsec) > t
+            }
+            _ => false,
+        };
         let entries = changes::entries(&upper, real)?;
         // Every path recorded already (the usual case past a session's first calls): nothing
         // to write, and no lock to take.
@@ -322,7 +378,6 @@ impl Stage {
             layer,
             || None,
             |meta| {
-                let mut changed = false;
                 let mut hashed = 0u64;
                 let mut identity = |rel: &Path| {
                     let id = Identity::at(real, rel, hashed < RECORD_HASH_BYTES);
@@ -331,40 +386,82 @@ impl Stage {
                     }
                     id
                 };
+                // What the layer no longer changes needs no record: a later change of it is
+                // recorded by the call that makes it.
+                let mut changed = meta.prune(entries.iter().map(|e| meta::key(&e.rel)).collect());
+                let mut size = meta.size();
+                let mut room = |meta: &mut Meta, cost: usize| {
+                    if size.saturating_add(cost) > self.meta_budget {
+                        meta.full = true;
+                        return false;
+                    }
+                    size += cost;
+                    true
+                };
+                let was_full = meta.full;
                 for e in &entries {
                     let k = meta::key(&e.rel);
                     if !meta.first.contains_key(&k) {
-                        let now = identity(&e.rel);
-                        if !(meta.covered(&e.rel) && now.kind != "none") {
+                        let now = match changed_since(&e.rel) {
+                            true => Identity::changed_during_call(),
+                            false => identity(&e.rel),
+                        };
+                        if !(meta.covered(&e.rel) && now.kind != "none")
+                            && room(meta, Meta::cost(&k, &now))
+                        {
                             meta.first.insert(k.clone(), now);
                             changed = true;
                         }
                     }
+                    // What is below it is recorded only when it was a directory as the
+                    // session first saw it: one the host made there later (in place of a
+                    // file or link the session changed) holds nothing the session saw, and
+                    // what it holds stays unrecorded, a conflict.
+                    let saw_dir = meta.first.get(&k).is_some_and(|id| id.kind == "dir");
                     if e.hides && !meta.covered(&e.rel) {
-                        if let Some(real) = real {
+                        if let (Some(real), true) = (real, saw_dir) {
                             let (below, _all) = changes::real_below(real, &e.rel, RECORD_LIMIT);
-                            for b in below {
-                                meta.first
-                                    .entry(meta::key(&b))
-                                    .or_insert_with(|| identity(&b));
+                            for b in below.into_iter().filter(|b| !changed_since(b)) {
+                                let bk = meta::key(&b);
+                                if meta.first.contains_key(&bk) {
+                                    continue;
+                                }
+                                let id = identity(&b);
+                                if room(meta, Meta::cost(&bk, &id)) {
+                                    meta.first.insert(bk, id);
+                                }
                             }
                         }
-                        meta.hidden.insert(k);
-                        changed = true;
+                        if room(meta, k.len() + 8) {
+                            meta.hidden.insert(k);
+                            changed = true;
+                        }
                     }
                 }
-                Ok((changed, ()))
+                // Every path of the layer has its record again: none is unknown.
+                if meta.full && recorded(meta) {
+                    meta.full = false;
+                }
+                Ok((changed || meta.full != was_full, ()))
             },
         )
     }
 
-    /// The bytes a session holds in its layers' upper directories.
+    /// The bytes a session holds in its layers' upper directories (what cannot be counted
+    /// counts as `u64::MAX`).
     pub fn bytes(&self, session: &Ident) -> u64 {
-        let mut total = 0;
+        self.measure(session).unwrap_or(u64::MAX)
+    }
+
+    /// The bytes a session holds in its layers' upper directories, or the first directory
+    /// of them brokerd cannot read (its real path): what it holds cannot be counted.
+    pub fn measure(&self, session: &Ident) -> Result<u64, PathBuf> {
+        let mut total = 0u64;
         for l in self.layers_of(session) {
-            total += dir_bytes(&l.upper);
+            let bytes = measure(&l.upper).map_err(|rel| l.real.join(rel))?;
+            total = total.saturating_add(bytes);
         }
-        total
+        Ok(total)
     }
 
     /// The layers a session has, with their metadata (unreadable ones left out).
@@ -422,7 +519,7 @@ impl Stage {
             .busy
             .lock()
             .map_err(|_| StageError::Busy(layer.real.clone()))?;
-        while busy.contains(&layer.dir) {
+        while busy.contains_key(&layer.dir) {
             let now = Instant::now();
             if now >= deadline {
                 return Err(StageError::Busy(layer.real.clone()));
@@ -438,12 +535,31 @@ impl Stage {
             nix::fcntl::FlockArg::LockExclusiveNonblock,
         )
         .map_err(|_| StageError::Busy(layer.real.clone()))?;
-        busy.insert(layer.dir.clone());
+        busy.insert(layer.dir.clone(), None);
         Ok(Holding {
+            limit: None,
             dirs: vec![layer.dir.clone()],
             locks: vec![lock],
             stage: self.clone(),
         })
+    }
+
+    /// Tidies after every commit killed midway (`commit::finish_interrupted`), at brokerd's
+    /// start: no temporary name of it stays in an owner's directory. What cannot be tidied is
+    /// said, with its layer, and tried again before that layer's next commit or discard.
+    pub fn finish_interrupted(self: &Arc<Self>) -> Vec<(PathBuf, io::Error)> {
+        let mut failed = Vec::new();
+        for s in self.sessions() {
+            for l in self.layers_of(&s) {
+                let Ok(_hold) = self.exclusive(&l, Instant::now()) else {
+                    continue;
+                };
+                if let Err(e) = commit::finish_interrupted(&l) {
+                    failed.push((l.real.clone(), e));
+                }
+            }
+        }
+        failed
     }
 
     /// Layers made longer ago than `staged_ttl_s` (`Meta::created`, not their last change):
@@ -524,27 +640,57 @@ fn lock_file(
     nix::fcntl::Flock::lock(f, how).map_err(|(_, e)| io::Error::from(e))
 }
 
-/// The bytes of the regular files under `dir` (links and whiteouts count nothing), read by
-/// descriptor: a directory swapped for a link meanwhile leads nowhere else.
+/// The bytes of the regular files under `dir` (links and whiteouts count nothing; what cannot
+/// be counted counts as `u64::MAX`).
 pub fn dir_bytes(dir: &Path) -> u64 {
-    let Ok(t) = tree::Tree::open(dir) else {
-        return 0;
+    measure(dir).unwrap_or(u64::MAX)
+}
+
+/// The bytes of the regular files under `dir`, read by descriptor (a directory swapped for a
+/// link meanwhile leads nowhere else), or the first directory below it (relative) that brokerd
+/// cannot read: a sandbox may have made it mode 000 with anything in it. No `dir`: nothing.
+pub fn measure(dir: &Path) -> Result<u64, PathBuf> {
+    let gone = |e: &io::Error| matches!(e.raw_os_error(), Some(libc::ENOENT));
+    let t = match tree::Tree::open(dir) {
+        Ok(t) => t,
+        Err(_) if fs::symlink_metadata(dir).is_err() => return Ok(0),
+        Err(_) => return Err(PathBuf::new()),
     };
-    let mut total = 0;
+    let mut total = 0u64;
     let mut stack = vec![PathBuf::new()];
     while let Some(d) = stack.pop() {
-        for name in t.names(&d).unwrap_or_default() {
+        let names = match t.names(&d) {
+            Ok(n) => n,
+            // Removed by a call meanwhile: nothing of it is held.
+            Err(e) if gone(&e) => continue,
+            Err(_) => return Err(d),
+        };
+        for name in names {
             let here = d.join(name);
             match t.stat(&here) {
                 Ok(st) if tree::kind_of_stat(&st) == "dir" => stack.push(here),
                 Ok(st) if tree::kind_of_stat(&st) == "file" => {
-                    total += u64::try_from(st.st_size).unwrap_or(0);
+                    total = total.saturating_add(u64::try_from(st.st_size).unwrap_or(0));
                 }
-                _ => {}
+                Ok(_) => {}
+                Err(e) if gone(&e) => {}
+                Err(_) => return Err(here),
             }
         }
     }
-    total
+    Ok(total)
+}
+
+/// The time the kernel stamps files with (`CLOCK_REALTIME_COARSE`), in nanoseconds: a file
+/// changed after this reads has a change time past it, however coarse the stamps.
+fn coarse_now_ns() -> Option<i128> {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid timespec the call writes and nothing else.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut ts) };
+    (rc == 0).then(|| i128::from(ts.tv_sec) * 1_000_000_000 + i128::from(ts.tv_nsec))
 }
 
 fn now_s() -> u64 {

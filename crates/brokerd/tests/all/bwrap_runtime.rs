@@ -141,6 +141,7 @@ fn spec(tool: ToolName, input: serde_json::Value, mounts: Vec<Mount>) -> RunSpec
         mounts,
         egress: None,
         timeout: Duration::from_secs(20),
+        staged_limit: None,
     }
 }
 
@@ -837,6 +838,41 @@ fn layer_at(layer: &Path) -> brokerd::runner::StageMount {
         std::fs::create_dir_all(d).expect("layer dir");
     }
     stage
+}
+
+/// `max_staged_bytes` holds during a call: a call that writes its layer past the bytes it
+/// may hold is stopped, the real directory untouched, and what it wrote so far stays in the
+/// layer (docs/design.md#staged-writes-and-owners).
+#[test]
+fn a_staged_call_that_passes_the_bound_is_stopped() {
+    if !bwrap_works() {
+        return;
+    }
+    let w = world();
+    let rt = runtime(&w, "");
+    let stage = layer_at(&w.home.join("layer"));
+    let before = snapshot(&w.work);
+    let mut mounts = rw(&w.work);
+    mounts[0].stage = Some(stage.clone());
+    let mut s = shell(
+        &format!(
+            "cd {} && for i in $(seq 1 40); do head -c 262144 /dev/zero > f$i; sleep 0.1; done; echo done",
+            w.work.display()
+        ),
+        mounts,
+    );
+    s.staged_limit = Some(1 << 20);
+    let started = std::time::Instant::now();
+    assert_eq!(rt.run(&s), Err(RunError::Failed(Failure::StagedFull)));
+    // Stopped within a look or two of passing the bound (1 MiB after about 0.4 s).
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(snapshot(&w.work), before, "the real directory changed");
+    let held = brokerd::stage::dir_bytes(&stage.upper);
+    assert!(held > 1 << 20 && held < 4 << 20, "{held} bytes staged");
 }
 
 /// A staged grant directory: the session's layer over the real one, mounted in brokerd's

@@ -68,6 +68,7 @@ pub fn spec(tool: ToolName, mounts: Vec<Mount>, egress: Option<Egress>) -> RunSp
         mounts,
         egress,
         timeout: Duration::from_secs(30),
+        staged_limit: None,
     }
 }
 

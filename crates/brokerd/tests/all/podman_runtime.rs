@@ -480,3 +480,44 @@ exit 0"#
     let got = case.runtime().run(&case.spec(ToolName::Shell));
     assert_eq!(got, ok("own-group\nhas-path\nsame-home\n", false));
 }
+
+/// `max_staged_bytes` holds during a call: a call whose container writes its layer past the
+/// bytes it may hold is stopped (docs/design.md#staged-writes-and-owners), the real directory
+/// untouched.
+#[test]
+fn a_staged_call_that_passes_the_bound_is_stopped() {
+    use brokerd::runner::StageMount;
+    let dirs = tempfile::tempdir().expect("tempdir");
+    let base = std::fs::canonicalize(dirs.path()).expect("canonical");
+    let (real, layer) = (base.join("real"), base.join("layer"));
+    let (upper, work) = (layer.join("upper"), layer.join("work"));
+    for d in [&real, &upper, &work] {
+        std::fs::create_dir_all(d).expect("dir");
+    }
+    // The fake podman writes where the container's overlay would: the layer.
+    let case = Case::new(
+        "stagedfull",
+        &format!(
+            "for i in $(seq 1 60); do head -c 262144 /dev/zero > {}/f$i; sleep 0.1; done; echo done",
+            upper.display()
+        ),
+    );
+    let mut spec = case.spec(ToolName::Shell);
+    let mut m = Mount::at(&real, true).expect("a directory");
+    m.stage = Some(StageMount {
+        upper: upper.clone(),
+        work,
+        merged: layer.join("merged"),
+    });
+    spec.mounts = vec![m];
+    spec.timeout = Duration::from_secs(20);
+    spec.staged_limit = Some(1 << 20);
+    let started = Instant::now();
+    assert_eq!(case.runtime().run(&spec), failed(Failure::StagedFull));
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(std::fs::read_dir(&real).expect("real").count(), 0);
+}

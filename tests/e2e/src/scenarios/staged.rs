@@ -294,6 +294,113 @@ impl Suite {
         self.discard_all(&session)
     }
 
+    /// A host process swaps the real `src/` with a link (`RENAME_EXCHANGE`, at seeded moments)
+    /// while the owner commits a file the session wrote into it, round after round: the host's
+    /// `src/main.rs`, which the session never touched, survives every commit, and `src` itself
+    /// never lands as a change.
+    pub(super) fn staged_commit_raced_by_a_swap(&mut self) -> Outcome {
+        let session = self.staged_session();
+        self.staged_fill()?;
+        let (src, swap) = (self.staged.join("src"), self.staged.join("src-swap"));
+        std::os::unix::fs::symlink("elsewhere", &swap).map_err(|e| format!("host: {e}"))?;
+        let seed = std::env::var("BOXMAKER_E2E_SEED")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(u64::from(std::process::id()))
+            .max(1);
+        let mut rng = seed;
+        let mut next = move || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        let shown_src = src.display().to_string();
+        for round in 0..12 {
+            self.staged_shell(&session, &format!("echo {round} > src/new-{round}.rs"))?;
+            let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let pauses: Vec<u64> = (0..32).map(|_| next() % 2000).collect();
+            let swapper = {
+                let (stop, src, swap) = (stop.clone(), src.clone(), swap.clone());
+                std::thread::spawn(move || {
+                    let mut swapped = false;
+                    let mut i = 0;
+                    while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                        if exchange(&src, &swap).is_err() {
+                            break;
+                        }
+                        swapped = !swapped;
+                        std::thread::sleep(Duration::from_micros(pauses[i % pauses.len()]));
+                        i += 1;
+                    }
+                    if swapped {
+                        let _ = exchange(&src, &swap);
+                    }
+                })
+            };
+            let committed = self.owner()?.commit(
+                &Staged {
+                    session: &session,
+                    grant: Some(STAGED_GRANT),
+                    paths: &[],
+                },
+                false,
+            );
+            stop.store(true, std::sync::atomic::Ordering::SeqCst);
+            let _ = swapper.join();
+            let committed = committed.map_err(|e| format!("seed {seed}, round {round}: {e}"))?;
+            check(!committed.committed.contains(&shown_src), || {
+                format!("seed {seed}, round {round}: src landed: {committed:?}")
+            })?;
+            let main = std::fs::read_to_string(src.join("main.rs")).unwrap_or_default();
+            check(main == "fn main() {}\n", || {
+                format!(
+                    "seed {seed}, round {round}: the host's src/main.rs is {main:?}: {committed:?}"
+                )
+            })?;
+        }
+        self.discard_all(&session)
+    }
+
+    /// The host edits a file while a staged call that already changed it still runs: the
+    /// session never saw that edit, so the commit reports a conflict and the edit stays.
+    pub(super) fn staged_host_edit_during_a_call(&mut self) -> Outcome {
+        let session = self.staged_session();
+        self.staged_fill()?;
+        let a = self.staged.join("a.txt");
+        let host = {
+            let a = a.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(1500));
+                std::fs::write(&a, "the host's edit during the call\n")
+            })
+        };
+        self.staged_shell(&session, "echo staged >> a.txt && sleep 3")?;
+        host.join()
+            .map_err(|_| "the host's thread panicked".to_string())?
+            .map_err(|e| format!("host: {e}"))?;
+        let committed = self
+            .owner()?
+            .commit(
+                &Staged {
+                    session: &session,
+                    grant: Some(STAGED_GRANT),
+                    paths: &[],
+                },
+                false,
+            )
+            .map_err(|e| e.to_string())?;
+        let shown = a.display().to_string();
+        check(committed.conflicts.iter().any(|c| c.path == shown), || {
+            format!("commit {committed:?}")
+        })?;
+        let now = std::fs::read_to_string(&a).unwrap_or_default();
+        check(now == "the host's edit during the call\n", || {
+            format!("host a.txt {now:?}")
+        })?;
+        self.discard_all(&session)
+    }
+
     /// A real directory swapped for a link to elsewhere after staging: that path's commit is
     /// refused and nothing is written where the link leads.
     pub(super) fn staged_swapped_dir(&mut self) -> Outcome {
@@ -647,6 +754,7 @@ impl Suite {
             mounts: mounts.clone(),
             egress: None,
             timeout: self.t(Duration::from_secs(30)),
+            staged_limit: None,
         };
         let name = format!("boxmaker-bench-{}", spec.call);
         let t = std::time::Instant::now();
@@ -814,5 +922,29 @@ impl Suite {
             "changes_diff_p50_ms": dp50,
             "changes_diff_p95_ms": dp95,
         }))
+    }
+}
+
+/// `renameat2(a, b, RENAME_EXCHANGE)`: the two trade places in one step, as a host process
+/// that swaps a directory with a link does.
+fn exchange(a: &Path, b: &Path) -> std::io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let a = std::ffi::CString::new(a.as_os_str().as_bytes()).map_err(std::io::Error::other)?;
+    let b = std::ffi::CString::new(b.as_os_str().as_bytes()).map_err(std::io::Error::other)?;
+    // SAFETY: both names are NUL-terminated strings that outlive the call.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_renameat2,
+            libc::AT_FDCWD,
+            a.as_ptr(),
+            libc::AT_FDCWD,
+            b.as_ptr(),
+            libc::RENAME_EXCHANGE,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
     }
 }

@@ -412,7 +412,8 @@ impl BwrapRuntime {
         let status = loop {
             // Wakes on bwrap's exit, on standard output passing the cap, or at the deadline,
             // serving the sandbox's streams meanwhile.
-            match streams.wait(Some(sandbox.pidfd.as_fd()), deadline) {
+            let look = crate::runner::staged_look(spec, deadline);
+            match streams.wait(Some(sandbox.pidfd.as_fd()), look) {
                 Event::Exited => match sandbox.reap() {
                     Ok(status) => break status,
                     Err(e) => {
@@ -428,6 +429,13 @@ impl BwrapRuntime {
                         content: crate::runner::output::decode(streams.stdout().to_vec(), true),
                         truncated: true,
                     });
+                }
+                Event::Deadline if Instant::now() < deadline => {
+                    // docs/design.md#staged-writes-and-owners: the bound holds during a call.
+                    if crate::runner::staged_over(spec) {
+                        sandbox.stop();
+                        return Err(RunError::Failed(Failure::StagedFull));
+                    }
                 }
                 Event::Deadline => {
                     sandbox.stop();

@@ -72,10 +72,11 @@ impl PodmanRuntime {
         deadline: Instant,
     ) -> Result<RunOutput, RunError> {
         let mut streams = Streams::of(tool.take_stdio(), input, self.output_cap);
+        let mut staged_looked = Instant::now();
         let status = loop {
             // Wakes on podman's exit, on standard output passing the cap, or at the deadline
             // (without a pidfd, every look), serving the streams meanwhile.
-            let event = streams.wait(tool.pidfd(), deadline);
+            let event = streams.wait(tool.pidfd(), crate::runner::staged_look(spec, deadline));
             if event == Event::Overflowed {
                 // docs/design.md#output: the capped output is the answer, not a time-out.
                 self.stop(spec, name, &mut tool);
@@ -90,6 +91,14 @@ impl PodmanRuntime {
             if Instant::now() >= deadline {
                 self.stop(spec, name, &mut tool);
                 return Err(RunError::Failed(Failure::TimedOut));
+            }
+            // docs/design.md#staged-writes-and-owners: the bound holds during a call.
+            if staged_looked.elapsed() >= crate::runner::STAGED_LOOK && {
+                staged_looked = Instant::now();
+                crate::runner::staged_over(spec)
+            } {
+                self.stop(spec, name, &mut tool);
+                return Err(RunError::Failed(Failure::StagedFull));
             }
         };
         streams.drain(Instant::now() + DRAIN_GRACE);
