@@ -528,6 +528,9 @@ const FILE_WRITERS: &[&str] = &[
     "git stash push -- @T@",
     "git stash push -m m -- @T@",
     "git restore -- @T@",
+    "echo x > ${PWD}/@T@",
+    "echo x > \"$PWD/@T@\"",
+    "awk -v out=@T@ 'BEGIN { print 1 > out }'",
 ];
 
 /// Ways of writing files under a directory `@D@`.
@@ -546,6 +549,8 @@ const DIR_WRITERS: &[&str] = &[
     "find . -exec cp {} @D@/ \\;",
     "env GIT_WORK_TREE=@D@ git checkout .",
     "env GIT_WORK_TREE=@D@ git stash pop",
+    "for f in @D@/*; do echo x > $f; done",
+    "for f in @D@/*.c; do sed -i s/a/b/ \"$f\"; done",
 ];
 
 /// Writes the walk cannot place: it must say so.
@@ -899,6 +904,33 @@ fn quote_like_code() -> impl Strategy<Value = (String, String)> {
         })
 }
 
+/// Writes through `$PWD` and through a loop over a protected directory's files: the write's
+/// path names the protected directory, however the command is spelled.
+fn named_through_variables() -> impl Strategy<Value = String> {
+    (
+        prop::sample::select(
+            &[
+                "vendor",
+                "generated",
+                "node_modules",
+                "a/third_party",
+                "build/tmp",
+            ][..],
+        ),
+        prop::sample::select(
+            &[
+                "echo x > ${PWD}/@D@/x",
+                "echo x >> \"$PWD/@D@/x\"",
+                "cp a $PWD/@D@/",
+                "for f in @D@/*; do echo x > $f; done",
+                "for f in @D@/*.c @D@/*.h; do sed -i s/a/b/ \"$f\"; done",
+                "for f in ./@D@/*; do truncate -s0 $f; done",
+            ][..],
+        ),
+    )
+        .prop_map(|(dir, shape)| shape.replace("@D@", dir))
+}
+
 proptest! {
     #![proptest_config(config())]
 
@@ -1052,6 +1084,19 @@ proptest! {
             got.unplaced || protected,
             "{opens:?} writes {:?} ({}, {:?})", got.writes, got.class, got.reason
         );
+    }
+
+    /// Family "protected writes named through variables": `$PWD` is the working directory,
+    /// and a loop variable over a pattern lies where the pattern does; the protected-target
+    /// check sees the directory by name.
+    #[test]
+    fn writes_through_variables_name_the_protected_path(command in named_through_variables()) {
+        let got = classify(&command, &roots());
+        let protected = got.writes.iter().any(|w| {
+            crate::protect::protected(w, std::path::Path::new(w)).is_some()
+                || crate::protect::pattern_protected(w).is_some()
+        });
+        prop_assert!(protected, "{command:?} writes {:?} ({}, {:?})", got.writes, got.class, got.reason);
     }
 
     /// Family "honest reads blocked" (issue #25).

@@ -185,6 +185,9 @@ impl Scope {
                     ..Values::default()
                 },
                 "?" | "$" | "!" | "#" | "-" => Values::of("0"),
+                // The working directory, which relative paths are relative to: `.` unless the
+                // command sets it.
+                "PWD" if self.get(name).is_none() => Values::of("."),
                 _ => match self.get(name) {
                     Some(v) => Values {
                         texts: v.texts.clone(),
@@ -294,9 +297,13 @@ impl Walk<'_> {
                     }
                     for w in words {
                         let a = Arg::of(w, src);
-                        // A pattern stands for file names, which the classifier cannot read.
+                        // A pattern stands for file names, which the classifier cannot read:
+                        // any of them, and the pattern's own text for where they lie
+                        // (`for f in vendor/*`: `$f` is under `vendor/`).
                         if a.pattern {
-                            self.scope.add(var, unknown());
+                            let mut any = unknown();
+                            any.texts.push(a.raw.clone());
+                            self.scope.add(var, any);
                             continue;
                         }
                         let values = self.scope.expand(&a);
