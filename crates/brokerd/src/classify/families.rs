@@ -825,7 +825,8 @@ const GIT_CARRIED: &[(&str, &str)] = &[
 ];
 
 /// Code that git's own subcommands run: filter-branch's filters, rebase's exec, bisect's run
-/// and submodule's foreach, in their spellings, after git's global options.
+/// and submodule's foreach, in their spellings, after git's global options; and a command key
+/// set from a variable the command sets (`--config-env`).
 fn git_carried_code() -> impl Strategy<Value = String> {
     (
         prop::sample::select(
@@ -837,7 +838,7 @@ fn git_carried_code() -> impl Strategy<Value = String> {
             ][..],
         ),
         prop::sample::select(GIT_CARRIED),
-        0..10usize,
+        0..11usize,
     )
         .prop_map(|(global, (code, program), form)| {
             let body = match form {
@@ -850,7 +851,8 @@ fn git_carried_code() -> impl Strategy<Value = String> {
                 6 => format!("rebase -x {code} -i HEAD~2"),
                 7 => format!("bisect run {program}"),
                 8 => format!("submodule foreach {code}"),
-                _ => format!("submodule --quiet foreach --recursive {code}"),
+                9 => format!("submodule --quiet foreach --recursive {code}"),
+                _ => return format!("E={code} git {global}--config-env=core.editor=E commit"),
             };
             format!("git {global}{body}")
         })

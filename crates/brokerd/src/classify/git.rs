@@ -347,6 +347,15 @@ impl Walk<'_> {
                     dirs.push(a.with_text(&t["--work-tree=".len()..]));
                 }
                 _ if t.starts_with("--git-dir=") || t.starts_with("--namespace=") => {}
+                // `--config-env=KEY=VAR`: `-c KEY=$VAR`, the variable as the command sets it.
+                "--config-env" => {
+                    if let Some(v) = value(&mut i) {
+                        self.git_config_env(&v);
+                    }
+                }
+                _ if t.starts_with("--config-env=") => {
+                    self.git_config_env(&a.with_text(&t["--config-env=".len()..]));
+                }
                 _ if t.starts_with("-C") => dirs.push(a.with_text(&t[2..])),
                 _ if t.starts_with('-') => {
                     self.raise(
@@ -522,6 +531,40 @@ impl Walk<'_> {
 
     /// `KEY=VALUE` set by `git -c` or `git config`: a key whose value is a command has it read
     /// as code (`alias.x=!CMD`).
+    /// `git --config-env=KEY=VAR`: the setting `KEY=$VAR`, read as `-c` reads it, once for
+    /// each value the command gives VAR; one it does not set may hold anything.
+    fn git_config_env(&mut self, setting: &Arg) {
+        let Some((key, var)) = setting.text().and_then(|t| t.split_once('=')) else {
+            self.raise(
+                CommandClass::ShellComplex,
+                "git --config-env with a setting the classifier cannot read",
+            );
+            return;
+        };
+        let values = self.scope.value(var).unwrap_or(Values {
+            outside: true,
+            ..Values::default()
+        });
+        if values.unknown || values.outside {
+            // What git gets is not known: a key that runs its value runs anything.
+            let code = Arg {
+                lit: None,
+                parts: Some(vec![Part::Var(var.to_string())]),
+                ..Arg::literal("")
+            };
+            if is_display_key(key) {
+                return;
+            }
+            self.git_config_value(&Arg::literal(&format!("{key}=")));
+            if is_command_key(key) {
+                self.run_code("git --config-env", &[code]);
+            }
+        }
+        for v in values.texts {
+            self.git_config_value(&Arg::literal(&format!("{key}={v}")));
+        }
+    }
+
     pub(super) fn git_config_value(&mut self, setting: &Arg) {
         let key = setting
             .text()
