@@ -54,6 +54,7 @@ fn main() -> Result<(), String> {
         mounts: vec![Mount::at(&work, false).map_err(|e| e.to_string())?],
         egress: None,
         timeout: Duration::from_secs(30),
+        toolset: None,
     };
     let layout = RootLayout::read(&root).map_err(|e| format!("{}: {e}", root.display()))?;
     let argv = rt.build_argv(&spec, "boxmaker-bench-c-0", &layout, None);

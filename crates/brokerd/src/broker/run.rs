@@ -74,6 +74,11 @@ impl Broker {
             mounts: plan.mounts,
             egress: plan.egress,
             timeout,
+            toolset: plan
+                .toolset
+                .as_ref()
+                .and_then(|name| self.config.toolsets.get(name))
+                .cloned(),
         };
         let runner = self.runner.clone();
         self.in_flight.fetch_add(1, Ordering::SeqCst);

@@ -149,6 +149,8 @@ pub struct RunSpec {
     pub egress: Option<Egress>,
     /// The tool's time limit.
     pub timeout: Duration,
+    /// The grant's toolset (docs/design.md#toolsets); `None`: the base toolset.
+    pub toolset: Option<crate::config::Toolset>,
 }
 
 impl RunSpec {
@@ -210,6 +212,10 @@ pub enum Unavailable {
     /// to be down, and nothing falls back to writing in place.
     #[error("the tool runner could not start the container")]
     LayerUnavailable,
+    /// The grant's toolset failed its check (docs/design.md#toolsets): its grants' calls
+    /// never run on another toolset, and other grants keep working.
+    #[error("the tool runner could not start the container")]
+    ToolsetUnavailable,
 }
 
 impl Unavailable {
@@ -220,6 +226,7 @@ impl Unavailable {
                 crate::runbook::RUNNER_UNAVAILABLE
             }
             Unavailable::LayerUnavailable => crate::runbook::STAGED_LAYER,
+            Unavailable::ToolsetUnavailable => crate::runbook::TOOLSET_UNAVAILABLE,
         }
     }
 

@@ -156,6 +156,7 @@ fn the_skeleton_answers_before_it_cleans_up() {
                 allow_addresses: Vec::new(),
             }),
             timeout: Duration::from_secs(1),
+            toolset: None,
         };
         let mut got = None;
         run_call(
@@ -243,6 +244,7 @@ fn the_way_out_waits_for_earlier_clean_ups_and_poisoning() {
         mounts: Vec::new(),
         egress: None,
         timeout: Duration::from_secs(1),
+        toolset: None,
     };
     let soon = || Instant::now() + Duration::from_millis(30);
     let wait = Duration::from_millis(30);

@@ -141,6 +141,7 @@ fn spec(tool: ToolName, input: serde_json::Value, mounts: Vec<Mount>) -> RunSpec
         mounts,
         egress: None,
         timeout: Duration::from_secs(20),
+        toolset: None,
     }
 }
 
@@ -1173,4 +1174,85 @@ fn a_sandbox_cannot_set_setuid_or_setgid() {
         };
         assert_eq!(m.permissions().mode() & 0o6000, 0, "{name}: {out}");
     }
+}
+
+/// A toolset's tree beside `w`'s tools root: toolkit and busybox as the root has them, and a
+/// file that says which tree the sandbox runs on.
+fn toolset_tree(w: &World, name: &str) -> brokerd::config::Toolset {
+    let tree = w.root.with_file_name(format!("toolset-{name}"));
+    for d in ["bin", "etc", "tmp"] {
+        std::fs::create_dir_all(tree.join(d)).expect("tree dir");
+    }
+    std::fs::copy(toolkit(), tree.join(&proto::tools::TOOLKIT[1..])).expect("toolkit");
+    std::fs::copy(BUSYBOX, tree.join("bin/busybox")).expect("busybox");
+    std::os::unix::fs::symlink("busybox", tree.join("bin/sh")).expect("sh");
+    std::fs::write(tree.join("etc/tree"), format!("{name}\n")).expect("marker");
+    brokerd::config::Toolset {
+        name: name.into(),
+        image: String::new(),
+        tree: Some(tree),
+    }
+}
+
+/// A grant's toolset is the sandbox's `/`; a toolset whose tree is gone answers unavailable
+/// with the toolset's runbook entry and never runs on the tools root; the toolset's check
+/// passes on a tree with toolkit of brokerd's version and busybox, and fails on one without
+/// (docs/design.md#toolsets).
+#[test]
+fn a_toolset_s_tree_is_the_sandbox_s_root_and_never_another() {
+    if !bwrap_works() {
+        return;
+    }
+    let w = world();
+    std::fs::write(w.root.join("etc/tree"), "base\n").expect("marker");
+    let c = toolset_tree(&w, "c");
+    let rt = runtime(&w, "");
+    let on = |toolset: Option<brokerd::config::Toolset>, command: &str| {
+        let mut spec = shell(command, Vec::new());
+        spec.toolset = toolset;
+        rt.run(&spec)
+    };
+    assert_eq!(content(on(None, "cat /etc/tree")), "base\n\n[exit 0]");
+    assert_eq!(
+        content(on(Some(c.clone()), "cat /etc/tree")),
+        "c\n\n[exit 0]"
+    );
+
+    let gone = brokerd::config::Toolset {
+        tree: Some(w.root.with_file_name("toolset-gone")),
+        ..c.clone()
+    };
+    assert_eq!(
+        on(Some(gone.clone()), "cat /etc/tree"),
+        Err(RunError::Unavailable(Unavailable::ToolsetUnavailable))
+    );
+    assert_eq!(
+        Unavailable::ToolsetUnavailable.runbook(),
+        "runbook/runner.md#toolset-unavailable"
+    );
+
+    let check = |t: &brokerd::config::Toolset| {
+        let spec = brokerd::preflight::toolset_spec(None, t);
+        brokerd::preflight::judge_toolset(Ok(rt.run(&spec)))
+    };
+    let passed = check(&c);
+    assert!(passed.ok, "{}", passed.detail);
+    assert!(!check(&gone).ok);
+    // A tree whose sh says it is another shell (it runs commands all the same).
+    let other = toolset_tree(&w, "other");
+    let tree = other.tree.clone().expect("tree");
+    std::fs::remove_file(tree.join("bin/sh")).expect("rm sh");
+    let sh = "#!/bin/busybox ash\n[ \"$1\" = --help ] && { echo dash; exit 0; }\nexec /bin/busybox ash \"$@\"\n";
+    std::fs::write(tree.join("bin/sh"), sh).expect("sh");
+    let mut perm = std::fs::metadata(tree.join("bin/sh"))
+        .expect("meta")
+        .permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perm, 0o755);
+    std::fs::set_permissions(tree.join("bin/sh"), perm).expect("chmod");
+    assert_eq!(
+        content(on(Some(other.clone()), "echo hi")),
+        "hi\n\n[exit 0]"
+    );
+    let failed = check(&other);
+    assert!(!failed.ok, "{}", failed.detail);
 }

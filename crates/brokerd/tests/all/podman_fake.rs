@@ -141,6 +141,7 @@ impl Case {
             mounts: vec![],
             egress,
             timeout: LIMIT,
+            toolset: None,
         }
     }
 

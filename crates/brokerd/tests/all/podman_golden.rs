@@ -57,6 +57,16 @@ fn tool_argument_lists() {
     }
 }
 
+/// A grant's toolset changes the image, and nothing else, of `shell.args`
+/// (docs/design.md#toolsets).
+#[test]
+fn a_toolset_runs_its_own_image() {
+    assert_golden(
+        "shell-toolset.args",
+        &runtime().tool_args(&common::toolset_call(), NAME),
+    );
+}
+
 #[test]
 fn egress_argument_list() {
     assert_golden("egress.args", &runtime().egress_args(&egress(), NAME));

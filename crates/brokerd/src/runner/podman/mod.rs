@@ -199,7 +199,9 @@ impl PodmanRuntime {
                 "rw",
             ));
         }
-        a.push(self.image.clone().into());
+        // The grant's toolset, or the base image (docs/design.md#toolsets).
+        let image = spec.toolset.as_ref().map_or(&self.image, |t| &t.image);
+        a.push(image.into());
         a.push(proto::tools::TOOLKIT.into());
         a.push(spec.tool.as_str().into());
         a
