@@ -55,6 +55,7 @@ fn main() -> Result<(), String> {
         egress: None,
         timeout: Duration::from_secs(30),
         toolset: None,
+        limits: Default::default(),
     };
     let layout = RootLayout::read(&root).map_err(|e| format!("{}: {e}", root.display()))?;
     let argv = rt.build_argv(&spec, "boxmaker-bench-c-0", &layout, None);

@@ -403,6 +403,7 @@ fn nested_userns(cfg: &Config, rc: &config::RunnerConfig) -> Result<String, Stri
         egress: None,
         timeout: PROBE_TIMEOUT,
         toolset: None,
+        limits: Default::default(),
     };
     let name = format!("boxmaker-doctor-{}", std::process::id());
     let args = PodmanRuntime::new(rc).tool_args(&spec, &name);

@@ -88,6 +88,7 @@ impl Sandbox {
                 egress: None,
                 timeout: limit,
                 toolset: None,
+                limits: Default::default(),
             },
             expected,
             home_and_tmpdir,
@@ -151,6 +152,7 @@ pub fn network_spec(rc: Option<&RunnerConfig>) -> RunSpec {
         }),
         timeout: limit,
         toolset: None,
+        limits: Default::default(),
     }
 }
 
@@ -201,6 +203,7 @@ pub fn toolset_spec(rc: Option<&RunnerConfig>, toolset: &config::Toolset) -> Run
         egress: None,
         timeout: Duration::from_millis(rc.map_or(30_000, |r| r.shell_ms)),
         toolset: Some(toolset.clone()),
+        limits: Default::default(),
     }
 }
 

@@ -156,6 +156,7 @@ impl Checker<'_> {
             }
             let mut grant = self.grant(name.get_ref(), g)?;
             grant.toolset = self.grant_toolset(name.get_ref(), g, &toolsets)?;
+            grant.limits = self.grant_limits(name.get_ref(), g, runner.as_ref())?;
             grants.insert(name.get_ref().clone(), grant);
         }
         Ok(Config {
@@ -495,6 +496,7 @@ impl Checker<'_> {
             writes: g.writes.unwrap_or(Writes::Direct),
             approvals: g.approvals.unwrap_or(Approvals::Client),
             toolset: None,
+            limits: GrantLimits::default(),
         })
     }
 

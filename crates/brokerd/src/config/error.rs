@@ -65,6 +65,8 @@ pub enum Problem {
     TooManyPaths(usize),
     #[error("{0}")]
     UnknownToolset(Box<UnknownToolset>),
+    #[error("{0}")]
+    AboveCeiling(Box<super::AboveCeiling>),
     #[error("\"base\" is the built-in toolset ([runner] image and [bwrap] tools_root) and cannot be defined again")]
     ToolsetBase,
     #[error("{0:?} is not a toolset name: 1 to 64 of A-Z a-z 0-9 _ . -, not . or ..")]

@@ -35,6 +35,7 @@ mod budget;
 mod check;
 mod defaults;
 mod error;
+mod limits;
 pub mod owners;
 mod places;
 mod raw;
@@ -45,6 +46,7 @@ pub use check::memory_bytes;
 use check::{line_col, Checker};
 pub use defaults::{defaults, DEFAULT_HOME};
 pub use error::{ConfigError, Nested, OverlapsState, Pos, Problem};
+pub use limits::{AboveCeiling, GrantLimits};
 pub use places::{grants_clear_of, overlaps_state, state_places, StatePlace, RUNTIME_DIR};
 use raw::RawConfig;
 pub use toolsets::{Toolset, BASE_TOOLSET};
@@ -267,6 +269,8 @@ pub struct Grant {
     pub approvals: Approvals,
     /// The name of one of `[toolsets]`; `None`: the built-in `base` toolset.
     pub toolset: Option<String>,
+    /// What the grant lowers of `[runner]`'s limits.
+    pub limits: GrantLimits,
 }
 
 /// The most directories one grant names (docs/design.md#grantsname). Each is a descriptor the

@@ -84,6 +84,10 @@ pub(super) struct RawGrant {
     pub(super) writes: Option<Writes>,
     pub(super) approvals: Option<Approvals>,
     pub(super) toolset: Option<S<String>>,
+    pub(super) memory: Option<S<String>>,
+    pub(super) pids: Option<S<u32>>,
+    pub(super) shell_ms: Option<S<u64>>,
+    pub(super) output_cap: Option<S<usize>>,
 }
 
 #[derive(Deserialize)]

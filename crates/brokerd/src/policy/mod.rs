@@ -50,6 +50,8 @@ pub struct Plan {
     pub program: Option<String>,
     /// The grant's toolset by name; `None`: the base toolset (docs/design.md#toolsets).
     pub toolset: Option<String>,
+    /// What the grant lowers of `[runner]`'s limits.
+    pub limits: crate::config::GrantLimits,
 }
 
 /// A refusal: the target as the model wrote it and why. The same (tool, target, why's kind)
@@ -511,6 +513,7 @@ impl Policy {
             writes,
             program: None,
             toolset: g.grant.toolset.clone(),
+            limits: g.grant.limits.clone(),
         };
         match caps.grant(action) {
             Permit::Run => Decision::Allow(plan),

@@ -151,6 +151,9 @@ pub struct RunSpec {
     pub timeout: Duration,
     /// The grant's toolset (docs/design.md#toolsets); `None`: the base toolset.
     pub toolset: Option<crate::config::Toolset>,
+    /// What the grant lowers of `[runner]`'s memory, pids and output cap
+    /// (docs/design.md#grantsname); its time limit is `timeout` already.
+    pub limits: crate::config::GrantLimits,
 }
 
 impl RunSpec {

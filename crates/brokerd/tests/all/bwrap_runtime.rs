@@ -142,6 +142,7 @@ fn spec(tool: ToolName, input: serde_json::Value, mounts: Vec<Mount>) -> RunSpec
         egress: None,
         timeout: Duration::from_secs(20),
         toolset: None,
+        limits: Default::default(),
     }
 }
 
@@ -1255,4 +1256,22 @@ fn a_toolset_s_tree_is_the_sandbox_s_root_and_never_another() {
     );
     let failed = check(&other);
     assert!(!failed.ok, "{}", failed.detail);
+}
+
+/// A grant's own output cap, lower than `[runner]`'s, holds in its sandbox
+/// (docs/design.md#grantsname); a grant without one gets `[runner]`'s.
+#[test]
+fn a_grant_s_own_limits_hold_in_its_sandbox() {
+    if !bwrap_works() {
+        return;
+    }
+    let w = world();
+    let rt = runtime(&w, "output_cap = 1000");
+    let mut spec = shell("busybox yes 0123456789", Vec::new());
+    spec.limits.output_cap = Some(100);
+    let out = rt.run(&spec).expect("a truncated result");
+    assert!(out.truncated);
+    assert_eq!(out.content.len(), 100);
+    spec.limits.output_cap = None;
+    assert_eq!(rt.run(&spec).expect("a result").content.len(), 1000);
 }

@@ -69,6 +69,7 @@ pub fn spec(tool: ToolName, mounts: Vec<Mount>, egress: Option<Egress>) -> RunSp
         egress,
         timeout: Duration::from_secs(30),
         toolset: None,
+        limits: Default::default(),
     }
 }
 

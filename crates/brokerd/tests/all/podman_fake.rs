@@ -142,6 +142,7 @@ impl Case {
             egress,
             timeout: LIMIT,
             toolset: None,
+            limits: Default::default(),
         }
     }
 

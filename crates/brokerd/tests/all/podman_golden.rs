@@ -67,6 +67,20 @@ fn a_toolset_runs_its_own_image() {
     );
 }
 
+/// A grant's own pids and memory replace `[runner]`'s in `shell.args`, and nothing else
+/// (docs/design.md#grantsname).
+#[test]
+fn a_grant_s_own_limits() {
+    let mut spec = spec(
+        ToolName::Shell,
+        vec![mount("/srv/notes", true), mount("/srv/ref", false)],
+        None,
+    );
+    spec.limits.pids = Some(64);
+    spec.limits.memory = Some("256m".into());
+    assert_golden("shell-limits.args", &runtime().tool_args(&spec, NAME));
+}
+
 #[test]
 fn egress_argument_list() {
     assert_golden("egress.args", &runtime().egress_args(&egress(), NAME));

@@ -199,6 +199,15 @@ impl BwrapRuntime {
         self
     }
 
+    /// The memory (bytes) and pids of `spec`'s sandbox: its grant's, or [runner]'s.
+    fn limits_of(&self, spec: &RunSpec) -> (u64, u32) {
+        let memory = spec.limits.memory.as_deref().and_then(memory_bytes);
+        (
+            memory.unwrap_or(self.memory),
+            spec.limits.pids.unwrap_or(self.pids),
+        )
+    }
+
     /// Another bwrap program (a bare name is looked up in PATH).
     pub fn with_program(mut self, bwrap: impl Into<PathBuf>) -> BwrapRuntime {
         self.bwrap = bwrap.into();

@@ -175,8 +175,13 @@ impl PodmanRuntime {
             "--cap-drop=all".into(),
             "--security-opt=no-new-privileges".into(),
             "--userns=keep-id".into(),
-            format!("--pids-limit={}", self.pids).into(),
-            format!("--memory={}", self.memory).into(),
+            // The grant's own limits, at most [runner]'s (docs/design.md#grantsname).
+            format!("--pids-limit={}", spec.limits.pids.unwrap_or(self.pids)).into(),
+            format!(
+                "--memory={}",
+                spec.limits.memory.as_ref().unwrap_or(&self.memory)
+            )
+            .into(),
             "--tmpfs=/tmp:rw,size=64m,mode=1777".into(),
         ];
         for m in &spec.mounts {

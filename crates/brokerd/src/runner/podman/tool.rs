@@ -71,7 +71,8 @@ impl PodmanRuntime {
         input: &[u8],
         deadline: Instant,
     ) -> Result<RunOutput, RunError> {
-        let mut streams = Streams::of(tool.take_stdio(), input, self.output_cap);
+        let cap = spec.limits.output_cap.unwrap_or(self.output_cap);
+        let mut streams = Streams::of(tool.take_stdio(), input, cap);
         let status = loop {
             // Wakes on podman's exit, on standard output passing the cap, or at the deadline
             // (without a pidfd, every look), serving the streams meanwhile.

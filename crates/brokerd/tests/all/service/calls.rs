@@ -1064,3 +1064,43 @@ fn a_grant_s_toolset_runs_its_calls_or_none() {
         ]
     );
 }
+
+/// A grant's own limits reach its calls' sandboxes: its `shell_ms` is the time limit, its
+/// memory, pids and output cap go with the spec; another grant keeps `[runner]`'s
+/// (docs/design.md#grantsname).
+#[test]
+fn a_grant_s_own_limits_reach_its_sandbox() {
+    let svc = Service::with(Opts {
+        runner_extra: "[grants.small]\nmode = \"auto\"\ntools = [\"shell\"]\npaths = [{ path = \"/usr\" }]\nshell_ms = 5000\nmemory = \"64m\"\npids = 16\noutput_cap = 10\n",
+        ..Opts::default()
+    });
+    let mut c = svc.connect();
+    for (call, grant) in [("l1", "small"), ("l2", "readonly")] {
+        let a = c.call("s", call, grant, "shell", json!({"command": "ls"}));
+        assert_eq!(kind(&a), "result", "{a:?}");
+    }
+    let got: Vec<(String, Duration, brokerd::config::GrantLimits)> = svc
+        .runner
+        .specs()
+        .iter()
+        .filter(|s| s.session.as_str() == "s")
+        .map(|s| (s.call.to_string(), s.timeout, s.limits.clone()))
+        .collect();
+    let small = brokerd::config::GrantLimits {
+        memory: Some("64m".into()),
+        pids: Some(16),
+        shell_ms: Some(5000),
+        output_cap: Some(10),
+    };
+    assert_eq!(
+        got,
+        [
+            ("l1".to_string(), Duration::from_millis(5000), small),
+            (
+                "l2".to_string(),
+                Duration::from_millis(100_000),
+                Default::default()
+            ),
+        ]
+    );
+}
