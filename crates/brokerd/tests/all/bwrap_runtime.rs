@@ -1275,3 +1275,30 @@ fn a_grant_s_own_limits_hold_in_its_sandbox() {
     spec.limits.output_cap = None;
     assert_eq!(rt.run(&spec).expect("a result").content.len(), 1000);
 }
+
+/// What shell's programs find in their environment (docs/design.md#the-toolkit): everything in
+/// /tmp, UTF-8, the toolset's program directories on PATH, and git told that any directory
+/// is safe, with no system configuration.
+#[test]
+fn shell_s_programs_get_a_working_environment() {
+    if !bwrap_works() {
+        return;
+    }
+    let w = world();
+    let c = toolset_tree(&w, "c");
+    std::fs::create_dir_all(c.tree.as_ref().expect("tree").join("usr/bin")).expect("usr/bin");
+    let rt = runtime(&w, "");
+    let command = "echo \"$HOME|$TMPDIR|$XDG_CACHE_HOME|$LANG|$PATH|$GIT_CONFIG_NOSYSTEM|$GIT_CONFIG_GLOBAL\"; cat \"$GIT_CONFIG_GLOBAL\"";
+    let git = "[safe]\n\tdirectory = *\n\n[exit 0]";
+    let base = content(rt.run(&shell(command, Vec::new())));
+    assert_eq!(
+        base,
+        format!("/tmp|/tmp|/tmp/.cache|C.UTF-8|/bin|1|/tmp/.gitconfig\n{git}")
+    );
+    let mut spec = shell(command, Vec::new());
+    spec.toolset = Some(c);
+    assert_eq!(
+        content(rt.run(&spec)),
+        format!("/tmp|/tmp|/tmp/.cache|C.UTF-8|/usr/bin:/bin|1|/tmp/.gitconfig\n{git}")
+    );
+}
