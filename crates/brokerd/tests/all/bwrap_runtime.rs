@@ -1302,3 +1302,50 @@ fn shell_s_programs_get_a_working_environment() {
         format!("/tmp|/tmp|/tmp/.cache|C.UTF-8|/usr/bin:/bin|1|/tmp/.gitconfig\n{git}")
     );
 }
+
+/// A toolset built by images/build-toolset.sh with make and git, named by
+/// `BOXMAKER_TEST_TOOLSET` (its tree): its check passes, and make and git run in it on a
+/// repository of a grant directory. Skipped without the variable.
+#[test]
+fn a_built_toolset_runs_make_and_git() {
+    let Some(tree) = std::env::var_os("BOXMAKER_TEST_TOOLSET") else {
+        eprintln!("SKIPPED: BOXMAKER_TEST_TOOLSET names no toolset tree");
+        return;
+    };
+    if !bwrap_works() {
+        return;
+    }
+    let w = world();
+    let toolset = brokerd::config::Toolset {
+        name: "built".into(),
+        image: String::new(),
+        tree: Some(PathBuf::from(tree)),
+    };
+    let rt = runtime(&w, "");
+    let check = brokerd::preflight::judge_toolset(Ok(
+        rt.run(&brokerd::preflight::toolset_spec(None, &toolset))
+    ));
+    assert!(check.ok, "{}", check.detail);
+    let repo = w.work.join("repo");
+    std::fs::create_dir_all(&repo).expect("repo");
+    let git = |args: &[&str]| {
+        let ok = std::process::Command::new("git")
+            .args(["-c", "user.name=t", "-c", "user.email=t@t", "-C"])
+            .arg(&repo)
+            .args(args)
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "git {args:?}");
+    };
+    std::fs::write(repo.join("Makefile"), "test:\n\t@echo made\n").expect("Makefile");
+    git(&["init", "-q"]);
+    git(&["add", "Makefile"]);
+    git(&["commit", "-q", "-m", "first"]);
+    let mut spec = spec(
+        ToolName::Shell,
+        serde_json::json!({ "command": "make test && git log --format=%s", "cwd": repo }),
+        rw(&w.work),
+    );
+    spec.toolset = Some(toolset);
+    assert_eq!(content(rt.run(&spec)), "made\nfirst\n\n[exit 0]");
+}
