@@ -87,6 +87,8 @@ enum Trouble {
     EarlierCleanUp,
     #[error("the session's staged layer could not be mounted")]
     Staged,
+    #[error("the grant's toolset image is not in the service user's store")]
+    Toolset,
 }
 
 /// Runs calls with rootless Podman.
@@ -248,6 +250,7 @@ impl PodmanRuntime {
                 Unavailable::RunnerUnavailable
             }
             Trouble::Staged => Unavailable::LayerUnavailable,
+            Trouble::Toolset => Unavailable::ToolsetUnavailable,
         };
         let what = match &trouble {
             Trouble::Terminal(t) => format!("{trouble}: {t}"),

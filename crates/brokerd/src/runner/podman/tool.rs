@@ -109,6 +109,11 @@ impl PodmanRuntime {
                 if layer::failed_at_layer(spec, streams.stdout(), &stderr) {
                     return Err(self.unavailable(spec, Trouble::Staged, &detail));
                 }
+                // The grant's toolset image is missing: its grants' calls are unavailable,
+                // and nothing is remembered against the base image (docs/design.md#toolsets).
+                if spec.toolset.is_some() && suspect == Some(terminal::Suspect::ImageMissing) {
+                    return Err(self.unavailable(spec, Trouble::Toolset, &detail));
+                }
                 match suspect.and_then(|s| self.confirm(s, &stderr)) {
                     Some(t) => Err(self.terminal_answer(spec, t, "remembered until restart")),
                     None => Err(self.unavailable(spec, Trouble::PodmanFailed, &detail)),
