@@ -1232,6 +1232,18 @@ fn a_toolset_s_tree_is_the_sandbox_s_root_and_never_another() {
         "runbook/runner.md#toolset-unavailable"
     );
 
+    // A tree removed after its first call: the toolset's failure, never the tools root.
+    let d = toolset_tree(&w, "d");
+    assert_eq!(
+        content(on(Some(d.clone()), "cat /etc/tree")),
+        "d\n\n[exit 0]"
+    );
+    std::fs::remove_dir_all(d.tree.as_ref().expect("tree")).expect("rm tree");
+    assert_eq!(
+        on(Some(d), "cat /etc/tree"),
+        Err(RunError::Unavailable(Unavailable::ToolsetUnavailable))
+    );
+
     let check = |t: &brokerd::config::Toolset| {
         let spec = brokerd::preflight::toolset_spec(None, t);
         brokerd::preflight::judge_toolset(Ok(rt.run(&spec)))

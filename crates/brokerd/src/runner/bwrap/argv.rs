@@ -268,19 +268,15 @@ impl BwrapRuntime {
         }
     }
 
-    /// The layout of the tree `spec` runs on, read once per tree.
+    /// The layout of the tree `spec` runs on. A toolset's tree is read at each call (one
+    /// directory's entries), so that a tree gone since the start answers as the toolset's
+    /// failure, not as a sandbox bwrap could not build.
     pub(super) fn layout_of(&self, spec: &RunSpec) -> io::Result<RootLayout> {
         let root = self.root_of(spec);
         if root == self.tools_root {
             return self.layout();
         }
-        let mut cached = lock(&self.toolset_layouts);
-        if let Some(l) = cached.get(root) {
-            return Ok(l.clone());
-        }
-        let l = read_with_bin(root)?;
-        cached.insert(root.to_path_buf(), l.clone());
-        Ok(l)
+        read_with_bin(root)
     }
 
     pub(super) fn layout(&self) -> io::Result<RootLayout> {

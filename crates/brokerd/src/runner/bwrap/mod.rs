@@ -139,8 +139,6 @@ pub struct BwrapRuntime {
     layout: Mutex<Option<RootLayout>>,
     /// The toolsets' trees, for the sweep (docs/design.md#toolsets).
     toolset_trees: Vec<PathBuf>,
-    /// Their layouts, each read at its first call.
-    toolset_layouts: Mutex<std::collections::BTreeMap<PathBuf, RootLayout>>,
     mechanism: OnceLock<Result<Mechanism, CgroupUnavailable>>,
     terminal: Mutex<Option<Terminal>>,
     poisoned: AtomicBool,
@@ -173,7 +171,6 @@ impl BwrapRuntime {
             resolv_conf: PathBuf::from(RESOLV_CONF),
             layout: Mutex::new(None),
             toolset_trees: Vec::new(),
-            toolset_layouts: Mutex::new(std::collections::BTreeMap::new()),
             mechanism: OnceLock::new(),
             // Known from the start: every call, the preflight included, answers unavailable.
             terminal: Mutex::new(seccomp_missing(seccomp::program())),
