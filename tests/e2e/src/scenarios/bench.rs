@@ -106,6 +106,8 @@ impl Suite {
                         allow_addresses: grant.allow_addresses.clone(),
                     }),
                     timeout: self.t(Duration::from_secs(30)),
+                    toolset: None,
+                    limits: Default::default(),
                 };
                 let name = format!("boxmaker-bench-{}-{i}", spec.call);
                 // Bare bwrap's orphans wait for the host's init; too many would count against

@@ -647,6 +647,8 @@ impl Suite {
             mounts: mounts.clone(),
             egress: None,
             timeout: self.t(Duration::from_secs(30)),
+            toolset: None,
+            limits: Default::default(),
         };
         let name = format!("boxmaker-bench-{}", spec.call);
         let t = std::time::Instant::now();
