@@ -55,6 +55,8 @@ fn main() -> Result<(), String> {
         egress: None,
         timeout: Duration::from_secs(30),
         staged_limit: None,
+        toolset: None,
+        limits: Default::default(),
     };
     let layout = RootLayout::read(&root).map_err(|e| format!("{}: {e}", root.display()))?;
     let argv = rt.build_argv(&spec, "boxmaker-bench-c-0", &layout, None);

@@ -403,6 +403,8 @@ fn nested_userns(cfg: &Config, rc: &config::RunnerConfig) -> Result<String, Stri
         egress: None,
         timeout: PROBE_TIMEOUT,
         staged_limit: None,
+        toolset: None,
+        limits: Default::default(),
     };
     let name = format!("boxmaker-doctor-{}", std::process::id());
     let args = PodmanRuntime::new(rc).tool_args(&spec, &name);
@@ -667,7 +669,9 @@ fn gc(cfg: &Config) -> Result<u8, String> {
     };
     // The configured backend's own sweep: the same one brokerd runs at start and stop.
     let runner: Box<dyn Runner> = match (&rc.backend, &cfg.bwrap) {
-        (Backend::Bwrap, Some(b)) => Box::new(BwrapRuntime::new(rc, b)),
+        (Backend::Bwrap, Some(b)) => {
+            Box::new(BwrapRuntime::new(rc, b).with_toolsets(cfg.toolsets.values()))
+        }
         _ => Box::new(PodmanRuntime::new(rc)),
     };
     match runner.sweep() {

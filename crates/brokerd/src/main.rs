@@ -330,7 +330,7 @@ async fn run(file: &Path, socket: Option<PathBuf>) -> Result<(), String> {
             Backend::Bwrap => match &config.bwrap {
                 Some(b) => {
                     adopt_sandbox_orphans()?;
-                    Arc::new(BwrapRuntime::new(rc, b))
+                    Arc::new(BwrapRuntime::new(rc, b).with_toolsets(config.toolsets.values()))
                 }
                 None => {
                     return Err(format!(
@@ -394,6 +394,10 @@ async fn run(file: &Path, socket: Option<PathBuf>) -> Result<(), String> {
 
     // The broker logs its outcome, and when a failed one is tried again.
     let preflight = broker.preflight().await;
+    // Each toolset's check logs its outcome too; one that fails stops only its grants.
+    if backend.is_some() {
+        broker.toolset_checks().await;
+    }
     // The stop signals are watched before anyone can see brokerd ready (the log, systemd, a
     // status answer): a SIGTERM right after must stop it cleanly, not kill it.
     let stop = StopSignals::watch();

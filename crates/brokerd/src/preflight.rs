@@ -88,6 +88,8 @@ impl Sandbox {
                 egress: None,
                 timeout: limit,
                 staged_limit: None,
+                toolset: None,
+                limits: Default::default(),
             },
             expected,
             home_and_tmpdir,
@@ -151,6 +153,8 @@ pub fn network_spec(rc: Option<&RunnerConfig>) -> RunSpec {
         }),
         timeout: limit,
         staged_limit: None,
+        toolset: None,
+        limits: Default::default(),
     }
 }
 
@@ -172,6 +176,56 @@ pub fn judge_network(outcome: Outcome) -> Preflight {
         )),
         Ok(Err(e)) => Preflight::failed(format!("the proxy path failed: {e}")),
         Err(e) => Preflight::failed(format!("the network preflight task failed: {e}")),
+    }
+}
+
+/// What a toolset's check prints when the toolset holds what every toolset must
+/// (docs/design.md#toolsets): toolkit's version, then a word from busybox's own `sh`, the
+/// shell the classifier reads.
+fn toolset_expected() -> String {
+    format!("{}\nbusybox-sh\n", proto::tools::TOOLKIT_VERSION)
+}
+
+/// The check of `toolset`: a shell call on it, with the shell time limit of `rc`, asking its
+/// `/bin/toolkit` for its version and its `/bin/sh` whether it is busybox's.
+pub fn toolset_spec(rc: Option<&RunnerConfig>, toolset: &config::Toolset) -> RunSpec {
+    let command = format!(
+        "{} {} && case \"$(/bin/sh --help 2>&1)\" in *BusyBox*) echo busybox-sh;; esac",
+        proto::tools::TOOLKIT,
+        proto::tools::VERSION_SUBCOMMAND
+    );
+    let input =
+        serde_json::to_vec(&proto::tools::ShellArgs { command, cwd: None }).unwrap_or_default();
+    RunSpec {
+        session: Ident::fixed("preflight"),
+        call: Ident::fixed("toolset"),
+        tool: ToolName::Shell,
+        input,
+        mounts: Vec::new(),
+        egress: None,
+        timeout: Duration::from_millis(rc.map_or(30_000, |r| r.shell_ms)),
+        staged_limit: None,
+        toolset: Some(toolset.clone()),
+        limits: Default::default(),
+    }
+}
+
+/// Whether a toolset's check found toolkit of brokerd's version and busybox's `sh`.
+pub fn judge_toolset(outcome: Outcome) -> Preflight {
+    let expected = toolset_expected();
+    match outcome {
+        Ok(Ok(RunOutput { content, .. })) if content.starts_with(&expected) => {
+            Preflight::passed(format!(
+                "toolkit {} and busybox's sh answered",
+                proto::tools::TOOLKIT_VERSION
+            ))
+        }
+        Ok(Ok(RunOutput { content, .. })) => Preflight::failed(format!(
+            "the toolset's sandbox answered {:?}, expected it to start with {expected:?} (toolkit of brokerd's version, busybox's sh)",
+            audit::clip(&content)
+        )),
+        Ok(Err(e)) => Preflight::failed(format!("the toolset's sandbox failed: {e}")),
+        Err(e) => Preflight::failed(format!("the toolset's check failed: {e}")),
     }
 }
 
@@ -347,6 +401,40 @@ mod tests {
             spec.egress.map(|e| e.hosts),
             Some(vec!["allowed.invalid".into()])
         );
+    }
+
+    /// Only toolkit of brokerd's version and busybox's sh pass a toolset's check.
+    #[test]
+    fn a_toolset_passes_only_with_toolkit_of_brokerd_s_version_and_busybox() {
+        let v = proto::tools::TOOLKIT_VERSION;
+        let table: [(String, bool); 5] = [
+            (format!("{v}\nbusybox-sh\n\n[exit 0]"), true),
+            // Another toolkit's version, or toolkit with no version subcommand.
+            ("0.0.0-other\nbusybox-sh\n\n[exit 0]".into(), false),
+            (
+                "toolkit: unknown subcommand \"version\"\n\n[exit 2]".into(),
+                false,
+            ),
+            // Another shell than busybox's.
+            (format!("{v}\n\n[exit 0]"), false),
+            (String::new(), false),
+        ];
+        for (content, ok) in table {
+            assert_eq!(judge_toolset(ran(&content)).ok, ok, "{content:?}");
+        }
+        let failed = Ok(Err(RunError::Unavailable(
+            crate::runner::Unavailable::RunnerUnavailable,
+        )));
+        assert!(!judge_toolset(failed).ok);
+        let t = config::Toolset {
+            name: "c".into(),
+            image: String::new(),
+            tree: Some("/srv/c".into()),
+        };
+        let spec = toolset_spec(None, &t);
+        assert_eq!(spec.toolset, Some(t));
+        let cmd = String::from_utf8_lossy(&spec.input).into_owned();
+        assert!(cmd.contains("/bin/toolkit version"), "{cmd}");
     }
 
     #[test]

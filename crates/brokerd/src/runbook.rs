@@ -26,8 +26,11 @@ pub const STAGED_LAYER: &str = "runbook/runner.md#staged-layer";
 /// Staged changes: reading, committing, discarding, and what a conflict means.
 pub const STAGED_CHANGES: &str = "runbook/staged.md#staged-changes";
 
+/// A toolset that failed its check: its grants' calls are unavailable.
+pub const TOOLSET_UNAVAILABLE: &str = "runbook/runner.md#toolset-unavailable";
+
 /// Every anchor above, for the test that each exists.
-pub const ALL: [&str; 12] = [
+pub const ALL: [&str; 13] = [
     RUNNER,
     RUNNER_UNAVAILABLE,
     BWRAP_UNAVAILABLE,
@@ -40,6 +43,7 @@ pub const ALL: [&str; 12] = [
     PODMAN_STORE_MOUNT_PROGRAM,
     STAGED_LAYER,
     STAGED_CHANGES,
+    TOOLSET_UNAVAILABLE,
 ];
 
 #[cfg(test)]

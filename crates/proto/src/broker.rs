@@ -411,6 +411,18 @@ pub struct Status {
     /// brokerd's user IDs and capabilities; absent from a brokerd that could not read them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub privileges: Option<PrivilegesStatus>,
+    /// Each `[toolsets.NAME]` of the config, by name; absent without any.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub toolsets: Vec<ToolsetStatus>,
+}
+
+/// A toolset as `status` shows it: the grants that run it and its check.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolsetStatus {
+    pub name: String,
+    pub grants: Vec<String>,
+    /// Its check: the tools it must hold (toolkit of brokerd's version, busybox's sh).
+    pub check: PreflightStatus,
 }
 
 /// brokerd's privileges as `status` shows them.

@@ -23,6 +23,14 @@ pub const TOOL_HOME: &str = "/tmp";
 /// (docs/design.md#the-toolkit).
 pub const TOOLKIT: &str = "/bin/toolkit";
 
+/// `toolkit version` prints [`TOOLKIT_VERSION`] and a newline: brokerd's check of a toolset
+/// asks it, so that a toolset runs only a toolkit built from the same sources as brokerd
+/// (docs/design.md#toolsets).
+pub const VERSION_SUBCOMMAND: &str = "version";
+
+/// The version toolkit and brokerd share (the workspace's).
+pub const TOOLKIT_VERSION: &str = env!("CARGO_PKG_VERSION");
+
 /// Where the per-call egress directory appears inside the sandbox
 /// (docs/design.md#http_fetch-and-its-egress-proxy).
 pub const EGRESS_DIR: &str = "/run/egress";

@@ -8,5 +8,6 @@
 /// The address rules live in `proto`: brokerd checks `allow_addresses` with the same code.
 pub use proto::addr;
 pub mod dns;
+pub mod environment;
 pub mod proxy;
 pub mod tools;

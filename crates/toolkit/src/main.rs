@@ -8,7 +8,7 @@ use toolkit::tools::{self, Exit, Misuse};
 
 /// The tools' synopsis; the proxy's is `proto::egress::USAGE`.
 const TOOLS_USAGE: &str =
-    "toolkit read_file | write_file | shell | http_fetch   (arguments as JSON on standard input)";
+    "toolkit read_file | write_file | shell | http_fetch   (arguments as JSON on standard input)\n       toolkit version";
 
 fn main() -> ExitCode {
     exit_on_sigterm();
@@ -25,6 +25,12 @@ fn main() -> ExitCode {
     };
     let tool: fn(&str, &mut io::StdoutLock<'static>) -> Result<Exit, Misuse> = match sub.as_str() {
         egress::SUBCOMMAND => return toolkit::proxy::main(rest),
+        proto::tools::VERSION_SUBCOMMAND if rest.is_empty() => {
+            return match writeln!(io::stdout(), "{}", proto::tools::TOOLKIT_VERSION) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => misused(&format!("version: {e}")),
+            };
+        }
         "read_file" => tools::read_file,
         "write_file" => tools::write_file,
         "shell" => tools::shell,

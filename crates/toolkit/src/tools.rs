@@ -19,7 +19,7 @@ use std::path::Path;
 use std::process::{Command, ExitStatus, Stdio};
 use std::thread;
 
-use proto::tools::{parse_args, HttpFetchArgs, ReadFileArgs, ShellArgs, WriteFileArgs, TOOL_HOME};
+use proto::tools::{parse_args, HttpFetchArgs, ReadFileArgs, ShellArgs, WriteFileArgs};
 
 pub use proto::tools::MAX_INPUT;
 /// The largest file read_file returns.
@@ -190,10 +190,11 @@ fn shell_with(sh: &str, input: &str, out: &mut impl Write) -> Result<Exit, Misus
     Ok(Exit::Done)
 }
 
-/// `cmd` with `HOME` and `TMPDIR` at [`TOOL_HOME`], whatever the sandbox gave toolkit: a
-/// Podman container's `HOME` is the image's or `/`, and it has no `TMPDIR`.
+/// `cmd` with `HOME` and `TMPDIR` at [`proto::tools::TOOL_HOME`] and the rest of
+/// [`crate::environment`], whatever the sandbox gave toolkit: a Podman container's `HOME` is
+/// the image's or `/`, and it has no `TMPDIR`.
 fn own_environment(cmd: &mut Command) -> &mut Command {
-    cmd.env("HOME", TOOL_HOME).env("TMPDIR", TOOL_HOME)
+    crate::environment::apply(cmd)
 }
 
 enum ShellError {

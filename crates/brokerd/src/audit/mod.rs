@@ -171,6 +171,9 @@ pub struct Record {
     pub grant: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool: Option<String>,
+    /// The toolset a call's grant runs, when not the base one (docs/design.md#toolsets).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub toolset: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decision: Option<Decided>,
     /// The shell command class, for shell calls.

@@ -35,6 +35,7 @@ mod owner;
 mod records;
 mod run;
 mod staged;
+mod toolsets;
 
 pub use records::OUTCOME_SYNC_WITHIN;
 use records::{journal, outcome_record};
@@ -120,6 +121,9 @@ pub struct Broker {
     /// One preflight of each kind runs at a time; callers that arrive meanwhile wait for it.
     probing: tokio::sync::Mutex<()>,
     network_probing: tokio::sync::Mutex<()>,
+    /// Each toolset's check (`toolsets`), kept as the preflight is, and one run at a time.
+    toolset_checks: Mutex<std::collections::BTreeMap<String, Kept>>,
+    toolset_probing: tokio::sync::Mutex<()>,
     /// `None` without a `[runner]` section.
     backend: Option<Backend>,
     shutting_down: std::sync::atomic::AtomicBool,
@@ -178,6 +182,8 @@ impl Broker {
             network: Mutex::new(Kept::new(RETRY_FIRST)),
             probing: tokio::sync::Mutex::new(()),
             network_probing: tokio::sync::Mutex::new(()),
+            toolset_checks: Mutex::new(toolsets::kept_checks(&config, RETRY_FIRST)),
+            toolset_probing: tokio::sync::Mutex::new(()),
             // docs/design.md#service: without [runner] brokerd still serves, and says so.
             backend: config.runner.as_ref().map(|r| r.backend),
             shutting_down: std::sync::atomic::AtomicBool::new(false),
@@ -206,6 +212,7 @@ impl Broker {
     pub fn with_preflight_retry(self, first: Duration) -> Broker {
         *lock(&self.preflight) = Kept::new(first);
         *lock(&self.network) = Kept::new(first);
+        *lock(&self.toolset_checks) = toolsets::kept_checks(&self.config, first);
         self
     }
 
@@ -389,6 +396,7 @@ impl Broker {
             call: Some(call.to_string()),
             grant: Some(grant_name.clone()),
             tool: Some(audit::summary(&tool)),
+            toolset: grant.grant.toolset.clone(),
             ..Record::default()
         };
 
@@ -517,7 +525,9 @@ impl Broker {
             .config
             .runner
             .as_ref()
-            .map_or(Duration::from_secs(30), |r| r.call_budget(plan.tool));
+            .map_or(Duration::from_secs(30), |r| {
+                r.for_grant(&plan.limits).call_budget(plan.tool)
+            });
         let staged = match self.stage_plan(&session, grant, &mut plan, Instant::now() + budget) {
             Ok(s) => s,
             Err(NotStaged::Refused(why)) => {
@@ -548,6 +558,12 @@ impl Broker {
         // only whether the way out works.
         let failed_preflight = if !preflight_ok {
             Some(("the preflight failed", Unavailable::RunnerUnavailable))
+        } else if !self.toolset_ready(plan.toolset.as_deref()).await {
+            // Never another toolset in its place (docs/design.md#toolsets).
+            Some((
+                "the grant's toolset failed its check",
+                Unavailable::ToolsetUnavailable,
+            ))
         } else if plan.egress.is_some() && !self.network_preflight().await.ok {
             Some((
                 "the network preflight failed",

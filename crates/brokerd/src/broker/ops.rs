@@ -100,6 +100,7 @@ impl Broker {
             privileges: crate::privileges::Privileges::read()
                 .ok()
                 .map(crate::privileges::Privileges::shown),
+            toolsets: self.toolset_status(now),
         })
     }
 }

@@ -13,6 +13,10 @@ pub(super) fn journal(rec: &Record, kind: Option<&'static str>, received: Instan
         session = field(&rec.session),
         call = field(&rec.call),
         grant = field(&rec.grant),
+        toolset = rec
+            .toolset
+            .as_deref()
+            .unwrap_or(crate::config::BASE_TOOLSET),
         // A tool name the model made up is its text: only the four are named.
         tool = rec
             .tool

@@ -45,7 +45,7 @@ impl Broker {
         // answered after loopd stopped waiting: it does not start.
         if let Some(rc) = &self.config.runner {
             let budget = Duration::from_millis(self.config.broker.timeout_ms);
-            if received.elapsed() + rc.call_budget(plan.tool) >= budget {
+            if received.elapsed() + rc.for_grant(&plan.limits).call_budget(plan.tool) >= budget {
                 tracing::warn!(
                     session = session.as_str(),
                     call = call.as_str(),
@@ -65,7 +65,9 @@ impl Broker {
             .config
             .runner
             .as_ref()
-            .map_or(Duration::from_secs(30), |r| r.time_limit(plan.tool));
+            .map_or(Duration::from_secs(30), |r| {
+                r.grant_time_limit(&plan.limits, plan.tool)
+            });
         let spec = RunSpec {
             session: session.clone(),
             call: call.clone(),
@@ -75,6 +77,12 @@ impl Broker {
             egress: plan.egress,
             timeout,
             staged_limit: staged.as_ref().and_then(|(h, _)| h.limit),
+            toolset: plan
+                .toolset
+                .as_ref()
+                .and_then(|name| self.config.toolsets.get(name))
+                .cloned(),
+            limits: plan.limits,
         };
         let runner = self.runner.clone();
         self.in_flight.fetch_add(1, Ordering::SeqCst);

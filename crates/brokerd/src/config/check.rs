@@ -24,7 +24,7 @@ pub(super) struct Checker<'a> {
 }
 
 impl Checker<'_> {
-    fn err<T>(
+    pub(super) fn err<T>(
         &self,
         span: Option<std::ops::Range<usize>>,
         key: &str,
@@ -39,7 +39,11 @@ impl Checker<'_> {
     }
 
     /// A spanned value or its default, with the span when the file gave one.
-    fn value<T: Clone>(&self, v: &Option<S<T>>, default: T) -> (T, Option<std::ops::Range<usize>>) {
+    pub(super) fn value<T: Clone>(
+        &self,
+        v: &Option<S<T>>,
+        default: T,
+    ) -> (T, Option<std::ops::Range<usize>>) {
         match v {
             Some(s) => (s.get_ref().clone(), Some(s.span())),
             None => (default, None),
@@ -140,6 +144,7 @@ impl Checker<'_> {
             }),
             (None, false) => None,
         };
+        let toolsets = self.toolsets(&raw.toolsets, runner.as_ref().map(|r| r.backend))?;
         let mut grants = BTreeMap::new();
         for (name, g) in &raw.grants {
             if !proto::ident::valid_ident(name.get_ref()) {
@@ -149,13 +154,17 @@ impl Checker<'_> {
                     Problem::GrantName(name.get_ref().clone()),
                 );
             }
-            grants.insert(name.get_ref().clone(), self.grant(name.get_ref(), g)?);
+            let mut grant = self.grant(name.get_ref(), g)?;
+            grant.toolset = self.grant_toolset(name.get_ref(), g, &toolsets)?;
+            grant.limits = self.grant_limits(name.get_ref(), g, runner.as_ref())?;
+            grants.insert(name.get_ref().clone(), grant);
         }
         Ok(Config {
             broker,
             runner,
             bwrap,
             grants,
+            toolsets,
         })
     }
 
@@ -486,11 +495,13 @@ impl Checker<'_> {
             protect: g.protect.unwrap_or(Protect::Mount),
             writes: g.writes.unwrap_or(Writes::Direct),
             approvals: g.approvals.unwrap_or(Approvals::Client),
+            toolset: None,
+            limits: GrantLimits::default(),
         })
     }
 
     /// An absolute path written plainly (no `.` or `..`), trailing slash dropped.
-    fn absolute(
+    pub(super) fn absolute(
         &self,
         s: &str,
         span: Option<std::ops::Range<usize>>,
@@ -513,7 +524,7 @@ impl Checker<'_> {
 }
 
 /// `sha256:<64 lowercase hex>` (an image ID) or `name@sha256:<64 lowercase hex>`.
-fn check_image(image: &str) -> Result<(), Problem> {
+pub(super) fn check_image(image: &str) -> Result<(), Problem> {
     let is_digest = |d: &str| {
         d.strip_prefix("sha256:").is_some_and(|h| {
             h.len() == 64

@@ -64,11 +64,30 @@ pub enum Problem {
     #[error("{0} directories are more than the {max} a sandbox mounts", max = super::MAX_GRANT_PATHS)]
     TooManyPaths(usize),
     #[error("{0}")]
+    UnknownToolset(Box<UnknownToolset>),
+    #[error("{0}")]
+    AboveCeiling(Box<super::AboveCeiling>),
+    #[error("\"base\" is the built-in toolset ([runner] image and [bwrap] tools_root) and cannot be defined again")]
+    ToolsetBase,
+    #[error("{0:?} is not a toolset name: 1 to 64 of A-Z a-z 0-9 _ . -, not . or ..")]
+    ToolsetName(String),
+    #[error("is required with backend = \"{1}\": the toolset's {0} pinned for that backend")]
+    ToolsetNeeds(&'static str, super::Backend),
+    #[error("{0}")]
     Nested(Box<Nested>),
     #[error("{0}")]
     OverlapsState(Box<OverlapsState>),
     #[error("{0}")]
     Replaceable(Box<owners::Replaceable>),
+}
+
+/// A grant's `toolset` that names none of the config's.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{name:?} is not a toolset: the toolsets are {known}")]
+pub struct UnknownToolset {
+    pub name: String,
+    /// `base` and every `[toolsets.NAME]`, comma-separated.
+    pub known: String,
 }
 
 /// Two grant directories, one inside the other, where either is writable.

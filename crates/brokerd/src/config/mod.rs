@@ -35,17 +35,21 @@ mod budget;
 mod check;
 mod defaults;
 mod error;
+mod limits;
 pub mod owners;
 mod places;
 mod raw;
+mod toolsets;
 
 pub use budget::{stop_budget, HELPER_TIMEOUT, KILL_CONFIRM};
 pub use check::memory_bytes;
 use check::{line_col, Checker};
 pub use defaults::{defaults, DEFAULT_HOME};
 pub use error::{ConfigError, Nested, OverlapsState, Pos, Problem};
+pub use limits::{AboveCeiling, GrantLimits};
 pub use places::{grants_clear_of, overlaps_state, state_places, StatePlace, RUNTIME_DIR};
 use raw::RawConfig;
+pub use toolsets::{Toolset, BASE_TOOLSET};
 /// The whole configuration, checked.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
@@ -56,6 +60,8 @@ pub struct Config {
     pub bwrap: Option<BwrapConfig>,
     /// By grant name.
     pub grants: BTreeMap<String, Grant>,
+    /// `[toolsets.NAME]` by name; the built-in `base` toolset is not among them.
+    pub toolsets: BTreeMap<String, Toolset>,
 }
 
 impl Config {
@@ -63,6 +69,11 @@ impl Config {
     /// defaults without a `[runner]`).
     pub fn protect_bounds(&self) -> ProtectBounds {
         self.runner.as_ref().map(|r| r.protect).unwrap_or_default()
+    }
+
+    /// The toolset `grant` runs: `None` for the base toolset (docs/design.md#toolsets).
+    pub fn toolset_of(&self, grant: &Grant) -> Option<&Toolset> {
+        grant.toolset.as_ref().and_then(|n| self.toolsets.get(n))
     }
 }
 
@@ -256,6 +267,10 @@ pub struct Grant {
     pub protect: Protect,
     pub writes: Writes,
     pub approvals: Approvals,
+    /// The name of one of `[toolsets]`; `None`: the built-in `base` toolset.
+    pub toolset: Option<String>,
+    /// What the grant lowers of `[runner]`'s limits.
+    pub limits: GrantLimits,
 }
 
 /// The most directories one grant names (docs/design.md#grantsname). Each is a descriptor the

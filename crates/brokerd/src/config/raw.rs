@@ -19,6 +19,8 @@ pub(super) struct RawConfig {
     pub(super) bwrap: Option<S<RawBwrap>>,
     #[serde(default)]
     pub(super) grants: BTreeMap<S<String>, RawGrant>,
+    #[serde(default)]
+    pub(super) toolsets: BTreeMap<S<String>, S<RawToolset>>,
 }
 
 #[derive(Deserialize, Default)]
@@ -81,6 +83,18 @@ pub(super) struct RawGrant {
     pub(super) protect: Option<Protect>,
     pub(super) writes: Option<Writes>,
     pub(super) approvals: Option<Approvals>,
+    pub(super) toolset: Option<S<String>>,
+    pub(super) memory: Option<S<String>>,
+    pub(super) pids: Option<S<u32>>,
+    pub(super) shell_ms: Option<S<u64>>,
+    pub(super) output_cap: Option<S<usize>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawToolset {
+    pub(super) image: Option<S<String>>,
+    pub(super) tree: Option<S<String>>,
 }
 
 #[derive(Deserialize)]

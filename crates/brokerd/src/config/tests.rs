@@ -3,7 +3,7 @@ use std::time::Duration;
 
 use super::*;
 
-pub(super) const IMAGE: &str =
+pub(crate) const IMAGE: &str =
     "localhost/boxmaker-tools@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
 
 pub(super) fn runner(extra: &str) -> String {

@@ -48,6 +48,10 @@ pub struct Plan {
     pub writes: bool,
     /// The program a shell command runs (`Assessment::program`), for the audit.
     pub program: Option<String>,
+    /// The grant's toolset by name; `None`: the base toolset (docs/design.md#toolsets).
+    pub toolset: Option<String>,
+    /// What the grant lowers of `[runner]`'s limits.
+    pub limits: crate::config::GrantLimits,
 }
 
 /// A refusal: the target as the model wrote it and why. The same (tool, target, why's kind)
@@ -508,6 +512,8 @@ impl Policy {
             class,
             writes,
             program: None,
+            toolset: g.grant.toolset.clone(),
+            limits: g.grant.limits.clone(),
         };
         match caps.grant(action) {
             Permit::Run => Decision::Allow(plan),

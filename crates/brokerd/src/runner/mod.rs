@@ -153,6 +153,11 @@ pub struct RunSpec {
     /// together (`max_staged_bytes` less what the session's other layers hold); past it the
     /// call is stopped (docs/design.md#staged-writes-and-owners).
     pub staged_limit: Option<u64>,
+    /// The grant's toolset (docs/design.md#toolsets); `None`: the base toolset.
+    pub toolset: Option<crate::config::Toolset>,
+    /// What the grant lowers of `[runner]`'s memory, pids and output cap
+    /// (docs/design.md#grantsname); its time limit is `timeout` already.
+    pub limits: crate::config::GrantLimits,
 }
 
 impl RunSpec {
@@ -242,6 +247,10 @@ pub enum Unavailable {
     /// to be down, and nothing falls back to writing in place.
     #[error("the tool runner could not start the container")]
     LayerUnavailable,
+    /// The grant's toolset failed its check (docs/design.md#toolsets): its grants' calls
+    /// never run on another toolset, and other grants keep working.
+    #[error("the tool runner could not start the container")]
+    ToolsetUnavailable,
 }
 
 impl Unavailable {
@@ -252,6 +261,7 @@ impl Unavailable {
                 crate::runbook::RUNNER_UNAVAILABLE
             }
             Unavailable::LayerUnavailable => crate::runbook::STAGED_LAYER,
+            Unavailable::ToolsetUnavailable => crate::runbook::TOOLSET_UNAVAILABLE,
         }
     }
 

@@ -157,6 +157,8 @@ fn the_skeleton_answers_before_it_cleans_up() {
             }),
             timeout: Duration::from_secs(1),
             staged_limit: None,
+            toolset: None,
+            limits: Default::default(),
         };
         let mut got = None;
         run_call(
@@ -245,6 +247,8 @@ fn the_way_out_waits_for_earlier_clean_ups_and_poisoning() {
         egress: None,
         timeout: Duration::from_secs(1),
         staged_limit: None,
+        toolset: None,
+        limits: Default::default(),
     };
     let soon = || Instant::now() + Duration::from_millis(30);
     let wait = Duration::from_millis(30);

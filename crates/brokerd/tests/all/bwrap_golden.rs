@@ -97,6 +97,17 @@ fn tool_argument_lists() {
     }
 }
 
+/// A grant's toolset binds its tree's entries where the tools root's were, and changes
+/// nothing else of `shell.args` (docs/design.md#toolsets).
+#[test]
+fn a_toolset_runs_on_its_own_tree() {
+    let rt = runtime();
+    assert_golden(
+        "shell-toolset.args",
+        &rt.build_argv(&common::toolset_call(), NAME, &layout(), None),
+    );
+}
+
 #[test]
 fn egress_proxy_argument_list() {
     let rt = runtime();

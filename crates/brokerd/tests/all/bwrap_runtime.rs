@@ -142,6 +142,8 @@ fn spec(tool: ToolName, input: serde_json::Value, mounts: Vec<Mount>) -> RunSpec
         egress: None,
         timeout: Duration::from_secs(20),
         staged_limit: None,
+        toolset: None,
+        limits: Default::default(),
     }
 }
 
@@ -1209,4 +1211,189 @@ fn a_sandbox_cannot_set_setuid_or_setgid() {
         };
         assert_eq!(m.permissions().mode() & 0o6000, 0, "{name}: {out}");
     }
+}
+
+/// A toolset's tree beside `w`'s tools root: toolkit and busybox as the root has them, and a
+/// file that says which tree the sandbox runs on.
+fn toolset_tree(w: &World, name: &str) -> brokerd::config::Toolset {
+    let tree = w.root.with_file_name(format!("toolset-{name}"));
+    for d in ["bin", "etc", "tmp"] {
+        std::fs::create_dir_all(tree.join(d)).expect("tree dir");
+    }
+    std::fs::copy(toolkit(), tree.join(&proto::tools::TOOLKIT[1..])).expect("toolkit");
+    std::fs::copy(BUSYBOX, tree.join("bin/busybox")).expect("busybox");
+    std::os::unix::fs::symlink("busybox", tree.join("bin/sh")).expect("sh");
+    std::fs::write(tree.join("etc/tree"), format!("{name}\n")).expect("marker");
+    brokerd::config::Toolset {
+        name: name.into(),
+        image: String::new(),
+        tree: Some(tree),
+    }
+}
+
+/// A grant's toolset is the sandbox's `/`; a toolset whose tree is gone answers unavailable
+/// with the toolset's runbook entry and never runs on the tools root; the toolset's check
+/// passes on a tree with toolkit of brokerd's version and busybox, and fails on one without
+/// (docs/design.md#toolsets).
+#[test]
+fn a_toolset_s_tree_is_the_sandbox_s_root_and_never_another() {
+    if !bwrap_works() {
+        return;
+    }
+    let w = world();
+    std::fs::write(w.root.join("etc/tree"), "base\n").expect("marker");
+    let c = toolset_tree(&w, "c");
+    let rt = runtime(&w, "");
+    let on = |toolset: Option<brokerd::config::Toolset>, command: &str| {
+        let mut spec = shell(command, Vec::new());
+        spec.toolset = toolset;
+        rt.run(&spec)
+    };
+    assert_eq!(content(on(None, "cat /etc/tree")), "base\n\n[exit 0]");
+    assert_eq!(
+        content(on(Some(c.clone()), "cat /etc/tree")),
+        "c\n\n[exit 0]"
+    );
+
+    let gone = brokerd::config::Toolset {
+        tree: Some(w.root.with_file_name("toolset-gone")),
+        ..c.clone()
+    };
+    assert_eq!(
+        on(Some(gone.clone()), "cat /etc/tree"),
+        Err(RunError::Unavailable(Unavailable::ToolsetUnavailable))
+    );
+    assert_eq!(
+        Unavailable::ToolsetUnavailable.runbook(),
+        "runbook/runner.md#toolset-unavailable"
+    );
+
+    // A tree removed after its first call: the toolset's failure, never the tools root.
+    let d = toolset_tree(&w, "d");
+    assert_eq!(
+        content(on(Some(d.clone()), "cat /etc/tree")),
+        "d\n\n[exit 0]"
+    );
+    std::fs::remove_dir_all(d.tree.as_ref().expect("tree")).expect("rm tree");
+    assert_eq!(
+        on(Some(d), "cat /etc/tree"),
+        Err(RunError::Unavailable(Unavailable::ToolsetUnavailable))
+    );
+
+    let check = |t: &brokerd::config::Toolset| {
+        let spec = brokerd::preflight::toolset_spec(None, t);
+        brokerd::preflight::judge_toolset(Ok(rt.run(&spec)))
+    };
+    let passed = check(&c);
+    assert!(passed.ok, "{}", passed.detail);
+    assert!(!check(&gone).ok);
+    // A tree whose sh says it is another shell (it runs commands all the same).
+    let other = toolset_tree(&w, "other");
+    let tree = other.tree.clone().expect("tree");
+    std::fs::remove_file(tree.join("bin/sh")).expect("rm sh");
+    let sh = "#!/bin/busybox ash\n[ \"$1\" = --help ] && { echo dash; exit 0; }\nexec /bin/busybox ash \"$@\"\n";
+    std::fs::write(tree.join("bin/sh"), sh).expect("sh");
+    let mut perm = std::fs::metadata(tree.join("bin/sh"))
+        .expect("meta")
+        .permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perm, 0o755);
+    std::fs::set_permissions(tree.join("bin/sh"), perm).expect("chmod");
+    assert_eq!(
+        content(on(Some(other.clone()), "echo hi")),
+        "hi\n\n[exit 0]"
+    );
+    let failed = check(&other);
+    assert!(!failed.ok, "{}", failed.detail);
+}
+
+/// A grant's own output cap, lower than `[runner]`'s, holds in its sandbox
+/// (docs/design.md#grantsname); a grant without one gets `[runner]`'s.
+#[test]
+fn a_grant_s_own_limits_hold_in_its_sandbox() {
+    if !bwrap_works() {
+        return;
+    }
+    let w = world();
+    let rt = runtime(&w, "output_cap = 1000");
+    let mut spec = shell("busybox yes 0123456789", Vec::new());
+    spec.limits.output_cap = Some(100);
+    let out = rt.run(&spec).expect("a truncated result");
+    assert!(out.truncated);
+    assert_eq!(out.content.len(), 100);
+    spec.limits.output_cap = None;
+    assert_eq!(rt.run(&spec).expect("a result").content.len(), 1000);
+}
+
+/// What shell's programs find in their environment (docs/design.md#the-toolkit): everything in
+/// /tmp, UTF-8, the toolset's program directories on PATH, and git told that any directory
+/// is safe, with no system configuration.
+#[test]
+fn shell_s_programs_get_a_working_environment() {
+    if !bwrap_works() {
+        return;
+    }
+    let w = world();
+    let c = toolset_tree(&w, "c");
+    std::fs::create_dir_all(c.tree.as_ref().expect("tree").join("usr/bin")).expect("usr/bin");
+    let rt = runtime(&w, "");
+    let command = "echo \"$HOME|$TMPDIR|$XDG_CACHE_HOME|$LANG|$PATH|$GIT_CONFIG_NOSYSTEM|$GIT_CONFIG_GLOBAL\"; cat \"$GIT_CONFIG_GLOBAL\"";
+    let git = "[safe]\n\tdirectory = *\n\n[exit 0]";
+    let base = content(rt.run(&shell(command, Vec::new())));
+    assert_eq!(
+        base,
+        format!("/tmp|/tmp|/tmp/.cache|C.UTF-8|/bin|1|/tmp/.gitconfig\n{git}")
+    );
+    let mut spec = shell(command, Vec::new());
+    spec.toolset = Some(c);
+    assert_eq!(
+        content(rt.run(&spec)),
+        format!("/tmp|/tmp|/tmp/.cache|C.UTF-8|/usr/bin:/bin|1|/tmp/.gitconfig\n{git}")
+    );
+}
+
+/// A toolset built by images/build-toolset.sh with make and git, named by
+/// `BOXMAKER_TEST_TOOLSET` (its tree): its check passes, and make and git run in it on a
+/// repository of a grant directory. Skipped without the variable.
+#[test]
+fn a_built_toolset_runs_make_and_git() {
+    let Some(tree) = std::env::var_os("BOXMAKER_TEST_TOOLSET") else {
+        eprintln!("SKIPPED: BOXMAKER_TEST_TOOLSET names no toolset tree");
+        return;
+    };
+    if !bwrap_works() {
+        return;
+    }
+    let w = world();
+    let toolset = brokerd::config::Toolset {
+        name: "built".into(),
+        image: String::new(),
+        tree: Some(PathBuf::from(tree)),
+    };
+    let rt = runtime(&w, "");
+    let check = brokerd::preflight::judge_toolset(Ok(
+        rt.run(&brokerd::preflight::toolset_spec(None, &toolset))
+    ));
+    assert!(check.ok, "{}", check.detail);
+    let repo = w.work.join("repo");
+    std::fs::create_dir_all(&repo).expect("repo");
+    let git = |args: &[&str]| {
+        let ok = std::process::Command::new("git")
+            .args(["-c", "user.name=t", "-c", "user.email=t@t", "-C"])
+            .arg(&repo)
+            .args(args)
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "git {args:?}");
+    };
+    std::fs::write(repo.join("Makefile"), "test:\n\t@echo made\n").expect("Makefile");
+    git(&["init", "-q"]);
+    git(&["add", "Makefile"]);
+    git(&["commit", "-q", "-m", "first"]);
+    let mut spec = spec(
+        ToolName::Shell,
+        serde_json::json!({ "command": "make test && git log --format=%s", "cwd": repo }),
+        rw(&w.work),
+    );
+    spec.toolset = Some(toolset);
+    assert_eq!(content(rt.run(&spec)), "made\nfirst\n\n[exit 0]");
 }

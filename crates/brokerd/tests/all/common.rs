@@ -69,7 +69,30 @@ pub fn spec(tool: ToolName, mounts: Vec<Mount>, egress: Option<Egress>) -> RunSp
         egress,
         timeout: Duration::from_secs(30),
         staged_limit: None,
+        toolset: None,
+        limits: Default::default(),
     }
+}
+
+/// The toolset of both backends' `shell-toolset` golden files: an image and a tree of its own.
+pub fn toolset() -> brokerd::config::Toolset {
+    brokerd::config::Toolset {
+        name: "c".into(),
+        image: image("boxmaker-toolset-c"),
+        tree: Some("/var/lib/boxmaker/toolsets/c".into()),
+    }
+}
+
+/// The call of both backends' `shell-toolset` golden files: the `shell.args` call on a grant
+/// with [`toolset`].
+pub fn toolset_call() -> RunSpec {
+    let mut spec = spec(
+        ToolName::Shell,
+        vec![mount("/srv/notes", true), mount("/srv/ref", false)],
+        None,
+    );
+    spec.toolset = Some(toolset());
+    spec
 }
 
 /// The call of both backends' `shell-protected` golden files: a shell call with a writable and

@@ -385,3 +385,22 @@ fn the_podman_preflight_checks_home_and_tmpdir_and_keeps_terminal_failures() {
         case.verbs()
     );
 }
+
+/// A grant's toolset image missing from the store answers that toolset's call unavailable
+/// with the toolset's runbook entry, is not confirmed against the base image nor remembered,
+/// and the next call on the base image runs (docs/design.md#toolsets).
+#[test]
+fn a_missing_toolset_image_stops_only_its_calls() {
+    let case = Case::new("toolsetgone", IMAGE_MISSING).with("image", "exit 1");
+    let rt = case.runtime();
+    let mut spec = case.spec(ToolName::Shell);
+    spec.toolset = Some(crate::common::toolset());
+    assert_eq!(
+        rt.run(&spec),
+        Err(brokerd::runner::RunError::Unavailable(
+            brokerd::runner::Unavailable::ToolsetUnavailable
+        ))
+    );
+    assert_eq!(case.verbs(), vec!["run"]);
+    assert_eq!(rt.terminal_failure(), None);
+}

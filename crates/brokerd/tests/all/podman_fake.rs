@@ -142,6 +142,8 @@ impl Case {
             egress,
             timeout: LIMIT,
             staged_limit: None,
+            toolset: None,
+            limits: Default::default(),
         }
     }
 

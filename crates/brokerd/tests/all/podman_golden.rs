@@ -57,6 +57,30 @@ fn tool_argument_lists() {
     }
 }
 
+/// A grant's toolset changes the image, and nothing else, of `shell.args`
+/// (docs/design.md#toolsets).
+#[test]
+fn a_toolset_runs_its_own_image() {
+    assert_golden(
+        "shell-toolset.args",
+        &runtime().tool_args(&common::toolset_call(), NAME),
+    );
+}
+
+/// A grant's own pids and memory replace `[runner]`'s in `shell.args`, and nothing else
+/// (docs/design.md#grantsname).
+#[test]
+fn a_grant_s_own_limits() {
+    let mut spec = spec(
+        ToolName::Shell,
+        vec![mount("/srv/notes", true), mount("/srv/ref", false)],
+        None,
+    );
+    spec.limits.pids = Some(64);
+    spec.limits.memory = Some("256m".into());
+    assert_golden("shell-limits.args", &runtime().tool_args(&spec, NAME));
+}
+
 #[test]
 fn egress_argument_list() {
     assert_golden("egress.args", &runtime().egress_args(&egress(), NAME));

@@ -107,6 +107,8 @@ impl Suite {
                     }),
                     timeout: self.t(Duration::from_secs(30)),
                     staged_limit: None,
+                    toolset: None,
+                    limits: Default::default(),
                 };
                 let name = format!("boxmaker-bench-{}-{i}", spec.call);
                 // Bare bwrap's orphans wait for the host's init; too many would count against

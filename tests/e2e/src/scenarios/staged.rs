@@ -755,6 +755,8 @@ impl Suite {
             egress: None,
             timeout: self.t(Duration::from_secs(30)),
             staged_limit: None,
+            toolset: None,
+            limits: Default::default(),
         };
         let name = format!("boxmaker-bench-{}", spec.call);
         let t = std::time::Instant::now();

@@ -72,9 +72,11 @@ pub(super) fn inside(name: &OsStr) -> OsString {
 impl BwrapRuntime {
     /// The options every sandbox starts with: every namespace unshared (the network too),
     /// a user namespace that cannot make more, no capabilities, a clean environment, the
-    /// tools root, a fresh /proc, a minimal /dev.
+    /// tree `root` (the tools root or a toolset's) as `layout` lists it, a fresh /proc, a
+    /// minimal /dev.
     pub(super) fn common_args(
         &self,
+        root: &Path,
         layout: &RootLayout,
         share_net: bool,
         etc: bool,
@@ -108,7 +110,7 @@ impl BwrapRuntime {
                 RootEntry::Bound(name) if !etc && name == "etc" => {}
                 RootEntry::Bound(name) => {
                     a.push("--ro-bind".into());
-                    a.push(self.tools_root.join(name).into_os_string());
+                    a.push(root.join(name).into_os_string());
                     a.push(inside(name));
                 }
                 RootEntry::Symlink(name, target) => {
@@ -145,7 +147,7 @@ impl BwrapRuntime {
         cgroup_view: Option<&Path>,
         protected: &[Over<'_>],
     ) -> Vec<OsString> {
-        let mut a = self.common_args(layout, false, true);
+        let mut a = self.common_args(self.root_of(spec), layout, false, true);
         a.extend(
             [
                 "--setenv", "HOME", "/tmp", "--setenv", "TMPDIR", "/tmp", "--setenv", "PATH",
@@ -208,7 +210,8 @@ impl BwrapRuntime {
         layout: &RootLayout,
         cgroup_view: Option<&Path>,
     ) -> Vec<OsString> {
-        let mut a = self.common_args(layout, true, false);
+        // The proxy runs the base toolset's toolkit whatever the call's toolset.
+        let mut a = self.common_args(&self.tools_root, layout, true, false);
         a.extend(["--setenv", "PATH", "/bin", "--size"].map(OsString::from));
         a.push((1024 * 1024).to_string().into());
         a.extend(["--tmpfs", "/tmp", "--ro-bind"].map(OsString::from));
@@ -256,12 +259,41 @@ impl BwrapRuntime {
         }
     }
 
+    /// The tree a call's sandbox has as `/`: its toolset's (docs/design.md#toolsets), or the
+    /// tools root.
+    pub fn root_of<'a>(&'a self, spec: &'a RunSpec) -> &'a Path {
+        match spec.toolset.as_ref().and_then(|t| t.tree.as_deref()) {
+            Some(tree) => tree,
+            None => &self.tools_root,
+        }
+    }
+
+    /// The layout of the tree `spec` runs on. A toolset's tree is read at each call (one
+    /// directory's entries), so that a tree gone since the start answers as the toolset's
+    /// failure, not as a sandbox bwrap could not build.
+    pub(super) fn layout_of(&self, spec: &RunSpec) -> io::Result<RootLayout> {
+        let root = self.root_of(spec);
+        if root == self.tools_root {
+            return self.layout();
+        }
+        read_with_bin(root)
+    }
+
     pub(super) fn layout(&self) -> io::Result<RootLayout> {
         let mut cached = lock(&self.layout);
         if let Some(l) = cached.as_ref() {
             return Ok(l.clone());
         }
-        let l = RootLayout::read(&self.tools_root)?;
+        let l = read_with_bin(&self.tools_root)?;
+        *cached = Some(l.clone());
+        Ok(l)
+    }
+}
+
+/// `root`'s layout, which must have a `bin` (toolkit is run as `/bin/toolkit`).
+fn read_with_bin(root: &Path) -> io::Result<RootLayout> {
+    {
+        let l = RootLayout::read(root)?;
         if !l.0.iter().any(|e| entry_name(e) == "bin") {
             return Err(io::Error::new(
                 io::ErrorKind::NotFound,
@@ -271,7 +303,6 @@ impl BwrapRuntime {
                 ),
             ));
         }
-        *cached = Some(l.clone());
         Ok(l)
     }
 }

@@ -37,7 +37,7 @@ use super::{
     RunError, RunOutput, RunSpec, Runner, Settling, Steps, SweepError, Unavailable,
 };
 use super::{reaper, seccomp};
-use crate::config::{memory_bytes, BwrapConfig, CgroupMode, RunnerConfig};
+use crate::config::{memory_bytes, BwrapConfig, CgroupMode, RunnerConfig, Toolset};
 
 mod argv;
 mod placement;
@@ -105,6 +105,8 @@ enum Trouble {
     Setup,
     #[error("the tools root could not be read")]
     ToolsRoot,
+    #[error("the grant's toolset tree could not be read")]
+    Toolset,
     #[error("the sandbox's limits cannot take effect")]
     Limits,
     #[error("the egress directory could not be made")]
@@ -135,6 +137,8 @@ pub struct BwrapRuntime {
     kill_confirm: Duration,
     resolv_conf: PathBuf,
     layout: Mutex<Option<RootLayout>>,
+    /// The toolsets' trees, for the sweep (docs/design.md#toolsets).
+    toolset_trees: Vec<PathBuf>,
     mechanism: OnceLock<Result<Mechanism, CgroupUnavailable>>,
     terminal: Mutex<Option<Terminal>>,
     poisoned: AtomicBool,
@@ -166,6 +170,7 @@ impl BwrapRuntime {
             kill_confirm: KILL_CONFIRM,
             resolv_conf: PathBuf::from(RESOLV_CONF),
             layout: Mutex::new(None),
+            toolset_trees: Vec::new(),
             mechanism: OnceLock::new(),
             // Known from the start: every call, the preflight included, answers unavailable.
             terminal: Mutex::new(seccomp_missing(seccomp::program())),
@@ -176,6 +181,28 @@ impl BwrapRuntime {
             staging: Mutex::new(None),
             ready_keep: crate::runner::overlay::READY_KEEP,
         }
+    }
+
+    /// The toolsets whose trees the sandboxes may run on, so that the sweep knows their
+    /// sandboxes too (docs/design.md#toolsets).
+    pub fn with_toolsets<'a>(
+        mut self,
+        toolsets: impl IntoIterator<Item = &'a Toolset>,
+    ) -> BwrapRuntime {
+        self.toolset_trees = toolsets
+            .into_iter()
+            .filter_map(|t| t.tree.clone())
+            .collect();
+        self
+    }
+
+    /// The memory (bytes) and pids of `spec`'s sandbox: its grant's, or [runner]'s.
+    fn limits_of(&self, spec: &RunSpec) -> (u64, u32) {
+        let memory = spec.limits.memory.as_deref().and_then(memory_bytes);
+        (
+            memory.unwrap_or(self.memory),
+            spec.limits.pids.unwrap_or(self.pids),
+        )
     }
 
     /// Another bwrap program (a bare name is looked up in PATH).
@@ -231,6 +258,7 @@ impl BwrapRuntime {
         };
         let why = match trouble {
             Trouble::Staged => Unavailable::LayerUnavailable,
+            Trouble::Toolset => Unavailable::ToolsetUnavailable,
             Trouble::EgressDir
             | Trouble::ProxyFailed
             | Trouble::ProxySocket
@@ -243,7 +271,7 @@ impl BwrapRuntime {
             | Trouble::Limits => Unavailable::RunnerUnavailable,
         };
         let pointer = match why {
-            Unavailable::LayerUnavailable => why.runbook(),
+            Unavailable::LayerUnavailable | Unavailable::ToolsetUnavailable => why.runbook(),
             _ => RUNBOOK,
         };
         super::unavailable(spec, why, &what, detail, pointer)
@@ -281,7 +309,10 @@ impl Runner for BwrapRuntime {
     /// Removes every sandbox, egress directory and sandbox cgroup a crashed brokerd left.
     fn sweep(&self) -> Result<usize, SweepError> {
         let mut parts = vec![
-            sweep_sandboxes(&self.bwrap, &self.tools_root),
+            sweep_sandboxes(
+                &self.bwrap,
+                std::iter::once(&self.tools_root).chain(&self.toolset_trees),
+            ),
             egress::sweep(&self.home),
         ];
         // Probing here also prepares the delegated subtree once, at start-up.
@@ -334,11 +365,16 @@ impl Steps for BwrapRuntime {
         held: &Held<'_>,
         cleared: &Cleared,
     ) -> Result<Ran<Self::Leftovers<'a>>, RunError> {
-        let layout = match self.layout() {
-            Ok(l) => l,
-            Err(e) => {
+        // The proxy's tree is the tools root; the tool's is its toolset's, never another.
+        let (layout, tool_layout) = match (self.layout(), self.layout_of(spec)) {
+            (Ok(l), Ok(t)) => (l, t),
+            (Err(e), _) => {
                 let detail = format!("{}: {e}", self.tools_root.display());
                 return Err(self.unavailable(spec, Trouble::ToolsRoot, &detail));
+            }
+            (_, Err(e)) => {
+                let detail = format!("{}: {e}", self.root_of(spec).display());
+                return Err(self.unavailable(spec, Trouble::Toolset, &detail));
             }
         };
         // What earlier sandboxes left must not count against this one's process limit.
@@ -353,11 +389,27 @@ impl Steps for BwrapRuntime {
             Some(egress) => match self.start_egress(spec, egress, &name, &layout, &times) {
                 Ok(guard) => {
                     proxy = Some(guard);
-                    self.run_tool(spec, &name, &layout, &mut sandbox, held, cleared, &times)
+                    self.run_tool(
+                        spec,
+                        &name,
+                        &tool_layout,
+                        &mut sandbox,
+                        held,
+                        cleared,
+                        &times,
+                    )
                 }
                 Err(e) => Err(e),
             },
-            None => self.run_tool(spec, &name, &layout, &mut sandbox, held, cleared, &times),
+            None => self.run_tool(
+                spec,
+                &name,
+                &tool_layout,
+                &mut sandbox,
+                held,
+                cleared,
+                &times,
+            ),
         };
         let leftovers = (sandbox.is_some() || proxy.is_some()).then_some((sandbox, proxy));
         Ok(Ran {

@@ -387,11 +387,13 @@ impl BwrapRuntime {
             mount_fds.push(fd);
         }
         let protected: Vec<Over<'_>> = over.iter().map(|(o, _)| *o).collect();
+        // The grant's own limits, at most [runner]'s (docs/design.md#grantsname).
+        let (memory, pids) = self.limits_of(spec);
         let placement = self
-            .placement(name, CgroupLimits::new(self.memory, self.pids))
+            .placement(name, CgroupLimits::new(memory, pids))
             .map_err(|e| self.unavailable(spec, Trouble::Limits, &e))?;
         let argv = self.build_argv_with(spec, name, layout, placement.cgroup_view(), &protected);
-        let rlimits = ResourceLimits::new(self.memory, self.pids, spec.timeout);
+        let rlimits = ResourceLimits::new(memory, pids, spec.timeout);
         let deadline = times.step(spec.timeout);
         let mut sandbox = self.start(
             spec,
@@ -408,7 +410,8 @@ impl BwrapRuntime {
         }
         let child = &mut sandbox.child;
         let fds = [child.stdin.take(), child.stdout.take(), child.stderr.take()];
-        let mut streams = Streams::of(fds, &spec.input, self.output_cap);
+        let cap = spec.limits.output_cap.unwrap_or(self.output_cap);
+        let mut streams = Streams::of(fds, &spec.input, cap);
         let status = loop {
             // Wakes on bwrap's exit, on standard output passing the cap, or at the deadline,
             // serving the sandbox's streams meanwhile.

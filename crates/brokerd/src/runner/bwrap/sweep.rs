@@ -7,18 +7,24 @@ use crate::runner::procfs;
 /// Kills the sandboxes a crashed brokerd left running. Each dies with brokerd once it is
 /// set up, but a sandbox killed while bwrap was still building it can outlive it: the
 /// process bwrap clones sets its own parent-death signal only when its mounts are made.
-/// Such a process runs as this user with the same program and tools root as every sandbox
+/// Such a process runs as this user with the same program and tools root (or a toolset's
+/// tree) as every sandbox
 /// brokerd starts, which is how it is recognised (one brokerd per service user); it is
 /// stopped through a pidfd opened before it was judged.
-pub(super) fn sweep_sandboxes(bwrap: &Path, tools_root: &Path) -> (usize, Vec<String>) {
+pub(super) fn sweep_sandboxes<'a>(
+    bwrap: &Path,
+    roots: impl IntoIterator<Item = &'a PathBuf>,
+) -> (usize, Vec<String>) {
     let mut removed = 0;
     let mut failed = Vec::new();
     let uid = nix::unistd::getuid().as_raw();
-    let marker = tools_root.join("bin");
+    let markers: Vec<PathBuf> = roots.into_iter().map(|r| r.join("bin")).collect();
     for (pid, dir) in procfs::processes() {
         let is_it = || {
             let (status, cmdline) = procfs::status_and_cmdline(&dir);
-            is_left_sandbox(&status, &cmdline, uid, bwrap, &marker)
+            markers
+                .iter()
+                .any(|marker| is_left_sandbox(&status, &cmdline, uid, bwrap, marker))
         };
         let Some(pidfd) = Pidfd::open_if(pid, is_it) else {
             continue;

@@ -168,13 +168,16 @@ fn the_sweep_kills_a_left_sandbox_and_nothing_else() {
     let mut other = start(&dir.path().join("elsewhere/bin"));
     started(&left, &root.join("bin"));
     started(&other, &dir.path().join("elsewhere/bin"));
-    let (removed, failed) = sweep_sandboxes(&fake, &root);
+    let (removed, failed) = sweep_sandboxes(&fake, [&root]);
     assert_eq!((removed, failed), (1, Vec::<String>::new()));
     use std::os::unix::process::ExitStatusExt;
     assert_eq!(left.wait().expect("wait").signal(), Some(libc::SIGKILL));
     assert_eq!(other.try_wait().expect("try_wait"), None);
-    let _ = other.kill();
-    let _ = other.wait();
+    // A toolset's tree is one more root whose sandboxes the sweep knows.
+    let toolset = dir.path().join("elsewhere");
+    let (removed, failed) = sweep_sandboxes(&fake, [&root, &toolset]);
+    assert_eq!((removed, failed), (1, Vec::<String>::new()));
+    assert_eq!(other.wait().expect("wait").signal(), Some(libc::SIGKILL));
 }
 
 #[test]

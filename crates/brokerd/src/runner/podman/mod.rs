@@ -87,6 +87,8 @@ enum Trouble {
     EarlierCleanUp,
     #[error("the session's staged layer could not be mounted")]
     Staged,
+    #[error("the grant's toolset image is not in the service user's store")]
+    Toolset,
 }
 
 /// Runs calls with rootless Podman.
@@ -175,8 +177,13 @@ impl PodmanRuntime {
             "--cap-drop=all".into(),
             "--security-opt=no-new-privileges".into(),
             "--userns=keep-id".into(),
-            format!("--pids-limit={}", self.pids).into(),
-            format!("--memory={}", self.memory).into(),
+            // The grant's own limits, at most [runner]'s (docs/design.md#grantsname).
+            format!("--pids-limit={}", spec.limits.pids.unwrap_or(self.pids)).into(),
+            format!(
+                "--memory={}",
+                spec.limits.memory.as_ref().unwrap_or(&self.memory)
+            )
+            .into(),
             "--tmpfs=/tmp:rw,size=64m,mode=1777".into(),
         ];
         for m in &spec.mounts {
@@ -199,7 +206,9 @@ impl PodmanRuntime {
                 "rw",
             ));
         }
-        a.push(self.image.clone().into());
+        // The grant's toolset, or the base image (docs/design.md#toolsets).
+        let image = spec.toolset.as_ref().map_or(&self.image, |t| &t.image);
+        a.push(image.into());
         a.push(proto::tools::TOOLKIT.into());
         a.push(spec.tool.as_str().into());
         a
@@ -241,6 +250,7 @@ impl PodmanRuntime {
                 Unavailable::RunnerUnavailable
             }
             Trouble::Staged => Unavailable::LayerUnavailable,
+            Trouble::Toolset => Unavailable::ToolsetUnavailable,
         };
         let what = match &trouble {
             Trouble::Terminal(t) => format!("{trouble}: {t}"),

@@ -71,7 +71,8 @@ impl PodmanRuntime {
         input: &[u8],
         deadline: Instant,
     ) -> Result<RunOutput, RunError> {
-        let mut streams = Streams::of(tool.take_stdio(), input, self.output_cap);
+        let cap = spec.limits.output_cap.unwrap_or(self.output_cap);
+        let mut streams = Streams::of(tool.take_stdio(), input, cap);
         let mut staged_looked = Instant::now();
         let status = loop {
             // Wakes on podman's exit, on standard output passing the cap, or at the deadline
@@ -116,6 +117,11 @@ impl PodmanRuntime {
                 // A staged layer that could not be mounted: not the sandbox missing.
                 if layer::failed_at_layer(spec, streams.stdout(), &stderr) {
                     return Err(self.unavailable(spec, Trouble::Staged, &detail));
+                }
+                // The grant's toolset image is missing: its grants' calls are unavailable,
+                // and nothing is remembered against the base image (docs/design.md#toolsets).
+                if spec.toolset.is_some() && suspect == Some(terminal::Suspect::ImageMissing) {
+                    return Err(self.unavailable(spec, Trouble::Toolset, &detail));
                 }
                 match suspect.and_then(|s| self.confirm(s, &stderr)) {
                     Some(t) => Err(self.terminal_answer(spec, t, "remembered until restart")),

@@ -968,3 +968,139 @@ fn without_a_runner_every_call_that_would_run_is_refused() {
     assert_eq!(svc.rt.block_on(svc.broker.preflight()).detail, no_runner);
     assert_eq!(svc.runner.calls(), 0);
 }
+
+/// The grants of two toolsets, one of which fails its check, beside the base toolset's
+/// grants (docs/design.md#toolsets).
+const TOOLSETS: &str = r#"
+[toolsets.cc]
+image = "sha256:bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
+[toolsets.broken]
+image = "sha256:cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc"
+[grants.cc]
+mode = "auto"
+tools = ["shell"]
+paths = [{ path = "/usr" }]
+toolset = "cc"
+[grants.gone]
+mode = "auto"
+tools = ["shell"]
+paths = [{ path = "/usr" }]
+toolset = "broken"
+"#;
+
+/// A call runs on its grant's toolset; a toolset that fails its check makes its own grants'
+/// calls unavailable, never runs them elsewhere, and leaves other grants working; `status`,
+/// the audit record and the runner's spec name the toolset.
+#[test]
+fn a_grant_s_toolset_runs_its_calls_or_none() {
+    let svc = Service::with(Opts {
+        runner_extra: TOOLSETS,
+        ..Opts::default()
+    });
+    let mut c = svc.connect();
+    let ok = c.call("s", "t1", "cc", "shell", json!({"command": "ls"}));
+    assert_eq!(kind(&ok), "result", "{ok:?}");
+    let before = svc.runner.tool_calls();
+    let gone = c.call("s", "t2", "gone", "shell", json!({"command": "ls"}));
+    assert_eq!(kind(&gone), "unavailable", "{gone:?}");
+    assert_eq!(message(&gone), Unavailable::ToolsetUnavailable.to_string());
+    assert_eq!(
+        svc.runner.tool_calls(),
+        before,
+        "nothing ran for the broken toolset"
+    );
+    let base = c.call("s", "t3", "readonly", "shell", json!({"command": "ls"}));
+    assert_eq!(kind(&base), "result", "{base:?}");
+
+    let ran: Vec<(String, Option<String>)> = svc
+        .runner
+        .specs()
+        .iter()
+        .filter(|s| s.session.as_str() == "s")
+        .map(|s| {
+            (
+                s.call.to_string(),
+                s.toolset.as_ref().map(|t| t.name.clone()),
+            )
+        })
+        .collect();
+    assert_eq!(
+        ran,
+        [
+            ("t1".to_string(), Some("cc".to_string())),
+            ("t3".to_string(), None)
+        ]
+    );
+    let toolsets: Vec<(String, Option<Value>)> = svc
+        .records()
+        .iter()
+        .filter(|r| r["session"] == "s" && r["status"].is_string())
+        .map(|r| {
+            (
+                r["call"].as_str().unwrap_or("").to_string(),
+                r.get("toolset").cloned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        toolsets,
+        [
+            ("t1".to_string(), Some(json!("cc"))),
+            ("t2".to_string(), Some(json!("broken"))),
+            ("t3".to_string(), None),
+        ]
+    );
+    let status = c.status();
+    let shown: Vec<(&str, Vec<String>, Option<bool>)> = status
+        .toolsets
+        .iter()
+        .map(|t| (t.name.as_str(), t.grants.clone(), t.check.ok))
+        .collect();
+    assert_eq!(
+        shown,
+        [
+            ("broken", vec!["gone".to_string()], Some(false)),
+            ("cc", vec!["cc".to_string()], Some(true)),
+        ]
+    );
+}
+
+/// A grant's own limits reach its calls' sandboxes: its `shell_ms` is the time limit, its
+/// memory, pids and output cap go with the spec; another grant keeps `[runner]`'s
+/// (docs/design.md#grantsname).
+#[test]
+fn a_grant_s_own_limits_reach_its_sandbox() {
+    let svc = Service::with(Opts {
+        runner_extra: "[grants.small]\nmode = \"auto\"\ntools = [\"shell\"]\npaths = [{ path = \"/usr\" }]\nshell_ms = 5000\nmemory = \"64m\"\npids = 16\noutput_cap = 10\n",
+        ..Opts::default()
+    });
+    let mut c = svc.connect();
+    for (call, grant) in [("l1", "small"), ("l2", "readonly")] {
+        let a = c.call("s", call, grant, "shell", json!({"command": "ls"}));
+        assert_eq!(kind(&a), "result", "{a:?}");
+    }
+    let got: Vec<(String, Duration, brokerd::config::GrantLimits)> = svc
+        .runner
+        .specs()
+        .iter()
+        .filter(|s| s.session.as_str() == "s")
+        .map(|s| (s.call.to_string(), s.timeout, s.limits.clone()))
+        .collect();
+    let small = brokerd::config::GrantLimits {
+        memory: Some("64m".into()),
+        pids: Some(16),
+        shell_ms: Some(5000),
+        output_cap: Some(10),
+    };
+    assert_eq!(
+        got,
+        [
+            ("l1".to_string(), Duration::from_millis(5000), small),
+            (
+                "l2".to_string(),
+                Duration::from_millis(100_000),
+                Default::default()
+            ),
+        ]
+    );
+}

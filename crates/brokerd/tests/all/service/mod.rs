@@ -185,6 +185,18 @@ impl Runner for FakeRunner {
         if t.contains("EGRESSDOWN") {
             return Err(RunError::Unavailable(Unavailable::EgressUnavailable));
         }
+        // A toolset's check: a toolset named `broken...` has no working sandbox.
+        if spec.session.as_str() == "preflight" && spec.call.as_str() == "toolset" {
+            let toolset = spec.toolset.as_ref().map_or("", |t| t.name.as_str());
+            if toolset.starts_with("broken") {
+                return Err(RunError::Unavailable(Unavailable::RunnerUnavailable));
+            }
+            let version = proto::tools::TOOLKIT_VERSION;
+            return Ok(RunOutput {
+                content: format!("{version}\nbusybox-sh\n\n[exit 0]"),
+                truncated: false,
+            });
+        }
         let content = if spec.session.as_str() == "preflight" && spec.call.as_str() == "network" {
             if self.network_broken.load(Ordering::SeqCst) {
                 format!("http_fetch: {t}: curl: (7) Failed to connect to localhost/run/egress/egress.sock port 1080 after 0 ms: Couldn't connect to server\n")
