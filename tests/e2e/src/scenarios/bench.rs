@@ -13,9 +13,10 @@ use crate::system;
 
 /// The bare command a bench compares brokerd with, built by brokerd's own code.
 enum BareRunner {
-    Podman(brokerd::runner::podman::PodmanRuntime),
+    // Boxed: the two runtimes differ in size by hundreds of bytes.
+    Podman(Box<brokerd::runner::podman::PodmanRuntime>),
     Bwrap(
-        brokerd::runner::bwrap::BwrapRuntime,
+        Box<brokerd::runner::bwrap::BwrapRuntime>,
         brokerd::runner::bwrap::RootLayout,
     ),
 }
@@ -36,12 +37,12 @@ impl Suite {
         let config = brokerd::config::load(&self.config).map_err(|e| e.to_string())?;
         let rc = config.runner.clone().ok_or("no [runner]")?;
         let bare_runner = match self.backend {
-            Backend::Podman => BareRunner::Podman(PodmanRuntime::new(&rc)),
+            Backend::Podman => BareRunner::Podman(Box::new(PodmanRuntime::new(&rc))),
             Backend::Bwrap => {
                 let bc = config.bwrap.clone().ok_or("no [bwrap]")?;
                 let layout = RootLayout::read(&bc.tools_root)
                     .map_err(|e| format!("{}: {e}", bc.tools_root.display()))?;
-                BareRunner::Bwrap(BwrapRuntime::new(&rc, &bc), layout)
+                BareRunner::Bwrap(Box::new(BwrapRuntime::new(&rc, &bc)), layout)
             }
         };
         let bare_name = match self.backend {
