@@ -517,7 +517,9 @@ impl Broker {
             .config
             .runner
             .as_ref()
-            .map_or(Duration::from_secs(30), |r| r.call_budget(plan.tool));
+            .map_or(Duration::from_secs(30), |r| {
+                r.call_budget(plan.tool, plan.egress.is_some())
+            });
         let staged = match self.stage_plan(&session, grant, &mut plan, Instant::now() + budget) {
             Ok(s) => s,
             Err(NotStaged::Refused(why)) => {

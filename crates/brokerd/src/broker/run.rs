@@ -45,7 +45,7 @@ impl Broker {
         // answered after loopd stopped waiting: it does not start.
         if let Some(rc) = &self.config.runner {
             let budget = Duration::from_millis(self.config.broker.timeout_ms);
-            if received.elapsed() + rc.call_budget(plan.tool) >= budget {
+            if received.elapsed() + rc.call_budget(plan.tool, plan.egress.is_some()) >= budget {
                 tracing::warn!(
                     session = session.as_str(),
                     call = call.as_str(),

@@ -250,7 +250,10 @@ pub struct Grant {
     pub paths: Vec<GrantPath>,
     /// Host patterns for http_fetch, each valid per `proto::hosts::valid_host_pattern`.
     pub hosts: Vec<String>,
-    /// Non-public ranges http_fetch may reach; never loopback, link-local, the tailnet, 0/8 or
+    /// Host patterns a shell call reaches through its own egress proxy, checked as `hosts`;
+    /// empty: a shell call has no network at all (docs/design.md#shell-and-its-egress-proxy).
+    pub shell_hosts: Vec<String>,
+    /// Non-public ranges http_fetch (and a shell call with `shell_hosts`) may reach; never loopback, link-local, the tailnet, 0/8 or
     /// multicast.
     pub allow_addresses: Vec<Cidr>,
     pub protect: Protect,

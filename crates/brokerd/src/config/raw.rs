@@ -77,6 +77,8 @@ pub(super) struct RawGrant {
     #[serde(default)]
     pub(super) hosts: Vec<S<String>>,
     #[serde(default)]
+    pub(super) shell_hosts: Vec<S<String>>,
+    #[serde(default)]
     pub(super) allow_addresses: Vec<S<String>>,
     pub(super) protect: Option<Protect>,
     pub(super) writes: Option<Writes>,

@@ -104,6 +104,7 @@ mode = "auto"
 tools = ["read_file", "write_file", "shell", "http_fetch"]
 paths = [ {{ path = "{a}", write = true }}, {{ path = "{b}/" }} ]
 hosts = ["docs.example.org", "*.example.net"]
+shell_hosts = ["index.crates.io", "*.pypi.example"]
 allow_addresses = ["192.168.1.0/24", "10.0.0.7", "2001:db8::/32"]
 
 [grants."read.only-1"]
@@ -161,6 +162,8 @@ tools = ["read_file"]
         ]
     );
     assert_eq!(g.hosts, vec!["docs.example.org", "*.example.net"]);
+    assert_eq!(g.shell_hosts, vec!["index.crates.io", "*.pypi.example"]);
+    assert!(c.grants["read.only-1"].shell_hosts.is_empty());
     let cidrs: Vec<String> = g.allow_addresses.iter().map(|c| c.to_string()).collect();
     assert_eq!(
         cidrs,

@@ -439,12 +439,19 @@ impl Policy {
                     Some(why) => format!("run `{}` ({}: {why})", a.command, assessment.class),
                     None => format!("run `{}` ({})", a.command, assessment.class),
                 };
+                // The grant's shell hosts, if any, are the call's way out: the same proxy as
+                // http_fetch's, with the same address rule
+                // (docs/design.md#shell-and-its-egress-proxy).
+                let egress = (!g.grant.shell_hosts.is_empty()).then(|| Egress {
+                    hosts: g.grant.shell_hosts.clone(),
+                    allow_addresses: g.grant.allow_addresses.clone(),
+                });
                 (
                     ActionClass::from(assessment.class),
                     input,
                     a.command.clone(),
                     Some(assessment.class),
-                    None,
+                    egress,
                     detail,
                 )
             }

@@ -112,7 +112,7 @@ impl Mount {
     }
 }
 
-/// What the egress proxy of an http_fetch call may reach.
+/// What the egress proxy of a call (http_fetch, or shell with `shell_hosts`) may reach.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Egress {
     /// The grant's host patterns, passed as `--allow <p1,p2,...>`.
@@ -145,7 +145,8 @@ pub struct RunSpec {
     pub input: Vec<u8>,
     /// In grant order; read-only unless the decision allowed writing.
     pub mounts: Vec<Mount>,
-    /// `Some` exactly for http_fetch.
+    /// `Some` for http_fetch (the grant's `hosts`) and for a shell call of a grant with
+    /// `shell_hosts` (those); the runners start the same proxy for both.
     pub egress: Option<Egress>,
     /// The tool's time limit.
     pub timeout: Duration,

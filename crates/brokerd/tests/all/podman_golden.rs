@@ -43,6 +43,11 @@ fn tool_argument_lists() {
             spec(ToolName::WriteFile, notes_rw(), None),
         ),
         ("shell.args", spec(ToolName::Shell, notes_rw(), None)),
+        // A shell call of a grant with shell_hosts: its proxy's directory, as http_fetch's.
+        (
+            "shell-egress.args",
+            spec(ToolName::Shell, notes_rw(), Some(egress())),
+        ),
         (
             "http_fetch.args",
             spec(
