@@ -1,10 +1,13 @@
 //! The egress proxy: `toolkit egress-proxy` (docs/design.md#the-egress-proxy).
 //!
-//! It listens on a Unix socket and speaks the part of SOCKS5 (RFC 1928) that
-//! `curl --proxy socks5h://` uses: no authentication, CONNECT, a domain name. Each connection
-//! is checked against the grant's host patterns and port 443, resolved once, and connected to
-//! the first address it may dial (`addr::dialable`); then bytes are copied both ways without
-//! being looked at, so TLS runs end to end between curl and the server.
+//! It listens on a Unix socket and speaks two ways of asking for a tunnel, told apart by the
+//! first byte: the part of SOCKS5 (RFC 1928) that `curl --proxy socks5h://` uses (no
+//! authentication, CONNECT, a domain name; first byte 5), and HTTP `CONNECT name:443` (a
+//! letter), which tools find through `HTTPS_PROXY`. Each connection is checked against the
+//! grant's host patterns and port 443, resolved once, and connected to the first address it
+//! may dial (`addr::dialable`); then bytes are copied both ways without being looked at, so
+//! TLS runs end to end between the client and the server. Over HTTP the same decisions are
+//! answered with the statuses of [`Status`].
 //!
 //! | Input                                              | Answer                         |
 //! |----------------------------------------------------|--------------------------------|
@@ -19,20 +22,24 @@
 //! | more than 262 bytes, 10 s, or a close mid-way      | close                          |
 //! | a 9th connection while 8 are open                  | close at once                  |
 //!
-//! By concern: `socks` reads the greeting and the request and knows the replies, `dial`
-//! checks, resolves and connects, `relay` copies, and `cli` is `toolkit egress-proxy` itself
-//! (arguments, socket, accept loop). [`serve`] strings the first three together for one
+//! By concern: `handshake` reads within the byte and time budget, `socks` reads the greeting
+//! and the request and knows the replies, `http` reads a CONNECT head and knows the statuses,
+//! `dial` checks, resolves and connects, `relay` copies, and `cli` is `toolkit egress-proxy`
+//! itself (arguments, socket, accept loop). [`serve`] strings them together for one
 //! connection.
 
 mod cli;
 mod dial;
-mod relay;
+mod handshake;
+mod http;
+pub(crate) mod relay;
 mod socks;
 #[cfg(test)]
 mod tests;
 
 pub use cli::{bind, main, run, Options, StartError, UsageError};
 pub use dial::{Dial, SystemDial};
+pub use http::Status;
 pub use socks::Reply;
 
 use std::fmt;
@@ -156,6 +163,10 @@ pub enum Reason {
     ResolveFailed(String),
     NoDialableAddress(Vec<IpAddr>),
     ConnectFailed(SocketAddr, String),
+    /// An HTTP method other than CONNECT (at most its first 32 bytes).
+    Method(String),
+    /// An HTTP CONNECT to an address, not a name.
+    IpLiteral,
     Relayed {
         addr: SocketAddr,
         up: u64,
@@ -166,14 +177,16 @@ pub enum Reason {
 impl fmt::Display for Reason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Reason::NotSocks5 => write!(f, "the greeting is not SOCKS5"),
+            Reason::NotSocks5 => write!(f, "the greeting is neither SOCKS5 nor HTTP"),
             Reason::NoAcceptableMethod => write!(f, "the greeting does not offer method 0"),
-            Reason::BadRequest => {
-                write!(f, "the request is not SOCKS5 or its reserved byte is set")
-            }
+            Reason::BadRequest => write!(
+                f,
+                "the request is malformed (SOCKS5: not version 5 or its reserved byte set; HTTP: not a request line, or a target not name:port)"
+            ),
             Reason::TooLong => write!(
                 f,
-                "the handshake is longer than {MAX_HANDSHAKE_BYTES} bytes"
+                "the handshake is longer than {MAX_HANDSHAKE_BYTES} bytes (SOCKS5) or {} (HTTP)",
+                http::MAX_HEAD_BYTES
             ),
             Reason::HandshakeTimeout => write!(f, "the handshake did not arrive in time"),
             Reason::ClosedEarly => write!(f, "the client closed during the handshake"),
@@ -193,6 +206,8 @@ impl fmt::Display for Reason {
                 write!(f, "]")
             }
             Reason::ConnectFailed(a, e) => write!(f, "connecting to {a} failed: {e}"),
+            Reason::Method(m) => write!(f, "method {m:?} is not CONNECT"),
+            Reason::IpLiteral => write!(f, "the target is an IP address, not a name"),
             Reason::Relayed { addr, up, down } => {
                 write!(f, "relayed via {addr}: {up} bytes up, {down} bytes down")
             }
@@ -200,14 +215,32 @@ impl fmt::Display for Reason {
     }
 }
 
+/// Which protocol a client spoke, told by its first byte: 5 for SOCKS5, a letter for HTTP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    Socks5,
+    Http,
+}
+
 /// What happened on one connection: the log line (never the payload).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Outcome {
+    pub protocol: Protocol,
     /// The requested host and port, once read (names from the socket are shown escaped).
     pub target: Option<(String, u16)>,
-    /// The reply sent, if any.
+    /// The decision sent, if any: as this SOCKS5 reply, or over HTTP as its [`Status`].
     pub reply: Option<Reply>,
     pub reason: Reason,
+}
+
+impl Outcome {
+    /// The bytes that answer this outcome before the close, if any.
+    fn answer(&self) -> Option<Vec<u8>> {
+        match self.protocol {
+            Protocol::Socks5 => self.reply.map(|r| r.bytes().to_vec()),
+            Protocol::Http => Status::for_outcome(self.reply, &self.reason).map(Status::bytes),
+        }
+    }
 }
 
 impl fmt::Display for Outcome {
@@ -216,9 +249,13 @@ impl fmt::Display for Outcome {
             Some((host, port)) => write!(f, "{host:?} port {port}: ")?,
             None => write!(f, "-: ")?,
         }
-        match self.reply {
-            Some(r) => write!(f, "reply {r}: {}", self.reason),
-            None => write!(f, "closed: {}", self.reason),
+        match (self.protocol, self.reply) {
+            (Protocol::Socks5, Some(r)) => write!(f, "reply {r}: {}", self.reason),
+            (Protocol::Http, _) => match Status::for_outcome(self.reply, &self.reason) {
+                Some(s) => write!(f, "HTTP {s}: {}", self.reason),
+                None => write!(f, "closed: {}", self.reason),
+            },
+            (Protocol::Socks5, None) => write!(f, "closed: {}", self.reason),
         }
     }
 }
@@ -227,6 +264,7 @@ impl fmt::Display for Outcome {
 /// the client sends; every path ends with the streams dropped, that is closed.
 pub fn serve<C: Conn>(client: C, policy: &Policy, dial: &dyn Dial) -> Outcome {
     let mut outcome = Outcome {
+        protocol: Protocol::Socks5,
         target: None,
         reply: None,
         reason: Reason::ClosedEarly,
@@ -236,15 +274,15 @@ pub fn serve<C: Conn>(client: C, policy: &Policy, dial: &dyn Dial) -> Outcome {
         outcome.reason = Reason::Io(e.to_string());
         return outcome;
     }
-    let opened = socks::read_request(&client, policy.handshake_timeout, &mut outcome)
+    let opened = read_request(&client, policy, &mut outcome)
         .and_then(|(name, port)| dial::open(&name, port, policy, dial, &mut outcome));
     let server = match opened {
         Ok(server) => server,
         Err(reason) => {
             outcome.reason = reason;
-            if let Some(reply) = outcome.reply {
-                // The close follows whether or not the reply could be written.
-                let _ = client.write_all_from(&reply.bytes());
+            if let Some(answer) = outcome.answer() {
+                // The close follows whether or not the answer could be written.
+                let _ = client.write_all_from(&answer);
             }
             return outcome;
         }
@@ -257,7 +295,11 @@ pub fn serve<C: Conn>(client: C, policy: &Policy, dial: &dyn Dial) -> Outcome {
         }
     };
     outcome.reply = Some(Reply::Succeeded);
-    if let Err(e) = client.write_all_from(&Reply::Succeeded.bytes()) {
+    let established = match outcome.protocol {
+        Protocol::Socks5 => Reply::Succeeded.bytes().to_vec(),
+        Protocol::Http => Status::Established.bytes(),
+    };
+    if let Err(e) = client.write_all_from(&established) {
         outcome.reason = Reason::Io(e.to_string());
         return outcome;
     }
@@ -273,4 +315,23 @@ pub fn serve<C: Conn>(client: C, policy: &Policy, dial: &dyn Dial) -> Outcome {
     let (up, down) = relay::relay(&client, &server);
     outcome.reason = Reason::Relayed { addr, up, down };
     outcome
+}
+
+/// The handshake, SOCKS5 or HTTP by its first byte, within the handshake deadline: the
+/// requested name, still bytes, and port.
+fn read_request<C: Conn>(
+    client: &C,
+    policy: &Policy,
+    outcome: &mut Outcome,
+) -> Result<(Vec<u8>, u16), Reason> {
+    let mut hs = handshake::Handshake::new(client, policy.handshake_timeout, MAX_HANDSHAKE_BYTES);
+    match hs.byte()? {
+        5 => socks::read_request(&mut hs, outcome),
+        first if first.is_ascii_alphabetic() => {
+            outcome.protocol = Protocol::Http;
+            hs.set_limit(http::MAX_HEAD_BYTES);
+            http::read_request(&mut hs, first, outcome)
+        }
+        _ => Err(Reason::NotSocks5),
+    }
 }

@@ -12,7 +12,7 @@ const RELAY_BUFFER: usize = 64 * 1024;
 
 /// Copies both ways until both directions have ended; returns the bytes sent up (client to
 /// server) and down.
-pub(super) fn relay<A: Conn, B: Conn>(client: &A, server: &B) -> (u64, u64) {
+pub(crate) fn relay<A: Conn, B: Conn>(client: &A, server: &B) -> (u64, u64) {
     std::thread::scope(|s| {
         let up = s.spawn(|| pump(client, server));
         let down = pump(server, client);
