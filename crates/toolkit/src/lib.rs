@@ -7,6 +7,7 @@
 
 /// The address rules live in `proto`: brokerd checks `allow_addresses` with the same code.
 pub use proto::addr;
+pub mod bridge;
 pub mod dns;
 pub mod proxy;
 pub mod tools;
