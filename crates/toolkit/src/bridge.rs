@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread;
 
-use crate::proxy::relay;
+use crate::proxy::{relay, IDLE_TIMEOUT};
 
 /// How many connections the bridge forwards at once; more wait in the listen queue. The proxy
 /// holds the call's own bound; this one only keeps the bridge's threads few.
@@ -109,7 +109,7 @@ fn forward(client: TcpStream, socket: &Path) {
     let Ok(proxy) = UnixStream::connect(socket) else {
         return;
     };
-    relay::relay(&client, &proxy);
+    relay::relay(&client, &proxy, IDLE_TIMEOUT, None);
 }
 
 #[cfg(test)]

@@ -351,6 +351,18 @@ impl Checker<'_> {
             enforce_limits: r.enforce_limits.unwrap_or(true),
             egress_start_ms,
             home,
+            egress_bounds: Bounds {
+                connections: self.positive(
+                    &r.egress_connections,
+                    DEFAULT_EGRESS_CONNECTIONS,
+                    "runner.egress_connections",
+                )?,
+                bytes: self.positive(
+                    &r.egress_bytes,
+                    DEFAULT_EGRESS_BYTES,
+                    "runner.egress_bytes",
+                )?,
+            },
             protect: {
                 let d = ProtectBounds::default();
                 ProtectBounds {

@@ -64,6 +64,18 @@ impl Config {
     pub fn protect_bounds(&self) -> ProtectBounds {
         self.runner.as_ref().map(|r| r.protect).unwrap_or_default()
     }
+
+    /// The bounds on a shell call's egress proxy (`[runner] egress_connections`,
+    /// `egress_bytes`; the defaults without a `[runner]`).
+    pub fn egress_bounds(&self) -> Bounds {
+        self.runner.as_ref().map_or(
+            Bounds {
+                connections: DEFAULT_EGRESS_CONNECTIONS,
+                bytes: DEFAULT_EGRESS_BYTES,
+            },
+            |r| r.egress_bounds,
+        )
+    }
 }
 
 /// `[broker]`
@@ -149,6 +161,9 @@ pub struct RunnerConfig {
     pub egress_start_ms: u64,
     /// The service user's home; egress directories live in `<home>/run/egress/`.
     pub home: PathBuf,
+    /// `egress_connections` and `egress_bytes`: what one shell call's proxy may open and
+    /// relay each way (docs/design.md#shell-and-its-egress-proxy).
+    pub egress_bounds: Bounds,
     /// The bounds of the walk that finds the protected targets of a writable grant directory
     /// (docs/design.md#protected-targets).
     pub protect: ProtectBounds,
@@ -271,7 +286,9 @@ pub struct GrantPath {
     pub write: bool,
 }
 
+use defaults::{DEFAULT_EGRESS_BYTES, DEFAULT_EGRESS_CONNECTIONS};
 pub use proto::addr::Cidr;
+pub use proto::egress::Bounds;
 
 /// Reads and checks the config at `path`; errors name it by its path. No grant directory may
 /// hold the file itself, and none may be one that a user other than root and the service user

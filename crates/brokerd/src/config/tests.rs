@@ -47,6 +47,10 @@ fn defaults_are_the_documented_ones() {
             enforce_limits: true,
             egress_start_ms: 5_000,
             home: "/var/lib/boxmaker".into(),
+            egress_bounds: Bounds {
+                connections: 64,
+                bytes: 1 << 30,
+            },
             protect: ProtectBounds {
                 max_depth: 32,
                 max_entries: 100_000,
@@ -93,6 +97,8 @@ shell_ms = 150000
 http_fetch_ms = 90000
 enforce_limits = false
 egress_start_ms = 3000
+egress_connections = 16
+egress_bytes = 1048576
 home = "/home/boxmaker/"
 
 [bwrap]
@@ -129,6 +135,13 @@ tools = ["read_file"]
     assert_eq!(r.backend, Backend::Bwrap);
     assert_eq!(r.egress_network, EgressNetwork::Slirp4netns);
     assert_eq!(r.home, PathBuf::from("/home/boxmaker"));
+    assert_eq!(
+        r.egress_bounds,
+        Bounds {
+            connections: 16,
+            bytes: 1 << 20
+        }
+    );
     assert!(!r.enforce_limits);
     assert_eq!(
         r.time_limit(ToolName::Shell),

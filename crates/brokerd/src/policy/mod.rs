@@ -189,6 +189,8 @@ pub struct Policy {
     classifier: Classifier,
     /// Finds whether a `protect = "classifier"` grant holds protected targets at all.
     scanner: crate::protect::scan::Scanner,
+    /// What a shell call's egress proxy may open and relay.
+    egress_bounds: proto::egress::Bounds,
 }
 
 impl Policy {
@@ -222,6 +224,7 @@ impl Policy {
             grants,
             classifier,
             scanner,
+            egress_bounds: config.egress_bounds(),
         })
     }
 
@@ -445,6 +448,7 @@ impl Policy {
                 let egress = (!g.grant.shell_hosts.is_empty()).then(|| Egress {
                     hosts: g.grant.shell_hosts.clone(),
                     allow_addresses: g.grant.allow_addresses.clone(),
+                    bounds: Some(self.egress_bounds),
                 });
                 (
                     ActionClass::from(assessment.class),
@@ -469,6 +473,7 @@ impl Policy {
                 let egress = Egress {
                     hosts: g.grant.hosts.clone(),
                     allow_addresses: g.grant.allow_addresses.clone(),
+                    bounds: None,
                 };
                 let input = args.input_json();
                 (

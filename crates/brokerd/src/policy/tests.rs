@@ -1,5 +1,6 @@
 use super::*;
 use crate::args;
+use proto::egress::Bounds;
 
 struct Fixture {
     _dir: tempfile::TempDir,
@@ -570,7 +571,8 @@ fn plans_resolve_paths_and_mount_by_class() {
         plan.egress,
         Some(Egress {
             hosts: vec!["docs.example.org".into()],
-            allow_addresses: vec!["192.0.2.0/24".parse().unwrap()]
+            allow_addresses: vec!["192.0.2.0/24".parse().unwrap()],
+            bounds: None,
         })
     );
     let input: serde_json::Value = serde_json::from_slice(&plan.input).unwrap();
@@ -583,7 +585,12 @@ fn plans_resolve_paths_and_mount_by_class() {
         plan.unwrap().egress,
         Some(Egress {
             hosts: vec!["index.crates.io".into(), "*.crates.io".into()],
-            allow_addresses: vec!["192.0.2.0/24".parse().unwrap()]
+            allow_addresses: vec!["192.0.2.0/24".parse().unwrap()],
+            // The runner's bounds, left at their defaults.
+            bounds: Some(Bounds {
+                connections: 64,
+                bytes: 1 << 30,
+            }),
         })
     );
     // Its other tools are as without them.

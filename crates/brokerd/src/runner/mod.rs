@@ -11,7 +11,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use proto::addr::Cidr;
-use proto::egress::ProxyArgs;
+use proto::egress::{Bounds, ProxyArgs};
 use proto::ident::Ident;
 use proto::tools::ToolName;
 
@@ -119,6 +119,9 @@ pub struct Egress {
     pub hosts: Vec<String>,
     /// The grant's `allow_addresses` CIDRs, each passed as `--allow-address <cidr>`.
     pub allow_addresses: Vec<Cidr>,
+    /// The runner's `egress_connections` and `egress_bytes`, for a shell call's proxy
+    /// (`--max-connections`, `--max-bytes`); `None` for http_fetch, whose one curl has its own.
+    pub bounds: Option<Bounds>,
 }
 
 impl Egress {
@@ -129,6 +132,7 @@ impl Egress {
             socket: proto::tools::EGRESS_SOCKET.into(),
             allow: self.hosts.clone(),
             allow_addresses: self.allow_addresses.clone(),
+            bounds: self.bounds,
         };
         args.command().into_iter().map(OsString::from).collect()
     }

@@ -94,6 +94,7 @@ fn egress_without_allow_addresses_has_no_allow_address_flag() {
     let only_hosts = Egress {
         hosts: vec!["docs.example.org".into()],
         allow_addresses: vec![],
+        bounds: None,
     };
     let args = runtime().egress_args(&only_hosts, NAME);
     let tail: Vec<&str> = args[args.len() - 2..]

@@ -37,7 +37,7 @@ mod socks;
 #[cfg(test)]
 mod tests;
 
-pub use cli::{bind, main, run, Options, StartError, UsageError};
+pub use cli::{bind, main, run, Limits, Options, StartError, UsageError};
 pub use dial::{Dial, SystemDial};
 pub use http::Status;
 pub use socks::Reply;
@@ -46,6 +46,8 @@ use std::fmt;
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Shutdown, SocketAddr, TcpStream};
 use std::os::unix::net::UnixStream;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
 use std::time::Duration;
 
 use proto::hosts;
@@ -63,8 +65,13 @@ pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// How many connections are served at once; more are closed at once.
 pub const MAX_CONNECTIONS: usize = 8;
-/// The only port a connection may go to: http_fetch is https only.
+/// How many connections a proxy with bounds (a shell call's) serves at once: each is two
+/// threads, and the proxy's sandbox has 64 processes.
+pub const MAX_CONNECTIONS_BOUNDED: usize = 16;
+/// The only port a connection may go to: https only.
 pub const ALLOWED_PORT: u16 = 443;
+/// A relayed connection with no byte either way for this long is closed.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// What the proxy allows: the grant's host patterns and the owner's extra address ranges.
 #[derive(Debug, Clone)]
@@ -73,6 +80,27 @@ pub struct Policy {
     allow_addresses: Vec<Cidr>,
     handshake_timeout: Duration,
     connect_timeout: Duration,
+    idle_timeout: Duration,
+    /// The call's byte bound each way and what it has relayed, all connections together.
+    meter: Option<Arc<Meter>>,
+}
+
+/// Bytes relayed by one proxy, up and down, against its bound (`--max-bytes`).
+#[derive(Debug)]
+pub struct Meter {
+    max: u64,
+    up: AtomicU64,
+    down: AtomicU64,
+}
+
+impl Meter {
+    pub fn new(max: u64) -> Meter {
+        Meter {
+            max,
+            up: AtomicU64::new(0),
+            down: AtomicU64::new(0),
+        }
+    }
 }
 
 impl Policy {
@@ -87,7 +115,21 @@ impl Policy {
             allow_addresses,
             handshake_timeout: HANDSHAKE_TIMEOUT,
             connect_timeout: CONNECT_TIMEOUT,
+            idle_timeout: IDLE_TIMEOUT,
+            meter: None,
         })
+    }
+
+    /// Bounds the bytes relayed each way, all connections served with this policy together.
+    pub fn with_max_bytes(mut self, max: u64) -> Policy {
+        self.meter = Some(Arc::new(Meter::new(max)));
+        self
+    }
+
+    /// Replaces the idle timeout of relayed connections (tests use a short one).
+    pub fn with_idle_timeout(mut self, timeout: Duration) -> Policy {
+        self.idle_timeout = timeout;
+        self
     }
 
     /// Replaces the handshake deadline (tests use a short one).
@@ -172,6 +214,20 @@ pub enum Reason {
         up: u64,
         down: u64,
     },
+    /// Relayed until the call's bytes each way (`--max-bytes`) were spent.
+    BytesSpent {
+        addr: SocketAddr,
+        up: u64,
+        down: u64,
+    },
+    /// Relayed until no byte moved either way for the idle timeout.
+    Idle {
+        addr: SocketAddr,
+        up: u64,
+        down: u64,
+    },
+    /// The call's connections (`--max-connections`) were all used.
+    ConnectionsSpent(u64),
 }
 
 impl fmt::Display for Reason {
@@ -210,6 +266,18 @@ impl fmt::Display for Reason {
             Reason::IpLiteral => write!(f, "the target is an IP address, not a name"),
             Reason::Relayed { addr, up, down } => {
                 write!(f, "relayed via {addr}: {up} bytes up, {down} bytes down")
+            }
+            Reason::BytesSpent { addr, up, down } => write!(
+                f,
+                "relayed via {addr}: {up} bytes up, {down} bytes down, cut: the call's bytes are spent"
+            ),
+            Reason::Idle { addr, up, down } => write!(
+                f,
+                "relayed via {addr}: {up} bytes up, {down} bytes down, closed: idle for {} s",
+                IDLE_TIMEOUT.as_secs()
+            ),
+            Reason::ConnectionsSpent(n) => {
+                write!(f, "closed: the call's {n} connections are used")
             }
         }
     }
@@ -303,17 +371,20 @@ pub fn serve<C: Conn>(client: C, policy: &Policy, dial: &dyn Dial) -> Outcome {
         outcome.reason = Reason::Io(e.to_string());
         return outcome;
     }
-    // From here on nothing is parsed and nothing times out: the connection lasts as long as
-    // both ends keep it, which curl's --max-time and the container's life bound.
-    let cleared = client
-        .set_read_deadline(None)
-        .and_then(|_| client.set_write_deadline(None));
-    if let Err(e) = cleared {
-        outcome.reason = Reason::Io(e.to_string());
-        return outcome;
-    }
-    let (up, down) = relay::relay(&client, &server);
-    outcome.reason = Reason::Relayed { addr, up, down };
+    // From here on nothing is parsed: the connection lasts as long as both ends keep it and
+    // bytes move, which the client's own time limit and the sandbox's life bound.
+    let relayed = relay::relay(
+        &client,
+        &server,
+        policy.idle_timeout,
+        policy.meter.as_deref(),
+    );
+    let (up, down) = (relayed.up, relayed.down);
+    outcome.reason = match relayed.ended {
+        relay::Ended::Closed => Reason::Relayed { addr, up, down },
+        relay::Ended::BytesSpent => Reason::BytesSpent { addr, up, down },
+        relay::Ended::Idle => Reason::Idle { addr, up, down },
+    };
     outcome
 }
 

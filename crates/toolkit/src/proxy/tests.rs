@@ -1181,3 +1181,90 @@ fn http_connect_relays_and_leaves_what_follows_the_head_to_the_server() {
         format!("\"example.com\" port 443: HTTP 200 (Connection established): relayed via {target}: 5 bytes up, 5 bytes down")
     );
 }
+
+/// The call's bytes each way are one bound for all its connections: a download past it is
+/// cut, nothing past the bound is passed on, and a later connection gets nothing more.
+#[test]
+fn the_byte_bound_holds_across_connections() {
+    let big: Vec<u8> = vec![7u8; 300_000];
+    let mut dial = FakeDial::with(&[("example.com", &["93.184.216.34"])]);
+    let p = policy().with_max_bytes(100_000);
+    for round in 0..2 {
+        let sent = big.clone();
+        let (target, h) = server(move |mut s| {
+            let _ = s.write_all(&sent);
+            // Held open: only the bound can end the relay.
+            std::thread::sleep(Duration::from_secs(3));
+        });
+        dial.target = Some(target);
+        let (mut client, handle) = connected(&dial, &p);
+        let mut got = Vec::new();
+        let _ = client.read_to_end(&mut got);
+        let outcome = handle.join().expect("serve");
+        match outcome.reason {
+            Reason::BytesSpent { down, .. } => {
+                assert_eq!(down, got.len() as u64, "round {round}");
+                assert!(
+                    down <= 100_000,
+                    "round {round}: {down} bytes passed the bound"
+                );
+                if round == 1 {
+                    assert_eq!(down, 0, "the second connection got more than the bound");
+                }
+            }
+            other => panic!("round {round}: {other:?}"),
+        }
+        h.join().expect("server");
+    }
+}
+
+#[test]
+fn an_idle_connection_is_closed() {
+    let (target, h) = server(|s| {
+        std::thread::sleep(Duration::from_secs(3));
+        drop(s);
+    });
+    let mut dial = FakeDial::with(&[("example.com", &["93.184.216.34"])]);
+    dial.target = Some(target);
+    let p = policy().with_idle_timeout(Duration::from_millis(300));
+    let started = Instant::now();
+    let (mut client, handle) = connected(&dial, &p);
+    // One byte each way keeps it alive past one idle period.
+    std::thread::sleep(Duration::from_millis(200));
+    client.write_all(b"x").expect("write");
+    let outcome = handle.join().expect("serve");
+    assert!(
+        matches!(outcome.reason, Reason::Idle { up: 1, .. }),
+        "{outcome}"
+    );
+    let took = started.elapsed();
+    assert!(took >= Duration::from_millis(500), "{took:?}");
+    assert!(took < Duration::from_secs(2), "{took:?}");
+    h.join().expect("server");
+}
+
+/// `--max-connections`: the accept loop serves that many in all, then closes each new one
+/// at once without a reply.
+#[test]
+fn the_connection_bound_counts_every_connection() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("egress.sock");
+    let listener = bind(&path).expect("bind");
+    let dial: Arc<dyn Dial> = Arc::new(FakeDial::with(&[]));
+    let p = Arc::new(policy());
+    let limits = Limits {
+        open: 8,
+        total: Some(3),
+    };
+    std::thread::spawn(move || run(listener, p, dial, limits));
+    for n in 0..5 {
+        let mut c = UnixStream::connect(&path).expect("connect");
+        let _ = c.write_all(&cat(&[&HELLO, &connect_req(b"example.com", 443)]));
+        let got = read_to_close(&mut c);
+        let want = match n < 3 {
+            true => cat(&[&OK, &Reply::HostUnreachable.bytes()]),
+            false => Vec::new(),
+        };
+        assert_eq!(got, want, "connection {n}");
+    }
+}

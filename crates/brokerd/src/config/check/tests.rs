@@ -53,6 +53,8 @@ fn bad_configs_say_where_and_what() {
         ),
         (runner("read_file_ms = 0"), "c.toml:3:16: runner.read_file_ms: must be greater than 0".into()),
         (runner("pids = 0"), "c.toml:3:8: runner.pids: must be greater than 0".into()),
+        (runner("egress_connections = 0"), "c.toml:3:22: runner.egress_connections: must be greater than 0".into()),
+        (runner("egress_bytes = 0"), "c.toml:3:16: runner.egress_bytes: must be greater than 0".into()),
         (runner("output_cap = 0"), "c.toml:3:14: runner.output_cap: must be greater than 0".into()),
         (
             runner("memory = \"512 MB\""),
@@ -89,7 +91,7 @@ fn bad_configs_say_where_and_what() {
         ),
         (
             runner("imag = \"x\""),
-            "c.toml:3:1: unknown field `imag`, expected one of `backend`, `podman`, `image`, `egress_network`, `output_cap`, `memory`, `pids`, `read_file_ms`, `write_file_ms`, `shell_ms`, `http_fetch_ms`, `enforce_limits`, `egress_start_ms`, `home`, `protect_max_depth`, `protect_max_entries`, `protect_max_targets`".into(),
+            "c.toml:3:1: unknown field `imag`, expected one of `backend`, `podman`, `image`, `egress_network`, `output_cap`, `memory`, `pids`, `read_file_ms`, `write_file_ms`, `shell_ms`, `http_fetch_ms`, `enforce_limits`, `egress_start_ms`, `egress_connections`, `egress_bytes`, `home`, `protect_max_depth`, `protect_max_entries`, `protect_max_targets`".into(),
         ),
         (
             runner("backend = \"docker\""),
