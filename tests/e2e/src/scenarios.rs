@@ -43,6 +43,8 @@ const ASK_GRANT: &str = "e2e-ask";
 const STAGED_GRANT: &str = "e2e-staged";
 /// The grant whose shell calls reach `ok.test` (only) through their egress proxy.
 const NET_GRANT: &str = "e2e-net";
+/// `egress_connections` in the suite's config: what one shell call's proxy accepts in all.
+const NET_CONNECTIONS: u64 = 8;
 /// A variable only brokerd's environment has, looked for in every sandbox.
 const CANARY_NAME: &str = "BOXMAKER_E2E_CANARY";
 const CANARY_VALUE: &str = "planted-in-brokerd-s-environment";
@@ -186,6 +188,10 @@ pub fn run(opts: &crate::Opts) -> Result<ExitCode, String> {
         (
             "shell-egress-refuses-ip-literal",
             Suite::shell_egress_refuses_ip_literal,
+        ),
+        (
+            "shell-egress-connection-bound-holds",
+            Suite::shell_egress_connection_bound,
         ),
         (
             "shell-egress-program-ignoring-the-environment-has-no-route",

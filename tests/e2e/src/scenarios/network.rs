@@ -7,7 +7,7 @@ use std::time::Duration;
 use brokerd::policy::Why;
 use client::Body;
 
-use super::{check, exit_codes, show, Outcome, Suite, GRANT, NET_GRANT};
+use super::{check, exit_codes, show, Outcome, Suite, GRANT, NET_CONNECTIONS, NET_GRANT};
 use crate::https::{HELLO, TAILNET_GREETING};
 use crate::system;
 
@@ -382,6 +382,26 @@ impl Suite {
             .collect();
         check(names == ["lo"], || {
             format!("the sandbox has an interface besides lo: {interfaces:?}")
+        })
+    }
+
+    /// `egress_connections` holds for the call: of more connections than it, the first that
+    /// many fetch ok.test, the rest are closed without an answer; the next call has its own.
+    pub(super) fn shell_egress_connection_bound(&mut self) -> Outcome {
+        let tries = NET_CONNECTIONS + 3;
+        let out = self.net_shell(&format!(
+            "for i in $(seq {tries}); do curl -s --max-time 5 -o /dev/null -w '%{{http_code}}\n' https://ok.test/; done"
+        ))?;
+        let codes: Vec<&str> = out.lines().filter(|l| l.len() == 3).collect();
+        let want: Vec<&str> = (0..tries)
+            .map(|i| if i < NET_CONNECTIONS { "200" } else { "000" })
+            .collect();
+        check(codes == want, || {
+            format!("want {NET_CONNECTIONS} fetches then refusals, got {codes:?}: {out:?}")
+        })?;
+        let out = self.net_curl("-o /dev/null -w 'code=%{http_code}' https://ok.test/")?;
+        check(out.contains("code=200"), || {
+            format!("the next call did not get connections of its own: {out:?}")
         })
     }
 }
