@@ -150,6 +150,7 @@ pub fn network_spec(rc: Option<&RunnerConfig>) -> RunSpec {
         egress: Some(Egress {
             hosts: vec!["allowed.invalid".into()],
             allow_addresses: Vec::new(),
+            bounds: None,
         }),
         timeout: limit,
         staged_limit: None,

@@ -4,6 +4,7 @@
 //!
 //! ```text
 //! /bin/toolkit egress-proxy --socket <path> --allow <pattern>[,<pattern>...] [--allow-address <cidr>]...
+//!     [--max-connections <n>] [--max-bytes <n>]
 //! ```
 //!
 //! `--allow` may be given more than once (its patterns add up); [`ProxyArgs::to_args`] gives it
@@ -18,11 +19,13 @@ use crate::tools::TOOLKIT;
 pub const SUBCOMMAND: &str = "egress-proxy";
 
 /// The proxy's synopsis, for its usage messages.
-pub const USAGE: &str = "toolkit egress-proxy --socket <path> --allow <pattern>[,<pattern>...] [--allow-address <cidr>]...";
+pub const USAGE: &str = "toolkit egress-proxy --socket <path> --allow <pattern>[,<pattern>...] [--allow-address <cidr>]... [--max-connections <n>] [--max-bytes <n>]";
 
 const SOCKET: &str = "--socket";
 const ALLOW: &str = "--allow";
 const ALLOW_ADDRESS: &str = "--allow-address";
+const MAX_CONNECTIONS: &str = "--max-connections";
+const MAX_BYTES: &str = "--max-bytes";
 
 /// What one egress proxy is told: where to listen and what it may reach.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,6 +37,18 @@ pub struct ProxyArgs {
     /// The grant's `allow_addresses`, each refused by [`addr::parse_allow_address`] if it
     /// reaches a range that is never allowed.
     pub allow_addresses: Vec<Cidr>,
+    /// The call's bounds, where it has them (a shell call with `shell_hosts`): how many
+    /// connections in all, and how many bytes each way, all connections together.
+    pub bounds: Option<Bounds>,
+}
+
+/// A call's bounds on its proxy (docs/design.md#shell-and-its-egress-proxy).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bounds {
+    /// Connections accepted over the proxy's life; past them each is closed at once.
+    pub connections: u64,
+    /// Bytes relayed up (client to server), and as many down, all connections together.
+    pub bytes: u64,
 }
 
 /// Why an egress proxy command line was refused: toolkit's exit 2.
@@ -53,6 +68,12 @@ pub enum UsageError {
     BadPattern(String),
     #[error("--allow-address {0}")]
     BadAddress(#[from] CidrError),
+    #[error("{0} needs a whole number greater than 0, not {1:?}")]
+    BadCount(String, String),
+    #[error("{0} given twice")]
+    Twice(String),
+    #[error("--max-connections and --max-bytes go together")]
+    HalfBounds,
 }
 
 impl ProxyArgs {
@@ -70,6 +91,12 @@ impl ProxyArgs {
         for cidr in &self.allow_addresses {
             a.push(ALLOW_ADDRESS.to_string());
             a.push(cidr.to_string());
+        }
+        if let Some(b) = self.bounds {
+            a.push(MAX_CONNECTIONS.to_string());
+            a.push(b.connections.to_string());
+            a.push(MAX_BYTES.to_string());
+            a.push(b.bytes.to_string());
         }
         a
     }
@@ -89,6 +116,7 @@ impl ProxyArgs {
         let mut socket = None;
         let mut allow = Vec::new();
         let mut allow_addresses = Vec::new();
+        let (mut connections, mut bytes) = (None, None);
         let mut it = args.iter();
         while let Some(flag) = it.next() {
             let mut value = || {
@@ -104,6 +132,8 @@ impl ProxyArgs {
                 }
                 ALLOW => allow.extend(value()?.split(',').map(str::to_string)),
                 ALLOW_ADDRESS => allow_addresses.push(addr::parse_allow_address(value()?)?),
+                MAX_CONNECTIONS => count(flag, value()?, &mut connections)?,
+                MAX_BYTES => count(flag, value()?, &mut bytes)?,
                 other => return Err(UsageError::Unknown(other.to_string())),
             }
         }
@@ -112,12 +142,34 @@ impl ProxyArgs {
             return Err(UsageError::MissingValue(SOCKET.into()));
         }
         check_allow(&allow)?;
+        let bounds = match (connections, bytes) {
+            (Some(connections), Some(bytes)) => Some(Bounds { connections, bytes }),
+            (None, None) => None,
+            _ => return Err(UsageError::HalfBounds),
+        };
         Ok(ProxyArgs {
             socket,
             allow,
             allow_addresses,
+            bounds,
         })
     }
+}
+
+/// A count flag's value: digits only, greater than 0, given once.
+fn count(flag: &str, value: &str, into: &mut Option<u64>) -> Result<(), UsageError> {
+    let bad = || UsageError::BadCount(flag.to_string(), value.to_string());
+    if value.is_empty() || !value.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(bad());
+    }
+    let n: u64 = value.parse().map_err(|_| bad())?;
+    if n == 0 {
+        return Err(bad());
+    }
+    if into.replace(n).is_some() {
+        return Err(UsageError::Twice(flag.to_string()));
+    }
+    Ok(())
 }
 
 /// The rule for the proxy's host patterns: at least one, each a valid host pattern.
@@ -154,6 +206,7 @@ mod tests {
             socket: crate::tools::EGRESS_SOCKET.into(),
             allow: vec!["docs.example.org".into(), "*.example.net".into()],
             allow_addresses: cidrs(&["192.0.2.0/24", "2001:db8::/32"]),
+            bounds: None,
         };
         assert_eq!(
             a.command(),
@@ -211,6 +264,10 @@ mod tests {
                             socket: socket.into(),
                             allow: patterns[start..end].iter().map(|p| p.to_string()).collect(),
                             allow_addresses: cidrs(&addrs),
+                            bounds: (n % 2 == 1).then_some(Bounds {
+                                connections: 64,
+                                bytes: 1 << 30,
+                            }),
                         };
                         let back = ProxyArgs::parse(&x.to_args());
                         assert_eq!(back.as_ref(), Ok(&x), "{:?}", x.to_args());
@@ -233,6 +290,7 @@ mod tests {
                 socket: "/s".into(),
                 allow: vec!["a.example".into(), "b.example".into(), "*.c.example".into()],
                 allow_addresses: cidrs(&["192.0.2.0/24"]),
+                bounds: None,
             })
         );
     }
@@ -324,6 +382,30 @@ mod tests {
                 format!("--allow-address 169.254.169.254/32 overlaps 169.254.0.0/16, {never}"),
             ),
             (
+                words("--socket /s --allow example.com --max-connections 64"),
+                "--max-connections and --max-bytes go together".into(),
+            ),
+            (
+                words("--socket /s --allow example.com --max-connections 0 --max-bytes 1"),
+                "--max-connections needs a whole number greater than 0, not \"0\"".into(),
+            ),
+            (
+                words("--socket /s --allow example.com --max-connections 1 --max-bytes -1"),
+                "--max-bytes needs a whole number greater than 0, not \"-1\"".into(),
+            ),
+            (
+                words("--socket /s --allow example.com --max-connections +5 --max-bytes 1"),
+                "--max-connections needs a whole number greater than 0, not \"+5\"".into(),
+            ),
+            (
+                words("--socket /s --allow example.com --max-connections 1 --max-bytes 99999999999999999999"),
+                "--max-bytes needs a whole number greater than 0, not \"99999999999999999999\"".into(),
+            ),
+            (
+                words("--socket /s --allow example.com --max-connections 1 --max-connections 2 --max-bytes 1"),
+                "--max-connections given twice".into(),
+            ),
+            (
                 words("--socket /s --allow example.com --allow-address 0.0.0.0/0"),
                 format!("--allow-address 0.0.0.0/0 overlaps 127.0.0.0/8, {never}"),
             ),
@@ -356,6 +438,10 @@ mod tests {
             socket: "/s".into(),
             allow: vec!["a.example".into()],
             allow_addresses: cidrs(&["192.0.2.0/24"]),
+            bounds: Some(Bounds {
+                connections: 1,
+                bytes: 2,
+            }),
         };
         for flag in a.to_args().iter().filter(|w| w.starts_with("--")) {
             assert!(USAGE.contains(&format!("{flag} <")), "{flag}");

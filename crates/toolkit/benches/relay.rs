@@ -10,7 +10,7 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use toolkit::proxy::{self, Dial, Policy, MAX_CONNECTIONS};
+use toolkit::proxy::{self, Dial, Limits, Policy, MAX_CONNECTIONS};
 
 const CHUNK: usize = 256 * 1024;
 
@@ -142,7 +142,17 @@ fn main() -> io::Result<()> {
         let policy = Policy::new(vec!["example.com".into()], vec![])
             .map_err(|e| io::Error::other(e.to_string()))?;
         let dial: Arc<dyn Dial> = Arc::new(ToLocal(target));
-        std::thread::spawn(move || proxy::run(listener, Arc::new(policy), dial, MAX_CONNECTIONS));
+        std::thread::spawn(move || {
+            proxy::run(
+                listener,
+                Arc::new(policy),
+                dial,
+                Limits {
+                    open: MAX_CONNECTIONS,
+                    total: None,
+                },
+            )
+        });
         let relayed = through_proxy(&path, total, up)?;
 
         println!(

@@ -19,7 +19,11 @@ use std::path::Path;
 use std::process::{Command, ExitStatus, Stdio};
 use std::thread;
 
-use proto::tools::{parse_args, HttpFetchArgs, ReadFileArgs, ShellArgs, WriteFileArgs};
+use proto::tools::{
+    parse_args, HttpFetchArgs, ReadFileArgs, ShellArgs, WriteFileArgs, EGRESS_SOCKET,
+};
+
+use crate::bridge::Bridge;
 
 pub use proto::tools::MAX_INPUT;
 /// The largest file read_file returns.
@@ -163,20 +167,37 @@ pub fn write_file(input: &str, out: &mut impl Write) -> Result<Exit, Misuse> {
 /// `shell`: `/bin/sh -c <command>` in `cwd` (or /tmp), standard input empty, standard output
 /// and standard error on one pipe in the order written, then `\n[exit <code>]` or
 /// `\n[killed by signal <n>]`. Exit 0 whatever the command did: the tool ran.
+///
+/// Where the call has a way out (the egress proxy's socket is in the sandbox, which brokerd
+/// mounts only for a grant with `shell_hosts`), the command gets a [`Bridge`] to it on
+/// `127.0.0.1` and the proxy variables naming it (docs/design.md#shell-and-its-egress-proxy).
 pub fn shell(input: &str, out: &mut impl Write) -> Result<Exit, Misuse> {
-    shell_with(SHELL, input, out)
+    shell_with(SHELL, Path::new(EGRESS_SOCKET), input, out)
 }
 
-fn shell_with(sh: &str, input: &str, out: &mut impl Write) -> Result<Exit, Misuse> {
+fn shell_with(sh: &str, egress: &Path, input: &str, out: &mut impl Write) -> Result<Exit, Misuse> {
     let args: ShellArgs = parse("shell", input)?;
     let cwd = args.cwd.as_deref().unwrap_or(DEFAULT_CWD);
     if !Path::new(cwd).is_dir() {
         return refuse(out, "shell", cwd, "no such directory");
     }
-    let (status, _) = match run_on_one_pipe(
-        own_environment(Command::new(sh).arg("-c").arg(&args.command)).current_dir(cwd),
-        out,
-    ) {
+    let mut cmd = Command::new(sh);
+    own_environment(cmd.arg("-c").arg(&args.command)).current_dir(cwd);
+    if egress.symlink_metadata().is_ok() {
+        match Bridge::start(egress) {
+            Ok(bridge) => {
+                cmd.envs(bridge.environment());
+            }
+            Err(e) => {
+                let why = format!(
+                    "the bridge to the egress proxy could not start: {}",
+                    reason(&e)
+                );
+                return refuse(out, "shell", "127.0.0.1", &why);
+            }
+        }
+    }
+    let (status, _) = match run_on_one_pipe(&mut cmd, out) {
         Ok(r) => r,
         Err(ShellError::Spawn(e)) => return refuse(out, "shell", sh, &reason(&e)),
         Err(ShellError::Stdout(e)) => return Err(Misuse::Stdout(e)),
@@ -529,6 +550,7 @@ mod tests {
         let mut out = Vec::new();
         let r = shell_with(
             "/nonexistent/sh",
+            Path::new("/nonexistent/egress.sock"),
             r#"{"command":"true","cwd":"/"}"#,
             &mut out,
         )
@@ -538,5 +560,44 @@ mod tests {
             String::from_utf8_lossy(&out),
             "shell: /nonexistent/sh: no such file or directory\n"
         );
+    }
+
+    /// With the proxy's socket there, the command gets the bridge in every proxy variable and
+    /// an empty NO_PROXY; without it, none of them (the command's environment is toolkit's).
+    #[test]
+    fn shell_gets_the_proxy_variables_exactly_when_the_socket_is_there() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let socket = dir.path().join("egress.sock");
+        let show = r#"{"command":"env | grep -i _proxy= | sort","cwd":"/"}"#;
+        let mut out = Vec::new();
+        assert_eq!(
+            shell_with(SHELL, &socket, show, &mut out).expect("shell"),
+            Exit::Done
+        );
+        let text = String::from_utf8_lossy(&out);
+        assert!(!text.contains("127.0.0.1"), "{text}");
+
+        let _listener = std::os::unix::net::UnixListener::bind(&socket).expect("bind");
+        let mut out = Vec::new();
+        assert_eq!(
+            shell_with(SHELL, &socket, show, &mut out).expect("shell"),
+            Exit::Done
+        );
+        let text = String::from_utf8_lossy(&out);
+        let lines: Vec<&str> = text.lines().collect();
+        let url = lines
+            .iter()
+            .find_map(|l| l.strip_prefix("HTTPS_PROXY="))
+            .expect("HTTPS_PROXY set");
+        assert!(url.starts_with("http://127.0.0.1:"), "{url}");
+        for v in crate::bridge::PROXY_VARIABLES {
+            assert!(
+                lines.contains(&format!("{v}={url}").as_str()),
+                "{v}: {text}"
+            );
+        }
+        for v in crate::bridge::NO_PROXY_VARIABLES {
+            assert!(lines.contains(&format!("{v}=").as_str()), "{v}: {text}");
+        }
     }
 }

@@ -81,7 +81,17 @@ fn a_ninth_connection_is_closed_at_once() {
         .expect("policy")
         .with_handshake_timeout(Duration::from_secs(5));
     let dial: Arc<dyn Dial> = Arc::new(ToLocal(target));
-    std::thread::spawn(move || proxy::run(listener, Arc::new(policy), dial, MAX_CONNECTIONS));
+    std::thread::spawn(move || {
+        proxy::run(
+            listener,
+            Arc::new(policy),
+            dial,
+            proxy::Limits {
+                open: MAX_CONNECTIONS,
+                total: None,
+            },
+        )
+    });
 
     let mut open_ones: Vec<UnixStream> = (0..MAX_CONNECTIONS)
         .map(|_| handshake(&path).expect("one of the first 8"))

@@ -41,6 +41,10 @@ const OUTPUT_CAP: usize = 65536;
 const GRANT: &str = "e2e";
 const ASK_GRANT: &str = "e2e-ask";
 const STAGED_GRANT: &str = "e2e-staged";
+/// The grant whose shell calls reach `ok.test` (only) through their egress proxy.
+const NET_GRANT: &str = "e2e-net";
+/// `egress_connections` in the suite's config: what one shell call's proxy accepts in all.
+const NET_CONNECTIONS: u64 = 8;
 /// A variable only brokerd's environment has, looked for in every sandbox.
 const CANARY_NAME: &str = "BOXMAKER_E2E_CANARY";
 const CANARY_VALUE: &str = "planted-in-brokerd-s-environment";
@@ -169,6 +173,30 @@ pub fn run(opts: &crate::Opts) -> Result<ExitCode, String> {
             Suite::shell_cannot_reach_host,
         ),
         ("shell-has-no-network", Suite::shell_has_no_network),
+        (
+            "shell-egress-curl-by-the-environment-reaches-granted-host",
+            Suite::shell_egress_reaches_granted_host,
+        ),
+        (
+            "shell-egress-refuses-host-not-in-shell-hosts",
+            Suite::shell_egress_refuses_other_host,
+        ),
+        (
+            "shell-egress-refuses-connect-to-port-80",
+            Suite::shell_egress_refuses_port_80,
+        ),
+        (
+            "shell-egress-refuses-ip-literal",
+            Suite::shell_egress_refuses_ip_literal,
+        ),
+        (
+            "shell-egress-connection-bound-holds",
+            Suite::shell_egress_connection_bound,
+        ),
+        (
+            "shell-egress-program-ignoring-the-environment-has-no-route",
+            Suite::shell_egress_no_route_around_the_proxy,
+        ),
         ("http_fetch-refuses-other-host", Suite::fetch_other_host),
         (
             "http_fetch-refuses-redirect-to-other-host",

@@ -526,7 +526,8 @@ impl Broker {
             .runner
             .as_ref()
             .map_or(Duration::from_secs(30), |r| {
-                r.for_grant(&plan.limits).call_budget(plan.tool)
+                r.for_grant(&plan.limits)
+                    .call_budget(plan.tool, plan.egress.is_some())
             });
         let staged = match self.stage_plan(&session, grant, &mut plan, Instant::now() + budget) {
             Ok(s) => s,

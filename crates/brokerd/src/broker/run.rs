@@ -45,7 +45,10 @@ impl Broker {
         // answered after loopd stopped waiting: it does not start.
         if let Some(rc) = &self.config.runner {
             let budget = Duration::from_millis(self.config.broker.timeout_ms);
-            if received.elapsed() + rc.for_grant(&plan.limits).call_budget(plan.tool) >= budget {
+            let call_budget = rc
+                .for_grant(&plan.limits)
+                .call_budget(plan.tool, plan.egress.is_some());
+            if received.elapsed() + call_budget >= budget {
                 tracing::warn!(
                     session = session.as_str(),
                     call = call.as_str(),

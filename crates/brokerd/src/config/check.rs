@@ -158,6 +158,24 @@ impl Checker<'_> {
             grant.toolset = self.grant_toolset(name.get_ref(), g, &toolsets)?;
             grant.limits = self.grant_limits(name.get_ref(), g, runner.as_ref())?;
             grants.insert(name.get_ref().clone(), grant);
+            // A shell call with shell_hosts starts a proxy too: its start and its removal
+            // count against loopd's wait as http_fetch's do (docs/design.md#runner).
+            if let (Some(r), Some(first)) = (&runner, g.shell_hosts.first()) {
+                let sum = r.call_budget(ToolName::Shell, true).as_millis() as u64;
+                let timeout = broker.timeout_ms;
+                if sum >= timeout {
+                    let limit = r.shell_ms;
+                    return self.err(
+                        Some(first.span()),
+                        &format!("grants.{}.shell_hosts", name.get_ref()),
+                        Problem::StopNotUnderTimeout {
+                            limit,
+                            sum,
+                            timeout,
+                        },
+                    );
+                }
+            }
         }
         Ok(Config {
             broker,
@@ -342,6 +360,18 @@ impl Checker<'_> {
             enforce_limits: r.enforce_limits.unwrap_or(true),
             egress_start_ms,
             home,
+            egress_bounds: Bounds {
+                connections: self.positive(
+                    &r.egress_connections,
+                    DEFAULT_EGRESS_CONNECTIONS,
+                    "runner.egress_connections",
+                )?,
+                bytes: self.positive(
+                    &r.egress_bytes,
+                    DEFAULT_EGRESS_BYTES,
+                    "runner.egress_bytes",
+                )?,
+            },
             protect: {
                 let d = ProtectBounds::default();
                 ProtectBounds {
@@ -366,7 +396,9 @@ impl Checker<'_> {
         // A call that runs out its limit is then stopped and removed: that too must end
         // before loopd stops waiting.
         for tool in ToolName::ALL {
-            let sum = runner.call_budget(tool).as_millis() as u64;
+            let sum = runner
+                .call_budget(tool, tool == ToolName::HttpFetch)
+                .as_millis() as u64;
             if sum >= timeout {
                 let (key, value) = match tool {
                     ToolName::ReadFile => ("runner.read_file_ms", &r.read_file_ms),
@@ -466,17 +498,8 @@ impl Checker<'_> {
             });
         }
 
-        let mut hosts = Vec::new();
-        for h in &g.hosts {
-            if !proto::hosts::valid_host_pattern(h.get_ref()) {
-                return self.err(
-                    Some(h.span()),
-                    &key("hosts"),
-                    Problem::HostPattern(h.get_ref().clone()),
-                );
-            }
-            hosts.push(h.get_ref().clone());
-        }
+        let hosts = self.host_patterns(&g.hosts, &key("hosts"))?;
+        let shell_hosts = self.host_patterns(&g.shell_hosts, &key("shell_hosts"))?;
 
         let mut allow_addresses = Vec::new();
         for a in &g.allow_addresses {
@@ -491,6 +514,7 @@ impl Checker<'_> {
             tools,
             paths,
             hosts,
+            shell_hosts,
             allow_addresses,
             protect: g.protect.unwrap_or(Protect::Mount),
             writes: g.writes.unwrap_or(Writes::Direct),
@@ -498,6 +522,23 @@ impl Checker<'_> {
             toolset: None,
             limits: GrantLimits::default(),
         })
+    }
+
+    /// A list of host patterns (`hosts`, `shell_hosts`), each valid per
+    /// `proto::hosts::valid_host_pattern`, in the order written.
+    fn host_patterns(&self, list: &[S<String>], key: &str) -> Result<Vec<String>, ConfigError> {
+        let mut out = Vec::new();
+        for h in list {
+            if !proto::hosts::valid_host_pattern(h.get_ref()) {
+                return self.err(
+                    Some(h.span()),
+                    key,
+                    Problem::HostPattern(h.get_ref().clone()),
+                );
+            }
+            out.push(h.get_ref().clone());
+        }
+        Ok(out)
     }
 
     /// An absolute path written plainly (no `.` or `..`), trailing slash dropped.

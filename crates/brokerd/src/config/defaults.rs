@@ -25,6 +25,8 @@ pub(super) const DEFAULT_WRITE_FILE_MS: u64 = 30_000;
 pub(super) const DEFAULT_SHELL_MS: u64 = 100_000;
 pub(super) const DEFAULT_HTTP_FETCH_MS: u64 = 60_000;
 pub(super) const DEFAULT_EGRESS_START_MS: u64 = 5_000;
+pub(super) const DEFAULT_EGRESS_CONNECTIONS: u64 = 64;
+pub(super) const DEFAULT_EGRESS_BYTES: u64 = 1 << 30;
 pub const DEFAULT_HOME: &str = "/var/lib/boxmaker";
 pub(super) const DEFAULT_TOOLS_ROOT: &str = "/var/lib/boxmaker/tools-root";
 /// Podman refuses a memory limit under 6 MiB; say so at load time, not at the first call.
@@ -75,6 +77,8 @@ pub fn defaults() -> Result<serde_json::Value, String> {
             "http_fetch_ms": r.http_fetch_ms,
             "enforce_limits": r.enforce_limits,
             "egress_start_ms": r.egress_start_ms,
+            "egress_connections": r.egress_bounds.connections,
+            "egress_bytes": r.egress_bounds.bytes,
             "home": r.home,
         },
         "bwrap": { "cgroup": json(serde_json::to_value(bw.cgroup)), "tools_root": bw.tools_root },

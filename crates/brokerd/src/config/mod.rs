@@ -75,6 +75,18 @@ impl Config {
     pub fn toolset_of(&self, grant: &Grant) -> Option<&Toolset> {
         grant.toolset.as_ref().and_then(|n| self.toolsets.get(n))
     }
+
+    /// The bounds on a shell call's egress proxy (`[runner] egress_connections`,
+    /// `egress_bytes`; the defaults without a `[runner]`).
+    pub fn egress_bounds(&self) -> Bounds {
+        self.runner.as_ref().map_or(
+            Bounds {
+                connections: DEFAULT_EGRESS_CONNECTIONS,
+                bytes: DEFAULT_EGRESS_BYTES,
+            },
+            |r| r.egress_bounds,
+        )
+    }
 }
 
 /// `[broker]`
@@ -160,6 +172,9 @@ pub struct RunnerConfig {
     pub egress_start_ms: u64,
     /// The service user's home; egress directories live in `<home>/run/egress/`.
     pub home: PathBuf,
+    /// `egress_connections` and `egress_bytes`: what one shell call's proxy may open and
+    /// relay each way (docs/design.md#shell-and-its-egress-proxy).
+    pub egress_bounds: Bounds,
     /// The bounds of the walk that finds the protected targets of a writable grant directory
     /// (docs/design.md#protected-targets).
     pub protect: ProtectBounds,
@@ -261,7 +276,10 @@ pub struct Grant {
     pub paths: Vec<GrantPath>,
     /// Host patterns for http_fetch, each valid per `proto::hosts::valid_host_pattern`.
     pub hosts: Vec<String>,
-    /// Non-public ranges http_fetch may reach; never loopback, link-local, the tailnet, 0/8 or
+    /// Host patterns a shell call reaches through its own egress proxy, checked as `hosts`;
+    /// empty: a shell call has no network at all (docs/design.md#shell-and-its-egress-proxy).
+    pub shell_hosts: Vec<String>,
+    /// Non-public ranges http_fetch (and a shell call with `shell_hosts`) may reach; never loopback, link-local, the tailnet, 0/8 or
     /// multicast.
     pub allow_addresses: Vec<Cidr>,
     pub protect: Protect,
@@ -283,7 +301,9 @@ pub struct GrantPath {
     pub write: bool,
 }
 
+use defaults::{DEFAULT_EGRESS_BYTES, DEFAULT_EGRESS_CONNECTIONS};
 pub use proto::addr::Cidr;
+pub use proto::egress::Bounds;
 
 /// Reads and checks the config at `path`; errors name it by its path. No grant directory may
 /// hold the file itself, and none may be one that a user other than root and the service user

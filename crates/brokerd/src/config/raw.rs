@@ -56,6 +56,8 @@ pub(super) struct RawRunner {
     pub(super) http_fetch_ms: Option<S<u64>>,
     pub(super) enforce_limits: Option<bool>,
     pub(super) egress_start_ms: Option<S<u64>>,
+    pub(super) egress_connections: Option<S<u64>>,
+    pub(super) egress_bytes: Option<S<u64>>,
     pub(super) home: Option<S<String>>,
     pub(super) protect_max_depth: Option<S<usize>>,
     pub(super) protect_max_entries: Option<S<usize>>,
@@ -78,6 +80,8 @@ pub(super) struct RawGrant {
     pub(super) paths: Vec<RawPath>,
     #[serde(default)]
     pub(super) hosts: Vec<S<String>>,
+    #[serde(default)]
+    pub(super) shell_hosts: Vec<S<String>>,
     #[serde(default)]
     pub(super) allow_addresses: Vec<S<String>>,
     pub(super) protect: Option<Protect>,

@@ -47,6 +47,10 @@ fn defaults_are_the_documented_ones() {
             enforce_limits: true,
             egress_start_ms: 5_000,
             home: "/var/lib/boxmaker".into(),
+            egress_bounds: Bounds {
+                connections: 64,
+                bytes: 1 << 30,
+            },
             protect: ProtectBounds {
                 max_depth: 32,
                 max_entries: 100_000,
@@ -93,6 +97,8 @@ shell_ms = 150000
 http_fetch_ms = 90000
 enforce_limits = false
 egress_start_ms = 3000
+egress_connections = 16
+egress_bytes = 1048576
 home = "/home/boxmaker/"
 
 [bwrap]
@@ -104,6 +110,7 @@ mode = "auto"
 tools = ["read_file", "write_file", "shell", "http_fetch"]
 paths = [ {{ path = "{a}", write = true }}, {{ path = "{b}/" }} ]
 hosts = ["docs.example.org", "*.example.net"]
+shell_hosts = ["index.crates.io", "*.pypi.example"]
 allow_addresses = ["192.168.1.0/24", "10.0.0.7", "2001:db8::/32"]
 
 [grants."read.only-1"]
@@ -128,6 +135,13 @@ tools = ["read_file"]
     assert_eq!(r.backend, Backend::Bwrap);
     assert_eq!(r.egress_network, EgressNetwork::Slirp4netns);
     assert_eq!(r.home, PathBuf::from("/home/boxmaker"));
+    assert_eq!(
+        r.egress_bounds,
+        Bounds {
+            connections: 16,
+            bytes: 1 << 20
+        }
+    );
     assert!(!r.enforce_limits);
     assert_eq!(
         r.time_limit(ToolName::Shell),
@@ -161,6 +175,8 @@ tools = ["read_file"]
         ]
     );
     assert_eq!(g.hosts, vec!["docs.example.org", "*.example.net"]);
+    assert_eq!(g.shell_hosts, vec!["index.crates.io", "*.pypi.example"]);
+    assert!(c.grants["read.only-1"].shell_hosts.is_empty());
     let cidrs: Vec<String> = g.allow_addresses.iter().map(|c| c.to_string()).collect();
     assert_eq!(
         cidrs,

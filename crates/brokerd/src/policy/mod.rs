@@ -193,6 +193,8 @@ pub struct Policy {
     classifier: Classifier,
     /// Finds whether a `protect = "classifier"` grant holds protected targets at all.
     scanner: crate::protect::scan::Scanner,
+    /// What a shell call's egress proxy may open and relay.
+    egress_bounds: proto::egress::Bounds,
 }
 
 impl Policy {
@@ -226,6 +228,7 @@ impl Policy {
             grants,
             classifier,
             scanner,
+            egress_bounds: config.egress_bounds(),
         })
     }
 
@@ -443,12 +446,20 @@ impl Policy {
                     Some(why) => format!("run `{}` ({}: {why})", a.command, assessment.class),
                     None => format!("run `{}` ({})", a.command, assessment.class),
                 };
+                // The grant's shell hosts, if any, are the call's way out: the same proxy as
+                // http_fetch's, with the same address rule
+                // (docs/design.md#shell-and-its-egress-proxy).
+                let egress = (!g.grant.shell_hosts.is_empty()).then(|| Egress {
+                    hosts: g.grant.shell_hosts.clone(),
+                    allow_addresses: g.grant.allow_addresses.clone(),
+                    bounds: Some(self.egress_bounds),
+                });
                 (
                     ActionClass::from(assessment.class),
                     input,
                     a.command.clone(),
                     Some(assessment.class),
-                    None,
+                    egress,
                     detail,
                 )
             }
@@ -466,6 +477,7 @@ impl Policy {
                 let egress = Egress {
                     hosts: g.grant.hosts.clone(),
                     allow_addresses: g.grant.allow_addresses.clone(),
+                    bounds: None,
                 };
                 let input = args.input_json();
                 (

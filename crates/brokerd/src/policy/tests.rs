@@ -1,5 +1,6 @@
 use super::*;
 use crate::args;
+use proto::egress::Bounds;
 
 struct Fixture {
     _dir: tempfile::TempDir,
@@ -19,6 +20,8 @@ fn fixture() -> Fixture {
     std::fs::write(ro.join("r.txt"), "r").unwrap();
     let text = format!(
         r#"
+[broker]
+timeout_ms = 200000
 [runner]
 image = "sha256:{hex}"
 [grants.safe]
@@ -36,6 +39,12 @@ mode = "auto"
 tools = ["read_file", "write_file", "shell", "http_fetch"]
 paths = [{{ path = "{rw}", write = true }}, {{ path = "{ro}" }}]
 hosts = ["docs.example.org"]
+allow_addresses = ["192.0.2.0/24"]
+[grants.build]
+mode = "auto"
+tools = ["read_file", "shell"]
+paths = [{{ path = "{ro}" }}]
+shell_hosts = ["index.crates.io", "*.crates.io"]
 allow_addresses = ["192.0.2.0/24"]
 [grants.readonly]
 mode = "auto"
@@ -562,11 +571,31 @@ fn plans_resolve_paths_and_mount_by_class() {
         plan.egress,
         Some(Egress {
             hosts: vec!["docs.example.org".into()],
-            allow_addresses: vec!["192.0.2.0/24".parse().unwrap()]
+            allow_addresses: vec!["192.0.2.0/24".parse().unwrap()],
+            bounds: None,
         })
     );
     let input: serde_json::Value = serde_json::from_slice(&plan.input).unwrap();
     assert_eq!(input["url"], "https://docs.example.org/p");
+    // A shell call gets a proxy exactly when its grant has shell hosts: those, not `hosts`.
+    let (_, plan) = outcome(&f, "auto", "shell", r#"{"command":"ls"}"#);
+    assert_eq!(plan.unwrap().egress, None);
+    let (_, plan) = outcome(&f, "build", "shell", r#"{"command":"ls"}"#);
+    assert_eq!(
+        plan.unwrap().egress,
+        Some(Egress {
+            hosts: vec!["index.crates.io".into(), "*.crates.io".into()],
+            allow_addresses: vec!["192.0.2.0/24".parse().unwrap()],
+            // The runner's bounds, left at their defaults.
+            bounds: Some(Bounds {
+                connections: 64,
+                bytes: 1 << 30,
+            }),
+        })
+    );
+    // Its other tools are as without them.
+    let (_, plan) = outcome(&f, "build", "read_file", r#"{"path":"r.txt"}"#);
+    assert_eq!(plan.unwrap().egress, None);
 }
 
 #[test]

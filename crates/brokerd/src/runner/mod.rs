@@ -11,7 +11,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use proto::addr::Cidr;
-use proto::egress::ProxyArgs;
+use proto::egress::{Bounds, ProxyArgs};
 use proto::ident::Ident;
 use proto::tools::ToolName;
 
@@ -112,13 +112,16 @@ impl Mount {
     }
 }
 
-/// What the egress proxy of an http_fetch call may reach.
+/// What the egress proxy of a call (http_fetch, or shell with `shell_hosts`) may reach.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Egress {
     /// The grant's host patterns, passed as `--allow <p1,p2,...>`.
     pub hosts: Vec<String>,
     /// The grant's `allow_addresses` CIDRs, each passed as `--allow-address <cidr>`.
     pub allow_addresses: Vec<Cidr>,
+    /// The runner's `egress_connections` and `egress_bytes`, for a shell call's proxy
+    /// (`--max-connections`, `--max-bytes`); `None` for http_fetch, whose one curl has its own.
+    pub bounds: Option<Bounds>,
 }
 
 impl Egress {
@@ -129,6 +132,7 @@ impl Egress {
             socket: proto::tools::EGRESS_SOCKET.into(),
             allow: self.hosts.clone(),
             allow_addresses: self.allow_addresses.clone(),
+            bounds: self.bounds,
         };
         args.command().into_iter().map(OsString::from).collect()
     }
@@ -145,7 +149,8 @@ pub struct RunSpec {
     pub input: Vec<u8>,
     /// In grant order; read-only unless the decision allowed writing.
     pub mounts: Vec<Mount>,
-    /// `Some` exactly for http_fetch.
+    /// `Some` for http_fetch (the grant's `hosts`) and for a shell call of a grant with
+    /// `shell_hosts` (those); the runners start the same proxy for both.
     pub egress: Option<Egress>,
     /// The tool's time limit.
     pub timeout: Duration,

@@ -154,6 +154,7 @@ fn the_skeleton_answers_before_it_cleans_up() {
             egress: fetch.then(|| Egress {
                 hosts: vec!["example.org".into()],
                 allow_addresses: Vec::new(),
+                bounds: None,
             }),
             timeout: Duration::from_secs(1),
             staged_limit: None,

@@ -70,6 +70,12 @@ fn tool_argument_lists() {
             None,
         ),
         ("shell.args", spec(ToolName::Shell, notes_rw(), None), None),
+        // A shell call of a grant with shell_hosts: its proxy's directory, as http_fetch's.
+        (
+            "shell-egress.args",
+            spec(ToolName::Shell, notes_rw(), Some(egress())),
+            None,
+        ),
         (
             "http_fetch.args",
             spec(ToolName::HttpFetch, Vec::new(), Some(egress())),

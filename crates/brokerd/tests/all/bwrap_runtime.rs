@@ -417,6 +417,7 @@ fn egress_proxy_lifecycle() {
     s.egress = Some(Egress {
         hosts: vec!["docs.example.org".into()],
         allow_addresses: Vec::new(),
+        bounds: None,
     });
     let out = content(rt.run(&s));
     // The proxy's socket is in the tool's sandbox; the tool still has no network.
@@ -690,6 +691,7 @@ fn a_sandbox_whose_processes_cannot_be_seen_to_die_poisons() {
     fetch.egress = Some(Egress {
         hosts: vec!["docs.example.org".into()],
         allow_addresses: Vec::new(),
+        bounds: None,
     });
     assert_eq!(
         rt.run(&fetch),
@@ -769,6 +771,7 @@ fn a_late_decision_never_lengthens_the_call() {
     s.egress = Some(Egress {
         hosts: vec!["docs.example.org".into()],
         allow_addresses: Vec::new(),
+        bounds: None,
     });
     let budget = s.timeout + Duration::from_millis(400);
     let cleared = Cleared::pending();

@@ -120,6 +120,7 @@ pub fn egress() -> Egress {
             "192.0.2.0/24".parse().unwrap(),
             "2001:db8::/32".parse().unwrap(),
         ],
+        bounds: None,
     }
 }
 

@@ -132,6 +132,7 @@ impl Case {
         let egress = (tool == ToolName::HttpFetch).then(|| Egress {
             hosts: vec!["docs.example.org".into()],
             allow_addresses: vec![],
+            bounds: None,
         });
         RunSpec {
             session: proto::ident::Ident::fixed(self.session),

@@ -43,6 +43,11 @@ fn tool_argument_lists() {
             spec(ToolName::WriteFile, notes_rw(), None),
         ),
         ("shell.args", spec(ToolName::Shell, notes_rw(), None)),
+        // A shell call of a grant with shell_hosts: its proxy's directory, as http_fetch's.
+        (
+            "shell-egress.args",
+            spec(ToolName::Shell, notes_rw(), Some(egress())),
+        ),
         (
             "http_fetch.args",
             spec(
@@ -113,6 +118,7 @@ fn egress_without_allow_addresses_has_no_allow_address_flag() {
     let only_hosts = Egress {
         hosts: vec!["docs.example.org".into()],
         allow_addresses: vec![],
+        bounds: None,
     };
     let args = runtime().egress_args(&only_hosts, NAME);
     let tail: Vec<&str> = args[args.len() - 2..]

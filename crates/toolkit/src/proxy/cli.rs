@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{serve, Dial, Policy, SystemDial, MAX_CONNECTIONS};
+use super::{serve, Dial, Policy, Reason, SystemDial, MAX_CONNECTIONS, MAX_CONNECTIONS_BOUNDED};
 use crate::dns::{DnsError, RESOLV_CONF};
 
 pub use proto::egress::UsageError;
@@ -25,10 +25,19 @@ impl Drop for Slot {
     }
 }
 
-/// Accepts and serves forever, at most `max` connections at once; one more is closed at once,
-/// without a reply. One line per connection goes to standard error.
-pub fn run(listener: UnixListener, policy: Arc<Policy>, dial: Arc<dyn Dial>, max: usize) -> ! {
+/// How many connections a proxy serves: at once, and over its life (`None`: no end).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    pub open: usize,
+    pub total: Option<u64>,
+}
+
+/// Accepts and serves forever, at most `limits.open` connections at once and `limits.total`
+/// in all; one more is closed at once, without a reply. One line per connection goes to
+/// standard error.
+pub fn run(listener: UnixListener, policy: Arc<Policy>, dial: Arc<dyn Dial>, limits: Limits) -> ! {
     let open = Arc::new(AtomicUsize::new(0));
+    let mut accepted: u64 = 0;
     loop {
         let stream = match listener.accept() {
             Ok((stream, _)) => stream,
@@ -39,12 +48,23 @@ pub fn run(listener: UnixListener, policy: Arc<Policy>, dial: Arc<dyn Dial>, max
                 continue;
             }
         };
+        if let Some(total) = limits.total {
+            if accepted >= total {
+                drop(stream);
+                eprintln!("egress-proxy: -: {}", Reason::ConnectionsSpent(total));
+                continue;
+            }
+        }
         // Only this thread adds, so the check and the add cannot race each other.
-        if open.load(Ordering::SeqCst) >= max {
+        if open.load(Ordering::SeqCst) >= limits.open {
             drop(stream);
-            eprintln!("egress-proxy: -: closed: {max} connections are already open");
+            eprintln!(
+                "egress-proxy: -: closed: {} connections are already open",
+                limits.open
+            );
             continue;
         }
+        accepted += 1;
         open.fetch_add(1, Ordering::SeqCst);
         let slot = Slot(open.clone());
         let (policy, dial) = (policy.clone(), dial.clone());
@@ -67,6 +87,7 @@ pub fn run(listener: UnixListener, policy: Arc<Policy>, dial: Arc<dyn Dial>, max
 pub struct Options {
     pub socket: PathBuf,
     pub policy: Policy,
+    pub limits: Limits,
 }
 
 impl Options {
@@ -74,9 +95,25 @@ impl Options {
     /// them by.
     pub fn parse(args: &[String]) -> Result<Options, UsageError> {
         let args = ProxyArgs::parse(args)?;
+        let mut policy = Policy::new(args.allow, args.allow_addresses)?;
+        // Without bounds (http_fetch's proxy): today's cap at once, no end.
+        let limits = match args.bounds {
+            None => Limits {
+                open: MAX_CONNECTIONS,
+                total: None,
+            },
+            Some(b) => {
+                policy = policy.with_max_bytes(b.bytes);
+                Limits {
+                    open: MAX_CONNECTIONS_BOUNDED,
+                    total: Some(b.connections),
+                }
+            }
+        };
         Ok(Options {
             socket: PathBuf::from(args.socket),
-            policy: Policy::new(args.allow, args.allow_addresses)?,
+            policy,
+            limits,
         })
     }
 }
@@ -135,6 +172,6 @@ pub fn main(args: &[String]) -> ExitCode {
         listener,
         Arc::new(options.policy),
         Arc::new(dial),
-        MAX_CONNECTIONS,
+        options.limits,
     )
 }

@@ -1,10 +1,13 @@
 //! The egress proxy: `toolkit egress-proxy` (docs/design.md#the-egress-proxy).
 //!
-//! It listens on a Unix socket and speaks the part of SOCKS5 (RFC 1928) that
-//! `curl --proxy socks5h://` uses: no authentication, CONNECT, a domain name. Each connection
-//! is checked against the grant's host patterns and port 443, resolved once, and connected to
-//! the first address it may dial (`addr::dialable`); then bytes are copied both ways without
-//! being looked at, so TLS runs end to end between curl and the server.
+//! It listens on a Unix socket and speaks two ways of asking for a tunnel, told apart by the
+//! first byte: the part of SOCKS5 (RFC 1928) that `curl --proxy socks5h://` uses (no
+//! authentication, CONNECT, a domain name; first byte 5), and HTTP `CONNECT name:443` (a
+//! letter), which tools find through `HTTPS_PROXY`. Each connection is checked against the
+//! grant's host patterns and port 443, resolved once, and connected to the first address it
+//! may dial (`addr::dialable`); then bytes are copied both ways without being looked at, so
+//! TLS runs end to end between the client and the server. Over HTTP the same decisions are
+//! answered with the statuses of [`Status`].
 //!
 //! | Input                                              | Answer                         |
 //! |----------------------------------------------------|--------------------------------|
@@ -19,26 +22,32 @@
 //! | more than 262 bytes, 10 s, or a close mid-way      | close                          |
 //! | a 9th connection while 8 are open                  | close at once                  |
 //!
-//! By concern: `socks` reads the greeting and the request and knows the replies, `dial`
-//! checks, resolves and connects, `relay` copies, and `cli` is `toolkit egress-proxy` itself
-//! (arguments, socket, accept loop). [`serve`] strings the first three together for one
+//! By concern: `handshake` reads within the byte and time budget, `socks` reads the greeting
+//! and the request and knows the replies, `http` reads a CONNECT head and knows the statuses,
+//! `dial` checks, resolves and connects, `relay` copies, and `cli` is `toolkit egress-proxy`
+//! itself (arguments, socket, accept loop). [`serve`] strings them together for one
 //! connection.
 
 mod cli;
 mod dial;
-mod relay;
+mod handshake;
+mod http;
+pub(crate) mod relay;
 mod socks;
 #[cfg(test)]
 mod tests;
 
-pub use cli::{bind, main, run, Options, StartError, UsageError};
+pub use cli::{bind, main, run, Limits, Options, StartError, UsageError};
 pub use dial::{Dial, SystemDial};
+pub use http::Status;
 pub use socks::Reply;
 
 use std::fmt;
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Shutdown, SocketAddr, TcpStream};
 use std::os::unix::net::UnixStream;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
 use std::time::Duration;
 
 use proto::hosts;
@@ -56,8 +65,13 @@ pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// How many connections are served at once; more are closed at once.
 pub const MAX_CONNECTIONS: usize = 8;
-/// The only port a connection may go to: http_fetch is https only.
+/// How many connections a proxy with bounds (a shell call's) serves at once: each is two
+/// threads, and the proxy's sandbox has 64 processes.
+pub const MAX_CONNECTIONS_BOUNDED: usize = 16;
+/// The only port a connection may go to: https only.
 pub const ALLOWED_PORT: u16 = 443;
+/// A relayed connection with no byte either way for this long is closed.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// What the proxy allows: the grant's host patterns and the owner's extra address ranges.
 #[derive(Debug, Clone)]
@@ -66,6 +80,27 @@ pub struct Policy {
     allow_addresses: Vec<Cidr>,
     handshake_timeout: Duration,
     connect_timeout: Duration,
+    idle_timeout: Duration,
+    /// The call's byte bound each way and what it has relayed, all connections together.
+    meter: Option<Arc<Meter>>,
+}
+
+/// Bytes relayed by one proxy, up and down, against its bound (`--max-bytes`).
+#[derive(Debug)]
+pub struct Meter {
+    max: u64,
+    up: AtomicU64,
+    down: AtomicU64,
+}
+
+impl Meter {
+    pub fn new(max: u64) -> Meter {
+        Meter {
+            max,
+            up: AtomicU64::new(0),
+            down: AtomicU64::new(0),
+        }
+    }
 }
 
 impl Policy {
@@ -80,7 +115,21 @@ impl Policy {
             allow_addresses,
             handshake_timeout: HANDSHAKE_TIMEOUT,
             connect_timeout: CONNECT_TIMEOUT,
+            idle_timeout: IDLE_TIMEOUT,
+            meter: None,
         })
+    }
+
+    /// Bounds the bytes relayed each way, all connections served with this policy together.
+    pub fn with_max_bytes(mut self, max: u64) -> Policy {
+        self.meter = Some(Arc::new(Meter::new(max)));
+        self
+    }
+
+    /// Replaces the idle timeout of relayed connections (tests use a short one).
+    pub fn with_idle_timeout(mut self, timeout: Duration) -> Policy {
+        self.idle_timeout = timeout;
+        self
     }
 
     /// Replaces the handshake deadline (tests use a short one).
@@ -156,24 +205,44 @@ pub enum Reason {
     ResolveFailed(String),
     NoDialableAddress(Vec<IpAddr>),
     ConnectFailed(SocketAddr, String),
+    /// An HTTP method other than CONNECT (at most its first 32 bytes).
+    Method(String),
+    /// An HTTP CONNECT to an address, not a name.
+    IpLiteral,
     Relayed {
         addr: SocketAddr,
         up: u64,
         down: u64,
     },
+    /// Relayed until the call's bytes each way (`--max-bytes`) were spent.
+    BytesSpent {
+        addr: SocketAddr,
+        up: u64,
+        down: u64,
+    },
+    /// Relayed until no byte moved either way for the idle timeout.
+    Idle {
+        addr: SocketAddr,
+        up: u64,
+        down: u64,
+    },
+    /// The call's connections (`--max-connections`) were all used.
+    ConnectionsSpent(u64),
 }
 
 impl fmt::Display for Reason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Reason::NotSocks5 => write!(f, "the greeting is not SOCKS5"),
+            Reason::NotSocks5 => write!(f, "the greeting is neither SOCKS5 nor HTTP"),
             Reason::NoAcceptableMethod => write!(f, "the greeting does not offer method 0"),
-            Reason::BadRequest => {
-                write!(f, "the request is not SOCKS5 or its reserved byte is set")
-            }
+            Reason::BadRequest => write!(
+                f,
+                "the request is malformed (SOCKS5: not version 5 or its reserved byte set; HTTP: not a request line, or a target not name:port)"
+            ),
             Reason::TooLong => write!(
                 f,
-                "the handshake is longer than {MAX_HANDSHAKE_BYTES} bytes"
+                "the handshake is longer than {MAX_HANDSHAKE_BYTES} bytes (SOCKS5) or {} (HTTP)",
+                http::MAX_HEAD_BYTES
             ),
             Reason::HandshakeTimeout => write!(f, "the handshake did not arrive in time"),
             Reason::ClosedEarly => write!(f, "the client closed during the handshake"),
@@ -193,21 +262,53 @@ impl fmt::Display for Reason {
                 write!(f, "]")
             }
             Reason::ConnectFailed(a, e) => write!(f, "connecting to {a} failed: {e}"),
+            Reason::Method(m) => write!(f, "method {m:?} is not CONNECT"),
+            Reason::IpLiteral => write!(f, "the target is an IP address, not a name"),
             Reason::Relayed { addr, up, down } => {
                 write!(f, "relayed via {addr}: {up} bytes up, {down} bytes down")
+            }
+            Reason::BytesSpent { addr, up, down } => write!(
+                f,
+                "relayed via {addr}: {up} bytes up, {down} bytes down, cut: the call's bytes are spent"
+            ),
+            Reason::Idle { addr, up, down } => write!(
+                f,
+                "relayed via {addr}: {up} bytes up, {down} bytes down, closed: idle for {} s",
+                IDLE_TIMEOUT.as_secs()
+            ),
+            Reason::ConnectionsSpent(n) => {
+                write!(f, "closed: the call's {n} connections are used")
             }
         }
     }
 }
 
+/// Which protocol a client spoke, told by its first byte: 5 for SOCKS5, a letter for HTTP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    Socks5,
+    Http,
+}
+
 /// What happened on one connection: the log line (never the payload).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Outcome {
+    pub protocol: Protocol,
     /// The requested host and port, once read (names from the socket are shown escaped).
     pub target: Option<(String, u16)>,
-    /// The reply sent, if any.
+    /// The decision sent, if any: as this SOCKS5 reply, or over HTTP as its [`Status`].
     pub reply: Option<Reply>,
     pub reason: Reason,
+}
+
+impl Outcome {
+    /// The bytes that answer this outcome before the close, if any.
+    fn answer(&self) -> Option<Vec<u8>> {
+        match self.protocol {
+            Protocol::Socks5 => self.reply.map(|r| r.bytes().to_vec()),
+            Protocol::Http => Status::for_outcome(self.reply, &self.reason).map(Status::bytes),
+        }
+    }
 }
 
 impl fmt::Display for Outcome {
@@ -216,9 +317,13 @@ impl fmt::Display for Outcome {
             Some((host, port)) => write!(f, "{host:?} port {port}: ")?,
             None => write!(f, "-: ")?,
         }
-        match self.reply {
-            Some(r) => write!(f, "reply {r}: {}", self.reason),
-            None => write!(f, "closed: {}", self.reason),
+        match (self.protocol, self.reply) {
+            (Protocol::Socks5, Some(r)) => write!(f, "reply {r}: {}", self.reason),
+            (Protocol::Http, _) => match Status::for_outcome(self.reply, &self.reason) {
+                Some(s) => write!(f, "HTTP {s}: {}", self.reason),
+                None => write!(f, "closed: {}", self.reason),
+            },
+            (Protocol::Socks5, None) => write!(f, "closed: {}", self.reason),
         }
     }
 }
@@ -227,6 +332,7 @@ impl fmt::Display for Outcome {
 /// the client sends; every path ends with the streams dropped, that is closed.
 pub fn serve<C: Conn>(client: C, policy: &Policy, dial: &dyn Dial) -> Outcome {
     let mut outcome = Outcome {
+        protocol: Protocol::Socks5,
         target: None,
         reply: None,
         reason: Reason::ClosedEarly,
@@ -236,15 +342,15 @@ pub fn serve<C: Conn>(client: C, policy: &Policy, dial: &dyn Dial) -> Outcome {
         outcome.reason = Reason::Io(e.to_string());
         return outcome;
     }
-    let opened = socks::read_request(&client, policy.handshake_timeout, &mut outcome)
+    let opened = read_request(&client, policy, &mut outcome)
         .and_then(|(name, port)| dial::open(&name, port, policy, dial, &mut outcome));
     let server = match opened {
         Ok(server) => server,
         Err(reason) => {
             outcome.reason = reason;
-            if let Some(reply) = outcome.reply {
-                // The close follows whether or not the reply could be written.
-                let _ = client.write_all_from(&reply.bytes());
+            if let Some(answer) = outcome.answer() {
+                // The close follows whether or not the answer could be written.
+                let _ = client.write_all_from(&answer);
             }
             return outcome;
         }
@@ -257,20 +363,46 @@ pub fn serve<C: Conn>(client: C, policy: &Policy, dial: &dyn Dial) -> Outcome {
         }
     };
     outcome.reply = Some(Reply::Succeeded);
-    if let Err(e) = client.write_all_from(&Reply::Succeeded.bytes()) {
+    let established = match outcome.protocol {
+        Protocol::Socks5 => Reply::Succeeded.bytes().to_vec(),
+        Protocol::Http => Status::Established.bytes(),
+    };
+    if let Err(e) = client.write_all_from(&established) {
         outcome.reason = Reason::Io(e.to_string());
         return outcome;
     }
-    // From here on nothing is parsed and nothing times out: the connection lasts as long as
-    // both ends keep it, which curl's --max-time and the container's life bound.
-    let cleared = client
-        .set_read_deadline(None)
-        .and_then(|_| client.set_write_deadline(None));
-    if let Err(e) = cleared {
-        outcome.reason = Reason::Io(e.to_string());
-        return outcome;
-    }
-    let (up, down) = relay::relay(&client, &server);
-    outcome.reason = Reason::Relayed { addr, up, down };
+    // From here on nothing is parsed: the connection lasts as long as both ends keep it and
+    // bytes move, which the client's own time limit and the sandbox's life bound.
+    let relayed = relay::relay(
+        &client,
+        &server,
+        policy.idle_timeout,
+        policy.meter.as_deref(),
+    );
+    let (up, down) = (relayed.up, relayed.down);
+    outcome.reason = match relayed.ended {
+        relay::Ended::Closed => Reason::Relayed { addr, up, down },
+        relay::Ended::BytesSpent => Reason::BytesSpent { addr, up, down },
+        relay::Ended::Idle => Reason::Idle { addr, up, down },
+    };
     outcome
+}
+
+/// The handshake, SOCKS5 or HTTP by its first byte, within the handshake deadline: the
+/// requested name, still bytes, and port.
+fn read_request<C: Conn>(
+    client: &C,
+    policy: &Policy,
+    outcome: &mut Outcome,
+) -> Result<(Vec<u8>, u16), Reason> {
+    let mut hs = handshake::Handshake::new(client, policy.handshake_timeout, MAX_HANDSHAKE_BYTES);
+    match hs.byte()? {
+        5 => socks::read_request(&mut hs, outcome),
+        first if first.is_ascii_alphabetic() => {
+            outcome.protocol = Protocol::Http;
+            hs.set_limit(http::MAX_HEAD_BYTES);
+            http::read_request(&mut hs, first, outcome)
+        }
+        _ => Err(Reason::NotSocks5),
+    }
 }

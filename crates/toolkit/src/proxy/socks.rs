@@ -3,9 +3,9 @@
 
 use std::fmt;
 use std::io;
-use std::time::{Duration, Instant};
 
-use super::{Conn, Outcome, Reason, MAX_HANDSHAKE_BYTES};
+use super::handshake::Handshake;
+use super::{Conn, Outcome, Reason};
 
 /// The SOCKS5 reply codes this proxy sends: those of RFC 1928 section 6 that
 /// docs/design.md#the-egress-proxy names.
@@ -41,77 +41,20 @@ impl fmt::Display for Reply {
     }
 }
 
-/// Reads the handshake within the byte budget and the deadline.
-struct Handshake<'a, C: Conn> {
-    conn: &'a C,
-    deadline: Instant,
-    used: usize,
-}
-
-impl<C: Conn> Handshake<'_, C> {
-    /// Exactly `buf.len()` bytes: nothing past the request is ever read here, so what curl
-    /// sends after it (TLS) stays in the socket for the relay.
-    fn take(&mut self, buf: &mut [u8]) -> Result<(), Reason> {
-        if self.used + buf.len() > MAX_HANDSHAKE_BYTES {
-            return Err(Reason::TooLong);
-        }
-        let mut done = 0;
-        while done < buf.len() {
-            let left = self.deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Err(Reason::HandshakeTimeout);
-            }
-            self.conn
-                .set_read_deadline(Some(left))
-                .map_err(|e| Reason::Io(e.to_string()))?;
-            match self.conn.read_into(&mut buf[done..]) {
-                Ok(0) => return Err(Reason::ClosedEarly),
-                Ok(n) => done += n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                    ) =>
-                {
-                    return Err(Reason::HandshakeTimeout)
-                }
-                Err(e) => return Err(Reason::Io(e.to_string())),
-            }
-        }
-        self.used += buf.len();
-        Ok(())
-    }
-
-    fn byte(&mut self) -> Result<u8, Reason> {
-        let mut b = [0u8; 1];
-        self.take(&mut b)?;
-        Ok(b[0])
-    }
-}
-
-/// Greeting and request, within `timeout` for both together. Answers the greeting (`05 00`, or
-/// `05 FF` before closing); returns the requested name, still bytes, and port. On `Err`,
-/// `outcome.reply` holds the reply to send before closing, if any.
+/// Greeting (its first byte, the version, already read by `serve`) and request, within the
+/// handshake's budget. Answers the greeting (`05 00`, or `05 FF` before closing); returns the
+/// requested name, still bytes, and port. On `Err`, `outcome.reply` holds the reply to send
+/// before closing, if any.
 pub(super) fn read_request<C: Conn>(
-    client: &C,
-    timeout: Duration,
+    hs: &mut Handshake<'_, C>,
     outcome: &mut Outcome,
 ) -> Result<(Vec<u8>, u16), Reason> {
-    let mut hs = Handshake {
-        conn: client,
-        deadline: Instant::now() + timeout,
-        used: 0,
-    };
+    let client = hs.conn;
     let io_err = |e: io::Error| Reason::Io(e.to_string());
 
-    // Greeting: VER NMETHODS METHODS...
-    let mut head = [0u8; 2];
-    hs.take(&mut head)?;
-    if head[0] != 5 {
-        return Err(Reason::NotSocks5);
-    }
-    let mut methods = vec![0u8; usize::from(head[1])];
+    // Greeting: VER (read) NMETHODS METHODS...
+    let count = hs.byte()?;
+    let mut methods = vec![0u8; usize::from(count)];
     hs.take(&mut methods)?;
     if !methods.contains(&0) {
         let _ = client.write_all_from(&[5, 0xFF]);

@@ -105,6 +105,7 @@ impl Suite {
                     egress: (tool == ToolName::HttpFetch).then(|| Egress {
                         hosts: grant.hosts.clone(),
                         allow_addresses: grant.allow_addresses.clone(),
+                        bounds: None,
                     }),
                     timeout: self.t(Duration::from_secs(30)),
                     staged_limit: None,

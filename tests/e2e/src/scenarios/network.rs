@@ -1,12 +1,13 @@
 //! The network: a shell has none (the controls show the fake tailnet host is there to reach),
-//! and http_fetch reaches only the grant's hosts at allowed addresses, through its proxy.
+//! http_fetch reaches only the grant's hosts at allowed addresses, through its proxy, and a shell
+//! of a grant with shell_hosts reaches only those, through its own proxy and the proxy variables.
 
 use std::time::Duration;
 
 use brokerd::policy::Why;
 use client::Body;
 
-use super::{check, exit_codes, show, Outcome, Suite, GRANT};
+use super::{check, exit_codes, show, Outcome, Suite, GRANT, NET_CONNECTIONS, NET_GRANT};
 use crate::https::{HELLO, TAILNET_GREETING};
 use crate::system;
 
@@ -267,6 +268,140 @@ impl Suite {
                 "the tailnet host saw {n} connection(s), the control made {}: {text}",
                 self.control_connections
             )
+        })
+    }
+
+    // --- shell with shell_hosts --------------------------------------------------------------
+
+    /// A shell call of the `e2e-net` grant (shell_hosts = ["ok.test"]); an `ask` is approved.
+    fn net_shell(&mut self, command: &str) -> Result<String, String> {
+        let args = serde_json::json!({ "command": command });
+        let body = match self.call_as(NET_GRANT, "shell", args.clone(), None)? {
+            Body::Ask { ticket, .. } => self.call_as(NET_GRANT, "shell", args, Some(ticket))?,
+            other => other,
+        };
+        match body {
+            Body::Result { content, .. } => Ok(content),
+            other => Err(format!("expected a result, got {}", show(&other))),
+        }
+    }
+
+    /// `curl <args>` in the `e2e-net` shell, by the environment alone: its output and exit
+    /// code (`rc=N`), standard error included.
+    fn net_curl(&mut self, args: &str) -> Result<String, String> {
+        let w = self.secs(10);
+        self.net_shell(&format!(
+            "curl -sS --max-time {w} {args} 2>&1; rc=$?; echo; echo \"rc=$rc\""
+        ))
+    }
+
+    /// curl refused by the proxy at CONNECT: exit 56 and the status in curl's report, no body.
+    fn refused_at_connect(out: &str, status: u16, what: &str) -> Outcome {
+        check(!out.contains(HELLO), || {
+            format!("{what} was reached: {out:?}")
+        })?;
+        check(
+            exit_codes(out) == ["56"] && out.contains(&format!("{status}")),
+            || format!("{what}: curl did not report a CONNECT refused with {status}: {out:?}"),
+        )
+    }
+
+    /// curl, told nothing but the environment brokerd's toolkit set, fetches the granted host
+    /// over TLS end to end (the suite's CA is in the sandbox's trust store).
+    pub(super) fn shell_egress_reaches_granted_host(&mut self) -> Outcome {
+        let out = self.net_shell(
+            "echo \"proxy=$HTTPS_PROXY no_proxy=[$NO_PROXY]\"; \
+             curl -sS --max-time 10 https://ok.test/ 2>&1; rc=$?; echo; echo \"rc=$rc\"",
+        )?;
+        check(
+            out.contains("proxy=http://127.0.0.1:") && out.contains("no_proxy=[]"),
+            || format!("the proxy variables are not the bridge's: {out:?}"),
+        )?;
+        check(out.contains(HELLO) && exit_codes(&out) == ["0"], || {
+            format!("curl did not fetch ok.test through the proxy: {out:?}")
+        })
+    }
+
+    /// Another test host, and a name the http_fetch grant's `*.ok.test` would allow but
+    /// shell_hosts does not: both refused by the proxy with 403.
+    pub(super) fn shell_egress_refuses_other_host(&mut self) -> Outcome {
+        let out = self.net_curl("https://other.test/")?;
+        Self::refused_at_connect(&out, 403, "other.test")?;
+        let out = self.net_curl("https://www.ok.test/")?;
+        Self::refused_at_connect(&out, 403, "www.ok.test")
+    }
+
+    /// A CONNECT to the granted name on port 80 is refused (403); a plain-HTTP request to it
+    /// through the proxy is never forwarded (405).
+    pub(super) fn shell_egress_refuses_port_80(&mut self) -> Outcome {
+        let out = self.net_curl("--proxytunnel http://ok.test:80/")?;
+        Self::refused_at_connect(&out, 403, "ok.test:80 by CONNECT")?;
+        let out = self.net_curl("-o /dev/null -w 'code=%{http_code}' http://ok.test/")?;
+        check(
+            out.contains("code=405") && exit_codes(&out) == ["0"] && !out.contains(HELLO),
+            || format!("a plain-HTTP request was not answered 405: {out:?}"),
+        )
+    }
+
+    /// ok.test's own address, asked for as an IP literal: refused (403) although the name
+    /// that resolves to it is granted.
+    pub(super) fn shell_egress_refuses_ip_literal(&mut self) -> Outcome {
+        let out = self.net_curl("-k https://192.0.2.1/")?;
+        Self::refused_at_connect(&out, 403, "192.0.2.1")?;
+        let out = self.net_curl("-k https://[::ffff:192.0.2.1]/")?;
+        Self::refused_at_connect(&out, 403, "[::ffff:192.0.2.1]")
+    }
+
+    /// The same shell, with the variables ignored: no name resolves, and the granted host's
+    /// address has no route.
+    pub(super) fn shell_egress_no_route_around_the_proxy(&mut self) -> Outcome {
+        let w = self.secs(5);
+        let out = self.net_shell(&format!(
+            "echo '== curl'; curl -sS --max-time {w} --noproxy '*' https://ok.test/ 2>&1; rc=$?; echo; echo \"rc=$rc\"; \
+             echo '== nc'; timeout {w} nc 192.0.2.1 443 </dev/null 2>&1; echo \"rc=$?\"; \
+             echo '== interfaces'; sed 1,2d /proc/net/dev | cut -d: -f1 | tr -d ' '"
+        ))?;
+        check(!out.contains(HELLO), || {
+            format!("ok.test was reached: {out:?}")
+        })?;
+        let curl = out.split("== curl\n").nth(1).unwrap_or("");
+        let curl = curl.split("== nc").next().unwrap_or("");
+        check(exit_codes(curl) == ["6"], || {
+            format!("curl without the proxy did not fail to resolve: {curl:?}")
+        })?;
+        let nc = out.split("== nc\n").nth(1).unwrap_or("");
+        let nc = nc.split("== interfaces").next().unwrap_or("");
+        check(
+            exit_codes(nc) == ["1"] && nc.contains("can't connect"),
+            || format!("nc to 192.0.2.1:443 did not fail to connect: {nc:?}"),
+        )?;
+        let interfaces = out.split("== interfaces\n").nth(1).unwrap_or("");
+        let names: Vec<&str> = interfaces
+            .lines()
+            .filter(|l| !l.is_empty() && !l.starts_with("[exit"))
+            .collect();
+        check(names == ["lo"], || {
+            format!("the sandbox has an interface besides lo: {interfaces:?}")
+        })
+    }
+
+    /// `egress_connections` holds for the call: of more connections than it, the first that
+    /// many fetch ok.test, the rest are closed without an answer; the next call has its own.
+    pub(super) fn shell_egress_connection_bound(&mut self) -> Outcome {
+        let tries = NET_CONNECTIONS + 3;
+        let out = self.net_shell(&format!(
+            "for i in $(seq {tries}); do curl -s --max-time 5 -o /dev/null -w '%{{http_code}}\n' https://ok.test/; done"
+        ))?;
+        let codes: Vec<&str> = out.lines().filter(|l| l.len() == 3).collect();
+        let want: Vec<&str> = (0..tries)
+            .map(|i| if i < NET_CONNECTIONS { "200" } else { "000" })
+            .collect();
+        check(codes == want, || {
+            format!("want {NET_CONNECTIONS} fetches then refusals, got {codes:?}: {out:?}")
+        })?;
+        let out = self.net_curl("-o /dev/null -w 'code=%{http_code}' https://ok.test/")?;
+        check(out.contains("code=200"), || {
+            format!("the next call did not get connections of its own: {out:?}")
         })
     }
 }

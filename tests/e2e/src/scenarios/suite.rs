@@ -13,8 +13,8 @@ use serde_json::{json, Value};
 
 use super::{
     call_on, check, host_egress_network, show, staged, time_scale, Backend, Outcome, Suite,
-    ASK_GRANT, CALL_WAIT, CANARY_NAME, CANARY_VALUE, GRANT, OUTPUT_CAP, RO_TEXT, SHELL_MS,
-    STAGED_GRANT,
+    ASK_GRANT, CALL_WAIT, CANARY_NAME, CANARY_VALUE, GRANT, NET_CONNECTIONS, NET_GRANT, OUTPUT_CAP,
+    RO_TEXT, SHELL_MS, STAGED_GRANT,
 };
 use crate::system::{self, User};
 
@@ -125,6 +125,7 @@ read_file_ms = {read_file_ms}
 write_file_ms = {write_file_ms}
 http_fetch_ms = {http_fetch_ms}
 egress_start_ms = {egress_start_ms}
+egress_connections = {NET_CONNECTIONS}
 home = "{home}"
 
 [grants.{GRANT}]
@@ -132,6 +133,13 @@ mode = "auto"
 tools = ["read_file", "write_file", "shell", "http_fetch"]
 paths = [ {{ path = "{rw}", write = true }}, {{ path = "{ro}" }} ]
 hosts = ["ok.test", "*.ok.test"]
+allow_addresses = ["192.0.2.0/24"]
+
+[grants.{NET_GRANT}]
+mode = "auto"
+tools = ["shell"]
+paths = [ {{ path = "{ro}" }} ]
+shell_hosts = ["ok.test"]
 allow_addresses = ["192.0.2.0/24"]
 
 [grants.{ASK_GRANT}]

@@ -53,6 +53,8 @@ fn bad_configs_say_where_and_what() {
         ),
         (runner("read_file_ms = 0"), "c.toml:3:16: runner.read_file_ms: must be greater than 0".into()),
         (runner("pids = 0"), "c.toml:3:8: runner.pids: must be greater than 0".into()),
+        (runner("egress_connections = 0"), "c.toml:3:22: runner.egress_connections: must be greater than 0".into()),
+        (runner("egress_bytes = 0"), "c.toml:3:16: runner.egress_bytes: must be greater than 0".into()),
         (runner("output_cap = 0"), "c.toml:3:14: runner.output_cap: must be greater than 0".into()),
         (
             runner("memory = \"512 MB\""),
@@ -89,7 +91,7 @@ fn bad_configs_say_where_and_what() {
         ),
         (
             runner("imag = \"x\""),
-            "c.toml:3:1: unknown field `imag`, expected one of `backend`, `podman`, `image`, `egress_network`, `output_cap`, `memory`, `pids`, `read_file_ms`, `write_file_ms`, `shell_ms`, `http_fetch_ms`, `enforce_limits`, `egress_start_ms`, `home`, `protect_max_depth`, `protect_max_entries`, `protect_max_targets`".into(),
+            "c.toml:3:1: unknown field `imag`, expected one of `backend`, `podman`, `image`, `egress_network`, `output_cap`, `memory`, `pids`, `read_file_ms`, `write_file_ms`, `shell_ms`, `http_fetch_ms`, `enforce_limits`, `egress_start_ms`, `egress_connections`, `egress_bytes`, `home`, `protect_max_depth`, `protect_max_entries`, `protect_max_targets`".into(),
         ),
         (
             runner("backend = \"docker\""),
@@ -122,6 +124,14 @@ fn bad_configs_say_where_and_what() {
         (grant(&format!("paths = [{{ path = \"{d}\", mode = \"rw\" }}]")), "c.toml:3:".to_string()),
         (grant("hosts = [\"*.com\"]"), "c.toml:3:10: grants.g.hosts: \"*.com\" is not a host pattern: a host name like docs.example.org, or *. and a name like *.example.net".into()),
         (grant("hosts = [\"10.0.0.1\"]"), "c.toml:3:10: grants.g.hosts: \"10.0.0.1\" is not a host pattern: a host name like docs.example.org, or *. and a name like *.example.net".into()),
+        (grant("shell_hosts = [\"*.com\"]"), "c.toml:3:16: grants.g.shell_hosts: \"*.com\" is not a host pattern: a host name like docs.example.org, or *. and a name like *.example.net".into()),
+        (grant("shell_hosts = [\"ok.example\", \"a%00.example\"]"), "c.toml:3:30: grants.g.shell_hosts: \"a%00.example\" is not a host pattern: a host name like docs.example.org, or *. and a name like *.example.net".into()),
+        // A shell call with shell_hosts starts a proxy: the default shell limit, with the
+        // proxy's start and removal, is past the default timeout under Podman.
+        (
+            format!("{}[grants.g]\ntools = [\"shell\"]\nshell_hosts = [\"index.crates.io\"]\n", runner("")),
+            "c.toml:6:16: grants.g.shell_hosts: 100000 ms, with what stopping and removing the sandbox (and starting a proxy) may take, comes to 129000 ms, not under broker.timeout_ms (120000 ms): loopd would stop waiting before a call that ran out its time limit is answered; lower the limit or raise both".into(),
+        ),
         (grant("allow_addresses = [\"10.1.2.3/8\"]"), "c.toml:3:20: grants.g.allow_addresses: \"10.1.2.3/8\" has address bits set past its prefix length; write 10.0.0.0/8".into()),
         (grant("allow_addresses = [\"10.0.0.0/33\"]"), "c.toml:3:20: grants.g.allow_addresses: \"10.0.0.0/33\" has a prefix length longer than the address".into()),
         (grant("allow_addresses = [\"example.com\"]"), "c.toml:3:20: grants.g.allow_addresses: \"example.com\" is not an address or a CIDR such as 192.0.2.0/24".into()),
@@ -207,4 +217,21 @@ fn memory_sizes() {
     for (s, want) in cases {
         assert_eq!(memory_bytes(s), want, "{s}");
     }
+}
+
+#[test]
+fn shell_hosts_count_the_proxy_in_the_shell_budget() {
+    let grant = "[grants.g]\ntools = [\"shell\"]\nshell_hosts = [\"index.crates.io\"]\n";
+    // Podman: 90 s + 5 s start + 16 s tool stop + 8 s proxy removal = 119 s.
+    let ok = format!("{}{grant}", runner("shell_ms = 90000"));
+    let c = parse(&ok, "c.toml").unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(c.grants["g"].shell_hosts, vec!["index.crates.io"]);
+    let over = format!("{}{grant}", runner("shell_ms = 91000"));
+    assert!(parse(&over, "c.toml").is_err());
+    // Without shell_hosts the same limit needs no proxy.
+    let plain = format!(
+        "{}[grants.g]\ntools = [\"shell\"]\n",
+        runner("shell_ms = 100000")
+    );
+    assert!(parse(&plain, "c.toml").is_ok());
 }
