@@ -383,25 +383,16 @@ impl Steps for BwrapRuntime {
         let times = Deadlines::new(spec, self.egress_start);
         let mut proxy = None;
         let mut sandbox = None;
-        let answer = match &spec.egress {
-            // No way out is made before the decision is on disk.
+        // No way out is made before the decision is on disk.
+        let way_out = match &spec.egress {
             Some(_) if !cleared.wait(times.decided()) => Err(not_cleared(spec)),
-            Some(egress) => match self.start_egress(spec, egress, &name, &layout, &times) {
-                Ok(guard) => {
-                    proxy = Some(guard);
-                    self.run_tool(
-                        spec,
-                        &name,
-                        &tool_layout,
-                        &mut sandbox,
-                        held,
-                        cleared,
-                        &times,
-                    )
-                }
-                Err(e) => Err(e),
-            },
-            None => self.run_tool(
+            Some(egress) => self
+                .start_egress(spec, egress, &name, &layout, &times)
+                .map(|guard| proxy = Some(guard)),
+            None => Ok(()),
+        };
+        let answer = way_out.and_then(|()| {
+            self.run_tool(
                 spec,
                 &name,
                 &tool_layout,
@@ -409,8 +400,8 @@ impl Steps for BwrapRuntime {
                 held,
                 cleared,
                 &times,
-            ),
-        };
+            )
+        });
         let leftovers = (sandbox.is_some() || proxy.is_some()).then_some((sandbox, proxy));
         Ok(Ran {
             sandbox: name,
