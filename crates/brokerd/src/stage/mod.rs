@@ -326,7 +326,7 @@ impl Stage {
                 Err(_) => return Err(StageError::Busy(l.real.clone())),
             }
         }
-        let began = coarse_now_ns();
+        let began = now_ns();
         busy.extend(dirs.iter().map(|d| (d.clone(), began)));
         Ok(Holding {
             limit,
@@ -681,16 +681,16 @@ pub fn measure(dir: &Path) -> Result<u64, PathBuf> {
     Ok(total)
 }
 
-/// The time the kernel stamps files with (`CLOCK_REALTIME_COARSE`), in nanoseconds: a file
-/// changed after this reads has a change time past it, however coarse the stamps.
-fn coarse_now_ns() -> Option<i128> {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid timespec the call writes and nothing else.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut ts) };
-    (rc == 0).then(|| i128::from(ts.tv_sec) * 1_000_000_000 + i128::from(ts.tv_nsec))
+/// The real-time clock, fine-grained, in nanoseconds. No change time the kernel hands out is
+/// past it (coarse stamps lag it; fine ones and the multigrain floor, since Linux 6.13, never
+/// run ahead of it), so a file changed before this reads is never taken for one changed after.
+/// A change in the clock tick after it may carry a coarse stamp below it: that change came
+/// before the call's sandbox started, which then saw it (docs/design.md#staged-writes-and-owners).
+fn now_ns() -> Option<i128> {
+    let d = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .ok()?;
+    i128::try_from(d.as_nanos()).ok()
 }
 
 fn now_s() -> u64 {

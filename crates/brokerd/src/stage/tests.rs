@@ -74,6 +74,28 @@ fn what_the_host_changes_during_a_call_is_a_conflict() {
     );
 }
 
+/// A host edit made just before a call takes the layer is the session's base, never a change
+/// during the call: no change time the kernel hands out (a stat between two writes makes the
+/// second stamp fine-grained on a multigrain file system) is past the call's start.
+#[test]
+fn an_edit_before_the_call_is_not_during_it() {
+    use std::os::unix::fs::MetadataExt;
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let f = tmp.path().join("f");
+    for round in 0..2000 {
+        std::fs::write(&f, "one").expect("write");
+        std::fs::metadata(&f).expect("stat");
+        std::fs::write(&f, "two").expect("write");
+        let began = now_ns().expect("clock");
+        let st = std::fs::metadata(&f).expect("stat");
+        let stamp = i128::from(st.ctime()) * 1_000_000_000 + i128::from(st.ctime_nsec());
+        assert!(
+            stamp <= began,
+            "round {round}: stamped {stamp}, began {began}"
+        );
+    }
+}
+
 /// A call that writes into a directory of its layer and makes it mode 000 hides nothing from
 /// `max_staged_bytes`: what brokerd cannot read counts as past the bound, and the session's
 /// next writing call is refused, saying why.
