@@ -4,8 +4,12 @@
 //!
 //! ```text
 //! /bin/toolkit egress-proxy --socket <path> --allow <pattern>[,<pattern>...] [--allow-address <cidr>]...
-//!     [--max-connections <n>] [--max-bytes <n>]
+//!     [--max-connections <n>] [--max-bytes <n>] [--report <path>]
 //! ```
+//!
+//! With `--report`, the proxy appends one [`ReportLine`] of JSON per connection it opens and per
+//! connection it ends to that file, for brokerd to read into the call's outcome record
+//! (docs/design.md#shell-and-its-egress-proxy).
 //!
 //! `--allow` may be given more than once (its patterns add up); [`ProxyArgs::to_args`] gives it
 //! once, the patterns joined by `,`, and one `--allow-address` per range, in order
@@ -19,13 +23,209 @@ use crate::tools::TOOLKIT;
 pub const SUBCOMMAND: &str = "egress-proxy";
 
 /// The proxy's synopsis, for its usage messages.
-pub const USAGE: &str = "toolkit egress-proxy --socket <path> --allow <pattern>[,<pattern>...] [--allow-address <cidr>]... [--max-connections <n>] [--max-bytes <n>]";
+pub const USAGE: &str = "toolkit egress-proxy --socket <path> --allow <pattern>[,<pattern>...] [--allow-address <cidr>]... [--max-connections <n>] [--max-bytes <n>] [--report <path>]";
 
 const SOCKET: &str = "--socket";
 const ALLOW: &str = "--allow";
 const ALLOW_ADDRESS: &str = "--allow-address";
 const MAX_CONNECTIONS: &str = "--max-connections";
 const MAX_BYTES: &str = "--max-bytes";
+const REPORT: &str = "--report";
+
+/// Where a shell call's proxy writes its report inside its own sandbox: a directory of its
+/// own, which the tool's sandbox never sees.
+pub const REPORT_DIR: &str = "/run/egress-report";
+/// The report file in [`REPORT_DIR`].
+pub const REPORT_FILE: &str = "/run/egress-report/connections.jsonl";
+/// The most lines a proxy writes to its report; past them it writes none (brokerd reads the
+/// report as cut short).
+pub const REPORT_MAX_LINES: u64 = 4096;
+/// The longest reason a report line carries, in bytes (cut at a character boundary).
+pub const REPORT_MAX_REASON: usize = 240;
+
+/// One line of a proxy's report: a connection opened to a server (`open`) or a connection's
+/// end (`end`), numbered in the order the proxy accepted them. Never a byte of payload.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReportLine {
+    /// The connection's number, from 1.
+    pub n: u64,
+    pub event: ReportEvent,
+    /// The host asked for, once read and valid; names that are not are left out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    /// The server's address, once connected.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub addr: Option<String>,
+    /// Bytes relayed, client to server and back (`end` only).
+    #[serde(default)]
+    pub up: u64,
+    #[serde(default)]
+    pub down: u64,
+    /// Whether the connection was relayed at all (`end` only): false is a refusal.
+    #[serde(default)]
+    pub relayed: bool,
+    /// Why it ended: the proxy's reason (`end` only), at most [`REPORT_MAX_REASON`] bytes.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub reason: String,
+}
+
+/// The most hosts, and the most distinct refusal reasons, a [`Summary`] names; the rest are
+/// counted in its totals only.
+pub const SUMMARY_MAX_NAMED: usize = 16;
+
+/// What a call's proxy did, as its outcome record carries it: read from the proxy's report.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Summary {
+    /// Connections relayed to a server (opened, whether or not they ended).
+    pub connections: u64,
+    /// Connections refused or closed before any byte was relayed.
+    pub refused: u64,
+    /// Bytes relayed, all connections together, client to server and back; a connection
+    /// still open when the report was read counts what it had not yet reported as 0.
+    pub up: u64,
+    pub down: u64,
+    /// Connections opened that had not ended when the call's answer left.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub open_at_end: u64,
+    /// Per host connected, in the order first seen: at most [`SUMMARY_MAX_NAMED`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hosts: Vec<HostTally>,
+    /// Per refusal reason, in the order first seen: at most [`SUMMARY_MAX_NAMED`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub refusals: Vec<RefusalTally>,
+    /// Why the report is not the whole story, when it is not: cut at its line bound, a line
+    /// that could not be read, or a report that could not be read at all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub incomplete: Option<String>,
+}
+
+/// One host's connections and bytes.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct HostTally {
+    pub host: String,
+    pub connections: u64,
+    pub up: u64,
+    pub down: u64,
+}
+
+/// One refusal reason and how often it was given.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RefusalTally {
+    pub reason: String,
+    pub count: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+impl Summary {
+    /// Reads a report's text (whole lines; a last line without its newline is ignored, as a
+    /// line still being written). Never fails: what cannot be read is said in `incomplete`.
+    pub fn of_report(text: &[u8]) -> Summary {
+        let mut s = Summary::default();
+        let mut open: std::collections::BTreeSet<u64> = std::collections::BTreeSet::new();
+        let mut lines = 0u64;
+        let mut unreadable = 0u64;
+        let complete = match text.iter().rposition(|&b| b == b'\n') {
+            Some(end) => text[..end].split(|&b| b == b'\n').collect(),
+            None => Vec::new(),
+        };
+        for raw in complete {
+            lines += 1;
+            let Ok(line) = serde_json::from_slice::<ReportLine>(raw) else {
+                unreadable += 1;
+                continue;
+            };
+            match line.event {
+                ReportEvent::Open => {
+                    open.insert(line.n);
+                    s.connections += 1;
+                    if let Some(h) = line.host {
+                        s.tally_host(h, 1, 0, 0);
+                    }
+                }
+                ReportEvent::End if line.relayed => {
+                    open.remove(&line.n);
+                    s.up = s.up.saturating_add(line.up);
+                    s.down = s.down.saturating_add(line.down);
+                    if let Some(h) = line.host {
+                        s.tally_host(h, 0, line.up, line.down);
+                    }
+                }
+                ReportEvent::End => {
+                    // A connection that opened and then failed before relaying is not one.
+                    if open.remove(&line.n) {
+                        s.connections -= 1;
+                    }
+                    s.refused += 1;
+                    s.tally_refusal(line.reason);
+                }
+            }
+        }
+        s.open_at_end = open.len() as u64;
+        s.incomplete = match (lines >= REPORT_MAX_LINES, unreadable) {
+            (true, _) => Some(format!(
+                "the report stopped at its bound of {REPORT_MAX_LINES} lines"
+            )),
+            (false, 0) => None,
+            (false, n) => Some(format!("{n} lines of the report could not be read")),
+        };
+        s
+    }
+
+    fn tally_host(&mut self, host: String, connections: u64, up: u64, down: u64) {
+        let found = self.hosts.iter().position(|t| t.host == host);
+        let t = match found {
+            Some(i) => &mut self.hosts[i],
+            None if self.hosts.len() < SUMMARY_MAX_NAMED => {
+                self.hosts.push(HostTally {
+                    host,
+                    ..HostTally::default()
+                });
+                let last = self.hosts.len() - 1;
+                &mut self.hosts[last]
+            }
+            None => return,
+        };
+        t.connections += connections;
+        t.up = t.up.saturating_add(up);
+        t.down = t.down.saturating_add(down);
+    }
+
+    fn tally_refusal(&mut self, reason: String) {
+        let room = self.refusals.len() < SUMMARY_MAX_NAMED;
+        match self.refusals.iter_mut().find(|t| t.reason == reason) {
+            Some(t) => t.count += 1,
+            None if room => self.refusals.push(RefusalTally { reason, count: 1 }),
+            None => {}
+        }
+    }
+
+    /// The journal's words for it: counts only, never a name the model chose.
+    pub fn counts(&self) -> String {
+        format!(
+            "{} connections, {} refused, {} bytes up, {} down{}",
+            self.connections,
+            self.refused,
+            self.up,
+            self.down,
+            match self.open_at_end {
+                0 => String::new(),
+                n => format!(", {n} open at the end"),
+            }
+        )
+    }
+}
+
+/// What a [`ReportLine`] says happened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ReportEvent {
+    Open,
+    End,
+}
 
 /// What one egress proxy is told: where to listen and what it may reach.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,6 +240,8 @@ pub struct ProxyArgs {
     /// The call's bounds, where it has them (a shell call with `shell_hosts`): how many
     /// connections in all, and how many bytes each way, all connections together.
     pub bounds: Option<Bounds>,
+    /// The file to write the report to ([`ReportLine`]), as seen inside the proxy's sandbox.
+    pub report: Option<String>,
 }
 
 /// A call's bounds on its proxy (docs/design.md#shell-and-its-egress-proxy).
@@ -98,6 +300,10 @@ impl ProxyArgs {
             a.push(MAX_BYTES.to_string());
             a.push(b.bytes.to_string());
         }
+        if let Some(r) = &self.report {
+            a.push(REPORT.to_string());
+            a.push(r.clone());
+        }
         a
     }
 
@@ -117,6 +323,7 @@ impl ProxyArgs {
         let mut allow = Vec::new();
         let mut allow_addresses = Vec::new();
         let (mut connections, mut bytes) = (None, None);
+        let mut report: Option<String> = None;
         let mut it = args.iter();
         while let Some(flag) = it.next() {
             let mut value = || {
@@ -134,6 +341,15 @@ impl ProxyArgs {
                 ALLOW_ADDRESS => allow_addresses.push(addr::parse_allow_address(value()?)?),
                 MAX_CONNECTIONS => count(flag, value()?, &mut connections)?,
                 MAX_BYTES => count(flag, value()?, &mut bytes)?,
+                REPORT => {
+                    let v = value()?;
+                    if v.is_empty() {
+                        return Err(UsageError::MissingValue(REPORT.into()));
+                    }
+                    if report.replace(v.clone()).is_some() {
+                        return Err(UsageError::Twice(REPORT.into()));
+                    }
+                }
                 other => return Err(UsageError::Unknown(other.to_string())),
             }
         }
@@ -152,6 +368,7 @@ impl ProxyArgs {
             allow,
             allow_addresses,
             bounds,
+            report,
         })
     }
 }
@@ -207,6 +424,7 @@ mod tests {
             allow: vec!["docs.example.org".into(), "*.example.net".into()],
             allow_addresses: cidrs(&["192.0.2.0/24", "2001:db8::/32"]),
             bounds: None,
+            report: None,
         };
         assert_eq!(
             a.command(),
@@ -268,6 +486,7 @@ mod tests {
                                 connections: 64,
                                 bytes: 1 << 30,
                             }),
+                            report: (start % 3 == 1).then(|| REPORT_FILE.to_string()),
                         };
                         let back = ProxyArgs::parse(&x.to_args());
                         assert_eq!(back.as_ref(), Ok(&x), "{:?}", x.to_args());
@@ -291,6 +510,7 @@ mod tests {
                 allow: vec!["a.example".into(), "b.example".into(), "*.c.example".into()],
                 allow_addresses: cidrs(&["192.0.2.0/24"]),
                 bounds: None,
+                report: None,
             })
         );
     }
@@ -406,6 +626,14 @@ mod tests {
                 "--max-connections given twice".into(),
             ),
             (
+                words("--socket /s --allow example.com --report /r --report /q"),
+                "--report given twice".into(),
+            ),
+            (
+                vec!["--socket".into(), "/s".into(), "--allow".into(), "a.example".into(), "--report".into(), "".into()],
+                "--report needs a value".into(),
+            ),
+            (
                 words("--socket /s --allow example.com --allow-address 0.0.0.0/0"),
                 format!("--allow-address 0.0.0.0/0 overlaps 127.0.0.0/8, {never}"),
             ),
@@ -416,6 +644,139 @@ mod tests {
                 Err(e) => assert_eq!(e.to_string(), why, "{args:?}"),
             }
         }
+    }
+
+    /// A report line reads back as written, and a line with a field brokerd does not know,
+    /// or that is not JSON, is refused rather than half read.
+    #[test]
+    fn report_lines_round_trip_and_refuse_the_unknown() {
+        let line = ReportLine {
+            n: 3,
+            event: ReportEvent::End,
+            host: Some("ok.test".into()),
+            addr: Some("192.0.2.7:443".into()),
+            up: 10,
+            down: 20,
+            relayed: true,
+            reason: "closed".into(),
+        };
+        let text = serde_json::to_string(&line).expect("json");
+        assert_eq!(serde_json::from_str::<ReportLine>(&text).ok(), Some(line));
+        let open: ReportLine =
+            serde_json::from_str(r#"{"n":1,"event":"open","host":"a.test"}"#).expect("open");
+        assert_eq!(
+            (open.event, open.up, open.relayed),
+            (ReportEvent::Open, 0, false)
+        );
+        for bad in [
+            r#"{"n":1,"event":"open","extra":1}"#,
+            r#"{"n":1,"event":"close"}"#,
+            r#"{"event":"open"}"#,
+            "not json",
+        ] {
+            assert!(serde_json::from_str::<ReportLine>(bad).is_err(), "{bad}");
+        }
+    }
+
+    /// A report reads into its summary: relayed bytes per host, refusals by reason, a
+    /// connection still open, a line being written (no newline yet) left for later, a line
+    /// that is not a report line counted, and names past the bound counted but not named.
+    #[test]
+    fn a_report_reads_into_its_summary() {
+        let line =
+            |n: u64, event: ReportEvent, host: Option<&str>, up, down, relayed, reason: &str| {
+                let mut t = serde_json::to_vec(&ReportLine {
+                    n,
+                    event,
+                    host: host.map(str::to_string),
+                    addr: None,
+                    up,
+                    down,
+                    relayed,
+                    reason: reason.into(),
+                })
+                .expect("json");
+                t.push(b'\n');
+                t
+            };
+        use ReportEvent::{End, Open};
+        let mut text = Vec::new();
+        text.extend(line(1, Open, Some("ok.test"), 0, 0, false, ""));
+        text.extend(line(2, End, Some("no.test"), 0, 0, false, "not allowed"));
+        text.extend(line(3, Open, Some("ok.test"), 0, 0, false, ""));
+        text.extend(line(1, End, Some("ok.test"), 10, 200, true, "relayed"));
+        text.extend(line(4, End, None, 0, 0, false, "not allowed"));
+        text.extend(b"garbage\n");
+        text.extend(line(5, Open, Some("b.test"), 0, 0, false, ""));
+        text.extend(line(5, End, Some("b.test"), 0, 0, false, "broken pipe"));
+        text.extend(br#"{"n":6,"event":"open""#);
+        let s = Summary::of_report(&text);
+        assert_eq!(
+            (s.connections, s.refused, s.up, s.down, s.open_at_end),
+            (2, 3, 10, 200, 1)
+        );
+        assert_eq!(
+            s.hosts,
+            [
+                HostTally {
+                    host: "ok.test".into(),
+                    connections: 2,
+                    up: 10,
+                    down: 200
+                },
+                HostTally {
+                    host: "b.test".into(),
+                    connections: 1,
+                    up: 0,
+                    down: 0
+                },
+            ]
+        );
+        assert_eq!(
+            s.refusals,
+            [
+                RefusalTally {
+                    reason: "not allowed".into(),
+                    count: 2
+                },
+                RefusalTally {
+                    reason: "broken pipe".into(),
+                    count: 1
+                },
+            ]
+        );
+        assert_eq!(
+            s.incomplete.as_deref(),
+            Some("1 lines of the report could not be read")
+        );
+        assert_eq!(
+            s.counts(),
+            "2 connections, 3 refused, 10 bytes up, 200 down, 1 open at the end"
+        );
+        assert_eq!(Summary::of_report(b""), Summary::default());
+        // Many names: the first SUMMARY_MAX_NAMED are named, all are counted.
+        let mut many = Vec::new();
+        for n in 0..40u64 {
+            let host = format!("h{n}.test");
+            many.extend(line(n, Open, Some(&host), 0, 0, false, ""));
+            many.extend(line(n, End, Some(&host), 1, 1, true, ""));
+            many.extend(line(
+                100 + n,
+                End,
+                None,
+                0,
+                0,
+                false,
+                &format!("reason {n}"),
+            ));
+        }
+        let s = Summary::of_report(&many);
+        assert_eq!((s.connections, s.refused, s.up), (40, 40, 40));
+        assert_eq!(
+            (s.hosts.len(), s.refusals.len()),
+            (SUMMARY_MAX_NAMED, SUMMARY_MAX_NAMED)
+        );
+        assert_eq!(s.incomplete, None);
     }
 
     #[test]
@@ -442,6 +803,7 @@ mod tests {
                 connections: 1,
                 bytes: 2,
             }),
+            report: Some(REPORT_FILE.into()),
         };
         for flag in a.to_args().iter().filter(|w| w.starts_with("--")) {
             assert!(USAGE.contains(&format!("{flag} <")), "{flag}");

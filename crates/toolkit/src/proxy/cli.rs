@@ -10,7 +10,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{serve, Dial, Policy, Reason, SystemDial, MAX_CONNECTIONS, MAX_CONNECTIONS_BOUNDED};
+use super::{
+    serve, Dial, Policy, Reason, Report, SystemDial, MAX_CONNECTIONS, MAX_CONNECTIONS_BOUNDED,
+};
 use crate::dns::{DnsError, RESOLV_CONF};
 
 pub use proto::egress::UsageError;
@@ -51,17 +53,22 @@ pub fn run(listener: UnixListener, policy: Arc<Policy>, dial: Arc<dyn Dial>, lim
         if let Some(total) = limits.total {
             if accepted >= total {
                 drop(stream);
-                eprintln!("egress-proxy: -: {}", Reason::ConnectionsSpent(total));
+                let reason = Reason::ConnectionsSpent(total).to_string();
+                eprintln!("egress-proxy: -: {reason}");
+                if let Some(r) = policy.report() {
+                    r.closed_unserved(&reason);
+                }
                 continue;
             }
         }
         // Only this thread adds, so the check and the add cannot race each other.
         if open.load(Ordering::SeqCst) >= limits.open {
             drop(stream);
-            eprintln!(
-                "egress-proxy: -: closed: {} connections are already open",
-                limits.open
-            );
+            let reason = format!("closed: {} connections are already open", limits.open);
+            eprintln!("egress-proxy: -: {reason}");
+            if let Some(r) = policy.report() {
+                r.closed_unserved(&reason);
+            }
             continue;
         }
         accepted += 1;
@@ -88,6 +95,8 @@ pub struct Options {
     pub socket: PathBuf,
     pub policy: Policy,
     pub limits: Limits,
+    /// `--report`: the file to make and write each connection's opening and end to.
+    pub report: Option<PathBuf>,
 }
 
 impl Options {
@@ -114,6 +123,7 @@ impl Options {
             socket: PathBuf::from(args.socket),
             policy,
             limits,
+            report: args.report.map(PathBuf::from),
         })
     }
 }
@@ -127,6 +137,8 @@ pub enum StartError {
     Bind(PathBuf, io::Error),
     #[error("{0}")]
     Dns(#[from] DnsError),
+    #[error("cannot make the report {0}: {1}")]
+    Report(PathBuf, io::Error),
 }
 
 /// Binds the socket, first removing a stale one left by an earlier proxy (only a socket: a
@@ -153,10 +165,18 @@ pub fn main(args: &[String]) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let started = SystemDial::from_resolv_conf(Path::new(RESOLV_CONF))
-        .map_err(StartError::from)
-        .and_then(|dial| Ok((dial, bind(&options.socket)?)));
-    let (dial, listener) = match started {
+    // The report before the socket: once the socket exists brokerd counts the proxy as up.
+    let reported = match &options.report {
+        None => Ok(options.policy),
+        Some(path) => Report::create(path)
+            .map(|r| options.policy.with_report(r))
+            .map_err(|e| StartError::Report(path.clone(), e)),
+    };
+    let started = reported.and_then(|policy| {
+        let dial = SystemDial::from_resolv_conf(Path::new(RESOLV_CONF))?;
+        Ok((dial, bind(&options.socket)?, policy))
+    });
+    let (dial, listener, policy) = match started {
         Ok(s) => s,
         Err(e) => {
             eprintln!("toolkit egress-proxy: {e}");
@@ -166,12 +186,7 @@ pub fn main(args: &[String]) -> ExitCode {
     eprintln!(
         "egress-proxy: listening on {} for {}",
         options.socket.display(),
-        options.policy.allow.join(",")
+        policy.allow.join(",")
     );
-    run(
-        listener,
-        Arc::new(options.policy),
-        Arc::new(dial),
-        options.limits,
-    )
+    run(listener, Arc::new(policy), Arc::new(dial), options.limits)
 }

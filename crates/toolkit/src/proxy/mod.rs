@@ -33,6 +33,7 @@ mod dial;
 mod handshake;
 mod http;
 pub(crate) mod relay;
+mod report;
 mod socks;
 #[cfg(test)]
 mod tests;
@@ -40,6 +41,7 @@ mod tests;
 pub use cli::{bind, main, run, Limits, Options, StartError, UsageError};
 pub use dial::{Dial, SystemDial};
 pub use http::Status;
+pub use report::Report;
 pub use socks::Reply;
 
 use std::fmt;
@@ -83,6 +85,8 @@ pub struct Policy {
     idle_timeout: Duration,
     /// The call's byte bound each way and what it has relayed, all connections together.
     meter: Option<Arc<Meter>>,
+    /// Where each connection's opening and end are written (`--report`).
+    report: Option<Arc<Report>>,
 }
 
 /// Bytes relayed by one proxy, up and down, against its bound (`--max-bytes`).
@@ -117,7 +121,19 @@ impl Policy {
             connect_timeout: CONNECT_TIMEOUT,
             idle_timeout: IDLE_TIMEOUT,
             meter: None,
+            report: None,
         })
+    }
+
+    /// Writes each connection's opening and end to `report`.
+    pub fn with_report(mut self, report: Report) -> Policy {
+        self.report = Some(Arc::new(report));
+        self
+    }
+
+    /// The report, where there is one.
+    pub fn report(&self) -> Option<&Report> {
+        self.report.as_deref()
     }
 
     /// Bounds the bytes relayed each way, all connections served with this policy together.
@@ -329,8 +345,18 @@ impl fmt::Display for Outcome {
 }
 
 /// Serves one connection from greeting to close and says what happened. Never panics on what
-/// the client sends; every path ends with the streams dropped, that is closed.
+/// the client sends; every path ends with the streams dropped, that is closed. With a report,
+/// the connection is numbered and its opening and end are written to it.
 pub fn serve<C: Conn>(client: C, policy: &Policy, dial: &dyn Dial) -> Outcome {
+    let n = policy.report().map(Report::number);
+    let outcome = serve_numbered(client, policy, dial, n);
+    if let (Some(report), Some(n)) = (policy.report(), n) {
+        report.ended(n, &outcome);
+    }
+    outcome
+}
+
+fn serve_numbered<C: Conn>(client: C, policy: &Policy, dial: &dyn Dial, n: Option<u64>) -> Outcome {
     let mut outcome = Outcome {
         protocol: Protocol::Socks5,
         target: None,
@@ -363,6 +389,9 @@ pub fn serve<C: Conn>(client: C, policy: &Policy, dial: &dyn Dial) -> Outcome {
         }
     };
     outcome.reply = Some(Reply::Succeeded);
+    if let (Some(report), Some(n), Some((host, _))) = (policy.report(), n, &outcome.target) {
+        report.opened(n, host, addr);
+    }
     let established = match outcome.protocol {
         Protocol::Socks5 => Reply::Succeeded.bytes().to_vec(),
         Protocol::Http => Status::Established.bytes(),

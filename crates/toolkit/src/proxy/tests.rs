@@ -1268,3 +1268,111 @@ fn the_connection_bound_counts_every_connection() {
         assert_eq!(got, want, "connection {n}");
     }
 }
+
+fn report_lines(path: &std::path::Path) -> Vec<proto::egress::ReportLine> {
+    std::fs::read_to_string(path)
+        .expect("report")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a report line"))
+        .collect()
+}
+
+/// `--report`: each connection's opening and end, numbered, with bytes each way for a relayed
+/// one, the reason for a refused one, no host the model spelled invalidly, and the accept
+/// loop's closures too; an existing file or a link is never written through.
+#[test]
+fn the_report_says_what_each_connection_did() {
+    use proto::egress::ReportEvent;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("connections.jsonl");
+    let (target, h) = server(|mut s| {
+        let mut got = [0u8; 5];
+        s.read_exact(&mut got).expect("read");
+        s.write_all(b"hello, world").expect("write");
+    });
+    let mut dial = FakeDial::with(&[("example.com", &["93.184.216.34"])]);
+    dial.target = Some(target);
+    let p = policy().with_report(Report::create(&path).expect("report"));
+    let (mut client, handle) = connected(&dial, &p);
+    client.write_all(b"12345").expect("write");
+    client.shutdown(Shutdown::Write).expect("half-close");
+    let _ = read_to_close(&mut client);
+    handle.join().expect("serve");
+    h.join().expect("server");
+    // Refused: a name with a NUL (left out of the report), then a host not allowed.
+    let _ = exchange(
+        &cat(&[&HELLO, &connect_req(b"example.com\0.evil", 443)]),
+        true,
+        &p,
+        &dial,
+    );
+    let _ = exchange(
+        &cat(&[&HELLO, &connect_req(b"other.test", 443)]),
+        true,
+        &p,
+        &dial,
+    );
+    let lines = report_lines(&path);
+    let shown: Vec<_> = lines
+        .iter()
+        .map(|l| (l.n, l.event, l.host.as_deref(), l.up, l.down, l.relayed))
+        .collect();
+    assert_eq!(
+        shown,
+        [
+            (1, ReportEvent::Open, Some("example.com"), 0, 0, false),
+            (1, ReportEvent::End, Some("example.com"), 5, 12, true),
+            (2, ReportEvent::End, None, 0, 0, false),
+            (3, ReportEvent::End, Some("other.test"), 0, 0, false),
+        ]
+    );
+    assert_eq!(lines[0].addr.as_deref(), Some(target.to_string().as_str()));
+    assert_eq!(lines[3].reason, Reason::HostNotAllowed.to_string());
+    // Never through what is already there.
+    assert!(Report::create(&path).is_err());
+    let link = dir.path().join("link");
+    std::os::unix::fs::symlink(dir.path().join("elsewhere"), &link).expect("symlink");
+    assert!(Report::create(&link).is_err());
+    assert!(!dir.path().join("elsewhere").exists());
+}
+
+/// The report stops at `REPORT_MAX_LINES` lines, however many connections come, and the
+/// accept loop's closures past `--max-connections` are in it until then.
+#[test]
+fn the_report_is_bounded() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let socket = dir.path().join("egress.sock");
+    let path = dir.path().join("connections.jsonl");
+    let listener = bind(&socket).expect("bind");
+    let dial: Arc<dyn Dial> = Arc::new(FakeDial::with(&[]));
+    let p = Arc::new(policy().with_report(Report::create(&path).expect("report")));
+    let limits = Limits {
+        open: 8,
+        total: Some(2),
+    };
+    std::thread::spawn(move || run(listener, p, dial, limits));
+    let max = proto::egress::REPORT_MAX_LINES;
+    for _ in 0..max + 10 {
+        let mut c = UnixStream::connect(&socket).expect("connect");
+        let _ = c.write_all(&cat(&[&HELLO, &connect_req(b"example.com", 443)]));
+        let _ = read_to_close(&mut c);
+    }
+    // The last closures are written after the client saw its close: wait for the count.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let lines = loop {
+        let lines = report_lines(&path);
+        if lines.len() as u64 >= max || Instant::now() > deadline {
+            break lines;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(lines.len() as u64, max);
+    assert!(
+        lines[2]
+            .reason
+            .contains("the call's 2 connections are used"),
+        "{:?}",
+        lines[2]
+    );
+    assert!(lines.iter().all(|l| l.up == 0 && l.down == 0));
+}
