@@ -204,6 +204,10 @@ pub struct Record {
     /// A commit's paths that did not land (conflicts, protected targets not named).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub not_landed: Vec<StagedPath>,
+    /// What a shell call's egress proxy did: hosts connected with bytes each way, refusals
+    /// by reason (docs/design.md#shell-and-its-egress-proxy).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub egress: Option<proto::egress::Summary>,
 }
 
 /// The last record: its number and the hash of its line.

@@ -26,9 +26,12 @@ use crate::preview::{preview, ResultStore};
 use crate::probe::{Kept, RETRY_FIRST};
 use crate::refusals::{RefusalCounter, Verdict};
 use crate::runbook;
-use crate::runner::{Cleared, Reply, RunError, RunOutput, RunSpec, Runner, Unavailable};
+use crate::runner::{
+    Cleared, EgressSink, Reply, RunError, RunOutput, RunSpec, Runner, Unavailable,
+};
 use crate::stage::{Holding, Layer, Stage};
 use crate::tickets::{Binding, Tickets};
+use proto::egress::Summary;
 
 mod ops;
 mod owner;
@@ -590,11 +593,14 @@ impl Broker {
                     "{which}; see {}",
                     why.runbook()
                 );
-                Ok(Err(RunError::Unavailable(why)))
+                Ok((Err(RunError::Unavailable(why)), None))
             }
         };
         let outcome = match outcome {
-            Ok(o) => o,
+            Ok((o, egress)) => {
+                rec.egress = egress;
+                o
+            }
             Err(NotRun::Audit(e)) => return self.decision_unrecorded(rec, &e, received),
             Err(NotRun::Busy) => {
                 rec.status = Some(Ended::Busy);

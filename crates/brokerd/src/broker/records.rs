@@ -26,6 +26,12 @@ pub(super) fn journal(rec: &Record, kind: Option<&'static str>, received: Instan
         decision = rec.decision.map_or("", Decided::as_str),
         status = rec.status.map_or("", Ended::as_str),
         kind = kind.unwrap_or(""),
+        // What a shell call's proxy did, in counts (the names are in the audit record).
+        egress = rec
+            .egress
+            .as_ref()
+            .map(proto::egress::Summary::counts)
+            .unwrap_or_default(),
         duration_ms = received.elapsed().as_millis() as u64,
         "decision"
     );

@@ -18,7 +18,7 @@ impl Broker {
         received: Instant,
         decision: Record,
         staged: Option<(Holding, Vec<Layer>)>,
-    ) -> Result<Result<RunOutput, RunError>, NotRun> {
+    ) -> Result<(Result<RunOutput, RunError>, Option<Summary>), NotRun> {
         // A free slot: the decision goes to disk while the sandbox is made (below). A call
         // that must wait for one has its decision on disk before it queues.
         let (permit, decision) = match self.slots.clone().try_acquire_owned() {
@@ -103,6 +103,9 @@ impl Broker {
         // before its answer leaves: once the client has it, anything may change the real tree,
         // and that change must read as a conflict at commit, not as the state first seen.
         let answered = (stage.clone(), staged.as_ref().map(|(_, l)| l.clone()));
+        // What the call's proxy did, left by the runner before the answer.
+        let egress = EgressSink::default();
+        let egress_in = egress.clone();
         let task = tokio::task::spawn_blocking(move || {
             let reply = Reply::after(runner_cleared, move |answer| {
                 let (stage, layers) = answered;
@@ -112,7 +115,8 @@ impl Broker {
                     }
                 }
                 let _ = answer_tx.send(answer);
-            });
+            })
+            .egress_to(egress_in);
             runner.run_replying(&spec, reply);
             // And again once the sandbox is gone, before another call or a commit may take
             // the layers (a path already recorded keeps its first record).
@@ -140,7 +144,7 @@ impl Broker {
             }
         }
         let answer = answer_rx.await;
-        Ok(match answer {
+        let answer = match answer {
             Ok(r) => {
                 tokio::spawn(async move {
                     if let Err(e) = task.await {
@@ -166,6 +170,7 @@ impl Broker {
                 );
                 Err(RunError::Unavailable(Unavailable::RunnerUnavailable))
             }
-        })
+        };
+        Ok((answer, egress.take()))
     }
 }

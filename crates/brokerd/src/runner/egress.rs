@@ -26,6 +26,66 @@ pub fn egress_dir(home: &Path, name: &str) -> PathBuf {
     egress_root(home).join(name)
 }
 
+/// `<home>/run/egress/<name>-report/`, beside the call's egress directory: where a shell call's
+/// proxy writes its report ([`proto::egress::REPORT_FILE`] inside its sandbox). Only the proxy's
+/// sandbox sees it, never the tool's. (A sandbox name ends in its number, never in `-report`.)
+pub fn report_dir(egress_dir: &Path) -> PathBuf {
+    let mut name = egress_dir.file_name().unwrap_or_default().to_owned();
+    name.push("-report");
+    egress_dir.with_file_name(name)
+}
+
+/// How long the answer waits, after the tool's sandbox is gone, for the proxy to report the
+/// end of connections it had open (they end as soon as their server closes too).
+pub const REPORT_GRACE: Duration = Duration::from_millis(250);
+/// The most of a report brokerd reads: [`proto::egress::REPORT_MAX_LINES`] lines of at most
+/// about 600 bytes.
+const REPORT_MAX_BYTES: u64 = 4 << 20;
+
+/// The summary of the report in `dir` ([`report_dir`]), once every connection it shows open
+/// has ended or [`REPORT_GRACE`] has passed. The file is opened without following a link and
+/// without blocking, must be a regular file, and is read up to [`REPORT_MAX_BYTES`]; what
+/// cannot be read is said in the summary's `incomplete`.
+pub fn read_report(dir: &Path) -> proto::egress::Summary {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let name = Path::new(proto::egress::REPORT_FILE)
+        .file_name()
+        .unwrap_or_default();
+    let path = dir.join(name);
+    let deadline = Instant::now() + REPORT_GRACE;
+    loop {
+        let read = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .open(&path)
+            .and_then(|f| match f.metadata()?.is_file() {
+                true => Ok(f),
+                false => Err(std::io::Error::other("not a regular file")),
+            })
+            .and_then(|f| {
+                let mut text = Vec::new();
+                f.take(REPORT_MAX_BYTES).read_to_end(&mut text)?;
+                Ok(text)
+            });
+        let summary = match read {
+            Ok(text) => proto::egress::Summary::of_report(&text),
+            // No report: the proxy did not start, or wrote nothing yet.
+            Err(e) if e.kind() == ErrorKind::NotFound => proto::egress::Summary::default(),
+            Err(e) => {
+                return proto::egress::Summary {
+                    incomplete: Some(format!("the report could not be read: {e}")),
+                    ..Default::default()
+                }
+            }
+        };
+        if summary.open_at_end == 0 || Instant::now() >= deadline {
+            return summary;
+        }
+        thread::sleep(Duration::from_millis(5));
+    }
+}
+
 /// Makes `dir` with mode 0700 (its parents too), replacing what a crashed brokerd left there.
 pub fn make_private_dir(dir: &Path) -> std::io::Result<()> {
     if let Some(parent) = dir.parent() {
@@ -43,12 +103,14 @@ pub fn make_private_dir(dir: &Path) -> std::io::Result<()> {
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
 }
 
-/// Removes a call's egress directory; a missing one is fine.
+/// Removes a call's egress directory and its report directory; a missing one is fine.
 pub fn remove_dir(dir: &Path) -> std::io::Result<()> {
-    match std::fs::remove_dir_all(dir) {
+    let gone = |d: &Path| match std::fs::remove_dir_all(d) {
         Err(e) if e.kind() != ErrorKind::NotFound => Err(e),
         _ => Ok(()),
-    }
+    };
+    let report = gone(&report_dir(dir));
+    gone(dir).and(report)
 }
 
 /// Waits until the proxy's socket exists in `dir`, or `deadline`, or `gone` (the proxy's

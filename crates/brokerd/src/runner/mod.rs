@@ -11,7 +11,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use proto::addr::Cidr;
-use proto::egress::{Bounds, ProxyArgs};
+use proto::egress::{Bounds, ProxyArgs, Summary};
 use proto::ident::Ident;
 use proto::tools::ToolName;
 
@@ -133,6 +133,9 @@ impl Egress {
             allow: self.hosts.clone(),
             allow_addresses: self.allow_addresses.clone(),
             bounds: self.bounds,
+            // A shell call's proxy reports what it did, for the call's outcome record; an
+            // http_fetch's one curl is the record's target already.
+            report: self.bounds.map(|_| proto::egress::REPORT_FILE.to_string()),
         };
         args.command().into_iter().map(OsString::from).collect()
     }
@@ -295,7 +298,23 @@ pub enum RunError {
 /// the answer does not depend on (a proxy's removal, an empty cgroup's). Dropped unsent, the
 /// caller sees the runner as failed. It also carries whether the call's decision is on disk
 /// yet ([`Cleared`]).
-pub struct Reply<'a>(Option<Deliver<'a>>, Cleared);
+pub struct Reply<'a>(Option<Deliver<'a>>, Cleared, EgressSink);
+
+/// Where a runner leaves what a call's proxy did (its report's [`Summary`]), before the
+/// answer leaves, for the caller to put in the call's outcome record.
+#[derive(Clone, Debug, Default)]
+pub struct EgressSink(Arc<Mutex<Option<Summary>>>);
+
+impl EgressSink {
+    /// What the runner left, once.
+    pub fn take(&self) -> Option<Summary> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+
+    fn put(&self, summary: Summary) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(summary);
+    }
+}
 
 /// Whether a call's decision record is on disk (docs/design.md#audit: audited before anything
 /// runs). brokerd writes and syncs it while the runner makes the sandbox ready; the runner
@@ -452,7 +471,11 @@ type Deliver<'a> = Box<dyn FnOnce(Result<RunOutput, RunError>) + Send + 'a>;
 impl<'a> Reply<'a> {
     /// A reply for a call whose decision is already on disk.
     pub fn new(to: impl FnOnce(Result<RunOutput, RunError>) + Send + 'a) -> Reply<'a> {
-        Reply(Some(Box::new(to)), Cleared::already())
+        Reply(
+            Some(Box::new(to)),
+            Cleared::already(),
+            EgressSink::default(),
+        )
     }
 
     /// A reply for a call whose decision is still being written.
@@ -460,11 +483,22 @@ impl<'a> Reply<'a> {
         cleared: Cleared,
         to: impl FnOnce(Result<RunOutput, RunError>) + Send + 'a,
     ) -> Reply<'a> {
-        Reply(Some(Box::new(to)), cleared)
+        Reply(Some(Box::new(to)), cleared, EgressSink::default())
+    }
+
+    /// Has the runner leave what the call's proxy did in `sink`.
+    pub fn egress_to(mut self, sink: EgressSink) -> Reply<'a> {
+        self.2 = sink;
+        self
     }
 
     pub fn cleared(&self) -> &Cleared {
         &self.1
+    }
+
+    /// What the call's proxy did, for the caller's record; given before [`Reply::send`].
+    pub fn report_egress(&self, summary: Summary) {
+        self.2.put(summary);
     }
 
     pub fn send(mut self, answer: Result<RunOutput, RunError>) {
@@ -683,6 +717,11 @@ fn run_call<S: Steps>(backend: &S, spec: &RunSpec, reply: Reply<'_>) {
     };
     drop(held);
     log_finished(spec, &ran.sandbox, &ran.answer, started);
+    // A shell call's proxy reports each connection (docs/design.md#shell-and-its-egress-proxy).
+    if spec.egress.as_ref().is_some_and(|e| e.bounds.is_some()) {
+        let dir = egress::report_dir(&backend.egress_dir_of(&ran.sandbox));
+        reply.report_egress(egress::read_report(&dir));
+    }
     let cleaning = ran.leftovers.as_ref().map(|_| backend.settling().begin());
     reply.send(ran.answer);
     drop(ran.leftovers);
@@ -699,8 +738,8 @@ fn unprotected(spec: &RunSpec, e: protected::Unprotected) -> RunError {
     answer
 }
 
-/// The detail of an http_fetch's `unavailable` line while containment is poisoned.
-pub(crate) const FETCH_OFF: &str = "http_fetch is off";
+/// The detail of the `unavailable` line of a call with a way out while containment is poisoned.
+pub(crate) const FETCH_OFF: &str = "network work (http_fetch, shell with shell_hosts) is off";
 
 /// The steps of a call that differ between the backends; [`run_call`] is the rest.
 trait Steps: Runner {
@@ -734,6 +773,9 @@ trait Steps: Runner {
 
     /// The backend's clean-ups under way.
     fn settling(&self) -> &Settling;
+
+    /// The egress directory of the sandbox called `name`.
+    fn egress_dir_of(&self, name: &str) -> std::path::PathBuf;
 
     /// The answer of an http_fetch whose way out waited until `deadline` for the clean-ups of
     /// calls answered before it, logged with `detail`.

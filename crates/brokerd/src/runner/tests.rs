@@ -12,6 +12,8 @@ struct Recorder {
     settling: Settling,
     protector: protected::Protector,
     events: Mutex<Vec<&'static str>>,
+    /// Where its egress directories are.
+    egress_root: PathBuf,
 }
 
 struct Left<'a>(&'a Recorder);
@@ -72,6 +74,9 @@ impl Steps for Recorder {
     }
     fn settling(&self) -> &Settling {
         &self.settling
+    }
+    fn egress_dir_of(&self, name: &str) -> PathBuf {
+        self.egress_root.join(name)
     }
 }
 
@@ -270,4 +275,81 @@ fn the_way_out_waits_for_earlier_clean_ups_and_poisoning() {
         Steps::way_out_clear(&poisoned, &spec, soon(), wait),
         Err(RunError::Unavailable(Unavailable::RunnerUnavailable))
     );
+}
+
+/// A shell call with bounds has what its proxy reported left with its answer, read once the
+/// connections it shows open have ended (or the grace is over); a call without bounds (an
+/// http_fetch) leaves nothing.
+#[test]
+fn a_shell_call_s_proxy_report_goes_with_the_answer() {
+    use proto::egress::{ReportEvent, ReportLine};
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let backend = Recorder {
+        egress_root: tmp.path().to_path_buf(),
+        ..Recorder::default()
+    };
+    let report = egress::report_dir(&tmp.path().join("sandbox"));
+    std::fs::create_dir_all(&report).expect("report dir");
+    let file = report.join("connections.jsonl");
+    let line = |event, relayed, down| {
+        let mut t = serde_json::to_string(&ReportLine {
+            n: 1,
+            event,
+            host: Some("ok.test".into()),
+            addr: Some("192.0.2.1:443".into()),
+            up: 0,
+            down,
+            relayed,
+            reason: String::new(),
+        })
+        .expect("json");
+        t.push('\n');
+        t
+    };
+    std::fs::write(&file, line(ReportEvent::Open, false, 0)).expect("write");
+    // The end comes while the runner waits for it.
+    let ender = {
+        let file = file.clone();
+        let end = line(ReportEvent::End, true, 99);
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            let mut f = std::fs::OpenOptions::new()
+                .append(true)
+                .open(file)
+                .expect("open");
+            std::io::Write::write_all(&mut f, end.as_bytes()).expect("append");
+        })
+    };
+    for bounded in [true, false] {
+        let spec = RunSpec {
+            session: Ident::fixed("s1"),
+            call: Ident::fixed("c1"),
+            tool: ToolName::Shell,
+            input: Vec::new(),
+            mounts: Vec::new(),
+            egress: Some(Egress {
+                hosts: vec!["ok.test".into()],
+                allow_addresses: Vec::new(),
+                bounds: bounded.then_some(Bounds {
+                    connections: 4,
+                    bytes: 1 << 20,
+                }),
+            }),
+            timeout: Duration::from_secs(1),
+            staged_limit: None,
+            toolset: None,
+            limits: Default::default(),
+        };
+        let sink = EgressSink::default();
+        run_call(&backend, &spec, Reply::new(|_| {}).egress_to(sink.clone()));
+        let got = sink.take();
+        match bounded {
+            true => {
+                let s = got.expect("a summary");
+                assert_eq!((s.connections, s.down, s.open_at_end), (1, 99, 0), "{s:?}");
+            }
+            false => assert_eq!(got, None),
+        }
+    }
+    ender.join().expect("ender");
 }

@@ -12,6 +12,8 @@ use std::path::Path;
 
 use brokerd::config;
 use brokerd::runner::bwrap::{BwrapRuntime, RootEntry, RootLayout};
+use brokerd::runner::Egress;
+use proto::egress::Bounds;
 use proto::tools::ToolName;
 
 use crate::common::{self, egress, mount, spec};
@@ -119,6 +121,25 @@ fn egress_proxy_argument_list() {
     let rt = runtime();
     let l = layout();
     assert_golden("egress.args", &rt.proxy_argv(&egress(), NAME, &l, None));
+}
+
+/// A shell call's proxy: its bounds, and its report's directory, which only it binds
+/// (docs/design.md#shell-and-its-egress-proxy).
+#[test]
+fn shell_egress_proxy_argument_list() {
+    let rt = runtime();
+    let l = layout();
+    let bounded = Egress {
+        bounds: Some(Bounds {
+            connections: 64,
+            bytes: 1 << 30,
+        }),
+        ..egress()
+    };
+    assert_golden(
+        "egress-shell.args",
+        &rt.proxy_argv(&bounded, NAME, &l, None),
+    );
 }
 
 #[test]

@@ -11,6 +11,7 @@ use std::ffi::OsString;
 use brokerd::config;
 use brokerd::runner::podman::PodmanRuntime;
 use brokerd::runner::Egress;
+use proto::egress::Bounds;
 use proto::tools::ToolName;
 
 use crate::common::{self, egress, mount, spec};
@@ -89,6 +90,20 @@ fn a_grant_s_own_limits() {
 #[test]
 fn egress_argument_list() {
     assert_golden("egress.args", &runtime().egress_args(&egress(), NAME));
+}
+
+/// A shell call's proxy: its bounds, and its report's directory, which only it mounts
+/// (docs/design.md#shell-and-its-egress-proxy).
+#[test]
+fn shell_egress_argument_list() {
+    let bounded = Egress {
+        bounds: Some(Bounds {
+            connections: 64,
+            bytes: 1 << 30,
+        }),
+        ..egress()
+    };
+    assert_golden("egress-shell.args", &runtime().egress_args(&bounded, NAME));
 }
 
 /// Every container brokerd starts carries the label that the sweep, `brokerd ps` and the e2e

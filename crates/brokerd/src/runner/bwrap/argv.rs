@@ -218,6 +218,12 @@ impl BwrapRuntime {
         a.push(self.resolv_conf.clone().into_os_string());
         a.push(RESOLV_CONF.into());
         self.egress_and_cgroup(&mut a, Some(name), cgroup_view);
+        // Its report's directory, which the tool's sandbox never sees.
+        if egress.bounds.is_some() {
+            a.push("--bind".into());
+            a.push(egress::report_dir(&self.egress_dir(name)).into_os_string());
+            a.push(proto::egress::REPORT_DIR.into());
+        }
         a.extend(["--remount-ro", "/", "--chdir", "/"].map(OsString::from));
         a.extend(egress.proxy_command());
         a

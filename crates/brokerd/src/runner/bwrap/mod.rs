@@ -115,7 +115,7 @@ enum Trouble {
     ProxyFailed,
     #[error("the egress proxy's socket did not appear in time")]
     ProxySocket,
-    #[error("a sandbox brokerd stopped earlier could not be confirmed dead, so http_fetch is off until restart")]
+    #[error("a sandbox brokerd stopped earlier could not be confirmed dead, so network work (http_fetch, and shell calls of grants with shell_hosts) is off until restart")]
     Poisoned,
     #[error("an earlier call's egress proxy was not confirmed stopped in time")]
     EarlierCleanUp,
@@ -351,6 +351,10 @@ impl Steps for BwrapRuntime {
 
     fn settling(&self) -> &Settling {
         &self.settling
+    }
+
+    fn egress_dir_of(&self, name: &str) -> PathBuf {
+        self.egress_dir(name)
     }
 
     fn protector(&self) -> &Protector {

@@ -307,15 +307,22 @@ impl BwrapRuntime {
         times: &Deadlines,
     ) -> Result<ProxyGuard<'a>, RunError> {
         let dir = self.egress_dir(name);
-        if let Err(e) = make_private_dir(&dir) {
-            let detail = format!("{}: {e}", dir.display());
-            return Err(self.unavailable(spec, Trouble::EgressDir, &detail));
-        }
+        // A shell call's proxy writes its report beside it (docs/design.md#shell-and-its-egress-proxy).
+        let report = egress.bounds.map(|_| egress::report_dir(&dir));
+        let made = make_private_dir(&dir).map_err(|e| (dir.clone(), e));
         let mut guard = ProxyGuard {
             spec,
             dir,
             sandbox: None,
         };
+        let made = made.and_then(|()| match &report {
+            Some(r) => make_private_dir(r).map_err(|e| (r.clone(), e)),
+            None => Ok(()),
+        });
+        if let Err((path, e)) = made {
+            let detail = format!("{}: {e}", path.display());
+            return Err(self.unavailable(spec, Trouble::EgressDir, &detail));
+        }
         let deadline = times.step(self.egress_start);
         let placement = self
             .placement(

@@ -60,8 +60,15 @@ impl PodmanRuntime {
         };
         // The tool container mounts the directory, so it is made first; it holds nothing
         // until the proxy makes its socket there.
-        if let Err(e) = make_private_dir(&guard.dir) {
-            let detail = format!("{}: {e}", guard.dir.display());
+        let report = egress.bounds.map(|_| egress::report_dir(&guard.dir));
+        let made = make_private_dir(&guard.dir)
+            .map_err(|e| (guard.dir.clone(), e))
+            .and_then(|()| match &report {
+                Some(r) => make_private_dir(r).map_err(|e| (r.clone(), e)),
+                None => Ok(()),
+            });
+        if let Err((path, e)) = made {
+            let detail = format!("{}: {e}", path.display());
             return (
                 Err(self.unavailable(spec, Trouble::EgressDir, &detail)),
                 Some(guard),

@@ -81,7 +81,7 @@ enum Trouble {
     ProxyFailed,
     #[error("the egress proxy's socket did not appear in time")]
     ProxySocket,
-    #[error("a container brokerd stopped earlier could not be confirmed gone, so http_fetch is off until restart")]
+    #[error("a container brokerd stopped earlier could not be confirmed gone, so network work (http_fetch, and shell calls of grants with shell_hosts) is off until restart")]
     Poisoned,
     #[error("an earlier call's egress proxy was not confirmed removed in time")]
     EarlierCleanUp,
@@ -231,8 +231,16 @@ impl PodmanRuntime {
             "--pids-limit=64".into(),
             "--memory=128m".into(),
             volume(&self.egress_dir(name), Path::new(EGRESS_MOUNT), "rw"),
-            self.image.clone().into(),
         ];
+        // A shell call's proxy writes its report to a directory the tool never sees.
+        if egress.bounds.is_some() {
+            a.push(volume(
+                &egress::report_dir(&self.egress_dir(name)),
+                Path::new(proto::egress::REPORT_DIR),
+                "rw",
+            ));
+        }
+        a.push(self.image.clone().into());
         a.extend(egress.proxy_command());
         a
     }
@@ -332,6 +340,10 @@ impl Steps for PodmanRuntime {
 
     fn settling(&self) -> &Settling {
         &self.settling
+    }
+
+    fn egress_dir_of(&self, name: &str) -> PathBuf {
+        self.egress_dir(name)
     }
 
     fn protector(&self) -> &Protector {
