@@ -190,6 +190,14 @@ pub fn run(opts: &crate::Opts) -> Result<ExitCode, String> {
             Suite::shell_egress_refuses_ip_literal,
         ),
         (
+            "shell-egress-refuses-granted-names-at-forbidden-addresses",
+            Suite::shell_egress_granted_names_at_forbidden_addresses,
+        ),
+        (
+            "shell-egress-spellings-of-a-name",
+            Suite::shell_egress_spellings_of_a_name,
+        ),
+        (
             "shell-egress-connection-bound-holds",
             Suite::shell_egress_connection_bound,
         ),

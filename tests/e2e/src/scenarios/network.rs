@@ -273,7 +273,8 @@ impl Suite {
 
     // --- shell with shell_hosts --------------------------------------------------------------
 
-    /// A shell call of the `e2e-net` grant (shell_hosts = ["ok.test"]); an `ask` is approved.
+    /// A shell call of the `e2e-net` grant (shell_hosts: `ok.test`, and four names that resolve
+    /// where the proxy must never connect); an `ask` is approved.
     fn net_shell(&mut self, command: &str) -> Result<String, String> {
         let args = serde_json::json!({ "command": command });
         let body = match self.call_as(NET_GRANT, "shell", args.clone(), None)? {
@@ -284,6 +285,19 @@ impl Suite {
             Body::Result { content, .. } => Ok(content),
             other => Err(format!("expected a result, got {}", show(&other))),
         }
+    }
+
+    /// What the outcome record of this session's last call says its proxy did (`egress`).
+    fn egress_audited(&self) -> Result<serde_json::Value, String> {
+        let log = self.work.join("state").join("audit.jsonl");
+        let text = std::fs::read_to_string(&log).map_err(|e| format!("{}: {e}", log.display()))?;
+        let call = self.call_id();
+        text.lines()
+            .rev()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|r| r["session"] == self.session.as_str() && r["call"] == call.as_str())
+            .find_map(|r| r.get("egress").cloned())
+            .ok_or_else(|| format!("no egress in the outcome record of call {call}"))
     }
 
     /// `curl <args>` in the `e2e-net` shell, by the environment alone: its output and exit
@@ -319,7 +333,21 @@ impl Suite {
         )?;
         check(out.contains(HELLO) && exit_codes(&out) == ["0"], || {
             format!("curl did not fetch ok.test through the proxy: {out:?}")
-        })
+        })?;
+        // The outcome record says where the call went, and how much came back.
+        let e = self.egress_audited()?;
+        let host = &e["hosts"][0];
+        check(
+            e["connections"] == 1
+                && e["refused"] == 0
+                && host["host"] == "ok.test"
+                && host["connections"] == 1
+                && host["up"].as_u64().is_some_and(|n| n > 0)
+                && host["down"]
+                    .as_u64()
+                    .is_some_and(|n| n > HELLO.len() as u64),
+            || format!("the outcome record's egress is not the one connection: {e}"),
+        )
     }
 
     /// Another test host, and a name the http_fetch grant's `*.ok.test` would allow but
@@ -328,7 +356,18 @@ impl Suite {
         let out = self.net_curl("https://other.test/")?;
         Self::refused_at_connect(&out, 403, "other.test")?;
         let out = self.net_curl("https://www.ok.test/")?;
-        Self::refused_at_connect(&out, 403, "www.ok.test")
+        Self::refused_at_connect(&out, 403, "www.ok.test")?;
+        // Audited as a refusal with its reason, nothing relayed.
+        let e = self.egress_audited()?;
+        check(
+            e["connections"] == 0
+                && e["refused"] == 1
+                && e["up"] == 0
+                && e["refusals"][0]["reason"]
+                    .as_str()
+                    .is_some_and(|r| r.contains("matches no --allow pattern")),
+            || format!("the outcome record's egress is not the refusal: {e}"),
+        )
     }
 
     /// A CONNECT to the granted name on port 80 is refused (403); a plain-HTTP request to it
@@ -350,6 +389,121 @@ impl Suite {
         Self::refused_at_connect(&out, 403, "192.0.2.1")?;
         let out = self.net_curl("-k https://[::ffff:192.0.2.1]/")?;
         Self::refused_at_connect(&out, 403, "[::ffff:192.0.2.1]")
+    }
+
+    /// Spellings of a name sent as raw `CONNECT` heads through the bridge (busybox `nc`): the
+    /// granted name in upper case and with a trailing dot is the granted name (200); a NUL, a
+    /// `%` escape, a control character, trailing junk, a port in the host field, a name past
+    /// 253 bytes, a Unicode or punycode look-alike are refused (400 or 403) and nothing is
+    /// relayed for them, which the outcome record counts.
+    pub(super) fn shell_egress_spellings_of_a_name(&mut self) -> Outcome {
+        let long = format!("{}.ok.test", ["a"; 125].join("."));
+        let rows: Vec<(String, bool)> = vec![
+            ("OK.TEST:443".into(), true),
+            ("ok.test.:443".into(), true),
+            ("Ok.Test.:443".into(), true),
+            ("ok.test\\000.other.test:443".into(), false),
+            ("ok.test%%00.other.test:443".into(), false),
+            ("ok%%2etest:443".into(), false),
+            ("ok.test\\001:443".into(), false),
+            ("ok.test:443x".into(), false),
+            ("ok.test:443:443".into(), false),
+            ("ok.test:0443".into(), false),
+            (format!("{long}:443"), false),
+            ("\\303\\266k.test:443".into(), false),
+            ("xn--k-tfa.test:443".into(), false),
+            ("ok.test..:443".into(), false),
+        ];
+        // Each head, then bytes the server's TLS refuses, so that a tunnel, if made, ends.
+        let mut script = String::from("p=${HTTPS_PROXY##*:}; ");
+        for (i, (target, _)) in rows.iter().enumerate() {
+            script.push_str(&format!(
+                "printf 'CONNECT {target} HTTP/1.1\\r\\nHost: x\\r\\n\\r\\nnot tls\\r\\n\\r\\n' \
+                 | timeout 5 nc 127.0.0.1 \"$p\" 2>&1 | head -n 1 | sed 's/^/row{i} /'; "
+            ));
+        }
+        let out = self.net_shell(&script)?;
+        let mut relayed = 0;
+        for (i, (target, allowed)) in rows.iter().enumerate() {
+            let line = out
+                .lines()
+                .find(|l| l.starts_with(&format!("row{i} ")))
+                .unwrap_or("");
+            let code = line.split_whitespace().nth(2).unwrap_or("");
+            let ok = match allowed {
+                true => code == "200",
+                false => code == "400" || code == "403",
+            };
+            check(ok, || {
+                format!(
+                    "CONNECT {target}: want {}, got {line:?}: {out:?}",
+                    match allowed {
+                        true => "200",
+                        false => "400 or 403",
+                    }
+                )
+            })?;
+            relayed += u64::from(*allowed);
+        }
+        let e = self.egress_audited()?;
+        check(
+            e["connections"] == relayed && e["refused"] == (rows.len() as u64 - relayed),
+            || format!("the outcome record's egress does not match the table: {e}"),
+        )?;
+        // A refused name the model spelled is never in the record: only valid ones are.
+        let hosts: Vec<&str> = e["hosts"]
+            .as_array()
+            .map(|a| a.iter().filter_map(|h| h["host"].as_str()).collect())
+            .unwrap_or_default();
+        check(
+            hosts
+                .iter()
+                .all(|h| h.eq_ignore_ascii_case("ok.test") || h.eq_ignore_ascii_case("ok.test.")),
+            || format!("hosts in the record: {hosts:?}"),
+        )
+    }
+
+    /// Names the grant's shell_hosts name that resolve into the tailnet, CGNAT, loopback and
+    /// the metadata address: each refused at CONNECT (502) and nothing relayed; the tailnet
+    /// host's log is judged by `tailnet-untouched`.
+    pub(super) fn shell_egress_granted_names_at_forbidden_addresses(&mut self) -> Outcome {
+        let names = [
+            "tailnet.ok.test",
+            "cgnat.ok.test",
+            "loop.ok.test",
+            "meta.ok.test",
+        ];
+        let w = self.secs(10);
+        let script: String = names
+            .iter()
+            .map(|n| {
+                format!(
+                    "echo '== {n}'; curl -sS --max-time {w} https://{n}/ 2>&1; echo; echo \"rc=$?\"; "
+                )
+            })
+            .collect();
+        let out = self.net_shell(&script)?;
+        for n in names {
+            let part = out
+                .split(&format!("== {n}\n"))
+                .nth(1)
+                .and_then(|rest| rest.split("== ").next())
+                .unwrap_or("");
+            Self::refused_at_connect(part, 502, n)?;
+        }
+        let e = self.egress_audited()?;
+        check(
+            e["connections"] == 0
+                && e["refused"] == names.len() as u64
+                && e["refusals"].as_array().is_some_and(|r| {
+                    r.iter().all(|t| {
+                        t["reason"]
+                            .as_str()
+                            .is_some_and(|r| r.contains("no public or allowed address"))
+                    })
+                }),
+            || format!("the outcome record's egress is not four refusals by address: {e}"),
+        )
     }
 
     /// The same shell, with the variables ignored: no name resolves, and the granted host's
@@ -399,6 +553,16 @@ impl Suite {
         check(codes == want, || {
             format!("want {NET_CONNECTIONS} fetches then refusals, got {codes:?}: {out:?}")
         })?;
+        // The record counts both: the connections relayed and those past the bound.
+        let e = self.egress_audited()?;
+        check(
+            e["connections"] == NET_CONNECTIONS
+                && e["refused"] == 3
+                && e["refusals"][0]["reason"]
+                    .as_str()
+                    .is_some_and(|r| r.contains("connections are used")),
+            || format!("the outcome record's egress does not count the bound: {e}"),
+        )?;
         let out = self.net_curl("-o /dev/null -w 'code=%{http_code}' https://ok.test/")?;
         check(out.contains("code=200"), || {
             format!("the next call did not get connections of its own: {out:?}")
