@@ -280,12 +280,35 @@ let
         ];
         description = "Host patterns http_fetch may reach (port 443, public addresses).";
       };
+      shellHosts = mkOption {
+        type = types.listOf types.str;
+        default = [ ];
+        example = [
+          "crates.io"
+          "static.crates.io"
+          "index.crates.io"
+        ];
+        description = ''
+          Host patterns a shell call reaches through an egress proxy of its own (port 443,
+          public addresses, by HTTPS_PROXY and the other standard variables); empty: a shell
+          call has no network. A granted host is trusted with whatever the model sends it.
+        '';
+      };
       allowAddresses = mkOption {
         type = types.listOf types.str;
         default = [ ];
         description = ''
-          Address ranges http_fetch may reach although not public (never loopback, link-local,
-          100.64.0.0/10, 0.0.0.0/8 or multicast).
+          Address ranges http_fetch, and a shell call with shellHosts, may reach although not
+          public (never loopback, link-local, 100.64.0.0/10, 0.0.0.0/8 or multicast).
+        '';
+      };
+      toolset = mkOption {
+        type = types.nullOr types.str;
+        default = null;
+        example = "c";
+        description = ''
+          The toolset (settings.toolsets.NAME: an image by digest, a tree for bwrap) this
+          grant's sandboxes run; null: the base tools image.
         '';
       };
       writes = mkOption {
@@ -842,7 +865,8 @@ in
         ;
       paths = map (p: { inherit (p) path write; }) g.paths;
       allow_addresses = g.allowAddresses;
-    }) cfg.grants;
+      shell_hosts = g.shellHosts;
+    } // lib.optionalAttrs (g.toolset != null) { inherit (g) toolset; }) cfg.grants;
 
     assertions = [
       {

@@ -375,6 +375,10 @@ def module(eval_json, brokerd=None):
     check((project.get("writes"), project.get("approvals"), project.get("protect")) == ("staged", "owner", "classifier")
           and r["full"]["settings"]["grants"]["notes"].get("writes") == "direct",
           f"module/full: a grant's writes, approvals and protect reach the config ({project})")
+    notes = r["full"]["settings"]["grants"]["notes"]
+    check(notes.get("shell_hosts") == ["crates.io", "*.crates.io"] and "toolset" not in notes
+          and project.get("shell_hosts") == [],
+          f"module/full: a grant's shellHosts reach the config as shell_hosts, no toolset unless named ({notes})")
     check(r["full"]["sandboxSettings"]["broker"].get("owners") == [0]
           and r["minimal"]["sandboxSettings"]["broker"].get("owners") == [],
           "module: the build-time check names uid 0 as the owner where there are owners")

@@ -202,6 +202,7 @@ let
         "*.example.net"
       ];
       allowAddresses = [ "192.168.1.0/24" ];
+      shellHosts = [ "crates.io" "*.crates.io" ];
     };
     grants.project = {
       mode = "auto";
