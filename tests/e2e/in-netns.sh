@@ -122,7 +122,7 @@ exec_in_ns() {
 }
 
 (exec_in_ns "$e2e" serve --ca "$ca" \
-    --https 192.0.2.1:443 --https 192.0.2.2:443 --dns 192.0.2.53:53 \
+    --https 192.0.2.1:443 --https 192.0.2.2:443 --dns 192.0.2.53:53 --dns-log "$work/dns.log" \
     --tailnet 100.100.100.100:80 --tailnet 100.100.100.100:443 \
     --tailnet-log "$work/tailnet.log" --ready "$work/ready") &
 serve_pid=$!
@@ -141,7 +141,7 @@ run_args=("$@")
 run_backend() {
     exec_in_ns "$e2e" run --backend "$1" --brokerd "$brokerd" ${image:+--image "$image"} \
         ${tree:+--tools-root "$tree"} ${egress_network:+--egress-network "$egress_network"} \
-        --work "$work/$1" --tailnet-log "$work/tailnet.log" ${run_args[@]+"${run_args[@]}"}
+        --work "$work/$1" --tailnet-log "$work/tailnet.log" --dns-log "$work/dns.log" ${run_args[@]+"${run_args[@]}"}
 }
 . "$here/suite-tally.sh"
 run_suites

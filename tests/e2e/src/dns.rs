@@ -6,13 +6,16 @@
 
 use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, UdpSocket};
+use std::path::PathBuf;
 
 use hickory_proto::op::{Message, MessageType, OpCode, ResponseCode};
 use hickory_proto::rr::rdata::A;
 use hickory_proto::rr::{RData, Record, RecordType};
 
-/// Serves `zone` (lower-case names without a trailing dot) on `socket` until the process ends.
-pub fn serve(socket: UdpSocket, zone: BTreeMap<String, Ipv4Addr>) {
+/// Serves `zone` (lower-case names without a trailing dot) on `socket` until the process ends;
+/// with `log`, appends each query's name (lower case, one a line) there first, so that a
+/// scenario can show which names were asked for.
+pub fn serve(socket: UdpSocket, zone: BTreeMap<String, Ipv4Addr>, log: Option<PathBuf>) {
     let mut buf = [0u8; 4096];
     loop {
         let Ok((n, from)) = socket.recv_from(&mut buf) else {
@@ -23,6 +26,21 @@ pub fn serve(socket: UdpSocket, zone: BTreeMap<String, Ipv4Addr>) {
         };
         if query.metadata.message_type != MessageType::Query {
             continue;
+        }
+        if let Some(log) = &log {
+            let names: String = query
+                .queries
+                .iter()
+                .map(|q| format!("{}\n", q.name().to_lowercase()))
+                .collect();
+            let appended = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(log)
+                .and_then(|mut f| std::io::Write::write_all(&mut f, names.as_bytes()));
+            if let Err(e) = appended {
+                eprintln!("dns: {}: {e}", log.display());
+            }
         }
         if let Some(answer) = answer(&query, &zone) {
             let _ = socket.send_to(&answer, from);

@@ -3,12 +3,12 @@
 //! ```text
 //! boxmaker-e2e ca --out DIR
 //!     a new test CA: DIR/ca.pem (for the test image's bundle) and DIR/ca-key.pem
-//! boxmaker-e2e serve --ca DIR [--https ADDR]... [--dns ADDR] [--tailnet ADDR]...
-//!                    [--tailnet-log FILE] [--record NAME=IPV4]... [--ready FILE]
+//! boxmaker-e2e serve --ca DIR [--https ADDR]... [--dns ADDR] [--dns-log FILE]
+//!                    [--tailnet ADDR]... [--tailnet-log FILE] [--record NAME=IPV4]... [--ready FILE]
 //!     the test hosts, until killed; --ready is written once every socket listens
 //! boxmaker-e2e run --brokerd FILE --work DIR [--backend podman|bwrap] [--image ID]
 //!                  [--tools-root DIR] [--user NAME] [--podman PROG] [--tailnet-log FILE]
-//!                  [--only NAME]... [--bench N] [--enforce-limits true|false]
+//!                  [--dns-log FILE] [--only NAME]... [--bench N] [--enforce-limits true|false]
 //!                  [--time-scale N] [--bwrap-cgroup delegated|systemd-scope]
 //!                  [--egress-network pasta|slirp4netns] [--bench-out DIR]
 //!                  [--scale N] [--scale-clients LIST] [--scale-tools LIST]
@@ -78,8 +78,8 @@ pub const DEFAULT_ZONE: &[(&str, Ipv4Addr)] = &[
 pub const CERT_NAMES: &[&str] = &["ok.test", "*.ok.test", "other.test"];
 
 const USAGE: &str = "usage: boxmaker-e2e ca --out DIR
-       boxmaker-e2e serve --ca DIR [--https ADDR]... [--dns ADDR] [--tailnet ADDR]... [--tailnet-log FILE] [--record NAME=IPV4]... [--ready FILE]
-       boxmaker-e2e run --brokerd FILE --work DIR [--backend podman|bwrap] [--image ID] [--tools-root DIR] [--user NAME] [--podman PROG] [--tailnet-log FILE] [--only NAME]... [--bench N] [--enforce-limits true|false] [--time-scale N] [--bwrap-cgroup delegated|systemd-scope] [--egress-network pasta|slirp4netns] [--bench-out DIR] [--scale N] [--scale-clients LIST] [--scale-tools LIST]
+       boxmaker-e2e serve --ca DIR [--https ADDR]... [--dns ADDR] [--dns-log FILE] [--tailnet ADDR]... [--tailnet-log FILE] [--record NAME=IPV4]... [--ready FILE]
+       boxmaker-e2e run --brokerd FILE --work DIR [--backend podman|bwrap] [--image ID] [--tools-root DIR] [--user NAME] [--podman PROG] [--tailnet-log FILE] [--dns-log FILE] [--only NAME]... [--bench N] [--enforce-limits true|false] [--time-scale N] [--bwrap-cgroup delegated|systemd-scope] [--egress-network pasta|slirp4netns] [--bench-out DIR] [--scale N] [--scale-clients LIST] [--scale-tools LIST]
        boxmaker-e2e report --dir DIR [--markdown FILE] [--svg FILE]
        boxmaker-e2e egress-network [--user NAME] [--podman PROG] [--program true]
        boxmaker-e2e guest --payload DIR [--e2e 1|0] [--time-scale N] [--e2e-args ARGS] [--backends LIST]";
@@ -147,6 +147,7 @@ fn main() -> ExitCode {
                 "ca",
                 "https",
                 "dns",
+                "dns-log",
                 "tailnet",
                 "tailnet-log",
                 "record",
@@ -164,6 +165,7 @@ fn main() -> ExitCode {
                 "user",
                 "podman",
                 "tailnet-log",
+                "dns-log",
                 "only",
                 "bench",
                 "enforce-limits",
@@ -237,7 +239,8 @@ fn serve(opts: &Opts) -> Result<(), String> {
     }
     if let Some(a) = opts.one("dns") {
         let s = UdpSocket::bind(addr(&a)?).map_err(|e| format!("dns {a}: {e}"))?;
-        threads.push(std::thread::spawn(move || dns::serve(s, zone)));
+        let log = opts.one("dns-log").map(PathBuf::from);
+        threads.push(std::thread::spawn(move || dns::serve(s, zone, log)));
     }
     let log = opts.one("tailnet-log").map(PathBuf::from);
     for a in opts.all("tailnet") {

@@ -101,6 +101,8 @@ struct Suite {
     /// has (pasta where it exists, as on NixOS; slirp4netns otherwise).
     egress_network: String,
     tailnet_log: Option<PathBuf>,
+    /// The test nameserver's log of the names it was asked for (`--dns-log`), where given.
+    dns_log: Option<PathBuf>,
     /// Lines in the tailnet log before this run (another backend's run may have written some).
     tailnet_before: usize,
     /// `--time-scale`: every time limit in brokerd's config and every wait of the suite is
@@ -192,6 +194,10 @@ pub fn run(opts: &crate::Opts) -> Result<ExitCode, String> {
         (
             "shell-egress-refuses-granted-names-at-forbidden-addresses",
             Suite::shell_egress_granted_names_at_forbidden_addresses,
+        ),
+        (
+            "shell-egress-dns-from-the-sandbox-reaches-no-nameserver",
+            Suite::shell_egress_dns_leaves_nothing,
         ),
         (
             "shell-egress-spellings-of-a-name",

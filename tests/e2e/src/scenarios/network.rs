@@ -506,6 +506,44 @@ impl Suite {
         )
     }
 
+    /// Name lookups from a shell with a way out: busybox `nslookup` against the test
+    /// nameserver and the sandbox's own resolver, and `getent`, for names of this run only.
+    /// None gets an answer, and the nameserver's log (where the run has one) holds none of
+    /// them, while it does hold the names the proxy resolved for earlier scenarios: only the
+    /// proxy, outside, resolves.
+    pub(super) fn shell_egress_dns_leaves_nothing(&mut self) -> Outcome {
+        let nonce = format!("leak-{}-{}", std::process::id(), self.calls);
+        let before = self
+            .dns_log
+            .as_ref()
+            .map_or(0, |l| std::fs::read(l).map_or(0, |t| t.len()));
+        let w = self.secs(5);
+        let out = self.net_shell(&format!(
+            "timeout {w} nslookup {nonce}-a.ok.test 192.0.2.53 2>&1; echo \"rc=$?\"; \
+             timeout {w} nslookup {nonce}-b.ok.test 2>&1; echo \"rc=$?\"; \
+             timeout {w} getent hosts {nonce}-c.ok.test 2>&1; echo \"rc=$?\"; \
+             echo '== proxy'; curl -sS --max-time {w} -o /dev/null https://ok.test/ 2>&1"
+        ))?;
+        let (lookups, _) = out.split_once("== proxy").unwrap_or((&out, ""));
+        check(
+            !lookups.contains("192.0.2.1") && exit_codes(lookups).iter().all(|c| *c != "0"),
+            || format!("a lookup from the sandbox was answered: {out:?}"),
+        )?;
+        let Some(log) = &self.dns_log else {
+            return Ok(());
+        };
+        let text = std::fs::read(log).unwrap_or_default();
+        let asked = String::from_utf8_lossy(text.get(before..).unwrap_or_default());
+        check(!asked.contains(&nonce), || {
+            format!("the nameserver saw a lookup from the sandbox: {asked:?}")
+        })?;
+        // The control: the proxy's own lookup of ok.test, in the same call, is in the log.
+        check(
+            asked.lines().any(|l| l.trim_end_matches('.') == "ok.test"),
+            || format!("the nameserver's log has no lookup of ok.test by the proxy: {asked:?}"),
+        )
+    }
+
     /// The same shell, with the variables ignored: no name resolves, and the granted host's
     /// address has no route.
     pub(super) fn shell_egress_no_route_around_the_proxy(&mut self) -> Outcome {

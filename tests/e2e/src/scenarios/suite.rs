@@ -199,7 +199,9 @@ writes = "staged"
                 .lines()
                 .count()
         });
+        let dns_log = opts.one("dns-log").map(PathBuf::from);
         Ok(Suite {
+            dns_log,
             backend,
             tools_root,
             other_config,
