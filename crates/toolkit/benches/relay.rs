@@ -2,7 +2,9 @@
 //! direct copy over loopback TCP, so a slow relay shows as a ratio rather than a bare number.
 //!
 //! `cargo bench -p toolkit --bench relay` (or `-- <MiB>` for another size). Client → proxy over
-//! a Unix socket → TCP to a sink on 127.0.0.1, and the same bytes the other way.
+//! a Unix socket → TCP to a sink on 127.0.0.1, and the same bytes the other way; then the path
+//! a shell call's tools take (docs/design.md#shell-and-its-egress-proxy): client → the
+//! toolkit's bridge on 127.0.0.1 by HTTP CONNECT → the proxy → the sink.
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -10,6 +12,7 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use toolkit::bridge::Bridge;
 use toolkit::proxy::{self, Dial, Limits, Policy, MAX_CONNECTIONS};
 
 const CHUNK: usize = 256 * 1024;
@@ -124,6 +127,25 @@ fn through_proxy(path: &std::path::Path, total: u64, up: bool) -> io::Result<Dur
     transfer(s, total, up)
 }
 
+/// The same, through the bridge by HTTP CONNECT, as curl with `HTTPS_PROXY` does.
+fn through_bridge(bridge: &Bridge, total: u64, up: bool) -> io::Result<Duration> {
+    let port = bridge.url().rsplit(':').next().unwrap_or("").to_string();
+    let mut s = TcpStream::connect(format!("127.0.0.1:{port}"))?;
+    s.set_nodelay(true)?;
+    s.write_all(b"CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n")?;
+    // The status line and the empty line after it, byte by byte: nothing of the tunnel is read.
+    let mut head = Vec::new();
+    let mut b = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        s.read_exact(&mut b)?;
+        head.push(b[0]);
+    }
+    if !head.starts_with(b"HTTP/1.1 200") {
+        return Err(io::Error::other(String::from_utf8_lossy(&head).into_owned()));
+    }
+    transfer(s, total, up)
+}
+
 fn main() -> io::Result<()> {
     // `cargo bench` passes "--bench"; a bare number among the arguments is the size in MiB.
     let mib: u64 = std::env::args()
@@ -154,12 +176,15 @@ fn main() -> io::Result<()> {
             )
         });
         let relayed = through_proxy(&path, total, up)?;
+        let bridged = through_bridge(&Bridge::start(&path)?, total, up)?;
 
         println!(
-            "{label}, {mib} MiB: direct TCP {:>8.0} MB/s   through the proxy {:>8.0} MB/s   ({:.0}%)",
+            "{label}, {mib} MiB: direct TCP {:>6.0} MB/s   proxy {:>6.0} MB/s ({:.0}%)   bridge and proxy {:>6.0} MB/s ({:.0}%)",
             mbps(total, direct),
             mbps(total, relayed),
-            100.0 * direct.as_secs_f64() / relayed.as_secs_f64()
+            100.0 * direct.as_secs_f64() / relayed.as_secs_f64(),
+            mbps(total, bridged),
+            100.0 * direct.as_secs_f64() / bridged.as_secs_f64()
         );
     }
     Ok(())
