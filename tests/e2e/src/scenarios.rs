@@ -200,6 +200,10 @@ pub fn run(opts: &crate::Opts) -> Result<ExitCode, String> {
             Suite::shell_egress_dns_leaves_nothing,
         ),
         (
+            "shell-egress-proxy-killed-mid-transfer",
+            Suite::shell_egress_proxy_killed_mid_transfer,
+        ),
+        (
             "shell-egress-spellings-of-a-name",
             Suite::shell_egress_spellings_of_a_name,
         ),

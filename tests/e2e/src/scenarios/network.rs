@@ -544,6 +544,61 @@ impl Suite {
         )
     }
 
+    /// The proxy killed while a tunnel through it is open: the command sees the tunnel close,
+    /// the call ends with its answer (no wait for its time limit), nothing is left (judged
+    /// after every scenario), the record counts the tunnel as open at the end, and the next
+    /// call with a way out gets a proxy of its own and works.
+    pub(super) fn shell_egress_proxy_killed_mid_transfer(&mut self) -> Outcome {
+        let user = self.user.clone();
+        let limit = self.t(Duration::from_secs(20));
+        let killer = std::thread::spawn(move || {
+            let started = std::time::Instant::now();
+            while started.elapsed() < limit {
+                let proxy = system::sandbox_processes(&user).into_iter().find(|p| {
+                    !p.is_bwrap()
+                        && p.cmdline.contains("egress-proxy")
+                        && p.cmdline.contains("--report")
+                });
+                if let Some(p) = proxy {
+                    // Long enough for the tunnel to be open.
+                    std::thread::sleep(Duration::from_secs(2));
+                    system::kill_pid(p.pid);
+                    return Some(p.cmdline);
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            None
+        });
+        let hold = self.secs(30);
+        let started = std::time::Instant::now();
+        let out = self.net_shell(&format!(
+            "p=${{HTTPS_PROXY##*:}}; \
+             (printf 'CONNECT ok.test:443 HTTP/1.1\\r\\n\\r\\n'; sleep {hold}) \
+             | timeout {hold} nc 127.0.0.1 \"$p\" 2>&1 | head -n 1; echo \"nc-ended\""
+        ))?;
+        let took = started.elapsed();
+        let killed = killer
+            .join()
+            .map_err(|_| "the killer thread panicked".to_string())?;
+        check(killed.is_some(), || {
+            format!("no proxy process was found to kill: {out:?}")
+        })?;
+        check(
+            out.contains("200")
+                && out.contains("nc-ended")
+                && took < self.t(Duration::from_secs(25)),
+            || format!("the tunnel did not end with the proxy (after {took:?}): {out:?}"),
+        )?;
+        let e = self.egress_audited()?;
+        check(e["connections"] == 1 && e["open_at_end"] == 1, || {
+            format!("the record does not show the tunnel open at the end: {e}")
+        })?;
+        let out = self.net_curl("-o /dev/null -w 'code=%{http_code}' https://ok.test/")?;
+        check(out.contains("code=200"), || {
+            format!("the next call's way out does not work: {out:?}")
+        })
+    }
+
     /// The same shell, with the variables ignored: no name resolves, and the granted host's
     /// address has no route.
     pub(super) fn shell_egress_no_route_around_the_proxy(&mut self) -> Outcome {
