@@ -48,7 +48,7 @@ pub const REPORT_MAX_REASON: usize = 240;
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ReportLine {
-    /// The connection's number, from 1.
+    /// The connection's number, from 1, in the order the proxy began serving them.
     pub n: u64,
     pub event: ReportEvent,
     /// The host asked for, once read and valid; names that are not are left out.
@@ -116,6 +116,18 @@ pub struct RefusalTally {
     pub count: u64,
 }
 
+/// `reason` cut to [`REPORT_MAX_REASON`] bytes at a character boundary.
+fn cut_reason(mut reason: String) -> String {
+    if reason.len() > REPORT_MAX_REASON {
+        let mut at = REPORT_MAX_REASON;
+        while !reason.is_char_boundary(at) {
+            at -= 1;
+        }
+        reason.truncate(at);
+    }
+    reason
+}
+
 fn is_zero(n: &u64) -> bool {
     *n == 0
 }
@@ -125,54 +137,78 @@ impl Summary {
     /// line still being written). Never fails: what cannot be read is said in `incomplete`.
     pub fn of_report(text: &[u8]) -> Summary {
         let mut s = Summary::default();
-        let mut open: std::collections::BTreeSet<u64> = std::collections::BTreeSet::new();
-        let mut lines = 0u64;
+        let mut open: std::collections::BTreeMap<u64, Option<String>> = Default::default();
+        // Lines of the bounded kind: refusals and closures of connections never opened.
+        let mut bounded = 0u64;
         let mut unreadable = 0u64;
         let complete = match text.iter().rposition(|&b| b == b'\n') {
             Some(end) => text[..end].split(|&b| b == b'\n').collect(),
             None => Vec::new(),
         };
         for raw in complete {
-            lines += 1;
             let Ok(line) = serde_json::from_slice::<ReportLine>(raw) else {
                 unreadable += 1;
                 continue;
             };
+            // What the proxy wrote is checked again: a valid name in its comparable form, a
+            // reason of bounded length.
+            let host = line
+                .host
+                .as_deref()
+                .filter(|h| hosts::valid_host(h))
+                .map(hosts::normalize);
             match line.event {
                 ReportEvent::Open => {
-                    open.insert(line.n);
-                    s.connections += 1;
-                    if let Some(h) = line.host {
-                        s.tally_host(h, 1, 0, 0);
+                    if open.insert(line.n, host.clone()).is_none() {
+                        s.connections += 1;
+                        if let Some(h) = host {
+                            s.tally_host(h, 1, 0, 0);
+                        }
                     }
                 }
                 ReportEvent::End if line.relayed => {
-                    open.remove(&line.n);
+                    let was_open = open.remove(&line.n).is_some();
+                    if !was_open {
+                        s.connections += 1;
+                    }
                     s.up = s.up.saturating_add(line.up);
                     s.down = s.down.saturating_add(line.down);
-                    if let Some(h) = line.host {
-                        s.tally_host(h, 0, line.up, line.down);
+                    if let Some(h) = host {
+                        s.tally_host(h, u64::from(!was_open), line.up, line.down);
                     }
                 }
                 ReportEvent::End => {
                     // A connection that opened and then failed before relaying is not one.
-                    if open.remove(&line.n) {
-                        s.connections -= 1;
+                    match open.remove(&line.n) {
+                        Some(opened_for) => {
+                            s.connections -= 1;
+                            if let Some(h) = opened_for {
+                                s.untally_host(&h);
+                            }
+                        }
+                        None => bounded += 1,
                     }
                     s.refused += 1;
-                    s.tally_refusal(line.reason);
+                    s.tally_refusal(cut_reason(line.reason));
                 }
             }
         }
         s.open_at_end = open.len() as u64;
-        s.incomplete = match (lines >= REPORT_MAX_LINES, unreadable) {
+        s.incomplete = match (bounded >= REPORT_MAX_LINES, unreadable) {
             (true, _) => Some(format!(
-                "the report stopped at its bound of {REPORT_MAX_LINES} lines"
+                "the report's refusals stopped at its bound of {REPORT_MAX_LINES} lines"
             )),
             (false, 0) => None,
             (false, n) => Some(format!("{n} lines of the report could not be read")),
         };
         s
+    }
+
+    /// One connection fewer for `host` (one that opened and then was not relayed).
+    fn untally_host(&mut self, host: &str) {
+        if let Some(t) = self.hosts.iter_mut().find(|t| t.host == host) {
+            t.connections = t.connections.saturating_sub(1);
+        }
     }
 
     fn tally_host(&mut self, host: String, connections: u64, up: u64, down: u64) {
@@ -724,9 +760,10 @@ mod tests {
                     up: 10,
                     down: 200
                 },
+                // Opened, then not relayed: no connection.
                 HostTally {
                     host: "b.test".into(),
-                    connections: 1,
+                    connections: 0,
                     up: 0,
                     down: 0
                 },
@@ -754,6 +791,24 @@ mod tests {
             "2 connections, 3 refused, 10 bytes up, 200 down, 1 open at the end"
         );
         assert_eq!(Summary::of_report(b""), Summary::default());
+        // Spellings of a name are one host; an invalid one and an over-long reason written by
+        // a proxy that should not have are not taken as given.
+        let mut odd = Vec::new();
+        odd.extend(line(1, Open, Some("OK.Test."), 0, 0, false, ""));
+        odd.extend(line(1, End, Some("ok.test"), 1, 2, true, ""));
+        odd.extend(line(2, Open, Some("bad name"), 0, 0, false, ""));
+        odd.extend(line(3, End, None, 0, 0, false, &"x".repeat(5000)));
+        let s = Summary::of_report(&odd);
+        assert_eq!(
+            (
+                s.connections,
+                s.hosts.len(),
+                s.hosts[0].host.as_str(),
+                s.hosts[0].connections
+            ),
+            (2, 1, "ok.test", 1)
+        );
+        assert_eq!(s.refusals[0].reason.len(), REPORT_MAX_REASON);
         // Many names: the first SUMMARY_MAX_NAMED are named, all are counted.
         let mut many = Vec::new();
         for n in 0..40u64 {

@@ -141,7 +141,9 @@ fn through_bridge(bridge: &Bridge, total: u64, up: bool) -> io::Result<Duration>
         head.push(b[0]);
     }
     if !head.starts_with(b"HTTP/1.1 200") {
-        return Err(io::Error::other(String::from_utf8_lossy(&head).into_owned()));
+        return Err(io::Error::other(
+            String::from_utf8_lossy(&head).into_owned(),
+        ));
     }
     transfer(s, total, up)
 }

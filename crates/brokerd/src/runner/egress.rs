@@ -44,8 +44,9 @@ const REPORT_MAX_BYTES: u64 = 4 << 20;
 
 /// The summary of the report in `dir` ([`report_dir`]), once every connection it shows open
 /// has ended or [`REPORT_GRACE`] has passed. The file is opened without following a link and
-/// without blocking, must be a regular file, and is read up to [`REPORT_MAX_BYTES`]; what
-/// cannot be read is said in the summary's `incomplete`.
+/// without blocking, must be a regular file, and is read up to [`REPORT_MAX_BYTES`] (read again
+/// only when it has grown); what cannot be read is said in the summary's `incomplete`, a
+/// missing report (the proxy never started) included.
 pub fn read_report(dir: &Path) -> proto::egress::Summary {
     use std::io::Read;
     use std::os::unix::fs::OpenOptionsExt;
@@ -54,31 +55,43 @@ pub fn read_report(dir: &Path) -> proto::egress::Summary {
         .unwrap_or_default();
     let path = dir.join(name);
     let deadline = Instant::now() + REPORT_GRACE;
+    let incomplete = |why: String| proto::egress::Summary {
+        incomplete: Some(why),
+        ..Default::default()
+    };
+    let mut read_len = None;
+    let mut summary = incomplete("the proxy wrote no report: it did not start".into());
     loop {
         let read = std::fs::OpenOptions::new()
             .read(true)
             .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
             .open(&path)
-            .and_then(|f| match f.metadata()?.is_file() {
-                true => Ok(f),
-                false => Err(std::io::Error::other("not a regular file")),
-            })
             .and_then(|f| {
+                let meta = f.metadata()?;
+                if !meta.is_file() {
+                    return Err(std::io::Error::other("not a regular file"));
+                }
+                if read_len == Some(meta.len()) {
+                    return Ok(None);
+                }
                 let mut text = Vec::new();
                 f.take(REPORT_MAX_BYTES).read_to_end(&mut text)?;
-                Ok(text)
+                Ok(Some(text))
             });
-        let summary = match read {
-            Ok(text) => proto::egress::Summary::of_report(&text),
-            // No report: the proxy did not start, or wrote nothing yet.
-            Err(e) if e.kind() == ErrorKind::NotFound => proto::egress::Summary::default(),
-            Err(e) => {
-                return proto::egress::Summary {
-                    incomplete: Some(format!("the report could not be read: {e}")),
-                    ..Default::default()
+        match read {
+            Ok(None) => {}
+            Ok(Some(text)) => {
+                read_len = Some(text.len() as u64);
+                summary = proto::egress::Summary::of_report(&text);
+                if text.len() as u64 >= REPORT_MAX_BYTES {
+                    summary.incomplete = Some(format!(
+                        "the report is longer than the {REPORT_MAX_BYTES} bytes read"
+                    ));
                 }
             }
-        };
+            Err(e) if e.kind() == ErrorKind::NotFound => {}
+            Err(e) => return incomplete(format!("the report could not be read: {e}")),
+        }
         if summary.open_at_end == 0 || Instant::now() >= deadline {
             return summary;
         }
@@ -167,6 +180,39 @@ pub fn sweep(home: &Path) -> (usize, Vec<String>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A report that is missing, a FIFO, a link or a directory never blocks and never reads
+    /// through: each is said in `incomplete`; an empty one is a call with no connections.
+    #[test]
+    fn a_report_is_read_only_as_a_regular_file() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path();
+        let file = dir.join("connections.jsonl");
+        let started = Instant::now();
+        let missing = read_report(dir);
+        assert!(missing
+            .incomplete
+            .as_deref()
+            .is_some_and(|w| w.contains("did not start")));
+        nix::unistd::mkfifo(&file, nix::sys::stat::Mode::S_IRWXU).expect("mkfifo");
+        let fifo = read_report(dir);
+        assert!(fifo
+            .incomplete
+            .as_deref()
+            .is_some_and(|w| w.contains("not a regular file")));
+        std::fs::remove_file(&file).expect("rm");
+        std::fs::write(dir.join("elsewhere"), "{}\n").expect("write");
+        std::os::unix::fs::symlink(dir.join("elsewhere"), &file).expect("symlink");
+        let link = read_report(dir);
+        assert!(link
+            .incomplete
+            .as_deref()
+            .is_some_and(|w| w.contains("could not be read")));
+        std::fs::remove_file(&file).expect("rm");
+        std::fs::write(&file, "").expect("write");
+        assert_eq!(read_report(dir), proto::egress::Summary::default());
+        assert!(started.elapsed() < Duration::from_secs(2));
+    }
 
     #[test]
     fn egress_dir_is_private_and_replaces_leftovers() {

@@ -3,8 +3,11 @@
 //! record (docs/design.md#shell-and-its-egress-proxy). Never a byte of payload.
 //!
 //! Each line goes out in one `write` on a file opened for appending, so brokerd, reading while
-//! the proxy runs, sees whole lines. At most [`REPORT_MAX_LINES`] are written; past them none,
-//! and brokerd reads a report of that length as cut short.
+//! the proxy runs, sees whole lines. Lines of refusals and of connections closed unserved are
+//! at most [`REPORT_MAX_LINES`]; past them none (brokerd reads a report with that many as cut
+//! short). The lines of a connection relayed to a server, its opening and its end, are always
+//! written, so that no flood of refusals can hide a tunnel's bytes: there are at most
+//! `--max-connections` of those.
 
 use std::fs::File;
 use std::io::{self, Write};
@@ -17,7 +20,7 @@ use std::sync::Mutex;
 use proto::egress::{ReportEvent, ReportLine, REPORT_MAX_LINES, REPORT_MAX_REASON};
 use proto::hosts;
 
-use super::{Outcome, Reason};
+use super::{Outcome, Reason, Reply};
 
 /// An open report file and its counters.
 #[derive(Debug)]
@@ -25,7 +28,7 @@ pub struct Report {
     file: Mutex<File>,
     /// Connections numbered so far.
     numbered: AtomicU64,
-    /// Lines written so far.
+    /// Lines of refusals and closures written so far (the bounded kind).
     written: AtomicU64,
 }
 
@@ -53,7 +56,7 @@ impl Report {
 
     /// Connection `n` reached `addr` for `host`.
     pub fn opened(&self, n: u64, host: &str, addr: SocketAddr) {
-        self.write(&ReportLine {
+        self.write_always(&ReportLine {
             n,
             event: ReportEvent::Open,
             host: shown_host(host),
@@ -74,7 +77,7 @@ impl Report {
             Reason::ConnectFailed(addr, _) => (Some(addr.to_string()), 0, 0, false),
             _ => (None, 0, 0, false),
         };
-        self.write(&ReportLine {
+        let line = ReportLine {
             n,
             event: ReportEvent::End,
             host: outcome.target.as_ref().and_then(|(h, _)| shown_host(h)),
@@ -82,8 +85,13 @@ impl Report {
             up,
             down,
             relayed,
-            reason: cut(outcome.reason.to_string()),
-        });
+            reason: cut(reason_text(&outcome.reason)),
+        };
+        // A connection that was opened has its end written whatever came before.
+        match outcome.reply {
+            Some(Reply::Succeeded) => self.write_always(&line),
+            _ => self.write(&line),
+        }
     }
 
     /// A connection closed by the accept loop before it was served (`reason`).
@@ -101,10 +109,15 @@ impl Report {
         });
     }
 
+    /// A line of the bounded kind: refusals and closures.
     fn write(&self, line: &ReportLine) {
         if self.written.fetch_add(1, Ordering::SeqCst) >= REPORT_MAX_LINES {
             return;
         }
+        self.write_always(line);
+    }
+
+    fn write_always(&self, line: &ReportLine) {
         let Ok(mut text) = serde_json::to_vec(line) else {
             return;
         };
@@ -118,9 +131,20 @@ impl Report {
     }
 }
 
-/// A host name as the report carries it: only a valid one, the model's other bytes never.
+/// A host name as the report carries it: only a valid one, in its comparable form (lower
+/// case, no trailing dot), so that spellings of one name are one host; the model's other bytes
+/// never.
 fn shown_host(host: &str) -> Option<String> {
-    hosts::valid_host(host).then(|| host.to_string())
+    hosts::valid_host(host).then(|| hosts::normalize(host))
+}
+
+/// Why a connection ended, as the report says it: the proxy's reason, except that a method
+/// the client sent is not repeated (its bytes are the model's).
+fn reason_text(reason: &Reason) -> String {
+    match reason {
+        Reason::Method(_) => "the method is not CONNECT".to_string(),
+        other => other.to_string(),
+    }
 }
 
 /// `text` cut to [`REPORT_MAX_REASON`] bytes at a character boundary.
