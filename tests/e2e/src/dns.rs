@@ -12,11 +12,19 @@ use hickory_proto::op::{Message, MessageType, OpCode, ResponseCode};
 use hickory_proto::rr::rdata::A;
 use hickory_proto::rr::{RData, Record, RecordType};
 
-/// Serves `zone` (lower-case names without a trailing dot) on `socket` until the process ends;
+/// A name whose address changes between lookups, as a rebinding attack's does: its A queries
+/// are answered in turn with the HTTPS host's address and loopback, first the host's.
+pub const REBIND_NAME: &str = "rebind.ok.test";
+/// What [`REBIND_NAME`]'s lookups answer, in turn.
+pub const REBIND_ANSWERS: [Ipv4Addr; 2] = [Ipv4Addr::new(192, 0, 2, 1), Ipv4Addr::LOCALHOST];
+
+/// Serves `zone` (lower-case names without a trailing dot) and [`REBIND_NAME`] on `socket`
+/// until the process ends;
 /// with `log`, appends each query's name (lower case, one a line) there first, so that a
 /// scenario can show which names were asked for.
 pub fn serve(socket: UdpSocket, zone: BTreeMap<String, Ipv4Addr>, log: Option<PathBuf>) {
     let mut buf = [0u8; 4096];
+    let mut rebind_lookups = 0usize;
     loop {
         let Ok((n, from)) = socket.recv_from(&mut buf) else {
             continue;
@@ -42,7 +50,20 @@ pub fn serve(socket: UdpSocket, zone: BTreeMap<String, Ipv4Addr>, log: Option<Pa
                 eprintln!("dns: {}: {e}", log.display());
             }
         }
-        if let Some(answer) = answer(&query, &zone) {
+        let mut zone_now = zone.clone();
+        if let [q] = query.queries.as_slice() {
+            let name = q.name().to_lowercase().to_string();
+            if name.trim_end_matches('.') == REBIND_NAME {
+                zone_now.insert(
+                    REBIND_NAME.to_string(),
+                    REBIND_ANSWERS[rebind_lookups % REBIND_ANSWERS.len()],
+                );
+                if q.query_type() == RecordType::A {
+                    rebind_lookups += 1;
+                }
+            }
+        }
+        if let Some(answer) = answer(&query, &zone_now) {
             let _ = socket.send_to(&answer, from);
         }
     }

@@ -204,6 +204,10 @@ pub fn run(opts: &crate::Opts) -> Result<ExitCode, String> {
             Suite::shell_egress_proxy_killed_mid_transfer,
         ),
         (
+            "shell-egress-rebinding-between-connections-is-refused",
+            Suite::shell_egress_rebinding_is_refused,
+        ),
+        (
             "shell-egress-spellings-of-a-name",
             Suite::shell_egress_spellings_of_a_name,
         ),

@@ -605,6 +605,37 @@ impl Suite {
         })
     }
 
+    /// Rebinding: a granted name that resolves to the HTTPS host and then to loopback, asked
+    /// for twice in one call. The proxy resolves each connection once and checks what it
+    /// dials, so the one that resolved to loopback is refused (502) and nothing reaches it;
+    /// which of the two comes first depends on the nameserver's turn, so exactly one of each.
+    pub(super) fn shell_egress_rebinding_is_refused(&mut self) -> Outcome {
+        let w = self.secs(10);
+        let n = crate::dns::REBIND_NAME;
+        let out = self.net_shell(&format!(
+            "for i in 1 2; do curl -sS --max-time {w} -o /dev/null -w 'code=%{{http_code}}\\n' \
+             https://{n}/ 2>&1; echo \"rc=$?\"; done"
+        ))?;
+        let codes: Vec<&str> = out
+            .lines()
+            .filter_map(|l| l.strip_prefix("code="))
+            .collect();
+        let mut sorted = codes.clone();
+        sorted.sort_unstable();
+        check(sorted == ["000", "200"], || {
+            format!("want one fetch and one refusal of {n}: {out:?}")
+        })?;
+        let e = self.egress_audited()?;
+        check(
+            e["connections"] == 1
+                && e["refused"] == 1
+                && e["refusals"][0]["reason"]
+                    .as_str()
+                    .is_some_and(|r| r.contains("[127.0.0.1]")),
+            || format!("the record does not show the loopback answer refused: {e}"),
+        )
+    }
+
     /// The same shell, with the variables ignored: no name resolves, and the granted host's
     /// address has no route.
     pub(super) fn shell_egress_no_route_around_the_proxy(&mut self) -> Outcome {

@@ -139,7 +139,7 @@ allow_addresses = ["192.0.2.0/24"]
 mode = "auto"
 tools = ["shell"]
 paths = [ {{ path = "{ro}" }} ]
-shell_hosts = ["ok.test", "tailnet.ok.test", "cgnat.ok.test", "loop.ok.test", "meta.ok.test"]
+shell_hosts = ["ok.test", "tailnet.ok.test", "cgnat.ok.test", "loop.ok.test", "meta.ok.test", "rebind.ok.test"]
 allow_addresses = ["192.0.2.0/24"]
 
 [grants.{ASK_GRANT}]
