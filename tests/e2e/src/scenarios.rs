@@ -208,6 +208,10 @@ pub fn run(opts: &crate::Opts) -> Result<ExitCode, String> {
             Suite::shell_egress_rebinding_is_refused,
         ),
         (
+            "shell-egress-slow-loris-on-the-bridge-holds-nothing-up",
+            Suite::shell_egress_slow_loris_holds_nothing_up,
+        ),
+        (
             "shell-egress-spellings-of-a-name",
             Suite::shell_egress_spellings_of_a_name,
         ),

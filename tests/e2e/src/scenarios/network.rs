@@ -636,6 +636,27 @@ impl Suite {
         )
     }
 
+    /// A slow-loris on the bridge: clients that send four bytes of a head and then nothing,
+    /// left behind by the command. A fetch on another connection of the same call is served
+    /// meanwhile, the call answers at once when its command ends (its sandbox takes the slow
+    /// clients with it), and nothing is left (judged after every scenario). The proxy's own
+    /// 10 s handshake deadline is past this suite's shell limit: its unit test proves it.
+    pub(super) fn shell_egress_slow_loris_holds_nothing_up(&mut self) -> Outcome {
+        let w = self.secs(3);
+        let out = self.net_shell(&format!(
+            "p=${{HTTPS_PROXY##*:}}; \
+             for i in 1 2 3 4; do (printf 'CONN'; sleep 60) | nc 127.0.0.1 \"$p\" >/dev/null 2>&1 & done; \
+             sleep 1; curl -sS --max-time {w} -o /dev/null -w 'code=%{{http_code}}\\n' https://ok.test/ 2>&1"
+        ))?;
+        check(out.contains("code=200"), || {
+            format!("the fetch beside the slow clients was not served: {out:?}")
+        })?;
+        let e = self.egress_audited()?;
+        check(e["connections"] == 1, || {
+            format!("the record does not show the one fetch: {e}")
+        })
+    }
+
     /// The same shell, with the variables ignored: no name resolves, and the granted host's
     /// address has no route.
     pub(super) fn shell_egress_no_route_around_the_proxy(&mut self) -> Outcome {
