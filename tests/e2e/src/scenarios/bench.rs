@@ -206,7 +206,7 @@ impl Suite {
 
     /// Up to 20 s (times --time-scale) until no egress directory is left: the previous call's
     /// clean-up is over.
-    fn await_settled(&self) {
+    pub(super) fn await_settled(&self) {
         let limit = Instant::now() + self.t(Duration::from_secs(20));
         while std::fs::read_dir(&self.egress_root).is_ok_and(|mut d| d.next().is_some())
             && Instant::now() < limit

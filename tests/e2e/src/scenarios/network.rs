@@ -276,6 +276,10 @@ impl Suite {
     /// A shell call of the `e2e-net` grant (shell_hosts: `ok.test`, and four names that resolve
     /// where the proxy must never connect); an `ask` is approved.
     fn net_shell(&mut self, command: &str) -> Result<String, String> {
+        // The call before this one cleans up first, as between scenarios: on a slow host (the
+        // guest) a proxy's removal beside the next call's start can pass podman's 8 s helper
+        // bound, which poisons network work until restart.
+        self.await_settled();
         let args = serde_json::json!({ "command": command });
         let body = match self.call_as(NET_GRANT, "shell", args.clone(), None)? {
             Body::Ask { ticket, .. } => self.call_as(NET_GRANT, "shell", args, Some(ticket))?,
