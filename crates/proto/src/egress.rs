@@ -116,8 +116,9 @@ pub struct RefusalTally {
     pub count: u64,
 }
 
-/// `reason` cut to [`REPORT_MAX_REASON`] bytes at a character boundary.
-fn cut_reason(mut reason: String) -> String {
+/// `reason` cut to [`REPORT_MAX_REASON`] bytes at a character boundary: what the proxy writes
+/// and what brokerd takes from a report.
+pub fn cut_reason(mut reason: String) -> String {
     if reason.len() > REPORT_MAX_REASON {
         let mut at = REPORT_MAX_REASON;
         while !reason.is_char_boundary(at) {

@@ -17,7 +17,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use proto::egress::{ReportEvent, ReportLine, REPORT_MAX_LINES, REPORT_MAX_REASON};
+use proto::egress::{cut_reason, ReportEvent, ReportLine, REPORT_MAX_LINES};
 use proto::hosts;
 
 use super::{Outcome, Reason, Reply};
@@ -85,7 +85,7 @@ impl Report {
             up,
             down,
             relayed,
-            reason: cut(reason_text(&outcome.reason)),
+            reason: cut_reason(reason_text(&outcome.reason)),
         };
         // A connection that was opened has its end written whatever came before.
         match outcome.reply {
@@ -105,7 +105,7 @@ impl Report {
             up: 0,
             down: 0,
             relayed: false,
-            reason: cut(reason.to_string()),
+            reason: cut_reason(reason.to_string()),
         });
     }
 
@@ -145,16 +145,4 @@ fn reason_text(reason: &Reason) -> String {
         Reason::Method(_) => "the method is not CONNECT".to_string(),
         other => other.to_string(),
     }
-}
-
-/// `text` cut to [`REPORT_MAX_REASON`] bytes at a character boundary.
-fn cut(mut text: String) -> String {
-    if text.len() > REPORT_MAX_REASON {
-        let mut at = REPORT_MAX_REASON;
-        while !text.is_char_boundary(at) {
-            at -= 1;
-        }
-        text.truncate(at);
-    }
-    text
 }

@@ -1277,6 +1277,24 @@ fn report_lines(path: &std::path::Path) -> Vec<proto::egress::ReportLine> {
         .collect()
 }
 
+/// A policy that reports to `path`, and a fake dial whose `example.com` is a local server
+/// that reads `ask` bytes and answers `answer`.
+fn reporting(
+    path: &std::path::Path,
+    ask: usize,
+    answer: &'static [u8],
+) -> (FakeDial, Policy, std::thread::JoinHandle<()>) {
+    let (target, h) = server(move |mut s| {
+        let mut got = vec![0u8; ask];
+        s.read_exact(&mut got).expect("read");
+        s.write_all(answer).expect("write");
+    });
+    let mut dial = FakeDial::with(&[("example.com", &["93.184.216.34"])]);
+    dial.target = Some(target);
+    let p = policy().with_report(Report::create(path).expect("report"));
+    (dial, p, h)
+}
+
 /// `--report`: each connection's opening and end, numbered, with bytes each way for a relayed
 /// one, the reason for a refused one, no host the model spelled invalidly, and the accept
 /// loop's closures too; an existing file or a link is never written through.
@@ -1285,14 +1303,7 @@ fn the_report_says_what_each_connection_did() {
     use proto::egress::ReportEvent;
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("connections.jsonl");
-    let (target, h) = server(|mut s| {
-        let mut got = [0u8; 5];
-        s.read_exact(&mut got).expect("read");
-        s.write_all(b"hello, world").expect("write");
-    });
-    let mut dial = FakeDial::with(&[("example.com", &["93.184.216.34"])]);
-    dial.target = Some(target);
-    let p = policy().with_report(Report::create(&path).expect("report"));
+    let (dial, p, h) = reporting(&path, 5, b"hello, world");
     let (mut client, handle) = connected(&dial, &p);
     client.write_all(b"12345").expect("write");
     client.shutdown(Shutdown::Write).expect("half-close");
@@ -1326,7 +1337,8 @@ fn the_report_says_what_each_connection_did() {
             (3, ReportEvent::End, Some("other.test"), 0, 0, false),
         ]
     );
-    assert_eq!(lines[0].addr.as_deref(), Some(target.to_string().as_str()));
+    let target = dial.target.map(|t| t.to_string());
+    assert_eq!(lines[0].addr, target);
     assert_eq!(lines[3].reason, Reason::HostNotAllowed.to_string());
     // Never through what is already there.
     assert!(Report::create(&path).is_err());
@@ -1383,14 +1395,7 @@ fn a_flood_of_refusals_cannot_hide_a_tunnel() {
     use proto::egress::{ReportEvent, Summary, REPORT_MAX_LINES};
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("connections.jsonl");
-    let (target, h) = server(|mut s| {
-        let mut got = [0u8; 3];
-        s.read_exact(&mut got).expect("read");
-        s.write_all(b"back").expect("write");
-    });
-    let mut dial = FakeDial::with(&[("example.com", &["93.184.216.34"])]);
-    dial.target = Some(target);
-    let p = policy().with_report(Report::create(&path).expect("report"));
+    let (dial, p, h) = reporting(&path, 3, b"back");
     let (mut client, handle) = connected(&dial, &p);
     for _ in 0..REPORT_MAX_LINES + 5 {
         let _ = exchange(
