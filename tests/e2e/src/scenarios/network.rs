@@ -329,7 +329,16 @@ impl Suite {
     pub(super) fn shell_egress_reaches_granted_host(&mut self) -> Outcome {
         let out = self.net_shell(
             "echo \"proxy=$HTTPS_PROXY no_proxy=[$NO_PROXY]\"; \
-             curl -sS --max-time 10 https://ok.test/ 2>&1; rc=$?; echo; echo \"rc=$rc\"",
+             curl -sS --max-time 10 https://ok.test/ 2>&1; rc=$?; echo; echo \"rc=$rc\"; \
+             for d in /run/egress-report /run/egress/../egress-report /run/egress/../../run/egress-report; do \
+               ls -a \"$d\" >/dev/null 2>&1 && echo \"report reachable: $d\"; \
+               echo forged > \"$d/connections.jsonl\" 2>/dev/null && echo \"report written: $d\"; \
+             done; ls -a /run/egress",
+        )?;
+        // The proxy's report directory is not in the command's sandbox by any path.
+        check(
+            !out.contains("report reachable") && !out.contains("report written"),
+            || format!("the command reached the proxy's report: {out:?}"),
         )?;
         check(
             out.contains("proxy=http://127.0.0.1:") && out.contains("no_proxy=[]"),
