@@ -230,6 +230,10 @@ pub fn run(opts: &crate::Opts) -> Result<ExitCode, String> {
             Suite::shell_egress_connection_bound,
         ),
         (
+            "shell-egress-connection-flood",
+            Suite::shell_egress_connection_flood,
+        ),
+        (
             "shell-egress-program-ignoring-the-environment-has-no-route",
             Suite::shell_egress_no_route_around_the_proxy,
         ),

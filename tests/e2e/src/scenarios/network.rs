@@ -703,6 +703,89 @@ impl Suite {
         })
     }
 
+    /// A flood of connection attempts in one call: curl, 64 at a time and a new connection for
+    /// each, in batches of 500 until 10,000 or the flood's time is up (a slow host makes
+    /// fewer; at least 1,000 count). Exactly `egress_connections` of them are relayed and the
+    /// rest refused; the record counts each refusal up to the report's bound and says when it cut
+    /// there; a call beside the flood, on another grant, is answered as usual; the next call
+    /// has connections of its own.
+    pub(super) fn shell_egress_connection_flood(&mut self) -> Outcome {
+        const MOST: u64 = 10_000;
+        const BATCH: u64 = 500;
+        const LEAST: u64 = 1_000;
+        self.await_settled();
+        self.calls += 1;
+        let (socket, session, call) = (self.socket.clone(), self.session.clone(), self.call_id());
+        let wait = self.t(super::CALL_WAIT);
+        let delay = self.t(Duration::from_millis(500));
+        let beside = std::thread::spawn(move || {
+            std::thread::sleep(delay);
+            let args = serde_json::json!({ "command": "echo beside the flood" });
+            super::call_on(&socket, wait, &session, &call, GRANT, "shell", args, None)
+        });
+        let budget = self.secs(2);
+        let out = self.net_shell(&format!(
+            "end=$(( $(date +%s) + {budget} )); n=0; \
+             while [ $n -lt {MOST} ] && [ $(date +%s) -lt $end ]; do \
+               curl -s --no-progress-meter -o /dev/null -w '%{{http_code}}\n' \
+                 --parallel --parallel-max 64 -H 'Connection: close' \
+                 \"https://ok.test/#$n-[1-{BATCH}]\" 2>/dev/null; n=$((n + {BATCH})); \
+             done | sort | uniq -c"
+        ));
+        let beside = beside
+            .join()
+            .map_err(|_| "the calling thread panicked".to_string())?;
+        let out = out?;
+        let tally: Vec<(u64, &str)> = out
+            .lines()
+            .filter_map(|l| l.trim().split_once(' '))
+            .filter_map(|(n, code)| Some((n.parse::<u64>().ok()?, code)))
+            .collect();
+        let attempts: u64 = tally.iter().map(|(n, _)| n).sum();
+        let refused: u64 = tally
+            .iter()
+            .filter(|(_, c)| *c == "000")
+            .map(|(n, _)| n)
+            .sum();
+        let served = attempts - refused;
+        eprintln!("  (a flood of {attempts} connection attempts, {served} served)");
+        // curl may lose a relayed transfer of its own in the crowd (a tunnel it had queued a
+        // transfer on closing); the proxy's count of relayed connections below is exact.
+        check(
+            (1..=NET_CONNECTIONS).contains(&served) && attempts >= LEAST,
+            || format!("want at most {NET_CONNECTIONS} served of at least {LEAST}: {out:?}"),
+        )?;
+        match beside {
+            Ok(Body::Result { content, .. }) if content.contains("beside the flood") => {}
+            other => {
+                return Err(format!(
+                    "the call beside the flood was not answered as usual: {other:?}"
+                ))
+            }
+        }
+        // Each refusal the proxy saw is a line of the report until its bound; past it, the
+        // record says it was cut there. An attempt the bridge could not pass on (the proxy's
+        // backlog full, at most the 64 in flight) never reaches the proxy to be counted.
+        let e = self.egress_audited()?;
+        let bound = proto::egress::REPORT_MAX_LINES;
+        let counted = e["refused"].as_u64().unwrap_or(0);
+        let cut = e["incomplete"]
+            .as_str()
+            .is_some_and(|w| w.contains("bound"));
+        let want = if refused >= bound {
+            counted <= bound && counted + NET_CONNECTIONS >= bound && cut
+        } else {
+            counted <= refused && counted + 64 >= refused && !cut
+        };
+        check(e["connections"] == NET_CONNECTIONS && want, || {
+            format!("the outcome record does not count {refused} refusals (bound {bound}): {e}")
+        })?;
+        let out = self.net_curl("-o /dev/null -w 'code=%{http_code}' https://ok.test/")?;
+        check(out.contains("code=200"), || {
+            format!("the next call did not get connections of its own: {out:?}")
+        })
+    }
+
     /// `egress_connections` holds for the call: of more connections than it, the first that
     /// many fetch ok.test, the rest are closed without an answer; the next call has its own.
     pub(super) fn shell_egress_connection_bound(&mut self) -> Outcome {
