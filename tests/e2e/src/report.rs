@@ -11,6 +11,7 @@
 //! | `bench-<backend>.json` | `ratio` | `boxmaker-e2e run --bench N --bench-out DIR` |
 //! | `scale-<backend>.json` | `scale` | `boxmaker-e2e run --scale N --bench-out DIR` |
 //! | `staged-<backend>.json` | `staged` | `boxmaker-e2e run --bench N --bench-out DIR` |
+//! | `egress-<backend>.json` | `egress` | `boxmaker-e2e run --bench N --bench-out DIR` |
 //! | `changes-noop.json` | `changes` | brokerd's `staged_changes` example |
 //! | `overhead.json`, `scale-noop.json` | `overhead`, `scale` | brokerd's `overhead` example |
 //! | `podman-conf.json` | `podman-conf` | `scripts/bench-podman-conf.sh --json` |
@@ -26,6 +27,7 @@ pub const SECTIONS: &[&str] = &[
     "host",
     "ratio",
     "staged",
+    "egress",
     "overhead",
     "scale",
     "podman-conf",
@@ -51,6 +53,8 @@ pub struct Results {
     staged: BTreeMap<String, Value>,
     /// `changes` on a large layer, brokerd alone.
     changes: Option<Value>,
+    /// By backend: shell calls with `shell_hosts` next to calls without.
+    egress: BTreeMap<String, Value>,
 }
 
 /// The order backends appear in, tables and plot alike.
@@ -108,6 +112,10 @@ impl Results {
                 self.staged.insert(b, v);
             }
             "changes" => self.changes = Some(v),
+            "egress" => {
+                let b = text_of(&v, "backend")?;
+                self.egress.insert(b, v);
+            }
             "podman-conf" => self.podman_conf = Some(v),
             other => return Err(format!("unknown bench {other:?}")),
         }
@@ -131,6 +139,9 @@ impl Results {
                 "staged",
                 staged_md(&sorted(&self.staged), self.changes.as_ref())?,
             );
+        }
+        if !self.egress.is_empty() {
+            out.insert("egress", egress_md(&sorted(&self.egress))?);
         }
         if !self.scale.is_empty() {
             out.insert("scale", scale_md(&sorted(&self.scale))?);
@@ -314,6 +325,30 @@ fn ratio_md(benches: &[(&str, &Value)]) -> Result<String, String> {
 
 /// Staged calls next to direct ones, each against its target, and `changes` on a large layer,
 /// through the suite's brokerd and by brokerd alone.
+/// Shell calls with `shell_hosts` (a proxy started and removed with each) against the same
+/// calls without, by backend.
+fn egress_md(benches: &[(&str, &Value)]) -> Result<String, String> {
+    let mut s = String::from(
+        "| backend | without p50 ms | p95 ms | with shell_hosts p50 ms | p95 ms | added p50 ms | ratio p50 | calls |\n\
+         |---|---|---|---|---|---|---|---|\n",
+    );
+    for (backend, v) in benches {
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {} | {} | {:.2} | {} |",
+            cell(backend),
+            fmt_num(Some(num(v, "without_p50_ms")?)),
+            fmt_num(Some(num(v, "without_p95_ms")?)),
+            fmt_num(Some(num(v, "with_p50_ms")?)),
+            fmt_num(Some(num(v, "with_p95_ms")?)),
+            fmt_num(Some(num(v, "added_p50_ms")?)),
+            num(v, "ratio_p50")?,
+            num(v, "calls")?,
+        );
+    }
+    Ok(s)
+}
+
 fn staged_md(benches: &[(&str, &Value)], alone: Option<&Value>) -> Result<String, String> {
     let mut s = String::new();
     if !benches.is_empty() {

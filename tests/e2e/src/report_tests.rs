@@ -235,3 +235,36 @@ fn the_plot_has_a_panel_a_line_per_series_and_a_legend() {
     assert_eq!(svg.matches("<g>").count(), svg.matches("</g>").count());
     assert!(Results::default().svg().unwrap().is_none());
 }
+
+/// The egress section: a row per backend, with what a proxy adds to a shell call; a bench
+/// missing a number is an error.
+#[test]
+fn the_egress_table_shows_what_the_proxy_adds() {
+    let mut r = Results::default();
+    r.add(
+        r#"{"bench":"egress","backend":"bwrap","calls":20,"without_p50_ms":8.0,
+            "without_p95_ms":9.5,"with_p50_ms":20.5,"with_p95_ms":24.0,"added_p50_ms":12.5,
+            "ratio_p50":2.5625}"#,
+    )
+    .unwrap();
+    r.add(
+        r#"{"bench":"egress","backend":"podman","calls":20,"without_p50_ms":400.0,
+            "without_p95_ms":450.0,"with_p50_ms":900.0,"with_p95_ms":1000.0,"added_p50_ms":500.0,
+            "ratio_p50":2.25}"#,
+    )
+    .unwrap();
+    let t = &r.sections().unwrap()["egress"];
+    let rows: Vec<&str> = t.lines().skip(2).collect();
+    assert_eq!(
+        rows,
+        [
+            "| podman | 400 | 450 | 900 | 1000 | 500 | 2.25 | 20 |",
+            "| bwrap | 8.00 | 9.50 | 20.5 | 24.0 | 12.5 | 2.56 | 20 |",
+        ],
+        "{t}"
+    );
+    let mut r = Results::default();
+    r.add(r#"{"bench":"egress","backend":"bwrap","calls":1}"#)
+        .unwrap();
+    assert!(r.sections().is_err());
+}

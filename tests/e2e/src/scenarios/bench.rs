@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use super::{check, percentiles, Backend, Outcome, Suite, GRANT};
+use client::Body;
+
+use super::{check, percentiles, show, Backend, Outcome, Suite, GRANT, NET_GRANT, QUIET_GRANT};
 use crate::system;
 
 /// The bare command a bench compares brokerd with, built by brokerd's own code.
@@ -391,4 +393,50 @@ fn run_with_input(
         let _ = stdin.write_all(input);
     }
     child.wait_with_output().map_err(|e| e.to_string())
+}
+
+impl Suite {
+    /// The egress bench: the same shell call on the grant with `shell_hosts` and on one
+    /// without, alternating, `n` each after a warm-up (p50 and p95 through brokerd): what a
+    /// proxy's start and removal add to a call. Each call starts once the one before it has
+    /// cleaned up, as when a model thinks between calls.
+    pub(super) fn bench_egress(&mut self, n: usize) -> Result<Value, String> {
+        let args = json!({ "command": "echo hi" });
+        let (mut with, mut without) = (Vec::new(), Vec::new());
+        for i in 0..=n {
+            for proxied in [i % 2 == 0, i % 2 != 0] {
+                self.await_settled();
+                let grant = if proxied { NET_GRANT } else { QUIET_GRANT };
+                let t = Instant::now();
+                let body = self.call_as(grant, "shell", args.clone(), None)?;
+                let took = t.elapsed();
+                match body {
+                    Body::Result { content, .. } if content.starts_with("hi") => {}
+                    other => return Err(format!("shell on {grant}: {}", show(&other))),
+                }
+                if i > 0 {
+                    if proxied { &mut with } else { &mut without }.push(took);
+                }
+            }
+        }
+        let (wp50, wp95) = percentiles(&mut with);
+        let (op50, op95) = percentiles(&mut without);
+        println!(
+            "bench {} shell without shell_hosts p50 {op50:>7.1} ms p95 {op95:>7.1} ms ; \
+             with p50 {wp50:>7.1} ms p95 {wp95:>7.1} ms ; added p50 {:.1} ms (n {n})",
+            self.backend.as_str(),
+            wp50 - op50
+        );
+        Ok(json!({
+            "bench": "egress",
+            "backend": self.backend.as_str(),
+            "calls": n,
+            "without_p50_ms": op50,
+            "without_p95_ms": op95,
+            "with_p50_ms": wp50,
+            "with_p95_ms": wp95,
+            "added_p50_ms": wp50 - op50,
+            "ratio_p50": wp50 / op50,
+        }))
+    }
 }
