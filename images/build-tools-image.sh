@@ -11,12 +11,16 @@
 #                                      socks5h:// to a Unix socket, which the egress design needs)
 #   /etc/ssl/certs/ca-certificates.crt the system CA bundle, plus --extra-ca for the test variant
 #
+# --add FILE (repeatable) copies a further dynamically linked program into the tree at its own
+# path, with every library ldd names: a toolset of the host's programs (the suite's, with git
+# and make) built the same way.
+#
 # The tree is kept as a directory (the bwrap backend mounts it as /), imported into the service
 # user's rootless Podman, and the image ID that [runner] image must name is printed last, alone
 # on its line: sha256:<64 hex>.
 #
 #   images/build-tools-image.sh [--toolkit FILE] [--out DIR] [--name NAME] [--extra-ca PEM]
-#                               [--user USER] [--tree-only]
+#                               [--user USER] [--tree-only] [--add FILE]...
 #
 # --tree-only stops after the tree (for the bwrap backend alone): no Podman, no image ID.
 set -euo pipefail
@@ -28,6 +32,7 @@ name=localhost/boxmaker-tools
 extra_ca=""
 user=boxmaker
 tree_only=""
+added=()
 
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -37,7 +42,8 @@ while [ $# -gt 0 ]; do
         --extra-ca) extra_ca=$2; shift 2 ;;
         --user) user=$2; shift 2 ;;
         --tree-only) tree_only=1; shift ;;
-        *) echo "usage: $0 [--toolkit FILE] [--out DIR] [--name NAME] [--extra-ca PEM] [--user USER] [--tree-only]" >&2; exit 2 ;;
+        --add) added+=("$2"); shift 2 ;;
+        *) echo "usage: $0 [--toolkit FILE] [--out DIR] [--name NAME] [--extra-ca PEM] [--user USER] [--tree-only] [--add FILE]..." >&2; exit 2 ;;
     esac
 done
 
@@ -51,6 +57,10 @@ die() { printf 'tools-image: %s\n' "$*" >&2; exit 1; }
 [ -x /usr/bin/curl ] || die "/usr/bin/curl is missing; install curl"
 [ -f /etc/ssl/certs/ca-certificates.crt ] || die "/etc/ssl/certs/ca-certificates.crt is missing; install ca-certificates"
 [ -z "$extra_ca" ] || [ -f "$extra_ca" ] || die "$extra_ca does not exist"
+for f in ${added[@]+"${added[@]}"}; do
+    case "$f" in /*) ;; *) die "--add $f: give an absolute path" ;; esac
+    [ -f "$f" ] && [ -x "$f" ] || die "--add $f: not an executable file"
+done
 case "$out" in /*) ;; *) out=$PWD/$out ;; esac
 
 # Build next to the result and swap at the end, so a failed build leaves the old tree.
@@ -61,6 +71,9 @@ chmod 1777 "$new/tmp"
 install -m 0755 "$toolkit" "$new/bin/toolkit"
 install -m 0755 /bin/busybox "$new/bin/busybox"
 install -m 0755 /usr/bin/curl "$new/bin/curl"
+for f in ${added[@]+"${added[@]}"}; do
+    install -D -m 0755 "$(readlink -f "$f")" "$new$f"
+done
 applets=0
 # The applets busybox installs in bin/ and sbin/ (not /linuxrc), all linked in /bin, as
 # images/tools-image.nix links nixpkgs' bin/ and sbin/ (`make nix-check` compares the two).
@@ -72,8 +85,10 @@ for applet in $(/bin/busybox --list-full); do
 done
 [ -L "$new/bin/sh" ] || die "busybox lists no sh applet"
 
-# curl's libraries at the paths the dynamic loader looks for them (the loader itself included).
-libs=$(ldd /usr/bin/curl | awk '/=> \// { print $3 } /^\t\// { print $1 }' | sort -u)
+# curl's libraries (and those of each --add) at the paths the dynamic loader looks for them (the
+# loader itself included).
+libs=$(for f in /usr/bin/curl ${added[@]+"${added[@]}"}; do ldd "$f"; done |
+    awk '/=> \// { print $3 } /^\t\// { print $1 }' | sort -u)
 n=0
 for lib in $libs; do
     real=$(readlink -f "$lib")
@@ -97,6 +112,13 @@ printf 'root:x:0:\nnobody:x:65534:\n' >"$new/etc/group"
 chroot "$new" /bin/curl --version >/dev/null 2>&1 ||
     die "curl does not start inside the tree ($new); a library is missing"
 chroot "$new" /bin/sh -c 'echo ok' >/dev/null || die "/bin/sh does not start inside the tree"
+# Each --add must load with only the copied libraries: the loader's failure is exit 127 (what
+# the program answers to --version, which some do not take, does not matter).
+for f in ${added[@]+"${added[@]}"}; do
+    rc=0
+    chroot "$new" "$f" --version >/dev/null 2>&1 </dev/null || rc=$?
+    [ "$rc" -ne 127 ] && [ "$rc" -ne 126 ] || die "$f does not start inside the tree ($new)"
+done
 # Every program the suite and the runbook run, found in /bin (images/programs.txt).
 "$here/images/check-programs.sh" "$new" || die "the tree lacks programs of images/programs.txt"
 
@@ -107,7 +129,7 @@ chmod 0755 "$new"
 mv "$new" "$out"
 rm -rf "$out.old"
 trap - EXIT
-say "tree $out: toolkit, busybox with $applets applet links, curl and $n libraries, $(du -sh "$out" | cut -f1)"
+say "tree $out: toolkit, busybox with $applets applet links, curl${added[*]:+, ${added[*]}} and $n libraries, $(du -sh "$out" | cut -f1)"
 [ -z "$tree_only" ] || exit 0
 
 # Into the service user's Podman. The tar is made by root (files owned by root, mode kept) and

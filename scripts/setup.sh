@@ -19,8 +19,10 @@ set -euo pipefail
 
 # Packages the build and the tests need on a fresh Debian 12 machine (bubblewrap and
 # busybox-static: the bwrap runner's tests run real sandboxes over a busybox root; passt: the
-# suite proves its test hosts' layout against pasta, tests/e2e/pasta-layout.sh).
-BUILD_PACKAGES=(build-essential musl-tools pkg-config binutils bubblewrap busybox-static passt)
+# suite proves its test hosts' layout against pasta, tests/e2e/pasta-layout.sh; git and make:
+# the suite's toolset of the host's programs, and the repository it clones through the proxy).
+BUILD_PACKAGES=(build-essential musl-tools pkg-config binutils bubblewrap busybox-static passt
+    git make)
 # What brokerd, rootless Podman on this kind of host and the no-Nix tools image need.
 # containernetworking-plugins: without it (or netavark) podman's dependencies do not configure.
 # jq derives the service user's seccomp profile from Podman's default (seccomp-nouserns.jq).

@@ -16,10 +16,12 @@
 # image stays: it is the caller's).
 #
 #   tests/e2e/in-netns.sh --e2e FILE --brokerd FILE --ca DIR --work DIR [--image ID]
-#                         [--tools-root DIR] [--backends "podman bwrap"] [-- RUN-ARG...]
+#                         [--tools-root DIR] [--backends "podman bwrap"] [--files DIR]
+#                         [-- RUN-ARG...]
 #
 # --work must not exist yet (it is made here and removed on exit). --image is needed for
-# podman, --tools-root for bwrap. The RUN-ARGs go to every `boxmaker-e2e run` (--only NAME,
+# podman, --tools-root for bwrap. --files DIR: the test hosts serve DIR's files at
+# https://ok.test/files/ (run.sh's repository for the toolset scenarios to clone). The RUN-ARGs go to every `boxmaker-e2e run` (--only NAME,
 # --bench N, --enforce-limits true, --time-scale N, ...). The service user's commands go through
 # scripts/as-boxmaker beside this file in the repository layout.
 set -euo pipefail
@@ -33,7 +35,8 @@ work=""
 image=""
 tree=""
 backends="podman bwrap"
-usage="usage: $0 --e2e FILE --brokerd FILE --ca DIR --work DIR [--image ID] [--tools-root DIR] [--backends LIST] [-- RUN-ARG...]"
+files=""
+usage="usage: $0 --e2e FILE --brokerd FILE --ca DIR --work DIR [--image ID] [--tools-root DIR] [--backends LIST] [--files DIR] [-- RUN-ARG...]"
 while [ $# -gt 0 ]; do
     case "$1" in
         --e2e) e2e=$2; shift 2 ;;
@@ -43,6 +46,7 @@ while [ $# -gt 0 ]; do
         --image) image=$2; shift 2 ;;
         --tools-root) tree=$2; shift 2 ;;
         --backends) backends=$2; shift 2 ;;
+        --files) files=$2; shift 2 ;;
         --) shift; break ;;
         *) echo "$usage" >&2; exit 2 ;;
     esac
@@ -124,7 +128,7 @@ exec_in_ns() {
 (exec_in_ns "$e2e" serve --ca "$ca" \
     --https 192.0.2.1:443 --https 192.0.2.2:443 --dns 192.0.2.53:53 --dns-log "$work/dns.log" \
     --tailnet 100.100.100.100:80 --tailnet 100.100.100.100:443 \
-    --tailnet-log "$work/tailnet.log" --ready "$work/ready") &
+    --tailnet-log "$work/tailnet.log" ${files:+--files "$files"} --ready "$work/ready") &
 serve_pid=$!
 for _ in $(seq 100); do
     [ -f "$work/ready" ] && break

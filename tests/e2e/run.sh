@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The end-to-end suite on this machine (as root): setup, builds, the test variant of the tools
-# image (its CA bundle also holds the suite's test CA) and its tree, a network namespace with the
+# image (its CA bundle also holds the suite's test CA) and its tree, a toolset of the host's git
+# and make built the same way, a repository for it to clone, a network namespace with the
 # suite's own hosts, then `boxmaker-e2e run` against a real brokerd inside it, once per backend:
 # real rootless Podman, then bubblewrap over the tree. Each run prints `<backend>: N passed, M
 # failed`; the last line is the total, `N passed, M failed`.
@@ -23,6 +24,10 @@ work=/srv/boxmaker-e2e-$$
 ca=/srv/boxmaker-e2e-ca-$$
 image_name=localhost/boxmaker-tools-e2e
 tree=$repo/build/tools-root-e2e
+# A toolset of the host's git and make (the toolset scenarios), and what its clone reads.
+dev_image_name=localhost/boxmaker-toolset-e2e-dev
+dev_tree=$repo/build/toolset-e2e-dev
+files=/srv/boxmaker-e2e-files-$$
 backends=${E2E_BACKENDS:-podman bwrap}
 
 say() { printf 'e2e: %s\n' "$*" >&2; }
@@ -32,10 +37,10 @@ say() { printf 'e2e: %s\n' "$*" >&2; }
 cleanup() {
     set +e
     if id boxmaker >/dev/null 2>&1; then
-        scripts/as-boxmaker podman image rm "$image_name" >/dev/null 2>&1
+        scripts/as-boxmaker podman image rm "$image_name" "$dev_image_name" >/dev/null 2>&1
         scripts/as-boxmaker podman system migrate >/dev/null 2>&1
     fi
-    rm -rf "$ca" "$tree"
+    rm -rf "$ca" "$tree" "$dev_tree" "$files"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -54,6 +59,31 @@ install -d -m 0755 "$ca"
 image=$(images/build-tools-image.sh --toolkit "$target/$MUSL/release/toolkit" --out "$tree" \
     --name "$image_name" --extra-ca "$ca/ca.pem" | tail -n 1)
 say "test image $image"
+dev_image=$(images/build-tools-image.sh --toolkit "$target/$MUSL/release/toolkit" --out "$dev_tree" \
+    --name "$dev_image_name" --extra-ca "$ca/ca.pem" \
+    --add /usr/bin/git --add /usr/lib/git-core/git-remote-https --add /usr/bin/make | tail -n 1)
+say "test toolset e2e-dev $dev_image"
+
+# A repository for the toolset's git to clone from https://ok.test/files/repo.git (dumb HTTP):
+# a Makefile whose test builds a program and runs it. The host's git, none of its config.
+install -d -m 0755 "$files" "$files/src"
+printf 'test: hello\n\t./hello\n\nhello: hello.sh\n\tcp hello.sh hello && chmod +x hello\n' \
+    >"$files/src/Makefile"
+printf '#!/bin/sh\necho built and tested\n' >"$files/src/hello.sh"
+printf 'hello\n' >"$files/src/.gitignore"
+(
+    export HOME=$files GIT_CONFIG_NOSYSTEM=1 GIT_AUTHOR_NAME=boxmaker-e2e GIT_COMMITTER_NAME=boxmaker-e2e \
+        GIT_AUTHOR_EMAIL=e2e@ok.test GIT_COMMITTER_EMAIL=e2e@ok.test
+    git -c init.defaultBranch=main init -q "$files/src"
+    git -C "$files/src" add -A
+    git -C "$files/src" commit -q -m "e2e: a project to build"
+    git clone -q --bare "$files/src" "$files/repo.git"
+    # One pack: a dumb-HTTP clone then reads a handful of files, each over a connection of its
+    # own (the test host closes each), well under the suite's egress_connections.
+    git -C "$files/repo.git" repack -q -a -d
+    git -C "$files/repo.git" update-server-info
+)
+rm -rf "$files/src"
 
 # The test hosts' layout against pasta (Debian's passt: this Podman has no pasta network, so
 # the suite below runs the proxy on slirp4netns; in-netns.sh checks the layout again where the
@@ -63,5 +93,6 @@ tests/e2e/pasta-layout.sh
 # The namespace, the test hosts and the suite per backend, as the NixOS VM test runs them too.
 rc=0
 tests/e2e/in-netns.sh --e2e "$e2e" --brokerd "$brokerd" --ca "$ca" --work "$work" \
-    --image "$image" --tools-root "$tree" --backends "$backends" -- "$@" || rc=$?
+    --image "$image" --tools-root "$tree" --backends "$backends" --files "$files" \
+    -- --dev-image "$dev_image" --dev-tree "$dev_tree" "$@" || rc=$?
 exit "$rc"

@@ -6,14 +6,19 @@
 //! | `/redirect-other` | 302 to `https://other.test/`                   |
 //! | `/big`            | 200 and [`BIG`] bytes of `x`                   |
 //! | `/slow`           | nothing for [`SLOW`], then 200 `slow`          |
+//! | `/files/PATH`     | with `serve --files DIR`: DIR's file PATH      |
 //! | anything else     | 404                                            |
+//!
+//! `/files/` is what a dumb-HTTP git clone reads (a bare repository after `git
+//! update-server-info`): a query is ignored, and a path with an empty, `.` or `..` component,
+//! or one that is not a regular file under DIR, is 404.
 //!
 //! and a plain TCP "tailnet host" that greets every connection and counts them in a file, so
 //! the suite can tell that nothing but its own control reached it.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -39,16 +44,34 @@ pub fn tls_config(leaf: Vec<u8>, key: Vec<u8>, ca: Vec<u8>) -> Result<Arc<Server
     Ok(Arc::new(config))
 }
 
-pub fn serve(listener: TcpListener, config: Arc<ServerConfig>) {
+pub fn serve(listener: TcpListener, config: Arc<ServerConfig>, files: Option<Arc<PathBuf>>) {
     for stream in listener.incoming().flatten() {
-        let config = config.clone();
+        let (config, files) = (config.clone(), files.clone());
         std::thread::spawn(move || {
-            let _ = handle(stream, config);
+            let _ = handle(stream, config, files.as_deref().map(PathBuf::as_path));
         });
     }
 }
 
-fn handle(stream: TcpStream, config: Arc<ServerConfig>) -> std::io::Result<()> {
+/// `/files/PATH` under `dir`, when PATH is a regular file there reached by plain names.
+fn file_under(dir: &Path, path: &str) -> Option<Vec<u8>> {
+    let rel = path.strip_prefix("/files/")?.split('?').next()?;
+    if rel
+        .split('/')
+        .any(|c| c.is_empty() || c == "." || c == "..")
+    {
+        return None;
+    }
+    let full = dir.join(rel);
+    let meta = std::fs::symlink_metadata(&full).ok()?;
+    meta.is_file().then(|| std::fs::read(&full).ok()).flatten()
+}
+
+fn handle(
+    stream: TcpStream,
+    config: Arc<ServerConfig>,
+    files: Option<&Path>,
+) -> std::io::Result<()> {
     stream.set_read_timeout(Some(Duration::from_secs(10)))?;
     let conn = ServerConnection::new(config).map_err(std::io::Error::other)?;
     let mut tls = StreamOwned::new(conn, stream);
@@ -71,7 +94,10 @@ fn handle(stream: TcpStream, config: Arc<ServerConfig>) -> std::io::Result<()> {
             std::thread::sleep(SLOW);
             ("200 OK", "", b"slow".to_vec())
         }
-        _ => ("404 Not Found", "", b"not found".to_vec()),
+        p => match files.and_then(|dir| file_under(dir, p)) {
+            Some(body) => ("200 OK", "", body),
+            None => ("404 Not Found", "", b"not found".to_vec()),
+        },
     };
     let head = format!(
         "HTTP/1.1 {status}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n{extra}Connection: close\r\n\r\n",

@@ -4,14 +4,17 @@
 //! boxmaker-e2e ca --out DIR
 //!     a new test CA: DIR/ca.pem (for the test image's bundle) and DIR/ca-key.pem
 //! boxmaker-e2e serve --ca DIR [--https ADDR]... [--dns ADDR] [--dns-log FILE]
-//!                    [--tailnet ADDR]... [--tailnet-log FILE] [--record NAME=IPV4]... [--ready FILE]
-//!     the test hosts, until killed; --ready is written once every socket listens
+//!                    [--tailnet ADDR]... [--tailnet-log FILE] [--record NAME=IPV4]...
+//!                    [--files DIR] [--ready FILE]
+//!     the test hosts, until killed; --ready is written once every socket listens; --files
+//!     serves DIR's files at https://<host>/files/
 //! boxmaker-e2e run --brokerd FILE --work DIR [--backend podman|bwrap] [--image ID]
 //!                  [--tools-root DIR] [--user NAME] [--podman PROG] [--tailnet-log FILE]
 //!                  [--dns-log FILE] [--only NAME]... [--bench N] [--enforce-limits true|false]
 //!                  [--time-scale N] [--bwrap-cgroup delegated|systemd-scope]
 //!                  [--egress-network pasta|slirp4netns] [--bench-out DIR]
 //!                  [--scale N] [--scale-clients LIST] [--scale-tools LIST]
+//!                  [--dev-image ID] [--dev-tree DIR]
 //!     the scenarios against a brokerd this process starts as the service user, on Podman
 //!     (the default; --image is required) or bwrap (--tools-root is required); its config has
 //!     enforce_limits = false unless --enforce-limits true (a host with cgroup v2 delegation);
@@ -25,7 +28,9 @@
 //!     clients with brokerd's default max_concurrent_calls and with it at the core count
 //!     (tools from --scale-tools, default read_file,shell); both just before the last scenario
 //!     (--only sigterm-stops-cleanly runs them alone); --bench-out DIR writes their JSON
-//!     (bench-<backend>.json, scale-<backend>.json)
+//!     (bench-<backend>.json, scale-<backend>.json, staged-<backend>.json,
+//!     egress-<backend>.json); --dev-image (Podman) or --dev-tree (bwrap) is a toolset with git
+//!     and make (tests/e2e/run.sh builds it), and with it the toolset scenarios run
 //!
 //! boxmaker-e2e report --dir DIR [--markdown FILE] [--svg FILE]
 //!     the benches' JSON in DIR as BENCHMARKS.md's tables (rewritten between their markers in
@@ -61,6 +66,7 @@ use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, UdpSocket};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 /// The suite's zone when no --record is given: the HTTPS host under two names, another host,
 /// and names under the granted `*.ok.test` that point where the proxy must never connect.
@@ -78,8 +84,8 @@ pub const DEFAULT_ZONE: &[(&str, Ipv4Addr)] = &[
 pub const CERT_NAMES: &[&str] = &["ok.test", "*.ok.test", "other.test"];
 
 const USAGE: &str = "usage: boxmaker-e2e ca --out DIR
-       boxmaker-e2e serve --ca DIR [--https ADDR]... [--dns ADDR] [--dns-log FILE] [--tailnet ADDR]... [--tailnet-log FILE] [--record NAME=IPV4]... [--ready FILE]
-       boxmaker-e2e run --brokerd FILE --work DIR [--backend podman|bwrap] [--image ID] [--tools-root DIR] [--user NAME] [--podman PROG] [--tailnet-log FILE] [--dns-log FILE] [--only NAME]... [--bench N] [--enforce-limits true|false] [--time-scale N] [--bwrap-cgroup delegated|systemd-scope] [--egress-network pasta|slirp4netns] [--bench-out DIR] [--scale N] [--scale-clients LIST] [--scale-tools LIST]
+       boxmaker-e2e serve --ca DIR [--https ADDR]... [--dns ADDR] [--dns-log FILE] [--tailnet ADDR]... [--tailnet-log FILE] [--record NAME=IPV4]... [--files DIR] [--ready FILE]
+       boxmaker-e2e run --brokerd FILE --work DIR [--backend podman|bwrap] [--image ID] [--tools-root DIR] [--user NAME] [--podman PROG] [--tailnet-log FILE] [--dns-log FILE] [--only NAME]... [--bench N] [--enforce-limits true|false] [--time-scale N] [--bwrap-cgroup delegated|systemd-scope] [--egress-network pasta|slirp4netns] [--bench-out DIR] [--scale N] [--scale-clients LIST] [--scale-tools LIST] [--dev-image ID] [--dev-tree DIR]
        boxmaker-e2e report --dir DIR [--markdown FILE] [--svg FILE]
        boxmaker-e2e egress-network [--user NAME] [--podman PROG] [--program true]
        boxmaker-e2e guest --payload DIR [--e2e 1|0] [--time-scale N] [--e2e-args ARGS] [--backends LIST]";
@@ -151,6 +157,7 @@ fn main() -> ExitCode {
                 "tailnet",
                 "tailnet-log",
                 "record",
+                "files",
                 "ready",
             ])?;
             serve(&opts).map(|()| ExitCode::SUCCESS)
@@ -176,6 +183,8 @@ fn main() -> ExitCode {
                 "scale",
                 "scale-clients",
                 "scale-tools",
+                "dev-image",
+                "dev-tree",
             ])?;
             scenarios::run(&opts)
         }
@@ -231,11 +240,12 @@ fn serve(opts: &Opts) -> Result<(), String> {
             .collect();
     }
     let addr = |s: &str| s.parse::<SocketAddr>().map_err(|e| format!("{s:?}: {e}"));
+    let files = opts.one("files").map(|d| Arc::new(PathBuf::from(d)));
     let mut threads = Vec::new();
     for a in opts.all("https") {
         let l = TcpListener::bind(addr(&a)?).map_err(|e| format!("https {a}: {e}"))?;
-        let tls = tls.clone();
-        threads.push(std::thread::spawn(move || https::serve(l, tls)));
+        let (tls, files) = (tls.clone(), files.clone());
+        threads.push(std::thread::spawn(move || https::serve(l, tls, files)));
     }
     if let Some(a) = opts.one("dns") {
         let s = UdpSocket::bind(addr(&a)?).map_err(|e| format!("dns {a}: {e}"))?;

@@ -34,6 +34,7 @@ mod protected;
 mod scale;
 mod staged;
 mod suite;
+mod toolsets;
 
 const RO_TEXT: &str = "hello from the read-only directory\n";
 const SHELL_MS: u64 = 4000;
@@ -43,6 +44,12 @@ const ASK_GRANT: &str = "e2e-ask";
 const STAGED_GRANT: &str = "e2e-staged";
 /// The grant whose shell calls reach `ok.test` (only) through their egress proxy.
 const NET_GRANT: &str = "e2e-net";
+/// `NET_GRANT` without `shell_hosts`: what its shell calls cost without a proxy (the egress
+/// bench).
+const QUIET_GRANT: &str = "e2e-net-quiet";
+/// The grant on the suite's toolset of the host's git and make (`--dev-image`, `--dev-tree`),
+/// writing to the rw directory, with `ok.test` as its shell host; the toolset has its name.
+const DEV_GRANT: &str = "e2e-dev";
 /// `egress_connections` in the suite's config: what one shell call's proxy accepts in all.
 const NET_CONNECTIONS: u64 = 8;
 /// A variable only brokerd's environment has, looked for in every sandbox.
@@ -78,6 +85,9 @@ type Outcome = Result<(), String>;
 type Scenario = fn(&mut Suite) -> Outcome;
 
 struct Suite {
+    /// Whether the config has the toolset of git and make and [`DEV_GRANT`] (both
+    /// `--dev-image` and `--dev-tree` given): the toolset scenarios run only then.
+    dev: bool,
     backend: Backend,
     tools_root: Option<PathBuf>,
     /// The other backend and brokerd's config for it, where this run was given what it needs
@@ -363,6 +373,21 @@ pub fn run(opts: &crate::Opts) -> Result<ExitCode, String> {
         ("a-burst-of-calls-all-run", Suite::burst),
         ("sigterm-stops-cleanly", Suite::sigterm),
     ];
+    let mut scenarios = scenarios;
+    if suite.dev {
+        let at = scenarios.len() - 1;
+        let dev: [(&str, Scenario); 2] = [
+            (
+                "toolset-runs-its-own-programs",
+                Suite::toolset_runs_its_own_programs,
+            ),
+            (
+                "toolset-clones-and-builds-through-the-proxy",
+                Suite::toolset_clones_and_builds,
+            ),
+        ];
+        scenarios.splice(at..at, dev);
+    }
     let (mut passed, mut failed) = (0, 0);
     let b = backend.as_str();
     for (name, scenario) in scenarios {
@@ -379,6 +404,10 @@ pub fn run(opts: &crate::Opts) -> Result<ExitCode, String> {
             match suite.bench_staged(bench) {
                 Ok(json) => write_bench(bench_out.as_deref(), "staged", b, &json),
                 Err(e) => println!("bench staged: {e}"),
+            }
+            match suite.bench_egress(bench) {
+                Ok(json) => write_bench(bench_out.as_deref(), "egress", b, &json),
+                Err(e) => println!("bench egress: {e}"),
             }
         }
         if let (Some(plan), "sigterm-stops-cleanly") = (&scale, name) {

@@ -291,17 +291,26 @@ impl Suite {
         }
     }
 
-    /// What the outcome record of this session's last call says its proxy did (`egress`).
-    fn egress_audited(&self) -> Result<serde_json::Value, String> {
+    /// The outcome record of this session's last call: the last record of that call that has
+    /// `key`.
+    pub(super) fn audited_with(&self, key: &str) -> Result<serde_json::Value, String> {
         let log = self.work.join("state").join("audit.jsonl");
         let text = std::fs::read_to_string(&log).map_err(|e| format!("{}: {e}", log.display()))?;
         let call = self.call_id();
         text.lines()
             .rev()
             .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-            .filter(|r| r["session"] == self.session.as_str() && r["call"] == call.as_str())
-            .find_map(|r| r.get("egress").cloned())
-            .ok_or_else(|| format!("no egress in the outcome record of call {call}"))
+            .find(|r| {
+                r["session"] == self.session.as_str()
+                    && r["call"] == call.as_str()
+                    && r.get(key).is_some()
+            })
+            .ok_or_else(|| format!("no {key} in the records of call {call}"))
+    }
+
+    /// What the outcome record of this session's last call says its proxy did (`egress`).
+    pub(super) fn egress_audited(&self) -> Result<serde_json::Value, String> {
+        Ok(self.audited_with("egress")?["egress"].clone())
     }
 
     /// `curl <args>` in the `e2e-net` shell, by the environment alone: its output and exit

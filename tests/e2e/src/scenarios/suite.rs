@@ -13,8 +13,8 @@ use serde_json::{json, Value};
 
 use super::{
     call_on, check, host_egress_network, show, staged, time_scale, Backend, Outcome, Suite,
-    ASK_GRANT, CALL_WAIT, CANARY_NAME, CANARY_VALUE, GRANT, NET_CONNECTIONS, NET_GRANT, OUTPUT_CAP,
-    RO_TEXT, SHELL_MS, STAGED_GRANT,
+    ASK_GRANT, CALL_WAIT, CANARY_NAME, CANARY_VALUE, DEV_GRANT, GRANT, NET_CONNECTIONS, NET_GRANT,
+    OUTPUT_CAP, QUIET_GRANT, RO_TEXT, SHELL_MS, STAGED_GRANT,
 };
 use crate::system::{self, User};
 
@@ -34,6 +34,31 @@ impl Suite {
         };
         // The other backend's tree, for the scenario that changes backend under a layer.
         let tree = opts.one("tools-root").map(PathBuf::from);
+        // The toolset of git and make, on both backends (the other one's config has it too).
+        let dev = match (opts.one("dev-image"), opts.one("dev-tree")) {
+            (Some(image), Some(tree)) => Some((image, tree)),
+            (None, None) => None,
+            _ => return Err("--dev-image and --dev-tree go together".into()),
+        };
+        let dev_section = match &dev {
+            None => String::new(),
+            Some((image, tree)) => format!(
+                r#"
+[toolsets.{DEV_GRANT}]
+image = "{image}"
+tree = "{tree}"
+
+[grants.{DEV_GRANT}]
+mode = "auto"
+tools = ["shell"]
+paths = [ {{ path = "{rw}", write = true }} ]
+shell_hosts = ["ok.test"]
+allow_addresses = ["192.0.2.0/24"]
+toolset = "{DEV_GRANT}"
+"#,
+                rw = work.join("rw").display()
+            ),
+        };
         let brokerd = PathBuf::from(opts.required("brokerd")?);
         let podman = opts.one("podman").unwrap_or_else(|| "podman".into());
         let mk = |p: &Path, mode: u32| -> Result<(), String> {
@@ -142,6 +167,11 @@ paths = [ {{ path = "{ro}" }} ]
 shell_hosts = ["ok.test", "tailnet.ok.test", "cgnat.ok.test", "loop.ok.test", "meta.ok.test", "rebind.ok.test"]
 allow_addresses = ["192.0.2.0/24"]
 
+[grants.{QUIET_GRANT}]
+mode = "auto"
+tools = ["shell"]
+paths = [ {{ path = "{ro}" }} ]
+
 [grants.{ASK_GRANT}]
 mode = "ask"
 tools = ["read_file", "write_file", "shell"]
@@ -152,7 +182,7 @@ mode = "auto"
 tools = ["read_file", "write_file", "shell"]
 paths = [ {{ path = "{staged}", write = true }} ]
 writes = "staged"
-{bwrap_section}"#,
+{dev_section}{bwrap_section}"#,
                 backend_keys = backend_keys(b, egress_network),
                 bwrap_section = bwrap_section(b),
                 state = state.display(),
@@ -201,6 +231,7 @@ writes = "staged"
         });
         let dns_log = opts.one("dns-log").map(PathBuf::from);
         Ok(Suite {
+            dev: dev.is_some(),
             dns_log,
             backend,
             tools_root,
