@@ -47,6 +47,7 @@ pub use socks::Reply;
 use std::fmt;
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Shutdown, SocketAddr, TcpStream};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
@@ -173,6 +174,11 @@ pub trait Conn: Send + Sync {
     fn set_read_deadline(&self, timeout: Option<Duration>) -> io::Result<()>;
     fn set_write_deadline(&self, timeout: Option<Duration>) -> io::Result<()>;
     fn shutdown_half(&self, how: Shutdown) -> io::Result<()>;
+    /// The connection's socket, where it has one: the relay then moves bytes with `splice(2)`
+    /// through a pipe, never through this process's memory.
+    fn socket_fd(&self) -> Option<BorrowedFd<'_>> {
+        None
+    }
 }
 
 macro_rules! impl_conn {
@@ -194,6 +200,9 @@ macro_rules! impl_conn {
             }
             fn shutdown_half(&self, how: Shutdown) -> io::Result<()> {
                 self.shutdown(how)
+            }
+            fn socket_fd(&self) -> Option<BorrowedFd<'_>> {
+                Some(self.as_fd())
             }
         }
     };

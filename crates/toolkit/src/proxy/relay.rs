@@ -1,17 +1,26 @@
 //! The relay of the egress proxy: once connected, bytes are copied both ways without being
 //! looked at, a half-close passed on, until both directions have ended, no byte has moved
 //! either way for the idle timeout, or the call's bytes are spent
-//! (docs/design.md#the-egress-proxy, step 5).
+//! (docs/design.md#the-egress-proxy, step 5). Between two sockets the bytes go through a pipe
+//! by `splice(2)`, never through user space.
 
 use std::io;
 use std::net::Shutdown;
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
+use nix::errno::Errno;
+use nix::fcntl::{fcntl, splice, FcntlArg, OFlag, SpliceFFlags};
+use nix::unistd::{pipe2, read};
+
 use super::{Conn, Meter};
 
-/// The copy buffer of each direction.
+/// The copy buffer of each direction, where a buffer carries it.
 const RELAY_BUFFER: usize = 64 * 1024;
+/// The pipe of each direction, where a pipe carries it: asked for, at most the host's
+/// `fs.pipe-max-size` (1 MiB by default); what the kernel grants is what one splice moves.
+const RELAY_PIPE: usize = 1024 * 1024;
 
 /// How a relayed connection ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -98,6 +107,131 @@ pub(crate) fn relay<A: Conn, B: Conn>(
     Relayed { up, down, ended }
 }
 
+/// Where one direction's bytes wait between their read and their write: a pipe between the two
+/// sockets, which `splice(2)` fills and drains inside the kernel, or, where either end is not a
+/// socket or the kernel refuses the splice (a seccomp filter, an old kernel), a buffer.
+enum Carrier<'a> {
+    Pipe {
+        from: BorrowedFd<'a>,
+        to: BorrowedFd<'a>,
+        read_end: OwnedFd,
+        write_end: OwnedFd,
+        /// The pipe's size: at most this much is taken at once.
+        size: usize,
+    },
+    Buffer(Vec<u8>),
+}
+
+impl<'a> Carrier<'a> {
+    fn new<R: Conn, W: Conn>(from: &'a R, to: &'a W) -> Carrier<'a> {
+        if let (Some(from), Some(to)) = (from.socket_fd(), to.socket_fd()) {
+            if let Ok((read_end, write_end)) = pipe2(OFlag::O_CLOEXEC) {
+                // A pipe that cannot grow keeps the default size it has (64 KiB).
+                let size = fcntl(&write_end, FcntlArg::F_SETPIPE_SZ(RELAY_PIPE as i32))
+                    .ok()
+                    .and_then(|n| usize::try_from(n).ok())
+                    .filter(|n| *n > 0)
+                    .unwrap_or(RELAY_BUFFER);
+                return Carrier::Pipe {
+                    from,
+                    to,
+                    read_end,
+                    write_end,
+                    size,
+                };
+            }
+        }
+        Carrier::Buffer(vec![0u8; RELAY_BUFFER])
+    }
+
+    /// Reads what `from` has, at most a pipe's or a buffer's worth: how many bytes it now
+    /// holds (0: end of input).
+    fn take<R: Conn>(&mut self, from: &R) -> io::Result<usize> {
+        match self {
+            Carrier::Pipe {
+                from,
+                write_end,
+                size,
+                ..
+            } => splice(
+                *from,
+                None,
+                &*write_end,
+                None,
+                *size,
+                SpliceFFlags::SPLICE_F_MOVE,
+            )
+            .map_err(io::Error::from),
+            Carrier::Buffer(buf) => from.read_into(buf),
+        }
+    }
+
+    /// Writes the `n` bytes it holds to `to`, all of them. Where the kernel will not splice
+    /// into `to`, what the pipe holds is read out and written, and a buffer carries the
+    /// direction from then on.
+    fn give<W: Conn>(&mut self, to: &W, n: usize) -> io::Result<()> {
+        let rest = match self {
+            Carrier::Pipe {
+                to: out, read_end, ..
+            } => {
+                let mut left = n;
+                loop {
+                    if left == 0 {
+                        return Ok(());
+                    }
+                    match splice(
+                        &*read_end,
+                        None,
+                        *out,
+                        None,
+                        left,
+                        SpliceFFlags::SPLICE_F_MOVE,
+                    ) {
+                        Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                        Ok(m) => left -= m,
+                        Err(Errno::EINTR) => {}
+                        Err(e) if refused(e as i32) => break drain(read_end, left)?,
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+            }
+            Carrier::Buffer(buf) => return to.write_all_from(&buf[..n]),
+        };
+        *self = Carrier::Buffer(vec![0u8; RELAY_BUFFER]);
+        to.write_all_from(&rest)
+    }
+
+    /// Whether `e`, from the first [`Self::take`] of a pipe, says this kernel or filter will
+    /// not splice these sockets: then a buffer carries the direction instead.
+    fn refused(&self, e: &io::Error) -> bool {
+        matches!(self, Carrier::Pipe { .. }) && e.raw_os_error().is_some_and(refused)
+    }
+}
+
+/// Whether `errno` from `splice(2)` says it will not splice these files (the file type, a
+/// seccomp filter, a kernel without it), rather than that something went wrong.
+fn refused(errno: i32) -> bool {
+    matches!(
+        errno,
+        libc::EINVAL | libc::ENOSYS | libc::EPERM | libc::EOPNOTSUPP | libc::EBADF
+    )
+}
+
+/// The `n` bytes a pipe holds, read out.
+fn drain(pipe: &OwnedFd, n: usize) -> io::Result<Vec<u8>> {
+    let mut rest = vec![0u8; n];
+    let mut got = 0;
+    while got < n {
+        match read(pipe, &mut rest[got..]) {
+            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+            Ok(m) => got += m,
+            Err(Errno::EINTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(rest)
+}
+
 /// One direction. End of input is passed on as a half-close, so a client that shuts its
 /// write side still gets the answer. An error, the idle timeout or the spent bound ends both
 /// directions: otherwise the other pump could wait for a peer that is gone.
@@ -107,13 +241,16 @@ fn pump<R: Conn, W: Conn>(
     shared: &Shared,
     bound: Option<(&AtomicU64, u64)>,
 ) -> u64 {
-    let mut buf = vec![0u8; RELAY_BUFFER];
+    let mut carrier = Carrier::new(from, to);
     let mut total = 0u64;
+    let mut first = true;
     loop {
         if shared.cut.load(Ordering::SeqCst) != 0 {
             break;
         }
-        match from.read_into(&mut buf) {
+        let taken = carrier.take(from);
+        let was_first = std::mem::replace(&mut first, false);
+        match taken {
             Ok(0) => {
                 let _ = to.shutdown_half(Shutdown::Write);
                 return total;
@@ -128,10 +265,13 @@ fn pump<R: Conn, W: Conn>(
                         break;
                     }
                 }
-                if to.write_all_from(&buf[..n]).is_err() {
+                if carrier.give(to, n).is_err() {
                     break;
                 }
                 total += n as u64;
+            }
+            Err(e) if was_first && carrier.refused(&e) => {
+                carrier = Carrier::Buffer(vec![0u8; RELAY_BUFFER]);
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e)
@@ -153,4 +293,85 @@ fn pump<R: Conn, W: Conn>(
     let _ = from.shutdown_half(Shutdown::Both);
     let _ = to.shutdown_half(Shutdown::Both);
     total
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs::File;
+    use std::io::{Read, Write};
+    use std::os::fd::AsFd;
+    use std::os::unix::net::UnixStream;
+
+    /// A stream whose "socket" is a directory, which the kernel will not splice from.
+    struct Unspliceable {
+        stream: UnixStream,
+        dir: File,
+    }
+
+    impl Conn for Unspliceable {
+        fn read_into(&self, buf: &mut [u8]) -> io::Result<usize> {
+            self.stream.read_into(buf)
+        }
+        fn write_all_from(&self, buf: &[u8]) -> io::Result<()> {
+            self.stream.write_all_from(buf)
+        }
+        fn set_read_deadline(&self, timeout: Option<Duration>) -> io::Result<()> {
+            self.stream.set_read_deadline(timeout)
+        }
+        fn set_write_deadline(&self, timeout: Option<Duration>) -> io::Result<()> {
+            self.stream.set_write_deadline(timeout)
+        }
+        fn shutdown_half(&self, how: Shutdown) -> io::Result<()> {
+            self.stream.shutdown_half(how)
+        }
+        fn socket_fd(&self) -> Option<BorrowedFd<'_>> {
+            Some(self.dir.as_fd())
+        }
+    }
+
+    /// `payload` from the far end of `a` through the relay to the far end of `b`, and back
+    /// again as it came, with `b`'s end closing after its answer.
+    fn round_trip<A: Conn, B: Conn>(a: &A, mut a_far: UnixStream, b: &B, mut b_far: UnixStream) {
+        let payload: Vec<u8> = (0..3_000_000u32).map(|i| (i % 253) as u8).collect();
+        let (up, down) = std::thread::scope(|s| {
+            let relay = s.spawn(|| relay(a, b, Duration::from_secs(5), None));
+            let echo = s.spawn(move || {
+                let mut got = Vec::new();
+                b_far.read_to_end(&mut got).expect("read at the far end");
+                b_far.write_all(&got).expect("answer");
+            });
+            a_far.write_all(&payload).expect("write");
+            a_far.shutdown(Shutdown::Write).expect("half-close");
+            let mut back = Vec::new();
+            a_far.read_to_end(&mut back).expect("read the answer");
+            echo.join().expect("echo");
+            assert!(back == payload, "the bytes came back unchanged");
+            let r = relay.join().expect("relay");
+            (r.up, r.down)
+        });
+        assert_eq!((up, down), (3_000_000, 3_000_000));
+    }
+
+    /// Between two sockets the bytes go by splice; where the kernel refuses to splice an end,
+    /// the direction falls back to a buffer on its first read, and nothing is lost either way.
+    #[test]
+    fn relays_by_splice_and_falls_back_to_a_buffer() {
+        let (a, a_far) = UnixStream::pair().expect("pair");
+        let (b, b_far) = UnixStream::pair().expect("pair");
+        assert!(matches!(Carrier::new(&a, &b), Carrier::Pipe { .. }));
+        round_trip(&a, a_far, &b, b_far);
+
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (a, a_far) = UnixStream::pair().expect("pair");
+        let (b, b_far) = UnixStream::pair().expect("pair");
+        let a = Unspliceable {
+            stream: a,
+            dir: File::open(dir.path()).expect("open the directory"),
+        };
+        let mut carrier = Carrier::new(&a, &b);
+        let e = carrier.take(&a).expect_err("a directory is not spliced");
+        assert!(carrier.refused(&e), "{e}");
+        round_trip(&a, a_far, &b, b_far);
+    }
 }
