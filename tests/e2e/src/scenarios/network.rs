@@ -714,8 +714,8 @@ impl Suite {
 
     /// A flood of connection attempts in one call: curl, 64 at a time and a new connection for
     /// each, in batches of 500 until 10,000 or the flood's time is up (a slow host makes
-    /// fewer; at least 1,000 count). Exactly `egress_connections` of them are relayed and the
-    /// rest refused; the record counts each refusal up to the report's bound and says when it cut
+    /// fewer; at least 1,000 count). At most `egress_connections` of them take the call's
+    /// slots and the rest are refused; every transfer curl saw served was relayed; the record counts each refusal up to the report's bound and says when it cut
     /// there; a call beside the flood, on another grant, is answered as usual; the next call
     /// has connections of its own.
     pub(super) fn shell_egress_connection_flood(&mut self) -> Outcome {
@@ -758,8 +758,8 @@ impl Suite {
             .sum();
         let served = attempts - refused;
         eprintln!("  (a flood of {attempts} connection attempts, {served} served)");
-        // curl may lose a relayed transfer of its own in the crowd (a tunnel it had queued a
-        // transfer on closing); the proxy's count of relayed connections below is exact.
+        // curl may lose a transfer of its own in the crowd (a tunnel it had queued a transfer
+        // on closing, a slot's handshake it gave up on): such a slot is used, not relayed.
         check(
             (1..=NET_CONNECTIONS).contains(&served) && attempts >= LEAST,
             || format!("want at most {NET_CONNECTIONS} served of at least {LEAST}: {out:?}"),
@@ -786,9 +786,16 @@ impl Suite {
         } else {
             counted <= refused && counted + 64 >= refused && !cut
         };
-        check(e["connections"] == NET_CONNECTIONS && want, || {
-            format!("the outcome record does not count {refused} refusals (bound {bound}): {e}")
-        })?;
+        let relayed = e["connections"].as_u64().unwrap_or(0);
+        check(
+            (served..=NET_CONNECTIONS).contains(&relayed) && want,
+            || {
+                format!(
+                    "the outcome record does not count {served} served and {refused} refused \
+                 (bound {bound}): {e}"
+                )
+            },
+        )?;
         let out = self.net_curl("-o /dev/null -w 'code=%{http_code}' https://ok.test/")?;
         check(out.contains("code=200"), || {
             format!("the next call did not get connections of its own: {out:?}")
