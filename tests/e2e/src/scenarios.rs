@@ -50,6 +50,8 @@ const QUIET_GRANT: &str = "e2e-net-quiet";
 /// The grant on the suite's toolset of the host's git and make (`--dev-image`, `--dev-tree`),
 /// writing to the rw directory, with `ok.test` as its shell host; the toolset has its name.
 const DEV_GRANT: &str = "e2e-dev";
+/// The staged grant on that toolset, over the project directory (`<work>/project`).
+const DEV_STAGED_GRANT: &str = "e2e-dev-staged";
 /// `egress_connections` in the suite's config: what one shell call's proxy accepts in all.
 const NET_CONNECTIONS: u64 = 8;
 /// A variable only brokerd's environment has, looked for in every sandbox.
@@ -376,7 +378,7 @@ pub fn run(opts: &crate::Opts) -> Result<ExitCode, String> {
     let mut scenarios = scenarios;
     if suite.dev {
         let at = scenarios.len() - 1;
-        let dev: [(&str, Scenario); 2] = [
+        let dev: [(&str, Scenario); 4] = [
             (
                 "toolset-runs-its-own-programs",
                 Suite::toolset_runs_its_own_programs,
@@ -384,6 +386,14 @@ pub fn run(opts: &crate::Opts) -> Result<ExitCode, String> {
             (
                 "toolset-clones-and-builds-through-the-proxy",
                 Suite::toolset_clones_and_builds,
+            ),
+            (
+                "toolset-fix-a-failing-test-in-a-staged-grant",
+                Suite::toolset_fixes_a_failing_test_staged,
+            ),
+            (
+                "toolset-build-cannot-touch-protected-targets",
+                Suite::toolset_build_cannot_touch_protected,
             ),
         ];
         scenarios.splice(at..at, dev);

@@ -69,7 +69,7 @@ impl Suite {
         }
     }
 
-    fn owner(&self) -> Result<Client, String> {
+    pub(super) fn owner(&self) -> Result<Client, String> {
         let c = Client::connect(&self.socket).map_err(|e| e.to_string())?;
         c.set_timeout(Some(self.t(CALL_WAIT)))
             .map_err(|e| e.to_string())?;

@@ -13,8 +13,8 @@ use serde_json::{json, Value};
 
 use super::{
     call_on, check, host_egress_network, show, staged, time_scale, Backend, Outcome, Suite,
-    ASK_GRANT, CALL_WAIT, CANARY_NAME, CANARY_VALUE, DEV_GRANT, GRANT, NET_CONNECTIONS, NET_GRANT,
-    OUTPUT_CAP, QUIET_GRANT, RO_TEXT, SHELL_MS, STAGED_GRANT,
+    ASK_GRANT, CALL_WAIT, CANARY_NAME, CANARY_VALUE, DEV_GRANT, DEV_STAGED_GRANT, GRANT,
+    NET_CONNECTIONS, NET_GRANT, OUTPUT_CAP, QUIET_GRANT, RO_TEXT, SHELL_MS, STAGED_GRANT,
 };
 use crate::system::{self, User};
 
@@ -55,8 +55,16 @@ paths = [ {{ path = "{rw}", write = true }} ]
 shell_hosts = ["ok.test"]
 allow_addresses = ["192.0.2.0/24"]
 toolset = "{DEV_GRANT}"
+
+[grants.{DEV_STAGED_GRANT}]
+mode = "auto"
+tools = ["read_file", "write_file", "shell"]
+paths = [ {{ path = "{project}", write = true }} ]
+writes = "staged"
+toolset = "{DEV_GRANT}"
 "#,
-                rw = work.join("rw").display()
+                rw = work.join("rw").display(),
+                project = work.join("project").display(),
             ),
         };
         let brokerd = PathBuf::from(opts.required("brokerd")?);
@@ -76,6 +84,9 @@ toolset = "{DEV_GRANT}"
         user.chown(&rw)?;
         user.chown(&staged)?;
         user.chown(&state)?;
+        if dev.is_some() {
+            super::toolsets::make_project(&work.join("project"), &user)?;
+        }
         let hello = ro.join("hello.txt");
         std::fs::write(&hello, RO_TEXT).map_err(|e| format!("{}: {e}", hello.display()))?;
         let config = state.join("brokerd.toml");

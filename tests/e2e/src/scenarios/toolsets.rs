@@ -1,10 +1,37 @@
 //! Toolsets (docs/design.md#toolsets): a grant on the suite's toolset of the host's git and
-//! make runs those programs, a grant on the base toolset does not have them, and the toolset's
-//! git clones a repository through the call's egress proxy and its make builds it.
+//! make runs those programs, a grant on the base toolset does not have them, the toolset's
+//! git clones a repository through the call's egress proxy and its make builds it, a failing
+//! test is fixed and passes in a staged grant whose owner then commits the fix alone, and a
+//! build in a direct grant cannot touch a protected target.
 
-use client::Body;
+use std::path::Path;
 
-use super::{check, show, Outcome, Suite, DEV_GRANT};
+use client::{Body, Staged};
+use serde_json::{json, Value};
+
+use super::{call_on, check, show, Outcome, Suite, CALL_WAIT, DEV_GRANT, DEV_STAGED_GRANT};
+use crate::system::User;
+
+/// The project's source with its bug: `make test` wants 2 + 3 and gets 2 - 3.
+const SUM_BROKEN: &str = "#!/bin/sh\necho $(($1 - $2))\n";
+const SUM_FIXED: &str = "#!/bin/sh\necho $(($1 + $2))\n";
+/// `make test` builds `build/sum` from `sum.sh` and checks 2 + 3.
+const MAKEFILE: &str = "test: build/sum\n\
+\t./build/sum 2 3 | grep -qx 5\n\
+\t@echo test passed\n\
+\n\
+build/sum: sum.sh\n\
+\tmkdir -p build && cp sum.sh build/sum && chmod +x build/sum\n";
+
+/// The project the staged grant works on, the service user's: a Makefile and a source with a
+/// failing test.
+pub(super) fn make_project(dir: &Path, user: &User) -> Result<(), String> {
+    let io = |e: std::io::Error| format!("{}: {e}", dir.display());
+    std::fs::create_dir_all(dir).map_err(io)?;
+    std::fs::write(dir.join("Makefile"), MAKEFILE).map_err(io)?;
+    std::fs::write(dir.join("sum.sh"), SUM_BROKEN).map_err(io)?;
+    user.chown_tree(dir)
+}
 
 impl Suite {
     /// A shell call on [`DEV_GRANT`]: its output.
@@ -96,5 +123,123 @@ impl Suite {
                     .is_some_and(|r| r.contains("matches no --allow pattern")),
             || format!("the record does not show other.test refused: {e}"),
         )
+    }
+}
+
+impl Suite {
+    /// A call of the staged grant on the toolset, in `session`: a result's content.
+    fn dev_staged(&mut self, session: &str, tool: &str, args: Value) -> Result<String, String> {
+        self.calls += 1;
+        let (id, wait) = (self.call_id(), self.t(CALL_WAIT));
+        let body = call_on(
+            &self.socket,
+            wait,
+            session,
+            &id,
+            DEV_STAGED_GRANT,
+            tool,
+            args,
+            None,
+        )?;
+        match body {
+            Body::Result { content, .. } => Ok(content),
+            other => Err(format!("{tool}: expected a result, got {}", show(&other))),
+        }
+    }
+
+    /// The whole task in a staged grant: `make test` fails, the agent fixes the source with
+    /// `write_file`, `make test` passes in the sandbox; `changes` holds the fix and the build's
+    /// output; the owner commits the fix alone; the host has the fix and no build output, and
+    /// the rest is discarded.
+    pub(super) fn toolset_fixes_a_failing_test_staged(&mut self) -> Outcome {
+        let project = self.work.join("project");
+        let session = format!("{}-{}", self.session, self.backend.as_str());
+        let cwd = project.display().to_string();
+        let make = json!({ "command": "make test 2>&1; echo \"make=$?\"", "cwd": cwd });
+        let out = self.dev_staged(&session, "shell", make.clone())?;
+        check(
+            !out.contains("test passed") && !out.contains("make=0\n"),
+            || format!("make test passed before the fix: {out:?}"),
+        )?;
+        let sum = project.join("sum.sh");
+        self.dev_staged(
+            &session,
+            "write_file",
+            json!({ "path": sum, "content": SUM_FIXED }),
+        )?;
+        let out = self.dev_staged(&session, "shell", make)?;
+        check(
+            out.contains("test passed") && out.contains("make=0\n"),
+            || format!("make test did not pass after the fix: {out:?}"),
+        )?;
+        let mut owner = self.owner()?;
+        let listed = owner
+            .changes(Some(&session), Some(DEV_STAGED_GRANT), false)
+            .map_err(|e| e.to_string())?;
+        let paths: Vec<String> = listed.changes.iter().map(|c| c.path.clone()).collect();
+        let build = project.join("build").display().to_string();
+        let sum_path = sum.display().to_string();
+        check(
+            paths.contains(&sum_path) && paths.iter().any(|p| p.starts_with(&build)),
+            || format!("changes does not hold the fix and the build: {paths:?}"),
+        )?;
+        let committed = owner
+            .commit(
+                &Staged {
+                    session: &session,
+                    grant: Some(DEV_STAGED_GRANT),
+                    paths: std::slice::from_ref(&sum_path),
+                },
+                true,
+            )
+            .map_err(|e| e.to_string())?;
+        check(
+            committed.committed == [sum_path.clone()] && committed.conflicts.is_empty(),
+            || format!("the commit of the fix alone: {committed:?}"),
+        )?;
+        let host = std::fs::read_to_string(&sum).map_err(|e| format!("{sum_path}: {e}"))?;
+        check(host == SUM_FIXED && !project.join("build").exists(), || {
+            format!(
+                "the host has {host:?} and build/ {}",
+                project.join("build").exists()
+            )
+        })?;
+        owner
+            .discard(&Staged {
+                session: &session,
+                grant: Some(DEV_STAGED_GRANT),
+                paths: &[],
+            })
+            .map_err(|e| e.to_string())?;
+        // Back as it was, for another backend's run.
+        std::fs::write(&sum, SUM_BROKEN).map_err(|e| format!("{sum_path}: {e}"))
+    }
+
+    /// A build in the direct grant on the toolset whose recipe writes into `vendor/`: the write
+    /// fails read-only, the build fails, and the host's vendored file is as it was.
+    pub(super) fn toolset_build_cannot_touch_protected(&mut self) -> Outcome {
+        let dir = self.rw.join(format!("vendored-{}", self.backend.as_str()));
+        let lib = dir.join("vendor").join("lib.sh");
+        let io = |e: std::io::Error| format!("{}: {e}", dir.display());
+        std::fs::create_dir_all(dir.join("vendor")).map_err(io)?;
+        std::fs::write(&lib, "upstream\n").map_err(io)?;
+        std::fs::write(
+            dir.join("Makefile"),
+            "all:\n\techo patched >> vendor/lib.sh\n\trm -f vendor/lib.sh\n",
+        )
+        .map_err(io)?;
+        self.user.chown_tree(&dir)?;
+        let out = self.dev_shell(&format!(
+            "cd {} && make 2>&1; echo \"make=$?\"",
+            dir.display()
+        ))?;
+        check(
+            out.contains("Read-only file system") && out.contains("make=2\n"),
+            || format!("the build was not stopped at vendor/: {out:?}"),
+        )?;
+        let host = std::fs::read_to_string(&lib).map_err(|e| format!("{}: {e}", lib.display()))?;
+        check(host == "upstream\n", || {
+            format!("the vendored file changed on the host: {host:?}")
+        })
     }
 }
