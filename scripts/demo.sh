@@ -3,9 +3,10 @@
 # missing, builds, makes the tools image and the service user, starts brokerd as that user with
 # an example config, runs a short scripted session through boxctl (each tool, a refusal, an ask
 # and its approval, protected files held by the mount table, a staged grant whose destructive
-# command is read, partly committed and partly discarded by the owner, each step checked: the
-# demo fails if the host's files are not what the step shows), shows the audit records, stops
-# brokerd with SIGTERM and checks that no container is left.
+# command is read, partly committed and partly discarded by the owner, a toolset with git and
+# make on which a failing test is fixed in a staged grant and the owner commits the fix alone,
+# each step checked: the demo fails if the host's files are not what the step shows), shows the
+# audit records, stops brokerd with SIGTERM and checks that no container is left.
 #
 # No network is used by the session: http_fetch is shown only as a refusal (a host outside the
 # grant), which brokerd decides before anything runs. The end-to-end suite (make e2e) fetches
@@ -49,6 +50,12 @@ step "the tools image, in boxmaker's rootless Podman"
 image=$(images/build-tools-image.sh | tail -n 1)
 echo "image $image"
 
+step "a toolset: the same tree and image, with this host's git and make added"
+toolset_tree=$repo/build/toolset-dev
+toolset_image=$(images/build-tools-image.sh --out "$toolset_tree" --name localhost/boxmaker-toolset-dev \
+    --add /usr/bin/git --add /usr/lib/git-core/git-remote-https --add /usr/bin/make | tail -n 1)
+echo "toolset dev: image $toolset_image, tree $toolset_tree"
+
 step "an example config: $state/brokerd.toml"
 install -d -m 0755 "$demo" "$demo/ref"
 install -d -o boxmaker -g boxmaker -m 0755 "$demo/notes"
@@ -59,6 +66,21 @@ printf 'int main(void) { return 0; }\n' >"$demo/project/src/main.c"
 printf 'TODO: tests\n' >"$demo/project/TODO"
 printf 'int vendored;\n' >"$demo/notes/vendor/lib.c"
 chown -R boxmaker:boxmaker "$demo/project" "$demo/notes/vendor"
+# A project with a failing test, in a git repository (this host's git, none of its config):
+# `make test` wants 2 + 3 from build/sum and gets 2 - 3.
+rm -rf "$demo/app"
+install -d -m 0755 "$demo/app"
+printf 'test: build/sum\n\t./build/sum 2 3 | grep -qx 5\n\t@echo test passed\n\nbuild/sum: sum.sh\n\tmkdir -p build && cp sum.sh build/sum && chmod +x build/sum\n' \
+    >"$demo/app/Makefile"
+printf '#!/bin/sh\necho $(($1 - $2))\n' >"$demo/app/sum.sh"
+(
+    export HOME=$demo/app GIT_CONFIG_NOSYSTEM=1 GIT_AUTHOR_NAME=demo GIT_COMMITTER_NAME=demo \
+        GIT_AUTHOR_EMAIL=demo@example.org GIT_COMMITTER_EMAIL=demo@example.org
+    git -c init.defaultBranch=main init -q "$demo/app"
+    git -C "$demo/app" add Makefile sum.sh
+    git -C "$demo/app" commit -q -m "sum: add two numbers"
+)
+chown -R boxmaker:boxmaker "$demo/app"
 install -d -o boxmaker -g boxmaker -m 0750 "$state"
 install -d -o boxmaker -g root -m 0750 "$sock_dir"
 printf 'boxmaker runs every tool call in a fresh container.\nThis directory is granted read-only.\n' >"$demo/ref/README.txt"
@@ -93,6 +115,17 @@ mode = "auto"
 tools = ["read_file", "write_file", "shell"]
 paths = [ { path = "$demo/project", write = true } ]
 writes = "staged"
+
+[toolsets.dev]                      # busybox and toolkit, and git and make
+image = "$toolset_image"
+tree = "$toolset_tree"
+
+[grants.app]                        # staged, on the dev toolset
+mode = "auto"
+tools = ["read_file", "write_file", "shell"]
+paths = [ { path = "$demo/app", write = true } ]
+writes = "staged"
+toolset = "dev"
 CONF
 chown boxmaker:boxmaker "$state/brokerd.toml"
 cat "$state/brokerd.toml"
@@ -223,6 +256,28 @@ ls -A "$demo/project"
 target/release/boxctl --socket "$socket" changes --session demo --grant project --text
 [ -z "$(staged_changes)" ] || fail "changes left after the discard: $(staged_changes)"
 [ "$(tree_of "$demo/project")" = "$after_commit" ] || fail "the discard changed the host's project"
+
+step "a toolset: the app grant's shell has git and make; its test fails"
+call app shell "{\"command\":\"git log --oneline; make test 2>&1; echo make=\$?\",\"cwd\":$(js "$demo/app")}"
+case "$last" in *"sum: add two numbers"*"make=2"*) ;; *) fail "git log or the failing make test did not show" ;; esac
+
+step "the agent fixes the source; make test passes in the sandbox"
+call app write_file "{\"path\":$(js "$demo/app/sum.sh"),\"content\":$(js $'#!/bin/sh\necho $(($1 + $2))')}"
+call app shell "{\"command\":\"make test 2>&1; echo make=\$?\",\"cwd\":$(js "$demo/app")}"
+case "$last" in *"test passed"*"make=0"*) ;; *) fail "make test did not pass after the fix" ;; esac
+echo "on the host, still the old source and no build: $(tail -n 1 "$demo/app/sum.sh"); $(ls "$demo/app" | tr "\n" " ")"
+[ ! -e "$demo/app/build" ] || fail "the build's output reached the host before any commit"
+
+step "the owner commits the fix alone and discards the build's output"
+show "boxctl changes --session demo --grant app --text --diff"
+target/release/boxctl --socket "$socket" changes --session demo --grant app --text --diff
+show "boxctl commit --session demo --grant app $demo/app/sum.sh"
+target/release/boxctl --socket "$socket" commit --session demo --grant app "$demo/app/sum.sh"
+show "boxctl discard --session demo --grant app"
+target/release/boxctl --socket "$socket" discard --session demo --grant app
+echo "on the host: $(tail -n 1 "$demo/app/sum.sh"); $(ls "$demo/app" | tr "\n" " ")"
+[ "$(tail -n 1 "$demo/app/sum.sh")" = 'echo $(($1 + $2))' ] || fail "the fix did not land"
+[ ! -e "$demo/app/build" ] || fail "the build's output reached the host"
 
 step "the audit log: one hash-chained record per decision (metadata only)"
 show "tail -n 4 $state/audit.jsonl"
