@@ -9,7 +9,9 @@
 #      the service user, the test image, the network namespace): brokerd next to the bare
 #      sandbox (--bench) and staged calls next to direct ones with `changes` on a 1,000-file
 #      layer (--bench too: staged-<backend>.json), shell calls with shell_hosts next to calls
-#      without (--bench too: egress-<backend>.json), then calls per second and latency at 1
+#      without (--bench too: egress-<backend>.json), calls on a toolset next to calls on the
+#      base one and make test in the sandbox and on the host (toolset-<backend>.json), then
+#      calls per second and latency at 1
 #      to 16 concurrent clients with
 #      brokerd's default max_concurrent_calls and with it at the core count (--scale); only the
 #      last scenario runs besides (it stops brokerd);
@@ -82,7 +84,7 @@ fi
 missing=()
 for f in overhead scale-noop changes-noop; do [ -f "$out/$f.json" ] || missing+=("$f.json"); done
 for b in $backends; do
-    for f in bench staged egress scale; do [ -f "$out/$f-$b.json" ] || missing+=("$f-$b.json"); done
+    for f in bench staged egress toolset scale; do [ -f "$out/$f-$b.json" ] || missing+=("$f-$b.json"); done
 done
 if [ "$podman_conf" = 1 ] && [ ! -f "$out/podman-conf.json" ]; then missing+=(podman-conf.json); fi
 if [ ${#missing[@]} -gt 0 ]; then

@@ -12,6 +12,7 @@
 //! | `scale-<backend>.json` | `scale` | `boxmaker-e2e run --scale N --bench-out DIR` |
 //! | `staged-<backend>.json` | `staged` | `boxmaker-e2e run --bench N --bench-out DIR` |
 //! | `egress-<backend>.json` | `egress` | `boxmaker-e2e run --bench N --bench-out DIR` |
+//! | `toolset-<backend>.json` | `toolset` | the same, with `--dev-image` and `--dev-tree` |
 //! | `changes-noop.json` | `changes` | brokerd's `staged_changes` example |
 //! | `overhead.json`, `scale-noop.json` | `overhead`, `scale` | brokerd's `overhead` example |
 //! | `podman-conf.json` | `podman-conf` | `scripts/bench-podman-conf.sh --json` |
@@ -28,6 +29,7 @@ pub const SECTIONS: &[&str] = &[
     "ratio",
     "staged",
     "egress",
+    "toolset",
     "overhead",
     "scale",
     "podman-conf",
@@ -55,6 +57,8 @@ pub struct Results {
     changes: Option<Value>,
     /// By backend: shell calls with `shell_hosts` next to calls without.
     egress: BTreeMap<String, Value>,
+    /// By backend: calls on a toolset next to calls on the base one, and `make test`.
+    toolset: BTreeMap<String, Value>,
 }
 
 /// The order backends appear in, tables and plot alike.
@@ -116,6 +120,10 @@ impl Results {
                 let b = text_of(&v, "backend")?;
                 self.egress.insert(b, v);
             }
+            "toolset" => {
+                let b = text_of(&v, "backend")?;
+                self.toolset.insert(b, v);
+            }
             "podman-conf" => self.podman_conf = Some(v),
             other => return Err(format!("unknown bench {other:?}")),
         }
@@ -142,6 +150,9 @@ impl Results {
         }
         if !self.egress.is_empty() {
             out.insert("egress", egress_md(&sorted(&self.egress))?);
+        }
+        if !self.toolset.is_empty() {
+            out.insert("toolset", toolset_md(&sorted(&self.toolset))?);
         }
         if !self.scale.is_empty() {
             out.insert("scale", scale_md(&sorted(&self.scale))?);
@@ -325,6 +336,49 @@ fn ratio_md(benches: &[(&str, &Value)]) -> Result<String, String> {
 
 /// Staged calls next to direct ones, each against its target, and `changes` on a large layer,
 /// through the suite's brokerd and by brokerd alone.
+/// A toolset call's p50 at most this many times a base toolset call's of the same run, by
+/// backend (docs/design.md#toolsets).
+const TOOLSET_TARGETS: &[(&str, f64)] = &[("podman", 1.05), ("bwrap", 1.10)];
+
+/// Calls on a toolset against the same calls on the base toolset, `make test` in the sandbox
+/// against the host, and the trees' sizes, by backend.
+fn toolset_md(benches: &[(&str, &Value)]) -> Result<String, String> {
+    let mut s = String::from(
+        "| backend | base p50 ms | p95 ms | toolset p50 ms | p95 ms | ratio p50 | target | make test ×N in the sandbox p50 ms | on the host p50 ms | trees MB (base, toolset) |\n\
+         |---|---|---|---|---|---|---|---|---|---|\n",
+    );
+    let met = |ok: bool| if ok { "met" } else { "**not met**" };
+    let mb = |v: f64| fmt_num(Some(v / 1e6));
+    let mut calls = Vec::new();
+    for (backend, v) in benches {
+        let ratio = num(v, "ratio_p50")?;
+        let target = match TOOLSET_TARGETS.iter().find(|(b, _)| b == backend) {
+            Some((_, t)) => format!("≤ {t:.2}: {}", met(ratio <= *t)),
+            None => "–".into(),
+        };
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {} | {ratio:.2} | {target} | {} | {} | {}, {} |",
+            cell(backend),
+            fmt_num(Some(num(v, "base_p50_ms")?)),
+            fmt_num(Some(num(v, "base_p95_ms")?)),
+            fmt_num(Some(num(v, "toolset_p50_ms")?)),
+            fmt_num(Some(num(v, "toolset_p95_ms")?)),
+            fmt_num(Some(num(v, "make_sandbox_p50_ms")?)),
+            fmt_num(Some(num(v, "make_host_p50_ms")?)),
+            mb(num(v, "base_tree_bytes")?),
+            mb(num(v, "tree_bytes")?),
+        );
+        calls.push(format!(
+            "{} calls and N = {} on {backend}",
+            num(v, "calls")?,
+            num(v, "make_runs")?
+        ));
+    }
+    let _ = writeln!(s, "\n{}.", calls.join(", "));
+    Ok(s)
+}
+
 /// Shell calls with `shell_hosts` (a proxy started and removed with each) against the same
 /// calls without, by backend.
 fn egress_md(benches: &[(&str, &Value)]) -> Result<String, String> {

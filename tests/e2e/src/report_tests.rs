@@ -268,3 +268,35 @@ fn the_egress_table_shows_what_the_proxy_adds() {
         .unwrap();
     assert!(r.sections().is_err());
 }
+
+/// The toolset section: each backend's ratio against its target, `make test` both ways, the
+/// trees in MB.
+#[test]
+fn the_toolset_table_says_whether_each_target_is_met() {
+    let mut r = Results::default();
+    r.add(
+        r#"{"bench":"toolset","backend":"podman","calls":20,"base_p50_ms":200.0,
+            "base_p95_ms":220.0,"toolset_p50_ms":206.0,"toolset_p95_ms":230.0,"ratio_p50":1.03,
+            "make_runs":20,"make_sandbox_p50_ms":150.0,"make_host_p50_ms":120.0,
+            "tree_bytes":29000000,"base_tree_bytes":22000000}"#,
+    )
+    .unwrap();
+    r.add(
+        r#"{"bench":"toolset","backend":"bwrap","calls":20,"base_p50_ms":10.0,
+            "base_p95_ms":12.0,"toolset_p50_ms":12.0,"toolset_p95_ms":13.0,"ratio_p50":1.2,
+            "make_runs":20,"make_sandbox_p50_ms":130.0,"make_host_p50_ms":120.0,
+            "tree_bytes":29000000,"base_tree_bytes":22000000}"#,
+    )
+    .unwrap();
+    let t = &r.sections().unwrap()["toolset"];
+    let rows: Vec<&str> = t.lines().skip(2).take(2).collect();
+    assert_eq!(
+        rows,
+        [
+            "| podman | 200 | 220 | 206 | 230 | 1.03 | ≤ 1.05: met | 150 | 120 | 22.0, 29.0 |",
+            "| bwrap | 10.0 | 12.0 | 12.0 | 13.0 | 1.20 | ≤ 1.10: **not met** | 130 | 120 | 22.0, 29.0 |",
+        ],
+        "{t}"
+    );
+    assert!(t.contains("20 calls and N = 20 on podman"), "{t}");
+}

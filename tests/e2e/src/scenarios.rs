@@ -52,6 +52,8 @@ const QUIET_GRANT: &str = "e2e-net-quiet";
 const DEV_GRANT: &str = "e2e-dev";
 /// The staged grant on that toolset, over the project directory (`<work>/project`).
 const DEV_STAGED_GRANT: &str = "e2e-dev-staged";
+/// [`QUIET_GRANT`] on the toolset: what a toolset costs a call (the toolset bench).
+const DEV_QUIET_GRANT: &str = "e2e-dev-quiet";
 /// `egress_connections` in the suite's config: what one shell call's proxy accepts in all.
 const NET_CONNECTIONS: u64 = 8;
 /// A variable only brokerd's environment has, looked for in every sandbox.
@@ -90,6 +92,10 @@ struct Suite {
     /// Whether the config has the toolset of git and make and [`DEV_GRANT`] (both
     /// `--dev-image` and `--dev-tree` given): the toolset scenarios run only then.
     dev: bool,
+    /// The toolset's tree and the base toolset's (`--dev-tree`, `--tools-root`), for the
+    /// toolset bench's sizes.
+    dev_tree: Option<PathBuf>,
+    base_tree: Option<PathBuf>,
     backend: Backend,
     tools_root: Option<PathBuf>,
     /// The other backend and brokerd's config for it, where this run was given what it needs
@@ -418,6 +424,12 @@ pub fn run(opts: &crate::Opts) -> Result<ExitCode, String> {
             match suite.bench_egress(bench) {
                 Ok(json) => write_bench(bench_out.as_deref(), "egress", b, &json),
                 Err(e) => println!("bench egress: {e}"),
+            }
+            if suite.dev {
+                match suite.bench_toolset(bench) {
+                    Ok(json) => write_bench(bench_out.as_deref(), "toolset", b, &json),
+                    Err(e) => println!("bench toolset: {e}"),
+                }
             }
         }
         if let (Some(plan), "sigterm-stops-cleanly") = (&scale, name) {

@@ -13,8 +13,8 @@ use serde_json::{json, Value};
 
 use super::{
     call_on, check, host_egress_network, show, staged, time_scale, Backend, Outcome, Suite,
-    ASK_GRANT, CALL_WAIT, CANARY_NAME, CANARY_VALUE, DEV_GRANT, DEV_STAGED_GRANT, GRANT,
-    NET_CONNECTIONS, NET_GRANT, OUTPUT_CAP, QUIET_GRANT, RO_TEXT, SHELL_MS, STAGED_GRANT,
+    ASK_GRANT, CALL_WAIT, CANARY_NAME, CANARY_VALUE, DEV_GRANT, DEV_QUIET_GRANT, DEV_STAGED_GRANT,
+    GRANT, NET_CONNECTIONS, NET_GRANT, OUTPUT_CAP, QUIET_GRANT, RO_TEXT, SHELL_MS, STAGED_GRANT,
 };
 use crate::system::{self, User};
 
@@ -56,6 +56,12 @@ shell_hosts = ["ok.test"]
 allow_addresses = ["192.0.2.0/24"]
 toolset = "{DEV_GRANT}"
 
+[grants.{DEV_QUIET_GRANT}]
+mode = "auto"
+tools = ["shell"]
+paths = [ {{ path = "{ro}" }} ]
+toolset = "{DEV_GRANT}"
+
 [grants.{DEV_STAGED_GRANT}]
 mode = "auto"
 tools = ["read_file", "write_file", "shell"]
@@ -65,6 +71,7 @@ toolset = "{DEV_GRANT}"
 "#,
                 rw = work.join("rw").display(),
                 project = work.join("project").display(),
+                ro = work.join("ro").display(),
             ),
         };
         let brokerd = PathBuf::from(opts.required("brokerd")?);
@@ -243,6 +250,8 @@ writes = "staged"
         let dns_log = opts.one("dns-log").map(PathBuf::from);
         Ok(Suite {
             dev: dev.is_some(),
+            dev_tree: dev.as_ref().map(|(_, tree)| PathBuf::from(tree)),
+            base_tree: tree.clone(),
             dns_log,
             backend,
             tools_root,

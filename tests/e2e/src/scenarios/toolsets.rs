@@ -9,7 +9,9 @@ use std::path::Path;
 use client::{Body, Staged};
 use serde_json::{json, Value};
 
-use super::{call_on, check, show, Outcome, Suite, CALL_WAIT, DEV_GRANT, DEV_STAGED_GRANT};
+use super::{
+    call_on, check, show, Outcome, Suite, CALL_WAIT, DEV_GRANT, DEV_QUIET_GRANT, DEV_STAGED_GRANT,
+};
 use crate::system::User;
 
 /// The project's source with its bug: `make test` wants 2 + 3 and gets 2 - 3.
@@ -241,5 +243,154 @@ impl Suite {
         check(host == "upstream\n", || {
             format!("the vendored file changed on the host: {host:?}")
         })
+    }
+}
+
+/// How many `make test` runs from a clean tree each timing of the toolset bench takes.
+const MAKE_RUNS: u32 = 20;
+
+/// The shell loop the toolset bench times: [`MAKE_RUNS`] clean builds and tests, make's
+/// recipes run by `sh` (given: the host's run names the toolset's busybox, as the sandbox's
+/// /bin/sh is).
+fn make_loop(sh: Option<&Path>) -> String {
+    let shell = sh.map_or(String::new(), |p| format!(" SHELL={}", p.display()));
+    format!(
+        "i=0; while [ $i -lt {MAKE_RUNS} ]; do rm -rf build; make -s test{shell} >/dev/null || exit 1; \
+         i=$((i + 1)); done; rm -rf build"
+    )
+}
+
+/// A directory's size in bytes, files and links, without following a link.
+fn tree_bytes(dir: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|e| match e.metadata() {
+            Ok(m) if m.is_dir() => tree_bytes(&e.path()),
+            Ok(m) => m.len(),
+            Err(_) => 0,
+        })
+        .sum()
+}
+
+impl Suite {
+    /// The toolset bench: the same shell call on the base toolset and on the toolset of git
+    /// and make (two grants that differ only in `toolset`), taking turns, `n` each after a
+    /// warm-up; then `make test` of the staged project, [`MAKE_RUNS`] times from a clean tree,
+    /// in the sandbox (timed inside it, by `/proc/uptime`, so the call's own cost is not in
+    /// it) against the same loop with the same programs on the host; and the two trees' sizes.
+    pub(super) fn bench_toolset(&mut self, n: usize) -> Result<Value, String> {
+        use super::{percentiles, QUIET_GRANT};
+        use std::time::{Duration, Instant};
+        let args = json!({ "command": "echo hi" });
+        let (mut base, mut toolset) = (Vec::new(), Vec::new());
+        for i in 0..=n {
+            for on_toolset in [i % 2 == 0, i % 2 != 0] {
+                self.await_settled();
+                let grant = if on_toolset {
+                    DEV_QUIET_GRANT
+                } else {
+                    QUIET_GRANT
+                };
+                let t = Instant::now();
+                let body = self.call_as(grant, "shell", args.clone(), None)?;
+                let took = t.elapsed();
+                match body {
+                    Body::Result { content, .. } if content.starts_with("hi") => {}
+                    other => return Err(format!("shell on {grant}: {}", show(&other))),
+                }
+                if i > 0 {
+                    if on_toolset { &mut toolset } else { &mut base }.push(took);
+                }
+            }
+        }
+        let (bp50, bp95) = percentiles(&mut base);
+        let (tp50, tp95) = percentiles(&mut toolset);
+        // make test in the sandbox, on the staged grant (its writes go to the session's layer).
+        let project = self.work.join("project");
+        let session = format!("s-bench-toolset-{}", std::process::id());
+        let command = format!(
+            "read a _ </proc/uptime; {}; read b _ </proc/uptime; echo \"uptime $a $b\"",
+            make_loop(None)
+        );
+        let cwd = project.display().to_string();
+        let (mut inside, mut host) = (Vec::new(), Vec::new());
+        let host_copy = self.work.join("bench-make");
+        // The fixed source, in the session's layer only: each run builds and passes.
+        self.dev_staged(
+            &session,
+            "write_file",
+            json!({ "path": project.join("sum.sh"), "content": SUM_FIXED }),
+        )?;
+        for i in 0..=n.min(10) {
+            let out =
+                self.dev_staged(&session, "shell", json!({ "command": command, "cwd": cwd }))?;
+            let (a, b) = out
+                .lines()
+                .find_map(|l| l.strip_prefix("uptime "))
+                .and_then(|l| l.split_once(' '))
+                .and_then(|(a, b)| Some((a.parse::<f64>().ok()?, b.parse::<f64>().ok()?)))
+                .ok_or_else(|| format!("no timing in {out:?}"))?;
+            let _ = std::fs::remove_dir_all(&host_copy);
+            std::fs::create_dir_all(&host_copy).map_err(|e| e.to_string())?;
+            std::fs::write(host_copy.join("Makefile"), MAKEFILE).map_err(|e| e.to_string())?;
+            std::fs::write(host_copy.join("sum.sh"), SUM_FIXED).map_err(|e| e.to_string())?;
+            // The same programs outside the sandbox: the toolset's busybox for the shell and
+            // its applets, the host's make (the toolset's is a copy of it).
+            let tree = self.dev_tree.clone().ok_or("no --dev-tree")?;
+            let sh = tree.join("bin").join("sh");
+            let t = Instant::now();
+            let status = std::process::Command::new(&sh)
+                .args(["-c", &make_loop(Some(&sh))])
+                .env("PATH", format!("{}:/usr/bin", tree.join("bin").display()))
+                .current_dir(&host_copy)
+                .stdout(std::process::Stdio::null())
+                .status()
+                .map_err(|e| e.to_string())?;
+            let on_host = t.elapsed();
+            if !status.success() {
+                return Err(format!("make test on the host: {status}"));
+            }
+            if i > 0 {
+                inside.push(Duration::from_secs_f64((b - a).max(0.0)));
+                host.push(on_host);
+            }
+        }
+        let _ = std::fs::remove_dir_all(&host_copy);
+        self.owner()?
+            .discard(&Staged {
+                session: &session,
+                grant: Some(DEV_STAGED_GRANT),
+                paths: &[],
+            })
+            .map_err(|e| e.to_string())?;
+        let (ip50, _) = percentiles(&mut inside);
+        let (hp50, _) = percentiles(&mut host);
+        let tree = self.dev_tree.as_deref().map_or(0, tree_bytes);
+        let base_tree = self.base_tree.as_deref().map_or(0, tree_bytes);
+        let b = self.backend.as_str();
+        println!(
+            "bench {b} toolset: base p50 {bp50:>7.1} ms p95 {bp95:>7.1} ms ; toolset p50 {tp50:>7.1} ms \
+             p95 {tp95:>7.1} ms ; ratio p50 {:.2} (n {n}) ; make test in the sandbox p50 {ip50:.0} ms, \
+             on the host {hp50:.0} ms ; trees {base_tree} and {tree} bytes",
+            tp50 / bp50
+        );
+        Ok(json!({
+            "bench": "toolset",
+            "backend": b,
+            "calls": n,
+            "base_p50_ms": bp50,
+            "base_p95_ms": bp95,
+            "toolset_p50_ms": tp50,
+            "toolset_p95_ms": tp95,
+            "ratio_p50": tp50 / bp50,
+            "make_runs": MAKE_RUNS,
+            "make_sandbox_p50_ms": ip50,
+            "make_host_p50_ms": hp50,
+            "tree_bytes": tree,
+            "base_tree_bytes": base_tree,
+        }))
     }
 }
