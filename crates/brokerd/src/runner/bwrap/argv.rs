@@ -62,6 +62,51 @@ pub(super) fn entry_name(e: &RootEntry) -> &OsStr {
     }
 }
 
+/// The tree's `host` as the sandbox's `at`, read-only: bound whole, unless a path of
+/// `mounted` lies below it (a grant directory under a toolset's `/home` or `/srv`, which a
+/// Debian tree has): a read-only bind could not hold the mount point bwrap makes for it. Then
+/// `at` is made afresh (read-only with the rest of `/` once the sandbox is built) and each of
+/// `host`'s entries goes in alike, sorted by name, down the mount's path; an entry where a
+/// mount goes itself is left to the mount, and one that cannot be read is left out.
+fn bind_tree(a: &mut Vec<OsString>, host: &Path, at: &Path, mounted: &[&Path]) {
+    if !mounted.iter().any(|m| m.starts_with(at) && *m != at) {
+        a.push("--ro-bind".into());
+        a.push(host.as_os_str().to_owned());
+        a.push(at.as_os_str().to_owned());
+        return;
+    }
+    a.push("--dir".into());
+    a.push(at.as_os_str().to_owned());
+    let Ok(entries) = std::fs::read_dir(host) else {
+        return;
+    };
+    let mut entries: Vec<std::fs::DirEntry> = entries.flatten().collect();
+    entries.sort_by_key(|e| e.file_name());
+    for e in entries {
+        let inner = at.join(e.file_name());
+        if mounted.iter().any(|m| *m == inner) {
+            continue;
+        }
+        match e.file_type() {
+            Ok(t) if t.is_symlink() => {
+                if let Ok(target) = std::fs::read_link(e.path()) {
+                    a.push("--symlink".into());
+                    a.push(target.into_os_string());
+                    a.push(inner.into_os_string());
+                }
+            }
+            Ok(t) if t.is_dir() => bind_tree(a, &e.path(), &inner, mounted),
+            Ok(t) if t.is_file() => {
+                a.push("--ro-bind".into());
+                a.push(e.path().into_os_string());
+                a.push(inner.into_os_string());
+            }
+            // Sockets, devices and FIFOs have no place in a sandbox.
+            _ => {}
+        }
+    }
+}
+
 /// `/<name>`
 pub(super) fn inside(name: &OsStr) -> OsString {
     let mut s = OsString::from("/");
@@ -73,13 +118,15 @@ impl BwrapRuntime {
     /// The options every sandbox starts with: every namespace unshared (the network too),
     /// a user namespace that cannot make more, no capabilities, a clean environment, the
     /// tree `root` (the tools root or a toolset's) as `layout` lists it, a fresh /proc, a
-    /// minimal /dev.
+    /// minimal /dev. `mounted`: the paths mounted after these (the grant directories), which
+    /// the tree's binds must leave room for ([`bind_tree`]).
     pub(super) fn common_args(
         &self,
         root: &Path,
         layout: &RootLayout,
         share_net: bool,
         etc: bool,
+        mounted: &[&Path],
     ) -> Vec<OsString> {
         let mut a: Vec<OsString> = vec![
             "--unshare-all".into(),
@@ -109,9 +156,11 @@ impl BwrapRuntime {
             match entry {
                 RootEntry::Bound(name) if !etc && name == "etc" => {}
                 RootEntry::Bound(name) => {
-                    a.push("--ro-bind".into());
-                    a.push(root.join(name).into_os_string());
-                    a.push(inside(name));
+                    let at = PathBuf::from(inside(name));
+                    // A grant directory that is `/<name>` itself takes its place whole.
+                    if !mounted.iter().any(|m| *m == at) {
+                        bind_tree(&mut a, &root.join(name), &at, mounted);
+                    }
                 }
                 RootEntry::Symlink(name, target) => {
                     a.push("--symlink".into());
@@ -147,7 +196,8 @@ impl BwrapRuntime {
         cgroup_view: Option<&Path>,
         protected: &[Over<'_>],
     ) -> Vec<OsString> {
-        let mut a = self.common_args(self.root_of(spec), layout, false, true);
+        let mounted: Vec<&Path> = spec.mounts.iter().map(|m| m.path.as_path()).collect();
+        let mut a = self.common_args(self.root_of(spec), layout, false, true, &mounted);
         a.extend(
             [
                 "--setenv", "HOME", "/tmp", "--setenv", "TMPDIR", "/tmp", "--setenv", "PATH",
@@ -211,7 +261,7 @@ impl BwrapRuntime {
         cgroup_view: Option<&Path>,
     ) -> Vec<OsString> {
         // The proxy runs the base toolset's toolkit whatever the call's toolset.
-        let mut a = self.common_args(&self.tools_root, layout, true, false);
+        let mut a = self.common_args(&self.tools_root, layout, true, false, &[]);
         a.extend(["--setenv", "PATH", "/bin", "--size"].map(OsString::from));
         a.push((1024 * 1024).to_string().into());
         a.extend(["--tmpfs", "/tmp", "--ro-bind"].map(OsString::from));

@@ -252,3 +252,58 @@ fn no_seccomp_filter_is_terminal() {
     #[cfg(target_arch = "x86_64")]
     assert!(program.is_some(), "x86_64 has its filter");
 }
+
+/// A tree with its own `/srv` and `/home` (a Debian toolset's): a grant directory below one is
+/// not under a read-only bind bwrap cannot make its mount point in. The entry is made afresh
+/// and its entries bound alike down the grant's path; the other entries stay bound whole,
+/// and a grant that is an entry itself takes its place.
+#[test]
+fn a_tree_s_entries_leave_room_for_the_grants_below_them() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let r = root.path();
+    for d in ["bin", "srv", "home/user", "home/other", "opt", "var/lib"] {
+        std::fs::create_dir_all(r.join(d)).expect("dir");
+    }
+    std::fs::write(r.join("home/user/.profile"), "").expect("file");
+    std::os::unix::fs::symlink("../other", r.join("home/user/link")).expect("link");
+    let cfg = crate::config::parse(
+        &format!(
+            "[runner]\nbackend = \"bwrap\"\nenforce_limits = false\n[bwrap]\ntools_root = \"{}\"\n",
+            r.display()
+        ),
+        "t.toml",
+    )
+    .expect("config");
+    let rt = BwrapRuntime::new(
+        cfg.runner.as_ref().expect("runner"),
+        cfg.bwrap.as_ref().expect("bwrap"),
+    );
+    let layout = RootLayout::read(r).expect("read");
+    let mounted = [
+        Path::new("/srv/grant/rw"),
+        Path::new("/home/user/proj"),
+        Path::new("/opt"),
+    ];
+    let args: Vec<String> = rt
+        .common_args(r, &layout, false, true, &mounted)
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let joined = args.join(" ");
+    let at = |p: &str| r.join(p).display().to_string();
+    let want = format!(
+        "--ro-bind {bin} /bin --dir /home --ro-bind {other} /home/other --dir /home/user \
+         --ro-bind {profile} /home/user/.profile --symlink ../other /home/user/link \
+         --dir /srv --ro-bind {var} /var --proc /proc",
+        bin = at("bin"),
+        other = at("home/other"),
+        profile = at("home/user/.profile"),
+        var = at("var"),
+    );
+    assert!(joined.contains(&want), "{joined}");
+    // `/opt` is a grant itself: the tree's is not bound under it.
+    assert!(!joined.contains("/opt"), "{joined}");
+    // Without a grant below it, every entry is bound whole, as before.
+    let whole = rt.common_args(r, &layout, false, true, &[]);
+    assert!(!whole.iter().any(|a| a == "--dir"), "{whole:?}");
+}
