@@ -7,7 +7,9 @@
 #   /bin/busybox   Debian's busybox-static; /bin/sh is it (ash, the shell the classifier
 #                  reads), and each of its applets the packages do not provide is linked to it
 #   /etc           its own passwd and group (root, nobody and the sandbox's user), empty hosts
-#                  and resolv.conf for Podman to bind over, nothing of the host's
+#                  and resolv.conf for Podman to bind over, nothing of the host's but the CA
+#                  bundle: /etc/ssl/certs/ca-certificates.crt is the host's public one (plus
+#                  --extra-ca PEM), whether or not a PACKAGE brought its own
 #
 # A toolset holds no setuid or setgid file and no device node: the build fails, naming each.
 # Debian's essential set itself has a few (su, newgrp, unix_chkpwd, two setgid directories):
@@ -25,7 +27,7 @@
 #   tree = "<out>"
 #
 #   images/build-toolset.sh [--toolkit FILE] [--out DIR] [--user USER] [--suite SUITE]
-#                           [--tree-only] NAME PACKAGE...
+#                           [--extra-ca PEM] [--tree-only] NAME PACKAGE...
 #
 # Downloaded packages are kept in /var/cache/boxmaker-toolsets/archives and used again.
 set -euo pipefail
@@ -36,8 +38,9 @@ out=""
 user=boxmaker
 suite=bookworm
 tree_only=""
+extra_ca=""
 cache=/var/cache/boxmaker-toolsets
-usage="usage: $0 [--toolkit FILE] [--out DIR] [--user USER] [--suite SUITE] [--tree-only] NAME PACKAGE..."
+usage="usage: $0 [--toolkit FILE] [--out DIR] [--user USER] [--suite SUITE] [--extra-ca PEM] [--tree-only] NAME PACKAGE..."
 
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -45,6 +48,7 @@ while [ $# -gt 0 ]; do
         --out) out=$2; shift 2 ;;
         --user) user=$2; shift 2 ;;
         --suite) suite=$2; shift 2 ;;
+        --extra-ca) extra_ca=$2; shift 2 ;;
         --tree-only) tree_only=1; shift ;;
         -*) echo "$usage" >&2; exit 2 ;;
         *) break ;;
@@ -69,6 +73,8 @@ done
 [ -x "$toolkit" ] || die "$toolkit is missing; build it: cargo build --release --target x86_64-unknown-linux-musl -p toolkit"
 "$here/scripts/static-check.sh" "$toolkit" >/dev/null || die "$toolkit is not static"
 [ -x /bin/busybox ] && ! ldd /bin/busybox >/dev/null 2>&1 || die "/bin/busybox is missing or not static; install busybox-static"
+[ -f /etc/ssl/certs/ca-certificates.crt ] || die "/etc/ssl/certs/ca-certificates.crt is missing; install ca-certificates"
+[ -z "$extra_ca" ] || [ -f "$extra_ca" ] || die "$extra_ca does not exist"
 if ! command -v mmdebstrap >/dev/null; then
     say "installing mmdebstrap with apt"
     DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends mmdebstrap >&2 ||
@@ -146,6 +152,12 @@ rm -f "$new/etc/shadow" "$new/etc/gshadow" "$new/etc/shadow-" "$new/etc/gshadow-
 : >"$new/etc/hosts"
 : >"$new/etc/resolv.conf"
 printf '%s\n' "$name" >"$new/etc/hostname"
+# The CA bundle every TLS client of the toolset reads (git, curl, pip, cargo): a file, never a
+# link out of the tree.
+install -d -m 0755 "$new/etc/ssl/certs"
+rm -f "$new/etc/ssl/certs/ca-certificates.crt"
+cat /etc/ssl/certs/ca-certificates.crt ${extra_ca:+"$extra_ca"} >"$new/etc/ssl/certs/ca-certificates.crt"
+chmod 0644 "$new/etc/ssl/certs/ca-certificates.crt"
 rm -f "$new/etc/machine-id"
 install -d -m 1777 "$new/tmp"
 install -d -m 0755 "$new/run" "$new/proc" "$new/dev" "$new/sys"

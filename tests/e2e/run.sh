@@ -11,7 +11,9 @@
 # Everything made here is removed on exit, whatever happens.
 #
 #   tests/e2e/run.sh [--bench N] [--only SCENARIO]...     (E2E_SKIP_SETUP=1 skips setup.sh;
-#                                                         E2E_BACKENDS="podman bwrap" by default)
+#                                                         E2E_BACKENDS="podman bwrap" by default;
+#                                                         E2E_DEV_TOOLSET=debian builds the
+#                                                         test toolset from Debian's packages)
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/../.." && pwd)
@@ -59,9 +61,18 @@ install -d -m 0755 "$ca"
 image=$(images/build-tools-image.sh --toolkit "$target/$MUSL/release/toolkit" --out "$tree" \
     --name "$image_name" --extra-ca "$ca/ca.pem" | tail -n 1)
 say "test image $image"
-dev_image=$(images/build-tools-image.sh --toolkit "$target/$MUSL/release/toolkit" --out "$dev_tree" \
-    --name "$dev_image_name" --extra-ca "$ca/ca.pem" \
-    --add /usr/bin/git --add /usr/lib/git-core/git-remote-https --add /usr/bin/make | tail -n 1)
+if [ "${E2E_DEV_TOOLSET:-host}" = debian ]; then
+    # The same toolset from Debian's packages (images/build-toolset.sh: mmdebstrap through the
+    # host's apt sources, its downloads cached), for a run that proves that builder too.
+    dev_image_name=localhost/boxmaker-toolset-e2e-dev:latest
+    dev_image=$(images/build-toolset.sh --toolkit "$target/$MUSL/release/toolkit" --out "$dev_tree" \
+        --extra-ca "$ca/ca.pem" e2e-dev make git | sed -n 's/^image = "\(.*\)"$/\1/p')
+else
+    dev_image=$(images/build-tools-image.sh --toolkit "$target/$MUSL/release/toolkit" --out "$dev_tree" \
+        --name "$dev_image_name" --extra-ca "$ca/ca.pem" \
+        --add /usr/bin/git --add /usr/lib/git-core/git-remote-https --add /usr/bin/make | tail -n 1)
+fi
+[ -n "$dev_image" ] || { say "the test toolset was not built"; exit 1; }
 say "test toolset e2e-dev $dev_image"
 
 # A repository for the toolset's git to clone from https://ok.test/files/repo.git (dumb HTTP):

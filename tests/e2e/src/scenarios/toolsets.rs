@@ -50,8 +50,32 @@ impl Suite {
     /// The grant's toolset has git and make, in `PATH`; the base toolset has neither, and its
     /// calls' records name no toolset, where the toolset's name one.
     pub(super) fn toolset_runs_its_own_programs(&mut self) -> Outcome {
-        let out =
-            self.dev_shell("git --version; make --version | head -n 1; echo \"path=$PATH\"")?;
+        let out = self.dev_shell(
+            "git --version; make --version | head -n 1; echo \"path=$PATH\"; \
+             awk '$5 == \"/\" || $5 == \"/usr\" || $5 == \"/bin\" { print \"mount\", $5, $6 }' /proc/self/mountinfo",
+        )?;
+        // The toolset is read-only on both backends; bwrap's binds are nosuid and nodev too.
+        // (Podman's root shows `ro` alone: a filesystem mounted in its user namespace opens no
+        // device node, and no_new_privs keeps a setuid file from raising a privilege.)
+        let mounts: Vec<&str> = out.lines().filter(|l| l.starts_with("mount ")).collect();
+        let flags = |l: &str| -> Vec<String> {
+            l.split(' ')
+                .nth(2)
+                .unwrap_or("")
+                .split(',')
+                .map(str::to_string)
+                .collect()
+        };
+        let held = |l: &&str| {
+            let f = flags(l);
+            f.iter().any(|x| x == "ro")
+                && (self.backend == super::Backend::Podman
+                    || f.iter().any(|x| x == "nosuid") && f.iter().any(|x| x == "nodev"))
+        };
+        check(
+            mounts.iter().any(|l| l.starts_with("mount / ")) && mounts.iter().all(held),
+            || format!("the toolset is not mounted read-only (nosuid, nodev on bwrap): {mounts:?}"),
+        )?;
         check(
             out.contains("git version") && out.contains("GNU Make") && out.contains("/usr/bin"),
             || format!("the toolset's git and make did not run: {out:?}"),
