@@ -18,9 +18,13 @@ use super::{Conn, Meter};
 
 /// The copy buffer of each direction, where a buffer carries it.
 const RELAY_BUFFER: usize = 64 * 1024;
-/// The pipe of each direction, where a pipe carries it: asked for, at most the host's
-/// `fs.pipe-max-size` (1 MiB by default); what the kernel grants is what one splice moves.
-const RELAY_PIPE: usize = 1024 * 1024;
+/// A buffer's bytes are written in pieces of this many, each a sign of life.
+const BUFFER_WRITE: usize = 16 * 1024;
+/// The pipe of each direction, where a pipe carries it; what the kernel grants is what one
+/// splice moves. Every page of a pipe's size counts against its user's pipe allowance
+/// (`fs.pipe-user-pages-soft`, 64 MiB by default), which brokerd's sandboxes all share: a
+/// relayed connection has four (two hops, two directions): 1 MiB, 16 MiB at a call's 16 at once.
+const RELAY_PIPE: usize = 256 * 1024;
 
 /// How a relayed connection ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -126,7 +130,8 @@ impl<'a> Carrier<'a> {
     fn new<R: Conn, W: Conn>(from: &'a R, to: &'a W) -> Carrier<'a> {
         if let (Some(from), Some(to)) = (from.socket_fd(), to.socket_fd()) {
             if let Ok((read_end, write_end)) = pipe2(OFlag::O_CLOEXEC) {
-                // A pipe that cannot grow keeps the default size it has (64 KiB).
+                // A pipe that cannot grow keeps the size it has (64 KiB, or less once the
+                // user's allowance is spent: then a splice moves what fits).
                 let size = fcntl(&write_end, FcntlArg::F_SETPIPE_SZ(RELAY_PIPE as i32))
                     .ok()
                     .and_then(|n| usize::try_from(n).ok())
@@ -144,9 +149,9 @@ impl<'a> Carrier<'a> {
         Carrier::Buffer(vec![0u8; RELAY_BUFFER])
     }
 
-    /// Reads what `from` has, at most a pipe's or a buffer's worth: how many bytes it now
-    /// holds (0: end of input).
-    fn take<R: Conn>(&mut self, from: &R) -> io::Result<usize> {
+    /// Reads what `from` has, at most a pipe's or a buffer's worth and at most `most`: how many
+    /// bytes it now holds (0: end of input).
+    fn take<R: Conn>(&mut self, from: &R, most: usize) -> io::Result<usize> {
         match self {
             Carrier::Pipe {
                 from,
@@ -158,18 +163,23 @@ impl<'a> Carrier<'a> {
                 None,
                 &*write_end,
                 None,
-                *size,
+                (*size).min(most),
                 SpliceFFlags::SPLICE_F_MOVE,
             )
             .map_err(io::Error::from),
-            Carrier::Buffer(buf) => from.read_into(buf),
+            Carrier::Buffer(buf) => {
+                let most = buf.len().min(most);
+                from.read_into(&mut buf[..most])
+            }
         }
     }
 
     /// Writes the `n` bytes it holds to `to`, all of them. Where the kernel will not splice
     /// into `to`, what the pipe holds is read out and written, and a buffer carries the
     /// direction from then on.
-    fn give<W: Conn>(&mut self, to: &W, n: usize) -> io::Result<()> {
+    /// Each write that moves bytes counts as the connection moving (`touch`), so a slow
+    /// reader that is still reading is never cut as idle.
+    fn give<W: Conn>(&mut self, to: &W, n: usize, touch: &dyn Fn()) -> io::Result<()> {
         let rest = match self {
             Carrier::Pipe {
                 to: out, read_end, ..
@@ -188,14 +198,23 @@ impl<'a> Carrier<'a> {
                         SpliceFFlags::SPLICE_F_MOVE,
                     ) {
                         Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-                        Ok(m) => left -= m,
+                        Ok(m) => {
+                            left -= m;
+                            touch();
+                        }
                         Err(Errno::EINTR) => {}
                         Err(e) if refused(e as i32) => break drain(read_end, left)?,
                         Err(e) => return Err(e.into()),
                     }
                 }
             }
-            Carrier::Buffer(buf) => return to.write_all_from(&buf[..n]),
+            Carrier::Buffer(buf) => {
+                for chunk in buf[..n].chunks(BUFFER_WRITE) {
+                    to.write_all_from(chunk)?;
+                    touch();
+                }
+                return Ok(());
+            }
         };
         *self = Carrier::Buffer(vec![0u8; RELAY_BUFFER]);
         to.write_all_from(&rest)
@@ -243,14 +262,17 @@ fn pump<R: Conn, W: Conn>(
 ) -> u64 {
     let mut carrier = Carrier::new(from, to);
     let mut total = 0u64;
-    let mut first = true;
+    let touch = || shared.touch();
     loop {
         if shared.cut.load(Ordering::SeqCst) != 0 {
             break;
         }
-        let taken = carrier.take(from);
-        let was_first = std::mem::replace(&mut first, false);
-        match taken {
+        // At most one byte past what is left of the bound: enough to see it crossed.
+        let most = bound.map_or(usize::MAX, |(spent, max)| {
+            let left = max.saturating_sub(spent.load(Ordering::SeqCst));
+            usize::try_from(left.saturating_add(1)).unwrap_or(usize::MAX)
+        });
+        match carrier.take(from, most) {
             Ok(0) => {
                 let _ = to.shutdown_half(Shutdown::Write);
                 return total;
@@ -258,19 +280,25 @@ fn pump<R: Conn, W: Conn>(
             Ok(n) => {
                 shared.touch();
                 if let Some((spent, max)) = bound {
-                    // What crosses the bound is not passed on.
+                    // What crosses the bound is not passed on; what is under it is.
                     let before = spent.fetch_add(n as u64, Ordering::SeqCst);
                     if before.saturating_add(n as u64) > max {
+                        let under = max.saturating_sub(before).min(n as u64);
+                        if under > 0 && carrier.give(to, under as usize, &touch).is_ok() {
+                            total += under;
+                        }
                         shared.cut.store(1, Ordering::SeqCst);
                         break;
                     }
                 }
-                if carrier.give(to, n).is_err() {
+                if carrier.give(to, n, &touch).is_err() {
                     break;
                 }
                 total += n as u64;
             }
-            Err(e) if was_first && carrier.refused(&e) => {
+            // The kernel or a filter will not splice these sockets: a buffer carries the
+            // direction from here (the pipe is empty between a give and the next take).
+            Err(e) if carrier.refused(&e) => {
                 carrier = Carrier::Buffer(vec![0u8; RELAY_BUFFER]);
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -370,7 +398,9 @@ mod tests {
             dir: File::open(dir.path()).expect("open the directory"),
         };
         let mut carrier = Carrier::new(&a, &b);
-        let e = carrier.take(&a).expect_err("a directory is not spliced");
+        let e = carrier
+            .take(&a, usize::MAX)
+            .expect_err("a directory is not spliced");
         assert!(carrier.refused(&e), "{e}");
         round_trip(&a, a_far, &b, b_far);
     }
