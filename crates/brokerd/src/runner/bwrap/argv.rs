@@ -87,7 +87,15 @@ fn bind_tree(a: &mut Vec<OsString>, host: &Path, at: &Path, mounted: &[&Path]) {
         if mounted.iter().any(|m| *m == inner) {
             continue;
         }
+        let below = mounted.iter().any(|m| m.starts_with(&inner));
         match e.file_type() {
+            Ok(t) if t.is_dir() && !t.is_symlink() => bind_tree(a, &e.path(), &inner, mounted),
+            // A file or link where a grant's path goes on: a directory in its place, so the
+            // mount lands where the grant says (a link would lead it elsewhere).
+            _ if below => {
+                a.push("--dir".into());
+                a.push(inner.into_os_string());
+            }
             Ok(t) if t.is_symlink() => {
                 if let Ok(target) = std::fs::read_link(e.path()) {
                     a.push("--symlink".into());
@@ -95,7 +103,6 @@ fn bind_tree(a: &mut Vec<OsString>, host: &Path, at: &Path, mounted: &[&Path]) {
                     a.push(inner.into_os_string());
                 }
             }
-            Ok(t) if t.is_dir() => bind_tree(a, &e.path(), &inner, mounted),
             Ok(t) if t.is_file() => {
                 a.push("--ro-bind".into());
                 a.push(e.path().into_os_string());

@@ -266,6 +266,8 @@ fn a_tree_s_entries_leave_room_for_the_grants_below_them() {
     }
     std::fs::write(r.join("home/user/.profile"), "").expect("file");
     std::os::unix::fs::symlink("../other", r.join("home/user/link")).expect("link");
+    // A link on a grant's path (as Debian's /var/run is): a directory takes its place.
+    std::os::unix::fs::symlink("/run", r.join("var/run")).expect("link");
     let cfg = crate::config::parse(
         &format!(
             "[runner]\nbackend = \"bwrap\"\nenforce_limits = false\n[bwrap]\ntools_root = \"{}\"\n",
@@ -283,6 +285,7 @@ fn a_tree_s_entries_leave_room_for_the_grants_below_them() {
         Path::new("/srv/grant/rw"),
         Path::new("/home/user/proj"),
         Path::new("/opt"),
+        Path::new("/var/run/x"),
     ];
     let args: Vec<String> = rt
         .common_args(r, &layout, false, true, &mounted)
@@ -294,11 +297,11 @@ fn a_tree_s_entries_leave_room_for_the_grants_below_them() {
     let want = format!(
         "--ro-bind {bin} /bin --dir /home --ro-bind {other} /home/other --dir /home/user \
          --ro-bind {profile} /home/user/.profile --symlink ../other /home/user/link \
-         --dir /srv --ro-bind {var} /var --proc /proc",
+         --dir /srv --dir /var --ro-bind {lib} /var/lib --dir /var/run --proc /proc",
         bin = at("bin"),
         other = at("home/other"),
         profile = at("home/user/.profile"),
-        var = at("var"),
+        lib = at("var/lib"),
     );
     assert!(joined.contains(&want), "{joined}");
     // `/opt` is a grant itself: the tree's is not bound under it.
