@@ -60,6 +60,7 @@ die() { printf 'tools-image: %s\n' "$*" >&2; exit 1; }
 for f in ${added[@]+"${added[@]}"}; do
     case "$f" in /*) ;; *) die "--add $f: give an absolute path" ;; esac
     [ -f "$f" ] && [ -x "$f" ] || die "--add $f: not an executable file"
+    ldd "$f" >/dev/null 2>&1 || die "--add $f: not a dynamically linked program ldd can read"
 done
 case "$out" in /*) ;; *) out=$PWD/$out ;; esac
 

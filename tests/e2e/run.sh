@@ -89,8 +89,8 @@ printf 'hello\n' >"$files/src/.gitignore"
     git -C "$files/src" add -A
     git -C "$files/src" commit -q -m "e2e: a project to build"
     git clone -q --bare "$files/src" "$files/repo.git"
-    # One pack: a dumb-HTTP clone then reads a handful of files, each over a connection of its
-    # own (the test host closes each), well under the suite's egress_connections.
+    # One pack: a dumb-HTTP clone then reads a handful of files (over one connection the test
+    # host keeps open).
     git -C "$files/repo.git" repack -q -a -d
     git -C "$files/repo.git" update-server-info
 )

@@ -10,7 +10,7 @@
 //! | anything else     | 404                                            |
 //!
 //! `/files/` is what a dumb-HTTP git clone reads (a bare repository after `git
-//! update-server-info`): a query is ignored, and a path with an empty, `.` or `..` component,
+//! update-server-info`), over one connection kept for the next request: a query is ignored, and a path with an empty, `.` or `..` component,
 //! or one that is not a regular file under DIR, is 404.
 //!
 //! and a plain TCP "tailnet host" that greets every connection and counts them in a file, so
@@ -77,36 +77,50 @@ fn handle(
     let mut tls = StreamOwned::new(conn, stream);
     let mut request = Vec::new();
     let mut buf = [0u8; 1024];
-    while !request.windows(4).any(|w| w == b"\r\n\r\n") {
-        let n = tls.read(&mut buf)?;
-        if n == 0 || request.len() > 16 * 1024 {
-            return Ok(());
+    loop {
+        // One request: its head, and whatever of the next one came with it stays.
+        let end = loop {
+            if let Some(at) = request.windows(4).position(|w| w == b"\r\n\r\n") {
+                break at + 4;
+            }
+            let n = tls.read(&mut buf)?;
+            if n == 0 || request.len() > 16 * 1024 {
+                return Ok(());
+            }
+            request.extend_from_slice(&buf[..n]);
+        };
+        let head: Vec<u8> = request.drain(..end).collect();
+        let line = String::from_utf8_lossy(&head);
+        let path = line.split_whitespace().nth(1).unwrap_or("/").to_string();
+        // `/files/` keeps the connection for the next request (a git clone's dozen, over one
+        // tunnel); every other answer closes it.
+        let keep = path.starts_with("/files/");
+        let (status, extra, body): (&str, &str, Vec<u8>) = match path.as_str() {
+            "/" => ("200 OK", "", HELLO.as_bytes().to_vec()),
+            "/redirect-other" => ("302 Found", "Location: https://other.test/\r\n", Vec::new()),
+            "/big" => ("200 OK", "", vec![b'x'; BIG]),
+            "/slow" => {
+                std::thread::sleep(SLOW);
+                ("200 OK", "", b"slow".to_vec())
+            }
+            p => match files.and_then(|dir| file_under(dir, p)) {
+                Some(body) => ("200 OK", "", body),
+                None => ("404 Not Found", "", b"not found".to_vec()),
+            },
+        };
+        let connection = if keep { "keep-alive" } else { "close" };
+        let head = format!(
+            "HTTP/1.1 {status}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n{extra}Connection: {connection}\r\n\r\n",
+            body.len()
+        );
+        tls.write_all(head.as_bytes())?;
+        tls.write_all(&body)?;
+        if !keep {
+            tls.conn.send_close_notify();
+            return tls.flush();
         }
-        request.extend_from_slice(&buf[..n]);
+        tls.flush()?;
     }
-    let line = String::from_utf8_lossy(&request);
-    let path = line.split_whitespace().nth(1).unwrap_or("/").to_string();
-    let (status, extra, body): (&str, &str, Vec<u8>) = match path.as_str() {
-        "/" => ("200 OK", "", HELLO.as_bytes().to_vec()),
-        "/redirect-other" => ("302 Found", "Location: https://other.test/\r\n", Vec::new()),
-        "/big" => ("200 OK", "", vec![b'x'; BIG]),
-        "/slow" => {
-            std::thread::sleep(SLOW);
-            ("200 OK", "", b"slow".to_vec())
-        }
-        p => match files.and_then(|dir| file_under(dir, p)) {
-            Some(body) => ("200 OK", "", body),
-            None => ("404 Not Found", "", b"not found".to_vec()),
-        },
-    };
-    let head = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n{extra}Connection: close\r\n\r\n",
-        body.len()
-    );
-    tls.write_all(head.as_bytes())?;
-    tls.write_all(&body)?;
-    tls.conn.send_close_notify();
-    tls.flush()
 }
 
 /// The fake tailnet host: greets, then closes; each connection adds a line to `log`.

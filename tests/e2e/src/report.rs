@@ -334,8 +334,6 @@ fn ratio_md(benches: &[(&str, &Value)]) -> Result<String, String> {
     Ok(s)
 }
 
-/// Staged calls next to direct ones, each against its target, and `changes` on a large layer,
-/// through the suite's brokerd and by brokerd alone.
 /// A toolset call's p50 at most this many times a base toolset call's of the same run, by
 /// backend (docs/design.md#toolsets).
 const TOOLSET_TARGETS: &[(&str, f64)] = &[("podman", 1.05), ("bwrap", 1.10)];
@@ -403,6 +401,8 @@ fn egress_md(benches: &[(&str, &Value)]) -> Result<String, String> {
     Ok(s)
 }
 
+/// Staged calls next to direct ones, each against its target, and `changes` on a large layer,
+/// through the suite's brokerd and by brokerd alone.
 fn staged_md(benches: &[(&str, &Value)], alone: Option<&Value>) -> Result<String, String> {
     let mut s = String::new();
     if !benches.is_empty() {
