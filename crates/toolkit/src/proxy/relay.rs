@@ -189,12 +189,14 @@ impl<'a> Carrier<'a> {
                     if left == 0 {
                         return Ok(());
                     }
+                    // In steps, each a sign of life: one splice of a whole pipe to a slow
+                    // reader could outlast the idle timeout while it still reads.
                     match splice(
                         &*read_end,
                         None,
                         *out,
                         None,
-                        left,
+                        left.min(RELAY_BUFFER),
                         SpliceFFlags::SPLICE_F_MOVE,
                     ) {
                         Ok(0) => return Err(io::ErrorKind::WriteZero.into()),

@@ -169,6 +169,14 @@ impl BwrapRuntime {
                         bind_tree(&mut a, &root.join(name), &at, mounted);
                     }
                 }
+                // A link a grant's path goes through (an ostree tree's /home -> var/home) would
+                // lead bwrap's mount elsewhere: a directory takes its place.
+                RootEntry::Symlink(name, _)
+                    if mounted.iter().any(|m| m.starts_with(inside(name))) =>
+                {
+                    a.push("--dir".into());
+                    a.push(inside(name));
+                }
                 RootEntry::Symlink(name, target) => {
                     a.push("--symlink".into());
                     a.push(target.clone().into_os_string());

@@ -266,8 +266,11 @@ fn a_tree_s_entries_leave_room_for_the_grants_below_them() {
     }
     std::fs::write(r.join("home/user/.profile"), "").expect("file");
     std::os::unix::fs::symlink("../other", r.join("home/user/link")).expect("link");
-    // A link on a grant's path (as Debian's /var/run is): a directory takes its place.
+    // A link on a grant's path (as Debian's /var/run is): a directory takes its place, at the
+    // top level too (an ostree tree's /home -> var/home); a link no grant goes through stays.
     std::os::unix::fs::symlink("/run", r.join("var/run")).expect("link");
+    std::os::unix::fs::symlink("var/mnt", r.join("mnt")).expect("link");
+    std::os::unix::fs::symlink("usr/lib", r.join("lib")).expect("link");
     let cfg = crate::config::parse(
         &format!(
             "[runner]\nbackend = \"bwrap\"\nenforce_limits = false\n[bwrap]\ntools_root = \"{}\"\n",
@@ -286,6 +289,7 @@ fn a_tree_s_entries_leave_room_for_the_grants_below_them() {
         Path::new("/home/user/proj"),
         Path::new("/opt"),
         Path::new("/var/run/x"),
+        Path::new("/mnt/data"),
     ];
     let args: Vec<String> = rt
         .common_args(r, &layout, false, true, &mounted)
@@ -297,7 +301,7 @@ fn a_tree_s_entries_leave_room_for_the_grants_below_them() {
     let want = format!(
         "--ro-bind {bin} /bin --dir /home --ro-bind {other} /home/other --dir /home/user \
          --ro-bind {profile} /home/user/.profile --symlink ../other /home/user/link \
-         --dir /srv --dir /var --ro-bind {lib} /var/lib --dir /var/run --proc /proc",
+         --symlink usr/lib /lib --dir /mnt --dir /srv --dir /var --ro-bind {lib} /var/lib --dir /var/run --proc /proc",
         bin = at("bin"),
         other = at("home/other"),
         profile = at("home/user/.profile"),
