@@ -401,24 +401,7 @@ impl Suite {
     /// proxy's start and removal add to a call. Each call starts once the one before it has
     /// cleaned up, as when a model thinks between calls.
     pub(super) fn bench_egress(&mut self, n: usize) -> Result<Value, String> {
-        let args = json!({ "command": "echo hi" });
-        let (mut with, mut without) = (Vec::new(), Vec::new());
-        for i in 0..=n {
-            for proxied in [i % 2 == 0, i % 2 != 0] {
-                self.await_settled();
-                let grant = if proxied { NET_GRANT } else { QUIET_GRANT };
-                let t = Instant::now();
-                let body = self.call_as(grant, "shell", args.clone(), None)?;
-                let took = t.elapsed();
-                match body {
-                    Body::Result { content, .. } if content.starts_with("hi") => {}
-                    other => return Err(format!("shell on {grant}: {}", show(&other))),
-                }
-                if i > 0 {
-                    if proxied { &mut with } else { &mut without }.push(took);
-                }
-            }
-        }
+        let (mut with, mut without) = self.alternate_echo(NET_GRANT, QUIET_GRANT, n)?;
         let (wp50, wp95) = percentiles(&mut with);
         let (op50, op95) = percentiles(&mut without);
         println!(
@@ -438,5 +421,37 @@ impl Suite {
             "added_p50_ms": wp50 - op50,
             "ratio_p50": wp50 / op50,
         }))
+    }
+}
+
+impl Suite {
+    /// `echo hi` through brokerd on grant `a` and on grant `b`, taking turns (which goes first
+    /// alternates), `n` each after a warm-up of each, every call once the one before it has
+    /// cleaned up: the wall times on `a`, then on `b`.
+    pub(super) fn alternate_echo(
+        &mut self,
+        a: &str,
+        b: &str,
+        n: usize,
+    ) -> Result<(Vec<Duration>, Vec<Duration>), String> {
+        let args = json!({ "command": "echo hi" });
+        let (mut on_a, mut on_b) = (Vec::new(), Vec::new());
+        for i in 0..=n {
+            for a_now in [i % 2 == 0, i % 2 != 0] {
+                self.await_settled();
+                let grant = if a_now { a } else { b };
+                let t = Instant::now();
+                let body = self.call_as(grant, "shell", args.clone(), None)?;
+                let took = t.elapsed();
+                match body {
+                    Body::Result { content, .. } if content.starts_with("hi") => {}
+                    other => return Err(format!("shell on {grant}: {}", show(&other))),
+                }
+                if i > 0 {
+                    if a_now { &mut on_a } else { &mut on_b }.push(took);
+                }
+            }
+        }
+        Ok((on_a, on_b))
     }
 }

@@ -310,28 +310,7 @@ impl Suite {
     pub(super) fn bench_toolset(&mut self, n: usize) -> Result<Value, String> {
         use super::{percentiles, QUIET_GRANT};
         use std::time::{Duration, Instant};
-        let args = json!({ "command": "echo hi" });
-        let (mut base, mut toolset) = (Vec::new(), Vec::new());
-        for i in 0..=n {
-            for on_toolset in [i % 2 == 0, i % 2 != 0] {
-                self.await_settled();
-                let grant = if on_toolset {
-                    DEV_QUIET_GRANT
-                } else {
-                    QUIET_GRANT
-                };
-                let t = Instant::now();
-                let body = self.call_as(grant, "shell", args.clone(), None)?;
-                let took = t.elapsed();
-                match body {
-                    Body::Result { content, .. } if content.starts_with("hi") => {}
-                    other => return Err(format!("shell on {grant}: {}", show(&other))),
-                }
-                if i > 0 {
-                    if on_toolset { &mut toolset } else { &mut base }.push(took);
-                }
-            }
-        }
+        let (mut toolset, mut base) = self.alternate_echo(DEV_QUIET_GRANT, QUIET_GRANT, n)?;
         let (bp50, bp95) = percentiles(&mut base);
         let (tp50, tp95) = percentiles(&mut toolset);
         // make test in the sandbox, on the staged grant (its writes go to the session's layer).
