@@ -431,6 +431,7 @@ mod tests {
             name: "c".into(),
             image: String::new(),
             tree: Some("/srv/c".into()),
+            store_paths: None,
         };
         let spec = toolset_spec(None, &t);
         assert_eq!(spec.toolset, Some(t));

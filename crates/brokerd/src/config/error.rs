@@ -73,6 +73,8 @@ pub enum Problem {
     ToolsetName(String),
     #[error("is required with backend = \"{1}\": the toolset's {0} pinned for that backend")]
     ToolsetNeeds(&'static str, super::Backend),
+    #[error("needs the toolset's tree: the store paths are bound beside it")]
+    ToolsetStorePathsWithoutTree,
     #[error("{0}")]
     Nested(Box<Nested>),
     #[error("{0}")]

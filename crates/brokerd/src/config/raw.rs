@@ -99,6 +99,7 @@ pub(super) struct RawGrant {
 pub(super) struct RawToolset {
     pub(super) image: Option<S<String>>,
     pub(super) tree: Option<S<String>>,
+    pub(super) store_paths: Option<S<String>>,
 }
 
 #[derive(Deserialize)]

@@ -23,6 +23,9 @@ pub struct Toolset {
     pub image: String,
     /// The read-only root of bwrap's sandboxes; `None` only with `backend = "podman"`.
     pub tree: Option<PathBuf>,
+    /// bwrap: a file listing the store paths bound read-only beside `tree`, each at its own
+    /// path (a Nix closure's `store-paths`); read at each call, as `tree` is.
+    pub store_paths: Option<PathBuf>,
 }
 
 impl Checker<'_> {
@@ -67,8 +70,22 @@ impl Checker<'_> {
                 }
                 None => None,
             };
+            let store_paths = match &t.store_paths {
+                Some(_) if tree.is_none() => {
+                    let problem = Problem::ToolsetStorePathsWithoutTree;
+                    return self.err(Some(table), &key("store_paths"), problem);
+                }
+                Some(p) => Some(self.absolute(p.get_ref(), Some(p.span()), &key("store_paths"))?),
+                None => None,
+            };
             let name = n.clone();
-            toolsets.insert(name.clone(), Toolset { name, image, tree });
+            let toolset = Toolset {
+                name: name.clone(),
+                image,
+                tree,
+                store_paths,
+            };
+            toolsets.insert(name, toolset);
         }
         Ok(toolsets)
     }
@@ -188,6 +205,16 @@ mod tests {
                 format!("[toolsets.c]\nimage = \"{C}\"\ntree = \"srv/c\""),
                 "",
                 "c.toml:5:8: toolsets.c.tree: \"srv/c\" is not an absolute path".into(),
+            ),
+            (
+                format!("[toolsets.c]\nimage = \"{C}\"\nstore_paths = \"/nix/store/x-closure/store-paths\""),
+                "",
+                "c.toml:3:1: toolsets.c.store_paths: needs the toolset's tree: the store paths are bound beside it".into(),
+            ),
+            (
+                format!("[toolsets.c]\nimage = \"{C}\"\ntree = \"/srv/c\"\nstore_paths = \"store-paths\""),
+                "",
+                "c.toml:6:15: toolsets.c.store_paths: \"store-paths\" is not an absolute path".into(),
             ),
         ];
         let mut wrong = Vec::new();

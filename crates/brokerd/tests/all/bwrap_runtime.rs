@@ -1231,6 +1231,7 @@ fn toolset_tree(w: &World, name: &str) -> brokerd::config::Toolset {
         name: name.into(),
         image: String::new(),
         tree: Some(tree),
+        store_paths: None,
     }
 }
 
@@ -1309,6 +1310,69 @@ fn a_toolset_s_tree_is_the_sandbox_s_root_and_never_another() {
     assert!(!failed.ok, "{}", failed.detail);
 }
 
+/// A toolset whose programs live in store paths (a Nix closure): the sandbox runs them through
+/// the tree's links and sees exactly the listed store paths, not another beside them; a list
+/// naming a path that is gone fails the toolset, never the tools root
+/// (docs/design.md#toolsets-on-nixos).
+#[test]
+fn a_toolset_s_closure_is_all_the_sandbox_sees_of_the_store() {
+    if !bwrap_works() {
+        return;
+    }
+    let w = world();
+    // Not under /tmp, which the sandbox has a tmpfs of its own on, as /nix/store is not.
+    let store_dir = tempfile::tempdir_in("/var/tmp").expect("store dir");
+    let store = store_dir.path().join("store");
+    let busybox = store.join("0a1b-busybox");
+    std::fs::create_dir_all(busybox.join("bin")).expect("store path");
+    std::fs::copy(BUSYBOX, busybox.join("bin/busybox")).expect("busybox");
+    std::fs::create_dir_all(store.join("0c2d-secret")).expect("unlisted");
+    std::fs::write(store.join("0c2d-secret/key"), "not for the sandbox\n").expect("key");
+    let tree = w.root.with_file_name("toolset-nix");
+    for d in ["bin", "etc", "tmp"] {
+        std::fs::create_dir_all(tree.join(d)).expect("tree dir");
+    }
+    std::fs::copy(toolkit(), tree.join(&proto::tools::TOOLKIT[1..])).expect("toolkit");
+    std::os::unix::fs::symlink(busybox.join("bin/busybox"), tree.join("bin/sh")).expect("sh");
+    std::os::unix::fs::symlink(busybox.join("bin/busybox"), tree.join("bin/ls")).expect("ls");
+    let list = w.root.with_file_name("store-paths");
+    std::fs::write(&list, format!("{}\n", busybox.display())).expect("list");
+    let toolset = brokerd::config::Toolset {
+        name: "nix".into(),
+        image: String::new(),
+        tree: Some(tree),
+        store_paths: Some(list.clone()),
+    };
+    let rt = runtime(&w, "").with_store(&store);
+    let mut spec = shell(
+        &format!(
+            "ls {}; cat {}/0c2d-secret/key",
+            store.display(),
+            store.display()
+        ),
+        Vec::new(),
+    );
+    spec.toolset = Some(toolset.clone());
+    let out = content(rt.run(&spec));
+    assert!(out.starts_with("0a1b-busybox\n"), "{out}");
+    assert!(!out.contains("not for the sandbox"), "{out}");
+    assert!(out.ends_with("[exit 1]"), "{out}");
+    let check = brokerd::preflight::judge_toolset(Ok(
+        rt.run(&brokerd::preflight::toolset_spec(None, &toolset))
+    ));
+    assert!(check.ok, "{}", check.detail);
+
+    std::fs::write(
+        &list,
+        format!("{}\n{}/gone\n", busybox.display(), store.display()),
+    )
+    .expect("list");
+    assert_eq!(
+        rt.run(&spec),
+        Err(RunError::Unavailable(Unavailable::ToolsetUnavailable))
+    );
+}
+
 /// A grant's own output cap, lower than `[runner]`'s, holds in its sandbox
 /// (docs/design.md#grantsname); a grant without one gets `[runner]`'s.
 #[test]
@@ -1371,6 +1435,7 @@ fn a_built_toolset_runs_make_and_git() {
         name: "built".into(),
         image: String::new(),
         tree: Some(PathBuf::from(tree)),
+        store_paths: None,
     };
     let rt = runtime(&w, "");
     let check = brokerd::preflight::judge_toolset(Ok(

@@ -80,6 +80,7 @@ pub fn toolset() -> brokerd::config::Toolset {
         name: "c".into(),
         image: image("boxmaker-toolset-c"),
         tree: Some("/var/lib/boxmaker/toolsets/c".into()),
+        store_paths: None,
     }
 }
 

@@ -1,6 +1,8 @@
 //! The argument lists bwrap is started with: the tool sandbox's and the egress proxy's, over
 //! the tools root's layout (docs/design.md#the-bwrap-runner).
 
+use std::io::Read;
+
 use super::*;
 
 /// bwrap asked for a user namespace with every other namespace unshared, over the host's `/`,
@@ -27,6 +29,8 @@ pub enum RootEntry {
     Bound(OsString),
     /// A symlink, made again with the same target (bwrap would follow it on the host).
     Symlink(OsString, PathBuf),
+    /// A store path of the toolset's `store_paths`, bound read-only at its own path.
+    Store(PathBuf),
 }
 
 /// The tools root's top level, read once.
@@ -59,6 +63,7 @@ impl RootLayout {
 pub(super) fn entry_name(e: &RootEntry) -> &OsStr {
     match e {
         RootEntry::Bound(n) | RootEntry::Symlink(n, _) => n,
+        RootEntry::Store(p) => p.as_os_str(),
     }
 }
 
@@ -182,6 +187,7 @@ impl BwrapRuntime {
                     a.push(target.clone().into_os_string());
                     a.push(inside(name));
                 }
+                RootEntry::Store(path) => bind_tree(&mut a, path, path, mounted),
             }
         }
         a.extend(["--proc", "/proc", "--dev", "/dev"].map(OsString::from));
@@ -347,7 +353,19 @@ impl BwrapRuntime {
         if root == self.tools_root {
             return self.layout();
         }
-        read_with_bin(root)
+        let mut layout = read_with_bin(root)?;
+        if let Some(list) = spec.toolset.as_ref().and_then(|t| t.store_paths.as_deref()) {
+            if layout.0.iter().any(|e| entry_name(e) == STORE_TOP) {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "it has its own /nix, where its store paths are bound",
+                ));
+            }
+            let paths = read_store_paths(list, &self.store)
+                .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", list.display())))?;
+            layout.0.extend(paths.into_iter().map(RootEntry::Store));
+        }
+        Ok(layout)
     }
 
     pub(super) fn layout(&self) -> io::Result<RootLayout> {
@@ -359,6 +377,58 @@ impl BwrapRuntime {
         *cached = Some(l.clone());
         Ok(l)
     }
+}
+
+/// The store whose paths a toolset's `store_paths` may list; its top-level entry, which a
+/// tree with store paths must not have.
+pub(super) const STORE: &str = "/nix/store";
+const STORE_TOP: &str = "nix";
+/// At most this many store paths (a compiler's closure has a few hundred), so a list cannot
+/// make an argument list bwrap refuses.
+pub(super) const MAX_STORE_PATHS: usize = 8192;
+
+/// A toolset's `store_paths` file (a Nix closure's `store-paths`: one path a line): each line
+/// a path directly under `store`, never the store itself, that exists; sorted, no repeats. A
+/// line of another shape fails the whole list: a toolset gets exactly its closure.
+pub(super) fn read_store_paths(list: &Path, store: &Path) -> io::Result<Vec<PathBuf>> {
+    let bad = |what: String| io::Error::new(io::ErrorKind::InvalidData, what);
+    let cap = MAX_STORE_PATHS as u64 * 256;
+    let mut text = String::new();
+    std::fs::File::open(list)?
+        .take(cap + 1)
+        .read_to_string(&mut text)?;
+    if text.len() as u64 > cap {
+        return Err(bad(format!("larger than {cap} bytes")));
+    }
+    let mut paths = Vec::new();
+    for (n, line) in text.lines().enumerate().filter(|(_, l)| !l.is_empty()) {
+        let path = PathBuf::from(line);
+        let name = path
+            .strip_prefix(store)
+            .ok()
+            .and_then(|rest| rest.to_str())
+            .unwrap_or_default();
+        let direct = path.as_os_str().len() == store.as_os_str().len() + 1 + name.len()
+            && !name.is_empty()
+            && !name.contains('/')
+            && !name.starts_with('.');
+        if !direct {
+            return Err(bad(format!(
+                "line {}: {line:?} is not a path directly under {}",
+                n + 1,
+                store.display()
+            )));
+        }
+        std::fs::symlink_metadata(&path)
+            .map_err(|e| bad(format!("line {}: {line}: {e}", n + 1)))?;
+        paths.push(path);
+        if paths.len() > MAX_STORE_PATHS {
+            return Err(bad(format!("more than {MAX_STORE_PATHS} store paths")));
+        }
+    }
+    paths.sort();
+    paths.dedup();
+    Ok(paths)
 }
 
 /// `root`'s layout, which must have a `bin` (toolkit is run as `/bin/toolkit`).

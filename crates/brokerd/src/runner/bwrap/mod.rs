@@ -153,6 +153,8 @@ pub struct BwrapRuntime {
     staging: Mutex<Option<crate::runner::overlay::Staging>>,
     /// How long an overlay mounted for a staged layer's next call waits for it.
     ready_keep: Duration,
+    /// The store a toolset's `store_paths` list from: `/nix/store/`.
+    store: PathBuf,
 }
 
 impl BwrapRuntime {
@@ -180,6 +182,7 @@ impl BwrapRuntime {
             protector: Protector::new(config.protect),
             staging: Mutex::new(None),
             ready_keep: crate::runner::overlay::READY_KEEP,
+            store: PathBuf::from(argv::STORE),
         }
     }
 
@@ -214,6 +217,12 @@ impl BwrapRuntime {
     /// A fixed tools-root layout instead of reading the directory (golden tests).
     pub fn with_layout(self, layout: RootLayout) -> BwrapRuntime {
         *lock(&self.layout) = Some(layout);
+        self
+    }
+
+    /// Another store for the toolsets' `store_paths` (tests: a directory of their own).
+    pub fn with_store(mut self, store: impl Into<PathBuf>) -> BwrapRuntime {
+        self.store = store.into();
         self
     }
 

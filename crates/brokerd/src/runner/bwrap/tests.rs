@@ -314,3 +314,108 @@ fn a_tree_s_entries_leave_room_for_the_grants_below_them() {
     let whole = rt.common_args(r, &layout, false, true, &[]);
     assert!(!whole.iter().any(|a| a == "--dir"), "{whole:?}");
 }
+
+/// A toolset's `store_paths` (docs/design.md#toolsets-on-nixos): each listed path directly
+/// under the store is bound read-only at its own path after the tree's entries, and nothing
+/// else of the store; a line of any other shape, a path that is not there or a tree with its
+/// own `/nix` fails the toolset, naming the line.
+#[test]
+fn a_toolset_s_store_paths_are_bound_one_by_one_and_checked() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = dir.path().join("store");
+    for p in ["aaa-git", "bbb-busybox", "ccc-unlisted"] {
+        std::fs::create_dir_all(store.join(p)).expect("store path");
+    }
+    let tree = dir.path().join("tree");
+    std::fs::create_dir_all(tree.join("bin")).expect("bin");
+    let list = dir.path().join("store-paths");
+    let at = |p: &str| store.join(p).display().to_string();
+    std::fs::write(
+        &list,
+        format!(
+            "{}\n{}\n\n{}\n",
+            at("bbb-busybox"),
+            at("aaa-git"),
+            at("aaa-git")
+        ),
+    )
+    .expect("list");
+    let read = |text: &str| {
+        std::fs::write(&list, text).expect("list");
+        argv::read_store_paths(&list, &store).map_err(|e| e.to_string())
+    };
+    let listed = format!(
+        "{}\n{}\n\n{}\n",
+        at("bbb-busybox"),
+        at("aaa-git"),
+        at("aaa-git")
+    );
+    assert_eq!(
+        read(&listed),
+        Ok(vec![store.join("aaa-git"), store.join("bbb-busybox")])
+    );
+    let s = store.display();
+    for bad in [
+        format!("{s}\n"),
+        format!("{s}/\n"),
+        format!("{s}/aaa-git/bin\n"),
+        format!("{s}/./aaa-git\n"),
+        format!("{s}//aaa-git\n"),
+        format!("{s}/aaa-git/\n"),
+        format!("{s}/../store/aaa-git\n"),
+        format!("{s}/.hidden\n"),
+        format!("{}\n", dir.path().join("aaa-git").display()),
+        "relative/aaa-git\n".to_owned(),
+        "/etc\n".to_owned(),
+        format!("{s}/not-there\n"),
+    ] {
+        let got = read(&format!("{}\n{bad}", at("aaa-git")));
+        let err = got.expect_err(&bad);
+        assert!(err.starts_with("line 2: "), "{bad:?}: {err}");
+    }
+    let long = format!("{}\n", at("aaa-git")).repeat(argv::MAX_STORE_PATHS + 1);
+    assert!(read(&long).is_err());
+
+    std::fs::write(&list, format!("{}\n{}\n", at("bbb-busybox"), at("aaa-git"))).expect("list");
+    let cfg = crate::config::parse(
+        &format!(
+            "[runner]\nbackend = \"bwrap\"\nenforce_limits = false\n[bwrap]\ntools_root = \"{}\"\n\
+             [toolsets.t]\ntree = \"{}\"\nstore_paths = \"{}\"\n",
+            dir.path().display(),
+            tree.display(),
+            list.display()
+        ),
+        "t.toml",
+    )
+    .expect("config");
+    let toolset = cfg.toolsets.get("t").cloned();
+    assert_eq!(
+        toolset.as_ref().and_then(|t| t.store_paths.clone()),
+        Some(list.clone())
+    );
+    let rt = BwrapRuntime::new(
+        cfg.runner.as_ref().expect("runner"),
+        cfg.bwrap.as_ref().expect("bwrap"),
+    )
+    .with_store(&store);
+    let spec = crate::preflight::toolset_spec(None, toolset.as_ref().expect("toolset"));
+    let layout = rt.layout_of(&spec).expect("layout");
+    let args: Vec<String> = rt
+        .common_args(&tree, &layout, false, true, &[])
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let joined = args.join(" ");
+    let want = format!(
+        "--ro-bind {bin} /bin --ro-bind {git} {git} --ro-bind {bb} {bb} --proc /proc",
+        bin = tree.join("bin").display(),
+        git = at("aaa-git"),
+        bb = at("bbb-busybox"),
+    );
+    assert!(joined.contains(&want), "{joined}");
+    assert!(!joined.contains("ccc-unlisted"), "{joined}");
+
+    std::fs::create_dir(tree.join("nix")).expect("nix");
+    let err = rt.layout_of(&spec).expect_err("its own /nix");
+    assert!(err.to_string().contains("its own /nix"), "{err}");
+}
