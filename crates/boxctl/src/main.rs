@@ -160,7 +160,11 @@ enum Cmd {
     /// List the sandboxes of the service user (runs brokerd ps).
     Ps,
     /// Remove what an earlier brokerd left behind (as the service user; runs brokerd gc).
-    Gc,
+    Gc {
+        /// Remove the grants' caches too.
+        #[arg(long)]
+        caches: bool,
+    },
     /// The audit log (runs brokerd audit).
     Audit {
         #[command(subcommand)]
@@ -304,13 +308,16 @@ fn run(cli: Cli) -> Result<u8, String> {
                 session,
             })
         }
-        Cmd::Doctor | Cmd::Ps | Cmd::Gc => {
+        Cmd::Doctor | Cmd::Ps | Cmd::Gc { .. } => {
             let name = match cli.command {
                 Cmd::Doctor => "doctor",
                 Cmd::Ps => "ps",
                 _ => "gc",
             };
             let mut forwarded: Vec<OsString> = vec![name.into()];
+            if let Cmd::Gc { caches: true } = cli.command {
+                forwarded.push("--caches".into());
+            }
             if let Some(c) = cli.config {
                 forwarded.extend(["--config".into(), c.into_os_string()]);
             }

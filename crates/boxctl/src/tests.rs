@@ -132,6 +132,7 @@ fn the_command_lines_of_the_readme_parse() {
         &["--socket", "/s", "mcp", "--grant", "g", "--session", "s.1"],
         &["ps"],
         &["gc"],
+        &["gc", "--caches"],
         &["audit", "verify", "f"],
         &["completions", "bash"],
         &["man"],

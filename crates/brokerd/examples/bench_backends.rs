@@ -57,6 +57,7 @@ fn main() -> Result<(), String> {
         staged_limit: None,
         toolset: None,
         limits: Default::default(),
+        cache: None,
     };
     let layout = RootLayout::read(&root).map_err(|e| format!("{}: {e}", root.display()))?;
     let argv = rt.build_argv(&spec, "boxmaker-bench-c-0", &layout, None);

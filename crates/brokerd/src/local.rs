@@ -40,6 +40,10 @@ pub fn run(command: &str, config: Option<&Path>, socket: &Path) -> Result<u8, St
         "doctor" => Ok(doctor(&cfg, socket)),
         "ps" => ps(&cfg),
         "gc" => gc(&cfg),
+        "gc-caches" => gc(&cfg).and_then(|code| match code {
+            0 => gc_caches(&cfg),
+            other => Ok(other),
+        }),
         _ => Err(format!("unknown command {command:?}")),
     }
 }
@@ -405,6 +409,7 @@ fn nested_userns(cfg: &Config, rc: &config::RunnerConfig) -> Result<String, Stri
         staged_limit: None,
         toolset: None,
         limits: Default::default(),
+        cache: None,
     };
     let name = format!("boxmaker-doctor-{}", std::process::id());
     let args = PodmanRuntime::new(rc).tool_args(&spec, &name);
@@ -681,6 +686,25 @@ fn gc(cfg: &Config) -> Result<u8, String> {
         }
         Err(e) => {
             eprintln!("brokerd: {e}");
+            Ok(2)
+        }
+    }
+}
+
+/// `gc --caches`: every grant's cache under `<home>/caches` removed (a sandbox still running
+/// keeps the directory it mounted until it ends).
+fn gc_caches(cfg: &Config) -> Result<u8, String> {
+    let Some(rc) = &cfg.runner else {
+        return Err("the config has no [runner] section".into());
+    };
+    let caches = rc.home.join(crate::config::CACHES_DIR);
+    match crate::runner::cache::remove_all(&caches) {
+        Ok(n) => {
+            println!("removed {n} cache(s) under {}", caches.display());
+            Ok(0)
+        }
+        Err(e) => {
+            eprintln!("brokerd: {}: {e}", caches.display());
             Ok(2)
         }
     }

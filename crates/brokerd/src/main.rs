@@ -64,7 +64,11 @@ enum Cmd {
     /// List the sandboxes of the service user.
     Ps,
     /// Remove what an earlier brokerd left behind; run as the service user.
-    Gc,
+    Gc {
+        /// Remove the grants' caches too (docs/design.md#grant-caches).
+        #[arg(long)]
+        caches: bool,
+    },
     /// The audit log.
     Audit {
         #[command(subcommand)]
@@ -130,7 +134,12 @@ fn main() -> ExitCode {
         }
         Some(Cmd::Doctor) => local(local::run("doctor", cli.config.as_deref(), &socket())),
         Some(Cmd::Ps) => local(local::run("ps", cli.config.as_deref(), &socket())),
-        Some(Cmd::Gc) => local(local::run("gc", cli.config.as_deref(), &socket())),
+        Some(Cmd::Gc { caches: false }) => {
+            local(local::run("gc", cli.config.as_deref(), &socket()))
+        }
+        Some(Cmd::Gc { caches: true }) => {
+            local(local::run("gc-caches", cli.config.as_deref(), &socket()))
+        }
         Some(Cmd::Audit {
             command: AuditCmd::Verify { file },
         }) => ExitCode::from(local::audit_verify(file)),

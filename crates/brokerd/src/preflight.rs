@@ -90,6 +90,7 @@ impl Sandbox {
                 staged_limit: None,
                 toolset: None,
                 limits: Default::default(),
+                cache: None,
             },
             expected,
             home_and_tmpdir,
@@ -156,6 +157,7 @@ pub fn network_spec(rc: Option<&RunnerConfig>) -> RunSpec {
         staged_limit: None,
         toolset: None,
         limits: Default::default(),
+        cache: None,
     }
 }
 
@@ -208,6 +210,7 @@ pub fn toolset_spec(rc: Option<&RunnerConfig>, toolset: &config::Toolset) -> Run
         staged_limit: None,
         toolset: Some(toolset.clone()),
         limits: Default::default(),
+        cache: None,
     }
 }
 

@@ -414,6 +414,19 @@ pub struct Status {
     /// Each `[toolsets.NAME]` of the config, by name; absent without any.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub toolsets: Vec<ToolsetStatus>,
+    /// Each grant's cache (`cache = true`), by grant; absent without any.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub caches: Vec<CacheStatus>,
+}
+
+/// A grant's cache as `status` shows it: where it is, what it holds and its bound.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CacheStatus {
+    pub grant: String,
+    pub path: String,
+    /// Bytes on disk, counted up to just past the bound; 0 before its first call.
+    pub bytes: u64,
+    pub max_bytes: u64,
 }
 
 /// A toolset as `status` shows it: the grants that run it and its check.

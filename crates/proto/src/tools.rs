@@ -19,6 +19,11 @@ pub const DEFAULT_CWD: &str = "/tmp";
 /// toolkit itself; the start-up preflight checks them (docs/design.md#preflight-and-poisoning).
 pub const TOOL_HOME: &str = "/tmp";
 
+/// `XDG_CACHE_HOME` of every program a tool starts, under which toolkit points the common
+/// tool caches too; a grant with `cache = true` has its own cache directory mounted here
+/// (docs/design.md#grant-caches).
+pub const TOOL_CACHE: &str = "/tmp/.cache";
+
 /// The toolkit inside every sandbox: each tool and the egress proxy are this program
 /// (docs/design.md#the-toolkit).
 pub const TOOLKIT: &str = "/bin/toolkit";

@@ -1,12 +1,12 @@
 //! The environment of every program a tool starts (docs/design.md#the-toolkit), the same on
-//! both backends whatever the sandbox gave toolkit: a home, a temporary directory and a cache
-//! in the sandbox's `/tmp`, UTF-8, the toolset's program directories, and a git that works on
+//! both backends whatever the sandbox gave toolkit: a home, a temporary directory and the
+//! caches in the sandbox's `/tmp` (a grant's own cache where it has one), UTF-8, the toolset's program directories, and a git that works on
 //! a grant directory another user owns, without the host's git configuration.
 
 use std::path::Path;
 use std::process::Command;
 
-use proto::tools::TOOL_HOME;
+use proto::tools::{TOOL_CACHE, TOOL_HOME};
 
 /// The program directories a toolset may carry, in the order they are searched; `PATH` holds
 /// those the sandbox's root has (the base toolset: `/bin` alone).
@@ -34,10 +34,10 @@ pub fn variables(root: &Path, home: &str) -> Vec<(&'static str, String)> {
         .into_iter()
         .filter(|d| root.join(&d[1..]).is_dir())
         .collect();
-    vec![
+    let mut vars = vec![
         ("HOME", home.to_owned()),
         ("TMPDIR", home.to_owned()),
-        ("XDG_CACHE_HOME", format!("{home}/.cache")),
+        ("XDG_CACHE_HOME", TOOL_CACHE.to_owned()),
         ("LANG", "C.UTF-8".to_owned()),
         (
             "PATH",
@@ -49,8 +49,25 @@ pub fn variables(root: &Path, home: &str) -> Vec<(&'static str, String)> {
         ),
         ("GIT_CONFIG_GLOBAL", format!("{home}/{GIT_CONFIG_FILE}")),
         ("GIT_CONFIG_NOSYSTEM", "1".to_owned()),
-    ]
+    ];
+    vars.extend(
+        TOOL_CACHES
+            .into_iter()
+            .map(|(k, dir)| (k, format!("{TOOL_CACHE}/{dir}"))),
+    );
+    vars
 }
+
+/// The common tools' caches, each a directory under `XDG_CACHE_HOME` ([`TOOL_CACHE`]), where
+/// a grant's own cache is mounted when it has one (docs/design.md#grant-caches).
+pub const TOOL_CACHES: [(&str, &str); 6] = [
+    ("CARGO_HOME", "cargo"),
+    ("GOCACHE", "go-build"),
+    ("GOMODCACHE", "go-mod"),
+    ("npm_config_cache", "npm"),
+    ("PIP_CACHE_DIR", "pip"),
+    ("CCACHE_DIR", "ccache"),
+];
 
 /// `cmd` with [`variables`] of this sandbox, after writing [`GIT_CONFIG`] to its home. A home
 /// that cannot be written only leaves git without it.
@@ -93,6 +110,12 @@ mod tests {
             ("PATH", "/bin"),
             ("GIT_CONFIG_GLOBAL", "/tmp/.gitconfig"),
             ("GIT_CONFIG_NOSYSTEM", "1"),
+            ("CARGO_HOME", "/tmp/.cache/cargo"),
+            ("GOCACHE", "/tmp/.cache/go-build"),
+            ("GOMODCACHE", "/tmp/.cache/go-mod"),
+            ("npm_config_cache", "/tmp/.cache/npm"),
+            ("PIP_CACHE_DIR", "/tmp/.cache/pip"),
+            ("CCACHE_DIR", "/tmp/.cache/ccache"),
         ];
         let got: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (*k, v.as_str())).collect();
         assert_eq!(got, want);

@@ -52,6 +52,8 @@ const QUIET_GRANT: &str = "e2e-net-quiet";
 const DEV_GRANT: &str = "e2e-dev";
 /// The staged grant on that toolset, over the project directory (`<work>/project`).
 const DEV_STAGED_GRANT: &str = "e2e-dev-staged";
+/// [`DEV_GRANT`]'s `max_cache_bytes`: the least there is, 1 MiB.
+const DEV_CACHE_BYTES: u64 = 1 << 20;
 /// [`QUIET_GRANT`] on the toolset: what a toolset costs a call (the toolset bench).
 const DEV_QUIET_GRANT: &str = "e2e-dev-quiet";
 /// `egress_connections` in the suite's config: what one shell call's proxy accepts in all.
@@ -384,7 +386,7 @@ pub fn run(opts: &crate::Opts) -> Result<ExitCode, String> {
     let mut scenarios = scenarios;
     if suite.dev {
         let at = scenarios.len() - 1;
-        let dev: [(&str, Scenario); 4] = [
+        let dev: [(&str, Scenario); 5] = [
             (
                 "toolset-runs-its-own-programs",
                 Suite::toolset_runs_its_own_programs,
@@ -400,6 +402,10 @@ pub fn run(opts: &crate::Opts) -> Result<ExitCode, String> {
             (
                 "toolset-build-cannot-touch-protected-targets",
                 Suite::toolset_build_cannot_touch_protected,
+            ),
+            (
+                "grant-cache-persists-is-its-own-and-is-bounded",
+                Suite::grant_cache,
             ),
         ];
         scenarios.splice(at..at, dev);

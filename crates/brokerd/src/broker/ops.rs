@@ -101,6 +101,38 @@ impl Broker {
                 .ok()
                 .map(crate::privileges::Privileges::shown),
             toolsets: self.toolset_status(now),
+            caches: self.cache_status().await,
         })
+    }
+}
+
+impl Broker {
+    /// Each grant's cache and what it holds, counted off the async threads
+    /// (docs/design.md#grant-caches).
+    async fn cache_status(&self) -> Vec<proto::broker::CacheStatus> {
+        let caches: Vec<(String, crate::runner::cache::Cache)> = self
+            .policy
+            .grants()
+            .filter_map(|g| g.cache.clone().map(|c| (g.name.clone(), c)))
+            .collect();
+        if caches.is_empty() {
+            return Vec::new();
+        }
+        let counted = tokio::task::spawn_blocking(move || {
+            caches
+                .into_iter()
+                .map(|(grant, c)| {
+                    let bytes =
+                        crate::runner::cache::usage(&c.dir, c.max_bytes).map_or(0, |u| u.bytes);
+                    proto::broker::CacheStatus {
+                        grant,
+                        path: c.dir.display().to_string(),
+                        bytes,
+                        max_bytes: c.max_bytes,
+                    }
+                })
+                .collect()
+        });
+        counted.await.unwrap_or_default()
     }
 }

@@ -86,6 +86,7 @@ impl Broker {
                 .and_then(|name| self.config.toolsets.get(name))
                 .cloned(),
             limits: plan.limits,
+            cache: plan.cache,
         };
         let runner = self.runner.clone();
         self.in_flight.fetch_add(1, Ordering::SeqCst);
@@ -107,6 +108,8 @@ impl Broker {
         let egress = EgressSink::default();
         let egress_in = egress.clone();
         let task = tokio::task::spawn_blocking(move || {
+            let mut spec = spec;
+            ready_cache(&mut spec);
             let reply = Reply::after(runner_cleared, move |answer| {
                 let (stage, layers) = answered;
                 for l in layers.iter().flatten() {
@@ -118,6 +121,10 @@ impl Broker {
             })
             .egress_to(egress_in);
             runner.run_replying(&spec, reply);
+            // A call that filled its cache past the bound leaves it emptied for the next.
+            if let Some(cache) = &spec.cache {
+                bound_cache(&spec, cache, crate::runner::cache::bound(cache));
+            }
             // And again once the sandbox is gone, before another call or a commit may take
             // the layers (a path already recorded keeps its first record).
             if let Some((holding, layers)) = staged {
@@ -172,5 +179,44 @@ impl Broker {
             }
         };
         Ok((answer, egress.take()))
+    }
+}
+
+/// The call's cache made ready before its sandbox (docs/design.md#grant-caches): one that
+/// cannot be made leaves the call without it, said in the journal, rather than failing it.
+fn ready_cache(spec: &mut RunSpec) {
+    let Some(cache) = spec.cache.clone() else {
+        return;
+    };
+    let ready = crate::runner::cache::prepare(&cache);
+    if ready.is_err() {
+        spec.cache = None;
+    }
+    bound_cache(spec, &cache, ready);
+}
+
+/// The journal's line for a cache found over its bound (and emptied), or not made ready.
+fn bound_cache(
+    spec: &RunSpec,
+    cache: &crate::runner::cache::Cache,
+    outcome: std::io::Result<Option<crate::runner::cache::Usage>>,
+) {
+    match outcome {
+        Ok(None) => {}
+        Ok(Some(u)) => tracing::info!(
+            session = %spec.session,
+            call = %spec.call,
+            cache = %cache.dir.display(),
+            bytes = u.bytes,
+            entries = u.entries,
+            max_cache_bytes = cache.max_bytes,
+            "the grant's cache was over its bound and is emptied"
+        ),
+        Err(e) => tracing::warn!(
+            session = %spec.session,
+            call = %spec.call,
+            cache = %cache.dir.display(),
+            "the grant's cache could not be made ready ({e}); the call runs without it"
+        ),
     }
 }

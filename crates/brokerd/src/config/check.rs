@@ -521,7 +521,33 @@ impl Checker<'_> {
             approvals: g.approvals.unwrap_or(Approvals::Client),
             toolset: None,
             limits: GrantLimits::default(),
+            cache: self.cache(&g.cache, &g.max_cache_bytes, &key)?,
         })
+    }
+
+    /// A grant's `cache` and `max_cache_bytes`: the bound when the cache is on, which the
+    /// bound alone does not turn on.
+    fn cache(
+        &self,
+        cache: &Option<S<bool>>,
+        max: &Option<S<u64>>,
+        key: &dyn Fn(&str) -> String,
+    ) -> Result<Option<u64>, ConfigError> {
+        let on = cache.as_ref().is_some_and(|c| *c.get_ref());
+        match max {
+            Some(m) if !on => self.err(
+                Some(m.span()),
+                &key("max_cache_bytes"),
+                Problem::CacheBoundWithoutCache,
+            ),
+            Some(m) if *m.get_ref() < super::MIN_MAX_CACHE_BYTES => self.err(
+                Some(m.span()),
+                &key("max_cache_bytes"),
+                Problem::CacheBound(*m.get_ref()),
+            ),
+            Some(m) => Ok(Some(*m.get_ref())),
+            None => Ok(on.then_some(super::DEFAULT_MAX_CACHE_BYTES)),
+        }
     }
 
     /// A list of host patterns (`hosts`, `shell_hosts`), each valid per

@@ -75,6 +75,10 @@ pub enum Problem {
     ToolsetNeeds(&'static str, super::Backend),
     #[error("needs the toolset's tree: the store paths are bound beside it")]
     ToolsetStorePathsWithoutTree,
+    #[error("needs cache = true: it bounds the grant's cache")]
+    CacheBoundWithoutCache,
+    #[error("{0} is less than 1 MiB (1048576), the least a cache is bounded to")]
+    CacheBound(u64),
     #[error("{0}")]
     Nested(Box<Nested>),
     #[error("{0}")]

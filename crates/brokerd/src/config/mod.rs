@@ -289,6 +289,24 @@ pub struct Grant {
     pub toolset: Option<String>,
     /// What the grant lowers of `[runner]`'s limits.
     pub limits: GrantLimits,
+    /// `cache = true`: the bound of the grant's own cache directory, in bytes
+    /// (docs/design.md#grant-caches); `None`: no cache.
+    pub cache: Option<u64>,
+}
+
+/// A grant's `max_cache_bytes` when it sets none: 1 GiB.
+pub const DEFAULT_MAX_CACHE_BYTES: u64 = 1 << 30;
+/// The least `max_cache_bytes`: 1 MiB.
+pub const MIN_MAX_CACHE_BYTES: u64 = 1 << 20;
+
+/// The directory under `[runner] home` that holds the grants' caches, one each by name.
+pub const CACHES_DIR: &str = "caches";
+
+impl RunnerConfig {
+    /// Where grant `grant`'s cache lives (docs/design.md#grant-caches).
+    pub fn cache_dir(&self, grant: &str) -> PathBuf {
+        self.home.join(CACHES_DIR).join(grant)
+    }
 }
 
 /// The most directories one grant names (docs/design.md#grantsname). Each is a descriptor the

@@ -92,6 +92,8 @@ pub(super) struct RawGrant {
     pub(super) pids: Option<S<u32>>,
     pub(super) shell_ms: Option<S<u64>>,
     pub(super) output_cap: Option<S<usize>>,
+    pub(super) cache: Option<S<bool>>,
+    pub(super) max_cache_bytes: Option<S<u64>>,
 }
 
 #[derive(Deserialize)]

@@ -52,6 +52,8 @@ pub struct Plan {
     pub toolset: Option<String>,
     /// What the grant lowers of `[runner]`'s limits.
     pub limits: crate::config::GrantLimits,
+    /// A shell call's grant's cache (docs/design.md#grant-caches).
+    pub cache: Option<crate::runner::cache::Cache>,
 }
 
 /// A refusal: the target as the model wrote it and why. The same (tool, target, why's kind)
@@ -174,6 +176,8 @@ pub struct GrantPolicy {
     pub name: String,
     pub grant: Grant,
     pub workspace: Workspace,
+    /// Its cache, where it has one and a `[runner]` to keep it under.
+    pub cache: Option<crate::runner::cache::Cache>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -221,6 +225,13 @@ impl Policy {
                     name: name.clone(),
                     grant: grant.clone(),
                     workspace,
+                    cache: grant
+                        .cache
+                        .zip(config.runner.as_ref())
+                        .map(|(max_bytes, r)| crate::runner::cache::Cache {
+                            dir: r.cache_dir(name),
+                            max_bytes,
+                        }),
                 },
             );
         }
@@ -526,6 +537,8 @@ impl Policy {
             program: None,
             toolset: g.grant.toolset.clone(),
             limits: g.grant.limits.clone(),
+            // Only a shell call builds; a file tool's sandbox needs no cache.
+            cache: g.cache.clone().filter(|_| tool == ToolName::Shell),
         };
         match caps.grant(action) {
             Permit::Run => Decision::Allow(plan),

@@ -35,6 +35,7 @@ macro_rules! call_line {
 }
 
 pub mod bwrap;
+pub mod cache;
 pub mod cgroup;
 pub mod egress;
 pub mod limits;
@@ -166,6 +167,9 @@ pub struct RunSpec {
     /// What the grant lowers of `[runner]`'s memory, pids and output cap
     /// (docs/design.md#grantsname); its time limit is `timeout` already.
     pub limits: crate::config::GrantLimits,
+    /// A shell call's grant's cache, mounted at `proto::tools::TOOL_CACHE`
+    /// (docs/design.md#grant-caches).
+    pub cache: Option<cache::Cache>,
 }
 
 impl RunSpec {

@@ -165,6 +165,7 @@ fn the_skeleton_answers_before_it_cleans_up() {
             staged_limit: None,
             toolset: None,
             limits: Default::default(),
+            cache: None,
         };
         let mut got = None;
         run_call(
@@ -255,6 +256,7 @@ fn the_way_out_waits_for_earlier_clean_ups_and_poisoning() {
         staged_limit: None,
         toolset: None,
         limits: Default::default(),
+        cache: None,
     };
     let soon = || Instant::now() + Duration::from_millis(30);
     let wait = Duration::from_millis(30);
@@ -339,6 +341,7 @@ fn a_shell_call_s_proxy_report_goes_with_the_answer() {
             staged_limit: None,
             toolset: None,
             limits: Default::default(),
+            cache: None,
         };
         let sink = EgressSink::default();
         run_call(&backend, &spec, Reply::new(|_| {}).egress_to(sink.clone()));

@@ -116,6 +116,17 @@ fn a_toolset_runs_on_its_own_tree() {
     );
 }
 
+/// A grant's cache is one more bind, over the sandbox's /tmp, and nothing else
+/// (docs/design.md#grant-caches).
+#[test]
+fn a_grant_s_cache_is_its_own_bind() {
+    let rt = runtime();
+    assert_golden(
+        "shell-cache.args",
+        &rt.build_argv(&common::cache_call(), NAME, &layout(), None),
+    );
+}
+
 #[test]
 fn egress_proxy_argument_list() {
     let rt = runtime();

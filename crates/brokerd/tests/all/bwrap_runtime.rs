@@ -144,6 +144,7 @@ fn spec(tool: ToolName, input: serde_json::Value, mounts: Vec<Mount>) -> RunSpec
         staged_limit: None,
         toolset: None,
         limits: Default::default(),
+        cache: None,
     }
 }
 

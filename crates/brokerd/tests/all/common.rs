@@ -71,6 +71,7 @@ pub fn spec(tool: ToolName, mounts: Vec<Mount>, egress: Option<Egress>) -> RunSp
         staged_limit: None,
         toolset: None,
         limits: Default::default(),
+        cache: None,
     }
 }
 
@@ -93,6 +94,17 @@ pub fn toolset_call() -> RunSpec {
         None,
     );
     spec.toolset = Some(toolset());
+    spec
+}
+
+/// The call of both backends' `shell-cache` golden files: [`toolset_call`] on a grant with
+/// a cache.
+pub fn cache_call() -> RunSpec {
+    let mut spec = toolset_call();
+    spec.cache = Some(brokerd::runner::cache::Cache {
+        dir: "/var/lib/boxmaker/caches/notes".into(),
+        max_bytes: 1 << 30,
+    });
     spec
 }
 

@@ -145,6 +145,7 @@ impl Case {
             staged_limit: None,
             toolset: None,
             limits: Default::default(),
+            cache: None,
         }
     }
 

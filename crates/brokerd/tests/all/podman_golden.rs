@@ -73,6 +73,16 @@ fn a_toolset_runs_its_own_image() {
     );
 }
 
+/// A grant's cache is one more volume, over the sandbox's /tmp, and nothing else
+/// (docs/design.md#grant-caches).
+#[test]
+fn a_grant_s_cache_is_its_own_volume() {
+    assert_golden(
+        "shell-cache.args",
+        &runtime().tool_args(&common::cache_call(), NAME),
+    );
+}
+
 /// A grant's own pids and memory replace `[runner]`'s in `shell.args`, and nothing else
 /// (docs/design.md#grantsname).
 #[test]

@@ -113,6 +113,7 @@ impl Suite {
                     staged_limit: None,
                     toolset: None,
                     limits: Default::default(),
+                    cache: None,
                 };
                 let name = format!("boxmaker-bench-{}-{i}", spec.call);
                 // Bare bwrap's orphans wait for the host's init; too many would count against

@@ -765,6 +765,7 @@ impl Suite {
             staged_limit: None,
             toolset: None,
             limits: Default::default(),
+            cache: None,
         };
         let name = format!("boxmaker-bench-{}", spec.call);
         let t = std::time::Instant::now();

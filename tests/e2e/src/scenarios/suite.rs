@@ -13,8 +13,9 @@ use serde_json::{json, Value};
 
 use super::{
     call_on, check, host_egress_network, show, staged, time_scale, Backend, Outcome, Suite,
-    ASK_GRANT, CALL_WAIT, CANARY_NAME, CANARY_VALUE, DEV_GRANT, DEV_QUIET_GRANT, DEV_STAGED_GRANT,
-    GRANT, NET_CONNECTIONS, NET_GRANT, OUTPUT_CAP, QUIET_GRANT, RO_TEXT, SHELL_MS, STAGED_GRANT,
+    ASK_GRANT, CALL_WAIT, CANARY_NAME, CANARY_VALUE, DEV_CACHE_BYTES, DEV_GRANT, DEV_QUIET_GRANT,
+    DEV_STAGED_GRANT, GRANT, NET_CONNECTIONS, NET_GRANT, OUTPUT_CAP, QUIET_GRANT, RO_TEXT,
+    SHELL_MS, STAGED_GRANT,
 };
 use crate::system::{self, User};
 
@@ -55,6 +56,8 @@ paths = [ {{ path = "{rw}", write = true }} ]
 shell_hosts = ["ok.test"]
 allow_addresses = ["192.0.2.0/24"]
 toolset = "{DEV_GRANT}"
+cache = true
+max_cache_bytes = {DEV_CACHE_BYTES}
 
 [grants.{DEV_QUIET_GRANT}]
 mode = "auto"
@@ -68,6 +71,7 @@ tools = ["read_file", "write_file", "shell"]
 paths = [ {{ path = "{project}", write = true }} ]
 writes = "staged"
 toolset = "{DEV_GRANT}"
+cache = true
 "#,
                 rw = work.join("rw").display(),
                 project = work.join("project").display(),

@@ -399,3 +399,108 @@ impl Suite {
         }))
     }
 }
+
+impl Suite {
+    /// A grant's cache (docs/design.md#grant-caches): [`DEV_GRANT`]'s shell sandboxes find
+    /// `XDG_CACHE_HOME` and the tool caches at `/tmp/.cache`, and what one call leaves there
+    /// the next finds; the staged grant's cache is another, empty one, and the first's
+    /// directory is not in its sandbox; a link left in the cache reaches nothing its grant
+    /// does not mount; a call that fills the cache past `max_cache_bytes` leaves it emptied,
+    /// the link's target untouched; `status` lists both caches and `gc --caches` removes them.
+    pub(super) fn grant_cache(&mut self) -> Outcome {
+        let caches = self.user.home.join("caches");
+        let mine = caches.join(DEV_GRANT);
+        let project = self.work.join("project");
+        let out = self.dev_shell(&format!(
+            "echo \"cache=$XDG_CACHE_HOME cargo=$CARGO_HOME\"; \
+             echo kept > \"$XDG_CACHE_HOME/mark\" && ln -s {} \"$XDG_CACHE_HOME/other\" && echo wrote",
+            project.display()
+        ))?;
+        check(
+            out.contains("cache=/tmp/.cache cargo=/tmp/.cache/cargo\n") && out.contains("wrote\n"),
+            || format!("the grant's cache is not where its variables point: {out:?}"),
+        )?;
+        let on_host = std::fs::read_to_string(mine.join("mark")).unwrap_or_default();
+        check(on_host == "kept\n", || {
+            format!("{} does not hold what the call left", mine.display())
+        })?;
+        let out = self.dev_shell(
+            "cat \"$XDG_CACHE_HOME/mark\"; cat \"$XDG_CACHE_HOME/other/sum.sh\" 2>&1; echo \"other=$?\"",
+        )?;
+        check(
+            out.starts_with("kept\n") && out.contains("other=1\n") && !out.contains("echo $(("),
+            || {
+                format!("the next call did not find the cache, or its link reached the project: {out:?}")
+            },
+        )?;
+        let session = format!("{}-cache-{}", self.session, self.backend.as_str());
+        let theirs = self.dev_staged(
+            &session,
+            "shell",
+            json!({ "command": format!(
+                "echo \"n=$(ls -A \"$XDG_CACHE_HOME\" | wc -l)\"; cat {}/mark 2>&1; echo \"mark=$?\"",
+                mine.display()
+            ) }),
+        )?;
+        check(
+            theirs.contains("n=0\n") && theirs.contains("mark=1\n") && !theirs.contains("kept"),
+            || format!("another grant's sandbox saw the first grant's cache: {theirs:?}"),
+        )?;
+        self.cache_status(&[(DEV_GRANT, true), (DEV_STAGED_GRANT, false)])?;
+
+        // Past the bound: the call's writes are kept until it ends, then the cache is emptied.
+        let out = self.dev_shell(&format!(
+            "head -c {} /dev/zero > \"$XDG_CACHE_HOME/big\"; echo \"big=$?\"",
+            2 * super::DEV_CACHE_BYTES
+        ))?;
+        check(out.contains("big=0\n"), || {
+            format!("the cache could not be written: {out:?}")
+        })?;
+        let out = self.dev_shell("echo \"n=$(ls -A \"$XDG_CACHE_HOME\" | wc -l)\"")?;
+        check(out.contains("n=0\n"), || {
+            format!("a cache past its bound was not emptied: {out:?}")
+        })?;
+        check(project.join("sum.sh").is_file(), || {
+            "emptying the cache followed its link into the project".into()
+        })?;
+        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+        check(
+            log.contains("the grant's cache was over its bound and is emptied"),
+            || "the journal does not say the cache was emptied".into(),
+        )?;
+
+        let mut c = self.user.command(&self.brokerd);
+        c.args(["gc", "--caches", "--config"]).arg(&self.config);
+        let (code, text) = crate::system::output(c, self.t(std::time::Duration::from_secs(60)))?;
+        let left = std::fs::read_dir(&caches).map_or(0, |d| d.count());
+        check(
+            code == 0 && text.contains("removed 2 cache(s)") && left == 0,
+            || format!("gc --caches exited {code}, said {text:?}, left {left} entries"),
+        )
+    }
+
+    /// `status` lists the two grants' caches, each with its bound and, where `used`, bytes.
+    fn cache_status(&self, want: &[(&str, bool)]) -> Outcome {
+        let mut client = client::Client::connect(&self.socket).map_err(|e| e.to_string())?;
+        let _ = client.set_timeout(Some(self.t(std::time::Duration::from_secs(10))));
+        let req = client::Request::Status {
+            id: client.next_id(),
+            v: None,
+        };
+        let caches = match client.request(&req).map_err(|e| e.to_string())?.body {
+            Body::Status(s) => s.caches,
+            other => return Err(format!("status answered {}", show(&other))),
+        };
+        let listed: Vec<(&str, bool)> = caches
+            .iter()
+            .map(|c| (c.grant.as_str(), c.bytes > 0))
+            .collect();
+        check(
+            listed == want
+                && caches
+                    .iter()
+                    .all(|c| c.path.ends_with(&format!("/caches/{}", c.grant))),
+            || format!("status lists the caches as {caches:?}"),
+        )
+    }
+}

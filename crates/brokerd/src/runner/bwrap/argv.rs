@@ -257,6 +257,13 @@ impl BwrapRuntime {
             );
             a.push(over.path.as_os_str().to_owned());
         }
+        // The grant's own cache, over the sandbox's /tmp: a directory of brokerd's, which
+        // nobody else can swap (docs/design.md#grant-caches).
+        if let Some(c) = &spec.cache {
+            a.push("--bind".into());
+            a.push(c.dir.clone().into_os_string());
+            a.push(proto::tools::TOOL_CACHE.into());
+        }
         self.egress_and_cgroup(&mut a, spec.egress.is_some().then_some(name), cgroup_view);
         a.extend(
             [

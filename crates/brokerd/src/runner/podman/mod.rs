@@ -206,6 +206,10 @@ impl PodmanRuntime {
                 "rw",
             ));
         }
+        // The grant's own cache, over the sandbox's /tmp (docs/design.md#grant-caches).
+        if let Some(c) = &spec.cache {
+            a.push(volume(&c.dir, Path::new(proto::tools::TOOL_CACHE), "rw"));
+        }
         // The grant's toolset, or the base image (docs/design.md#toolsets).
         let image = spec.toolset.as_ref().map_or(&self.image, |t| &t.image);
         a.push(image.into());
