@@ -30,48 +30,29 @@
   name ? "boxmaker-tools",
 }:
 let
-  caBundle =
-    if extraCaCerts == [ ] then
-      dockerTools.caCertificates
-    else
-      runCommand "boxmaker-ca-bundle" { } ''
-        mkdir -p $out/etc/ssl/certs
-        cat ${dockerTools.caCertificates}/etc/ssl/certs/ca-certificates.crt \
-          ${lib.escapeShellArgs extraCaCerts} > $out/etc/ssl/certs/ca-certificates.crt
-      '';
-  # The files every variant has beside the contents' (run in the root directory).
-  layout = ''
-    mkdir -p etc tmp run proc dev sys
-    chmod 1777 tmp
-    printf 'root:x:0:0:root:/:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/sh\n' > etc/passwd
-    printf 'root:x:0:\nnobody:x:65534:\n' > etc/group
-    : > etc/hosts
-    : > etc/resolv.conf
-    for f in bin/toolkit bin/busybox bin/sh bin/curl etc/ssl/certs/ca-certificates.crt; do
-      if [ ! -e "$f" ]; then
-        echo "tools-image: $f is missing from the image" >&2
-        exit 1
-      fi
-    done
-  '';
+  # The CA bundle, busybox with its applet links and the root's layout, which the toolsets
+  # NixOS builds share (./tool-tree.nix).
+  tree = import ./tool-tree.nix {
+    inherit
+      lib
+      dockerTools
+      pkgsStatic
+      runCommand
+      extraCaCerts
+      ;
+  };
+  inherit (tree) caBundle busyboxBin;
+  layout = tree.layout {
+    what = "tools-image";
+    required = [
+      "bin/toolkit"
+      "bin/busybox"
+      "bin/sh"
+      "bin/curl"
+      "etc/ssl/certs/ca-certificates.crt"
+    ];
+  };
   curl = lib.getBin pkgsStatic.curl;
-  busybox = pkgsStatic.busybox;
-  # busybox and a relative link to it in /bin for each applet nixpkgs installs, in its bin/
-  # and its sbin/ (every applet busybox has, as images/build-tools-image.sh links every applet
-  # `busybox --list` names): the one /bin both trees below share. `make nix-check` compares
-  # the two rules over one busybox.
-  busyboxBin = runCommand "boxmaker-busybox-bin" { } ''
-    mkdir -p $out/bin
-    cp ${busybox}/bin/busybox $out/bin/busybox
-    chmod 0755 $out/bin/busybox
-    for applet in ${busybox}/bin/* ${busybox}/sbin/*; do
-      name=''${applet##*/}
-      [ "$name" = busybox ] || [ -e "$out/bin/$name" ] || ln -s busybox "$out/bin/$name"
-    done
-    for must in sh ls cat; do
-      [ -L "$out/bin/$must" ] || { echo "tools-image: busybox has no $must applet" >&2; exit 1; }
-    done
-  '';
   # The same files as a plain tree, the bwrap backend's tools root ([bwrap] tools_root): real
   # files, not links into /nix/store (the sandbox has no store), and the tree layout of
   # images/build-tools-image.sh. The store makes it read-only and /tmp not sticky; the bwrap
@@ -101,8 +82,10 @@ dockerTools.buildLayeredImage {
   config = {
     Cmd = [ "/bin/sh" ];
   };
-  # Not part of the image's derivation: the bwrap tools root built from the same inputs.
-  passthru = { inherit root; };
+  # Not part of the image's derivation: the bwrap tools root built from the same inputs, and
+  # what a toolset built beside this image takes from it (nixos/toolsets.nix): the same
+  # toolkit and the same extra CAs.
+  passthru = { inherit root toolkit extraCaCerts; };
   meta = {
     description = "boxmaker's tools image: the toolkit, busybox, curl and the CA bundle for every sandbox";
     platforms = lib.platforms.linux;

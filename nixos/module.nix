@@ -9,7 +9,8 @@
 # in the generated dist/systemd files. This file adds only what is NixOS's own: the paths, PATH
 # (/run/wrappers/bin and Podman, or bubblewrap), the image loading step, what only one
 # backend needs (Podman, subordinate IDs, the user's manager, the seccomp profile of the
-# user's Podman) and restart triggers.
+# user's Podman) and restart triggers. Toolsets built from packages (services.boxmaker.toolsets)
+# are ./toolsets.nix's.
 {
   config,
   lib,
@@ -79,6 +80,20 @@ let
         printf '%s\n' "$got" >$out
       '';
 
+  # services.boxmaker.toolsets: built with the tools image's toolkit and CA bundle, each in the
+  # form the backend runs (./toolsets.nix).
+  toolsets = import ./toolsets.nix {
+    inherit
+      lib
+      pkgs
+      cfg
+      isBwrap
+      ;
+    toolkit = cfg.toolsImage.toolkit or defaultToolkit;
+    extraCaCerts = cfg.toolsImage.extraCaCerts or [ ];
+    podman = lib.getExe config.virtualisation.podman.package;
+  };
+
   # Who writes the service user's line of /etc/subuid and /etc/subgid (nixos/README.md). The
   # default users script (update-users-groups.pl) and userborn 1.0 or later (to which
   # nixpkgs' module hands each user's subUidRanges, subGidRanges and autoSubUidGidRange) write
@@ -95,13 +110,23 @@ let
   subIdLine = lib.optionalString writesSubIds "${cfg.user}:${toString cfg.subIdRange.start}:${toString cfg.subIdRange.count}\n";
 
   # --- the config file ------------------------------------------------------------------------
-  # settings, with the image ID left as a placeholder when it is only known at build time.
+  # settings, with the image IDs left as placeholders when they are only known at build time.
   # TOML has no null: a key or table that is null (runner.image and runner.podman on bwrap,
-  # [bwrap] on Podman) is left out, and brokerd applies its default or has no use for it.
+  # [bwrap] on Podman) is left out, and brokerd applies its default or has no use for it; so is
+  # an empty [toolsets].
   dropNulls = lib.filterAttrs (_: v: v != null);
-  finalSettings = lib.mapAttrs (_: v: if lib.isAttrs v then dropNulls v else v) (dropNulls cfg.settings);
-  # Only the Podman image's ID is computed; the bwrap backend never builds the image itself.
+  finalSettings = lib.mapAttrs (_: v: if lib.isAttrs v then dropNulls v else v) (
+    lib.filterAttrs (k: v: v != null && !(k == "toolsets" && v == { })) cfg.settings
+  );
+  # Only the Podman images' IDs are computed; the bwrap backend never builds an image.
   needsImageId = (finalSettings.runner.image or null) == imageIdPlaceholder;
+  # Each placeholder in the config and the file its image ID is read from at build time.
+  imageIds =
+    lib.optional needsImageId {
+      placeholder = imageIdPlaceholder;
+      file = imageIdFile;
+    }
+    ++ toolsets.imageIds;
 
   # What brokerd check-config can check inside the build sandbox: clients and owners are
   # looked up in /etc/passwd and grant directories must exist, neither of which holds there.
@@ -130,25 +155,28 @@ let
 
   fillImageId =
     name: settings:
-    if needsImageId then
+    if imageIds != [ ] then
       pkgs.runCommand name { } ''
-        id=$(cat ${imageIdFile})
+        ${lib.concatImapStrings (i: x: "id${toString i}=$(cat ${x.file})\n") imageIds}
         substitute ${tomlFormat.generate "${name}.in" settings} $out \
-          --replace-quiet '${imageIdPlaceholder}' "$id"
+          ${lib.concatImapStringsSep " \\\n  " (i: x: "--replace-quiet '${x.placeholder}' \"$id${toString i}\"") imageIds}
       ''
     else
       tomlFormat.generate name settings;
 
   # The config, checked by brokerd itself at build time: a bad value fails nixos-rebuild, with
   # brokerd's own message (file, line, column, key, what to do).
+  filledConfig = fillImageId "brokerd.toml" finalSettings;
   configFile = pkgs.runCommand "brokerd.toml" {
-    # For inspection (nix eval) and for nixos/checks: what went into the two files.
+    # For inspection (nix eval) and for nixos/checks: what went into the two files, and the
+    # toolsets built for them.
     passthru = {
       settings = finalSettings;
-      inherit sandboxSettings imageIdFile;
+      inherit sandboxSettings imageIdFile imageIds filledConfig;
+      toolsets = toolsets.built;
     };
   } ''
-    cp ${fillImageId "brokerd.toml" finalSettings} $out
+    cp ${filledConfig} $out
     root=$PWD/grant-dirs
     mkdir -p "$root" ${lib.concatMapStringsSep " " (d: "\"$root\"${lib.escapeShellArg d}") grantDirs}
     substitute ${fillImageId "brokerd-sandbox.toml" sandboxSettings} sandbox.toml \
@@ -307,9 +335,25 @@ let
         default = null;
         example = "c";
         description = ''
-          The toolset (settings.toolsets.NAME: an image by digest, a tree for bwrap) this
-          grant's sandboxes run; null: the base tools image.
+          The toolset this grant's sandboxes run: a toolset of services.boxmaker.toolsets (or
+          one pinned by hand in settings.toolsets); null (or "base"): the base toolset, the
+          tools image.
         '';
+      };
+      cache = mkOption {
+        type = types.bool;
+        default = false;
+        description = ''
+          A persistent writable cache of this grant's own (XDG_CACHE_HOME and the common tool
+          caches in its shell sandboxes), under the service user's home; removed by
+          `boxctl gc --caches`.
+        '';
+      };
+      maxCacheBytes = mkOption {
+        type = types.nullOr (types.ints.between 1048576 9223372036854775807);
+        default = null;
+        example = 4294967296;
+        description = "The cache's bound in bytes (null: 1 GiB); a cache found past it is emptied. Needs cache.";
       };
       writes = mkOption {
         type = types.enum [
@@ -511,6 +555,14 @@ let
         type = types.attrsOf tomlFormat.type;
         default = { };
         description = "[grants.NAME] tables as brokerd reads them; see also services.boxmaker.grants.";
+      };
+      toolsets = mkOption {
+        type = types.attrsOf tomlFormat.type;
+        default = { };
+        description = ''
+          [toolsets.NAME] tables as brokerd reads them: the toolsets of services.boxmaker.toolsets
+          (built here), and any pinned by hand (an image ID or a tree built elsewhere).
+        '';
       };
     };
   });
@@ -836,6 +888,8 @@ in
       '';
     };
 
+    toolsets = toolsets.option;
+
     grants = mkOption {
       type = types.attrsOf grantType;
       default = { };
@@ -866,7 +920,10 @@ in
       paths = map (p: { inherit (p) path write; }) g.paths;
       allow_addresses = g.allowAddresses;
       shell_hosts = g.shellHosts;
-    } // lib.optionalAttrs (g.toolset != null) { inherit (g) toolset; }) cfg.grants;
+    } // lib.optionalAttrs (g.toolset != null) { inherit (g) toolset; }
+      // lib.optionalAttrs g.cache { cache = true; }
+      // lib.optionalAttrs (g.maxCacheBytes != null) { max_cache_bytes = g.maxCacheBytes; }) cfg.grants;
+    services.boxmaker.settings.toolsets = toolsets.settings;
 
     assertions = [
       {
@@ -929,6 +986,7 @@ in
       message = "services.boxmaker.settings.runner.${k}: ${toString v} ms is not under broker.timeout_ms (${toString s.broker.timeout_ms} ms): the agent loop stops waiting then. Lower it, or raise both.";
     }) limits
     ++ grantAssertions
+    ++ toolsets.assertions
     ++ overlapAssertions
     ++ subIdOverlapAssertions;
 
@@ -1019,11 +1077,12 @@ in
         unitConfig = fillSection (removeAttrs serviceUnits.Unit unitDependencies);
         serviceConfig = fillSection serviceUnits.Service // {
           # The shared steps first (units.json): the start of the user's manager, where Podman
-          # or systemd-scope needs it. Then, for Podman, the image: loaded as the service user
-          # and checked against the pinned ID, older ones pruned.
+          # or systemd-scope needs it. Then, for Podman, the image, and each toolset's: loaded
+          # as the service user and checked against the pinned ID, older ones pruned.
           ExecStartPre =
             lib.optionals needsUserManager (fill units.service.Service.ExecStartPre)
-            ++ lib.optional (!isBwrap) "${loadImage}";
+            ++ lib.optional (!isBwrap) "${loadImage}"
+            ++ toolsets.loaders;
         };
         # The config names the tools root, so a new tree restarts brokerd through it.
         restartTriggers = [ configFile ];

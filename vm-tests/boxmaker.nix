@@ -22,6 +22,11 @@
 #
 # On the bwrap host (`bwrapHost`): the module's bwrap variant (Delegate=yes, no capabilities,
 # cgroup = "delegated"), whose sandboxes are child groups of the unit's own cgroup.
+#
+# On both, a toolset the module builds from packages (services.boxmaker.toolsets: git and make),
+# a layered image loaded by its ID on Podman, a tree and its closure's store paths on bwrap:
+# brokerd's check of it passes, and a grant on it runs make and git log through the module's
+# socket, where the base toolset has neither.
 { pkgs, packages }:
 let
   suite = pkgs.callPackage ./e2e.nix { inherit (packages) e2e toolkit; };
@@ -57,6 +62,7 @@ let
     }
   );
   rwDir = "/srv/vm/rw";
+  projDir = "/srv/vm/proj";
   testHostsDir = "/run/boxmaker-test-hosts";
 
   # What both hosts share: the module with a safe grant and an auto one, the clients, and the
@@ -79,6 +85,25 @@ let
           mode = "safe";
           tools = [ "read_file" ];
           paths = [ { path = roDir; } ];
+        };
+        # A toolset built from packages, and a grant that runs it.
+        toolsets.build.packages = [
+          pkgs.gitMinimal
+          pkgs.gnumake
+        ];
+        grants.proj = {
+          mode = "auto";
+          tools = [
+            "write_file"
+            "shell"
+          ];
+          paths = [
+            {
+              path = projDir;
+              write = true;
+            }
+          ];
+          toolset = "build";
         };
         grants.work = {
           mode = "auto";
@@ -112,6 +137,7 @@ let
         "d ${roDir} 0750 boxmaker boxmaker -"
         "f ${roDir}/hello.txt 0640 boxmaker boxmaker - hello from the host"
         "d ${rwDir} 0750 boxmaker boxmaker -"
+        "d ${projDir} 0750 boxmaker boxmaker -"
       ];
       boot.kernelModules = [ "dummy" ];
       networking.nameservers = [ "192.0.2.53" ];
@@ -360,6 +386,40 @@ in
         assert tailnet_after == tailnet_before, f"the tailnet host was reached: {tailnet_after}"
         stop_during_a_call(node, backend)
 
+    # On the toolset the module built (git and make), through its socket: brokerd's check of it
+    # passed, a grant on it runs make and git log in its directory, the base toolset has
+    # neither program, and nothing is left after.
+    def toolset_calls(node, backend):
+        status = json.loads(node.succeed("runuser -u loopd -- boxctl --socket ${socket} status"))
+        toolsets = {t["name"]: t for t in status.get("toolsets", [])}
+        assert sorted(toolsets) == ["build"] and toolsets["build"]["grants"] == ["proj"], status
+        assert toolsets["build"]["check"].get("ok") is True, toolsets["build"]
+        toolset = config(node)["toolsets"]["build"]
+        if backend == "podman":
+            assert sorted(toolset) == ["image"] and re.fullmatch(r"sha256:[0-9a-f]{64}", toolset["image"]), toolset
+            got = as_boxmaker(f"podman image inspect --format '{{{{.Id}}}}' {toolset['image'].removeprefix('sha256:')}", node)
+            assert "sha256:" + got.strip().removeprefix("sha256:") == toolset["image"], (got, toolset)
+        else:
+            assert sorted(toolset) == ["store_paths", "tree"], toolset
+            node.succeed(f"test -x {toolset['tree']}/bin/git -a -x {toolset['tree']}/bin/make -a ! -e {toolset['tree']}/nix")
+            node.succeed(f"grep -qx {toolset['tree']} {toolset['store_paths']}")
+
+        a = call(node, 20, "proj", "write_file", {"path": "${projDir}/Makefile", "content": "all:\n\t@echo built by make\n"})
+        assert a["kind"] == "result", a
+        a = call(node, 21, "proj", "shell", {
+            "command": "make; echo make=$?; git init -q . && "
+                       "GIT_AUTHOR_NAME=vm GIT_AUTHOR_EMAIL=vm@test GIT_COMMITTER_NAME=vm GIT_COMMITTER_EMAIL=vm@test "
+                       "git commit -q --allow-empty -m 'made on the toolset' && git log --format=%s; echo git=$?",
+            "cwd": "${projDir}",
+        })
+        out = a["content"]
+        assert a["kind"] == "result" and "built by make\nmake=0\n" in out, a
+        assert "made on the toolset\ngit=0\n" in out, a
+        node.succeed("test -d ${projDir}/.git")
+        a = call(node, 22, "work", "shell", {"command": "for p in git make; do command -v $p >/dev/null || echo no-$p; done"})
+        assert a["kind"] == "result" and "no-git\nno-make\n" in a["content"], a
+        nothing_left(node, backend, "after calls on a toolset")
+
     start_all()
     host.wait_for_unit("multi-user.target")
 
@@ -429,6 +489,9 @@ in
         assert config(host)["runner"]["egress_network"] == "pasta", config(host)
         module_calls(host, "podman")
 
+    with subtest("Podman, a toolset the module built: its image by ID, make and git log through the socket"):
+        toolset_calls(host, "podman")
+
     with subtest("stopping the service leaves no container"):
         # The socket too: the suite's own brokerd must be the service user's only one.
         host.succeed("systemctl stop boxmaker.socket boxmaker.service")
@@ -453,6 +516,9 @@ in
         bwrapHost.succeed("test -z \"$(systemctl show -p CapabilityBoundingSet --value boxmaker.service)\"")
         assert config(bwrapHost)["bwrap"]["cgroup"] == "delegated", config(bwrapHost)
         module_calls(bwrapHost, "bwrap")
+
+    with subtest("bwrap, a toolset the module built: its tree and store paths, make and git log through the socket"):
+        toolset_calls(bwrapHost, "bwrap")
 
     with subtest("the socket starts the module's brokerd again, and a stop leaves no container"):
         host.succeed("systemctl start boxmaker.socket")

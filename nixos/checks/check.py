@@ -6,8 +6,10 @@
     check.py outputs OUTPUTS-JSON        flake.nix's output names (evaluated against a stub
                                          nixpkgs) are the ones the issue asks for
     check.py scripts                     nixos/pkgs/image-id.sh and load-image.sh against a
-                                         synthetic archive and a recording fake podman
-    check.py module EVAL-JSON [BROKERD]  the evalModules results of eval-module.nix; with a
+                                         synthetic archive and a recording fake podman, and
+                                         against a script that streams it (--stream)
+    check.py module EVAL-JSON [BROKERD]  the evalModules results of eval-module.nix (toolsets
+                                         on both backends among them); with a
                                          brokerd binary, `brokerd check-config` on the configs
                                          the module would check at build time
     check.py units                       systemd-analyze verify on dist/systemd's units, alone
@@ -26,15 +28,18 @@
                                          boxmaker-e2e, and the VM test's suite() over their
                                          outputs: no summary, or a failed count, fails
     check.py vm-checks PACKAGES-JSON     subtests of the VM test over fake nodes: the stranger's
-                                         refusal and the bwrap suite's leftovers fail for the
-                                         right reason
+                                         refusal, the bwrap suite's leftovers and the toolset
+                                         calls fail for the right reason
     check.py images PACKAGES-JSON        the tools image's two trees (the bwrap root and the
                                          layered image's root) laid out by the expression's own
                                          scripts, with stand-ins for the store paths, hold every
-                                         program of images/programs.txt in /bin
+                                         program of images/programs.txt in /bin; a toolset's
+                                         root and image root run its programs in a sandbox that
+                                         sees only the closure Nix would find for them
 """
 import ast
 import builtins
+import hashlib
 import json
 import os
 import re
@@ -123,6 +128,19 @@ def scripts():
             got = run(["bash", str(pkgs / "image-id.sh"), str(d / f"{name}.tar.gz")])
             check(got.returncode == 0 and got.stdout.strip() == ids[name],
                   f"image-id.sh gives the config's sha256 ({got.stdout.strip()} {got.stderr.strip()})")
+            # streamLayeredImage's script: a program that writes the archive, read once.
+            stream = d / f"stream-{name}"
+            stream.write_text(f"#!/bin/sh\ngzip -dc {d / f'{name}.tar.gz'}\n")
+            stream.chmod(0o755)
+            got = run(["bash", str(pkgs / "image-id.sh"), "--stream", str(stream)])
+            check(got.returncode == 0 and got.stdout.strip() == ids[name],
+                  f"image-id.sh --stream gives the same ID from the image's script ({got.stdout.strip()} {got.stderr.strip()})")
+        bad_stream = d / "stream-bad"
+        bad_stream.write_text("#!/bin/sh\necho not an archive\n")
+        bad_stream.chmod(0o755)
+        got = run(["bash", str(pkgs / "image-id.sh"), "--stream", str(bad_stream)])
+        check(got.returncode != 0 and got.stdout == "",
+              f"image-id.sh --stream fails on a program that writes no archive ({got.returncode})")
 
         # A fake podman: the image store is a file of IDs; every call is recorded.
         store, calls = d / "store", d / "calls"
@@ -140,10 +158,10 @@ esac
 """)
         fake.chmod(0o755)
 
-        def load(archive, idfile, loads):
+        def load(archive, idfile, loads, *flags, name="boxmaker-tools"):
             env = dict(os.environ, PODMAN=str(fake), LOADS=loads, XDG_RUNTIME_DIR=str(d))
-            return run(["bash", str(pkgs / "load-image.sh"), str(d / archive), str(d / idfile),
-                        "boxmaker-tools"], env=env)
+            return run(["bash", str(pkgs / "load-image.sh"), *flags, str(d / archive), str(d / idfile),
+                        name], env=env)
 
         hex_old, hex_new = ids["old"][7:], ids["new"][7:]
         store.write_text(hex_old + "\n")
@@ -163,7 +181,21 @@ esac
         r = load("new.tar.gz", "bad.id", hex_new)
         check(r.returncode == 1 and "is not sha256:<64 hex>" in r.stderr,
               "load-image.sh refuses a pin that is not an image ID")
-    print("scripts: image-id.sh and load-image.sh")
+        # A toolset's image, from its stream script: loaded through the script's output, its
+        # older image pruned, each line naming the toolset.
+        store.write_text(hex_old + "\n")
+        calls.write_text("")
+        r = load("stream-new", "new.id", hex_new, "--stream", "--toolset", "c.1", name="boxmaker-toolset-c-1-0")
+        check(r.returncode == 0 and store.read_text().split() == [hex_new]
+              and "load --quiet" in calls.read_text() and "reference=boxmaker-toolset-c-1-0" in calls.read_text()
+              and "the toolset c.1's image" in r.stdout,
+              f"load-image.sh --stream --toolset loads the toolset's image from its script and prunes the older one ({r.stdout!r} {r.stderr!r})")
+        store.write_text("")
+        r = load("stream-new", "old.id", hex_new, "--stream", "--toolset", "c.1", name="boxmaker-toolset-c-1-0")
+        check(r.returncode == 1 and "did not load as the pinned image" in r.stderr
+              and "runbook/runner.md#toolset-unavailable" in r.stderr,
+              f"load-image.sh --toolset refuses a toolset image whose ID is not the pinned one ({r.stderr.strip()})")
+    print("scripts: image-id.sh and load-image.sh, of an archive and of a stream script (--stream)")
     driver_closure()
 
 
@@ -239,9 +271,10 @@ def to_toml(settings):
         if table in settings:
             out.append(f"[{table}]")
             out += [f"{k} = {toml_value(v)}" for k, v in settings[table].items()]
-    for name, grant in settings.get("grants", {}).items():
-        out.append(f"[grants.{json.dumps(name)}]")
-        out += [f"{k} = {toml_value(v)}" for k, v in grant.items()]
+    for kind in ("grants", "toolsets"):
+        for name, table in settings.get(kind, {}).items():
+            out.append(f"[{kind}.{json.dumps(name)}]")
+            out += [f"{k} = {toml_value(v)}" for k, v in table.items()]
     return "\n".join(out) + "\n"
 
 
@@ -254,7 +287,11 @@ CONFIGS = {
     "bwrap": ("bwrap", "delegated"),
     "bwrapScope": ("bwrap", "systemd-scope"),
     "userborn": ("podman", None),
+    "toolsetsPodman": ("podman", None),
+    "toolsetsBwrap": ("bwrap", "delegated"),
 }
+# A toolset's image ID where the module writes it before the build computes it.
+TOOLSET_PLACEHOLDER = re.compile(r"@BOXMAKER_TOOLSET_IMAGE_ID:([A-Za-z0-9_.-]+)@")
 
 
 def expected_units(backend):
@@ -320,8 +357,14 @@ def module(eval_json, brokerd=None):
         check(sock["socketConfig"]["SocketMode"] == "0660", f"module/{name}: socket mode 0660")
         runner = c["settings"]["runner"]
         if backend == "podman":
-            check(pre[-1].endswith("-boxmaker-load-image"),
-                  f"module/{name}: the image is loaded and checked before start")
+            # The tools image's loader, then one per toolset, each allowed to fail ("-"): a
+            # toolset that does not load fails its own check, not brokerd's start.
+            loaders = [x for x in pre if "-boxmaker-load-" in x]
+            toolsets = c["settings"].get("toolsets", {})
+            check(loaders and loaders[0].endswith("-boxmaker-load-image") and pre[-len(loaders):] == loaders
+                  and len(loaders) == 1 + len(toolsets)
+                  and all(x.startswith("-/nix/store/") for x in loaders[1:]),
+                  f"module/{name}: the image, and each toolset's, is loaded and checked before start ({pre})")
             check(path[0] == "/run/wrappers", f"module/{name}: /run/wrappers/bin first on PATH")
             check(c["containers"] is True and c["podmanModule"] is False,
                   f"module/{name}: /etc/containers, without virtualisation.podman's root socket and group")
@@ -379,6 +422,9 @@ def module(eval_json, brokerd=None):
     check(notes.get("shell_hosts") == ["crates.io", "*.crates.io"] and "toolset" not in notes
           and project.get("shell_hosts") == [],
           f"module/full: a grant's shellHosts reach the config as shell_hosts, no toolset unless named ({notes})")
+    check("cache" not in notes and "max_cache_bytes" not in notes
+          and project.get("cache") is True and project.get("max_cache_bytes") == 4294967296,
+          f"module/full: a grant's cache and maxCacheBytes reach the config only when set ({notes}, {project})")
     check(r["full"]["sandboxSettings"]["broker"].get("owners") == [0]
           and r["minimal"]["sandboxSettings"]["broker"].get("owners") == [],
           "module: the build-time check names uid 0 as the owner where there are owners")
@@ -392,6 +438,7 @@ def module(eval_json, brokerd=None):
     check("base=/etc/containers/seccomp.json\n" in r["seccompBase"]["podmanConf"]["boxmaker/seccomp-nouserns.json"],
           "module/seccompBase: an operator's base profile")
     check(r["disabled"] == {"failedAssertions": [], "services": []}, "module/disabled: nothing")
+    toolsets_checks(r)
     # userborn writes no /etc/subuid: the module writes the service user's range, beside what
     # other modules write.
     for f in ("subuid", "subgid"):
@@ -502,11 +549,77 @@ def module(eval_json, brokerd=None):
                     (root / p["path"].lstrip("/")).mkdir(parents=True, exist_ok=True)
             text = (to_toml(r[name]["sandboxSettings"]).replace(PLACEHOLDER, fake_id)
                     .replace("@BOXMAKER_SANDBOX_ROOT@", str(root)))
+            text = TOOLSET_PLACEHOLDER.sub(lambda m: "sha256:" + hashlib.sha256(m[1].encode()).hexdigest(), text)
             (Path(d) / "sandbox.toml").write_text(text)
             res = run([brokerd, "check-config", "--placeholder-grant-dirs", str(Path(d) / "sandbox.toml")])
             check(res.returncode == 0,
                   f"module/{name}: brokerd check-config accepts the build-time config: {res.stderr.strip()}\n{text}")
     print(f"module: brokerd check-config accepts the configs the module checks at build time ({', '.join(CONFIGS)})")
+
+
+def toolsets_checks(r):
+    """services.boxmaker.toolsets, two toolsets sharing a package, on each backend: the config
+    names each by what its backend runs (an image ID filled in at build time for Podman, a tree
+    and its closure's store-paths for bwrap) and nothing the other backend would need, the
+    Podman images are loaded by their IDs, and the grants name their toolsets."""
+    pod, bw = r["toolsetsPodman"], r["toolsetsBwrap"]
+    names = ["c", "docs.v2"]
+    for c in (pod, bw):
+        ts = c["toolsets"]
+        check(sorted(ts) == names and "git" in ts["c"]["packages"] and "git" in ts["docs.v2"]["packages"],
+              f"module/toolsets: two toolsets sharing a package ({ {n: t['packages'] for n, t in ts.items()} })")
+        grants = c["settings"]["grants"]
+        check((grants["build"].get("toolset"), grants["docs"].get("toolset")) == ("c", "docs.v2")
+              and "toolset" not in grants["plain"],
+              f"module/toolsets: each grant names its toolset, the base one's none ({grants})")
+        # Podman's names for the images: distinct, valid image names.
+        image_names = [t["imageName"] for t in ts.values()]
+        check(len(set(image_names)) == 2 and all(
+            re.fullmatch(r"[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*", n) for n in image_names),
+              f"module/toolsets: each image has a name of its own that Podman accepts ({image_names})")
+        # Each toolset's bwrap closure is its own root's.
+        for n, t in ts.items():
+            check(t["closureRoots"] == [t["root"]] and t["storePaths"].endswith("-closure-info/store-paths"),
+                  f"module/toolsets: {n}'s store_paths is the closure of its root ({t['closureRoots']}, {t['storePaths']})")
+        check(ts["c"]["storePaths"] != ts["docs.v2"]["storePaths"] and ts["c"]["root"] != ts["docs.v2"]["root"],
+              "module/toolsets: each toolset has its own root and closure")
+
+    # Podman: image = the computed ID, nothing of bwrap's; each ID from its own image.
+    settings, ts = pod["settings"]["toolsets"], pod["toolsets"]
+    check(settings == {n: {"image": f"@BOXMAKER_TOOLSET_IMAGE_ID:{n}@"} for n in names},
+          f"module/toolsetsPodman: [toolsets.NAME] image = the ID computed at build time, no tree ({settings})")
+    ids = {i["placeholder"]: i["file"] for i in pod["imageIds"]}
+    script = pod["fillScript"] or ""
+    for n in names:
+        t = ts[n]
+        placeholder = f"@BOXMAKER_TOOLSET_IMAGE_ID:{n}@"
+        check(ids.get(placeholder) == t["idFile"] and t["idFile"].endswith(f"-{t['imageName']}-id/image-id"),
+              f"module/toolsetsPodman: {n}'s ID is read from its own image's ID file ({ids.get(placeholder)})")
+        m = re.search(rf"^(id\d+)=\$\(cat {re.escape(t['idFile'])}\)$", script, re.M)
+        check(m is not None and f"--replace-quiet '{placeholder}' \"${m[1]}\"" in script,
+              f"module/toolsetsPodman: the config's {n} placeholder is replaced by that ID ({script!r})")
+        check(re.fullmatch(rf"mkdir -p \$out\nbash /nix/store/\S+-image-id\.sh --stream {re.escape(t['image'])} "
+                           r"> \$out/image-id\ncat \$out/image-id\n", t["imageIdScript"]) is not None
+              and t["image"].endswith(f"-stream-{t['imageName']}"),
+              f"module/toolsetsPodman: {n}'s ID is computed at build time from its streamed image ({t['imageIdScript']!r})")
+        check(f"--stream --toolset {n} \\\n  {t['image']} {t['idFile']} {t['imageName']}\n" in t["loaderText"]
+              and "-load-image.sh" in t["loaderText"] and f"-{t['loader']}" in pod["service"]["serviceConfig"]["ExecStartPre"],
+              f"module/toolsetsPodman: {n}'s image is loaded by load-image.sh --stream and checked against its ID ({t['loaderText']!r})")
+    check(len(pod["imageIds"]) == 3 and pod["imageIds"][0]["placeholder"] == PLACEHOLDER,
+          f"module/toolsetsPodman: the tools image's ID and each toolset's are filled in ({pod['imageIds']})")
+
+    # bwrap: tree and store_paths, no image, nothing loaded, no ID computed.
+    settings, ts = bw["settings"]["toolsets"], bw["toolsets"]
+    check(settings == {n: {"tree": ts[n]["root"], "store_paths": ts[n]["storePaths"]} for n in names},
+          f"module/toolsetsBwrap: [toolsets.NAME] tree and store_paths, no image ({settings})")
+    check(bw["imageIds"] == [] and bw["fillScript"] is None,
+          f"module/toolsetsBwrap: no image ID is computed ({bw['imageIds']})")
+    # Nothing without toolsets: no [toolsets] in the config.
+    check("toolsets" not in r["minimal"]["settings"] and r["minimal"]["toolsets"] == {},
+          "module/minimal: no [toolsets] table without toolsets")
+    if not FAILED:
+        print("module: toolsets on Podman (image by the ID computed at build time, loaded with --stream) "
+              "and on bwrap (tree and store_paths), each grant on its own")
 
 
 def units():
@@ -697,7 +810,7 @@ def vm_checks(packages_json):
         body = subtests.get(title)
         if body is None:
             return f"no subtest {title!r}"
-        scope = {"host": host, "print": lambda *a: None}
+        scope = {"host": host, "bwrapHost": host, "print": lambda *a: None}
         exec(compile(ast.Module(body=defs + body, type_ignores=[]), "testScript", "exec"), scope)
         return "passed"
 
@@ -737,9 +850,55 @@ def vm_checks(packages_json):
         check(got.startswith("passed") == passes,
               f"vm-checks: the leftover check after the suite on bwrap "
               f"{'passes' if passes else 'fails'} with {what} ({got[:200]})")
+    toolset_vm_checks(run_subtest)
     if not FAILED:
-        print("vm-checks: the stranger's refusal must be the socket's, and the bwrap suite's "
-              "leftover check sees bwrap's scopes")
+        print("vm-checks: the stranger's refusal must be the socket's, the bwrap suite's "
+              "leftover check sees bwrap's scopes, and the toolset subtests need make and git log to run")
+
+
+def toolset_vm_checks(run_subtest):
+    """The VM test's toolset subtests over fake nodes: they pass on what brokerd and the module
+    answer when the toolset works, on each backend, and fail where make did not run, git is
+    not there, or the Podman image is not the pinned one."""
+    image = "sha256:" + "ab" * 32
+    tree, listing = "/nix/store/x-boxmaker-toolset-build-0-root", "/nix/store/y-closure-info/store-paths"
+    status = json.dumps({"kind": "status", "toolsets": [
+        {"name": "build", "grants": ["proj"], "check": {"ok": True, "detail": "toolkit 0.1.0, busybox sh"}}]})
+    configs = {
+        "podman": f'[runner]\nimage = "sha256:{"cd" * 32}"\n[toolsets.build]\nimage = "{image}"\n',
+        "bwrap": f'[bwrap]\ntools_root = "/nix/store/z-root"\n[toolsets.build]\ntree = "{tree}"\nstore_paths = "{listing}"\n',
+    }
+    made = "built by make\nmake=0\nmade on the toolset\ngit=0\n\n[exit 0]"
+
+    def result(content):
+        return json.dumps({"kind": "result", "content": content})
+
+    def node(backend, shell=made, loaded=image):
+        return FakeNode([
+            (" status", status),
+            ("cat /etc/boxmaker/brokerd.toml", configs[backend]),
+            ("id -u boxmaker", "900\n"),
+            ("podman image inspect", loaded.removeprefix("sha256:") + "\n"),
+            ("--call c20", result("wrote 26 bytes to /srv/vm/proj/Makefile")),
+            ("--call c21", result(shell)),
+            ("--call c22", result("no-git\nno-make\n\n[exit 0]")),
+            ("ControlGroup", "/system.slice/boxmaker.service\n"),
+        ])
+
+    titles = {
+        "podman": "Podman, a toolset the module built: its image by ID, make and git log through the socket",
+        "bwrap": "bwrap, a toolset the module built: its tree and store paths, make and git log through the socket",
+    }
+    for backend, title in titles.items():
+        for what, fake, passes in (
+            ("make and git log ran", node(backend), True),
+            ("make failed", node(backend, shell="make: *** No rule to make target\nmake=2\n"), False),
+            ("git is missing", node(backend, shell="built by make\nmake=0\nsh: git: not found\ngit=127\n"), False),
+        ) + ((("another image is loaded", node(backend, loaded="sha256:" + "ef" * 32), False),)
+             if backend == "podman" else ()):
+            got = run_subtest(title, fake)
+            check(got.startswith("passed") == passes,
+                  f"vm-checks: the {backend} toolset subtest {'passes' if passes else 'fails'} when {what} ({got[:300]})")
 
 
 def vm_units(packages_json):
@@ -857,6 +1016,11 @@ def packages(packages_json):
     check(pk["boxmaker"]["args"].get("doCheck") is True, "packages.boxmaker runs its tests (doCheck)")
     skips = [f for f in pk["boxmaker"]["args"].get("checkFlags", []) if f.startswith("--skip=")]
     check(skips != [], "packages.boxmaker has a skip list (checkFlags --skip=...) for what the sandbox cannot run")
+    # The tools image is an archive: its ID is read from it, never by running it as a stream
+    # script (nixpkgs' buildLayeredImage carries its stream's isExe = true).
+    script = pk["toolsImageIdScript"]
+    check(f"image-id.sh {pk['toolsImagePath']} > $out/image-id" in script and "--stream" not in script,
+          f"packages.tools-image-id reads the image's archive ({script!r})")
     vm = data["vmTest"]
     check(vm["globalTimeout"] >= 3600 and vm["meta"].get("timeout") == vm["globalTimeout"],
           f"the VM test's globalTimeout ({vm['globalTimeout']}) fits two suites and meta.timeout says the same")
@@ -977,9 +1141,159 @@ def images(packages_json):
         r = subprocess.run([str(ROOT / "images/check-programs.sh"), str(image_root), *bind_args],
                            capture_output=True, text=True)
         check(r.returncode == 0, f"images: the layered image's root {r.stderr.strip()}")
+        if not FAILED:
+            print("images: the bwrap tools root and the layered image's root, as tools-image.nix lays them out, "
+                  "hold every program of images/programs.txt in /bin")
+            toolset_trees(data, tmp, local, stand_in, localise)
+
+
+def references(paths, store):
+    """The store paths `paths` refer to, themselves included, transitively, as Nix finds a
+    closure: a store path named in a file's bytes or in a link's target."""
+    pattern = re.compile(re.escape(str(store).encode()) + rb"/([^/\s'\"]+)")
+    seen, todo = set(), [Path(p) for p in paths]
+    while todo:
+        p = todo.pop()
+        if p in seen or not (p.exists() or p.is_symlink()):
+            continue
+        seen.add(p)
+        entries = [p] if p.is_symlink() or p.is_file() else []
+        if p.is_dir() and not p.is_symlink():
+            for dirpath, dirnames, filenames in os.walk(p):
+                entries += [Path(dirpath) / n for n in dirnames + filenames]
+        for e in entries:
+            if e.is_symlink():
+                text = os.readlink(e).encode()
+            elif e.is_file():
+                text = e.read_bytes()
+            else:
+                continue
+            todo += [store / m.decode() for m in pattern.findall(text)]
+    return seen
+
+
+def in_toolset_sandbox(top, closure, script):
+    """Runs `script` with busybox's sh as a bwrap sandbox of brokerd's over a toolset would:
+    the tree's top-level entries at /, its own /tmp, and each store path of `closure`
+    read-only at its own path; nothing else of the host."""
+    args = ["bwrap", "--tmpfs", "/"]
+    for e in sorted(Path(top).iterdir()):
+        if e.name not in ("tmp", "proc", "dev"):
+            args += ["--ro-bind", str(e), f"/{e.name}"]
+    args += ["--tmpfs", "/tmp"]
+    for p in sorted(closure):
+        args += ["--ro-bind", str(p), str(p)]
+    args += ["--proc", "/proc", "--dev", "/dev", "--unshare-all", "--die-with-parent",
+             "--clearenv", "--setenv", "PATH", "/bin", "/bin/sh", "-c", script]
+    return subprocess.run(args, capture_output=True, text=True)
+
+
+# What every toolset must hold, run inside it: the packages' programs and toolkit run through
+# their links (into the bound closure), /bin/sh is busybox's, and its own /etc is there.
+TOOLSET_PROBE = """
+set -e
+for p in git make toolkit busybox sh ls cat sed readlink; do
+    [ -x "/bin/$p" ] || { echo "no /bin/$p"; exit 1; }
+done
+[ "$(readlink /bin/sh)" = busybox ] || { echo "/bin/sh is $(readlink /bin/sh)"; exit 1; }
+git; make; toolkit
+/bin/sh -c 'echo sh ran'
+for f in passwd group hosts resolv.conf ssl/certs/ca-certificates.crt; do
+    [ -f "/etc/$f" ] || { echo "no /etc/$f"; exit 1; }
+done
+grep -q '^root:x:0:0:' /etc/passwd && grep -q '^nobody:x:65534:' /etc/passwd
+"""
+
+
+def toolset_trees(data, tmp, local, stand_in, localise):
+    """A toolset as images/toolset.nix builds it (git and make, over stand-ins that are shell
+    scripts saying their name): its bwrap root and its layered image's root, laid out by the
+    expression's own scripts, each run as a sandbox that sees the tree and, for the root,
+    exactly the closure Nix would find for it (store-paths), nothing else of the store."""
+    ts, stubs = data["packages"]["toolset"], data["stubs"]
+    store = tmp / "store"
+    for key in ("gitMinimal", "gnumake", "toolkit"):
+        d = stand_in(stubs[key]["path"])
+        (d / "bin").mkdir(exist_ok=True)
+        for prog in stubs[key]["programs"]:
+            f = d / "bin" / prog
+            f.unlink(missing_ok=True)
+            f.write_text(f"#!/bin/sh\necho ran {prog}\n")
+            f.chmod(0o755)
+    # The buildEnv of their bin/ (pathsToLink = /bin): a link per program.
+    check(ts["env"]["pathsToLink"] == ["/bin"], f"images: the toolset's buildEnv links bin/ alone ({ts['env']})")
+    env = stand_in(ts["env"]["path"])
+    (env / "bin").mkdir()
+    for pkg in ts["env"]["paths"]:
+        for f in sorted((local[pkg] / "bin").iterdir()):
+            os.symlink(str(f), env / "bin" / f.name)
+    for step in ts["steps"]:
+        out = store / Path(step["out"]).name
+        if step["out"] in local:
+            continue
+        r = subprocess.run(["bash", "-euo", "pipefail", "-c", localise(step["script"])],
+                           env={"PATH": os.environ["PATH"], "out": str(out)},
+                           capture_output=True, text=True)
+        check(r.returncode == 0, f"images: the toolset's {step['name']} build script runs ({r.stderr.strip()})")
+        if r.returncode != 0:
+            return
+        local[step["out"]] = out
+
+    # bwrap: the root, with the closure of its root path (closureInfo's rootPaths) alone.
+    root = local[ts["root"]]
+    check(ts["closureRoots"] == [ts["root"]], f"images: the toolset's store_paths is its root's closure ({ts['closureRoots']})")
+    check(not (root / "nix").exists() and not (root / "nix").is_symlink(), "images: the toolset's root has no top-level nix")
+    bad = [str(p) for p in root.rglob("*") if p.is_symlink() and os.readlink(p).startswith("/")
+           and not os.readlink(p).startswith(str(store) + "/")]
+    check(bad == [], f"images: every absolute link of the toolset's root points into the store ({bad})")
+    closure = references([root], store)
+    names = sorted(p.name.split("-", 1)[1] for p in closure)
+    r = in_toolset_sandbox(root, closure, TOOLSET_PROBE)
+    want = ["ran git", "ran make", "ran toolkit", "sh ran"]
+    check(r.returncode == 0 and r.stdout.split("\n")[:4] == want,
+          f"images: the toolset's bwrap root runs git, make, toolkit and busybox's sh with only its closure "
+          f"({', '.join(names)}) bound (exit {r.returncode}: {r.stdout.strip()} {r.stderr.strip()})")
+    check(any(n.startswith("boxmaker-busybox-bin") for n in names) and any(n.endswith("-env") for n in names)
+          and not any(n.endswith("-bin") and "toolset" in n for n in names),
+          f"images: the root's closure holds busybox and the buildEnv, not the bin it was copied from ({names})")
+
+    # Podman: the image's root, its contents joined as symlinkJoin (lndir) joins them, then
+    # extraCommands in it; the image holds every store path its root refers to.
+    image_root = tmp / "toolset-image"
+    image_root.mkdir()
+    for content in ts["image"]["contents"]:
+        src = local[content]
+        for dirpath, dirnames, filenames in os.walk(src):
+            rel = Path(dirpath).relative_to(src)
+            (image_root / rel).mkdir(parents=True, exist_ok=True)
+            for name in filenames + [d for d in dirnames if (Path(dirpath) / d).is_symlink()]:
+                at, dest = Path(dirpath) / name, image_root / rel / name
+                if not (dest.exists() or dest.is_symlink()):
+                    os.symlink(os.readlink(at) if at.is_symlink() else str(at), dest)
+    r = subprocess.run(["bash", "-euo", "pipefail", "-c", localise(ts["image"]["extraCommands"])],
+                       cwd=image_root, capture_output=True, text=True)
+    check(r.returncode == 0, f"images: the toolset image's extraCommands run in its root ({r.stderr.strip()})")
+    if r.returncode != 0:
+        return
+    # The store paths the image's root leads to: the layers the image holds (its root's own
+    # entries are not store paths).
+    closure = {p for p in references(list(image_root.iterdir()), store) if p.parent == store}
+    r = in_toolset_sandbox(image_root, closure, TOOLSET_PROBE)
+    check(r.returncode == 0 and r.stdout.split("\n")[:4] == want,
+          f"images: the toolset's layered image runs git, make, toolkit and busybox's sh "
+          f"(exit {r.returncode}: {r.stdout.strip()} {r.stderr.strip()})")
+    # The layout's own checks fail a tree without busybox's sh.
+    bad_root = tmp / "toolset-bad"
+    shutil.copytree(root, bad_root, symlinks=True)
+    (bad_root / "bin/sh").unlink()
+    os.symlink(str(local[stubs["gitMinimal"]["path"]] / "bin/git"), bad_root / "bin/sh")
+    layout = ts["image"]["extraCommands"]
+    r = subprocess.run(["bash", "-euo", "pipefail", "-c", layout], cwd=bad_root, capture_output=True, text=True)
+    check(r.returncode != 0 and "bin/sh is not busybox's" in r.stderr,
+          f"images: a toolset whose /bin/sh is not busybox's fails its build ({r.stderr.strip()})")
     if not FAILED:
-        print("images: the bwrap tools root and the layered image's root, as tools-image.nix lays them out, "
-              "hold every program of images/programs.txt in /bin")
+        print(f"images: the toolset {ts['imageName']} (git, make), as its bwrap root with only its closure "
+              f"({len(names)} store paths) and as its layered image's root, runs its programs, toolkit and busybox's sh")
 
 
 def main(argv):

@@ -6,10 +6,15 @@
 #
 # The stubs declare each option with the name and a type close to NixOS's, so a misspelt
 # option or a value of the wrong shape fails here. Derivations are stand-ins that keep their
-# build script, so the result can show what the module would build.
+# build script, so the result can show what the module would build. The toolsets' builder
+# (images/toolset.nix) and their image IDs (nixos/pkgs/image-id.nix) are evaluated for real,
+# against the stubs of the nixpkgs builders they call (./stub-pkgs.nix), which refuse arguments
+# nixpkgs does not take.
 { lib }:
 let
   inherit (lib) mkOption types;
+
+  stubPkgs = import ./stub-pkgs.nix { inherit lib; };
 
   fakeDrv =
     name: extra:
@@ -49,15 +54,26 @@ let
     writeText = name: text: fakeDrv name { inherit text; };
     writeShellScript = name: text: fakeDrv name { inherit text; };
     runCommand = name: env: script: fakeDrv name ({ inherit script; } // (env.passthru or { }));
-    # The tools image carries its file tree beside it as .root (images/tools-image.nix).
+    # The tools image carries its file tree beside it as .root, and its toolkit and extra CAs
+    # (images/tools-image.nix). A toolset, and a streamed image's ID, are built by their own
+    # expressions over the strict stubs.
     callPackage =
       path: args:
       let
-        name = "callPackage-${baseNameOf (toString path)}";
+        file = baseNameOf (toString path);
+        name = "callPackage-${file}";
       in
-      fakeDrv name (
-        { inherit args; } // lib.optionalAttrs (baseNameOf (toString path) == "tools-image.nix") { root = fakeDrv "${name}-root" { }; }
-      );
+      if file == "toolset.nix" || (file == "image-id.nix" && (args.stream or false)) then
+        stubPkgs.callPackage path args
+      else
+        fakeDrv name (
+          { inherit args; }
+          // lib.optionalAttrs (file == "tools-image.nix") {
+            root = fakeDrv "${name}-root" { };
+            inherit (args) toolkit;
+            extraCaCerts = args.extraCaCerts or [ ];
+          }
+        );
     pkgsStatic.callPackage = path: args: fakeDrv "static-${baseNameOf (toString path)}" { inherit args; };
     formats.toml = _: {
       type = types.attrsOf tomlValue;
@@ -124,6 +140,31 @@ let
       imageIdScript = toml.imageIdFile.script or null;
       settings = toml.settings;
       sandboxSettings = toml.sandboxSettings;
+      # The image IDs filled in at build time, and the step that fills them in.
+      imageIds = map (i: {
+        inherit (i) placeholder;
+        file = toString i.file;
+      }) toml.imageIds;
+      fillScript = toml.filledConfig.script or null;
+      # What the module built for each toolset (nixos/toolsets.nix, images/toolset.nix), as
+      # far as the backend uses it: its ID file and loader (Podman), its root and closure
+      # (bwrap), and the packages of its buildEnv.
+      toolsets = lib.mapAttrs (
+        _: ts:
+        {
+          inherit (ts) imageName;
+          packages = map (p: p.name) ts.env.env.paths;
+          image = toString ts.image;
+          imageContents = map toString ts.image.image.contents;
+          imageIdScript = ts.imageId.script;
+          idFile = toString ts.idFile;
+          loader = toString ts.loader;
+          loaderText = ts.loader.text;
+          root = toString ts.root;
+          closureRoots = map toString ts.closure.rootPaths;
+          storePaths = ts.storePaths;
+        }
+      ) toml.toolsets;
       etc = lib.attrNames config.environment.etc;
       tmpfiles = config.systemd.tmpfiles.rules;
       # The service user's Podman configuration (Podman backend): what containers.conf holds,
@@ -216,6 +257,8 @@ let
       writes = "staged";
       approvals = "owner";
       protect = "classifier";
+      cache = true;
+      maxCacheBytes = 4294967296;
     };
   };
 
@@ -311,8 +354,100 @@ let
     };
   };
 
+  # Two toolsets built from packages, sharing one (git), with a grant on each and one on the
+  # base toolset; on Podman and on bwrap.
+  git = fakeDrv "git" { };
+  toolsetsPodman = {
+    enable = true;
+    toolsets = {
+      c.packages = [
+        git
+        (fakeDrv "gnumake" { })
+        (fakeDrv "gcc-wrapper" { })
+      ];
+      "docs.v2".packages = [
+        git
+        (fakeDrv "pandoc" { })
+      ];
+    };
+    grants.build = {
+      mode = "auto";
+      tools = [
+        "read_file"
+        "write_file"
+        "shell"
+      ];
+      paths = [
+        {
+          path = "/srv/build";
+          write = true;
+        }
+      ];
+      toolset = "c";
+    };
+    grants.docs = {
+      tools = [
+        "read_file"
+        "shell"
+      ];
+      paths = [ { path = "/srv/docs"; } ];
+      toolset = "docs.v2";
+    };
+    grants.plain = {
+      tools = [ "read_file" ];
+      paths = [ { path = "/srv/ref"; } ];
+    };
+  };
+  toolsetsBwrap = lib.recursiveUpdate toolsetsPodman { settings.runner.backend = "bwrap"; };
+
   # Each must fail at least the assertion whose message contains the given text.
   bad = {
+    unknownToolset = {
+      cfg = {
+        enable = true;
+        toolsets.c.packages = [ git ];
+        grants.g = {
+          tools = [ "shell" ];
+          paths = [ { path = "/srv/g"; } ];
+          toolset = "cc";
+        };
+      };
+      expect = "services.boxmaker.settings.grants.g.toolset: \"cc\" is not a toolset: the toolsets are base, c.";
+    };
+    unknownToolsetBwrap = {
+      cfg = {
+        enable = true;
+        settings.runner.backend = "bwrap";
+        settings.grants.g = {
+          tools = [ "shell" ];
+          paths = [ { path = "/srv/g"; } ];
+          toolset = "c";
+        };
+      };
+      expect = "services.boxmaker.settings.grants.g.toolset: \"c\" is not a toolset: the toolsets are base.";
+    };
+    toolsetBase = {
+      cfg = {
+        enable = true;
+        toolsets.base.packages = [ git ];
+      };
+      expect = "services.boxmaker.toolsets.base: \"base\" is the built-in toolset";
+    };
+    toolsetName = {
+      cfg = {
+        enable = true;
+        settings.runner.backend = "bwrap";
+        toolsets."a b".packages = [ git ];
+      };
+      expect = "services.boxmaker.toolsets.\"a b\": a toolset name is 1 to 64";
+    };
+    handToolsetName = {
+      cfg = {
+        enable = true;
+        settings.toolsets."..".image = "sha256:${lib.concatStrings (lib.genList (_: "cd") 32)}";
+      };
+      expect = "services.boxmaker.settings.toolsets.\"..\": a toolset name is 1 to 64";
+    };
     tag = {
       cfg = {
         enable = true;
@@ -574,6 +709,8 @@ in
   seccompBase = summary (eval seccompBase);
   bwrap = summary (eval bwrap);
   bwrapScope = summary (eval bwrapScope);
+  toolsetsPodman = summary (eval toolsetsPodman);
+  toolsetsBwrap = summary (eval toolsetsBwrap);
   userborn = summary (evalWith userborn.cfg userborn.nixos);
   userbornOwnMode = summary (evalWith userbornOwnMode.cfg userbornOwnMode.nixos);
   userbornOwnSource = summary (evalWith userbornOwnSource.cfg userbornOwnSource.nixos);

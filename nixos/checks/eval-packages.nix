@@ -72,6 +72,14 @@ let
       path = toString p.toolkit;
       programs = [ "toolkit" ];
     };
+    gitMinimal = {
+      path = toString pkgs.gitMinimal;
+      programs = pkgs.gitMinimal.stubPrograms;
+    };
+    gnumake = {
+      path = toString pkgs.gnumake;
+      programs = pkgs.gnumake.stubPrograms;
+    };
   };
   # The runCommand builds of the image's contents, then of its bwrap root, in that order.
   imageSteps =
@@ -81,6 +89,39 @@ let
       out = toString d;
     }) (lib.filter (d: d ? script) img.image.contents ++ [ img.root ]);
   vm = c.vm-boxmaker.test;
+
+  # A toolset as services.boxmaker.toolsets builds one (images/toolset.nix), of git and make:
+  # what `check.py images` lays out in both forms, and the builds that make them, in order.
+  toolset = pkgs.callPackage ../../images/toolset.nix {
+    toolkit = p.toolkit;
+    name = "c";
+    packages = [
+      pkgs.gitMinimal
+      pkgs.gnumake
+    ];
+  };
+  toolsetInfo = {
+    inherit (toolset) imageName storePaths;
+    root = toString toolset.root;
+    env = {
+      path = toString toolset.env;
+      paths = map toString toolset.env.env.paths;
+      inherit (toolset.env.env) pathsToLink;
+    };
+    image = {
+      inherit (toolset.image.image) name extraCommands;
+      contents = map toString toolset.image.image.contents;
+    };
+    closureRoots = map toString toolset.closure.rootPaths;
+    steps = map (d: {
+      inherit (d) name script;
+      out = toString d;
+    }) [
+      toolset.busyboxBin
+      toolset.bin
+      toolset.root
+    ];
+  };
 
   # Each node of the VM test evaluated with the module against stubs of the NixOS options
   # (./nixos-stubs.nix): its systemd units' dependencies and ordering, which
@@ -117,6 +158,10 @@ in
     crateTests = rust c.crate-tests;
     toolsImage = image p.tools-image;
     toolsImageSteps = imageSteps p.tools-image;
+    # The tools image's ID, from its archive (the flake's tools-image-id).
+    toolsImageIdScript = p.tools-image-id.script;
+    toolsImagePath = toString p.tools-image;
+    toolset = toolsetInfo;
   };
   inherit stubs;
   vmTest = {

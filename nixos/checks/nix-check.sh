@@ -6,12 +6,14 @@
 #   3. dist/systemd's units and the bwrap drop-in are what nixos/units.json generates, and,
 #      where systemd-analyze is installed, it accepts them (the service alone and with the
 #      drop-in) and shows the drop-in in effect
-#   4. nixos/pkgs/image-id.sh and load-image.sh against a synthetic image and a fake podman
+#   4. nixos/pkgs/image-id.sh and load-image.sh against a synthetic image and a fake podman,
+#      as an archive and as a stream script (a toolset's image)
 #   5. with NIXPKGS_LIB=/path/to/nixpkgs/lib (or a checkout holding lib/, or its git
 #      directory): flake.nix's output names, and nixos/module.nix through lib.evalModules
 #      against stubs of the NixOS options it touches (a minimal and a full Podman
 #      configuration, one with its own base seccomp profile, bwrap with cgroup = "delegated"
-#      and with "systemd-scope", and bad ones that must fail); with a brokerd binary (BROKERD, or target/{debug,release}/brokerd) the
+#      and with "systemd-scope", two toolsets on each backend, and bad ones that must fail);
+#      with a brokerd binary (BROKERD, or target/{debug,release}/brokerd) the
 #      configs the module checks at build time go through `brokerd check-config`
 #   6. with NIXPKGS_LIB: the flake's packages and checks evaluated against stubs of the nixpkgs
 #      builders they call (nixos/checks/stub-pkgs.nix, which refuse arguments nixpkgs does not
@@ -20,7 +22,8 @@
 #      and names nothing undefined, each VM node's units (the module's and the test's own)
 #      boot to multi-user.target without an ordering cycle (systemd-analyze verify), and the
 #      tools image's two trees, laid out by the
-#      expression's own scripts over stand-ins, hold every program of images/programs.txt
+#      expression's own scripts over stand-ins, hold every program of images/programs.txt, and
+#      a toolset's tree and image root run its programs with only its closure bound
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 say() { printf 'nix-check: %s\n' "$*"; }

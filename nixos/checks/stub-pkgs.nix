@@ -24,6 +24,17 @@ let
     }
     // attrs;
 
+  # Throws unless `args` has each of `required`.
+  needs =
+    fname: required: args:
+    let
+      missing = lib.filter (n: !(args ? ${n})) required;
+    in
+    if missing == [ ] then
+      args
+    else
+      throw "${fname}: the argument(s) ${lib.concatStringsSep ", " missing} are required";
+
   # Throws unless every argument name of `args` is one of `allowed`.
   strict =
     fname: allowed: args:
@@ -76,6 +87,33 @@ let
     };
 
   busybox = pkg "busybox" [ "busybox" ];
+
+  # streamLayeredImage's arguments (nixos-26.05); buildLayeredImage takes them too, and
+  # compressor.
+  streamLayeredImageArgs = [
+    "name"
+    "architecture"
+    "config"
+    "contents"
+    "created"
+    "debug"
+    "enableFakechroot"
+    "extraCommands"
+    "fakeRootCommands"
+    "fromImage"
+    "gid"
+    "gname"
+    "includeNixDB"
+    "includeStorePaths"
+    "layeringPipeline"
+    "maxLayers"
+    "meta"
+    "mtime"
+    "passthru"
+    "tag"
+    "uid"
+    "uname"
+  ];
 
   self = {
     inherit lib;
@@ -164,37 +202,36 @@ let
       };
 
     dockerTools = {
-      # buildLayeredImage passes everything but compressor and meta to streamLayeredImage.
+      # buildLayeredImage passes everything but compressor and meta to streamLayeredImage, and
+      # its result carries the stream's passthru, isExe = true among it, although it is an
+      # archive.
       buildLayeredImage =
         args:
         let
-          a = strict "dockerTools.buildLayeredImage" [
-            "name"
-            "compressor"
-            "meta"
-            "architecture"
-            "config"
-            "contents"
-            "created"
-            "debug"
-            "enableFakechroot"
-            "extraCommands"
-            "fakeRootCommands"
-            "fromImage"
-            "gid"
-            "gname"
-            "includeNixDB"
-            "includeStorePaths"
-            "layeringPipeline"
-            "maxLayers"
-            "mtime"
-            "passthru"
-            "tag"
-            "uid"
-            "uname"
-          ] args;
+          a = strict "dockerTools.buildLayeredImage" ([ "compressor" ] ++ streamLayeredImageArgs) (
+            needs "dockerTools.buildLayeredImage" [ "name" ] args
+          );
         in
-        drv "${baseNameOf a.name}.tar" { image = a; } // (a.passthru or { });
+        drv "${baseNameOf a.name}.tar" {
+          image = a;
+          isExe = true;
+        }
+        // (a.passthru or { });
+      # A script that writes the image to its standard output, named stream-<name>; its
+      # passthru says so with isExe.
+      streamLayeredImage =
+        args:
+        let
+          a = strict "dockerTools.streamLayeredImage" streamLayeredImageArgs (
+            needs "dockerTools.streamLayeredImage" [ "name" ] args
+          );
+        in
+        drv "stream-${baseNameOf a.name}" {
+          image = a;
+          isExe = true;
+          imageName = lib.toLower a.name;
+        }
+        // (a.passthru or { });
       caCertificates = drv "ca-certificates" { stubFiles = [ "etc/ssl/certs/ca-certificates.crt" ]; };
     };
 
@@ -208,6 +245,56 @@ let
       curl = pkg "curl" [ "curl" ];
     };
     inherit busybox;
+
+    # Its one argument; the result is named closure-info whatever the roots, so the stub's
+    # store path is made from them.
+    closureInfo =
+      args:
+      let
+        a = strict "closureInfo" [ "rootPaths" ] (needs "closureInfo" [ "rootPaths" ] args);
+        key = builtins.hashString "sha256" (toString (map toString a.rootPaths));
+      in
+      drv "closure-info" {
+        inherit (a) rootPaths;
+        outPath = "/nix/store/${builtins.substring 0 32 key}-closure-info";
+      };
+
+    # buildEnv's arguments (nixos-26.05; stdenv.mkDerivation's through derivationArgs). The
+    # stub keeps its packages and the programs of their bin/.
+    buildEnv =
+      args:
+      let
+        a =
+          strict "buildEnv"
+            [
+              "name"
+              "pname"
+              "version"
+              "paths"
+              "pathsToLink"
+              "extraOutputsToInstall"
+              "extraPrefix"
+              "ignoreCollisions"
+              "ignoreSingleFileOutputs"
+              "checkCollisionContents"
+              "includeClosures"
+              "manifest"
+              "postBuild"
+              "nativeBuildInputs"
+              "buildInputs"
+              "derivationArgs"
+              "passthru"
+              "meta"
+            ]
+            (needs "buildEnv" [ "paths" ] args);
+      in
+      drv (a.name or "${a.pname}-${a.version}") {
+        env = a;
+        stubPrograms = lib.concatMap (p: p.stubPrograms or [ ]) a.paths;
+      };
+
+    gitMinimal = pkg "git-minimal" [ "git" ];
+    gnumake = pkg "gnumake" [ "make" ];
 
     buildPackages.binutils-unwrapped = pkg "binutils" [ "readelf" ];
     installShellFiles = drv "install-shell-files" { };
