@@ -386,7 +386,7 @@ pub fn run(opts: &crate::Opts) -> Result<ExitCode, String> {
     let mut scenarios = scenarios;
     if suite.dev {
         let at = scenarios.len() - 1;
-        let dev: [(&str, Scenario); 5] = [
+        let dev: [(&str, Scenario); 6] = [
             (
                 "toolset-runs-its-own-programs",
                 Suite::toolset_runs_its_own_programs,
@@ -406,6 +406,10 @@ pub fn run(opts: &crate::Opts) -> Result<ExitCode, String> {
             (
                 "grant-cache-persists-is-its-own-and-is-bounded",
                 Suite::grant_cache,
+            ),
+            (
+                "toolset-changed-after-start-is-checked-again",
+                Suite::toolset_changed_after_start,
             ),
         ];
         scenarios.splice(at..at, dev);

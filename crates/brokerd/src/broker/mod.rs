@@ -127,6 +127,8 @@ pub struct Broker {
     /// Each toolset's check (`toolsets`), kept as the preflight is, and one run at a time.
     toolset_checks: Mutex<std::collections::BTreeMap<String, Kept>>,
     toolset_probing: tokio::sync::Mutex<()>,
+    /// What each toolset's files were when its last check ran (`toolsets::Print`).
+    toolset_prints: Mutex<std::collections::BTreeMap<String, toolsets::Print>>,
     /// `None` without a `[runner]` section.
     backend: Option<Backend>,
     shutting_down: std::sync::atomic::AtomicBool,
@@ -187,6 +189,7 @@ impl Broker {
             network_probing: tokio::sync::Mutex::new(()),
             toolset_checks: Mutex::new(toolsets::kept_checks(&config, RETRY_FIRST)),
             toolset_probing: tokio::sync::Mutex::new(()),
+            toolset_prints: Mutex::new(std::collections::BTreeMap::new()),
             // docs/design.md#service: without [runner] brokerd still serves, and says so.
             backend: config.runner.as_ref().map(|r| r.backend),
             shutting_down: std::sync::atomic::AtomicBool::new(false),

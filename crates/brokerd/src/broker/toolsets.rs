@@ -24,7 +24,13 @@ impl Broker {
     /// that is not a `[toolsets.NAME]`.
     pub async fn toolset_check(&self, name: &str) -> Option<Preflight> {
         let toolset = self.config.toolsets.get(name)?.clone();
+        // A tree changed since its last check (another toolkit, a tree swapped in its place)
+        // is checked again now, whatever the kept outcome.
+        let print = Print::of(&toolset);
         let standing = |b: &Broker| {
+            if lock(&b.toolset_prints).get(name) != Some(&print) {
+                return None;
+            }
             lock(&b.toolset_checks)
                 .get(name)
                 .and_then(|k| k.standing(Instant::now()))
@@ -41,6 +47,7 @@ impl Broker {
         let outcome = tokio::task::spawn_blocking(move || runner.run(&spec)).await;
         let mut p = preflight::judge_toolset(outcome.map_err(|e| e.to_string()));
         preflight::settle(self.runner.as_ref(), &mut p);
+        lock(&self.toolset_prints).insert(name.to_owned(), print);
         let now = Instant::now();
         let mut checks = lock(&self.toolset_checks);
         let kept = checks
@@ -92,6 +99,34 @@ impl Broker {
                     .unwrap_or_default(),
             })
             .collect()
+    }
+}
+
+/// What a bwrap toolset's tree is made of where a change matters to its check: the tree
+/// itself, its `/bin/toolkit` and `/bin/sh` (through their links, as a Nix tree's lead into
+/// the store) and its `store_paths` list, each by device, inode, size and change time; `None`
+/// for what cannot be read. A Podman toolset is pinned by its image ID and has no print.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Print(Vec<Option<(u64, u64, u64, i64, i64)>>);
+
+impl Print {
+    pub(super) fn of(t: &crate::config::Toolset) -> Print {
+        use std::os::unix::fs::MetadataExt;
+        let Some(tree) = &t.tree else {
+            return Print(Vec::new());
+        };
+        let mut paths = vec![tree.clone(), tree.join("bin/toolkit"), tree.join("bin/sh")];
+        paths.extend(t.store_paths.clone());
+        Print(
+            paths
+                .iter()
+                .map(|p| {
+                    std::fs::metadata(p)
+                        .ok()
+                        .map(|m| (m.dev(), m.ino(), m.size(), m.ctime(), m.ctime_nsec()))
+                })
+                .collect(),
+        )
     }
 }
 

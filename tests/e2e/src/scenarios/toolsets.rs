@@ -504,3 +504,54 @@ impl Suite {
         )
     }
 }
+
+impl Suite {
+    /// The toolset's tree changed under a running brokerd (docs/design.md#toolsets): its
+    /// `/bin/toolkit` replaced by one that answers another version. On bwrap the next call
+    /// finds the change, checks the toolset again and answers `unavailable` with the toolset's
+    /// runbook entry, never running on the changed tree; put back, the next call checks again
+    /// and runs. Podman runs the image pinned by its ID, which no change to a tree reaches.
+    pub(super) fn toolset_changed_after_start(&mut self) -> Outcome {
+        let Some(tree) = self.dev_tree.clone() else {
+            return Err("the suite has no toolset tree".into());
+        };
+        let toolkit = tree.join("bin/toolkit");
+        let aside = tree.join("bin/toolkit.real");
+        let io = |e: std::io::Error| format!("{}: {e}", toolkit.display());
+        std::fs::rename(&toolkit, &aside).map_err(io)?;
+        let other = "#!/bin/sh\n[ \"$1\" = version ] && { echo 0.0.0-other; exit 0; }\nexec /bin/toolkit.real \"$@\"\n";
+        let swapped = std::fs::write(&toolkit, other).and_then(|()| {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&toolkit, std::fs::Permissions::from_mode(0o755))
+        });
+        let answer = swapped.map_err(io).and_then(|()| {
+            self.call_as(DEV_GRANT, "shell", json!({ "command": "echo ran" }), None)
+        });
+        // Put back whatever happened, so that no later scenario runs on the changed tree.
+        let _ = std::fs::remove_file(&toolkit);
+        std::fs::rename(&aside, &toolkit).map_err(io)?;
+        let answer = answer?;
+        match self.backend {
+            super::Backend::Bwrap => check(matches!(&answer, Body::Unavailable { .. }), || {
+                format!(
+                    "a call on the changed tree was not refused: {}",
+                    show(&answer)
+                )
+            })?,
+            super::Backend::Podman => check(
+                matches!(&answer, Body::Result { content, .. } if content.starts_with("ran\n")),
+                || format!("a call on the pinned image did not run: {}", show(&answer)),
+            )?,
+        }
+        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+        if self.backend == super::Backend::Bwrap {
+            check(log.contains("0.0.0-other"), || {
+                "the journal does not say what the check found".into()
+            })?;
+        }
+        let out = self.dev_shell("echo ran")?;
+        check(out.starts_with("ran\n"), || {
+            format!("the toolset put back did not run again: {out:?}")
+        })
+    }
+}
