@@ -107,7 +107,10 @@ impl Broker {
 /// the store) and its `store_paths` list, each by device, inode, size and change time; `None`
 /// for what cannot be read. A Podman toolset is pinned by its image ID and has no print.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Print(Vec<Option<(u64, u64, u64, i64, i64)>>);
+pub(super) struct Print(Vec<Option<FileId>>);
+
+/// A file's device, inode, size and change time (seconds, nanoseconds).
+type FileId = (u64, u64, u64, i64, i64);
 
 impl Print {
     pub(super) fn of(t: &crate::config::Toolset) -> Print {
