@@ -84,8 +84,13 @@ pub fn bound(cache: &Cache) -> io::Result<Option<Usage>> {
     if !u.over(cache.max_bytes) {
         return Ok(None);
     }
-    empty(&cache.dir)?;
+    // Another call of the grant may be making its sandbox: a directory is back at the path
+    // at once, before the old one's removal.
+    let aside = move_aside(&cache.dir)?;
     make_dir(&cache.dir)?;
+    if let Some(aside) = aside {
+        std::fs::remove_dir_all(aside)?;
+    }
     Ok(Some(u))
 }
 
@@ -113,6 +118,15 @@ fn make_dir(dir: &Path) -> io::Result<()> {
 /// keeps what it mounted), then removed without following links. A directory not there is
 /// not an error.
 pub fn empty(dir: &Path) -> io::Result<()> {
+    match move_aside(dir)? {
+        Some(aside) => std::fs::remove_dir_all(aside),
+        None => Ok(()),
+    }
+}
+
+/// `dir` renamed to a name beside it that no call mounts: where it went, `None` when it was
+/// not there.
+fn move_aside(dir: &Path) -> io::Result<Option<PathBuf>> {
     static N: AtomicU64 = AtomicU64::new(0);
     let Some(name) = dir.file_name() else {
         return Err(io::Error::new(io::ErrorKind::InvalidInput, "no name"));
@@ -126,8 +140,8 @@ pub fn empty(dir: &Path) -> io::Result<()> {
     ));
     let aside = dir.with_file_name(aside);
     match std::fs::rename(dir, &aside) {
-        Ok(()) => std::fs::remove_dir_all(&aside),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Ok(()) => Ok(Some(aside)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(e),
     }
 }
