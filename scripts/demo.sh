@@ -3,8 +3,9 @@
 # missing, builds, makes the tools image and the service user, starts brokerd as that user with
 # an example config, runs a short scripted session through boxctl (each tool, a refusal, an ask
 # and its approval, protected files held by the mount table, a staged grant whose destructive
-# command is read, partly committed and partly discarded by the owner, a toolset with git and
-# make on which a failing test is fixed in a staged grant and the owner commits the fix alone,
+# command is read, partly committed and partly discarded by the owner, a toolset with git, make
+# and gcc from Debian's packages on which a C project's failing test is fixed in a staged grant
+# and the owner commits the fix alone,
 # each step checked: the demo fails if the host's files are not what the step shows), shows the
 # audit records, stops brokerd with SIGTERM and checks that no container is left.
 #
@@ -50,10 +51,11 @@ step "the tools image, in boxmaker's rootless Podman"
 image=$(images/build-tools-image.sh | tail -n 1)
 echo "image $image"
 
-step "a toolset: the same tree and image, with this host's git and make added"
+step "a toolset from Debian's packages: git, make and gcc (about a minute the first time)"
 toolset_tree=$repo/build/toolset-dev
-toolset_image=$(images/build-tools-image.sh --out "$toolset_tree" --name localhost/boxmaker-toolset-dev \
-    --add /usr/bin/git --add /usr/lib/git-core/git-remote-https --add /usr/bin/make | tail -n 1)
+toolset_image=$(images/build-toolset.sh --out "$toolset_tree" dev make git gcc libc6-dev |
+    sed -n 's/^image = "\(.*\)"$/\1/p')
+[ -n "$toolset_image" ] || { echo "demo: the toolset was not built" >&2; exit 1; }
 echo "toolset dev: image $toolset_image, tree $toolset_tree"
 
 step "an example config: $state/brokerd.toml"
@@ -66,18 +68,22 @@ printf 'int main(void) { return 0; }\n' >"$demo/project/src/main.c"
 printf 'TODO: tests\n' >"$demo/project/TODO"
 printf 'int vendored;\n' >"$demo/notes/vendor/lib.c"
 chown -R boxmaker:boxmaker "$demo/project" "$demo/notes/vendor"
-# A project with a failing test, in a git repository (this host's git, none of its config):
+# A C project with a failing test, in a git repository (this host's git, none of its config):
 # `make test` wants 2 + 3 from build/sum and gets 2 - 3.
 rm -rf "$demo/app"
 install -d -m 0755 "$demo/app"
-printf 'test: build/sum\n\t./build/sum 2 3 | grep -qx 5\n\t@echo test passed\n\nbuild/sum: sum.sh\n\tmkdir -p build && cp sum.sh build/sum && chmod +x build/sum\n' \
+printf 'test: build/sum\n\t./build/sum 2 3 | grep -qx 5\n\t@echo test passed\n\nbuild/sum: sum.c\n\tmkdir -p build && cc -O0 -o build/sum sum.c\n' \
     >"$demo/app/Makefile"
-printf '#!/bin/sh\necho $(($1 - $2))\n' >"$demo/app/sum.sh"
+sum_c() {
+    printf '#include <stdio.h>\n#include <stdlib.h>\n\nint main(int argc, char **argv)\n{\n'
+    printf '\tif (argc != 3)\n\t\treturn 2;\n\tprintf("%%d\\n", atoi(argv[1]) %s atoi(argv[2]));\n\treturn 0;\n}\n' "$1"
+}
+sum_c - >"$demo/app/sum.c"
 (
     export HOME=$demo/app GIT_CONFIG_NOSYSTEM=1 GIT_AUTHOR_NAME=demo GIT_COMMITTER_NAME=demo \
         GIT_AUTHOR_EMAIL=demo@example.org GIT_COMMITTER_EMAIL=demo@example.org
     git -c init.defaultBranch=main init -q "$demo/app"
-    git -C "$demo/app" add Makefile sum.sh
+    git -C "$demo/app" add Makefile sum.c
     git -C "$demo/app" commit -q -m "sum: add two numbers"
 )
 chown -R boxmaker:boxmaker "$demo/app"
@@ -116,7 +122,7 @@ tools = ["read_file", "write_file", "shell"]
 paths = [ { path = "$demo/project", write = true } ]
 writes = "staged"
 
-[toolsets.dev]                      # busybox and toolkit, and git and make
+[toolsets.dev]                      # Debian's git, make and gcc, busybox and toolkit
 image = "$toolset_image"
 tree = "$toolset_tree"
 
@@ -191,7 +197,7 @@ echo "on the host: $(cat "$demo/notes/review.txt")"
 
 step "protected files: a script the classifier cannot read tries to change vendor/"
 # A string as the model would send it in JSON.
-js() { local s=${1//\\/\\\\}; s=${s//\"/\\\"}; s=${s//$'\n'/\\n}; printf '"%s"' "$s"; }
+js() { local s=${1//\\/\\\\}; s=${s//\"/\\\"}; s=${s//$'\n'/\\n}; s=${s//$'\t'/\\t}; printf '"%s"' "$s"; }
 # The model writes a script, then runs it: `sh ./fix.sh` is shell_complex (the classifier
 # cannot read what the file holds), so auto runs it unasked. The mount table holds vendor/.
 script=$'echo x > vendor/lib.c\nrm -rf vendor\nmv vendor v2\necho done'
@@ -257,26 +263,27 @@ target/release/boxctl --socket "$socket" changes --session demo --grant project 
 [ -z "$(staged_changes)" ] || fail "changes left after the discard: $(staged_changes)"
 [ "$(tree_of "$demo/project")" = "$after_commit" ] || fail "the discard changed the host's project"
 
-step "a toolset: the app grant's shell has git and make; its test fails"
+step "a toolset: the app grant's shell has git, make and gcc; its test fails"
 call app shell "{\"command\":\"git log --oneline; make test 2>&1; echo make=\$?\",\"cwd\":$(js "$demo/app")}"
 case "$last" in *"sum: add two numbers"*"make=2"*) ;; *) fail "git log or the failing make test did not show" ;; esac
 
 step "the agent fixes the source; make test passes in the sandbox"
-call app write_file "{\"path\":$(js "$demo/app/sum.sh"),\"content\":$(js $'#!/bin/sh\necho $(($1 + $2))')}"
+call app write_file "{\"path\":$(js "$demo/app/sum.c"),\"content\":$(js "$(sum_c +)")}"
+[ "$last_code" -eq 0 ] || fail "the fix was not written (exit $last_code)"
 call app shell "{\"command\":\"make test 2>&1; echo make=\$?\",\"cwd\":$(js "$demo/app")}"
 case "$last" in *"test passed"*"make=0"*) ;; *) fail "make test did not pass after the fix" ;; esac
-echo "on the host, still the old source and no build: $(tail -n 1 "$demo/app/sum.sh"); $(ls "$demo/app" | tr "\n" " ")"
+echo "on the host, still the old source and no build: $(grep atoi "$demo/app/sum.c"); $(ls "$demo/app" | tr "\n" " ")"
 [ ! -e "$demo/app/build" ] || fail "the build's output reached the host before any commit"
 
 step "the owner commits the fix alone and discards the build's output"
 show "boxctl changes --session demo --grant app --text --diff"
 target/release/boxctl --socket "$socket" changes --session demo --grant app --text --diff
-show "boxctl commit --session demo --grant app $demo/app/sum.sh"
-target/release/boxctl --socket "$socket" commit --session demo --grant app "$demo/app/sum.sh"
+show "boxctl commit --session demo --grant app $demo/app/sum.c"
+target/release/boxctl --socket "$socket" commit --session demo --grant app "$demo/app/sum.c"
 show "boxctl discard --session demo --grant app"
 target/release/boxctl --socket "$socket" discard --session demo --grant app
-echo "on the host: $(tail -n 1 "$demo/app/sum.sh"); $(ls "$demo/app" | tr "\n" " ")"
-[ "$(tail -n 1 "$demo/app/sum.sh")" = 'echo $(($1 + $2))' ] || fail "the fix did not land"
+echo "on the host: $(grep atoi "$demo/app/sum.c"); $(ls "$demo/app" | tr "\n" " ")"
+[ "$(cat "$demo/app/sum.c")" = "$(sum_c +)" ] || fail "the fix did not land"
 [ ! -e "$demo/app/build" ] || fail "the build's output reached the host"
 
 step "the audit log: one hash-chained record per decision (metadata only)"

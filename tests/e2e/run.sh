@@ -12,8 +12,10 @@
 #
 #   tests/e2e/run.sh [--bench N] [--only SCENARIO]...     (E2E_SKIP_SETUP=1 skips setup.sh;
 #                                                         E2E_BACKENDS="podman bwrap" by default;
-#                                                         E2E_DEV_TOOLSET=debian builds the
-#                                                         test toolset from Debian's packages)
+#                                                         E2E_DEV_TOOLSET=host makes the
+#                                                         test toolset of the host's git and
+#                                                         make, quickly, with a shell project
+#                                                         instead of the C one)
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/../.." && pwd)
@@ -61,13 +63,28 @@ install -d -m 0755 "$ca"
 image=$(images/build-tools-image.sh --toolkit "$target/$MUSL/release/toolkit" --out "$tree" \
     --name "$image_name" --extra-ca "$ca/ca.pem" | tail -n 1)
 say "test image $image"
-if [ "${E2E_DEV_TOOLSET:-host}" = debian ]; then
-    # The same toolset from Debian's packages (images/build-toolset.sh: mmdebstrap through the
-    # host's apt sources, its downloads cached), for a run that proves that builder too.
+dev_project=c
+if [ "${E2E_DEV_TOOLSET:-debian}" = debian ]; then
+    # The test toolset from Debian's packages (images/build-toolset.sh: mmdebstrap through the
+    # host's apt sources, its downloads cached): git, make and a C compiler, for the C project
+    # the staged grant fixes.
     dev_image_name=localhost/boxmaker-toolset-e2e-dev:latest
     dev_image=$(images/build-toolset.sh --toolkit "$target/$MUSL/release/toolkit" --out "$dev_tree" \
-        --extra-ca "$ca/ca.pem" e2e-dev make git | sed -n 's/^image = "\(.*\)"$/\1/p')
+        --extra-ca "$ca/ca.pem" e2e-dev make git gcc libc6-dev | sed -n 's/^image = "\(.*\)"$/\1/p')
+    # A package that brings setuid files (passwd: chfn, chsh, passwd, ...) fails the build,
+    # which names them and leaves no tree.
+    suid_tree=$repo/build/toolset-e2e-suid
+    if suid_out=$(images/build-toolset.sh --tree-only --out "$suid_tree" e2e-suid passwd 2>&1); then
+        say "a toolset with setuid files was built: $suid_tree"; exit 1
+    fi
+    case "$suid_out" in
+        *"/usr/bin/passwd"*"setuid, setgid or device files"*) say "the builder refused passwd's setuid files, naming them" ;;
+        *) say "the builder failed otherwise than on passwd's setuid files: $(printf '%s' "$suid_out" | tail -n 5)"; exit 1 ;;
+    esac
+    [ ! -e "$suid_tree" ] || { say "the refused build left $suid_tree"; exit 1; }
 else
+    # The host's git and make copied into a tree (quick; no compiler: a shell project).
+    dev_project=sh
     dev_image=$(images/build-tools-image.sh --toolkit "$target/$MUSL/release/toolkit" --out "$dev_tree" \
         --name "$dev_image_name" --extra-ca "$ca/ca.pem" \
         --add /usr/bin/git --add /usr/lib/git-core/git-remote-https --add /usr/bin/make | tail -n 1)
@@ -105,5 +122,5 @@ tests/e2e/pasta-layout.sh
 rc=0
 tests/e2e/in-netns.sh --e2e "$e2e" --brokerd "$brokerd" --ca "$ca" --work "$work" \
     --image "$image" --tools-root "$tree" --backends "$backends" --files "$files" \
-    -- --dev-image "$dev_image" --dev-tree "$dev_tree" "$@" || rc=$?
+    -- --dev-image "$dev_image" --dev-tree "$dev_tree" --dev-project "$dev_project" "$@" || rc=$?
 exit "$rc"

@@ -185,6 +185,7 @@ fn main() -> ExitCode {
                 "scale-tools",
                 "dev-image",
                 "dev-tree",
+                "dev-project",
             ])?;
             scenarios::run(&opts)
         }

@@ -95,8 +95,14 @@ cache = true
         user.chown(&rw)?;
         user.chown(&staged)?;
         user.chown(&state)?;
+        // The staged grant's project: C where the toolset has a compiler (`--dev-project c`).
+        let project = match opts.one("dev-project").as_deref() {
+            None | Some("sh") => &super::toolsets::SHELL_PROJECT,
+            Some("c") => &super::toolsets::C_PROJECT,
+            Some(other) => return Err(format!("--dev-project {other:?} is not c or sh")),
+        };
         if dev.is_some() {
-            super::toolsets::make_project(&work.join("project"), &user)?;
+            super::toolsets::make_project(&work.join("project"), &user, project)?;
         }
         let hello = ro.join("hello.txt");
         std::fs::write(&hello, RO_TEXT).map_err(|e| format!("{}: {e}", hello.display()))?;
@@ -255,6 +261,7 @@ writes = "staged"
         Ok(Suite {
             dev: dev.is_some(),
             dev_tree: dev.as_ref().map(|(_, tree)| PathBuf::from(tree)),
+            project,
             base_tree: tree.clone(),
             dns_log,
             backend,

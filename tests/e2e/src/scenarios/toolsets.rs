@@ -14,24 +14,84 @@ use super::{
 };
 use crate::system::User;
 
-/// The project's source with its bug: `make test` wants 2 + 3 and gets 2 - 3.
-const SUM_BROKEN: &str = "#!/bin/sh\necho $(($1 - $2))\n";
-const SUM_FIXED: &str = "#!/bin/sh\necho $(($1 + $2))\n";
-/// `make test` builds `build/sum` from `sum.sh` and checks 2 + 3.
-const MAKEFILE: &str = "test: build/sum\n\
+/// The project the staged grant works on: a source with a bug, its fix, and a Makefile whose
+/// `make test` builds `build/sum` from the source and checks that it adds 2 and 3.
+pub(super) struct Project {
+    /// The source's file name.
+    pub(super) source: &'static str,
+    pub(super) broken: &'static str,
+    pub(super) fixed: &'static str,
+    pub(super) makefile: &'static str,
+}
+
+/// A C program built by the toolset's cc (a toolset from Debian's packages, with gcc).
+pub(super) const C_PROJECT: Project = Project {
+    source: "sum.c",
+    broken: "#include <stdio.h>\n#include <stdlib.h>\n\nint main(int argc, char **argv)\n{\n\tif (argc != 3)\n\t\treturn 2;\n\tprintf(\"%d\\n\", atoi(argv[1]) - atoi(argv[2]));\n\treturn 0;\n}\n",
+    fixed: "#include <stdio.h>\n#include <stdlib.h>\n\nint main(int argc, char **argv)\n{\n\tif (argc != 3)\n\t\treturn 2;\n\tprintf(\"%d\\n\", atoi(argv[1]) + atoi(argv[2]));\n\treturn 0;\n}\n",
+    makefile: "test: build/sum\n\
+\t./build/sum 2 3 | grep -qx 5\n\
+\t@echo test passed\n\
+\n\
+build/sum: sum.c\n\
+\tmkdir -p build && cc -O0 -o build/sum sum.c\n",
+};
+
+/// A shell program "built" by make (a toolset of the host's git and make, which has no
+/// compiler).
+pub(super) const SHELL_PROJECT: Project = Project {
+    source: "sum.sh",
+    broken: "#!/bin/sh\necho $(($1 - $2))\n",
+    fixed: "#!/bin/sh\necho $(($1 + $2))\n",
+    makefile: "test: build/sum\n\
 \t./build/sum 2 3 | grep -qx 5\n\
 \t@echo test passed\n\
 \n\
 build/sum: sum.sh\n\
-\tmkdir -p build && cp sum.sh build/sum && chmod +x build/sum\n";
+\tmkdir -p build && cp sum.sh build/sum && chmod +x build/sum\n",
+};
 
-/// The project the staged grant works on, the service user's: a Makefile and a source with a
-/// failing test.
-pub(super) fn make_project(dir: &Path, user: &User) -> Result<(), String> {
+/// The subject of the project's one commit, which `git log` in the sandbox shows.
+const FIRST_COMMIT: &str = "sum: add two numbers";
+
+/// The project the staged grant works on, the service user's: a git repository of one commit
+/// holding a Makefile and a source with a failing test (made by the host's git, none of its
+/// configuration).
+pub(super) fn make_project(dir: &Path, user: &User, project: &Project) -> Result<(), String> {
     let io = |e: std::io::Error| format!("{}: {e}", dir.display());
     std::fs::create_dir_all(dir).map_err(io)?;
-    std::fs::write(dir.join("Makefile"), MAKEFILE).map_err(io)?;
-    std::fs::write(dir.join("sum.sh"), SUM_BROKEN).map_err(io)?;
+    std::fs::write(dir.join("Makefile"), project.makefile).map_err(io)?;
+    std::fs::write(dir.join(project.source), project.broken).map_err(io)?;
+    std::fs::write(dir.join(".gitignore"), "build/\n").map_err(io)?;
+    let git = |args: &[&str]| -> Result<(), String> {
+        let out = std::process::Command::new("git")
+            .args(["-c", "user.name=e2e", "-c", "user.email=e2e@example.org"])
+            .args([
+                "-c",
+                "init.defaultBranch=main",
+                "-c",
+                "commit.gpgsign=false",
+            ])
+            .args(args)
+            .current_dir(dir)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .output()
+            .map_err(|e| format!("git: {e}"))?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "git {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ))
+        }
+    };
+    if !dir.join(".git").exists() {
+        git(&["init", "-q"])?;
+        git(&["add", "."])?;
+        git(&["commit", "-q", "-m", FIRST_COMMIT])?;
+    }
     user.chown_tree(dir)
 }
 
@@ -183,17 +243,36 @@ impl Suite {
         let project = self.work.join("project");
         let session = format!("{}-{}", self.session, self.backend.as_str());
         let cwd = project.display().to_string();
+        let log = json!({ "command": "git log --format=%s; git config --show-origin --list", "cwd": cwd });
+        let out = self.dev_staged(&session, "shell", log)?;
+        check(out.starts_with(&format!("{FIRST_COMMIT}\n")), || {
+            format!("git log in the sandbox: {out:?}")
+        })?;
+        // git reads the sandbox's own configuration and the repository's, nothing of the
+        // host's or a user's.
+        let origins: Vec<&str> = out
+            .lines()
+            .filter_map(|l| l.strip_prefix("file:"))
+            .filter_map(|l| l.split('\t').next())
+            .collect();
+        check(
+            origins.contains(&"/tmp/.gitconfig")
+                && origins
+                    .iter()
+                    .all(|o| *o == "/tmp/.gitconfig" || *o == ".git/config"),
+            || format!("git in the sandbox read another configuration: {out:?}"),
+        )?;
         let make = json!({ "command": "make test 2>&1; echo \"make=$?\"", "cwd": cwd });
         let out = self.dev_staged(&session, "shell", make.clone())?;
         check(
             !out.contains("test passed") && !out.contains("make=0\n"),
             || format!("make test passed before the fix: {out:?}"),
         )?;
-        let sum = project.join("sum.sh");
+        let sum = project.join(self.project.source);
         self.dev_staged(
             &session,
             "write_file",
-            json!({ "path": sum, "content": SUM_FIXED }),
+            json!({ "path": sum, "content": self.project.fixed }),
         )?;
         let out = self.dev_staged(&session, "shell", make)?;
         check(
@@ -226,12 +305,15 @@ impl Suite {
             || format!("the commit of the fix alone: {committed:?}"),
         )?;
         let host = std::fs::read_to_string(&sum).map_err(|e| format!("{sum_path}: {e}"))?;
-        check(host == SUM_FIXED && !project.join("build").exists(), || {
-            format!(
-                "the host has {host:?} and build/ {}",
-                project.join("build").exists()
-            )
-        })?;
+        check(
+            host == self.project.fixed && !project.join("build").exists(),
+            || {
+                format!(
+                    "the host has {host:?} and build/ {}",
+                    project.join("build").exists()
+                )
+            },
+        )?;
         owner
             .discard(&Staged {
                 session: &session,
@@ -240,7 +322,7 @@ impl Suite {
             })
             .map_err(|e| e.to_string())?;
         // Back as it was, for another backend's run.
-        std::fs::write(&sum, SUM_BROKEN).map_err(|e| format!("{sum_path}: {e}"))
+        std::fs::write(&sum, self.project.broken).map_err(|e| format!("{sum_path}: {e}"))
     }
 
     /// A build in the direct grant on the toolset whose recipe writes into `vendor/`: the write
@@ -327,7 +409,7 @@ impl Suite {
         self.dev_staged(
             &session,
             "write_file",
-            json!({ "path": project.join("sum.sh"), "content": SUM_FIXED }),
+            json!({ "path": project.join(self.project.source), "content": self.project.fixed }),
         )?;
         for i in 0..=n.min(10) {
             let out =
@@ -340,8 +422,10 @@ impl Suite {
                 .ok_or_else(|| format!("no timing in {out:?}"))?;
             let _ = std::fs::remove_dir_all(&host_copy);
             std::fs::create_dir_all(&host_copy).map_err(|e| e.to_string())?;
-            std::fs::write(host_copy.join("Makefile"), MAKEFILE).map_err(|e| e.to_string())?;
-            std::fs::write(host_copy.join("sum.sh"), SUM_FIXED).map_err(|e| e.to_string())?;
+            std::fs::write(host_copy.join("Makefile"), self.project.makefile)
+                .map_err(|e| e.to_string())?;
+            std::fs::write(host_copy.join(self.project.source), self.project.fixed)
+                .map_err(|e| e.to_string())?;
             // The same programs outside the sandbox: the toolset's busybox for the shell and
             // its applets, the host's make (the toolset's is a copy of it).
             let tree = self.dev_tree.clone().ok_or("no --dev-tree")?;
@@ -411,6 +495,10 @@ impl Suite {
         let caches = self.user.home.join("caches");
         let mine = caches.join(DEV_GRANT);
         let project = self.work.join("project");
+        // What an earlier run's caches held is not this run's.
+        for g in [DEV_GRANT, DEV_STAGED_GRANT] {
+            let _ = std::fs::remove_dir_all(caches.join(g));
+        }
         let out = self.dev_shell(&format!(
             "echo \"cache=$XDG_CACHE_HOME cargo=$CARGO_HOME\"; \
              echo kept > \"$XDG_CACHE_HOME/mark\" && ln -s {} \"$XDG_CACHE_HOME/other\" && echo wrote",
@@ -425,10 +513,10 @@ impl Suite {
             format!("{} does not hold what the call left", mine.display())
         })?;
         let out = self.dev_shell(
-            "cat \"$XDG_CACHE_HOME/mark\"; cat \"$XDG_CACHE_HOME/other/sum.sh\" 2>&1; echo \"other=$?\"",
+            "cat \"$XDG_CACHE_HOME/mark\"; cat \"$XDG_CACHE_HOME/other/Makefile\" 2>&1; echo \"other=$?\"",
         )?;
         check(
-            out.starts_with("kept\n") && out.contains("other=1\n") && !out.contains("echo $(("),
+            out.starts_with("kept\n") && out.contains("other=1\n") && !out.contains("build/sum"),
             || {
                 format!("the next call did not find the cache, or its link reached the project: {out:?}")
             },
@@ -460,7 +548,7 @@ impl Suite {
         check(out.contains("n=0\n"), || {
             format!("a cache past its bound was not emptied: {out:?}")
         })?;
-        check(project.join("sum.sh").is_file(), || {
+        check(project.join("Makefile").is_file(), || {
             "emptying the cache followed its link into the project".into()
         })?;
         let log = std::fs::read_to_string(&self.log).unwrap_or_default();
@@ -469,12 +557,18 @@ impl Suite {
             || "the journal does not say the cache was emptied".into(),
         )?;
 
+        // gc sweeps as at a start: the last call's proxy must be gone first.
+        self.await_settled();
+        let before = std::fs::read_dir(&caches).map_or(0, |d| d.count());
         let mut c = self.user.command(&self.brokerd);
         c.args(["gc", "--caches", "--config"]).arg(&self.config);
         let (code, text) = crate::system::output(c, self.t(std::time::Duration::from_secs(60)))?;
         let left = std::fs::read_dir(&caches).map_or(0, |d| d.count());
         check(
-            code == 0 && text.contains("removed 2 cache(s)") && left == 0,
+            code == 0
+                && before >= 2
+                && text.contains(&format!("removed {before} cache(s)"))
+                && left == 0,
             || format!("gc --caches exited {code}, said {text:?}, left {left} entries"),
         )
     }
