@@ -691,8 +691,8 @@ fn gc(cfg: &Config) -> Result<u8, String> {
     }
 }
 
-/// `gc --caches`: every grant's cache under `<home>/caches` removed (a sandbox still running
-/// keeps the directory it mounted until it ends).
+/// `gc --caches`: every grant's cache under `<home>/caches` removed, and what an emptying left
+/// (for a brokerd stopped or idle: a call using a cache would lose it).
 fn gc_caches(cfg: &Config) -> Result<u8, String> {
     let Some(rc) = &cfg.runner else {
         return Err("the config has no [runner] section".into());

@@ -109,7 +109,7 @@ impl Broker {
         let egress_in = egress.clone();
         let task = tokio::task::spawn_blocking(move || {
             let mut spec = spec;
-            ready_cache(&mut spec);
+            let in_use = ready_cache(&mut spec);
             let reply = Reply::after(runner_cleared, move |answer| {
                 let (stage, layers) = answered;
                 for l in layers.iter().flatten() {
@@ -121,10 +121,6 @@ impl Broker {
             })
             .egress_to(egress_in);
             runner.run_replying(&spec, reply);
-            // A call that filled its cache past the bound leaves it emptied for the next.
-            if let Some(cache) = &spec.cache {
-                bound_cache(&spec, cache, crate::runner::cache::bound(cache));
-            }
             // And again once the sandbox is gone, before another call or a commit may take
             // the layers (a path already recorded keeps its first record).
             if let Some((holding, layers)) = staged {
@@ -135,6 +131,14 @@ impl Broker {
                 }
                 drop(holding);
             }
+            // A call that filled its cache past the bound leaves it emptied for the next,
+            // unless another call of the grant is using it.
+            if let (Some(cache), Some(in_use)) = (&spec.cache, &in_use) {
+                if in_use.alone() {
+                    bound_cache(&spec, cache, crate::runner::cache::bound(cache));
+                }
+            }
+            drop(in_use);
             // The slot and the count in flight are held until the clean-up after the answer
             // is done: `max_concurrent_calls` bounds sandboxes, not answers.
             drop(permit);
@@ -182,17 +186,21 @@ impl Broker {
     }
 }
 
-/// The call's cache made ready before its sandbox (docs/design.md#grant-caches): one that
-/// cannot be made leaves the call without it, said in the journal, rather than failing it.
-fn ready_cache(spec: &mut RunSpec) {
-    let Some(cache) = spec.cache.clone() else {
-        return;
-    };
-    let ready = crate::runner::cache::prepare(&cache);
-    if ready.is_err() {
-        spec.cache = None;
-    }
+/// The call's cache made ready before its sandbox (docs/design.md#grant-caches), counted as
+/// in use until the guard goes: one that cannot be made leaves the call without it, said in
+/// the journal, rather than failing it.
+fn ready_cache(spec: &mut RunSpec) -> Option<crate::runner::cache::InUse> {
+    let cache = spec.cache.clone()?;
+    let in_use = crate::runner::cache::enter(&cache.dir);
+    let ready = crate::runner::cache::prepare(&cache, &in_use);
+    let made = ready.is_ok();
     bound_cache(spec, &cache, ready);
+    if made {
+        Some(in_use)
+    } else {
+        spec.cache = None;
+        None
+    }
 }
 
 /// The journal's line for a cache found over its bound (and emptied), or not made ready.

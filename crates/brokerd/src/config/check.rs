@@ -523,6 +523,21 @@ impl Checker<'_> {
             limits: GrantLimits::default(),
             cache: self.cache(&g.cache, &g.max_cache_bytes, &key)?,
         })
+        .and_then(|grant| {
+            // The cache is mounted at /tmp/.cache: a grant directory there or above it
+            // would hold its mount point, or be hidden by it on one backend and not the other.
+            let at = Path::new(proto::tools::TOOL_CACHE);
+            match grant.paths.iter().find(|p| {
+                grant.cache.is_some() && (at.starts_with(&p.path) || p.path.starts_with(at))
+            }) {
+                Some(p) => self.err(
+                    None,
+                    &key("cache"),
+                    Problem::CacheOverGrant(p.path.display().to_string()),
+                ),
+                None => Ok(grant),
+            }
+        })
     }
 
     /// A grant's `cache` and `max_cache_bytes`: the bound when the cache is on, which the

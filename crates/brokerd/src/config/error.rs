@@ -79,6 +79,8 @@ pub enum Problem {
     CacheBoundWithoutCache,
     #[error("{0} is less than 1 MiB (1048576), the least a cache is bounded to")]
     CacheBound(u64),
+    #[error("the grant directory {0} holds /tmp/.cache or lies in it, where the cache is mounted")]
+    CacheOverGrant(String),
     #[error("{0}")]
     Nested(Box<Nested>),
     #[error("{0}")]

@@ -49,6 +49,24 @@ pub fn state_places(c: &Config) -> Vec<StatePlace> {
             file: false,
         });
     }
+    // A grant over a toolset's tree or its store path list could change what other sandboxes
+    // run or see of the store.
+    for t in c.toolsets.values() {
+        if let Some(tree) = &t.tree {
+            places.push(StatePlace {
+                path: tree.clone(),
+                what: "a toolset's tree (toolsets.NAME.tree)",
+                file: false,
+            });
+        }
+        if let Some(list) = &t.store_paths {
+            places.push(StatePlace {
+                path: list.clone(),
+                what: "a toolset's store path list (toolsets.NAME.store_paths)",
+                file: true,
+            });
+        }
+    }
     places
 }
 

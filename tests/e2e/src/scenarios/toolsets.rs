@@ -551,6 +551,26 @@ impl Suite {
         check(project.join("Makefile").is_file(), || {
             "emptying the cache followed its link into the project".into()
         })?;
+        // What a call hides from brokerd's count behind a directory of mode 000 (its own
+        // user's) is counted as over all the same, and removed.
+        let out = self.dev_shell(&format!(
+            "mkdir -p \"$XDG_CACHE_HOME/a/b\" && head -c {} /dev/zero > \"$XDG_CACHE_HOME/a/b/big\" \
+             && chmod 000 \"$XDG_CACHE_HOME/a\"; echo \"hid=$?\"",
+            2 * super::DEV_CACHE_BYTES
+        ))?;
+        check(out.contains("hid=0\n"), || {
+            format!("the cache could not be written: {out:?}")
+        })?;
+        let out = self.dev_shell("echo \"n=$(ls -A \"$XDG_CACHE_HOME\" | wc -l)\"")?;
+        let aside: Vec<String> = std::fs::read_dir(&caches)
+            .map_err(|e| format!("{}: {e}", caches.display()))?
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with('.'))
+            .collect();
+        check(out.contains("n=0\n") && aside.is_empty(), || {
+            format!("a cache hidden behind mode 000 was not emptied: {out:?}, left {aside:?}")
+        })?;
         let log = std::fs::read_to_string(&self.log).unwrap_or_default();
         check(
             log.contains("the grant's cache was over its bound and is emptied"),
@@ -559,7 +579,11 @@ impl Suite {
 
         // gc sweeps as at a start: the last call's proxy must be gone first.
         self.await_settled();
-        let before = std::fs::read_dir(&caches).map_or(0, |d| d.count());
+        let before = std::fs::read_dir(&caches).map_or(0, |d| {
+            d.flatten()
+                .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+                .count()
+        });
         let mut c = self.user.command(&self.brokerd);
         c.args(["gc", "--caches", "--config"]).arg(&self.config);
         let (code, text) = crate::system::output(c, self.t(std::time::Duration::from_secs(60)))?;

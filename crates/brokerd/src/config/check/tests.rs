@@ -135,6 +135,9 @@ fn bad_configs_say_where_and_what() {
         (grant("allow_addresses = [\"10.1.2.3/8\"]"), "c.toml:3:20: grants.g.allow_addresses: \"10.1.2.3/8\" has address bits set past its prefix length; write 10.0.0.0/8".into()),
         (grant("allow_addresses = [\"10.0.0.0/33\"]"), "c.toml:3:20: grants.g.allow_addresses: \"10.0.0.0/33\" has a prefix length longer than the address".into()),
         (grant("allow_addresses = [\"example.com\"]"), "c.toml:3:20: grants.g.allow_addresses: \"example.com\" is not an address or a CIDR such as 192.0.2.0/24".into()),
+        (grant("cache = true\nmax_cache_bytes = 1000"), "c.toml:4:19: grants.g.max_cache_bytes: 1000 is less than 1 MiB (1048576), the least a cache is bounded to".into()),
+        (grant("max_cache_bytes = 2000000"), "c.toml:3:19: grants.g.max_cache_bytes: needs cache = true: it bounds the grant's cache".into()),
+        (grant("cache = true\npaths = [{ path = \"/tmp\" }]"), "c.toml: grants.g.cache: the grant directory /tmp holds /tmp/.cache or lies in it, where the cache is mounted".into()),
         (grant("allow_addresses = [\"127.0.0.1\"]"), "c.toml:3:20: grants.g.allow_addresses: 127.0.0.1/32 overlaps 127.0.0.0/8, which is never allowed (loopback, link-local, the tailnet, 0/8, multicast)".into()),
     ];
     for (text, want) in cases {
