@@ -31,6 +31,7 @@ tree=$repo/build/tools-root-e2e
 # A toolset of the host's git and make (the toolset scenarios), and what its clone reads.
 dev_image_name=localhost/boxmaker-toolset-e2e-dev
 dev_tree=$repo/build/toolset-e2e-dev
+suid_tree=$repo/build/toolset-e2e-suid
 files=/srv/boxmaker-e2e-files-$$
 backends=${E2E_BACKENDS:-podman bwrap}
 
@@ -44,7 +45,7 @@ cleanup() {
         scripts/as-boxmaker podman image rm "$image_name" "$dev_image_name" >/dev/null 2>&1
         scripts/as-boxmaker podman system migrate >/dev/null 2>&1
     fi
-    rm -rf "$ca" "$tree" "$dev_tree" "$files"
+    rm -rf "$ca" "$tree" "$dev_tree" "$suid_tree" "$files"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -73,8 +74,9 @@ if [ "${E2E_DEV_TOOLSET:-debian}" = debian ]; then
         --extra-ca "$ca/ca.pem" e2e-dev make git gcc libc6-dev | sed -n 's/^image = "\(.*\)"$/\1/p')
     # A package that brings setuid files (passwd: chfn, chsh, passwd, ...) fails the build,
     # which names them and leaves no tree.
-    suid_tree=$repo/build/toolset-e2e-suid
-    if suid_out=$(images/build-toolset.sh --tree-only --out "$suid_tree" e2e-suid passwd 2>&1); then
+    rm -rf "$suid_tree"
+    if suid_out=$(images/build-toolset.sh --toolkit "$target/$MUSL/release/toolkit" --tree-only \
+        --out "$suid_tree" e2e-suid passwd 2>&1); then
         say "a toolset with setuid files was built: $suid_tree"; exit 1
     fi
     case "$suid_out" in

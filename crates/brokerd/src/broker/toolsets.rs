@@ -26,7 +26,10 @@ impl Broker {
         let toolset = self.config.toolsets.get(name)?.clone();
         // A tree changed since its last check (another toolkit, a tree swapped in its place)
         // is checked again now, whatever the kept outcome.
-        let print = Print::of(&toolset);
+        let print = match self.backend {
+            Some(Backend::Bwrap) => Print::of(&toolset),
+            _ => Print(Vec::new()),
+        };
         let standing = |b: &Broker| {
             if lock(&b.toolset_prints).get(name) != Some(&print) {
                 return None;

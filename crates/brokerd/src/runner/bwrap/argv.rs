@@ -187,7 +187,16 @@ impl BwrapRuntime {
                     a.push(target.clone().into_os_string());
                     a.push(inside(name));
                 }
-                RootEntry::Store(path) => bind_tree(&mut a, path, path, mounted),
+                // A store path that is a link is made again as one: bwrap would bind where it
+                // leads on the host.
+                RootEntry::Store(path) => match std::fs::read_link(path) {
+                    Ok(target) => {
+                        a.push("--symlink".into());
+                        a.push(target.into_os_string());
+                        a.push(path.clone().into_os_string());
+                    }
+                    Err(_) => bind_tree(&mut a, path, path, mounted),
+                },
             }
         }
         a.extend(["--proc", "/proc", "--dev", "/dev"].map(OsString::from));
