@@ -287,10 +287,17 @@ impl BwrapRuntime {
         if status.code() != Some(1) || !stdout.is_empty() || !stderr.starts_with("bwrap: ") {
             return None;
         }
+        // A namespace the kernel could not make for want of a resource this moment (EAGAIN:
+        // the user's processes or namespaces at their limit, as a flood of calls can bring
+        // them; ENOSPC: max_user_namespaces reached) is this call's failure, not the host's:
+        // the next call tries again.
+        let short_of = stderr.contains("Resource temporarily unavailable")
+            || stderr.contains("No space left on device");
         let refused = stderr.contains("namespace")
             && (stderr.contains("No permissions")
                 || stderr.contains("Operation not permitted")
                 || stderr.contains("failed"))
+            && !short_of
             || stderr.contains("uid map")
             || stderr.contains("setting up uid");
         Some(refused.then(|| Terminal::Refused(stderr.trim_end().to_string())))

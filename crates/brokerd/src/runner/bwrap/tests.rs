@@ -216,8 +216,21 @@ fn bwrap_s_own_refusals_are_told_from_a_tool_s_exit_1() {
     let one = std::process::ExitStatus::from_raw(1 << 8);
     let zero = std::process::ExitStatus::from_raw(0);
     let userns = "bwrap: No permissions to create new namespace, likely because the kernel does not allow non-privileged user namespaces.\n";
-    let cases: [(std::process::ExitStatus, &[u8], &str, Option<bool>); 5] = [
+    let cases: [(std::process::ExitStatus, &[u8], &str, Option<bool>); 7] = [
         (one, b"", userns, Some(true)),
+        // Short of a resource this moment: this call's failure, not a terminal one.
+        (
+            one,
+            b"",
+            "bwrap: Creating new namespace failed: Resource temporarily unavailable\n",
+            Some(false),
+        ),
+        (
+            one,
+            b"",
+            "bwrap: Creating new namespace failed: No space left on device\n",
+            Some(false),
+        ),
         (
             one,
             b"",
