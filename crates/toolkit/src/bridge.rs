@@ -17,9 +17,12 @@ use std::thread;
 
 use crate::proxy::{relay, IDLE_TIMEOUT};
 
-/// How many connections the bridge forwards at once; more wait in the listen queue. The proxy
-/// holds the call's own bound; this one only keeps the bridge's threads few.
-pub const MAX_BRIDGED: usize = 128;
+/// How many connections the bridge forwards at once; one past it is closed at once. The proxy
+/// holds the call's own bound and serves no more than 16 at once itself; this one keeps the
+/// bridge's threads (two a connection) few: the kernel counts them against the service user's
+/// processes, which the other calls' sandboxes are bounded by too (RLIMIT_NPROC, the `pids`
+/// limit), so a flood in one sandbox must not use them up (docs/design.md#the-egress-proxy).
+pub const MAX_BRIDGED: usize = 16;
 
 /// The proxy variables set for the command, each to the bridge's `http://` address
 /// (docs/design.md#shell-and-its-egress-proxy). `NO_PROXY` and `no_proxy` are set empty.
