@@ -4,6 +4,7 @@
 //! program writes or runs is read as that. Anything else about it (a program file, an
 //! extension, gawk's `@` forms, text it cannot tokenize) is `ShellComplex`.
 
+use super::opts::Parsed;
 use super::*;
 
 /// One token of an awk program.
@@ -37,7 +38,11 @@ pub(super) struct AwkEffects {
     pub(super) fed: Vec<String>,
     /// A command it builds from text the classifier cannot read (`system($0)`).
     pub(super) runs_unknown: bool,
-    /// An output redirection to a file it names by an expression.
+    /// Variables its output redirections name (`print > out`): the file is the value the
+    /// command assigns.
+    pub(super) writes_vars: Vec<String>,
+    /// An output redirection to a file it names by an expression, or by a variable the
+    /// program also sets.
     pub(super) writes_unknown: bool,
     /// Something the classifier does not read (gawk's `@include`, `@f()`).
     pub(super) opaque: bool,
@@ -134,16 +139,16 @@ fn ends_statement(t: &Token) -> bool {
     matches!(t, Token::Op(";" | "\n" | "}" | "{"))
 }
 
-/// The expression after position `at` up to the end of its statement: a string literal alone,
-/// or `None` for anything else.
-fn literal_after(tokens: &[Token], at: usize) -> Option<String> {
+/// The expression after position `at` up to the end of its statement when it is one string
+/// literal or one name; `None` for anything else.
+fn lone_after(tokens: &[Token], at: usize) -> Option<&Token> {
     let rest: Vec<&Token> = tokens[at..]
         .iter()
         .take_while(|t| !ends_statement(t) && !matches!(t, Token::Op(")")))
         .collect();
     match rest.as_slice() {
-        [Token::Str(s)] => Some(s.clone()),
-        [Token::Op("("), Token::Str(s)] => Some(s.clone()),
+        [one @ (Token::Str(_) | Token::Name(_))] => Some(one),
+        [Token::Op("("), one @ (Token::Str(_) | Token::Name(_))] => Some(one),
         _ => None,
     }
 }
@@ -168,9 +173,21 @@ pub(super) fn awk_effects(program: &str) -> Option<AwkEffects> {
             Token::Op("(") | Token::Op("[") => depth += 1,
             Token::Op(")") | Token::Op("]") => depth = depth.saturating_sub(1),
             Token::Op(">") | Token::Op(">>") if print_depth == Some(depth) => {
-                match literal_after(&tokens, k + 1) {
-                    Some(f) => e.writes.push(f),
-                    None => e.writes_unknown = true,
+                match lone_after(&tokens, k + 1) {
+                    Some(Token::Str(f)) => e.writes.push(f.clone()),
+                    Some(Token::Name(v)) => {
+                        // Placed only where the program never sets it: its every other use
+                        // is another redirection.
+                        e.writes_unknown |= tokens.iter().enumerate().any(|(j, t)| {
+                            t == &Token::Name(v.clone())
+                                && !matches!(
+                                    j.checked_sub(1).map(|b| &tokens[b]),
+                                    Some(Token::Op(">" | ">>"))
+                                )
+                        });
+                        e.writes_vars.push(v.clone());
+                    }
+                    _ => e.writes_unknown = true,
                 }
             }
             Token::Op("|") | Token::Op("|&") => {
@@ -182,9 +199,9 @@ pub(super) fn awk_effects(program: &str) -> Option<AwkEffects> {
                     }
                 } else {
                     // `print ... | "cmd"`: the command reads what the program prints.
-                    match literal_after(&tokens, k + 1) {
-                        Some(c) => e.fed.push(c),
-                        None => e.runs_unknown = true,
+                    match lone_after(&tokens, k + 1) {
+                        Some(Token::Str(c)) => e.fed.push(c.clone()),
+                        _ => e.runs_unknown = true,
                     }
                 }
             }
@@ -196,175 +213,106 @@ pub(super) fn awk_effects(program: &str) -> Option<AwkEffects> {
     Some(e)
 }
 
-/// awk's options that take a value (attached or the next word), and those after which the
-/// program is not the first operand.
-const VALUED: &[&str] = &["-F", "-v", "-f", "-e", "-i", "-E", "-l", "-W"];
-
-/// gawk's long options: (name, takes a value, what giving it means).
-const LONG: &[(&str, bool, LongMeans)] = &[
-    ("field-separator", true, LongMeans::Plain),
-    ("assign", true, LongMeans::Plain),
-    ("file", true, LongMeans::ProgramFile),
-    ("source", true, LongMeans::Program),
-    ("include", true, LongMeans::Include),
-    ("exec", true, LongMeans::ProgramFile),
-    ("load", true, LongMeans::Opaque),
-    ("sandbox", false, LongMeans::Sandbox),
-    ("debug", false, LongMeans::Opaque),
-    ("dump-variables", false, LongMeans::Writes("awkvars.out")),
-    ("pretty-print", false, LongMeans::Writes("awkprof.out")),
-    ("profile", false, LongMeans::Writes("awkprof.out")),
+/// gawk's options that write a file, and the file each writes when given no value.
+const WRITES: &[(&str, &str)] = &[
+    ("dump-variables", "awkvars.out"),
+    ("pretty-print", "awkprof.out"),
+    ("profile", "awkprof.out"),
 ];
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum LongMeans {
-    Plain,
-    /// The program is in a file.
-    ProgramFile,
-    /// The value is program text.
-    Program,
-    /// `-i LIB`: `inplace` edits the files; another library is code the classifier does not see.
-    Include,
-    Opaque,
-    /// No `system()`, pipes or output redirections run.
-    Sandbox,
-    /// Writes this file (or the one attached).
-    Writes(&'static str),
-}
-
 impl Walk<'_> {
-    /// `awk [OPTIONS] PROGRAM [FILE | VAR=VALUE]...` (and gawk's options): the program read
-    /// whole, the files `-i inplace` edits.
-    pub(super) fn awk(&mut self, name: &str, args: &[Arg]) {
+    /// `awk [OPTIONS] PROGRAM [FILE | VAR=VALUE]...`, its options read by its spec (`specs`):
+    /// the program read whole, the files `-i inplace` edits, the files gawk's profiling
+    /// options write, and the values the command assigns (`-v out=F`, `out=F`) for the
+    /// variables its output redirections name.
+    pub(super) fn awk(&mut self, name: &str, p: &Parsed) {
         use CommandClass::*;
-        let mut programs: Vec<Arg> = Vec::new();
-        let mut from_file = false;
-        let mut in_place = false;
-        let mut sandbox = false;
-        let mut i = 0;
-        while let Some(a) = args.get(i) {
-            let Some(t) = a.text().filter(|t| t.starts_with('-') && t.len() > 1) else {
-                break;
-            };
-            i += 1;
-            if t == "--" {
-                break;
-            }
-            let (means, value) = if let Some(long) = t.strip_prefix("--") {
-                let (n, attached) = match long.split_once('=') {
-                    Some((n, v)) => (n, Some(v)),
-                    None => (long, None),
-                };
-                let Some((_, valued, means)) = LONG
-                    .iter()
-                    .find(|(l, _, _)| l.starts_with(n) && !n.is_empty())
-                else {
-                    // Another gawk option (`--posix`, `--lint`): how it reads.
-                    continue;
-                };
-                let value = match (attached, valued) {
-                    (Some(v), _) => Some(a.with_text(v)),
-                    (None, true) => {
-                        i += 1;
-                        args.get(i - 1).cloned()
-                    }
-                    (None, false) => None,
-                };
-                (*means, value)
-            } else {
-                let letter = &t[..2];
-                let attached = &t[2..];
-                let value = match (VALUED.contains(&letter), attached.is_empty()) {
-                    (true, true) => {
-                        i += 1;
-                        args.get(i - 1).cloned()
-                    }
-                    (true, false) => Some(a.with_text(attached)),
-                    (false, _) => None,
-                };
-                let means = match letter {
-                    "-f" | "-E" => LongMeans::ProgramFile,
-                    "-e" => LongMeans::Program,
-                    "-i" => LongMeans::Include,
-                    "-l" | "-W" | "-D" => LongMeans::Opaque,
-                    "-S" => LongMeans::Sandbox,
-                    "-d" => LongMeans::Writes("awkvars.out"),
-                    "-o" | "-p" => LongMeans::Writes("awkprof.out"),
-                    _ => LongMeans::Plain,
-                };
-                let value = match means {
-                    LongMeans::Writes(_) if !attached.is_empty() => Some(a.with_text(attached)),
-                    _ => value,
-                };
-                (means, value)
-            };
-            match means {
-                LongMeans::Plain => {}
-                LongMeans::ProgramFile => {
-                    from_file = true;
-                    self.raise(
-                        ShellComplex,
-                        format!("{name} runs a program file the classifier does not read"),
-                    );
-                }
-                LongMeans::Program => programs.extend(value),
-                LongMeans::Include => match value.as_ref().and_then(|v| v.text()) {
-                    Some("inplace") => in_place = true,
-                    _ => self.raise(
-                        ShellComplex,
-                        format!("{name} -i loads code the classifier does not read"),
-                    ),
-                },
-                LongMeans::Opaque => self.raise(
-                    ShellComplex,
-                    format!("{name} {t} is an option the classifier does not read"),
+        let from_file = p.has_any(&["file", "exec"]);
+        if from_file {
+            self.raise(
+                ShellComplex,
+                format!("{name} runs a program file the classifier does not read"),
+            );
+        }
+        for g in p
+            .given
+            .iter()
+            .filter(|g| ["load", "W", "debug"].iter().any(|o| g.is(o)))
+        {
+            self.raise(
+                ShellComplex,
+                format!(
+                    "{name} {} is an option the classifier does not read",
+                    g.spelled
                 ),
-                LongMeans::Sandbox => sandbox = true,
-                LongMeans::Writes(default) => match value {
-                    Some(v) => self.write_target(&v),
-                    None => self.write_target(&Arg::literal(default)),
-                },
+            );
+        }
+        let mut in_place = false;
+        for v in p.values("include") {
+            match v.text() {
+                Some("inplace") => in_place = true,
+                _ => self.raise(
+                    ShellComplex,
+                    format!("{name} -i loads code the classifier does not read"),
+                ),
             }
         }
-        let mut operands = args.get(i..).unwrap_or(&[]);
+        for (option, default) in WRITES {
+            for g in p.given.iter().filter(|g| g.is(option)) {
+                self.write_target(g.value.as_ref().unwrap_or(&Arg::literal(default)));
+            }
+        }
+        let mut programs: Vec<Arg> = p.values("source").into_iter().cloned().collect();
+        let mut operands = &p.operands[..];
         if programs.is_empty() && !from_file {
-            match operands.split_first() {
-                Some((program, rest)) => {
-                    programs.push(program.clone());
-                    operands = rest;
-                }
-                None => return,
-            }
+            let Some((program, rest)) = operands.split_first() else {
+                return;
+            };
+            programs.push(program.clone());
+            operands = rest;
         }
-        for p in &programs {
-            match p.text() {
-                Some(text) => self.awk_program(name, text, sandbox),
+        // `var=value` operands are assignments, the rest files.
+        let is_assignment = |a: &&Arg| {
+            a.text()
+                .is_some_and(|t| t.contains('=') && !t.starts_with('/'))
+        };
+        let assigned: Vec<Arg> = (p.values("assign").into_iter())
+            .chain(operands.iter().filter(is_assignment))
+            .cloned()
+            .collect();
+        let sandbox = p.has("sandbox");
+        for program in &programs {
+            match program.text() {
+                Some(text) => self.awk_program(name, text, sandbox, &assigned),
                 None => self.raise(
                     ShellComplex,
                     format!(
                         "{name} runs a program the classifier cannot read ({})",
-                        p.raw
+                        program.raw
                     ),
                 ),
             }
         }
         if in_place {
-            // `var=value` operands are assignments, the rest files it rewrites.
-            let files = operands.iter().filter(|a| {
-                !a.text()
-                    .is_some_and(|t| t.contains('=') && !t.starts_with('/'))
-            });
-            for f in files.collect::<Vec<_>>() {
+            let files: Vec<&Arg> = operands.iter().filter(|a| !is_assignment(a)).collect();
+            for f in files {
                 self.write_target(f);
             }
         }
     }
 
     /// One awk program: `ShellComplex` when the classifier cannot read it; what it writes and
-    /// runs otherwise (`sandbox`: gawk runs neither).
-    pub(super) fn awk_program(&mut self, name: &str, program: &str, sandbox: bool) {
+    /// runs otherwise (`sandbox`: gawk runs neither), a file named by a variable at the values
+    /// `assigned` (`VAR=VALUE` words) gives it.
+    pub(super) fn awk_program(
+        &mut self,
+        name: &str,
+        program: &str,
+        sandbox: bool,
+        assigned: &[Arg],
+    ) {
         use CommandClass::*;
-        let Some(e) = awk_effects(program) else {
+        let Some(mut e) = awk_effects(program) else {
             self.raise(
                 ShellComplex,
                 format!("{name} runs a program the classifier cannot read"),
@@ -384,6 +332,23 @@ impl Walk<'_> {
         }
         for w in &e.writes {
             self.write_target(&Arg::literal(w));
+        }
+        for var in &e.writes_vars {
+            let values = assigned.iter().filter_map(|a| match a.text() {
+                Some(t) => t
+                    .strip_prefix(var.as_str())?
+                    .strip_prefix('=')
+                    .map(|v| a.with_text(v)),
+                // An assignment the classifier cannot read may set this variable.
+                None => Some(a.clone()),
+            });
+            let mut named = false;
+            for v in values.collect::<Vec<_>>() {
+                self.write_target(&v);
+                named = true;
+            }
+            // Without an assignment it is empty, or set by the environment or the input.
+            e.writes_unknown |= !named;
         }
         if e.writes_unknown {
             self.raise(
@@ -488,6 +453,18 @@ mod tests {
                 (want, got) => panic!("{program}: want {want:?}, got {got:?}"),
             }
         }
+        // A variable named by redirections only is placed at its value; one the program also
+        // sets is not.
+        let by_var = awk_effects("{ print > out; print >> out }").expect("reads");
+        assert_eq!(
+            (by_var.writes_vars, by_var.writes_unknown),
+            (vec!["out".to_string(); 2], false)
+        );
+        let set = awk_effects("{ out = $1; print > out }").expect("reads");
+        assert_eq!(
+            (set.writes_vars, set.writes_unknown),
+            (vec!["out".to_string()], true)
+        );
         assert_eq!(
             awk_effects("{print \"ls\" | \"sh\"}").map(|e| e.fed),
             Some(vec!["sh".to_string()])

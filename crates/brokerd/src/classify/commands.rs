@@ -174,7 +174,6 @@ impl Walk<'_> {
                 }
                 self.shell_inline(n, args);
             }
-            n if n.ends_with("awk") && is_interpreter(n) => self.awk(n, args),
             n if is_interpreter(n) => {
                 self.raise(ShellComplex, format!("{n} runs a program"));
                 if !self.script_interpreter(n, args) {
@@ -361,6 +360,7 @@ impl Walk<'_> {
                 n if COMPRESSORS.iter().any(|(c, _)| *c == n) => self.compressor(name, &p),
                 "rsync" => self.rsync(&p),
                 "patch" => self.patch(&p),
+                n if n.ends_with("awk") => self.awk(n, &p),
                 other => self.raise(
                     ShellComplex,
                     format!("{other} has no reader in the classifier"),

@@ -824,8 +824,9 @@ const GIT_CARRIED: &[(&str, &str)] = &[
     ("'chmod -R 777 /'", "chmod -R 777 /"),
 ];
 
-/// Code that git's own subcommands run: filter-branch's filters, rebase's exec, bisect's run
-/// and submodule's foreach, in their spellings, after git's global options; and a command key
+/// Code that git's own subcommands run: filter-branch's filters, rebase's exec, bisect's run,
+/// submodule's foreach, the programs clone, fetch and push run for the remote side, in their
+/// spellings, after git's global options; and a command key
 /// set from a variable the command sets (`--config-env`).
 fn git_carried_code() -> impl Strategy<Value = String> {
     (
@@ -838,7 +839,7 @@ fn git_carried_code() -> impl Strategy<Value = String> {
             ][..],
         ),
         prop::sample::select(GIT_CARRIED),
-        0..11usize,
+        0..16usize,
     )
         .prop_map(|(global, (code, program), form)| {
             let body = match form {
@@ -852,6 +853,11 @@ fn git_carried_code() -> impl Strategy<Value = String> {
                 7 => format!("bisect run {program}"),
                 8 => format!("submodule foreach {code}"),
                 9 => format!("submodule --quiet foreach --recursive {code}"),
+                10 => format!("clone -u {code} https://x.example/r"),
+                11 => format!("fetch --upload-pack={code} origin"),
+                12 => format!("pull --upload-p {code} origin main"),
+                13 => format!("push --receive-pack {code} origin"),
+                14 => format!("archive --remote=r --exec={code} HEAD"),
                 _ => return format!("E={code} git {global}--config-env=core.editor=E commit"),
             };
             format!("git {global}{body}")
@@ -906,8 +912,8 @@ fn quote_like_code() -> impl Strategy<Value = (String, String)> {
         })
 }
 
-/// Writes through `$PWD` and through a loop over a protected directory's files: the write's
-/// path names the protected directory, however the command is spelled.
+/// Writes through `$PWD`, through a loop over a protected directory's files and through awk's
+/// variables: the write's path names the protected directory, however the command is spelled.
 fn named_through_variables() -> impl Strategy<Value = String> {
     (
         prop::sample::select(
@@ -927,6 +933,10 @@ fn named_through_variables() -> impl Strategy<Value = String> {
                 "for f in @D@/*; do echo x > $f; done",
                 "for f in @D@/*.c @D@/*.h; do sed -i s/a/b/ \"$f\"; done",
                 "for f in ./@D@/*; do truncate -s0 $f; done",
+                "awk -v out=@D@/x 'BEGIN { print 1 > out }'",
+                "gawk --assign=f=./@D@/x '{ print $0 >> f }' in.txt",
+                "awk '{ print > o }' o=@D@/x in.txt",
+                "awk -vout=@D@/x -F: '{ print $1 > (out) }' in.txt",
             ][..],
         ),
     )

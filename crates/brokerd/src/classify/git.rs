@@ -1,7 +1,10 @@
 //! `git`: global options (`-C DIR`, `-c KEY=VALUE`, `--work-tree`), then the subcommand, read
 //! by a table: what it reads, writes and runs (docs/design.md, "Modes and the classifier").
 
-use super::opts::{parse, Parsed, LENIENT};
+use std::sync::OnceLock;
+
+use super::opts::{parse, Parsed};
+use super::specs::{compile_options, Operands, Spec};
 use super::*;
 
 /// What a subcommand does.
@@ -21,12 +24,22 @@ struct Sub {
     does: Does,
     /// First operands (`stash list`) or options (`apply --check`) that make it only read.
     reads_when: &'static [&'static str],
-    /// Long options whose value is a file it writes, with the shortest prefix git takes, and
-    /// short ones.
-    writes: &'static [(&'static str, usize)],
-    short_writes: &'static [&'static str],
+    /// Its options that write, run or carry code, in the spec grammar (`specs`), with those
+    /// every subcommand reads alike (`options!`); others are read as harmless flags.
+    options: &'static str,
     /// Its operands are the paths it writes (`git rm`, `git checkout -- FILE`).
     writes_operands: bool,
+}
+
+/// A subcommand's options and the ones every subcommand reads alike: `-O` and `--ext-diff`
+/// run programs, and `--exec` (push, archive, fetch-pack) is a command.
+macro_rules! options {
+    ($own:literal) => {
+        concat!(
+            $own,
+            " O,open-files-in-pager=?:run ext-diff:run exec=:command"
+        )
+    };
 }
 
 const fn sub(names: &'static [&'static str], does: Does) -> Sub {
@@ -34,8 +47,7 @@ const fn sub(names: &'static [&'static str], does: Does) -> Sub {
         names,
         does,
         reads_when: &[],
-        writes: &[],
-        short_writes: &[],
+        options: options!(""),
         writes_operands: false,
     }
 }
@@ -43,7 +55,7 @@ const fn sub(names: &'static [&'static str], does: Does) -> Sub {
 /// Every subcommand the classifier knows; another (an alias among them) may run anything.
 const SUBS: &[Sub] = &[
     Sub {
-        writes: &[("output", 1)],
+        options: options!("output=:write"),
         ..sub(
             &[
                 "status",
@@ -114,21 +126,19 @@ const SUBS: &[Sub] = &[
     },
     Sub {
         reads_when: &["--check", "--stat", "--numstat", "--summary"],
-        writes: &[("directory", 3)],
+        options: options!("directory=:write"),
         ..sub(&["apply"], Does::Changes)
     },
     Sub {
-        writes: &[("directory", 3)],
+        options: options!("directory=:write"),
         ..sub(&["am"], Does::Changes)
     },
     Sub {
-        writes: &[("output", 1)],
-        short_writes: &["-o"],
+        options: options!("o,output=:write remote="),
         ..sub(&["archive"], Does::Reads)
     },
     Sub {
-        writes: &[("output-directory", 1)],
-        short_writes: &["-o"],
+        options: options!("o,output-directory=:write"),
         ..sub(&["format-patch"], Does::Changes)
     },
     Sub {
@@ -142,14 +152,9 @@ const SUBS: &[Sub] = &[
             "switch",
             "reset",
             "merge",
-            "rebase",
             "cherry-pick",
             "revert",
             "init",
-            "clone",
-            "fetch",
-            "pull",
-            "push",
             "clean",
             "gc",
             "prune",
@@ -165,11 +170,37 @@ const SUBS: &[Sub] = &[
         ],
         Does::Changes,
     ),
+    // What they run: `rebase -x`, the program `clone -u` and `fetch --upload-pack` run on the
+    // remote side, here; an interactive rebase runs the editor.
+    Sub {
+        options: options!("x=:command i,interactive:run"),
+        ..sub(&["rebase"], Does::Changes)
+    },
+    Sub {
+        options: options!("u,upload-pack=:command"),
+        ..sub(&["clone"], Does::Changes)
+    },
+    Sub {
+        options: options!("upload-pack=:command"),
+        ..sub(&["fetch", "pull"], Does::Changes)
+    },
+    Sub {
+        options: options!("receive-pack=:command"),
+        ..sub(&["push"], Does::Changes)
+    },
+    // filter-branch is a shell script: its filters are shell code, named whole.
+    Sub {
+        options: options!(
+            "tree-filter=:command index-filter=:command msg-filter=:command \
+             env-filter=:command commit-filter=:command parent-filter=:command \
+             tag-name-filter=:command setup=:command"
+        ),
+        ..sub(&["filter-branch"], Does::Runs)
+    },
     sub(
         &[
             "difftool",
             "mergetool",
-            "filter-branch",
             "daemon",
             "instaweb",
             "send-email",
@@ -180,36 +211,6 @@ const SUBS: &[Sub] = &[
         ],
         Does::Runs,
     ),
-];
-
-/// A subcommand's options whose value is shell code it runs (`sh -c`): long ones with the
-/// shortest prefix git takes of each, and short ones.
-struct CodeOptions {
-    sub: &'static str,
-    long: &'static [(&'static str, usize)],
-    short: &'static [&'static str],
-}
-
-const CODE_OPTIONS: &[CodeOptions] = &[
-    CodeOptions {
-        sub: "filter-branch",
-        long: &[
-            ("tree-filter", 11),
-            ("index-filter", 12),
-            ("msg-filter", 10),
-            ("env-filter", 10),
-            ("commit-filter", 13),
-            ("parent-filter", 13),
-            ("tag-name-filter", 15),
-            ("setup", 5),
-        ],
-        short: &[],
-    },
-    CodeOptions {
-        sub: "rebase",
-        long: &[("exec", 3)],
-        short: &["-x"],
-    },
 ];
 
 /// Subcommands whose words after an operand are what they run: the subcommand, that operand,
@@ -309,71 +310,66 @@ pub(super) fn is_command_key(key: &str) -> bool {
         .any(|k| key.starts_with(k) || key.contains(k))
 }
 
+/// git's own options, before the subcommand, read exactly as written (git does not abbreviate
+/// them); another may make git run programs or read other config.
+const GLOBAL: &str = "C= c= work-tree= git-dir= namespace= super-prefix= config-env= \
+     P,no-pager p,paginate no-optional-locks literal-pathspecs glob-pathspecs noglob-pathspecs \
+     icase-pathspecs no-replace-objects bare";
+
+/// The spec of git's own options and each subcommand's (`SUBS`), compiled once.
+fn specs() -> &'static Result<(Spec, Vec<Spec>), String> {
+    static SPECS: OnceLock<Result<(Spec, Vec<Spec>), String>> = OnceLock::new();
+    SPECS.get_or_init(|| {
+        let spec = |options, own: bool| -> Result<Spec, String> {
+            Ok(Spec {
+                operands: Operands::Own,
+                stop_at_operand: !own,
+                abbreviate: own,
+                unknown_harmless: own,
+                bundled_first: false,
+                options: compile_options(options, &["git"])?,
+                runs: None,
+            })
+        };
+        let subs = SUBS.iter().map(|s| spec(s.options, true));
+        Ok((spec(GLOBAL, false)?, subs.collect::<Result<_, _>>()?))
+    })
+}
+
+/// Checks git's option tables (called when the classifier is built).
+pub(super) fn check() -> Result<(), String> {
+    specs().as_ref().map(|_| ()).map_err(|e| e.clone())
+}
+
 impl Walk<'_> {
     pub(super) fn git(&mut self, args: &[Arg]) {
-        use CommandClass::*;
-        let mut i = 0;
+        let Ok((global, _)) = specs() else {
+            return self.raise(CommandClass::ShellComplex, "git's option table is broken");
+        };
+        let g = parse("git", global, args);
+        if let Some(problem) = g.problems.first() {
+            return self.raise(
+                CommandClass::ShellComplex,
+                format!("{problem}: it can make git run programs or read other config"),
+            );
+        }
         let mut dirs: Vec<Arg> = Vec::new();
-        // Global options before the subcommand.
-        while let Some(a) = args.get(i) {
-            let Some(t) = a.text() else { break };
-            i += 1;
-            let value = |i: &mut usize| {
-                *i += 1;
-                args.get(*i - 1).cloned()
-            };
-            match t {
-                "-C" | "--work-tree" => dirs.extend(value(&mut i)),
-                "--git-dir" | "--namespace" | "--super-prefix" => {
-                    value(&mut i);
-                }
-                "-c" => {
-                    if let Some(v) = value(&mut i) {
-                        self.git_config_value(&v);
-                    }
-                }
-                "--no-pager"
-                | "-P"
-                | "--paginate"
-                | "-p"
-                | "--no-optional-locks"
-                | "--literal-pathspecs"
-                | "--glob-pathspecs"
-                | "--noglob-pathspecs"
-                | "--icase-pathspecs"
-                | "--no-replace-objects"
-                | "--bare" => {}
-                _ if t.starts_with("--work-tree=") => {
-                    dirs.push(a.with_text(&t["--work-tree=".len()..]));
-                }
-                _ if t.starts_with("--git-dir=") || t.starts_with("--namespace=") => {}
+        for given in &g.given {
+            let Some(v) = &given.value else { continue };
+            if given.is("C") || given.is("work-tree") {
+                dirs.push(v.clone());
+            } else if given.is("c") {
+                self.git_config_value(v);
+            } else if given.is("config-env") {
                 // `--config-env=KEY=VAR`: `-c KEY=$VAR`, the variable as the command sets it.
-                "--config-env" => {
-                    if let Some(v) = value(&mut i) {
-                        self.git_config_env(&v);
-                    }
-                }
-                _ if t.starts_with("--config-env=") => {
-                    self.git_config_env(&a.with_text(&t["--config-env=".len()..]));
-                }
-                _ if t.starts_with("-C") => dirs.push(a.with_text(&t[2..])),
-                _ if t.starts_with('-') => {
-                    self.raise(
-                        ShellComplex,
-                        format!("git {t} can make git run programs or read other config"),
-                    );
-                    return;
-                }
-                _ => {
-                    i -= 1;
-                    break;
-                }
+                self.git_config_env(v);
             }
         }
-        let Some(sub) = args.get(i).and_then(|a| a.text()) else {
+        let Some((sub, rest)) = g.operands.split_first() else {
             return;
         };
-        let rest = args.get(i + 1..).unwrap_or(&[]);
+        let Some(sub) = sub.text() else { return };
+
         // `GIT_WORK_TREE=DIR git ...` is `git --work-tree=DIR ...`.
         let tree = self.scope.value("GIT_WORK_TREE");
         let tree_unknown = tree.as_ref().is_some_and(|v| v.unknown || v.outside);
@@ -391,7 +387,7 @@ impl Walk<'_> {
         }
         inner.git_sub(sub, rest);
         // `git -C vendor stash pop` rewrites files under vendor it does not name.
-        if TREE_CHANGERS.contains(&sub) && inner.class >= WorkspaceMutating {
+        if TREE_CHANGERS.contains(&sub) && inner.class >= CommandClass::WorkspaceMutating {
             for d in &dirs {
                 self.write_target(d);
             }
@@ -402,8 +398,8 @@ impl Walk<'_> {
     /// One subcommand and its arguments.
     fn git_sub(&mut self, sub: &str, rest: &[Arg]) {
         use CommandClass::*;
-        let o = parse("git", &LENIENT, rest);
-        let Some(entry) = SUBS.iter().find(|s| s.names.contains(&sub)) else {
+        let found = SUBS.iter().position(|s| s.names.contains(&sub));
+        let (Some(at), Ok((_, specs))) = (found, specs()) else {
             self.raise(
                 ShellComplex,
                 format!(
@@ -412,6 +408,9 @@ impl Walk<'_> {
             );
             return;
         };
+        let (entry, o) = (&SUBS[at], parse("git", &specs[at], rest));
+        // What its options write, run and carry as code (`options!`).
+        self.option_effects(&format!("git {sub}"), &o);
         let first = o.operands.first().and_then(|a| a.text());
         // `""`: no operand (`git remote` lists).
         let reads = entry.reads_when.iter().any(|r| {
@@ -420,26 +419,6 @@ impl Walk<'_> {
                 || (r.starts_with('-') && rest.iter().any(|a| a.text() == Some(*r)))
         }) && !o.has("apply");
         let reads = reads || lists_only(sub, &o);
-        // git abbreviates long options: any unambiguous prefix counts.
-        let runs = o.has("O")
-            || !long_values(rest, "open-files-in-pager", 2).is_empty()
-            || !long_values(rest, "ext-diff", 3).is_empty()
-            || !long_values(rest, "exec", 3).is_empty()
-            || (sub == "rebase" && o.has_any(&["x", "i", "interactive"]));
-        if runs {
-            self.raise(ShellComplex, format!("git {sub} with a program option"));
-        }
-        for (option, min) in entry.writes {
-            for v in long_values(rest, option, *min) {
-                self.write_target(&v);
-                self.unplaced |= *option == "directory";
-            }
-        }
-        for short in entry.short_writes {
-            for v in short_values(rest, short) {
-                self.write_target(&v);
-            }
-        }
         if reads {
             return;
         }
@@ -448,7 +427,7 @@ impl Walk<'_> {
             Does::Runs => self.raise(ShellComplex, format!("git {sub} runs programs")),
             Does::Changes => self.raise(WorkspaceMutating, format!("git {sub}")),
         }
-        self.git_code(sub, rest);
+        self.git_runs_after(sub, rest);
         match sub {
             "config" => {
                 self.raise(
@@ -505,10 +484,7 @@ impl Walk<'_> {
                     self.write_target(&d);
                 }
             }
-            "format-patch"
-                if long_values(rest, "output-directory", 1).is_empty()
-                    && short_values(rest, "-o").is_empty() =>
-            {
+            "format-patch" if o.values("output-directory").is_empty() => {
                 self.write_target(&Arg {
                     pattern: true,
                     ..Arg::literal("[0-9]*.patch")
@@ -655,22 +631,10 @@ fn lists_only(sub: &str, o: &Parsed) -> bool {
     }
 }
 
-/// The values of a long option given by any prefix of `full` at least `min` characters long
-/// (`--outp=F`, `--output F`), up to `--`.
 impl Walk<'_> {
-    /// The code a subcommand carries in its options and operands (`CODE_OPTIONS`,
-    /// `RUNS_AFTER`), read as what it runs.
-    fn git_code(&mut self, sub: &str, rest: &[Arg]) {
-        for c in CODE_OPTIONS.iter().filter(|c| c.sub == sub) {
-            let values = c
-                .long
-                .iter()
-                .flat_map(|(option, min)| long_values(rest, option, *min))
-                .chain(c.short.iter().flat_map(|o| short_values(rest, o)));
-            for code in values.collect::<Vec<_>>() {
-                self.run_code(&format!("git {sub}"), std::slice::from_ref(&code));
-            }
-        }
+    /// The code a subcommand carries in the words after an operand (`RUNS_AFTER`), read as
+    /// what it runs.
+    fn git_runs_after(&mut self, sub: &str, rest: &[Arg]) {
         for (_, trigger, code) in RUNS_AFTER.iter().filter(|(s, ..)| *s == sub) {
             let at = rest
                 .iter()
@@ -686,58 +650,4 @@ impl Walk<'_> {
             }
         }
     }
-}
-
-fn long_values(args: &[Arg], full: &str, min: usize) -> Vec<Arg> {
-    let mut out = Vec::new();
-    let mut i = 0;
-    while let Some(a) = args.get(i) {
-        i += 1;
-        let Some(t) = a.text() else { continue };
-        if t == "--" {
-            break;
-        }
-        let Some(long) = t.strip_prefix("--") else {
-            continue;
-        };
-        let (name, attached) = match long.split_once('=') {
-            Some((n, v)) => (n, Some(v)),
-            None => (long, None),
-        };
-        if name.len() < min || !full.starts_with(name) {
-            continue;
-        }
-        match attached {
-            Some(v) => out.push(a.with_text(v)),
-            None => {
-                if let Some(next) = args.get(i) {
-                    out.push(next.clone());
-                    i += 1;
-                } else {
-                    out.push(Arg::literal(""));
-                }
-            }
-        }
-    }
-    out
-}
-
-/// The values of a short option (`-o FILE`, `-oFILE`), up to `--`.
-fn short_values(args: &[Arg], short: &str) -> Vec<Arg> {
-    let mut out = Vec::new();
-    let mut i = 0;
-    while let Some(a) = args.get(i) {
-        i += 1;
-        let Some(t) = a.text() else { continue };
-        if t == "--" {
-            break;
-        }
-        if t == short {
-            out.extend(args.get(i).cloned());
-            i += 1;
-        } else if let Some(v) = t.strip_prefix(short).filter(|v| !v.is_empty()) {
-            out.push(a.with_text(v));
-        }
-    }
-    out
 }

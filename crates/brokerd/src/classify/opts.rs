@@ -35,7 +35,8 @@ impl Given<'_> {
         self.opt.map(|o| o.effect).unwrap_or(Effect::Plain)
     }
 
-    fn is(&self, name: &str) -> bool {
+    /// Whether it is the option named `name` (a long name, or a short one as one character).
+    pub(super) fn is(&self, name: &str) -> bool {
         match self.opt {
             Some(o) => {
                 o.long.contains(&name)

@@ -283,7 +283,7 @@ impl Walk<'_> {
                 self.absorb(inner);
             }
             Some(Reader::Interpreter) => self.inline_code(text),
-            Some(Reader::Awk) => self.awk_program(p, text, false),
+            Some(Reader::Awk) => self.awk_program(p, text, false, &[]),
             Some(Reader::Sed) => self.sed_script(Some(text)),
             Some(Reader::Bang) => {
                 self.raise(CommandClass::ShellComplex, format!("{p} runs commands"));

@@ -515,6 +515,17 @@ const SPECS: &[RawSpec] = &[
          l,line-length= posix E,r,regexp-extended s,separate sandbox u,unbuffered \
          z,null-data,zero-terminated b,binary",
     ),
+    RawSpec {
+        // awk's options end at its program; gawk's many others change only how it reads.
+        stop_at_operand: true,
+        unknown_harmless: true,
+        ..spec(
+            &["awk", "gawk", "mawk", "nawk"],
+            Operands::Own,
+            "F,field-separator= v,assign= f,file= e,source= i,include= E,exec= l,load= W= \
+             D,debug=? S,sandbox d,dump-variables=? o,pretty-print=? p,profile=? L,lint=?",
+        )
+    },
     spec(
         &["uniq"],
         Operands::Own,
@@ -634,7 +645,8 @@ fn compiled() -> &'static Result<HashMap<&'static str, Spec>, String> {
 
 /// Checks the table (called when the classifier is built).
 pub(super) fn check() -> Result<(), String> {
-    compiled().as_ref().map(|_| ()).map_err(|e| e.clone())
+    compiled().as_ref().map(|_| ()).map_err(|e| e.clone())?;
+    super::git::check()
 }
 
 /// Every program of the table with its spec, by name.
@@ -653,7 +665,7 @@ pub(super) fn spec_of(program: &str) -> Option<&'static Spec> {
     compiled().as_ref().ok()?.get(program)
 }
 
-fn compile_options(text: &'static str, names: &[&str]) -> Result<Vec<Opt>, String> {
+pub(super) fn compile_options(text: &'static str, names: &[&str]) -> Result<Vec<Opt>, String> {
     let program = names.first().copied().unwrap_or("?");
     let mut out: Vec<Opt> = Vec::new();
     for token in text.split_whitespace().chain(COMMON.split_whitespace()) {

@@ -314,6 +314,7 @@ fn writes() {
             &["generated/x.py"],
         ),
         ("awk '{print > \"out/list.txt\"}' a", &["out/list.txt"]),
+        ("awk -v o=out/l.txt '{print > o}' a", &["out/l.txt"]),
         (
             "python3 - <<'EOF'\nopen(\"vendor/a.txt\", \"w\")\nEOF",
             &["vendor/a.txt"],
