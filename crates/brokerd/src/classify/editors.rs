@@ -6,50 +6,20 @@ use super::*;
 
 /// Editors, and their options that take the next word as a value. Editor commands (`-c
 /// CMD`, `+CMD`, `--cmd CMD`, `--eval EXPR`) are among them.
-const EDITORS: &[(&str, &[&str])] = &[
-    ("vim", VIM_VALUED),
-    ("vi", VIM_VALUED),
-    ("nvim", VIM_VALUED),
-    ("ex", VIM_VALUED),
-    ("view", VIM_VALUED),
-    ("vimdiff", VIM_VALUED),
-    ("ed", &["-p"]),
-    ("red", &["-p"]),
-    ("nano", &["-o", "-Y", "-T", "-r", "-s", "-Q", "-X", "-f"]),
-    ("pico", &["-o", "-Y", "-T", "-r", "-s", "-Q", "-X", "-f"]),
+const EDITORS: &[(Names, Names)] = &[
     (
-        "emacs",
-        &[
-            "-l",
-            "--load",
-            "-f",
-            "--funcall",
-            "--eval",
-            "--execute",
-            "--insert",
-            "--chdir",
-        ],
+        Names("vim vi nvim ex view vimdiff"),
+        Names("-c --cmd -S -s -w -W -T -u -U -i -t -q --servername --startuptime"),
     ),
-    ("micro", &["-config-dir", "-option"]),
-    ("kak", &["-e", "-c", "-s", "-E"]),
-    ("hx", &["-c", "--config", "--log"]),
-];
-
-const VIM_VALUED: &[&str] = &[
-    "-c",
-    "--cmd",
-    "-S",
-    "-s",
-    "-w",
-    "-W",
-    "-T",
-    "-u",
-    "-U",
-    "-i",
-    "-t",
-    "-q",
-    "--servername",
-    "--startuptime",
+    (Names("ed red"), Names("-p")),
+    (Names("nano pico"), Names("-o -Y -T -r -s -Q -X -f")),
+    (
+        Names("emacs"),
+        Names("-l --load -f --funcall --eval --execute --insert --chdir"),
+    ),
+    (Names("micro"), Names("-config-dir -option")),
+    (Names("kak"), Names("-e -c -s -E")),
+    (Names("hx"), Names("-c --config --log")),
 ];
 
 /// Editor options whose value is an editor command, which `!` turns into a shell command.
@@ -57,7 +27,7 @@ const EDITOR_COMMANDS: &[&str] = &["-c", "--cmd", "--eval", "--execute", "-e", "
 
 /// Whether `name` is an editor the table knows.
 pub(super) fn is_editor(name: &str) -> bool {
-    EDITORS.iter().any(|(n, _)| *n == name)
+    EDITORS.iter().any(|(n, _)| n.contains(&name))
 }
 
 impl Walk<'_> {
@@ -70,9 +40,8 @@ impl Walk<'_> {
         );
         let valued = EDITORS
             .iter()
-            .find(|(n, _)| *n == name)
-            .map(|(_, v)| *v)
-            .unwrap_or(&[]);
+            .find(|(n, _)| n.contains(&name))
+            .map_or(Names(""), |(_, v)| *v);
         let mut commands: Vec<Arg> = Vec::new();
         let mut i = 0;
         while let Some(a) = args.get(i) {

@@ -9,36 +9,12 @@ use super::*;
 
 /// Variables whose value a program runs as a command (most through a shell), or a shell
 /// expands as a prompt (where `$(...)` runs).
-const COMMAND_VARS: &[&str] = &[
-    "EDITOR",
-    "VISUAL",
-    "FCEDIT",
-    "PAGER",
-    "MANPAGER",
-    "SYSTEMD_PAGER",
-    "BROWSER",
-    "GIT_EDITOR",
-    "GIT_SEQUENCE_EDITOR",
-    "GIT_PAGER",
-    "GIT_SSH",
-    "GIT_SSH_COMMAND",
-    "GIT_EXTERNAL_DIFF",
-    "GIT_ASKPASS",
-    "GIT_PROXY_COMMAND",
-    "SSH_ASKPASS",
-    "SUDO_ASKPASS",
-    "RSYNC_RSH",
-    "RSYNC_CONNECT_PROG",
-    "CVS_RSH",
-    "SVN_SSH",
-    "HGEDITOR",
-    "LESSOPEN",
-    "LESSCLOSE",
-    "PROMPT_COMMAND",
-    "PS1",
-    "PS2",
-    "PS4",
-];
+const COMMAND_VARS: Names = Names(
+    "EDITOR VISUAL FCEDIT PAGER MANPAGER SYSTEMD_PAGER BROWSER GIT_EDITOR GIT_SEQUENCE_EDITOR \
+     GIT_PAGER GIT_SSH GIT_SSH_COMMAND GIT_EXTERNAL_DIFF GIT_ASKPASS GIT_PROXY_COMMAND \
+     SSH_ASKPASS SUDO_ASKPASS RSYNC_RSH RSYNC_CONNECT_PROG CVS_RSH SVN_SSH HGEDITOR LESSOPEN \
+     LESSCLOSE PROMPT_COMMAND PS1 PS2 PS4",
+);
 
 /// Whether the variable `name` holds a command another program runs: it is read as that
 /// command, and is no more than it.

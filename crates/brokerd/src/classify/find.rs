@@ -23,36 +23,11 @@ const REGEX_TESTS: &[&str] = &["-regex", "-iregex"];
 const ONE_FILE_TESTS: &[&str] = &["-samefile", "-inum"];
 
 /// The other primaries that take one value (so that `-newer -delete` is a file, not an action).
-const OTHER_WITH_VALUE: &[&str] = &[
-    "-lname",
-    "-ilname",
-    "-type",
-    "-xtype",
-    "-newer",
-    "-anewer",
-    "-cnewer",
-    "-maxdepth",
-    "-mindepth",
-    "-mtime",
-    "-mmin",
-    "-atime",
-    "-amin",
-    "-ctime",
-    "-cmin",
-    "-size",
-    "-user",
-    "-group",
-    "-uid",
-    "-gid",
-    "-perm",
-    "-links",
-    "-fstype",
-    "-regextype",
-    "-used",
-    "-context",
-    "-printf",
-    "-files0-from",
-];
+const OTHER_WITH_VALUE: Names = Names(
+    "-lname -ilname -type -xtype -newer -anewer -cnewer -maxdepth -mindepth -mtime -mmin -atime \
+     -amin -ctime -cmin -size -user -group -uid -gid -perm -links -fstype -regextype -used \
+     -context -printf -files0-from",
+);
 
 /// Actions that write the file their value names.
 const WRITE_ACTIONS: &[&str] = &["-fprint", "-fprint0", "-fls", "-fprintf"];

@@ -20,7 +20,7 @@ enum Does {
 
 /// One subcommand (or several with the same reading).
 struct Sub {
-    names: &'static [&'static str],
+    names: Names,
     does: Does,
     /// First operands (`stash list`) or options (`apply --check`) that make it only read.
     reads_when: &'static [&'static str],
@@ -42,7 +42,7 @@ macro_rules! options {
     };
 }
 
-const fn sub(names: &'static [&'static str], does: Does) -> Sub {
+const fn sub(names: Names, does: Does) -> Sub {
     Sub {
         names,
         does,
@@ -57,136 +57,92 @@ const SUBS: &[Sub] = &[
     Sub {
         options: options!("output=:write"),
         ..sub(
-            &[
-                "status",
-                "log",
-                "diff",
-                "show",
-                "rev-parse",
-                "ls-files",
-                "blame",
-                "shortlog",
-                "describe",
-                "show-ref",
-                "cat-file",
-                "ls-tree",
-                "rev-list",
-                "merge-base",
-                "whatchanged",
-                "grep",
-                "count-objects",
-                "version",
-                "check-ignore",
-                "check-attr",
-                "for-each-ref",
-                "name-rev",
-                "var",
-                "verify-commit",
-                "verify-tag",
-                "range-diff",
-                "cherry",
-                "diff-tree",
-                "diff-files",
-                "diff-index",
-            ],
+            Names(
+                "status log diff show rev-parse ls-files blame shortlog describe show-ref \
+                 cat-file ls-tree rev-list merge-base whatchanged grep count-objects version \
+                 check-ignore check-attr for-each-ref name-rev var verify-commit verify-tag \
+                 range-diff cherry diff-tree diff-files diff-index",
+            ),
             Does::Reads,
         )
     },
     Sub {
         reads_when: &["list", "show"],
-        ..sub(&["stash"], Does::Changes)
+        ..sub(Names("stash"), Does::Changes)
     },
     Sub {
         reads_when: &["list"],
-        ..sub(&["worktree"], Does::Changes)
+        ..sub(Names("worktree"), Does::Changes)
     },
     Sub {
         reads_when: &["", "list", "show"],
-        ..sub(&["notes"], Does::Changes)
+        ..sub(Names("notes"), Does::Changes)
     },
     Sub {
         reads_when: &["", "show", "get-url", "-v", "--verbose"],
-        ..sub(&["remote"], Does::Changes)
+        ..sub(Names("remote"), Does::Changes)
     },
     Sub {
         reads_when: &["", "show"],
-        ..sub(&["reflog"], Does::Changes)
+        ..sub(Names("reflog"), Does::Changes)
     },
     Sub {
         reads_when: &["", "status", "summary"],
-        ..sub(&["submodule"], Does::Changes)
+        ..sub(Names("submodule"), Does::Changes)
     },
     Sub {
         reads_when: &["log", "view", "visualize", "terms"],
-        ..sub(&["bisect"], Does::Changes)
+        ..sub(Names("bisect"), Does::Changes)
     },
     Sub {
         reads_when: &["verify", "list-heads"],
-        ..sub(&["bundle"], Does::Changes)
+        ..sub(Names("bundle"), Does::Changes)
     },
     Sub {
         reads_when: &["--check", "--stat", "--numstat", "--summary"],
         options: options!("directory=:write"),
-        ..sub(&["apply"], Does::Changes)
+        ..sub(Names("apply"), Does::Changes)
     },
     Sub {
         options: options!("directory=:write"),
-        ..sub(&["am"], Does::Changes)
+        ..sub(Names("am"), Does::Changes)
     },
     Sub {
         options: options!("o,output=:write remote="),
-        ..sub(&["archive"], Does::Reads)
+        ..sub(Names("archive"), Does::Reads)
     },
     Sub {
         options: options!("o,output-directory=:write"),
-        ..sub(&["format-patch"], Does::Changes)
+        ..sub(Names("format-patch"), Does::Changes)
     },
     Sub {
         writes_operands: true,
-        ..sub(&["rm", "mv", "restore", "checkout"], Does::Changes)
+        ..sub(Names("rm mv restore checkout"), Does::Changes)
     },
     sub(
-        &[
-            "add",
-            "commit",
-            "switch",
-            "reset",
-            "merge",
-            "cherry-pick",
-            "revert",
-            "init",
-            "clean",
-            "gc",
-            "prune",
-            "repack",
-            "tag",
-            "branch",
-            "config",
-            "sparse-checkout",
-            "maintenance",
-            "update-index",
-            "update-ref",
-            "symbolic-ref",
-        ],
+        Names(
+            "add commit switch reset merge cherry-pick revert init clean gc prune repack tag \
+             branch config sparse-checkout maintenance update-index update-ref symbolic-ref",
+        ),
         Does::Changes,
     ),
     // What they run: `rebase -x`, the program `clone -u` and `fetch --upload-pack` run on the
     // remote side, here; an interactive rebase runs the editor.
     Sub {
         options: options!("x=:command i,interactive:run"),
-        ..sub(&["rebase"], Does::Changes)
+        ..sub(Names("rebase"), Does::Changes)
     },
     Sub {
         options: options!("u,upload-pack=:command"),
-        ..sub(&["clone"], Does::Changes)
+        ..sub(Names("clone"), Does::Changes)
     },
     Sub {
         options: options!("upload-pack=:command"),
-        ..sub(&["fetch", "pull"], Does::Changes)
+        ..sub(Names("fetch pull"), Does::Changes)
     },
     Sub {
         options: options!("receive-pack=:command"),
-        ..sub(&["push"], Does::Changes)
+        ..sub(Names("push"), Does::Changes)
     },
     // filter-branch is a shell script: its filters are shell code, named whole.
     Sub {
@@ -195,20 +151,13 @@ const SUBS: &[Sub] = &[
              env-filter=:command commit-filter=:command parent-filter=:command \
              tag-name-filter=:command setup=:command"
         ),
-        ..sub(&["filter-branch"], Does::Runs)
+        ..sub(Names("filter-branch"), Does::Runs)
     },
     sub(
-        &[
-            "difftool",
-            "mergetool",
-            "daemon",
-            "instaweb",
-            "send-email",
-            "gui",
-            "web--browse",
-            "credential",
-            "fsmonitor--daemon",
-        ],
+        Names(
+            "difftool mergetool daemon instaweb send-email gui web--browse credential \
+             fsmonitor--daemon",
+        ),
         Does::Runs,
     ),
 ];
@@ -221,74 +170,27 @@ const RUNS_AFTER: &[(&str, &str, bool)] =
     &[("bisect", "run", false), ("submodule", "foreach", true)];
 
 /// Subcommands that rewrite files of the work tree they do not name.
-const TREE_CHANGERS: &[&str] = &[
-    "stash",
-    "checkout",
-    "switch",
-    "reset",
-    "merge",
-    "pull",
-    "rebase",
-    "cherry-pick",
-    "revert",
-    "am",
-    "apply",
-    "restore",
-    "clean",
-    "rm",
-    "mv",
-    "submodule",
-    "sparse-checkout",
-];
+const TREE_CHANGERS: Names = Names(
+    "stash checkout switch reset merge pull rebase cherry-pick revert am apply restore clean rm \
+     mv submodule sparse-checkout",
+);
 
 /// Config keys whose value is a command git runs (`alias.x=!CMD`, `core.pager=CMD`): read as
 /// code when they are set.
-const COMMAND_KEYS: &[&str] = &[
-    "alias.",
-    "core.pager",
-    "core.editor",
-    "core.sshcommand",
-    "core.fsmonitor",
-    "core.hookspath",
-    "sequence.editor",
-    "diff.external",
-    "gpg.program",
-    "credential.helper",
-    ".command",
-    ".textconv",
-    ".clean",
-    ".smudge",
-    ".process",
-    ".driver",
-    "pager.",
-    "interactive.difffilter",
-    "uploadpack.packobjectshook",
-];
+const COMMAND_KEYS: Names = Names(
+    "alias. core.pager core.editor core.sshcommand core.fsmonitor core.hookspath sequence.editor \
+     diff.external gpg.program credential.helper .command .textconv .clean .smudge .process \
+     .driver pager. interactive.difffilter uploadpack.packobjectshook",
+);
 
 /// Config keys that change only how git prints (`git -c core.quotepath=off status`): setting
 /// one runs nothing and reads no other config. Any other key may (`include.path` reads a file
 /// of config, and a list of the keys that run programs could lag behind git).
-const DISPLAY_KEYS: &[&str] = &[
-    "core.quotepath",
-    "core.abbrev",
-    "color.",
-    "column.",
-    "advice.",
-    "i18n.",
-    "log.date",
-    "log.decorate",
-    "log.showsignature",
-    "diff.renames",
-    "diff.noprefix",
-    "diff.mnemonicprefix",
-    "diff.relative",
-    "status.short",
-    "status.branch",
-    "status.showuntrackedfiles",
-    "grep.linenumber",
-    "grep.patterntype",
-    "blame.date",
-];
+const DISPLAY_KEYS: Names = Names(
+    "core.quotepath core.abbrev color. column. advice. i18n. log.date log.decorate \
+     log.showsignature diff.renames diff.noprefix diff.mnemonicprefix diff.relative status.short \
+     status.branch status.showuntrackedfiles grep.linenumber grep.patterntype blame.date",
+);
 
 /// Whether setting config key `key` changes only how git prints.
 fn is_display_key(key: &str) -> bool {
@@ -566,60 +468,27 @@ impl Walk<'_> {
 fn lists_only(sub: &str, o: &Parsed) -> bool {
     match sub {
         "branch" => {
-            let changes = [
-                "d",
-                "D",
-                "delete",
-                "m",
-                "M",
-                "move",
-                "c",
-                "C",
-                "copy",
-                "u",
-                "set-upstream-to",
-                "unset-upstream",
-                "edit-description",
-                "f",
-                "force",
-                "t",
-                "track",
-                "no-track",
-            ];
-            let lists = [
-                "list",
-                "l",
-                "a",
-                "all",
-                "r",
-                "remotes",
-                "contains",
-                "no-contains",
-                "merged",
-                "no-merged",
-                "points-at",
-                "show-current",
-            ];
-            !o.has_any(&changes) && (o.operands.is_empty() || o.has_any(&lists))
+            let changes = Names(
+                "d D delete m M move c C copy u set-upstream-to unset-upstream edit-description \
+                 f force t track no-track",
+            );
+            let lists = Names(
+                "list l a all r remotes contains no-contains merged no-merged points-at \
+                 show-current",
+            );
+            !changes.iter().any(|n| o.has(n))
+                && (o.operands.is_empty() || lists.iter().any(|n| o.has(n)))
         }
         "tag" => (o.operands.is_empty() || o.has_any(&["l", "list"])) && !o.has_any(&["d", "a"]),
         // `git config KEY` prints a value, as `git config get KEY` does.
         "config" => {
-            let sets = [
-                "unset",
-                "unset-all",
-                "add",
-                "replace-all",
-                "rename-section",
-                "remove-section",
-                "e",
-                "edit",
-            ];
+            let sets =
+                Names("unset unset-all add replace-all rename-section remove-section e edit");
             let verb = o.operands.first().and_then(|a| a.text());
             o.has_any(&["get", "get-all", "get-regexp", "list", "l"])
                 || matches!(verb, Some("get" | "list"))
                 || (o.operands.len() == 1
-                    && !o.has_any(&sets)
+                    && !sets.iter().any(|n| o.has(n))
                     && verb.is_some_and(|k| k.contains('.')))
         }
         // `git reflog` is `git reflog show` unless its first word is a verb that changes it.

@@ -62,14 +62,7 @@ pub(super) fn is_input_path(path: &str) -> bool {
 }
 
 /// Directories whose programs are the system's: run from one, a program is what its name says.
-const SYSTEM_DIRS: &[&str] = &[
-    "/bin",
-    "/usr/bin",
-    "/usr/local/bin",
-    "/sbin",
-    "/usr/sbin",
-    "/usr/local/sbin",
-];
+const SYSTEM_DIRS: Names = Names("/bin /usr/bin /usr/local/bin /sbin /usr/sbin /usr/local/sbin");
 
 /// Name prefixes that stand for one program (`ld-linux-x86-64.so.2` is the dynamic loader,
 /// `busybox.static` is busybox).

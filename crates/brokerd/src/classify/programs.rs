@@ -2,108 +2,34 @@
 
 use super::Arg;
 
+/// Names written as one string, separated by white space, as the spec table writes options.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Names(pub(super) &'static str);
+
+impl Names {
+    pub(super) fn iter(self) -> std::str::SplitWhitespace<'static> {
+        self.0.split_whitespace()
+    }
+
+    /// Whether `name` is one of them.
+    pub(super) fn contains(self, name: &&str) -> bool {
+        self.iter().any(|n| n == *name)
+    }
+}
+
 /// Programs that only read whatever their arguments (no option writes a file or runs a program).
-pub(super) const PLAIN_READERS: &[&str] = &[
-    "cat",
-    "head",
-    "tail",
-    "grep",
-    "egrep",
-    "fgrep",
-    "wc",
-    "stat",
-    "du",
-    "cut",
-    "diff",
-    "cmp",
-    "pwd",
-    "echo",
-    "printf",
-    "true",
-    "false",
-    "test",
-    "[",
-    "basename",
-    "dirname",
-    "realpath",
-    "readlink",
-    "tr",
-    "nl",
-    "tac",
-    "rev",
-    "od",
-    "hexdump",
-    "md5sum",
-    "sha1sum",
-    "sha224sum",
-    "sha256sum",
-    "sha384sum",
-    "sha512sum",
-    "b2sum",
-    "cksum",
-    "ls",
-    "comm",
-    "paste",
-    "fold",
-    "column",
-    "seq",
-    "sleep",
-    "whoami",
-    "id",
-    "uname",
-    "printenv",
-    "expand",
-    "unexpand",
-    "strings",
-    "fmt",
-    "join",
-    "which",
-    "type",
-    ":",
-    "exit",
-    "expr",
-    "nproc",
-    "df",
-    "base64",
-    "jq",
-    "yes",
-    "tsort",
-    "numfmt",
-    // Process, binary and system information.
-    "ps",
-    "pgrep",
-    "pidof",
-    "uptime",
-    "free",
-    "vmstat",
-    "lscpu",
-    "groups",
-    "locale",
-    "getconf",
-    "tty",
-    "arch",
-    "logname",
-    "users",
-    "who",
-    "nm",
-    "readelf",
-    "objdump",
-    "size",
-    "bc",
-    // Readers of archives and compressed files, and formatters of text.
-    "zipinfo",
-    "zgrep",
-    "zegrep",
-    "zfgrep",
-    "xzgrep",
-    "bzgrep",
-    "zstdgrep",
-    "zdiff",
-    "zcmp",
-    "pr",
-    "cal",
-    "look",
-];
+/// Then process, binary and system information, readers of archives and compressed files, and
+/// formatters of text.
+pub(super) const PLAIN_READERS: Names = Names(
+    "cat head tail grep egrep fgrep wc stat du cut diff cmp pwd echo printf true false test [ \
+     basename dirname realpath readlink tr nl tac rev od hexdump md5sum sha1sum sha224sum \
+     sha256sum sha384sum sha512sum b2sum cksum ls comm paste fold column seq sleep whoami id \
+     uname printenv expand unexpand strings fmt join which type : exit expr nproc df base64 jq \
+     yes tsort numfmt \
+     ps pgrep pidof uptime free vmstat lscpu groups locale getconf tty arch logname users who nm \
+     readelf objdump size bc \
+     zipinfo zgrep zegrep zfgrep xzgrep bzgrep zstdgrep zdiff zcmp pr cal look",
+);
 
 pub(super) const SHELLS: &[&str] = &[
     "sh", "bash", "zsh", "dash", "ksh", "ash", "mksh", "fish", "csh", "tcsh", "hush", "yash",
@@ -117,46 +43,16 @@ pub(super) const DOWNLOADERS: &[&str] = &["curl", "wget", "fetch", "aria2c", "nc
 
 pub(super) const SYSTEM_STOPPERS: &[&str] = &["shutdown", "reboot", "halt", "poweroff", "killall5"];
 
-pub(super) const DISK_WRECKERS: &[&str] = &[
-    "mke2fs",
-    "mkswap",
-    "wipefs",
-    "fdisk",
-    "sfdisk",
-    "parted",
-    "blkdiscard",
-];
+pub(super) const DISK_WRECKERS: Names =
+    Names("mke2fs mkswap wipefs fdisk sfdisk parted blkdiscard");
 
 /// Variables that change which program runs or what a shell runs on its own.
-pub(super) const SENSITIVE_VARS: &[&str] = &[
-    "PATH",
-    "IFS",
-    "ENV",
-    "BASH_ENV",
-    "CDPATH",
-    "GLOBIGNORE",
-    "SHELLOPTS",
-    "BASHOPTS",
-    "PS4",
-    "PROMPT_COMMAND",
-    "PAGER",
-    "MANPAGER",
-    "EDITOR",
-    "VISUAL",
-    "LESSOPEN",
-    "LESSCLOSE",
-    "HOME",
-];
-pub(super) const SENSITIVE_PREFIXES: &[&str] = &[
-    "LD_",
-    "DYLD_",
-    "GIT_",
-    "PYTHON",
-    "PERL5",
-    "NODE_",
-    "RUBY",
-    "BASH_FUNC_",
-];
+pub(super) const SENSITIVE_VARS: Names = Names(
+    "PATH IFS ENV BASH_ENV CDPATH GLOBIGNORE SHELLOPTS BASHOPTS PS4 PROMPT_COMMAND PAGER MANPAGER \
+     EDITOR VISUAL LESSOPEN LESSCLOSE HOME",
+);
+pub(super) const SENSITIVE_PREFIXES: Names =
+    Names("LD_ DYLD_ GIT_ PYTHON PERL5 NODE_ RUBY BASH_FUNC_");
 
 /// Write targets that are not files.
 pub(super) const HARMLESS_SINKS: &[&str] = &["/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty"];
@@ -186,27 +82,10 @@ pub(super) const FILE_DESTROYERS: &[&str] = &[
 ];
 
 /// Programs `Walk::program` reads by name (beyond the spec table, shells and interpreters).
-pub(super) const READ_BY_NAME: &[&str] = &[
-    "busybox",
-    "toybox",
-    "eval",
-    "source",
-    ".",
-    "alias",
-    "trap",
-    "cd",
-    "pushd",
-    "set",
-    "find",
-    "xxd",
-    "unzip",
-    "git",
-    "dd",
-    "kill",
-    "systemctl",
-    "init",
-    "telinit",
-];
+pub(super) const READ_BY_NAME: Names = Names(
+    "busybox toybox eval source . alias trap cd pushd set find xxd unzip git dd kill systemctl \
+     init telinit",
+);
 
 /// Whether the classifier knows what `name` does beyond reading: a word naming it in an
 /// unknown program's arguments may be the command it runs.
