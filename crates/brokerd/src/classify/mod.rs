@@ -125,6 +125,8 @@ mod families;
 #[cfg(test)]
 mod properties;
 #[cfg(test)]
+mod shapes;
+#[cfg(test)]
 mod tests;
 
 use envvars::is_command_var;
