@@ -28,13 +28,6 @@ pub(super) const COMPRESSORS: &[(&str, bool)] = &[
     ("lz4cat", true),
 ];
 
-/// unzip's letters that take a value (`-d DIR`, `-P PASSWORD`, `-O`/`-I CHARSET`).
-const UNZIP_VALUED: &str = "dPOI";
-/// Its letters that make it list, test or print instead of extracting.
-const UNZIP_READS: &str = "ltpczZ";
-/// Its other letters.
-const UNZIP_FLAGS: &str = "abBCDfFjJKLMnNoqsTuUVvWX$:^2";
-
 impl Walk<'_> {
     pub(super) fn tar(&mut self, o: &Parsed) {
         let extract = o.has("extract");
@@ -122,60 +115,23 @@ impl Walk<'_> {
         }
     }
 
-    /// unzip's options are its own: single letters anywhere among the operands, `-d DIR` (or
-    /// `-dDIR`) where to extract, `-x` before names left out; `-l`, `-t`, `-p`, `-c`, `-z`,
-    /// `-Z` (and `-v` first) only read.
-    pub(super) fn unzip(&mut self, args: &[Arg]) {
-        let mut dir = None;
-        let mut operands = Vec::new();
-        let mut only_reads = false;
-        let mut excluding = false;
-        let mut i = 0;
-        while let Some(a) = args.get(i) {
-            i += 1;
-            let t = match a.text() {
-                Some(t) if t.starts_with('-') && t.len() > 1 => t,
-                _ => {
-                    if !excluding {
-                        operands.push(a.clone());
-                    }
-                    continue;
-                }
-            };
-            excluding = false;
-            let letters: Vec<char> = t.chars().skip(1).collect();
-            for (k, c) in letters.iter().enumerate() {
-                if UNZIP_VALUED.contains(*c) {
-                    let rest: String = letters[k + 1..].iter().collect();
-                    let value = match rest.is_empty() {
-                        true => {
-                            i += 1;
-                            args.get(i - 1).cloned()
-                        }
-                        false => Some(a.with_text(&rest)),
-                    };
-                    if *c == 'd' {
-                        dir = value;
-                    }
-                    break;
-                }
-                match c {
-                    'x' => excluding = true,
-                    // `-v` first is a listing; later, verbosity.
-                    'v' if i == 1 && k == 0 => only_reads = true,
-                    _ if UNZIP_READS.contains(*c) => only_reads = true,
-                    _ if UNZIP_FLAGS.contains(*c) => {}
-                    _ => self.raise(
-                        CommandClass::ShellComplex,
-                        format!("unzip -{c} is an option the classifier does not know"),
-                    ),
-                }
-            }
-        }
-        if only_reads {
+    /// unzip, its options read by its spec: `-d DIR` is where it extracts; `-l`, `-t`, `-p`,
+    /// `-c`, `-z`, `-Z` (and `-v` first) only read; names after `-x` are left out, so that it
+    /// then writes whatever else the archive holds.
+    pub(super) fn unzip(&mut self, o: &Parsed, args: &[Arg]) {
+        let listing = args
+            .first()
+            .and_then(|a| a.text())
+            .is_some_and(|t| t.starts_with("-v"));
+        if listing || o.with_effect(Effect::Query).next().is_some() {
             return;
         }
-        self.extracts("unzip", dir, operands.get(1..).unwrap_or(&[]));
+        let dir = o.values("d").last().map(|a| (*a).clone());
+        let members = match o.has("x") {
+            true => &[][..],
+            false => o.operands.get(1..).unwrap_or(&[]),
+        };
+        self.extracts("unzip", dir, members);
     }
 
     /// A compressor: with `-c`, `-t`, `-l`, or no file, or as `zcat`, it only reads; otherwise

@@ -108,7 +108,6 @@ impl Walk<'_> {
             "set" => self.set(args),
             "find" => self.find(args),
             "xxd" => self.xxd(args),
-            "unzip" => self.unzip(args),
             "git" => self.git(args),
             "dd" => {
                 for a in args {
@@ -350,6 +349,7 @@ impl Walk<'_> {
                 }
                 "tar" | "bsdtar" | "gtar" => self.tar(&p),
                 "zip" => self.zip(&p, args),
+                "unzip" => self.unzip(&p, args),
                 "mknod" => self.mknod(&p),
                 "make" | "gmake" | "ninja" => self.make(name, &p, args),
                 "curl" | "wget" => self.download(name, &p),

@@ -83,7 +83,7 @@ pub(super) const FILE_DESTROYERS: &[&str] = &[
 
 /// Programs `Walk::program` reads by name (beyond the spec table, shells and interpreters).
 pub(super) const READ_BY_NAME: Names = Names(
-    "busybox toybox eval source . alias trap cd pushd set find xxd unzip git dd kill systemctl \
+    "busybox toybox eval source . alias trap cd pushd set find xxd git dd kill systemctl \
      init telinit",
 );
 

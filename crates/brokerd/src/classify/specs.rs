@@ -527,6 +527,13 @@ const SPECS: &[RawSpec] = &[
         )
     },
     spec(
+        // unzip's one-letter options mix with its operands; names after `-x` are left out.
+        &["unzip"],
+        Operands::Own,
+        "d= P= O= I= l:query t:query p:query c:query z:query Z:query x a b B C D f F j J K L M \
+         n N o q s T u U v V W X $ ^ 2",
+    ),
+    spec(
         &["uniq"],
         Operands::Own,
         "c,count d,repeated D all-repeated=? f,skip-fields= group=? i,ignore-case \
