@@ -11,6 +11,7 @@ pub mod audit;
 pub mod broker;
 pub mod classify;
 pub mod config;
+pub mod dirs;
 pub mod glob;
 pub mod local;
 pub mod mode;

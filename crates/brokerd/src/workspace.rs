@@ -13,7 +13,7 @@ use std::path::{Component, Path, PathBuf};
 
 use proto::tools::ToolName;
 
-use crate::runner::mounts::{self, DirId};
+use crate::dirs::{self as mounts, DirId};
 use crate::view::{Host, View};
 
 /// Longest path accepted (Linux PATH_MAX).

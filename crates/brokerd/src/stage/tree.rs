@@ -53,7 +53,7 @@ fn errno(e: Errno) -> io::Error {
 impl Tree {
     /// The tree at `path` (canonical), its top opened through no link.
     pub fn open(path: &Path) -> io::Result<Tree> {
-        let (top, _) = crate::runner::mounts::open_dir(path).map_err(|t| {
+        let (top, _) = crate::dirs::open_dir(path).map_err(|t| {
             io::Error::new(
                 io::ErrorKind::NotFound,
                 format!("{}: {t:?}", path.display()),
