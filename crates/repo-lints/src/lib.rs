@@ -2,6 +2,7 @@
 //! code. `cargo test --workspace` (`make check`, `make test`) runs them; nothing links this
 //! crate, and built as a library it is empty.
 //!
+//! - `lengths`: no source file is longer than 1,000 lines.
 //! - `runbook`: every runbook anchor the code, scripts and documents send an operator to is one
 //!   of brokerd's (`crates/brokerd/src/runbook.rs`) and exists in `runbook/`.
 //! - `design`: every `docs/design.md#...` is a heading of docs/design.md, and nothing cites a
@@ -14,6 +15,7 @@
 #![cfg(test)]
 
 mod design;
+mod lengths;
 mod runbook;
 
 use std::path::{Path, PathBuf};
