@@ -115,6 +115,7 @@ fn every_design_citation_is_a_heading_of_docs_design_md() {
         "dist",
         "runbook",
         "README.md",
+        "CONTRIBUTING.md",
         "ARCHITECTURE.md",
         "BENCHMARKS.md",
     ];
