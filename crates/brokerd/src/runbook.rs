@@ -29,7 +29,8 @@ pub const STAGED_CHANGES: &str = "runbook/staged.md#staged-changes";
 /// A toolset that failed its check: its grants' calls are unavailable.
 pub const TOOLSET_UNAVAILABLE: &str = "runbook/runner.md#toolset-unavailable";
 
-/// Every anchor above, for the test that each exists.
+/// Every anchor above, for the repository's lint that each exists and that every anchor in use
+/// is one of them (crates/repo-lints, which reads this file).
 pub const ALL: [&str; 13] = [
     RUNNER,
     RUNNER_UNAVAILABLE,
@@ -45,6 +46,3 @@ pub const ALL: [&str; 13] = [
     STAGED_CHANGES,
     TOOLSET_UNAVAILABLE,
 ];
-
-#[cfg(test)]
-mod tests;

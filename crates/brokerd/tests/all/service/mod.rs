@@ -1,8 +1,9 @@
 //! brokerd end to end with a fake runner: the real `server::serve` on a Unix socket in a
 //! tempdir, a `Broker` built from a config text whose grants point at tempdirs, and plain
 //! `std::os::unix::net::UnixStream` lines (docs/design.md#protocol, and every kind of bad
-//! input). This module is the harness; the tests are in `calls`, `protocol`, `lifecycle` and
-//! `secrets`, and other modules of this binary start the same service.
+//! input). This module is the harness; the tests are in `calls`, `refusals`, `runner`,
+//! `protocol`, `lifecycle`, `secrets` and `stalls`, and other modules of this binary start the
+//! same service.
 //!
 //! The fake runner records every `RunSpec` and acts on a word in the call's target (the shell
 //! command or the file path): `FAIL`, `UNAVAIL` (the sandbox missing), `EGRESSDOWN` (the way
@@ -40,6 +41,8 @@ use crate::common;
 mod calls;
 mod lifecycle;
 mod protocol;
+mod refusals;
+mod runner;
 mod secrets;
 mod stalls;
 

@@ -1,95 +1,8 @@
-//! The runbook's anchors exist and are the ones in use, and every citation of the design in
-//! the repository is of a heading of docs/design.md.
+//! Citations of the design: every `docs/design.md#...` in the repository is a heading of
+//! docs/design.md (and so is every `(#...)` link inside it), and nothing cites a document the
+//! repository does not hold.
 
-use std::path::{Path, PathBuf};
-
-/// The repository's root, or `None` (after saying so) where `needed` is not beside the
-/// crates: the Nix package's source set holds only what cargo reads.
-fn repository(needed: &str) -> Option<PathBuf> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    if root.join(needed).is_dir() {
-        return Some(root);
-    }
-    eprintln!("skipped: no {needed}/ beside the crates");
-    None
-}
-
-/// The text files under `tops` (directories and files of the repository's root), each with
-/// its path from the root; build output (`target`) and golden files (`fixtures`) left out.
-fn texts(root: &Path, tops: &[&str]) -> Vec<(String, String)> {
-    let mut found = Vec::new();
-    let mut stack: Vec<PathBuf> = tops.iter().map(|p| root.join(p)).collect();
-    while let Some(p) = stack.pop() {
-        if p.is_dir() {
-            if p.ends_with("target") || p.ends_with("fixtures") {
-                continue;
-            }
-            for e in std::fs::read_dir(&p).into_iter().flatten().flatten() {
-                stack.push(e.path());
-            }
-            continue;
-        }
-        if let Ok(text) = std::fs::read_to_string(&p) {
-            let rel = p.strip_prefix(root).unwrap_or(&p);
-            found.push((rel.display().to_string(), text));
-        }
-    }
-    found
-}
-
-/// Each anchor names a runbook file that has it (`<a id="...">`), and every anchor the
-/// repository's code, scripts and documents send an operator to is one of them.
-#[test]
-fn every_anchor_is_in_the_runbook() {
-    let Some(root) = repository("runbook") else {
-        return;
-    };
-    let tops = [
-        "crates",
-        "scripts",
-        "nixos",
-        "vm-tests",
-        "tests",
-        "docs",
-        "dist",
-        "README.md",
-        "BENCHMARKS.md",
-    ];
-    let mut used = Vec::new();
-    for (file, text) in texts(&root, &tops) {
-        for (i, _) in text.match_indices("runbook/") {
-            let rest = &text[i..];
-            let end = rest
-                .find(|c: char| !(c.is_ascii_alphanumeric() || "/._#-".contains(c)))
-                .unwrap_or(rest.len());
-            let anchor = rest[..end].trim_end_matches(['.', '-']);
-            if anchor.contains(".md#") && !anchor.ends_with('#') {
-                used.push((file.clone(), anchor.to_string()));
-            }
-        }
-    }
-    for (file, anchor) in &used {
-        assert!(
-            super::ALL.contains(&anchor.as_str()),
-            "{file} sends the operator to {anchor}, which is not in runbook::ALL"
-        );
-    }
-    assert!(
-        used.len() > 10,
-        "the walk found the anchors in use: {used:?}"
-    );
-    for anchor in super::ALL {
-        let (file, id) = anchor.split_once('#').unwrap_or((anchor, ""));
-        let text = std::fs::read_to_string(root.join(file))
-            .unwrap_or_else(|e| panic!("{anchor}: {file}: {e}"));
-        if !id.is_empty() {
-            assert!(
-                text.contains(&format!("<a id=\"{id}\"></a>")),
-                "{anchor}: no such anchor in {file}"
-            );
-        }
-    }
-}
+use crate::{repository, texts};
 
 /// The anchors of a Markdown text's headings, as GitHub makes them: the heading's text in
 /// lower case, each space a `-`, every other character but letters, digits, `-` and `_`
@@ -202,6 +115,7 @@ fn every_design_citation_is_a_heading_of_docs_design_md() {
         "dist",
         "runbook",
         "README.md",
+        "CONTRIBUTING.md",
         "ARCHITECTURE.md",
         "BENCHMARKS.md",
     ];
