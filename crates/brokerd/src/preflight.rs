@@ -8,6 +8,12 @@
 //! - The network preflight, before the first http_fetch: a proxy allowed only
 //!   `allowed.invalid`, and a fetch of [`NETWORK_PREFLIGHT_URL`] through it, which the proxy
 //!   must refuse by name. No name is resolved and no packet leaves.
+//!
+//! The refusal is told by curl's words for a SOCKS5 failure: `Can't complete SOCKS5 connection`,
+//! or `cannot complete` from curl 8.9 on (as on NixOS). `HOME` and `TMPDIR` are checked on both
+//! backends: bwrap's argument list sets them for toolkit, and toolkit sets them for every program
+//! it starts, since Podman's argument list sets no environment and a container gets `HOME=/` and
+//! no `TMPDIR`.
 
 use proto::ident::Ident;
 use std::time::Duration;

@@ -6,6 +6,10 @@
 //! The bridge decides nothing and is trusted with nothing: the command it serves may kill it
 //! or listen in its place, and reaches the same socket either way. Every check is made by the
 //! proxy, outside the sandbox.
+//!
+//! The listener's port is the kernel's pick. The sandbox's loopback is up on both backends:
+//! bwrap's `--unshare-net` brings `lo` up in the namespace it makes, and Podman's
+//! `--network=none` does too.
 
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};

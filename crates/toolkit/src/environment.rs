@@ -2,6 +2,10 @@
 //! both backends whatever the sandbox gave toolkit: a home, a temporary directory and the
 //! caches in the sandbox's `/tmp` (a grant's own cache where it has one), UTF-8, the toolset's program directories, and a git that works on
 //! a grant directory another user owns, without the host's git configuration.
+//!
+//! In the base toolset `PATH` is `/bin` alone: nixpkgs' busybox runs an applet only through its
+//! link, so a shell finds `ls` or `sed` only where the image made one (`images/programs.txt`,
+//! checked by `images/check-programs.sh`).
 
 use std::path::Path;
 use std::process::Command;

@@ -3,6 +3,12 @@
 //! `[toolsets.NAME]`, is kept as the start-up preflight is (`probe`), and a call of one of the
 //! toolset's grants tries it again once its retry is due. A toolset that fails makes only its
 //! own grants' calls `unavailable`; nothing runs them on another toolset.
+//!
+//! The check runs `toolkit version` and asks `sh --help` whose shell it is. A bwrap toolset is
+//! looked at with each call (its tree, its `/bin/toolkit` and `/bin/sh` through their links, its
+//! `store_paths` list, each by device, inode, size and change time); a change makes the call
+//! check it again first, whatever the kept outcome. A Podman toolset is an image pinned by ID,
+//! so no such print is taken.
 
 use std::collections::BTreeMap;
 

@@ -88,6 +88,13 @@
 //!
 //! Enumeration trails a hostile model: what keeps protected targets is the mount that holds
 //! them read-only; the classifier decides what to ask about.
+//!
+//! More of what docs/design.md names only by example: the grammar puts every word after a
+//! redirection's target into the redirection (`rm >/dev/null -rf DIR`), and these are read as the
+//! command's arguments, as the shell reads them (`redirects`); `git -c` of a key that changes only
+//! how git prints, and `GIT_PAGER=cat`, stay `ReadOnly`; the words after `git bisect run` and
+//! `git submodule foreach` are read as a command (`git`); an interpreter's strings include Perl's
+//! and Ruby's quote-like operators (`shapes`).
 
 use std::fmt;
 use std::path::{Component, Path, PathBuf};

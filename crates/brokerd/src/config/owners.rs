@@ -17,6 +17,12 @@
 //! sticky bit, as `/tmp` does: then nobody renames what they do not own. A symbolic link on
 //! the path must be owned by root or the service user; the directory that holds it and the
 //! directories it leads to are judged as directories.
+//!
+//! Tried with Podman 4.3 and a rename loop: 4 of 120 real calls answered with the link target's
+//! content. A path naming brokerd's own descriptor, `/proc/<brokerd>/fd/<n>`, cannot be followed
+//! from Podman's user namespace (`statfs ... permission denied`), and one held inside that
+//! namespace reaches runc, which cannot bind a directory opened in another mount namespace
+//! (`mount ... invalid argument`, runc 1.1).
 
 use std::collections::BTreeSet;
 use std::ffi::CString;

@@ -17,6 +17,14 @@
 //!
 //! What a file says in its first lines is read once per version of the file: a file whose
 //! inode, size, modification and change times are those of the last walk keeps its answer.
+//!
+//! Entries are read in name order (names as bytes: one that is not UTF-8 is walked as it is),
+//! and the first 4 KiB of each regular file are read for its markers. A directory whose entries
+//! cannot be searched is held in its parent's place. A regular file with more names than the
+//! walk found, none of them a target, is looked for in the protected directories (read for
+//! their files' identities only then, within `protect_max_entries` of their own); where it has a
+//! name there, or where one of them cannot be read all through, every name of it in the grant is
+//! held.
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::{CStr, CString, OsStr, OsString};

@@ -12,6 +12,9 @@
 //! Whether a mechanism is there is decided once ([`Mechanism::probe`]); where it is not and
 //! `enforce_limits` is on, calls answer `unavailable`: there is no path from "mechanism
 //! unavailable" to "run it anyway" (docs/design.md#limits).
+//!
+//! With `delegated`, brokerd first moves itself into `<own>/brokerd`, since a cgroup v2 group
+//! that holds processes cannot enable controllers for its children.
 
 use std::ffi::OsString;
 use std::fs::{File, OpenOptions};

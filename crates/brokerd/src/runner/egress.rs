@@ -1,6 +1,10 @@
 //! The per-call egress directory both backends share (docs/design.md#the-podman-runner): made
 //! private before the proxy starts, looked at for the proxy's socket, removed afterwards, swept at
 //! start-up.
+//!
+//! The egress directory's host path can be longer than the 108 bytes a Unix socket address
+//! holds, so the host side never connects to the socket: brokerd only waits for it to exist, and
+//! the tool inside the sandbox uses the short `/run/egress/egress.sock`.
 
 use std::io::ErrorKind;
 use std::os::fd::BorrowedFd;

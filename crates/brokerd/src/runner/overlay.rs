@@ -23,6 +23,30 @@
 //! swapped for a link or another one in between stops the start. The descriptors go to numbers
 //! the parent reserved (so the options, written before the clone, can name them) and are
 //! closed once mounted: bwrap inherits none of them.
+//!
+//! The staging namespaces are made at the first staged call and kept as descriptors. Their mount
+//! namespace is a copy of the host's taken then, its mounts slaves of the host's (a mount made or
+//! removed on the host reaches it, nothing mounted in it reaches the host), so joining it costs a
+//! staged call no copy of the host's mount table and no teardown of one.
+//!
+//! An overlay that has served a call is never kept: overlayfs keeps what it has looked up, so a
+//! file the host replaced meanwhile (as an editor saves: a new file renamed over the old) would
+//! read as it was, and the next call's change to it would be recorded against the new file,
+//! hiding a conflict. The next call's child takes the ready overlay only when it is still mounted
+//! over the same upper and work directories (its root's device and inode, theirs); otherwise, or
+//! for a read-only call, it detaches it and mounts its own. A ready overlay no call has taken
+//! within [`READY_KEEP`] (60 s) is unmounted by the `staged-expiry` thread, whether or not
+//! another call comes; all go with the namespaces when brokerd exits. An overlay that could not
+//! be unmounted is logged, and detached (never used) by its layer's next call.
+//!
+//! A writing call's overlay is `volatile`: its unmount leaves the layer's files to the kernel's
+//! writeback, as every direct write is, instead of syncing the whole file system that holds
+//! brokerd's state at the end of each call (a wait that grows with whatever else writes to that
+//! disk). overlayfs marks such a work directory (`work/work/incompat/volatile`) and refuses it
+//! until the mark is gone: it is removed after the unmount, before the layer's next overlay is
+//! mounted (and checked again before a call mounts one), with the layer held. The boot is noted
+//! in `volatile-boot` beside `work/bwrap`; when the host restarted in between, the log says that
+//! the last calls' writes may not all have reached the disk.
 
 use std::collections::HashMap;
 use std::ffi::CString;

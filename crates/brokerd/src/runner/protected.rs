@@ -10,6 +10,14 @@
 //! sandbox at a time, from its walk until that sandbox is gone; a call that finds it held waits
 //! for it within its own time limit. Read-only sandboxes, and directories with nothing to
 //! protect, are never held.
+//!
+//! bwrap binds each pin and target from the descriptor the walk opened (`--bind-fd`, then
+//! `--ro-bind-fd`); Podman takes them as `--volume=<pin>:<pin>:rw` and
+//! `--volume=<target>:<target>:ro` after the grant directories' volumes (it mounts parents
+//! first). The sandbox has no capability over its mounts: bwrap's seccomp filter denies the mount
+//! calls and `--disable-userns` lets it make no user namespace; a Podman container may make one
+//! (`unshare -rm`), but the mounts it gets there are copies the kernel locked together, so
+//! `umount` fails with `EINVAL`.
 
 use std::collections::HashSet;
 use std::os::fd::OwnedFd;

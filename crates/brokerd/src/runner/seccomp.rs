@@ -15,6 +15,11 @@
 //! architecture or the x32 ABI kills the process, so the deny list cannot be dodged by
 //! switching ABI. seccompiler compiles the list; the x32 guard is ours, because a deny list
 //! (unlike firecracker's allow lists) must catch x32 numbers.
+//!
+//! `personality` and the mode arguments are compared as the kernel reads them, 32 bits. Podman's
+//! default profile also allows `personality` `0x8`, `0x20000` and `0x20008` (`PER_LINUX32`,
+//! `UNAME26`: what `uname` reports); no tool needs them. A directory cannot be made setgid
+//! either.
 
 use std::io::{self, Seek, SeekFrom, Write};
 use std::os::fd::{AsRawFd, OwnedFd};

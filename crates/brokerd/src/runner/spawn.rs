@@ -13,6 +13,10 @@
 //! an empty signal mask, then execve with an argument list and environment built beforehand.
 //! It allocates nothing and takes no lock, so the threads of brokerd that go on running cannot
 //! hold it up; it reports a failure through memory it shares with the waiting thread.
+//!
+//! bwrap starts with an empty environment and podman with brokerd's, every signal blocked
+//! across the clone. bwrap's own process in the sandbox keeps the environment it was started
+//! with, and a sandbox can read it: hence the empty one.
 
 use std::ffi::{CString, OsStr, OsString};
 use std::io;

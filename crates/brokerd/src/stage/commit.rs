@@ -15,6 +15,15 @@
 //! is still the entry that listing saw, checked by descriptor as it lands; a new entry goes
 //! where the listing saw nothing only if nothing is there. A host that swaps, edits or adds
 //! meanwhile makes a conflict (`NotLanded::Changed`), never a removal.
+//!
+//! Where the listing saw nothing, the new entry goes in with `RENAME_NOREPLACE`; what it replaces
+//! is exchanged with it in one step (`RENAME_EXCHANGE`), checked, and exchanged back if it is
+//! not the entry seen. Without those flags (some network and FUSE file systems) the entry is
+//! checked, removed as a deletion is, and the new one renamed in. Temporary names carry an id
+//! noted in `commit.pending` (synced) before any is made, so a commit killed midway can be
+//! tidied: its temporary entry removed, or an exchanged real entry put back. A discard of one
+//! real entry that a deleted directory held turns the whiteout into the directory with a
+//! whiteout for each other entry, built beside and exchanged in.
 
 use std::collections::BTreeMap;
 use std::ffi::OsStr;

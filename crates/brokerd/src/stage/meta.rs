@@ -7,6 +7,14 @@
 //! first recorded, every real entry below it is recorded too, and its path joins `hidden`.
 //! Below a path of `hidden`, a real entry with no record appeared after the session last saw
 //! that directory: a conflict, never a silent deletion.
+//!
+//! Only what the session could have seen is its base. A real entry whose change time is past
+//! the moment the call took the layer, read from the fine-grained real-time clock (which no file
+//! stamp runs ahead of, not even Linux's multigrain stamps), was changed by the host while the
+//! call ran and is recorded as `changed`. A change in the clock tick just after that moment may
+//! carry an earlier stamp and count as the base: the sandbox has not started by then in
+//! practice. `layer.json` is written beside under a name of its own and renamed into place,
+//! under `layer.json.lock`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{self, File, OpenOptions};

@@ -28,6 +28,10 @@
 //! no link followed), `meta` (`layer.json`), `merged` (the view decisions take), `changes`
 //! (what a layer changed), `conflict` (which changes a commit refuses), `commit` (landing and
 //! discarding changes), `names` (a path as the owner reads and names it).
+//!
+//! A session's staged bytes are counted by descriptor over its layers' upper directories. A
+//! call that may write gets what the bound leaves after the session's other layers, and both
+//! runners count its layers each second while it runs.
 
 use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};

@@ -3,6 +3,14 @@
 //! either way for the idle timeout, or the call's bytes are spent
 //! (docs/design.md#the-egress-proxy, step 5). Between two sockets the bytes go through a pipe
 //! by `splice(2)`, never through user space.
+//!
+//! Each direction's pipe grows to 256 KiB where it can; where the kernel or a seccomp filter
+//! will not splice an end, that direction falls back to a 64 KiB buffer, with what the pipe held
+//! passed on. A relayed connection holds four pipes (two hops, two directions), 1 MiB of the
+//! service user's pipe allowance; past it new pipes are small and the relay slower, never wrong.
+//! Writes go in steps of at most 64 KiB, each counting as the connection moving, so a reader
+//! still reading at more than about 1 KiB/s is not cut as idle. Throughput: BENCHMARKS.md, "The
+//! egress relay".
 
 use std::io;
 use std::net::Shutdown;

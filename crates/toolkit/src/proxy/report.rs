@@ -8,6 +8,10 @@
 //! short). The lines of a connection relayed to a server, its opening and its end, are always
 //! written, so that no flood of refusals can hide a tunnel's bytes: there are at most
 //! `--max-connections` of those.
+//!
+//! A line for a connection opened has its number, the host and the address; one for its end,
+//! bytes each way, whether it was relayed, the reason, and the host when it was a valid name, in
+//! its comparable form: never other bytes the model sent, not even an HTTP method it made up.
 
 use std::fs::File;
 use std::io::{self, Write};

@@ -1,5 +1,11 @@
 //! The argument lists bwrap is started with: the tool sandbox's and the egress proxy's, over
 //! the tools root's layout (docs/design.md#the-bwrap-runner).
+//!
+//! A top-level entry of a toolset's tree with a grant directory below it (a Debian tree's
+//! `/home` or `/srv`) is made afresh and its entries bound alike down the grant's path, since
+//! bwrap cannot make a mount point inside a read-only bind; a link on the way becomes a
+//! directory, so the mount cannot be led elsewhere. An entry that is a grant directory itself is
+//! left to the grant.
 
 use std::io::Read;
 

@@ -7,6 +7,12 @@
 //! (and earlier calls' proxies are removed, and the runner is not poisoned): until then it has
 //! read nothing, so a proxy that fails or is late costs a tool container that is killed and
 //! removed, never a tool that ran without its way out or with one not known to be brokerd's.
+//!
+//! Each container takes Podman hundreds of milliseconds to make (BENCHMARKS.md, "brokerd next
+//! to the bare sandbox", its `beside` side), hence the two at once. The gate looks for the
+//! socket every 0.25 ms and wakes at once when either podman process exits; a `run -d` still
+//! running when the call ends is killed first, with its process group, before the proxy's
+//! `rm -f`.
 
 use std::ffi::OsString;
 use std::io::ErrorKind;

@@ -12,6 +12,10 @@
 //! A process in the container can print these lines and exit 126 too; it gains nothing by it:
 //! its call is `unavailable` either way, and a session left unmarked only means its next
 //! calls are attempted.
+//!
+//! Podman's overlay volume takes no `ro` (Podman 4.3: `can't use 'O' with other options`), so a
+//! read-only call of a session that has a layer mounts it writable, and the broker holds it to
+//! what a writing call is held to (docs/design.md#staged-writes-and-owners).
 
 use crate::runner::RunSpec;
 

@@ -4,6 +4,12 @@
 //! ("Removing" after a removal that was cut short), and a `podman run` killed while it made its
 //! container can leave one in storage only, which has no label and which `podman ps` shows
 //! only with `--external`.
+//!
+//! A stop, and the sweep for each container, run `podman kill`, then `podman rm -f` until
+//! `podman container exists --external <name>` says it is gone, with a pause of 20 ms that
+//! doubles between tries. A container left in storage only has no labels, and Podman 4.3's
+//! label filter does not keep it out of an `--external` listing, so the sweep tells brokerd's by
+//! state (`Storage`) and name.
 
 use std::ffi::OsString;
 use std::thread;

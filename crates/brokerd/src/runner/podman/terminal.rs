@@ -7,6 +7,10 @@
 //! container's exit code and standard error can also be its tool's (a process inside that
 //! traces toolkit can make it exit 125 and print anything), and one such call must not turn
 //! the runner off.
+//!
+//! The confirmation is `podman image exists <image>`, which needs no container and pulls
+//! nothing: exit 1 says the image is missing, a failure with a user-namespace line of its own
+//! says the namespace is refused.
 
 use std::ffi::OsString;
 use std::process::ExitStatus;
