@@ -229,7 +229,7 @@ pub(super) fn list(
                 conflict: conflicts.has(f),
                 path,
                 change: f.kind,
-                what: f.what.to_string(),
+                what: f.what,
                 size: f.size,
                 sha256: f.sha256.clone(),
                 target: f.target.as_deref().map(names::shown),

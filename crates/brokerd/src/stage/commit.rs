@@ -28,7 +28,7 @@ use nix::errno::Errno;
 use nix::fcntl::{AtFlags, OFlag};
 use nix::sys::stat::Mode;
 use nix::unistd::UnlinkatFlags;
-use proto::broker::ChangeKind;
+use proto::broker::{ChangeKind, EntryKind};
 
 use super::changes::{self, landed_mode, Found, Seen};
 use super::conflict::Conflicts;
@@ -124,14 +124,14 @@ fn land(
     let mut dir_mode = None;
     match f.kind {
         ChangeKind::Deleted => {
-            if f.seen.is_some_and(|s| s.kind == "dir")
+            if f.seen.is_some_and(|s| s.kind == EntryKind::Dir)
                 && !listed_below(&parent, name, &f.rel, seen)?
             {
                 return Err(NotLanded::Changed);
             }
             remove_listed(&parent, name, &f.rel, seen)?;
         }
-        ChangeKind::ModeChanged if f.what == "dir" => {
+        ChangeKind::ModeChanged if f.what == EntryKind::Dir => {
             dir_mode = Some(DirMode {
                 rel: f.rel.clone(),
                 mode: landed_mode(f),
@@ -143,7 +143,7 @@ fn land(
             let tmp = journal.temp_name(name);
             match f.what {
                 // A new directory is made in place: nothing is there to keep.
-                "dir" if f.seen.is_none() => {
+                EntryKind::Dir if f.seen.is_none() => {
                     // Open to brokerd until its children are in; its own mode comes last.
                     match nix::sys::stat::mkdirat(&parent, name, Mode::S_IRWXU) {
                         Ok(()) => {}
@@ -156,7 +156,7 @@ fn land(
                         seen: stat_at(&parent, name).ok().flatten(),
                     });
                 }
-                "dir" => {
+                EntryKind::Dir => {
                     nix::sys::stat::mkdirat(&parent, tmp.as_os_str(), Mode::S_IRWXU)
                         .map_err(|e| io_err(e.desc()))?;
                     let made = stat_at(&parent, &tmp).ok().flatten();
@@ -167,18 +167,20 @@ fn land(
                         seen: made,
                     });
                 }
-                "link" => {
+                EntryKind::Link => {
                     let target = upper.read_link(&f.rel).map_err(io_err)?;
                     nix::unistd::symlinkat(&target, &parent, tmp.as_os_str())
                         .map_err(|e| io_err(e.desc()))?;
                     put_in_place(&parent, &tmp, name, &f.rel, f.seen.as_ref(), seen)?;
                 }
-                "file" => {
+                EntryKind::File => {
                     let source = upper.open_file(&f.rel).map_err(io_err)?;
                     sha256 = Some(write_file_at(&parent, &tmp, source, landed_mode(f))?);
                     put_in_place(&parent, &tmp, name, &f.rel, f.seen.as_ref(), seen)?;
                 }
-                other => return Err(io_err(format!("a {other} cannot be committed"))),
+                other @ (EntryKind::Other | EntryKind::Absent) => {
+                    return Err(io_err(format!("a {other} cannot be committed")))
+                }
             }
         }
     }
@@ -220,7 +222,8 @@ fn listed_below(
         if !is_seen(&dir, &n, &here, seen)? {
             return Ok(false);
         }
-        if seen.get(&here).is_some_and(|s| s.kind == "dir") && !listed_below(&dir, &n, &here, seen)?
+        if seen.get(&here).is_some_and(|s| s.kind == EntryKind::Dir)
+            && !listed_below(&dir, &n, &here, seen)?
         {
             return Ok(false);
         }
@@ -243,7 +246,7 @@ fn remove_listed(
     if seen.get(rel) != Some(&now) {
         return Err(NotLanded::Changed);
     }
-    if now.kind != "dir" {
+    if now.kind != EntryKind::Dir {
         return match nix::unistd::unlinkat(parent, name, UnlinkatFlags::NoRemoveDir) {
             Ok(()) | Err(Errno::ENOENT) => Ok(()),
             Err(e) => Err(io_err(e.desc())),
@@ -337,7 +340,9 @@ fn put_in_place(
         // No exchange on this file system: what is there is removed as a deletion is (each
         // entry checked), then the new entry renamed in.
         Err(Errno::EINVAL) => {
-            if expect.kind == "dir" && !listed_below(parent, name, rel, seen).unwrap_or(false) {
+            if expect.kind == EntryKind::Dir
+                && !listed_below(parent, name, rel, seen).unwrap_or(false)
+            {
                 return failed(NotLanded::Changed);
             }
             if let Err(e) = remove_listed(parent, name, rel, seen) {
@@ -350,7 +355,7 @@ fn put_in_place(
     // The replaced entry is at `tmp` now.
     let kept = match stat_at(parent, tmp) {
         Ok(Some(now)) if expect.moved_to(&now) => {
-            now.kind != "dir" || listed_below(parent, tmp, rel, seen).unwrap_or(false)
+            now.kind != EntryKind::Dir || listed_below(parent, tmp, rel, seen).unwrap_or(false)
         }
         _ => false,
     };
@@ -369,7 +374,7 @@ fn put_in_place(
         });
     }
     let removed = match expect.kind {
-        "dir" => remove_listed(parent, tmp, rel, seen),
+        EntryKind::Dir => remove_listed(parent, tmp, rel, seen),
         _ => nix::unistd::unlinkat(parent, tmp, UnlinkatFlags::NoRemoveDir)
             .map_err(|e| io_err(e.desc())),
     };
@@ -504,15 +509,15 @@ fn is_layers(real: &Tree, upper: &Tree, rel: &Path) -> bool {
         return false;
     };
     match (kind_of_stat(&r), kind_of_stat(&u)) {
-        ("file", "file") => real
+        (EntryKind::File, EntryKind::File) => real
             .sha256(rel)
             .ok()
             .is_some_and(|h| upper.sha256(rel).ok() == Some(h)),
-        ("link", "link") => real
+        (EntryKind::Link, EntryKind::Link) => real
             .read_link(rel)
             .ok()
             .is_some_and(|t| upper.read_link(rel).ok() == Some(t)),
-        ("dir", "dir") => true,
+        (EntryKind::Dir, EntryKind::Dir) => true,
         _ => false,
     }
 }
@@ -655,7 +660,7 @@ fn open_up(dir: &Path) {
 /// change above it has no entry of its own.
 pub fn drop_from_layer(upper: &Tree, f: &Found, whole: bool) -> io::Result<()> {
     match upper.stat(&f.rel) {
-        Ok(st) if kind_of_stat(&st) == "dir" && !whole => upper.remove_if_empty(&f.rel),
+        Ok(st) if kind_of_stat(&st) == EntryKind::Dir && !whole => upper.remove_if_empty(&f.rel),
         Ok(_) => upper.remove(&f.rel),
         // Nothing there, or no directory of the layer on the way (a whiteout, a file or a
         // link above it): nothing of its own to drop.
@@ -1042,7 +1047,6 @@ pub fn normalize_opaque(layer: &Layer) -> io::Result<()> {
         return Ok(());
     };
     let Some(real) = real else { return Ok(()) };
-    let is_real_dir = |rel: &Path| real.stat(rel).is_ok_and(|st| kind_of_stat(&st) == "dir");
     let mut opaque = Vec::new();
     let mut stack = vec![(PathBuf::new(), false)];
     while let Some((rel, hidden_above)) = stack.pop() {
@@ -1056,7 +1060,7 @@ pub fn normalize_opaque(layer: &Layer) -> io::Result<()> {
             Err(e) if rel.as_os_str().is_empty() => return Err(e),
             Err(_) => continue,
         };
-        if hidden && is_real_dir(&rel) {
+        if hidden && real.is_dir(&rel) {
             for n in real.names(&rel)? {
                 if !names.contains(&n) {
                     upper.whiteout(&rel.join(&n))?;
@@ -1065,7 +1069,7 @@ pub fn normalize_opaque(layer: &Layer) -> io::Result<()> {
         }
         for n in names {
             let here = rel.join(&n);
-            if upper.stat(&here).is_ok_and(|st| kind_of_stat(&st) == "dir") {
+            if upper.is_dir(&here) {
                 stack.push((here, hidden));
             }
         }
@@ -1078,7 +1082,7 @@ pub fn normalize_opaque(layer: &Layer) -> io::Result<()> {
         }
         for n in upper.names(&rel).unwrap_or_default() {
             let here = rel.join(&n);
-            if upper.stat(&here).is_ok_and(|st| kind_of_stat(&st) == "dir") {
+            if upper.is_dir(&here) {
                 stack.push(here);
             }
         }

@@ -56,13 +56,13 @@ fn snapshot(top: &Path) -> BTreeMap<PathBuf, State> {
 fn layer_entry(upper: &Tree, rel: &Path) -> Option<State> {
     let st = upper.stat(rel).ok()?;
     match kind_of_stat(&st) {
-        "file" => {
+        EntryKind::File => {
             let mut s = String::new();
             io::Read::read_to_string(&mut upper.open_file(rel).ok()?, &mut s).ok()?;
             Some(State::File(s, st.st_mode & 0o1777))
         }
-        "link" => Some(State::Link(upper.read_link(rel).ok()?)),
-        "dir" => Some(State::Dir(st.st_mode & 0o1777)),
+        EntryKind::Link => Some(State::Link(upper.read_link(rel).ok()?)),
+        EntryKind::Dir => Some(State::Dir(st.st_mode & 0o1777)),
         _ => None,
     }
 }

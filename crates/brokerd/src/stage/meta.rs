@@ -66,7 +66,7 @@ impl Identity {
             }
             Err(_) => return Identity::of_kind("other"),
         };
-        let kind = kind_of_stat(&st);
+        let kind = kind_of_stat(&st).as_str();
         let size = u64::try_from(st.st_size).unwrap_or(0);
         let mtime_ns = i128::from(st.st_mtime) * 1_000_000_000 + i128::from(st.st_mtime_nsec);
         Identity {

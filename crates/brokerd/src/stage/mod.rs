@@ -39,7 +39,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use sha2::{Digest, Sha256};
 
-use proto::broker::Backend;
+use proto::broker::{Backend, EntryKind};
 use proto::ident::Ident;
 
 pub mod changes;
@@ -668,8 +668,8 @@ pub fn measure(dir: &Path) -> Result<u64, PathBuf> {
         for name in names {
             let here = d.join(name);
             match t.stat(&here) {
-                Ok(st) if tree::kind_of_stat(&st) == "dir" => stack.push(here),
-                Ok(st) if tree::kind_of_stat(&st) == "file" => {
+                Ok(st) if tree::kind_of_stat(&st) == EntryKind::Dir => stack.push(here),
+                Ok(st) if tree::kind_of_stat(&st) == EntryKind::File => {
                     total = total.saturating_add(u64::try_from(st.st_size).unwrap_or(0));
                 }
                 Ok(_) => {}
