@@ -51,7 +51,7 @@ pub mod names;
 pub mod tree;
 
 pub use merged::Merged;
-pub use meta::{Identity, Meta};
+pub use meta::{Identity, Meta, RealKind};
 
 /// A layer's lock: sandboxes take it shared, commits and discards exclusive.
 const LOCK: &str = "lock";
@@ -406,7 +406,7 @@ impl Stage {
                             true => Identity::changed_during_call(),
                             false => identity(&e.rel),
                         };
-                        if !(meta.covered(&e.rel) && now.kind != "none")
+                        if !(meta.covered(&e.rel) && now.kind != RealKind::Absent)
                             && room(meta, Meta::cost(&k, &now))
                         {
                             meta.first.insert(k.clone(), now);
@@ -417,7 +417,10 @@ impl Stage {
                     // session first saw it: one the host made there later (in place of a
                     // file or link the session changed) holds nothing the session saw, and
                     // what it holds stays unrecorded, a conflict.
-                    let saw_dir = meta.first.get(&k).is_some_and(|id| id.kind == "dir");
+                    let saw_dir = meta
+                        .first
+                        .get(&k)
+                        .is_some_and(|id| id.kind == RealKind::Dir);
                     if e.hides && !meta.covered(&e.rel) {
                         if let (Some(real), true) = (real, saw_dir) {
                             let (below, _all) = changes::real_below(real, &e.rel, RECORD_LIMIT);
