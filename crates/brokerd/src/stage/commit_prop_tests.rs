@@ -12,7 +12,9 @@ use super::races::Seeded;
 use proptest::prelude::*;
 use proto::ident::Ident;
 use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
 use std::os::unix::fs::symlink;
+use std::os::unix::fs::PermissionsExt;
 
 /// What an entry is, as a person would compare it: type, content or target, and mode.
 #[derive(Debug, Clone, PartialEq, Eq)]

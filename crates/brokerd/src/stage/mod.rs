@@ -17,7 +17,7 @@
 //!                                               first staged a change to it (conflicts)
 //!                                      layer.json.lock  flock: one writer of layer.json
 //!                                      commit.pending  while a commit lands: the id in
-//!                                               its temporary names (`commit::Journal`)
+//!                                               its temporary names (`journal::Journal`)
 //!                                      lock     flock: sandboxes shared, commit exclusive
 //!                                      work/volatile-boot  the boot of bwrap's last
 //!                                               writable overlay of it (runner::overlay)
@@ -26,8 +26,9 @@
 //! A layer is the owner's data: it survives `end_session`, restarts and crashes, and goes only
 //! by discard or `staged_ttl_s`. Modules: `tree` (a directory read and changed by descriptor,
 //! no link followed), `meta` (`layer.json`), `merged` (the view decisions take), `changes`
-//! (what a layer changed), `conflict` (which changes a commit refuses), `commit` (landing and
-//! discarding changes), `names` (a path as the owner reads and names it).
+//! (what a layer changed), `conflict` (which changes a commit refuses), `commit` (landing
+//! changes: `landing` one by descriptor, `journal` the note a commit killed midway leaves),
+//! `discard` (throwing changes away), `names` (a path as the owner reads and names it).
 
 use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
@@ -45,6 +46,9 @@ use proto::ident::Ident;
 pub mod changes;
 pub mod commit;
 pub mod conflict;
+pub mod discard;
+pub mod journal;
+mod landing;
 pub mod merged;
 pub mod meta;
 pub mod names;
@@ -547,7 +551,7 @@ impl Stage {
         })
     }
 
-    /// Tidies after every commit killed midway (`commit::finish_interrupted`), at brokerd's
+    /// Tidies after every commit killed midway (`journal::finish_interrupted`), at brokerd's
     /// start: no temporary name of it stays in an owner's directory. What cannot be tidied is
     /// said, with its layer, and tried again before that layer's next commit or discard.
     pub fn finish_interrupted(self: &Arc<Self>) -> Vec<(PathBuf, io::Error)> {
@@ -557,7 +561,7 @@ impl Stage {
                 let Ok(_hold) = self.exclusive(&l, Instant::now()) else {
                     continue;
                 };
-                if let Err(e) = commit::finish_interrupted(&l) {
+                if let Err(e) = journal::finish_interrupted(&l) {
                     failed.push((l.real.clone(), e));
                 }
             }
@@ -588,7 +592,7 @@ impl Stage {
     /// Removes a layer whole (a discard of everything, or its expiry), and the session's
     /// directory once it holds no layer.
     pub fn remove_layer(&self, session: &Ident, layer: &Layer) -> io::Result<()> {
-        match (commit::remove_tree(&layer.dir), &self.podman) {
+        match (discard::remove_tree(&layer.dir), &self.podman) {
             (Ok(()), _) => {}
             (Err(e), Some(podman)) if e.kind() == io::ErrorKind::PermissionDenied => {
                 remove_as_container_root(podman, &layer.dir)?;
