@@ -40,6 +40,9 @@ const RO_TEXT: &str = "hello from the read-only directory\n";
 const SHELL_MS: u64 = 4000;
 const OUTPUT_CAP: usize = 65536;
 const GRANT: &str = "e2e";
+/// [`GRANT`]'s `hosts`, in the config's order: what its http_fetch may reach, and what a
+/// refusal names.
+const GRANT_HOSTS: [&str; 2] = ["ok.test", "*.ok.test"];
 const ASK_GRANT: &str = "e2e-ask";
 const STAGED_GRANT: &str = "e2e-staged";
 /// The grant whose shell calls reach `ok.test` (only) through their egress proxy.

@@ -14,8 +14,8 @@ use serde_json::{json, Value};
 use super::{
     call_on, check, host_egress_network, show, staged, time_scale, Backend, Outcome, Suite,
     ASK_GRANT, CALL_WAIT, CANARY_NAME, CANARY_VALUE, DEV_CACHE_BYTES, DEV_GRANT, DEV_QUIET_GRANT,
-    DEV_STAGED_GRANT, GRANT, NET_CONNECTIONS, NET_GRANT, OUTPUT_CAP, QUIET_GRANT, RO_TEXT,
-    SHELL_MS, STAGED_GRANT,
+    DEV_STAGED_GRANT, GRANT, GRANT_HOSTS, NET_CONNECTIONS, NET_GRANT, OUTPUT_CAP, QUIET_GRANT,
+    RO_TEXT, SHELL_MS, STAGED_GRANT,
 };
 use crate::system::{self, User};
 
@@ -185,7 +185,7 @@ home = "{home}"
 mode = "auto"
 tools = ["read_file", "write_file", "shell", "http_fetch"]
 paths = [ {{ path = "{rw}", write = true }}, {{ path = "{ro}" }} ]
-hosts = ["ok.test", "*.ok.test"]
+hosts = {grant_hosts}
 allow_addresses = ["192.0.2.0/24"]
 
 [grants.{NET_GRANT}]
@@ -212,6 +212,7 @@ paths = [ {{ path = "{staged}", write = true }} ]
 writes = "staged"
 {dev_section}{bwrap_section}"#,
                 backend_keys = backend_keys(b, egress_network),
+                grant_hosts = json!(GRANT_HOSTS),
                 bwrap_section = bwrap_section(b),
                 state = state.display(),
                 home = user.home.display(),
