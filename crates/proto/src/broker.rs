@@ -404,6 +404,40 @@ impl std::fmt::Display for Backend {
     }
 }
 
+/// The network of the egress proxy's container: one of Podman's rootless user-mode networks,
+/// by the helper program it runs (docs/design.md#runner): as the config's `[runner]
+/// egress_network`, `podman run --network=` and `podman info` spell it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EgressNetwork {
+    /// passt's `pasta`: Podman 4.4 and later, NixOS's.
+    Pasta,
+    /// `slirp4netns`: where Podman has no pasta (Debian 12's Podman 4.3).
+    Slirp4netns,
+}
+
+impl EgressNetwork {
+    pub const ALL: [EgressNetwork; 2] = [EgressNetwork::Pasta, EgressNetwork::Slirp4netns];
+
+    /// As the config, `podman run --network=` and `podman info` spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EgressNetwork::Pasta => "pasta",
+            EgressNetwork::Slirp4netns => "slirp4netns",
+        }
+    }
+
+    /// The network spelt `word`, if any.
+    pub fn parse(word: &str) -> Option<EgressNetwork> {
+        EgressNetwork::ALL.into_iter().find(|n| n.as_str() == word)
+    }
+}
+
+impl std::fmt::Display for EgressNetwork {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// `status`'s `backend`, a word: a [`Backend`]'s, or [`NO_BACKEND`] for `None`.
 mod backend_or_none {
     use serde::de::{Deserializer, Error};
@@ -725,6 +759,19 @@ mod tests {
             assert_eq!(serde_json::to_string(&b).unwrap(), format!("\"{b}\""));
         }
         assert_eq!(Backend::parse(NO_BACKEND), None);
+    }
+
+    /// The egress networks as the config and Podman spell them; no other word is one.
+    #[test]
+    fn egress_networks_are_podmans_words() {
+        for n in EgressNetwork::ALL {
+            assert_eq!(EgressNetwork::parse(n.as_str()), Some(n));
+        }
+        let words: Vec<&str> = EgressNetwork::ALL.iter().map(|n| n.as_str()).collect();
+        assert_eq!(words, ["pasta", "slirp4netns"]);
+        for word in ["", "Pasta", "host", "pasta:--map-gw"] {
+            assert_eq!(EgressNetwork::parse(word), None, "{word}");
+        }
     }
 
     #[test]

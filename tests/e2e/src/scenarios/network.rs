@@ -20,7 +20,10 @@ impl Suite {
     /// this namespace does reach the fake tailnet host: so the refusals below are the
     /// sandbox's doing, not a missing host.
     pub(super) fn control_egress_network_reaches_tailnet(&mut self) -> Outcome {
-        let network = format!("--network={}", self.egress_network);
+        let network = self
+            .egress_network
+            .ok_or("this run has no egress network (a Podman run has one)")?;
+        let network = format!("--network={network}");
         let mut c = self.user.command(&self.podman);
         c.args([
             "run",
