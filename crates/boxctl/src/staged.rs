@@ -9,7 +9,7 @@
 
 use std::fmt;
 
-use client::{Change, SessionChanges};
+use client::{Change, EntryKind, SessionChanges};
 use proto::visible::Shown;
 
 /// The widest change kind (`type_changed`, `mode_changed`), so that paths line up.
@@ -24,12 +24,12 @@ impl fmt::Display for ChangeList<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         for c in self.0 {
             write!(f, "{:<KIND_WIDTH$}  {}", c.change.as_str(), Shown(&c.path))?;
-            match (c.what.as_str(), c.size, &c.target) {
-                ("link", _, Some(target)) => write!(f, "  link -> {}", Shown(target))?,
-                ("file", Some(size), _) => write!(f, "  {size} bytes")?,
+            match (c.what, c.size, &c.target) {
+                (EntryKind::Link, _, Some(target)) => write!(f, "  link -> {}", Shown(target))?,
+                (EntryKind::File, Some(size), _) => write!(f, "  {size} bytes")?,
                 // A deleted path is nothing in the layer; anything else is named.
-                ("none", _, _) => {}
-                (what, _, _) => write!(f, "  {}", Shown(what))?,
+                (EntryKind::Absent, _, _) => {}
+                (what, _, _) => write!(f, "  {what}")?,
             }
             if let Some(mode) = &c.mode {
                 write!(f, "  mode {}", Shown(mode))?;
@@ -167,12 +167,12 @@ mod tests {
     use super::*;
     use client::ChangeKind;
 
-    fn change(kind: ChangeKind, path: &str, what: &str) -> Change {
+    fn change(kind: ChangeKind, path: &str, what: EntryKind) -> Change {
         Change {
             grant: "notes".into(),
             path: path.into(),
             change: kind,
-            what: what.into(),
+            what,
             size: None,
             sha256: None,
             target: None,
@@ -188,28 +188,36 @@ mod tests {
     fn a_line_per_change() {
         let file = Change {
             size: Some(12),
-            ..change(ChangeKind::Modified, "/srv/notes/a.txt", "file")
+            ..change(ChangeKind::Modified, "/srv/notes/a.txt", EntryKind::File)
         };
         let link = Change {
             target: Some("../a.txt".into()),
-            ..change(ChangeKind::TypeChanged, "/srv/notes/l", "link")
+            ..change(ChangeKind::TypeChanged, "/srv/notes/l", EntryKind::Link)
         };
         let mode = Change {
             size: Some(40),
             mode: Some("0755".into()),
-            ..change(ChangeKind::ModeChanged, "/srv/notes/run.sh", "file")
+            ..change(
+                ChangeKind::ModeChanged,
+                "/srv/notes/run.sh",
+                EntryKind::File,
+            )
         };
         let setuid = Change {
             size: Some(40),
             mode: Some("4755".into()),
             dropped_bits: Some("4000".into()),
-            ..change(ChangeKind::ModeChanged, "/srv/notes/run.sh", "file")
+            ..change(
+                ChangeKind::ModeChanged,
+                "/srv/notes/run.sh",
+                EntryKind::File,
+            )
         };
         let protected = Change {
             size: Some(1),
             protected: true,
             conflict: true,
-            ..change(ChangeKind::Added, "/srv/notes/Cargo.lock", "file")
+            ..change(ChangeKind::Added, "/srv/notes/Cargo.lock", EntryKind::File)
         };
         // (change, its line)
         let cases = [
@@ -222,11 +230,11 @@ mod tests {
                  [setuid/setgid 4000: not committed]",
             ),
             (
-                change(ChangeKind::Deleted, "/srv/notes/old", "none"),
+                change(ChangeKind::Deleted, "/srv/notes/old", EntryKind::Absent),
                 "deleted       /srv/notes/old",
             ),
             (
-                change(ChangeKind::Added, "/srv/notes/d", "dir"),
+                change(ChangeKind::Added, "/srv/notes/d", EntryKind::Dir),
                 "added         /srv/notes/d  dir",
             ),
             (
@@ -239,13 +247,13 @@ mod tests {
                 change(
                     ChangeKind::Added,
                     "/srv/notes/a\\nb\u{1b}[2J\u{202e}",
-                    "dir",
+                    EntryKind::Dir,
                 ),
                 "added         /srv/notes/a\\nb\\x1b[2J\\u{202e}  dir",
             ),
             (
-                change(ChangeKind::Added, "/srv/notes/x", "fi\nfo"),
-                "added         /srv/notes/x  fi\\nfo",
+                change(ChangeKind::Added, "/srv/notes/fifo", EntryKind::Other),
+                "added         /srv/notes/fifo  other",
             ),
         ];
         for (c, line) in cases {
@@ -259,14 +267,14 @@ mod tests {
         let with_diff = |path: &str, diff: &str| Change {
             size: Some(3),
             diff: Some(diff.into()),
-            ..change(ChangeKind::Modified, path, "file")
+            ..change(ChangeKind::Modified, path, EntryKind::File)
         };
         let changes = [
             with_diff(
                 "/srv/notes/a.c",
                 "--- a\n+++ b\n-x\n+printf(\"\\n\");\u{1b}[31m\n",
             ),
-            change(ChangeKind::Deleted, "/srv/notes/b", "none"),
+            change(ChangeKind::Deleted, "/srv/notes/b", EntryKind::Absent),
             with_diff("/srv/notes/c", "+\tlast\r"),
         ];
         let report = Report {

@@ -2,10 +2,9 @@
 //! what grant directories are recorded as at start and checked against before each sandbox
 //! mounts them (`runner::mounts`), and what the staged layer's trees are read through.
 
-use std::fmt;
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
-use std::path::{Component, Path, PathBuf};
+use std::path::{Component, Path};
 
 use nix::errno::Errno;
 use nix::fcntl::{openat, openat2, OFlag, OpenHow, ResolveFlag, AT_FDCWD};
@@ -28,42 +27,9 @@ impl DirId {
     }
 }
 
-/// A mount source that is not the directory brokerd resolved at start. The text names the
-/// directory; it is the model's refusal and the operator's log line.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("grant directory {} {why}; nothing was run, and the owner has to look at it", path.display())]
-pub struct MountChanged {
-    pub path: PathBuf,
-    pub why: MountTrouble,
-}
-
-/// What was found where a grant directory should be.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MountTrouble {
-    /// A symlink on the path (the directory itself or a parent).
-    Symlink,
-    /// Another directory under the same name.
-    Replaced,
-    /// Nothing, or something that is not a directory.
-    Gone,
-    /// It could not be opened (permission, I/O).
-    Unreadable,
-}
-
-impl fmt::Display for MountTrouble {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            MountTrouble::Symlink => {
-                "is reached through a symbolic link now, not as the directory resolved at start"
-            }
-            MountTrouble::Replaced => {
-                "is another directory now than the one resolved at start (it was moved or replaced)"
-            }
-            MountTrouble::Gone => "no longer exists or is not a directory",
-            MountTrouble::Unreadable => "cannot be opened by brokerd",
-        })
-    }
-}
+/// A mount source that is not the directory brokerd resolved at start, and what was found
+/// there: the model's refusal and the operator's log line, defined in [`proto::sentences`].
+pub use proto::sentences::{MountChanged, MountTrouble};
 
 /// Opens `path` (absolute) as a directory with no symlink anywhere on it, for reading its
 /// identity and for mounting it by descriptor. The descriptor is `O_PATH` and close-on-exec.

@@ -22,8 +22,8 @@ use std::path::Path;
 use std::time::Duration;
 
 pub use proto::broker::{
-    Answer, Body, Change, ChangeKind, PathReason, Request, SessionChanges, Status, ToolSchema,
-    DEFAULT_SOCKET, MAX_LINE,
+    Answer, Body, Change, ChangeKind, EntryKind, PathReason, Request, SessionChanges, Status,
+    ToolSchema, DEFAULT_SOCKET, MAX_LINE,
 };
 use proto::line::{Frame, LineReader};
 

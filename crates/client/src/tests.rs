@@ -146,7 +146,7 @@ fn staged_operations_send_the_protocol_and_read_its_answers() {
         grant: "notes".into(),
         path: "/srv/notes/a.txt".into(),
         change: ChangeKind::Modified,
-        what: "file".into(),
+        what: EntryKind::File,
         size: Some(12),
         sha256: Some("ab".into()),
         target: None,

@@ -263,6 +263,49 @@ impl ChangeKind {
     }
 }
 
+/// What a path of a staged layer is: as `changes` spells it, and as brokerd reads an entry
+/// of the layer or the real directory (never following a link).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EntryKind {
+    File,
+    Dir,
+    /// A symbolic link, as a link.
+    Link,
+    /// A device, FIFO or socket: listed, never committed.
+    Other,
+    /// Nothing: the path is deleted.
+    #[serde(rename = "none")]
+    Absent,
+}
+
+impl EntryKind {
+    pub const ALL: [EntryKind; 5] = [
+        EntryKind::File,
+        EntryKind::Dir,
+        EntryKind::Link,
+        EntryKind::Other,
+        EntryKind::Absent,
+    ];
+
+    /// The word for it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EntryKind::File => "file",
+            EntryKind::Dir => "dir",
+            EntryKind::Link => "link",
+            EntryKind::Other => "other",
+            EntryKind::Absent => "none",
+        }
+    }
+}
+
+impl std::fmt::Display for EntryKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// One changed path: the real path a commit would write, shown with control characters
 /// escaped.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -270,8 +313,8 @@ pub struct Change {
     pub grant: String,
     pub path: String,
     pub change: ChangeKind,
-    /// What the path is in the layer: `file`, `dir`, `link`, or `none` (deleted).
-    pub what: String,
+    /// What the path is in the layer: `file`, `dir`, `link`, `other`, or `none` (deleted).
+    pub what: EntryKind,
     /// A file's size in the layer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub size: Option<u64>,
@@ -356,6 +399,40 @@ impl Backend {
 }
 
 impl std::fmt::Display for Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The network of the egress proxy's container: one of Podman's rootless user-mode networks,
+/// by the helper program it runs (docs/design.md#runner): as the config's `[runner]
+/// egress_network`, `podman run --network=` and `podman info` spell it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EgressNetwork {
+    /// passt's `pasta`: Podman 4.4 and later, NixOS's.
+    Pasta,
+    /// `slirp4netns`: where Podman has no pasta (Debian 12's Podman 4.3).
+    Slirp4netns,
+}
+
+impl EgressNetwork {
+    pub const ALL: [EgressNetwork; 2] = [EgressNetwork::Pasta, EgressNetwork::Slirp4netns];
+
+    /// As the config, `podman run --network=` and `podman info` spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EgressNetwork::Pasta => "pasta",
+            EgressNetwork::Slirp4netns => "slirp4netns",
+        }
+    }
+
+    /// The network spelt `word`, if any.
+    pub fn parse(word: &str) -> Option<EgressNetwork> {
+        EgressNetwork::ALL.into_iter().find(|n| n.as_str() == word)
+    }
+}
+
+impl std::fmt::Display for EgressNetwork {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
     }
@@ -684,6 +761,19 @@ mod tests {
         assert_eq!(Backend::parse(NO_BACKEND), None);
     }
 
+    /// The egress networks as the config and Podman spell them; no other word is one.
+    #[test]
+    fn egress_networks_are_podmans_words() {
+        for n in EgressNetwork::ALL {
+            assert_eq!(EgressNetwork::parse(n.as_str()), Some(n));
+        }
+        let words: Vec<&str> = EgressNetwork::ALL.iter().map(|n| n.as_str()).collect();
+        assert_eq!(words, ["pasta", "slirp4netns"]);
+        for word in ["", "Pasta", "host", "pasta:--map-gw"] {
+            assert_eq!(EgressNetwork::parse(word), None, "{word}");
+        }
+    }
+
     #[test]
     fn requests_parse_as_design_writes_them() {
         let lines = [
@@ -787,7 +877,7 @@ mod tests {
                             grant: "notes".into(),
                             path: "/srv/notes/a.txt".into(),
                             change: ChangeKind::Modified,
-                            what: "file".into(),
+                            what: EntryKind::File,
                             size: Some(12),
                             sha256: Some("ab".into()),
                             target: None,
@@ -863,6 +953,22 @@ mod tests {
         }
         for k in Kind::ALL {
             assert_eq!(serde_json::to_value(k).unwrap(), k.as_str());
+        }
+    }
+
+    /// A change's `what` keeps its words on the wire (boxctl, the MCP tools and their tests
+    /// read them), and a word it does not know is an error, not a guess.
+    #[test]
+    fn entry_kinds_are_spelt_as_changes_writes_them() {
+        let words: Vec<&str> = EntryKind::ALL.iter().map(|k| k.as_str()).collect();
+        assert_eq!(words, ["file", "dir", "link", "other", "none"]);
+        for k in EntryKind::ALL {
+            assert_eq!(serde_json::to_value(k).unwrap(), k.as_str());
+            let back: EntryKind = serde_json::from_value(k.as_str().into()).unwrap();
+            assert_eq!(back, k);
+        }
+        for word in ["\"absent\"", "\"File\"", "\"\"", "null"] {
+            assert!(serde_json::from_str::<EntryKind>(word).is_err(), "{word}");
         }
     }
 }

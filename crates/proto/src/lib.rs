@@ -13,6 +13,13 @@
 //! - [`visible`]: the model's text as a person may see it (escapes for what would hide or
 //!   rearrange it). brokerd shows questions, reasons and the audit log with it; clients show
 //!   staged paths and diffs.
+//! - [`sentences`]: the fixed sentences of brokerd's answers (a call's failure, a changed
+//!   grant directory, a host not granted). brokerd answers with them; the end-to-end suite
+//!   compares its answers with them.
+//! - [`runbook`]: the runbook's anchors. brokerd's log and `doctor` send the operator there;
+//!   the end-to-end suite looks for them in the log.
+//! - [`podman`]: the label of brokerd's containers. brokerd sets it and finds its leftovers
+//!   by it; the end-to-end suite finds what a scenario left by it.
 //!
 //! No I/O and no async runtime live here.
 
@@ -22,5 +29,8 @@ pub mod egress;
 pub mod hosts;
 pub mod ident;
 pub mod line;
+pub mod podman;
+pub mod runbook;
+pub mod sentences;
 pub mod tools;
 pub mod visible;

@@ -1,4 +1,4 @@
-//! The runbook's anchors: brokerd names each once (`crates/brokerd/src/runbook.rs`, listed in
+//! The runbook's anchors: proto names each once (`crates/proto/src/runbook.rs`, listed in
 //! its `ALL`), each is an `<a id="...">` of its runbook file, and every anchor the repository's
 //! code, scripts and documents send an operator to is one of them.
 
@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use crate::{repository, texts};
 
-/// brokerd's runbook constants as written in `text` (its `runbook.rs`): each `pub const NAME:
+/// proto's runbook constants as written in `text` (its `runbook.rs`): each `pub const NAME:
 /// &str = "...";` by name, and the names `ALL` lists.
 fn constants(text: &str) -> (BTreeMap<String, String>, Vec<String>) {
     let mut named = BTreeMap::new();
@@ -60,15 +60,15 @@ fn every_anchor_is_in_the_runbook() {
     let Some(root) = repository("runbook") else {
         return;
     };
-    let source = std::fs::read_to_string(root.join("crates/brokerd/src/runbook.rs"))
-        .expect("crates/brokerd/src/runbook.rs");
+    let source = std::fs::read_to_string(root.join("crates/proto/src/runbook.rs"))
+        .expect("crates/proto/src/runbook.rs");
     let (named, all) = constants(&source);
     let listed: Vec<&String> = named.keys().filter(|n| *n != "ALL").collect();
     assert!(listed.len() > 10, "the constants were read: {named:?}");
     for name in &listed {
         assert!(
             all.contains(name),
-            "brokerd's runbook::{name} is not in runbook::ALL ({all:?})"
+            "proto's runbook::{name} is not in runbook::ALL ({all:?})"
         );
     }
     for name in &all {
@@ -97,7 +97,7 @@ fn every_anchor_is_in_the_runbook() {
     for (file, anchor) in &used {
         assert!(
             known.contains(&anchor.as_str()),
-            "{file} sends the operator to {anchor}, which is not in brokerd's runbook::ALL"
+            "{file} sends the operator to {anchor}, which is not in proto's runbook::ALL"
         );
     }
     assert!(

@@ -18,7 +18,7 @@ use std::process::{Child, ExitCode};
 use std::time::{Duration, Instant};
 
 use client::{Body, Client, Request};
-use proto::broker::Backend;
+use proto::broker::{Backend, EgressNetwork};
 use serde_json::Value;
 
 use crate::system::{self, User};
@@ -40,6 +40,9 @@ const RO_TEXT: &str = "hello from the read-only directory\n";
 const SHELL_MS: u64 = 4000;
 const OUTPUT_CAP: usize = 65536;
 const GRANT: &str = "e2e";
+/// [`GRANT`]'s `hosts`, in the config's order: what its http_fetch may reach, and what a
+/// refusal names.
+const GRANT_HOSTS: [&str; 2] = ["ok.test", "*.ok.test"];
 const ASK_GRANT: &str = "e2e-ask";
 const STAGED_GRANT: &str = "e2e-staged";
 /// The grant whose shell calls reach `ok.test` (only) through their egress proxy.
@@ -103,8 +106,9 @@ struct Suite {
     backend: Backend,
     tools_root: Option<PathBuf>,
     /// The other backend and brokerd's config for it, where this run was given what it needs
-    /// (`--tools-root`, `--image`).
-    other_config: Option<(Backend, String)>,
+    /// (`--tools-root`, `--image`); for Podman, an error where its egress network could not be
+    /// looked up.
+    other_config: Option<(Backend, Result<String, String>)>,
     user: User,
     podman: String,
     brokerd: PathBuf,
@@ -120,8 +124,9 @@ struct Suite {
     egress_root: PathBuf,
     image: String,
     /// Podman's network for the egress proxy: `--egress-network`, or what this host's Podman
-    /// has (pasta where it exists, as on NixOS; slirp4netns otherwise).
-    egress_network: String,
+    /// has (pasta where it exists, as on NixOS; slirp4netns otherwise); none on bwrap unless
+    /// given.
+    egress_network: Option<EgressNetwork>,
     tailnet_log: Option<PathBuf>,
     /// The test nameserver's log of the names it was asked for (`--dns-log`), where given.
     dns_log: Option<PathBuf>,
@@ -528,13 +533,13 @@ fn check(cond: bool, why: impl FnOnce() -> String) -> Outcome {
 
 /// The egress network this host's Podman offers: pasta where Podman knows a pasta program
 /// (`podman info`: host.pasta.executable, Podman 5 and NixOS), else slirp4netns.
-pub fn host_egress_network(user: &User, podman: &str) -> Result<String, String> {
+pub fn host_egress_network(user: &User, podman: &str) -> Result<EgressNetwork, String> {
     Ok(host_egress_helper(user, podman)?.0)
 }
 
 /// [`host_egress_network`] and the program Podman runs for it, as `podman info` names it (empty
 /// where it names none).
-pub fn host_egress_helper(user: &User, podman: &str) -> Result<(String, String), String> {
+pub fn host_egress_helper(user: &User, podman: &str) -> Result<(EgressNetwork, String), String> {
     let mut c = user.command(podman);
     c.args(["info", "--format", "json"]);
     let (code, out) = system::output(c, Duration::from_secs(60))?;
@@ -544,17 +549,18 @@ pub fn host_egress_helper(user: &User, podman: &str) -> Result<(String, String),
     let start = out.find('{').unwrap_or(0);
     let info: serde_json::Value = serde_json::from_str(&out[start..])
         .map_err(|e| format!("podman info: not JSON ({e}): {out}"))?;
-    let program = |net: &str| {
-        info["host"][net]["executable"]
+    let program = |net: EgressNetwork| {
+        info["host"][net.as_str()]["executable"]
             .as_str()
             .unwrap_or_default()
             .to_string()
     };
-    let pasta = program("pasta");
+    let pasta = program(EgressNetwork::Pasta);
     Ok(if pasta.is_empty() {
-        ("slirp4netns".into(), program("slirp4netns"))
+        let slirp = EgressNetwork::Slirp4netns;
+        (slirp, program(slirp))
     } else {
-        ("pasta".into(), pasta)
+        (EgressNetwork::Pasta, pasta)
     })
 }
 

@@ -18,7 +18,7 @@ use crate::protect::{self, scan::Scanner};
 use crate::stage::changes::{self, Found};
 use crate::stage::conflict::Conflicts;
 use crate::stage::tree::Tree;
-use crate::stage::{commit, names, Holding, Layer, Meta, Stage, StageError};
+use crate::stage::{commit, discard, names, Holding, Layer, Meta, Stage, StageError};
 
 /// How long an owner's commit or discard waits for a call of the session to finish.
 const OWNER_WAIT: Duration = Duration::from_secs(30);
@@ -229,7 +229,7 @@ pub(super) fn list(
                 conflict: conflicts.has(f),
                 path,
                 change: f.kind,
-                what: f.what.to_string(),
+                what: f.what,
                 size: f.size,
                 sha256: f.sha256.clone(),
                 target: f.target.as_deref().map(names::shown),
@@ -473,12 +473,12 @@ pub(super) fn discard_session(
             gone.extend(shown_paths(&t.layer, &t.found));
             continue;
         }
-        let thrown = commit::discard(&t.layer, named.as_deref()).map_err(|e| match e {
-            commit::DiscardError::Replaced { rel, root } => OwnerRefused::Replaced {
+        let thrown = discard::discard(&t.layer, named.as_deref()).map_err(|e| match e {
+            discard::DiscardError::Replaced { rel, root } => OwnerRefused::Replaced {
                 path: shown(&t.layer, &rel),
                 root: shown(&t.layer, &root),
             },
-            commit::DiscardError::Io(e) => OwnerRefused::from(e),
+            discard::DiscardError::Io(e) => OwnerRefused::from(e),
         })?;
         gone.extend(shown_paths(&t.layer, &thrown));
         if changes::changes(&t.layer.upper, &t.layer.real).is_ok_and(|c| c.is_empty()) {

@@ -217,38 +217,8 @@ impl RunnerConfig {
     }
 }
 
-/// The network of the egress proxy's container: one of Podman's rootless user-mode networks,
-/// by the helper program it runs (docs/design.md#runner).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EgressNetwork {
-    /// passt's `pasta`: Podman 4.4 and later, NixOS's.
-    Pasta,
-    /// `slirp4netns`: where Podman has no pasta (Debian 12's Podman 4.3).
-    Slirp4netns,
-}
-
-impl EgressNetwork {
-    pub const ALL: [EgressNetwork; 2] = [EgressNetwork::Pasta, EgressNetwork::Slirp4netns];
-
-    /// As the config, `podman run --network=` and `podman info` spell it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            EgressNetwork::Pasta => "pasta",
-            EgressNetwork::Slirp4netns => "slirp4netns",
-        }
-    }
-
-    /// The network spelt `word`, if any.
-    pub fn parse(word: &str) -> Option<EgressNetwork> {
-        EgressNetwork::ALL.into_iter().find(|n| n.as_str() == word)
-    }
-}
-
-impl std::fmt::Display for EgressNetwork {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+/// The network of the egress proxy's container, spelt as the end-to-end suite writes it too.
+pub use proto::broker::EgressNetwork;
 
 /// How the bwrap backend gets a cgroup for its limits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -108,7 +108,7 @@ pub enum Why {
     #[error("shell: {0}; split it into smaller commands")]
     ShellBeyondBounds(String),
     /// http_fetch to a host the grant does not name.
-    #[error("http_fetch: {host} is not one of the grant's hosts ({})", .hosts.join(", "))]
+    #[error("{}", proto::sentences::host_not_granted(.host, .hosts))]
     HostNotGranted { host: String, hosts: Vec<String> },
     /// More than toolkit reads on standard input (docs/design.md#the-toolkit).
     #[error("{tool}: the call comes to {bytes} bytes, more than the {} bytes a tool can take; nothing was run: split it into smaller calls", proto::tools::MAX_INPUT)]

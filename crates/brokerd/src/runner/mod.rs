@@ -200,20 +200,9 @@ pub struct RunOutput {
     pub truncated: bool,
 }
 
-/// Why a call failed: the fixed sentences of docs/design.md#runners, exactly.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum Failure {
-    #[error("the tool could not run")]
-    CouldNotRun,
-    #[error("the tool was stopped: it ran out of memory or was killed")]
-    Killed,
-    #[error("the tool ran past its time limit")]
-    TimedOut,
-    #[error("the tool failed with an unexpected status")]
-    UnexpectedStatus,
-    #[error("the tool was stopped: this session's staged writes passed [broker] max_staged_bytes; what it wrote so far stays staged, and the session's writes are refused until an owner commits or discards them")]
-    StagedFull,
-}
+/// Why a call failed: the fixed sentences of docs/design.md#runners, exactly, defined in
+/// [`proto::sentences`] where the end-to-end suite compares answers with them.
+pub use proto::sentences::Failure;
 
 /// How often a call that writes staged layers has their bytes counted while it runs.
 pub(crate) const STAGED_LOOK: Duration = Duration::from_secs(1);

@@ -17,7 +17,7 @@ use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
 use nix::sys::stat::FileStat;
-use proto::broker::ChangeKind;
+use proto::broker::{ChangeKind, EntryKind};
 
 use super::tree::{is_whiteout_stat, kind_of_stat, Tree};
 
@@ -38,8 +38,8 @@ pub struct Found {
     /// Relative to the real directory, `/`-separated.
     pub rel: PathBuf,
     pub kind: ChangeKind,
-    /// What it is in the layer: `file`, `dir`, `link` or `none` (deleted).
-    pub what: &'static str,
+    /// What it is in the layer ([`EntryKind::Absent`]: deleted).
+    pub what: EntryKind,
     pub size: Option<u64>,
     pub sha256: Option<String>,
     pub target: Option<PathBuf>,
@@ -64,7 +64,7 @@ pub struct Found {
 /// in it moves its times, and what it holds is judged entry by entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Seen {
-    pub kind: &'static str,
+    pub kind: EntryKind,
     pub dev: u64,
     pub ino: u64,
     pub ctime_ns: Option<i128>,
@@ -79,8 +79,8 @@ impl Seen {
             kind,
             dev: st.st_dev,
             ino: st.st_ino,
-            ctime_ns: (kind != "dir").then(|| ns(st.st_ctime, st.st_ctime_nsec)),
-            mtime_ns: (kind != "dir").then(|| ns(st.st_mtime, st.st_mtime_nsec)),
+            ctime_ns: (kind != EntryKind::Dir).then(|| ns(st.st_ctime, st.st_ctime_nsec)),
+            mtime_ns: (kind != EntryKind::Dir).then(|| ns(st.st_mtime, st.st_mtime_nsec)),
         }
     }
 
@@ -147,8 +147,7 @@ pub fn trees(upper: &Path, real: &Path) -> io::Result<(Option<Tree>, Option<Tree
 
 /// Whether the real tree has a directory at `rel`, reached through no link.
 fn real_dir(real: Option<&Tree>, rel: &Path) -> bool {
-    real.and_then(|r| r.stat(rel).ok())
-        .is_some_and(|st| kind_of_stat(&st) == "dir")
+    real.is_some_and(|r| r.is_dir(rel))
 }
 
 /// Every entry of the layer (whiteouts included), in path order.
@@ -167,7 +166,7 @@ pub fn entries(upper: &Tree, real: Option<&Tree>) -> io::Result<Vec<Entry>> {
             let here = rel.join(&name);
             let Ok(st) = upper.stat(&here) else { continue };
             let over_dir = on_real_dir && real_dir(real, &here);
-            let is_dir = kind_of_stat(&st) == "dir";
+            let is_dir = kind_of_stat(&st) == EntryKind::Dir;
             let hides = over_dir && (!is_dir || upper.is_opaque(&here));
             out.push(Entry {
                 rel: here.clone(),
@@ -193,7 +192,7 @@ pub fn real_below(real: &Tree, rel: &Path, limit: usize) -> (Vec<PathBuf>, bool)
                 return (out, false);
             }
             let here = d.join(name);
-            if real.stat(&here).is_ok_and(|st| kind_of_stat(&st) == "dir") {
+            if real.is_dir(&here) {
                 stack.push(here.clone());
             }
             out.push(here);
@@ -291,7 +290,9 @@ impl Walk<'_> {
                     continue;
                 }
                 let what = kind_of_stat(&st);
-                let over_dir = on_disk.as_ref().is_some_and(|r| kind_of_stat(r) == "dir");
+                let over_dir = on_disk
+                    .as_ref()
+                    .is_some_and(|r| kind_of_stat(r) == EntryKind::Dir);
                 let kind = match &on_disk {
                     None => Some(ChangeKind::Added),
                     Some(r) if kind_of_stat(r) != what => Some(ChangeKind::TypeChanged),
@@ -309,7 +310,7 @@ impl Walk<'_> {
                         ..found(upper, here.clone(), kind, &st)
                     });
                 }
-                if what == "dir" {
+                if what == EntryKind::Dir {
                     stack.push((here, over_dir, hidden_by.clone()));
                 } else if over_dir {
                     // A file or link in a real directory's place: what it held is gone.
@@ -331,7 +332,7 @@ impl Walk<'_> {
         let mut stack = vec![(rel, under.map(Path::to_path_buf))];
         while let Some((rel, under)) = stack.pop() {
             let Ok(st) = real.stat(&rel) else { continue };
-            let is_dir = kind_of_stat(&st) == "dir";
+            let is_dir = kind_of_stat(&st) == EntryKind::Dir;
             if is_dir {
                 for name in real.names(&rel).unwrap_or_default() {
                     stack.push((rel.join(name), Some(root.clone())));
@@ -340,7 +341,7 @@ impl Walk<'_> {
             self.push(|| Found {
                 rel,
                 kind: ChangeKind::Deleted,
-                what: "none",
+                what: EntryKind::Absent,
                 size: None,
                 sha256: None,
                 target: None,
@@ -358,7 +359,7 @@ impl Walk<'_> {
         let mode = |m: &FileStat| m.st_mode & 0o7777;
         let real = self.real?;
         match kind_of_stat(lm) {
-            "file" => {
+            EntryKind::File => {
                 let same = lm.st_size == rm.st_size
                     && match (self.upper.sha256(rel), real.sha256(rel)) {
                         (Ok(a), Ok(b)) => a == b,
@@ -372,9 +373,9 @@ impl Walk<'_> {
                     None
                 }
             }
-            "link" => (self.upper.read_link(rel).ok() != real.read_link(rel).ok())
+            EntryKind::Link => (self.upper.read_link(rel).ok() != real.read_link(rel).ok())
                 .then_some(ChangeKind::Modified),
-            "dir" => (mode(lm) != mode(rm)).then_some(ChangeKind::ModeChanged),
+            EntryKind::Dir => (mode(lm) != mode(rm)).then_some(ChangeKind::ModeChanged),
             _ => Some(ChangeKind::Modified),
         }
     }
@@ -385,9 +386,11 @@ fn found(upper: &Tree, rel: PathBuf, kind: ChangeKind, st: &FileStat) -> Found {
     Found {
         kind,
         what,
-        size: (what == "file").then(|| u64::try_from(st.st_size).unwrap_or(0)),
-        sha256: (what == "file").then(|| upper.sha256(&rel).ok()).flatten(),
-        target: (what == "link")
+        size: (what == EntryKind::File).then(|| u64::try_from(st.st_size).unwrap_or(0)),
+        sha256: (what == EntryKind::File)
+            .then(|| upper.sha256(&rel).ok())
+            .flatten(),
+        target: (what == EntryKind::Link)
             .then(|| upper.read_link(&rel).ok())
             .flatten(),
         mode: Some(st.st_mode & 0o7777),
@@ -402,11 +405,13 @@ fn found(upper: &Tree, rel: PathBuf, kind: ChangeKind, st: &FileStat) -> Found {
 /// The permission bits a commit gives `f`: the layer's without setuid and setgid, but for the
 /// setgid bit a real directory already has (it gives its files its group, no privilege).
 pub fn landed_mode(f: &Found) -> u32 {
-    let mode = f
-        .mode
-        .unwrap_or(if f.what == "dir" { 0o755 } else { 0o644 });
+    let mode = f.mode.unwrap_or(if f.what == EntryKind::Dir {
+        0o755
+    } else {
+        0o644
+    });
     let kept = match f.what {
-        "dir" => mode & f.real_mode.unwrap_or(0) & 0o2000,
+        EntryKind::Dir => mode & f.real_mode.unwrap_or(0) & 0o2000,
         _ => 0,
     };
     (mode & COMMITTED_MODE) | kept
@@ -421,7 +426,7 @@ pub fn dropped_bits(f: &Found) -> Option<u32> {
 /// The unified diff of a changed text file, bounded; `None` for binary or large files (shown
 /// by size and hash) and for what is not a file.
 pub fn diff(f: &Found, upper: &Tree, real: Option<&Tree>, shown: &str) -> Option<String> {
-    if f.what != "file" && f.kind != ChangeKind::Deleted {
+    if f.what != EntryKind::File && f.kind != ChangeKind::Deleted {
         return None;
     }
     let read = |t: &Tree| -> Option<String> {
@@ -433,7 +438,10 @@ pub fn diff(f: &Found, upper: &Tree, real: Option<&Tree>, shown: &str) -> Option
         file.take(DIFF_INPUT).read_to_string(&mut s).ok()?;
         Some(s)
     };
-    let real_file = real.filter(|r| r.stat(&f.rel).is_ok_and(|st| kind_of_stat(&st) == "file"));
+    let real_file = real.filter(|r| {
+        r.stat(&f.rel)
+            .is_ok_and(|st| kind_of_stat(&st) == EntryKind::File)
+    });
     let old = match (f.kind, real_file) {
         (ChangeKind::Added, _) | (_, None) => String::new(),
         (_, Some(r)) => read(r)?,

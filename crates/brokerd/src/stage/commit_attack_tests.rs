@@ -7,7 +7,9 @@ use super::super::super::Merged;
 use super::super::*;
 use super::{kinds, listed, staged, tree};
 use crate::view::View;
+use std::fs;
 use std::os::unix::fs::symlink;
+use std::os::unix::fs::PermissionsExt;
 
 /// Runs `f` on a thread without effective capabilities, as the service user runs: a test run
 /// as root must still meet permission bits.

@@ -12,7 +12,9 @@ use super::races::Seeded;
 use proptest::prelude::*;
 use proto::ident::Ident;
 use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
 use std::os::unix::fs::symlink;
+use std::os::unix::fs::PermissionsExt;
 
 /// What an entry is, as a person would compare it: type, content or target, and mode.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,13 +58,13 @@ fn snapshot(top: &Path) -> BTreeMap<PathBuf, State> {
 fn layer_entry(upper: &Tree, rel: &Path) -> Option<State> {
     let st = upper.stat(rel).ok()?;
     match kind_of_stat(&st) {
-        "file" => {
+        EntryKind::File => {
             let mut s = String::new();
             io::Read::read_to_string(&mut upper.open_file(rel).ok()?, &mut s).ok()?;
             Some(State::File(s, st.st_mode & 0o1777))
         }
-        "link" => Some(State::Link(upper.read_link(rel).ok()?)),
-        "dir" => Some(State::Dir(st.st_mode & 0o1777)),
+        EntryKind::Link => Some(State::Link(upper.read_link(rel).ok()?)),
+        EntryKind::Dir => Some(State::Dir(st.st_mode & 0o1777)),
         _ => None,
     }
 }

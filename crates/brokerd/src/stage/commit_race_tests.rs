@@ -7,6 +7,7 @@ use super::super::*;
 use super::listed;
 use proto::ident::Ident;
 use std::ffi::CString;
+use std::fs;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::symlink;
 use std::sync::atomic::{AtomicBool, Ordering};

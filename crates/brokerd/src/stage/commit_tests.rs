@@ -1,9 +1,12 @@
 use super::super::changes::changes;
+use super::super::discard::{discard, DiscardError};
 use super::super::{Layer, Meta, Stage};
 use super::*;
 use proto::ident::Ident;
 use std::collections::BTreeMap;
+use std::fs;
 use std::os::unix::fs::symlink;
+use std::os::unix::fs::PermissionsExt;
 use std::process::Command;
 
 /// A layer made by a real overlayfs mount (in a user and mount namespace of the test's own)

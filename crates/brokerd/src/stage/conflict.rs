@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use super::changes::{real_below, Found, Seen};
-use super::meta::{key, Identity, Meta};
+use super::meta::{key, Identity, Meta, RealKind};
 use super::tree::Tree;
 
 /// The most real entries below one change looked at; past it the change is a conflict (it
@@ -76,6 +76,9 @@ fn at(meta: &Meta, real: Option<&Tree>, rel: &Path) -> bool {
         // Unrecorded: below a hidden directory, it appeared since (if it is there at all);
         // past the metadata's bound, what the session saw is not known; elsewhere a crash
         // left it unrecorded, and the commit records it as it is.
-        None => meta.full || (meta.covered(rel) && Identity::at(real, rel, false).kind != "none"),
+        None => {
+            meta.full
+                || (meta.covered(rel) && Identity::at(real, rel, false).kind != RealKind::Absent)
+        }
     }
 }

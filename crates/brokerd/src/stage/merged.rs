@@ -18,6 +18,8 @@ use std::fs::{File, Metadata};
 use std::io;
 use std::path::{Component, Path, PathBuf};
 
+use proto::broker::EntryKind;
+
 use super::tree::{is_whiteout_stat, kind_of_stat, Tree};
 use crate::view::{open_for_reading, View};
 
@@ -82,7 +84,7 @@ impl Merged {
                 up.push(name);
                 match t.stat(&up) {
                     Ok(st) if is_whiteout_stat(&st) => return (None, None),
-                    Ok(st) if kind_of_stat(&st) == "dir" => {
+                    Ok(st) if kind_of_stat(&st) == EntryKind::Dir => {
                         layer_is_dir = true;
                         if t.is_opaque(&up) {
                             in_real = false;

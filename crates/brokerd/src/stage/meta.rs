@@ -23,6 +23,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 use nix::errno::Errno;
+use proto::broker::EntryKind;
 use serde::{Deserialize, Serialize};
 
 use super::tree::{kind_of_stat, Tree};
@@ -36,13 +37,42 @@ const META_LOCK: &str = "layer.json.lock";
 /// size, inode and times).
 const HASH_LIMIT: u64 = 64 * 1024 * 1024;
 
+/// What a real path was when the session first staged a change to it, as `layer.json`
+/// spells it. A word it does not know is an error reading the file, never a guess.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RealKind {
+    File,
+    Dir,
+    Link,
+    /// A device, FIFO or socket, or what could not be read.
+    Other,
+    /// It did not exist.
+    #[serde(rename = "none")]
+    Absent,
+    /// The way to it goes through a link.
+    Unreachable,
+    /// The host changed it while the call that first staged it ran: what the session saw is
+    /// not known.
+    Changed,
+}
+
+impl From<EntryKind> for RealKind {
+    fn from(k: EntryKind) -> RealKind {
+        match k {
+            EntryKind::File => RealKind::File,
+            EntryKind::Dir => RealKind::Dir,
+            EntryKind::Link => RealKind::Link,
+            EntryKind::Other => RealKind::Other,
+            EntryKind::Absent => RealKind::Absent,
+        }
+    }
+}
+
 /// What a real path was when the session first staged a change to it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Identity {
-    /// `file`, `dir`, `link`, `other`, `none` (it did not exist), `unreachable` (the way
-    /// to it goes through a link), or `changed` (the host changed it while the call that first
-    /// staged it ran: what the session saw is not known).
-    pub kind: String,
+    pub kind: RealKind,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dev: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -62,33 +92,33 @@ impl Identity {
     /// hashed when `hash`.
     pub fn at(real: Option<&Tree>, rel: &Path, hash: bool) -> Identity {
         let Some(real) = real else {
-            return Identity::of_kind("none");
+            return Identity::of_kind(RealKind::Absent);
         };
         let st = match real.stat(rel) {
             Ok(st) => st,
             Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR)) => {
-                return Identity::of_kind("none");
+                return Identity::of_kind(RealKind::Absent);
             }
             Err(e) if e.raw_os_error() == Some(Errno::ELOOP as i32) => {
-                return Identity::of_kind("unreachable");
+                return Identity::of_kind(RealKind::Unreachable);
             }
-            Err(_) => return Identity::of_kind("other"),
+            Err(_) => return Identity::of_kind(RealKind::Other),
         };
-        let kind = kind_of_stat(&st);
+        let kind = RealKind::from(kind_of_stat(&st));
         let size = u64::try_from(st.st_size).unwrap_or(0);
         let mtime_ns = i128::from(st.st_mtime) * 1_000_000_000 + i128::from(st.st_mtime_nsec);
         Identity {
-            sha256: (kind == "file" && hash && size <= HASH_LIMIT)
+            sha256: (kind == RealKind::File && hash && size <= HASH_LIMIT)
                 .then(|| real.sha256(rel).ok())
                 .flatten(),
-            target: (kind == "link")
+            target: (kind == RealKind::Link)
                 .then(|| real.read_link(rel).ok().map(|t| t.display().to_string()))
                 .flatten(),
             dev: Some(st.st_dev),
             ino: Some(st.st_ino),
-            size: (kind == "file").then_some(size),
-            mtime_ns: (kind == "file").then_some(mtime_ns),
-            kind: kind.to_string(),
+            size: (kind == RealKind::File).then_some(size),
+            mtime_ns: (kind == RealKind::File).then_some(mtime_ns),
+            kind,
         }
     }
 
@@ -98,13 +128,13 @@ impl Identity {
             (Some(dir), Some(name)) => {
                 Identity::at(Tree::open(dir).ok().as_ref(), name.as_ref(), true)
             }
-            _ => Identity::of_kind("other"),
+            _ => Identity::of_kind(RealKind::Other),
         }
     }
 
-    fn of_kind(kind: &str) -> Identity {
+    fn of_kind(kind: RealKind) -> Identity {
         Identity {
-            kind: kind.into(),
+            kind,
             dev: None,
             ino: None,
             size: None,
@@ -116,11 +146,11 @@ impl Identity {
 
     /// A real entry the host changed while the call that first staged it ran.
     pub fn changed_during_call() -> Identity {
-        Identity::of_kind("changed")
+        Identity::of_kind(RealKind::Changed)
     }
 
     pub fn none() -> Identity {
-        Identity::of_kind("none")
+        Identity::of_kind(RealKind::Absent)
     }
 
     /// Whether `now` is still what was recorded: the same thing at the path, not changed
@@ -130,10 +160,10 @@ impl Identity {
         if self.kind != now.kind {
             return false;
         }
-        match self.kind.as_str() {
-            "none" | "dir" => true,
-            "link" => self.target == now.target,
-            "file" => {
+        match self.kind {
+            RealKind::Absent | RealKind::Dir => true,
+            RealKind::Link => self.target == now.target,
+            RealKind::File => {
                 self.size == now.size
                     && match (&self.sha256, &now.sha256) {
                         (Some(a), Some(b)) => a == b,
@@ -144,8 +174,8 @@ impl Identity {
                         }
                     }
             }
-            "unreachable" | "changed" => false,
-            _ => self.dev == now.dev && self.ino == now.ino,
+            RealKind::Unreachable | RealKind::Changed => false,
+            RealKind::Other => self.dev == now.dev && self.ino == now.ino,
         }
     }
 }
@@ -179,9 +209,15 @@ pub fn key(rel: &Path) -> String {
 }
 
 impl Meta {
+    /// The layer's metadata; one that does not parse (a kind it does not know, a key too
+    /// many) is an error that names the file.
     pub fn read(layer: &Layer) -> io::Result<Meta> {
-        let text = fs::read_to_string(layer.dir.join(META))?;
-        serde_json::from_str(&text).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+        let path = layer.dir.join(META);
+        let text = fs::read_to_string(&path)?;
+        serde_json::from_str(&text).map_err(|e| {
+            let why = format!("{}: {e}", path.display());
+            io::Error::new(io::ErrorKind::InvalidData, why)
+        })
     }
 
     /// Written beside under a name of its own and renamed into place, synced: a crash leaves

@@ -17,7 +17,7 @@
 //!                                               first staged a change to it (conflicts)
 //!                                      layer.json.lock  flock: one writer of layer.json
 //!                                      commit.pending  while a commit lands: the id in
-//!                                               its temporary names (`commit::Journal`)
+//!                                               its temporary names (`journal::Journal`)
 //!                                      lock     flock: sandboxes shared, commit exclusive
 //!                                      work/volatile-boot  the boot of bwrap's last
 //!                                               writable overlay of it (runner::overlay)
@@ -26,8 +26,9 @@
 //! A layer is the owner's data: it survives `end_session`, restarts and crashes, and goes only
 //! by discard or `staged_ttl_s`. Modules: `tree` (a directory read and changed by descriptor,
 //! no link followed), `meta` (`layer.json`), `merged` (the view decisions take), `changes`
-//! (what a layer changed), `conflict` (which changes a commit refuses), `commit` (landing and
-//! discarding changes), `names` (a path as the owner reads and names it).
+//! (what a layer changed), `conflict` (which changes a commit refuses), `commit` (landing
+//! changes: `landing` one by descriptor, `journal` the note a commit killed midway leaves),
+//! `discard` (throwing changes away), `names` (a path as the owner reads and names it).
 //!
 //! A session's staged bytes are counted by descriptor over its layers' upper directories. A
 //! call that may write gets what the bound leaves after the session's other layers, and both
@@ -43,19 +44,22 @@ use std::time::{Duration, Instant, SystemTime};
 
 use sha2::{Digest, Sha256};
 
-use proto::broker::Backend;
+use proto::broker::{Backend, EntryKind};
 use proto::ident::Ident;
 
 pub mod changes;
 pub mod commit;
 pub mod conflict;
+pub mod discard;
+pub mod journal;
+mod landing;
 pub mod merged;
 pub mod meta;
 pub mod names;
 pub mod tree;
 
 pub use merged::Merged;
-pub use meta::{Identity, Meta};
+pub use meta::{Identity, Meta, RealKind};
 
 /// A layer's lock: sandboxes take it shared, commits and discards exclusive.
 const LOCK: &str = "lock";
@@ -410,7 +414,7 @@ impl Stage {
                             true => Identity::changed_during_call(),
                             false => identity(&e.rel),
                         };
-                        if !(meta.covered(&e.rel) && now.kind != "none")
+                        if !(meta.covered(&e.rel) && now.kind != RealKind::Absent)
                             && room(meta, Meta::cost(&k, &now))
                         {
                             meta.first.insert(k.clone(), now);
@@ -421,7 +425,10 @@ impl Stage {
                     // session first saw it: one the host made there later (in place of a
                     // file or link the session changed) holds nothing the session saw, and
                     // what it holds stays unrecorded, a conflict.
-                    let saw_dir = meta.first.get(&k).is_some_and(|id| id.kind == "dir");
+                    let saw_dir = meta
+                        .first
+                        .get(&k)
+                        .is_some_and(|id| id.kind == RealKind::Dir);
                     if e.hides && !meta.covered(&e.rel) {
                         if let (Some(real), true) = (real, saw_dir) {
                             let (below, _all) = changes::real_below(real, &e.rel, RECORD_LIMIT);
@@ -548,7 +555,7 @@ impl Stage {
         })
     }
 
-    /// Tidies after every commit killed midway (`commit::finish_interrupted`), at brokerd's
+    /// Tidies after every commit killed midway (`journal::finish_interrupted`), at brokerd's
     /// start: no temporary name of it stays in an owner's directory. What cannot be tidied is
     /// said, with its layer, and tried again before that layer's next commit or discard.
     pub fn finish_interrupted(self: &Arc<Self>) -> Vec<(PathBuf, io::Error)> {
@@ -558,7 +565,7 @@ impl Stage {
                 let Ok(_hold) = self.exclusive(&l, Instant::now()) else {
                     continue;
                 };
-                if let Err(e) = commit::finish_interrupted(&l) {
+                if let Err(e) = journal::finish_interrupted(&l) {
                     failed.push((l.real.clone(), e));
                 }
             }
@@ -589,7 +596,7 @@ impl Stage {
     /// Removes a layer whole (a discard of everything, or its expiry), and the session's
     /// directory once it holds no layer.
     pub fn remove_layer(&self, session: &Ident, layer: &Layer) -> io::Result<()> {
-        match (commit::remove_tree(&layer.dir), &self.podman) {
+        match (discard::remove_tree(&layer.dir), &self.podman) {
             (Ok(()), _) => {}
             (Err(e), Some(podman)) if e.kind() == io::ErrorKind::PermissionDenied => {
                 remove_as_container_root(podman, &layer.dir)?;
@@ -672,8 +679,8 @@ pub fn measure(dir: &Path) -> Result<u64, PathBuf> {
         for name in names {
             let here = d.join(name);
             match t.stat(&here) {
-                Ok(st) if tree::kind_of_stat(&st) == "dir" => stack.push(here),
-                Ok(st) if tree::kind_of_stat(&st) == "file" => {
+                Ok(st) if tree::kind_of_stat(&st) == EntryKind::Dir => stack.push(here),
+                Ok(st) if tree::kind_of_stat(&st) == EntryKind::File => {
                     total = total.saturating_add(u64::try_from(st.st_size).unwrap_or(0));
                 }
                 Ok(_) => {}

@@ -11,9 +11,48 @@ fn identities_tell_changes() {
     std::fs::write(&f, "two").expect("write");
     assert!(!first.unchanged(&Identity::of(&f)));
     let missing = Identity::of(&tmp.path().join("none"));
-    assert_eq!(missing.kind, "none");
+    assert_eq!(missing.kind, RealKind::Absent);
     std::fs::write(tmp.path().join("none"), "x").expect("write");
     assert!(!missing.unchanged(&Identity::of(&tmp.path().join("none"))));
+}
+
+/// `layer.json` keeps the words it has always had for what a real path was, and one it does
+/// not know (written by something else, or damaged) is an error naming the file, not a panic
+/// and not a guess.
+#[test]
+fn layer_json_kinds_are_its_words() {
+    let words = [
+        (RealKind::File, "file"),
+        (RealKind::Dir, "dir"),
+        (RealKind::Link, "link"),
+        (RealKind::Other, "other"),
+        (RealKind::Absent, "none"),
+        (RealKind::Unreachable, "unreachable"),
+        (RealKind::Changed, "changed"),
+    ];
+    for (kind, word) in words {
+        assert_eq!(serde_json::to_value(kind).expect("json"), word);
+        let back: RealKind = serde_json::from_value(word.into()).expect("parse");
+        assert_eq!(back, kind);
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let layer = Layer::at(tmp.path().to_path_buf(), Path::new("/srv"), Backend::Podman);
+    let json = |kind: &str| {
+        format!(
+            r#"{{"real":"/srv","grants":["g"],"created":1,"first":{{"a":{{"kind":"{kind}"}}}}}}"#
+        )
+    };
+    std::fs::write(tmp.path().join("layer.json"), json("none")).expect("write");
+    let meta = Meta::read(&layer).expect("read");
+    assert_eq!(meta.first["a"], Identity::none());
+    std::fs::write(tmp.path().join("layer.json"), json("fifo")).expect("write");
+    let err = Meta::read(&layer).expect_err("an unknown kind");
+    assert_eq!(err.kind(), io::ErrorKind::InvalidData);
+    let text = err.to_string();
+    assert!(
+        text.contains("layer.json") && text.contains("fifo"),
+        "{text}"
+    );
 }
 
 /// The host edits a file and adds one below a directory while a call of the session holds the

@@ -15,15 +15,17 @@ use nix::errno::Errno;
 use nix::fcntl::{openat, openat2, OFlag, OpenHow, ResolveFlag};
 use nix::sys::stat::{FileStat, Mode, SFlag};
 use nix::unistd::{unlinkat, UnlinkatFlags};
+use proto::broker::EntryKind;
 use sha2::{Digest, Sha256};
 
-/// What an entry is: `file`, `dir`, `link` or `other`.
-pub fn kind_of_stat(st: &FileStat) -> &'static str {
+/// What an entry is: a file, a directory, a link or something other (never
+/// [`EntryKind::Absent`]).
+pub fn kind_of_stat(st: &FileStat) -> EntryKind {
     match SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT {
-        SFlag::S_IFLNK => "link",
-        SFlag::S_IFDIR => "dir",
-        SFlag::S_IFREG => "file",
-        _ => "other",
+        SFlag::S_IFLNK => EntryKind::Link,
+        SFlag::S_IFDIR => EntryKind::Dir,
+        SFlag::S_IFREG => EntryKind::File,
+        _ => EntryKind::Other,
     }
 }
 
@@ -135,6 +137,13 @@ impl Tree {
     pub fn stat(&self, rel: &Path) -> io::Result<FileStat> {
         let fd = self.resolve(rel, OFlag::O_PATH | OFlag::O_NOFOLLOW)?;
         nix::sys::stat::fstat(&fd).map_err(errno)
+    }
+
+    /// Whether `rel` is a directory, reached through no link (one that cannot be read is
+    /// not).
+    pub fn is_dir(&self, rel: &Path) -> bool {
+        self.stat(rel)
+            .is_ok_and(|st| kind_of_stat(&st) == EntryKind::Dir)
     }
 
     /// `lstat` of `rel`, as the standard library's `Metadata`.
@@ -329,7 +338,7 @@ mod tests {
         assert!(t.stat(Path::new("out/secret")).is_err());
         assert_eq!(
             kind_of_stat(&t.stat(Path::new("out")).expect("lstat")),
-            "link"
+            EntryKind::Link
         );
         assert_eq!(
             t.read_link(Path::new("d/up")).expect("link"),

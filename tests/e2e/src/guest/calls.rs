@@ -8,8 +8,8 @@ use std::path::PathBuf;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use brokerd::runner::Failure;
 use client::CallOutcome;
+use proto::sentences::Failure;
 
 use super::broker::{self, content, content_or_message, shell_args, show, Broker};
 use super::host;

@@ -19,6 +19,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 
+use proto::broker::Backend;
+
 use crate::system::User;
 
 mod broker;
@@ -60,8 +62,8 @@ struct Settings {
     time_scale: String,
     /// More arguments for the suite's `run` (e.g. --only NAME), split at white space.
     e2e_args: Vec<String>,
-    /// The backends the suite runs on, space-separated.
-    backends: String,
+    /// The backends the suite runs on (`--backends`, space-separated).
+    backends: Vec<Backend>,
 }
 
 /// A check's section ended the run early: what follows needs what it could not make.
@@ -103,9 +105,11 @@ pub fn run(opts: &crate::Opts) -> Result<ExitCode, String> {
             .split_whitespace()
             .map(str::to_string)
             .collect(),
-        backends: opts
-            .one("backends")
-            .unwrap_or_else(|| "podman bwrap".into()),
+        backends: parse_backends(
+            &opts
+                .one("backends")
+                .unwrap_or_else(|| "podman bwrap".into()),
+        )?,
         payload,
     };
     let results = set.payload.join("results");
@@ -230,6 +234,17 @@ impl Guest {
     }
 }
 
+/// `--backends`: backend names separated by white space, each one brokerd knows.
+fn parse_backends(list: &str) -> Result<Vec<Backend>, String> {
+    list.split_whitespace()
+        .map(|b| {
+            Backend::parse(b).ok_or(format!(
+                "--backends {list:?}: {b:?} is not a backend (podman or bwrap)"
+            ))
+        })
+        .collect()
+}
+
 /// Seconds since boot, as /proc/uptime has them.
 fn uptime() -> String {
     std::fs::read_to_string("/proc/uptime")
@@ -260,5 +275,16 @@ mod tests {
         assert!(!is_image_id(&id[..id.len() - 1]));
         assert!(!is_image_id(&id.to_uppercase()));
         assert!(!is_image_id("Error: no image"));
+    }
+
+    #[test]
+    fn backends_are_parsed_once_and_an_unknown_one_is_an_error() {
+        assert_eq!(
+            parse_backends(" podman\tbwrap ").unwrap(),
+            [Backend::Podman, Backend::Bwrap]
+        );
+        assert_eq!(parse_backends("").unwrap(), []);
+        let err = parse_backends("podman bwarp").unwrap_err();
+        assert!(err.contains("\"bwarp\" is not a backend"), "{err}");
     }
 }

@@ -12,6 +12,8 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use proto::broker::Backend;
+
 use super::host;
 use super::{is_image_id, Guest};
 use crate::system;
@@ -67,21 +69,19 @@ impl Guest {
             started.elapsed().as_secs()
         ));
         let started = Instant::now();
-        self.run_backend("podman", &image, &["--enforce-limits", "true"]);
+        self.run_backend(Backend::Podman, &image, &["--enforce-limits", "true"]);
         self.t.out(&format!(
             "timing scenarios-podman {}s",
             started.elapsed().as_secs()
         ));
         let started = Instant::now();
-        if !self.set.backends.split_whitespace().any(|b| b == "bwrap") {
-            let why = format!(
-                "not asked for (GUEST_E2E_BACKENDS=\"{}\")",
-                self.set.backends
-            );
+        if !self.set.backends.contains(&Backend::Bwrap) {
+            let asked: Vec<&str> = self.set.backends.iter().map(|b| b.as_str()).collect();
+            let why = format!("not asked for (GUEST_E2E_BACKENDS=\"{}\")", asked.join(" "));
             self.t.skip("e2e/bwrap", &why);
         } else if host::have("bwrap") {
             self.run_backend(
-                "bwrap",
+                Backend::Bwrap,
                 &image,
                 &[
                     "--enforce-limits",
@@ -132,7 +132,7 @@ impl Guest {
         }
     }
 
-    fn run_backend(&mut self, backend: &str, image: &str, extra: &[&str]) {
+    fn run_backend(&mut self, backend: Backend, image: &str, extra: &[&str]) {
         let out_path = self.results_file(&format!("e2e-{backend}.txt"));
         let mut c = host::cmd("timeout", [E2E_TIMEOUT_S.to_string()]);
         let scale = self.set.time_scale.clone();
@@ -149,7 +149,7 @@ impl Guest {
                 "--tools-root",
                 E2E_TREE,
                 "--backends",
-                backend,
+                backend.as_str(),
             ])
             .args(["--", "--time-scale", &scale])
             .args(extra)
@@ -225,8 +225,8 @@ impl Guest {
 }
 
 /// `<backend>: N passed, ...`, the suite's own summary line.
-fn is_backend_summary(line: &str, backend: &str) -> bool {
-    line.strip_prefix(backend)
+fn is_backend_summary(line: &str, backend: Backend) -> bool {
+    line.strip_prefix(backend.as_str())
         .and_then(|r| r.strip_prefix(": "))
         .is_some_and(|r| {
             let digits = r.bytes().take_while(u8::is_ascii_digit).count();
@@ -264,8 +264,11 @@ mod tests {
 
     #[test]
     fn the_backends_summary_is_told_from_other_lines() {
-        assert!(is_backend_summary("podman: 40 passed, 0 failed", "podman"));
-        assert!(!is_backend_summary("podman: passed", "podman"));
-        assert!(!is_backend_summary("bwrap: 40 passed", "podman"));
+        assert!(is_backend_summary(
+            "podman: 40 passed, 0 failed",
+            Backend::Podman
+        ));
+        assert!(!is_backend_summary("podman: passed", Backend::Podman));
+        assert!(!is_backend_summary("bwrap: 40 passed", Backend::Podman));
     }
 }

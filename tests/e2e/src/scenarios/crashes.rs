@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use brokerd::runner::podman::LABEL_FILTER;
+use proto::podman::LABEL_FILTER;
 use proto::tools::TOOLKIT;
 use serde_json::{json, Value};
 

@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
-use brokerd::runner::mounts::{MountChanged, MountTrouble};
 use client::Body;
+use proto::sentences::{MountChanged, MountTrouble};
 use serde_json::json;
 
 use super::{check, show, Outcome, Suite, CANARY_NAME, CANARY_VALUE, RO_TEXT};
@@ -133,7 +133,7 @@ impl Suite {
         let log = std::fs::read_to_string(&self.log).unwrap_or_default();
         check(
             log.lines()
-                .any(|l| l.contains(&ro) && l.contains(brokerd::runbook::GRANT_DIRECTORY_CHANGED)),
+                .any(|l| l.contains(&ro) && l.contains(proto::runbook::GRANT_DIRECTORY_CHANGED)),
             || "brokerd's log has no line for the changed directory".into(),
         )?;
         let hello = self.ro.join("hello.txt");

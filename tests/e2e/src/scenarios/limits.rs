@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use client::Body;
 use serde_json::json;
 
-use brokerd::runner::Failure;
+use proto::sentences::Failure;
 
 use super::{check, show, Backend, Outcome, Suite, RO_TEXT, SHELL_MS};
 use crate::https::BIG;

@@ -4,10 +4,12 @@
 
 use std::time::Duration;
 
-use brokerd::policy::Why;
 use client::Body;
+use proto::sentences::host_not_granted;
 
-use super::{check, exit_codes, show, Outcome, Suite, GRANT, NET_CONNECTIONS, NET_GRANT};
+use super::{
+    check, exit_codes, show, Outcome, Suite, GRANT, GRANT_HOSTS, NET_CONNECTIONS, NET_GRANT,
+};
 use crate::https::{HELLO, TAILNET_GREETING};
 use crate::system;
 
@@ -18,7 +20,10 @@ impl Suite {
     /// this namespace does reach the fake tailnet host: so the refusals below are the
     /// sandbox's doing, not a missing host.
     pub(super) fn control_egress_network_reaches_tailnet(&mut self) -> Outcome {
-        let network = format!("--network={}", self.egress_network);
+        let network = self
+            .egress_network
+            .ok_or("this run has no egress network (a Podman run has one)")?;
+        let network = format!("--network={network}");
         let mut c = self.user.command(&self.podman);
         c.args([
             "run",
@@ -158,12 +163,7 @@ impl Suite {
     pub(super) fn fetch_other_host(&mut self) -> Outcome {
         match self.fetch("https://other.test/")? {
             Body::Refused { reason } => {
-                let config = brokerd::config::load(&self.config).map_err(|e| e.to_string())?;
-                let want = Why::HostNotGranted {
-                    host: "other.test".into(),
-                    hosts: config.grants[GRANT].hosts.clone(),
-                }
-                .to_string();
+                let want = host_not_granted("other.test", &GRANT_HOSTS.map(String::from));
                 check(reason == want, || {
                     format!("reason {reason:?}, want {want:?}")
                 })

@@ -90,16 +90,32 @@ struct Row {
 }
 
 impl Suite {
+    /// brokerd's `max_concurrent_calls` when a config leaves it out, as the suite's does: what
+    /// `brokerd defaults` prints.
+    fn default_slots(&self) -> Result<usize, String> {
+        let mut c = std::process::Command::new(&self.brokerd);
+        c.arg("defaults");
+        let (code, out, err) = crate::system::output_apart(c, self.t(Duration::from_secs(30)))?;
+        if code != 0 {
+            return Err(format!("brokerd defaults exited {code}: {err}"));
+        }
+        let defaults: Value = serde_json::from_str(&out)
+            .map_err(|e| format!("brokerd defaults: not JSON ({e}): {out}"))?;
+        defaults["broker"]["max_concurrent_calls"]
+            .as_u64()
+            .and_then(|n| usize::try_from(n).ok())
+            .ok_or(format!(
+                "brokerd defaults has no broker.max_concurrent_calls: {out}"
+            ))
+    }
+
     /// Runs the plan's rows at each slot count and returns the bench's JSON. brokerd is
     /// restarted with `max_concurrent_calls` set for each slot count, and with the run's own
     /// config again at the end.
     pub(super) fn scale(&mut self, plan: &Plan) -> Result<Value, String> {
         let original = std::fs::read_to_string(&self.config)
             .map_err(|e| format!("{}: {e}", self.config.display()))?;
-        let default_slots = brokerd::config::load(&self.config)
-            .map_err(|e| e.to_string())?
-            .broker
-            .max_concurrent_calls;
+        let default_slots = self.default_slots()?;
         let cores = stats::cores();
         // The default first; the core count as well where it differs.
         let mut settings = vec![(default_slots, "default")];

@@ -587,6 +587,7 @@ impl Suite {
                 self.backend.as_str()
             ));
         };
+        let other_config = other_config.map_err(|e| format!("{}'s config: {e}", other.as_str()))?;
         let session = self.staged_session();
         self.staged_fill()?;
         let before = self.host_listing()?;

@@ -12,10 +12,10 @@ use client::{Body, Client, Request};
 use serde_json::{json, Value};
 
 use super::{
-    call_on, check, host_egress_network, show, staged, time_scale, Backend, Outcome, Suite,
-    ASK_GRANT, CALL_WAIT, CANARY_NAME, CANARY_VALUE, DEV_CACHE_BYTES, DEV_GRANT, DEV_QUIET_GRANT,
-    DEV_STAGED_GRANT, GRANT, NET_CONNECTIONS, NET_GRANT, OUTPUT_CAP, QUIET_GRANT, RO_TEXT,
-    SHELL_MS, STAGED_GRANT,
+    call_on, check, host_egress_network, show, staged, time_scale, Backend, EgressNetwork, Outcome,
+    Suite, ASK_GRANT, CALL_WAIT, CANARY_NAME, CANARY_VALUE, DEV_CACHE_BYTES, DEV_GRANT,
+    DEV_QUIET_GRANT, DEV_STAGED_GRANT, GRANT, GRANT_HOSTS, NET_CONNECTIONS, NET_GRANT, OUTPUT_CAP,
+    QUIET_GRANT, RO_TEXT, SHELL_MS, STAGED_GRANT,
 };
 use crate::system::{self, User};
 
@@ -122,24 +122,23 @@ cache = true
             (false, Some(_)) => "# No cgroup v2 delegation on this host: rlimits only (runbook/runner.md#bwrap-unavailable).\n",
         };
         let egress_network = match (opts.one("egress-network"), &tools_root) {
-            (Some(n), _) if n == "pasta" || n == "slirp4netns" => n,
-            (Some(n), _) => {
-                return Err(format!(
-                    "--egress-network {n:?} is not pasta or slirp4netns"
-                ))
-            }
-            (None, None) => host_egress_network(&user, &podman)?,
-            (None, Some(_)) => String::new(),
+            (Some(n), _) => Some(EgressNetwork::parse(&n).ok_or(format!(
+                "--egress-network {n:?} is not pasta or slirp4netns"
+            ))?),
+            (None, None) => Some(host_egress_network(&user, &podman)?),
+            (None, Some(_)) => None,
         };
         // The [runner] keys and the [bwrap] section of a backend: this run's, or the other one's
         // (`staged-layer-outlives-a-change-of-backend`; its egress network is looked up then).
-        let backend_keys = |b: Backend, egress_network: &str| {
+        let backend_keys = |b: Backend, egress_network: Option<EgressNetwork>| {
+            let network =
+                egress_network.map_or(String::new(), |n| format!("egress_network = \"{n}\"\n"));
             match b {
-            Backend::Podman => format!(
-                "backend = \"podman\"\npodman = \"{podman}\"\nimage = \"{image}\"\negress_network = \"{egress_network}\"\n{limits_note}"
-            ),
-            Backend::Bwrap => format!("backend = \"bwrap\"\n{limits_note}"),
-        }
+                Backend::Podman => format!(
+                    "backend = \"podman\"\npodman = \"{podman}\"\nimage = \"{image}\"\n{network}{limits_note}"
+                ),
+                Backend::Bwrap => format!("backend = \"bwrap\"\n{limits_note}"),
+            }
         };
         let cgroup = match opts.one("bwrap-cgroup").as_deref() {
             None => String::new(),
@@ -157,7 +156,7 @@ cache = true
                 format!("\n[bwrap]\ntools_root = \"{}\"\n{cgroup}", root.display())
             }
         };
-        let config_of = |b: Backend, egress_network: &str| {
+        let config_of = |b: Backend, egress_network: Option<EgressNetwork>| {
             format!(
                 r#"# Written by boxmaker-e2e for one run of the suite.
 [broker]
@@ -185,7 +184,7 @@ home = "{home}"
 mode = "auto"
 tools = ["read_file", "write_file", "shell", "http_fetch"]
 paths = [ {{ path = "{rw}", write = true }}, {{ path = "{ro}" }} ]
-hosts = ["ok.test", "*.ok.test"]
+hosts = {grant_hosts}
 allow_addresses = ["192.0.2.0/24"]
 
 [grants.{NET_GRANT}]
@@ -212,6 +211,7 @@ paths = [ {{ path = "{staged}", write = true }} ]
 writes = "staged"
 {dev_section}{bwrap_section}"#,
                 backend_keys = backend_keys(b, egress_network),
+                grant_hosts = json!(GRANT_HOSTS),
                 bwrap_section = bwrap_section(b),
                 state = state.display(),
                 home = user.home.display(),
@@ -228,7 +228,7 @@ writes = "staged"
                 egress_start_ms = ms(5000),
             )
         };
-        let text = config_of(backend, &egress_network);
+        let text = config_of(backend, egress_network);
         let other = match backend {
             Backend::Podman => Backend::Bwrap,
             Backend::Bwrap => Backend::Podman,
@@ -239,13 +239,14 @@ writes = "staged"
         };
         let other_config = other_ready.then(|| {
             let egress = match other {
-                Backend::Podman => host_egress_network(&user, &podman).unwrap_or_default(),
-                Backend::Bwrap => String::new(),
+                Backend::Podman => host_egress_network(&user, &podman).map(Some),
+                Backend::Bwrap => Ok(None),
             };
             // The scenario tests the layer, not the limits: this run's limit options (a cgroup
             // mode, --enforce-limits) are the run's backend's, so the other one enforces none.
-            let text = config_of(other, &egress)
-                .replace("enforce_limits = true", "enforce_limits = false");
+            let text = egress.map(|egress| {
+                config_of(other, egress).replace("enforce_limits = true", "enforce_limits = false")
+            });
             (other, text)
         });
         std::fs::write(&config, text).map_err(|e| format!("{}: {e}", config.display()))?;

@@ -99,12 +99,12 @@ fn staged_changes_is_offered_to_staged_grants_that_may_write() {
 
 #[test]
 fn staged_changes_become_a_read_only_listing() {
-    use client::{Change, ChangeKind};
+    use client::{Change, ChangeKind, EntryKind};
     let change = |path: &str, diff: Option<&str>| Change {
         grant: "notes".into(),
         path: path.into(),
         change: ChangeKind::Added,
-        what: "file".into(),
+        what: EntryKind::File,
         size: Some(3),
         sha256: None,
         target: None,

@@ -48,19 +48,11 @@ pub use terminal::Terminal;
 /// take before brokerd gives up on it: the stop budget's bound (`config::stop_budget`).
 pub use crate::config::HELPER_TIMEOUT;
 
-/// The label key of every container brokerd starts (`boxmaker=tool`, `boxmaker=egress`), by
-/// which the sweep, `brokerd ps` and the end-to-end suite find them: written here once.
-macro_rules! label_key {
-    () => {
-        "boxmaker"
-    };
-}
-/// `podman ps --filter` for every container brokerd started.
-pub const LABEL_FILTER: &str = concat!("label=", label_key!());
-/// `podman ps --format` for the label's value of a container: `tool` or `egress`.
-pub const LABEL_VALUE: &str = concat!("{{.Labels.", label_key!(), "}}");
-const TOOL_LABEL: &str = concat!("--label=", label_key!(), "=tool");
-const EGRESS_LABEL: &str = concat!("--label=", label_key!(), "=egress");
+use proto::podman::{EGRESS_LABEL, TOOL_LABEL};
+/// The label of every container brokerd starts (`boxmaker=tool`, `boxmaker=egress`), by which
+/// the sweep, `brokerd ps` and the end-to-end suite find them: written once, in
+/// [`proto::podman`].
+pub use proto::podman::{LABEL_FILTER, LABEL_VALUE};
 
 /// Numbers the containers of this brokerd process (the `<n>` of
 /// docs/design.md#the-podman-runner).
