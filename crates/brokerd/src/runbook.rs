@@ -3,4 +3,3 @@
 //! `doctor` line that sends the operator to the runbook uses one of these.
 
 pub use proto::runbook::*;
-

@@ -143,43 +143,11 @@ struct Suite {
     control_connections: usize,
 }
 
-pub fn run(opts: &crate::Opts) -> Result<ExitCode, String> {
-    let user = User::lookup(&opts.one("user").unwrap_or_else(|| "boxmaker".into()))?;
-    let work = PathBuf::from(opts.required("work")?);
-    let backend = opts.one("backend").unwrap_or_else(|| "podman".into());
-    let backend =
-        Backend::parse(&backend).ok_or(format!("--backend {backend:?} is not podman or bwrap"))?;
-    let mut suite = Suite::prepare(backend, user, &work, opts)?;
-    let only = opts.all("only");
-    let bench: usize = match opts.one("bench") {
-        Some(n) => n
-            .parse()
-            .map_err(|_| format!("--bench {n:?} is not a number"))?,
-        None => 0,
-    };
-    let scale = scale::Plan::from_opts(opts)?;
-    // Where the benches' JSON goes (bench-<backend>.json, scale-<backend>.json).
-    let bench_out = opts.one("bench-out").map(PathBuf::from);
-    // What an earlier run left (one killed mid-scenario) is brokerd's start-up sweep to
-    // remove; the suite checks that it did, so every later leftover is this run's.
-    let pre = suite.leftovers()?;
-    suite.start_brokerd()?;
-    if !pre.is_empty() {
-        let left = suite.leftovers()?;
-        if !left.is_empty() {
-            suite.stop_brokerd();
-            return Err(format!(
-                "brokerd's start-up sweep left what an earlier run left behind: {}",
-                left.join(", ")
-            ));
-        }
-        eprintln!(
-            "boxmaker-e2e: brokerd's start-up sweep removed what an earlier run left: {}",
-            pre.join(", ")
-        );
-    }
-
-    let scenarios: Vec<(&str, Scenario)> = vec![
+/// The suite's scenarios on `backend`, in order; the toolset scenarios join them when the
+/// run has a toolset. vm-tests/e2e.nix counts this table's entries (a `match backend` entry
+/// once) for the number a full run passes on one backend.
+fn table(backend: Backend) -> Vec<(&'static str, Scenario)> {
+    let scenarios: Vec<(&'static str, Scenario)> = vec![
         ("read_file-works", Suite::read_file_works),
         ("write_file-works", Suite::write_file_works),
         ("shell-works", Suite::shell_works),
@@ -390,7 +358,46 @@ pub fn run(opts: &crate::Opts) -> Result<ExitCode, String> {
         ("a-burst-of-calls-all-run", Suite::burst),
         ("sigterm-stops-cleanly", Suite::sigterm),
     ];
-    let mut scenarios = scenarios;
+    scenarios
+}
+
+pub fn run(opts: &crate::Opts) -> Result<ExitCode, String> {
+    let user = User::lookup(&opts.one("user").unwrap_or_else(|| "boxmaker".into()))?;
+    let work = PathBuf::from(opts.required("work")?);
+    let backend = opts.one("backend").unwrap_or_else(|| "podman".into());
+    let backend =
+        Backend::parse(&backend).ok_or(format!("--backend {backend:?} is not podman or bwrap"))?;
+    let mut suite = Suite::prepare(backend, user, &work, opts)?;
+    let only = opts.all("only");
+    let bench: usize = match opts.one("bench") {
+        Some(n) => n
+            .parse()
+            .map_err(|_| format!("--bench {n:?} is not a number"))?,
+        None => 0,
+    };
+    let scale = scale::Plan::from_opts(opts)?;
+    // Where the benches' JSON goes (bench-<backend>.json, scale-<backend>.json).
+    let bench_out = opts.one("bench-out").map(PathBuf::from);
+    // What an earlier run left (one killed mid-scenario) is brokerd's start-up sweep to
+    // remove; the suite checks that it did, so every later leftover is this run's.
+    let pre = suite.leftovers()?;
+    suite.start_brokerd()?;
+    if !pre.is_empty() {
+        let left = suite.leftovers()?;
+        if !left.is_empty() {
+            suite.stop_brokerd();
+            return Err(format!(
+                "brokerd's start-up sweep left what an earlier run left behind: {}",
+                left.join(", ")
+            ));
+        }
+        eprintln!(
+            "boxmaker-e2e: brokerd's start-up sweep removed what an earlier run left: {}",
+            pre.join(", ")
+        );
+    }
+
+    let mut scenarios = table(backend);
     if suite.dev {
         let at = scenarios.len() - 1;
         let dev: [(&str, Scenario); 6] = [
@@ -649,4 +656,22 @@ fn percentiles(v: &mut [Duration]) -> (f64, f64) {
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
     let at = |q: f64| ms(v[((v.len() as f64 - 1.0) * q).round() as usize]);
     (at(0.50), at(0.95))
+}
+
+#[cfg(test)]
+mod table_tests {
+    use super::*;
+
+    /// The count vm-tests/e2e.nix and nixos/checks/check_vm.py take from this file's text is
+    /// what a run on each backend has: a `match backend` entry is one scenario, not two.
+    #[test]
+    fn the_vm_test_counts_what_a_backend_runs() {
+        let text = include_str!("scenarios.rs");
+        let after = text.split("let scenarios").nth(1).expect("the table");
+        let listed = after.split("];").next().expect("its end");
+        let count = listed.matches("Suite::").count() - listed.matches("Backend::Bwrap =>").count();
+        for backend in [Backend::Podman, Backend::Bwrap] {
+            assert_eq!(table(backend).len(), count, "{backend:?}");
+        }
+    }
 }
