@@ -21,6 +21,7 @@ use brokerd::runner::podman::PodmanRuntime;
 use brokerd::runner::{reaper, NoRunner, Runner};
 use brokerd::server::{self, Clients};
 use clap::{CommandFactory, Parser, Subcommand};
+use proto::cli::{AuditCmd, Generated, Local, EXIT_USAGE};
 use sd_notify::NotifyState;
 use tokio::net::UnixListener;
 use tokio::signal::unix::{signal, SignalKind};
@@ -31,7 +32,7 @@ use tokio::sync::watch;
 /// Without a command it serves: `brokerd --config FILE [--socket PATH]` (the socket from
 /// systemd when LISTEN_FDS is set).
 ///
-/// Exit codes: 0 done, 1 a config that does not load or a service that failed, 2 bad usage;
+/// Exit codes: 0 done, 1 a config that does not load or a service that failed, 3 bad usage;
 /// the local commands as boxctl's (doctor: 2 when a check failed, 3 when the config cannot be
 /// loaded; audit verify: 1 broken, 3 unreadable).
 #[derive(Debug, Parser)]
@@ -59,95 +60,52 @@ enum Cmd {
         #[arg(long, hide = true)]
         placeholder_grant_dirs: bool,
     },
-    /// Check what a call needs, one line each; run as the service user.
-    Doctor,
-    /// List the sandboxes of the service user.
-    Ps,
-    /// Remove what an earlier brokerd left behind; run as the service user.
-    Gc {
-        /// Remove the grants' caches too (docs/design.md#grant-caches).
-        #[arg(long)]
-        caches: bool,
-    },
-    /// The audit log.
-    Audit {
-        #[command(subcommand)]
-        command: AuditCmd,
-    },
-    /// Print a shell completion script for brokerd.
-    Completions { shell: clap_complete::Shell },
-    /// Print brokerd's man page (roff).
-    Man,
+    // doctor, ps, gc and audit verify, as boxctl forwards them.
+    #[command(flatten)]
+    Local(Local),
+    // completions and man.
+    #[command(flatten)]
+    Generated(Generated),
     /// Print, as JSON, the values brokerd takes for keys a config leaves out (for the NixOS
     /// module's check).
     #[command(hide = true)]
     Defaults,
 }
 
-#[derive(Debug, Subcommand)]
-enum AuditCmd {
-    /// Check the hash chain of FILE and its rotated predecessors.
-    Verify { file: PathBuf },
-}
-
-/// A local command whose config cannot be loaded: exit 3, as boxctl's.
-const EXIT_LOCAL_USAGE: u8 = 3;
-
 fn main() -> ExitCode {
-    // Bad usage exits 2; --help and --version print and exit 0.
-    let cli = Cli::parse();
-    let local = |outcome: Result<u8, String>| match outcome {
-        Ok(code) => ExitCode::from(code),
-        Err(msg) => {
-            eprintln!("brokerd: {msg}");
-            ExitCode::from(EXIT_LOCAL_USAGE)
-        }
-    };
-    let socket = || {
-        cli.socket
-            .clone()
-            .unwrap_or_else(|| PathBuf::from(proto::broker::DEFAULT_SOCKET))
+    // Bad usage exits 3, as boxctl's; --help and --version print and exit 0.
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return usage(e),
     };
     match &cli.command {
         None => match &cli.config {
             Some(file) => serve(file, cli.socket.clone()),
-            None => Cli::command()
-                .error(
-                    clap::error::ErrorKind::MissingRequiredArgument,
-                    "serving needs --config FILE",
-                )
-                .exit(),
+            None => usage(Cli::command().error(
+                clap::error::ErrorKind::MissingRequiredArgument,
+                "serving needs --config FILE",
+            )),
         },
         Some(Cmd::CheckConfig {
             file,
             placeholder_grant_dirs,
         }) => {
             if cli.config.is_some() || cli.socket.is_some() {
-                Cli::command()
-                    .error(
-                        clap::error::ErrorKind::ArgumentConflict,
-                        "check-config takes only its FILE",
-                    )
-                    .exit()
+                return usage(Cli::command().error(
+                    clap::error::ErrorKind::ArgumentConflict,
+                    "check-config takes only its FILE",
+                ));
             }
             check_config(file, *placeholder_grant_dirs)
         }
-        Some(Cmd::Doctor) => local(local::run("doctor", cli.config.as_deref(), &socket())),
-        Some(Cmd::Ps) => local(local::run("ps", cli.config.as_deref(), &socket())),
-        Some(Cmd::Gc { caches: false }) => {
-            local(local::run("gc", cli.config.as_deref(), &socket()))
-        }
-        Some(Cmd::Gc { caches: true }) => {
-            local(local::run("gc-caches", cli.config.as_deref(), &socket()))
-        }
-        Some(Cmd::Audit {
-            command: AuditCmd::Verify { file },
-        }) => ExitCode::from(local::audit_verify(file)),
-        Some(Cmd::Completions { shell }) => {
-            let mut out = Vec::new();
-            clap_complete::generate(*shell, &mut Cli::command(), "brokerd", &mut out);
-            print(&out)
-        }
+        Some(Cmd::Local(cmd)) => run_local(cmd, cli.config.as_deref(), cli.socket.clone()),
+        Some(Cmd::Generated(what)) => match what.render::<Cli>("brokerd") {
+            Ok(out) => print(&out),
+            Err(e) => {
+                eprintln!("brokerd: {e}");
+                ExitCode::from(1)
+            }
+        },
         Some(Cmd::Defaults) => match config::defaults() {
             Ok(v) => print(format!("{v:#}\n").as_bytes()),
             Err(e) => {
@@ -155,15 +113,33 @@ fn main() -> ExitCode {
                 ExitCode::from(1)
             }
         },
-        Some(Cmd::Man) => {
-            let mut out = Vec::new();
-            match clap_mangen::Man::new(Cli::command()).render(&mut out) {
-                Ok(()) => print(&out),
-                Err(e) => {
-                    eprintln!("brokerd: {e}");
-                    ExitCode::from(1)
-                }
-            }
+    }
+}
+
+/// A command line not taken, printed as clap prints it: bad usage exits [`EXIT_USAGE`].
+fn usage(e: clap::Error) -> ExitCode {
+    let _ = e.print();
+    ExitCode::from(proto::cli::exit_code(&e))
+}
+
+/// A local command (`brokerd::local`); one whose config cannot be loaded exits
+/// [`EXIT_USAGE`], as boxctl's.
+fn run_local(cmd: &Local, config: Option<&Path>, socket: Option<PathBuf>) -> ExitCode {
+    let socket = socket.unwrap_or_else(|| PathBuf::from(proto::broker::DEFAULT_SOCKET));
+    let outcome = match cmd {
+        Local::Doctor => local::run("doctor", config, &socket),
+        Local::Ps => local::run("ps", config, &socket),
+        Local::Gc { caches: false } => local::run("gc", config, &socket),
+        Local::Gc { caches: true } => local::run("gc-caches", config, &socket),
+        Local::Audit {
+            command: AuditCmd::Verify { file },
+        } => return ExitCode::from(local::audit_verify(file)),
+    };
+    match outcome {
+        Ok(code) => ExitCode::from(code),
+        Err(msg) => {
+            eprintln!("brokerd: {msg}");
+            ExitCode::from(EXIT_USAGE)
         }
     }
 }
