@@ -274,7 +274,61 @@ fn serve(file: &Path, socket: Option<PathBuf>) -> ExitCode {
     }
 }
 
+/// The service's life: loaded, started, ready, serving until a stop signal, then stopped.
 async fn run(file: &Path, socket: Option<PathBuf>) -> Result<(), String> {
+    let (config, policy, clients) = load(file, socket.as_deref())?;
+    // Without [runner] brokerd still serves, decides and audits, and refuses whatever would
+    // run (docs/design.md#the-podman-runner, docs/design.md#service).
+    let backend = config.runner.as_ref().map(|rc| rc.backend);
+    let runner = runner_of(file, &config)?;
+    let audit_path = config.broker.audit_log.clone();
+    let audit = tokio::task::spawn_blocking(move || Audit::open(&audit_path))
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| format!("{e}; see {}", runbook::AUDIT_UNWRITABLE))?;
+
+    // The listener first: a socket-activated client may already be waiting on it.
+    let listener = listener(socket)?;
+
+    // Sweep what a crash of an earlier brokerd left behind.
+    sweep(runner.clone(), Swept::EarlierRun).await;
+
+    let grace = Duration::from_secs(config.broker.shutdown_grace_s);
+    let owner_socket = config
+        .runner
+        .as_ref()
+        .map_or(Path::new(config::DEFAULT_HOME), |r| r.home.as_path())
+        .join(OWNER_SOCKET);
+    let staged_ttl = config.broker.staged_ttl_s;
+    let broker = start_broker(config, policy, runner, audit).await?;
+
+    // The broker logs its outcome, and when a failed one is tried again.
+    let preflight = broker.preflight().await;
+    // Each toolset's check logs its outcome too; one that fails stops only its grants.
+    if backend.is_some() {
+        broker.toolset_checks().await;
+    }
+    // The stop signals are watched before anyone can see brokerd ready (the log, systemd, a
+    // status answer): a SIGTERM right after must stop it cleanly, not kill it.
+    let stop = StopSignals::watch();
+    let head = broker.audit_head();
+    tracing::info!(audit_seq = head.seq, audit_hash = head.hash, "ready");
+    let status = if preflight.ok || backend.is_none() {
+        format!("serving; audit head {} {}", head.seq, head.hash)
+    } else {
+        format!("serving, but the preflight failed: {}", preflight.detail)
+    };
+    let _ = sd_notify::notify(false, &[NotifyState::Ready, NotifyState::Status(&status)]);
+
+    let serving = Serving::start(listener, &broker, clients, &owner_socket, staged_ttl);
+    stop.wait().await;
+    serving.stop(&broker, grace, &owner_socket).await;
+    Ok(())
+}
+
+/// Start-up's first step: the privileges refused, the config and its policy loaded, its
+/// clients looked up, and its grants clear of the socket's directory.
+fn load(file: &Path, socket: Option<&Path>) -> Result<(Config, Policy, server::Peers), String> {
     // Nothing is read or opened as root or with a capability (docs/design.md#service).
     let privileges = brokerd::privileges::Privileges::read()?;
     if let Some(why) = privileges.refusal() {
@@ -297,10 +351,12 @@ async fn run(file: &Path, socket: Option<PathBuf>) -> Result<(), String> {
         .collect();
     config::grants_clear_of(&config, &socket_dirs)
         .map_err(|e| format!("{}: {e}", file.display()))?;
-    // Without [runner] brokerd still serves, decides and audits, and refuses whatever would
-    // run (docs/design.md#the-podman-runner, docs/design.md#service).
-    let backend = config.runner.as_ref().map(|rc| rc.backend);
-    let runner: Arc<dyn Runner> = match &config.runner {
+    Ok((config, policy, clients))
+}
+
+/// The config's runner: none without `[runner]`, else its backend's.
+fn runner_of(file: &Path, config: &Config) -> Result<Arc<dyn Runner>, String> {
+    Ok(match &config.runner {
         None => {
             tracing::warn!(
                 "{}: no [runner] section: {}",
@@ -325,37 +381,43 @@ async fn run(file: &Path, socket: Option<PathBuf>) -> Result<(), String> {
                 }
             },
         },
-    };
-    let audit_path = config.broker.audit_log.clone();
-    let audit = tokio::task::spawn_blocking(move || Audit::open(&audit_path))
-        .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| format!("{e}; see {}", runbook::AUDIT_UNWRITABLE))?;
+    })
+}
 
-    // The listener first: a socket-activated client may already be waiting on it.
-    let listener = listener(socket)?;
+/// When a sweep runs, for its log line.
+#[derive(Clone, Copy)]
+enum Swept {
+    EarlierRun,
+    Shutdown,
+}
 
-    // Sweep what a crash of an earlier brokerd left behind.
-    let sweeper = runner.clone();
-    match tokio::task::spawn_blocking(move || sweeper.sweep()).await {
-        Ok(Ok(n)) if n > 0 => tracing::warn!(
-            removed = n,
-            "removed sandboxes and egress directories left by an earlier run"
-        ),
+/// Removes the runner's sandboxes (`Runner::sweep`) on a blocking thread, and logs what it
+/// removed.
+async fn sweep(runner: Arc<dyn Runner>, when: Swept) {
+    match tokio::task::spawn_blocking(move || runner.sweep()).await {
+        Ok(Ok(n)) if n > 0 => match when {
+            Swept::EarlierRun => tracing::warn!(
+                removed = n,
+                "removed sandboxes and egress directories left by an earlier run"
+            ),
+            Swept::Shutdown => tracing::warn!(removed = n, "removed sandboxes at shutdown"),
+        },
         Ok(Ok(_)) => {}
         Ok(Err(e)) => tracing::error!("{e}; see {}", runbook::RUNNER_UNAVAILABLE),
         Err(e) => tracing::error!("the sweep task failed: {e}"),
     }
+}
 
-    let grace = Duration::from_secs(config.broker.shutdown_grace_s);
+/// The broker made, its start audited, and the commits a stop interrupted finished.
+async fn start_broker(
+    config: Config,
+    policy: Policy,
+    runner: Arc<dyn Runner>,
+    audit: Audit,
+) -> Result<Arc<Broker>, String> {
+    let backend = config.runner.as_ref().map(|rc| rc.backend);
     let enforce = config.runner.as_ref().is_none_or(|rc| rc.enforce_limits);
-    let owner_socket = config
-        .runner
-        .as_ref()
-        .map_or(Path::new(config::DEFAULT_HOME), |r| r.home.as_path())
-        .join(OWNER_SOCKET);
-    let staged_ttl = config.broker.staged_ttl_s;
-    let broker = Arc::new(Broker::new(config, policy, runner.clone(), audit));
+    let broker = Arc::new(Broker::new(config, policy, runner, audit));
     let mut start = format!(
         "brokerd {} started, backend {}",
         env!("CARGO_PKG_VERSION"),
@@ -376,108 +438,115 @@ async fn run(file: &Path, socket: Option<PathBuf>) -> Result<(), String> {
         .map_err(|e| format!("{e}; see {}", runbook::AUDIT_UNWRITABLE))?;
 
     broker.finish_interrupted_commits().await;
+    Ok(broker)
+}
 
-    // The broker logs its outcome, and when a failed one is tried again.
-    let preflight = broker.preflight().await;
-    // Each toolset's check logs its outcome too; one that fails stops only its grants.
-    if backend.is_some() {
-        broker.toolset_checks().await;
-    }
-    // The stop signals are watched before anyone can see brokerd ready (the log, systemd, a
-    // status answer): a SIGTERM right after must stop it cleanly, not kill it.
-    let stop = StopSignals::watch();
-    let head = broker.audit_head();
-    tracing::info!(audit_seq = head.seq, audit_hash = head.hash, "ready");
-    let status = if preflight.ok || backend.is_none() {
-        format!("serving; audit head {} {}", head.seq, head.hash)
-    } else {
-        format!("serving, but the preflight failed: {}", preflight.detail)
-    };
-    let _ = sd_notify::notify(false, &[NotifyState::Ready, NotifyState::Status(&status)]);
+/// What runs while brokerd serves: its sockets' servers, the expiry of staged changes and
+/// the watchdog's pings.
+struct Serving {
+    stop: watch::Sender<bool>,
+    server: tokio::task::JoinHandle<()>,
+    owner_server: Option<tokio::task::JoinHandle<()>>,
+    expiry: Option<tokio::task::JoinHandle<()>>,
+    watchdog: Option<tokio::task::JoinHandle<()>>,
+}
 
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let watchdog = start_watchdog();
-    let server = tokio::spawn(server::serve(
-        listener,
-        broker.clone(),
-        Arc::new(clients),
-        stop_rx.clone(),
-    ));
-    // The service user's own way in, as an owner (docs/design.md#staged-writes-and-owners):
-    // a socket in its home that no one else can reach, for commits where `owners` names
-    // nobody on the shared socket.
-    let owner_server = match owner_listener(&owner_socket) {
-        Ok(l) => Some(tokio::spawn(server::serve(
-            l,
+impl Serving {
+    /// Serves the clients on `listener`, and the service user as an owner on its own socket.
+    fn start(
+        listener: UnixListener,
+        broker: &Arc<Broker>,
+        clients: server::Peers,
+        owner_socket: &Path,
+        staged_ttl: u64,
+    ) -> Serving {
+        let (stop, stop_rx) = watch::channel(false);
+        let watchdog = start_watchdog();
+        let server = tokio::spawn(server::serve(
+            listener,
             broker.clone(),
-            Arc::new(server::Peers {
-                clients: Clients::default(),
-                owners: Clients::of_uids([nix::unistd::geteuid().as_raw()]),
-            }),
+            Arc::new(clients),
             stop_rx.clone(),
-        ))),
-        Err(e) => {
-            tracing::warn!("{}: {e}; the owner's socket is off", owner_socket.display());
-            None
-        }
-    };
-    // Staged changes past the owner's staged_ttl_s go, audited; checked each minute.
-    let expiry = (staged_ttl > 0).then(|| {
-        let broker = broker.clone();
-        tokio::spawn(async move {
-            loop {
-                broker.expire_staged().await;
-                tokio::time::sleep(Duration::from_secs(60)).await;
+        ));
+        // The service user's own way in, as an owner (docs/design.md#staged-writes-and-owners):
+        // a socket in its home that no one else can reach, for commits where `owners` names
+        // nobody on the shared socket.
+        let owner_server = match owner_listener(owner_socket) {
+            Ok(l) => Some(tokio::spawn(server::serve(
+                l,
+                broker.clone(),
+                Arc::new(server::Peers {
+                    clients: Clients::default(),
+                    owners: Clients::of_uids([nix::unistd::geteuid().as_raw()]),
+                }),
+                stop_rx.clone(),
+            ))),
+            Err(e) => {
+                tracing::warn!("{}: {e}; the owner's socket is off", owner_socket.display());
+                None
             }
-        })
-    });
+        };
+        // Staged changes past the owner's staged_ttl_s go, audited; checked each minute.
+        let expiry = (staged_ttl > 0).then(|| {
+            let broker = broker.clone();
+            tokio::spawn(async move {
+                loop {
+                    broker.expire_staged().await;
+                    tokio::time::sleep(Duration::from_secs(60)).await;
+                }
+            })
+        });
+        Serving {
+            stop,
+            server,
+            owner_server,
+            expiry,
+            watchdog,
+        }
+    }
 
-    stop.wait().await;
-    tracing::info!(
-        "stopping: no new connections; waiting up to {}s for calls in flight",
-        grace.as_secs()
-    );
-    let _ = sd_notify::notify(
-        false,
-        &[NotifyState::Stopping, NotifyState::Status("stopping")],
-    );
-    broker.begin_shutdown();
-    let _ = stop_tx.send(true);
-    let _ = server.await;
-    if let Some(s) = owner_server {
-        let _ = s.await;
+    /// The stop: no new connections, the calls in flight given `grace`, what remains swept,
+    /// and the audit head logged once the last outcomes are on disk.
+    async fn stop(self, broker: &Arc<Broker>, grace: Duration, owner_socket: &Path) {
+        tracing::info!(
+            "stopping: no new connections; waiting up to {}s for calls in flight",
+            grace.as_secs()
+        );
+        let _ = sd_notify::notify(
+            false,
+            &[NotifyState::Stopping, NotifyState::Status("stopping")],
+        );
+        broker.begin_shutdown();
+        let _ = self.stop.send(true);
+        let _ = self.server.await;
+        if let Some(s) = self.owner_server {
+            let _ = s.await;
+        }
+        if let Some(e) = self.expiry {
+            e.abort();
+        }
+        let _ = std::fs::remove_file(owner_socket);
+        let drained = broker.drain(grace).await;
+        if !drained {
+            tracing::warn!("calls still running after the grace period; removing their sandboxes");
+        }
+        // Whatever remains (calls past the grace, or a runner that lost track) is removed.
+        sweep(broker.runner().clone(), Swept::Shutdown).await;
+        if !drained {
+            // The calls whose sandboxes were just removed end now: let their answers (the fixed
+            // sentences) reach their clients before the process exits.
+            broker.drain(Duration::from_secs(5)).await;
+        }
+        if let Some(w) = self.watchdog {
+            w.abort();
+        }
+        // The last outcomes reach the disk before the head is said to be the log's.
+        if let Err(e) = broker.sync_audit().await {
+            tracing::error!("{e}; see {}", runbook::AUDIT_UNWRITABLE);
+        }
+        let head = broker.audit_head();
+        tracing::info!(audit_seq = head.seq, audit_hash = head.hash, "stopped");
     }
-    if let Some(e) = expiry {
-        e.abort();
-    }
-    let _ = std::fs::remove_file(&owner_socket);
-    let drained = broker.drain(grace).await;
-    if !drained {
-        tracing::warn!("calls still running after the grace period; removing their sandboxes");
-    }
-    // Whatever remains (calls past the grace, or a runner that lost track) is removed.
-    let sweeper = broker.runner().clone();
-    match tokio::task::spawn_blocking(move || sweeper.sweep()).await {
-        Ok(Ok(n)) if n > 0 => tracing::warn!(removed = n, "removed sandboxes at shutdown"),
-        Ok(Ok(_)) => {}
-        Ok(Err(e)) => tracing::error!("{e}; see {}", runbook::RUNNER_UNAVAILABLE),
-        Err(e) => tracing::error!("the sweep task failed: {e}"),
-    }
-    if !drained {
-        // The calls whose sandboxes were just removed end now: let their answers (the fixed
-        // sentences) reach their clients before the process exits.
-        broker.drain(Duration::from_secs(5)).await;
-    }
-    if let Some(w) = watchdog {
-        w.abort();
-    }
-    // The last outcomes reach the disk before the head is said to be the log's.
-    if let Err(e) = broker.sync_audit().await {
-        tracing::error!("{e}; see {}", runbook::AUDIT_UNWRITABLE);
-    }
-    let head = broker.audit_head();
-    tracing::info!(audit_seq = head.seq, audit_hash = head.hash, "stopped");
-    Ok(())
 }
 
 /// Where, under the service home, the service user reaches brokerd as an owner.
