@@ -16,18 +16,19 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
-use clap::{CommandFactory, Parser, Subcommand};
-use client::{Body, Client, ClientError, Request, DEFAULT_SOCKET};
+use clap::{Parser, Subcommand};
+use client::{Answer, Body, Client, ClientError, Request, DEFAULT_SOCKET};
+use proto::cli::{Generated, Local, EXIT_USAGE};
 use proto::ident::Ident;
 use proto::visible::Shown;
 
 mod mcp;
 mod staged;
 
-/// Bad usage: exit 3, like a protocol error.
-const EXIT_USAGE: u8 = 3;
-
 /// The boxmaker operator's CLI: talks to brokerd over its socket
+///
+/// doctor, ps, gc and audit run brokerd's commands of the same names (the brokerd beside
+/// boxctl, else the one on PATH), as the service user where they say so.
 ///
 /// Exit codes: 0 for result (and every other success), 1 for refused, stopped or ask, 2 for
 /// failed or unavailable, 3 for error or bad usage. commit exits 1 when a path it selected was
@@ -47,6 +48,30 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Cmd {
+    // The protocol's ops, each one request to brokerd.
+    #[command(flatten)]
+    Op(Op),
+    /// Serve a grant's tools to an MCP client (Claude Code, Codex, ...) on standard input and
+    /// output; an ask goes to the human through the client's elicitation.
+    Mcp {
+        /// The grant every call runs under (the model cannot choose another).
+        #[arg(long, value_name = "G", value_parser = ident)]
+        grant: String,
+        /// The session the calls belong to [default: a fresh one, ended on exit].
+        #[arg(long, value_name = "S", value_parser = ident)]
+        session: Option<String>,
+    },
+    // doctor, ps, gc and audit verify, forwarded to brokerd.
+    #[command(flatten)]
+    Local(Local),
+    // completions and man.
+    #[command(flatten)]
+    Generated(Generated),
+}
+
+/// The protocol's ops (docs/design.md#protocol).
+#[derive(Debug, Subcommand)]
+enum Op {
     /// Run one tool call (again with --approval after an ask); prints the answer line.
     Call {
         /// The agent's session (1 to 64 of A-Z a-z 0-9 _ . -).
@@ -145,42 +170,6 @@ enum Cmd {
     /// Approve an ask ticket of a grant with approvals = "owner" (owners only); the client
     /// that was asked then runs the call with it.
     Approve { ticket: String },
-    /// Serve a grant's tools to an MCP client (Claude Code, Codex, ...) on standard input and
-    /// output; an ask goes to the human through the client's elicitation.
-    Mcp {
-        /// The grant every call runs under (the model cannot choose another).
-        #[arg(long, value_name = "G", value_parser = ident)]
-        grant: String,
-        /// The session the calls belong to [default: a fresh one, ended on exit].
-        #[arg(long, value_name = "S", value_parser = ident)]
-        session: Option<String>,
-    },
-    /// Check what a call needs, one line each (as the service user; runs brokerd doctor).
-    Doctor,
-    /// List the sandboxes of the service user (runs brokerd ps).
-    Ps,
-    /// Remove what an earlier brokerd left behind (as the service user; runs brokerd gc).
-    Gc {
-        /// Remove the grants' caches too.
-        #[arg(long)]
-        caches: bool,
-    },
-    /// The audit log (runs brokerd audit).
-    Audit {
-        #[command(subcommand)]
-        command: AuditCmd,
-    },
-    /// Print a shell completion script for boxctl.
-    Completions { shell: clap_complete::Shell },
-    /// Print boxctl's man page (roff).
-    Man,
-}
-
-#[derive(Debug, Subcommand)]
-enum AuditCmd {
-    /// Check the hash chain of FILE and its rotated predecessors: 0 when it holds, 1 when
-    /// broken, 3 when unreadable.
-    Verify { file: PathBuf },
 }
 
 fn main() -> ExitCode {
@@ -189,7 +178,7 @@ fn main() -> ExitCode {
         // --help and --version print to standard output and succeed; bad usage exits 3.
         Err(e) => {
             let _ = e.print();
-            return ExitCode::from(if e.use_stderr() { EXIT_USAGE } else { 0 });
+            return ExitCode::from(proto::cli::exit_code(&e));
         }
     };
     match run(cli) {
@@ -202,155 +191,142 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: Cli) -> Result<u8, String> {
-    // Whether the answer is rendered for a person instead of printed as its line.
-    let mut text = false;
-    let req = match cli.command {
-        Cmd::Call {
-            session,
-            call_id,
+    let Cli {
+        socket,
+        config,
+        command,
+    } = cli;
+    match command {
+        Cmd::Op(op) => ask(&socket.unwrap_or_else(|| PathBuf::from(DEFAULT_SOCKET)), op),
+        Cmd::Mcp { grant, session } => mcp::run(mcp::Options {
+            socket: socket.unwrap_or_else(|| PathBuf::from(DEFAULT_SOCKET)),
             grant,
-            approval,
-            tool,
-            arguments,
-        } => Request::Call {
-            id: "1".into(),
-            v: None,
             session,
-            call: call_id,
-            grant,
-            tool,
-            arguments,
-            approval,
-        },
-        Cmd::Decline { ticket } => Request::Decline {
-            id: "1".into(),
-            v: None,
-            ticket,
-        },
-        Cmd::Result { result_id, offset } => Request::Result {
-            id: "1".into(),
-            v: None,
-            result_id,
-            offset,
-        },
-        Cmd::EndSession { session } => Request::EndSession {
-            id: "1".into(),
-            v: None,
-            session,
-        },
-        Cmd::Tools { grant } => Request::Tools {
-            id: "1".into(),
-            v: None,
-            grant,
-        },
-        Cmd::Status => Request::Status {
-            id: "1".into(),
-            v: None,
-        },
-        Cmd::Changes {
-            session,
-            grant,
-            diff,
-            text: as_text,
-        } => {
-            text = as_text;
-            Request::Changes {
+        }),
+        Cmd::Local(cmd) => Err(run_brokerd(&forwarded(&cmd, config, socket))),
+        Cmd::Generated(what) => print(&what.render::<Cli>("boxctl")?),
+    }
+}
+
+/// An op: its request sent to brokerd, its answer printed, and the exit code of the answer.
+fn ask(socket: &Path, op: Op) -> Result<u8, String> {
+    let text = op.text();
+    let req = op.request();
+    let mut client = Client::connect(socket).map_err(|e| e.to_string())?;
+    let answer = client.request(&req).map_err(|e| e.to_string())?;
+    show(&answer, text);
+    Ok(exit_code(&answer.body))
+}
+
+impl Op {
+    /// Whether the answer is rendered for a person instead of printed as its line.
+    fn text(&self) -> bool {
+        matches!(
+            self,
+            Op::Changes { text: true, .. } | Op::Sessions { text: true }
+        )
+    }
+
+    /// The op's request, the only one on its connection.
+    fn request(self) -> Request {
+        match self {
+            Op::Call {
+                session,
+                call_id,
+                grant,
+                approval,
+                tool,
+                arguments,
+            } => Request::Call {
+                id: "1".into(),
+                v: None,
+                session,
+                call: call_id,
+                grant,
+                tool,
+                arguments,
+                approval,
+            },
+            Op::Decline { ticket } => Request::Decline {
+                id: "1".into(),
+                v: None,
+                ticket,
+            },
+            Op::Result { result_id, offset } => Request::Result {
+                id: "1".into(),
+                v: None,
+                result_id,
+                offset,
+            },
+            Op::EndSession { session } => Request::EndSession {
+                id: "1".into(),
+                v: None,
+                session,
+            },
+            Op::Tools { grant } => Request::Tools {
+                id: "1".into(),
+                v: None,
+                grant,
+            },
+            Op::Status => Request::Status {
+                id: "1".into(),
+                v: None,
+            },
+            Op::Changes {
+                session,
+                grant,
+                diff,
+                ..
+            } => Request::Changes {
                 id: "1".into(),
                 v: None,
                 session,
                 grant,
                 diff,
-            }
-        }
-        Cmd::Sessions { text: as_text } => {
-            text = as_text;
-            Request::Changes {
+            },
+            Op::Sessions { .. } => Request::Changes {
                 id: "1".into(),
                 v: None,
                 session: None,
                 grant: None,
                 diff: false,
-            }
-        }
-        Cmd::Commit {
-            session,
-            grant,
-            all_or_nothing,
-            paths,
-        } => Request::Commit {
-            id: "1".into(),
-            v: None,
-            session,
-            grant,
-            paths,
-            all_or_nothing,
-        },
-        Cmd::Discard {
-            session,
-            grant,
-            paths,
-        } => Request::Discard {
-            id: "1".into(),
-            v: None,
-            session,
-            grant,
-            paths,
-        },
-        Cmd::Approve { ticket } => Request::Approve {
-            id: "1".into(),
-            v: None,
-            ticket,
-        },
-        Cmd::Mcp { grant, session } => {
-            return mcp::run(mcp::Options {
-                socket: cli.socket.unwrap_or_else(|| PathBuf::from(DEFAULT_SOCKET)),
-                grant,
+            },
+            Op::Commit {
                 session,
-            })
+                grant,
+                all_or_nothing,
+                paths,
+            } => Request::Commit {
+                id: "1".into(),
+                v: None,
+                session,
+                grant,
+                paths,
+                all_or_nothing,
+            },
+            Op::Discard {
+                session,
+                grant,
+                paths,
+            } => Request::Discard {
+                id: "1".into(),
+                v: None,
+                session,
+                grant,
+                paths,
+            },
+            Op::Approve { ticket } => Request::Approve {
+                id: "1".into(),
+                v: None,
+                ticket,
+            },
         }
-        Cmd::Doctor | Cmd::Ps | Cmd::Gc { .. } => {
-            let name = match cli.command {
-                Cmd::Doctor => "doctor",
-                Cmd::Ps => "ps",
-                _ => "gc",
-            };
-            let mut forwarded: Vec<OsString> = vec![name.into()];
-            if let Cmd::Gc { caches: true } = cli.command {
-                forwarded.push("--caches".into());
-            }
-            if let Some(c) = cli.config {
-                forwarded.extend(["--config".into(), c.into_os_string()]);
-            }
-            if let Some(s) = cli.socket {
-                forwarded.extend(["--socket".into(), s.into_os_string()]);
-            }
-            return Err(run_brokerd(&forwarded));
-        }
-        Cmd::Audit {
-            command: AuditCmd::Verify { file },
-        } => {
-            return Err(run_brokerd(&[
-                "audit".into(),
-                "verify".into(),
-                file.into_os_string(),
-            ]))
-        }
-        Cmd::Completions { shell } => {
-            let mut out = Vec::new();
-            clap_complete::generate(shell, &mut Cli::command(), "boxctl", &mut out);
-            return print(&out);
-        }
-        Cmd::Man => {
-            let mut out = Vec::new();
-            clap_mangen::Man::new(Cli::command())
-                .render(&mut out)
-                .map_err(|e| e.to_string())?;
-            return print(&out);
-        }
-    };
-    let socket = cli.socket.unwrap_or_else(|| PathBuf::from(DEFAULT_SOCKET));
-    let mut client = Client::connect(&socket).map_err(|e| e.to_string())?;
-    let answer = client.request(&req).map_err(|e| e.to_string())?;
+    }
+}
+
+/// Prints brokerd's answer: its line, or with `text` a rendering for a person (an error to
+/// standard error).
+fn show(answer: &Answer, text: bool) {
     match (text, &answer.body) {
         (true, Body::Error { message }) => {
             let e = ClientError::Broker(Shown(message).to_string());
@@ -391,7 +367,22 @@ fn run(cli: Cli) -> Result<u8, String> {
         ),
         _ => println!("{}", answer.to_line().trim_end()),
     }
-    Ok(exit_code(&answer.body))
+}
+
+/// brokerd's arguments for a local command: the command, then the config and socket it is
+/// to use (`audit verify` takes neither).
+fn forwarded(cmd: &Local, config: Option<PathBuf>, socket: Option<PathBuf>) -> Vec<OsString> {
+    let mut args = cmd.args();
+    if let Local::Audit { .. } = cmd {
+        return args;
+    }
+    if let Some(c) = config {
+        args.extend(["--config".into(), c.into_os_string()]);
+    }
+    if let Some(s) = socket {
+        args.extend(["--socket".into(), s.into_os_string()]);
+    }
+    args
 }
 
 /// A session or grant name, checked as brokerd checks it.

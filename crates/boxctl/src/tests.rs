@@ -1,4 +1,5 @@
 use super::*;
+use clap::CommandFactory;
 
 /// A commit answer that landed `/srv/notes/b` and left out the conflicts and skipped paths.
 fn committed(conflicts: &[&str], skipped: &[&str]) -> Body {
@@ -97,14 +98,14 @@ fn the_command_lines_of_the_readme_parse() {
     .expect("call");
     assert_eq!(call.socket.as_deref(), Some(Path::new("/s")));
     match call.command {
-        Cmd::Call {
+        Cmd::Op(Op::Call {
             session,
             call_id,
             grant,
             approval,
             tool,
             arguments,
-        } => assert_eq!(
+        }) => assert_eq!(
             (session, call_id, grant, approval, tool, arguments),
             (
                 "s".into(),
@@ -118,11 +119,14 @@ fn the_command_lines_of_the_readme_parse() {
         other => panic!("{other:?}"),
     }
     let page = parse(&["result", "r1", "--offset", "7"]).expect("result");
-    assert!(matches!(page.command, Cmd::Result { offset: 7, .. }));
+    assert!(matches!(
+        page.command,
+        Cmd::Op(Op::Result { offset: 7, .. })
+    ));
     // The options may follow the command, as before.
     let doctor = parse(&["doctor", "--config", "/c", "--socket", "/s"]).expect("doctor");
     assert_eq!(doctor.config.as_deref(), Some(Path::new("/c")));
-    assert!(matches!(doctor.command, Cmd::Doctor));
+    assert!(matches!(doctor.command, Cmd::Local(Local::Doctor)));
     for ok in [
         &["decline", "t"][..],
         &["end-session", "s"],
@@ -171,12 +175,12 @@ fn staged_commands_make_the_protocol_requests() {
     ])
     .expect("commit");
     match commit.command {
-        Cmd::Commit {
+        Cmd::Op(Op::Commit {
             session,
             grant,
             all_or_nothing,
             paths,
-        } => assert_eq!(
+        }) => assert_eq!(
             (session, grant, all_or_nothing, paths),
             (
                 "s1".into(),
@@ -189,22 +193,22 @@ fn staged_commands_make_the_protocol_requests() {
     }
     let discard = parse(&["discard", "--session", "s1"]).expect("discard");
     match discard.command {
-        Cmd::Discard {
+        Cmd::Op(Op::Discard {
             session,
             grant,
             paths,
-        } => assert_eq!((session, grant, paths), ("s1".into(), None, vec![])),
+        }) => assert_eq!((session, grant, paths), ("s1".into(), None, vec![])),
         other => panic!("{other:?}"),
     }
     let changes = parse(&["changes", "--diff"]).expect("changes");
     assert!(matches!(
         changes.command,
-        Cmd::Changes {
+        Cmd::Op(Op::Changes {
             session: None,
             grant: None,
             diff: true,
             text: false
-        }
+        })
     ));
 }
 

@@ -21,6 +21,7 @@ use brokerd::runner::podman::PodmanRuntime;
 use brokerd::runner::{reaper, NoRunner, Runner};
 use brokerd::server::{self, Clients};
 use clap::{CommandFactory, Parser, Subcommand};
+use proto::cli::{AuditCmd, Generated, Local, EXIT_USAGE};
 use sd_notify::NotifyState;
 use tokio::net::UnixListener;
 use tokio::signal::unix::{signal, SignalKind};
@@ -31,7 +32,7 @@ use tokio::sync::watch;
 /// Without a command it serves: `brokerd --config FILE [--socket PATH]` (the socket from
 /// systemd when LISTEN_FDS is set).
 ///
-/// Exit codes: 0 done, 1 a config that does not load or a service that failed, 2 bad usage;
+/// Exit codes: 0 done, 1 a config that does not load or a service that failed, 3 bad usage;
 /// the local commands as boxctl's (doctor: 2 when a check failed, 3 when the config cannot be
 /// loaded; audit verify: 1 broken, 3 unreadable).
 #[derive(Debug, Parser)]
@@ -59,95 +60,52 @@ enum Cmd {
         #[arg(long, hide = true)]
         placeholder_grant_dirs: bool,
     },
-    /// Check what a call needs, one line each; run as the service user.
-    Doctor,
-    /// List the sandboxes of the service user.
-    Ps,
-    /// Remove what an earlier brokerd left behind; run as the service user.
-    Gc {
-        /// Remove the grants' caches too (docs/design.md#grant-caches).
-        #[arg(long)]
-        caches: bool,
-    },
-    /// The audit log.
-    Audit {
-        #[command(subcommand)]
-        command: AuditCmd,
-    },
-    /// Print a shell completion script for brokerd.
-    Completions { shell: clap_complete::Shell },
-    /// Print brokerd's man page (roff).
-    Man,
+    // doctor, ps, gc and audit verify, as boxctl forwards them.
+    #[command(flatten)]
+    Local(Local),
+    // completions and man.
+    #[command(flatten)]
+    Generated(Generated),
     /// Print, as JSON, the values brokerd takes for keys a config leaves out (for the NixOS
     /// module's check).
     #[command(hide = true)]
     Defaults,
 }
 
-#[derive(Debug, Subcommand)]
-enum AuditCmd {
-    /// Check the hash chain of FILE and its rotated predecessors.
-    Verify { file: PathBuf },
-}
-
-/// A local command whose config cannot be loaded: exit 3, as boxctl's.
-const EXIT_LOCAL_USAGE: u8 = 3;
-
 fn main() -> ExitCode {
-    // Bad usage exits 2; --help and --version print and exit 0.
-    let cli = Cli::parse();
-    let local = |outcome: Result<u8, String>| match outcome {
-        Ok(code) => ExitCode::from(code),
-        Err(msg) => {
-            eprintln!("brokerd: {msg}");
-            ExitCode::from(EXIT_LOCAL_USAGE)
-        }
-    };
-    let socket = || {
-        cli.socket
-            .clone()
-            .unwrap_or_else(|| PathBuf::from(proto::broker::DEFAULT_SOCKET))
+    // Bad usage exits 3, as boxctl's; --help and --version print and exit 0.
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return usage(e),
     };
     match &cli.command {
         None => match &cli.config {
             Some(file) => serve(file, cli.socket.clone()),
-            None => Cli::command()
-                .error(
-                    clap::error::ErrorKind::MissingRequiredArgument,
-                    "serving needs --config FILE",
-                )
-                .exit(),
+            None => usage(Cli::command().error(
+                clap::error::ErrorKind::MissingRequiredArgument,
+                "serving needs --config FILE",
+            )),
         },
         Some(Cmd::CheckConfig {
             file,
             placeholder_grant_dirs,
         }) => {
             if cli.config.is_some() || cli.socket.is_some() {
-                Cli::command()
-                    .error(
-                        clap::error::ErrorKind::ArgumentConflict,
-                        "check-config takes only its FILE",
-                    )
-                    .exit()
+                return usage(Cli::command().error(
+                    clap::error::ErrorKind::ArgumentConflict,
+                    "check-config takes only its FILE",
+                ));
             }
             check_config(file, *placeholder_grant_dirs)
         }
-        Some(Cmd::Doctor) => local(local::run("doctor", cli.config.as_deref(), &socket())),
-        Some(Cmd::Ps) => local(local::run("ps", cli.config.as_deref(), &socket())),
-        Some(Cmd::Gc { caches: false }) => {
-            local(local::run("gc", cli.config.as_deref(), &socket()))
-        }
-        Some(Cmd::Gc { caches: true }) => {
-            local(local::run("gc-caches", cli.config.as_deref(), &socket()))
-        }
-        Some(Cmd::Audit {
-            command: AuditCmd::Verify { file },
-        }) => ExitCode::from(local::audit_verify(file)),
-        Some(Cmd::Completions { shell }) => {
-            let mut out = Vec::new();
-            clap_complete::generate(*shell, &mut Cli::command(), "brokerd", &mut out);
-            print(&out)
-        }
+        Some(Cmd::Local(cmd)) => run_local(cmd, cli.config.as_deref(), cli.socket.clone()),
+        Some(Cmd::Generated(what)) => match what.render::<Cli>("brokerd") {
+            Ok(out) => print(&out),
+            Err(e) => {
+                eprintln!("brokerd: {e}");
+                ExitCode::from(1)
+            }
+        },
         Some(Cmd::Defaults) => match config::defaults() {
             Ok(v) => print(format!("{v:#}\n").as_bytes()),
             Err(e) => {
@@ -155,15 +113,33 @@ fn main() -> ExitCode {
                 ExitCode::from(1)
             }
         },
-        Some(Cmd::Man) => {
-            let mut out = Vec::new();
-            match clap_mangen::Man::new(Cli::command()).render(&mut out) {
-                Ok(()) => print(&out),
-                Err(e) => {
-                    eprintln!("brokerd: {e}");
-                    ExitCode::from(1)
-                }
-            }
+    }
+}
+
+/// A command line not taken, printed as clap prints it: bad usage exits [`EXIT_USAGE`].
+fn usage(e: clap::Error) -> ExitCode {
+    let _ = e.print();
+    ExitCode::from(proto::cli::exit_code(&e))
+}
+
+/// A local command (`brokerd::local`); one whose config cannot be loaded exits
+/// [`EXIT_USAGE`], as boxctl's.
+fn run_local(cmd: &Local, config: Option<&Path>, socket: Option<PathBuf>) -> ExitCode {
+    let socket = socket.unwrap_or_else(|| PathBuf::from(proto::broker::DEFAULT_SOCKET));
+    let outcome = match cmd {
+        Local::Doctor => local::run("doctor", config, &socket),
+        Local::Ps => local::run("ps", config, &socket),
+        Local::Gc { caches: false } => local::run("gc", config, &socket),
+        Local::Gc { caches: true } => local::run("gc-caches", config, &socket),
+        Local::Audit {
+            command: AuditCmd::Verify { file },
+        } => return ExitCode::from(local::audit_verify(file)),
+    };
+    match outcome {
+        Ok(code) => ExitCode::from(code),
+        Err(msg) => {
+            eprintln!("brokerd: {msg}");
+            ExitCode::from(EXIT_USAGE)
         }
     }
 }
@@ -298,7 +274,61 @@ fn serve(file: &Path, socket: Option<PathBuf>) -> ExitCode {
     }
 }
 
+/// The service's life: loaded, started, ready, serving until a stop signal, then stopped.
 async fn run(file: &Path, socket: Option<PathBuf>) -> Result<(), String> {
+    let (config, policy, clients) = load(file, socket.as_deref())?;
+    // Without [runner] brokerd still serves, decides and audits, and refuses whatever would
+    // run (docs/design.md#the-podman-runner, docs/design.md#service).
+    let backend = config.runner.as_ref().map(|rc| rc.backend);
+    let runner = runner_of(file, &config)?;
+    let audit_path = config.broker.audit_log.clone();
+    let audit = tokio::task::spawn_blocking(move || Audit::open(&audit_path))
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| format!("{e}; see {}", runbook::AUDIT_UNWRITABLE))?;
+
+    // The listener first: a socket-activated client may already be waiting on it.
+    let listener = listener(socket)?;
+
+    // Sweep what a crash of an earlier brokerd left behind.
+    sweep(runner.clone(), Swept::EarlierRun).await;
+
+    let grace = Duration::from_secs(config.broker.shutdown_grace_s);
+    let owner_socket = config
+        .runner
+        .as_ref()
+        .map_or(Path::new(config::DEFAULT_HOME), |r| r.home.as_path())
+        .join(OWNER_SOCKET);
+    let staged_ttl = config.broker.staged_ttl_s;
+    let broker = start_broker(config, policy, runner, audit).await?;
+
+    // The broker logs its outcome, and when a failed one is tried again.
+    let preflight = broker.preflight().await;
+    // Each toolset's check logs its outcome too; one that fails stops only its grants.
+    if backend.is_some() {
+        broker.toolset_checks().await;
+    }
+    // The stop signals are watched before anyone can see brokerd ready (the log, systemd, a
+    // status answer): a SIGTERM right after must stop it cleanly, not kill it.
+    let stop = StopSignals::watch();
+    let head = broker.audit_head();
+    tracing::info!(audit_seq = head.seq, audit_hash = head.hash, "ready");
+    let status = if preflight.ok || backend.is_none() {
+        format!("serving; audit head {} {}", head.seq, head.hash)
+    } else {
+        format!("serving, but the preflight failed: {}", preflight.detail)
+    };
+    let _ = sd_notify::notify(false, &[NotifyState::Ready, NotifyState::Status(&status)]);
+
+    let serving = Serving::start(listener, &broker, clients, &owner_socket, staged_ttl);
+    stop.wait().await;
+    serving.stop(&broker, grace, &owner_socket).await;
+    Ok(())
+}
+
+/// Start-up's first step: the privileges refused, the config and its policy loaded, its
+/// clients looked up, and its grants clear of the socket's directory.
+fn load(file: &Path, socket: Option<&Path>) -> Result<(Config, Policy, server::Peers), String> {
     // Nothing is read or opened as root or with a capability (docs/design.md#service).
     let privileges = brokerd::privileges::Privileges::read()?;
     if let Some(why) = privileges.refusal() {
@@ -321,10 +351,12 @@ async fn run(file: &Path, socket: Option<PathBuf>) -> Result<(), String> {
         .collect();
     config::grants_clear_of(&config, &socket_dirs)
         .map_err(|e| format!("{}: {e}", file.display()))?;
-    // Without [runner] brokerd still serves, decides and audits, and refuses whatever would
-    // run (docs/design.md#the-podman-runner, docs/design.md#service).
-    let backend = config.runner.as_ref().map(|rc| rc.backend);
-    let runner: Arc<dyn Runner> = match &config.runner {
+    Ok((config, policy, clients))
+}
+
+/// The config's runner: none without `[runner]`, else its backend's.
+fn runner_of(file: &Path, config: &Config) -> Result<Arc<dyn Runner>, String> {
+    Ok(match &config.runner {
         None => {
             tracing::warn!(
                 "{}: no [runner] section: {}",
@@ -349,37 +381,43 @@ async fn run(file: &Path, socket: Option<PathBuf>) -> Result<(), String> {
                 }
             },
         },
-    };
-    let audit_path = config.broker.audit_log.clone();
-    let audit = tokio::task::spawn_blocking(move || Audit::open(&audit_path))
-        .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| format!("{e}; see {}", runbook::AUDIT_UNWRITABLE))?;
+    })
+}
 
-    // The listener first: a socket-activated client may already be waiting on it.
-    let listener = listener(socket)?;
+/// When a sweep runs, for its log line.
+#[derive(Clone, Copy)]
+enum Swept {
+    EarlierRun,
+    Shutdown,
+}
 
-    // Sweep what a crash of an earlier brokerd left behind.
-    let sweeper = runner.clone();
-    match tokio::task::spawn_blocking(move || sweeper.sweep()).await {
-        Ok(Ok(n)) if n > 0 => tracing::warn!(
-            removed = n,
-            "removed sandboxes and egress directories left by an earlier run"
-        ),
+/// Removes the runner's sandboxes (`Runner::sweep`) on a blocking thread, and logs what it
+/// removed.
+async fn sweep(runner: Arc<dyn Runner>, when: Swept) {
+    match tokio::task::spawn_blocking(move || runner.sweep()).await {
+        Ok(Ok(n)) if n > 0 => match when {
+            Swept::EarlierRun => tracing::warn!(
+                removed = n,
+                "removed sandboxes and egress directories left by an earlier run"
+            ),
+            Swept::Shutdown => tracing::warn!(removed = n, "removed sandboxes at shutdown"),
+        },
         Ok(Ok(_)) => {}
         Ok(Err(e)) => tracing::error!("{e}; see {}", runbook::RUNNER_UNAVAILABLE),
         Err(e) => tracing::error!("the sweep task failed: {e}"),
     }
+}
 
-    let grace = Duration::from_secs(config.broker.shutdown_grace_s);
+/// The broker made, its start audited, and the commits a stop interrupted finished.
+async fn start_broker(
+    config: Config,
+    policy: Policy,
+    runner: Arc<dyn Runner>,
+    audit: Audit,
+) -> Result<Arc<Broker>, String> {
+    let backend = config.runner.as_ref().map(|rc| rc.backend);
     let enforce = config.runner.as_ref().is_none_or(|rc| rc.enforce_limits);
-    let owner_socket = config
-        .runner
-        .as_ref()
-        .map_or(Path::new(config::DEFAULT_HOME), |r| r.home.as_path())
-        .join(OWNER_SOCKET);
-    let staged_ttl = config.broker.staged_ttl_s;
-    let broker = Arc::new(Broker::new(config, policy, runner.clone(), audit));
+    let broker = Arc::new(Broker::new(config, policy, runner, audit));
     let mut start = format!(
         "brokerd {} started, backend {}",
         env!("CARGO_PKG_VERSION"),
@@ -400,108 +438,115 @@ async fn run(file: &Path, socket: Option<PathBuf>) -> Result<(), String> {
         .map_err(|e| format!("{e}; see {}", runbook::AUDIT_UNWRITABLE))?;
 
     broker.finish_interrupted_commits().await;
+    Ok(broker)
+}
 
-    // The broker logs its outcome, and when a failed one is tried again.
-    let preflight = broker.preflight().await;
-    // Each toolset's check logs its outcome too; one that fails stops only its grants.
-    if backend.is_some() {
-        broker.toolset_checks().await;
-    }
-    // The stop signals are watched before anyone can see brokerd ready (the log, systemd, a
-    // status answer): a SIGTERM right after must stop it cleanly, not kill it.
-    let stop = StopSignals::watch();
-    let head = broker.audit_head();
-    tracing::info!(audit_seq = head.seq, audit_hash = head.hash, "ready");
-    let status = if preflight.ok || backend.is_none() {
-        format!("serving; audit head {} {}", head.seq, head.hash)
-    } else {
-        format!("serving, but the preflight failed: {}", preflight.detail)
-    };
-    let _ = sd_notify::notify(false, &[NotifyState::Ready, NotifyState::Status(&status)]);
+/// What runs while brokerd serves: its sockets' servers, the expiry of staged changes and
+/// the watchdog's pings.
+struct Serving {
+    stop: watch::Sender<bool>,
+    server: tokio::task::JoinHandle<()>,
+    owner_server: Option<tokio::task::JoinHandle<()>>,
+    expiry: Option<tokio::task::JoinHandle<()>>,
+    watchdog: Option<tokio::task::JoinHandle<()>>,
+}
 
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let watchdog = start_watchdog();
-    let server = tokio::spawn(server::serve(
-        listener,
-        broker.clone(),
-        Arc::new(clients),
-        stop_rx.clone(),
-    ));
-    // The service user's own way in, as an owner (docs/design.md#staged-writes-and-owners):
-    // a socket in its home that no one else can reach, for commits where `owners` names
-    // nobody on the shared socket.
-    let owner_server = match owner_listener(&owner_socket) {
-        Ok(l) => Some(tokio::spawn(server::serve(
-            l,
+impl Serving {
+    /// Serves the clients on `listener`, and the service user as an owner on its own socket.
+    fn start(
+        listener: UnixListener,
+        broker: &Arc<Broker>,
+        clients: server::Peers,
+        owner_socket: &Path,
+        staged_ttl: u64,
+    ) -> Serving {
+        let (stop, stop_rx) = watch::channel(false);
+        let watchdog = start_watchdog();
+        let server = tokio::spawn(server::serve(
+            listener,
             broker.clone(),
-            Arc::new(server::Peers {
-                clients: Clients::default(),
-                owners: Clients::of_uids([nix::unistd::geteuid().as_raw()]),
-            }),
+            Arc::new(clients),
             stop_rx.clone(),
-        ))),
-        Err(e) => {
-            tracing::warn!("{}: {e}; the owner's socket is off", owner_socket.display());
-            None
-        }
-    };
-    // Staged changes past the owner's staged_ttl_s go, audited; checked each minute.
-    let expiry = (staged_ttl > 0).then(|| {
-        let broker = broker.clone();
-        tokio::spawn(async move {
-            loop {
-                broker.expire_staged().await;
-                tokio::time::sleep(Duration::from_secs(60)).await;
+        ));
+        // The service user's own way in, as an owner (docs/design.md#staged-writes-and-owners):
+        // a socket in its home that no one else can reach, for commits where `owners` names
+        // nobody on the shared socket.
+        let owner_server = match owner_listener(owner_socket) {
+            Ok(l) => Some(tokio::spawn(server::serve(
+                l,
+                broker.clone(),
+                Arc::new(server::Peers {
+                    clients: Clients::default(),
+                    owners: Clients::of_uids([nix::unistd::geteuid().as_raw()]),
+                }),
+                stop_rx.clone(),
+            ))),
+            Err(e) => {
+                tracing::warn!("{}: {e}; the owner's socket is off", owner_socket.display());
+                None
             }
-        })
-    });
+        };
+        // Staged changes past the owner's staged_ttl_s go, audited; checked each minute.
+        let expiry = (staged_ttl > 0).then(|| {
+            let broker = broker.clone();
+            tokio::spawn(async move {
+                loop {
+                    broker.expire_staged().await;
+                    tokio::time::sleep(Duration::from_secs(60)).await;
+                }
+            })
+        });
+        Serving {
+            stop,
+            server,
+            owner_server,
+            expiry,
+            watchdog,
+        }
+    }
 
-    stop.wait().await;
-    tracing::info!(
-        "stopping: no new connections; waiting up to {}s for calls in flight",
-        grace.as_secs()
-    );
-    let _ = sd_notify::notify(
-        false,
-        &[NotifyState::Stopping, NotifyState::Status("stopping")],
-    );
-    broker.begin_shutdown();
-    let _ = stop_tx.send(true);
-    let _ = server.await;
-    if let Some(s) = owner_server {
-        let _ = s.await;
+    /// The stop: no new connections, the calls in flight given `grace`, what remains swept,
+    /// and the audit head logged once the last outcomes are on disk.
+    async fn stop(self, broker: &Arc<Broker>, grace: Duration, owner_socket: &Path) {
+        tracing::info!(
+            "stopping: no new connections; waiting up to {}s for calls in flight",
+            grace.as_secs()
+        );
+        let _ = sd_notify::notify(
+            false,
+            &[NotifyState::Stopping, NotifyState::Status("stopping")],
+        );
+        broker.begin_shutdown();
+        let _ = self.stop.send(true);
+        let _ = self.server.await;
+        if let Some(s) = self.owner_server {
+            let _ = s.await;
+        }
+        if let Some(e) = self.expiry {
+            e.abort();
+        }
+        let _ = std::fs::remove_file(owner_socket);
+        let drained = broker.drain(grace).await;
+        if !drained {
+            tracing::warn!("calls still running after the grace period; removing their sandboxes");
+        }
+        // Whatever remains (calls past the grace, or a runner that lost track) is removed.
+        sweep(broker.runner().clone(), Swept::Shutdown).await;
+        if !drained {
+            // The calls whose sandboxes were just removed end now: let their answers (the fixed
+            // sentences) reach their clients before the process exits.
+            broker.drain(Duration::from_secs(5)).await;
+        }
+        if let Some(w) = self.watchdog {
+            w.abort();
+        }
+        // The last outcomes reach the disk before the head is said to be the log's.
+        if let Err(e) = broker.sync_audit().await {
+            tracing::error!("{e}; see {}", runbook::AUDIT_UNWRITABLE);
+        }
+        let head = broker.audit_head();
+        tracing::info!(audit_seq = head.seq, audit_hash = head.hash, "stopped");
     }
-    if let Some(e) = expiry {
-        e.abort();
-    }
-    let _ = std::fs::remove_file(&owner_socket);
-    let drained = broker.drain(grace).await;
-    if !drained {
-        tracing::warn!("calls still running after the grace period; removing their sandboxes");
-    }
-    // Whatever remains (calls past the grace, or a runner that lost track) is removed.
-    let sweeper = broker.runner().clone();
-    match tokio::task::spawn_blocking(move || sweeper.sweep()).await {
-        Ok(Ok(n)) if n > 0 => tracing::warn!(removed = n, "removed sandboxes at shutdown"),
-        Ok(Ok(_)) => {}
-        Ok(Err(e)) => tracing::error!("{e}; see {}", runbook::RUNNER_UNAVAILABLE),
-        Err(e) => tracing::error!("the sweep task failed: {e}"),
-    }
-    if !drained {
-        // The calls whose sandboxes were just removed end now: let their answers (the fixed
-        // sentences) reach their clients before the process exits.
-        broker.drain(Duration::from_secs(5)).await;
-    }
-    if let Some(w) = watchdog {
-        w.abort();
-    }
-    // The last outcomes reach the disk before the head is said to be the log's.
-    if let Err(e) = broker.sync_audit().await {
-        tracing::error!("{e}; see {}", runbook::AUDIT_UNWRITABLE);
-    }
-    let head = broker.audit_head();
-    tracing::info!(audit_seq = head.seq, audit_hash = head.hash, "stopped");
-    Ok(())
 }
 
 /// Where, under the service home, the service user reaches brokerd as an owner.

@@ -5,6 +5,8 @@
 //! - [`addr`]: which addresses http_fetch may reach. brokerd checks a grant's
 //!   `allow_addresses` with it; the egress proxy checks every address it dials.
 //! - [`egress`]: the egress proxy's command line. brokerd writes it; toolkit parses it.
+//! - `cli` (with the `cli` feature): what boxctl's and brokerd's command lines share, the
+//!   local commands boxctl forwards to brokerd among them, and the exit code of bad usage.
 //! - [`line`]: the protocol's line framing, with its limit. brokerd reads requests and boxctl
 //!   reads answers with it.
 //! - [`ident`]: session, call and grant names, which become container and directory names.
@@ -25,6 +27,8 @@
 
 pub mod addr;
 pub mod broker;
+#[cfg(feature = "cli")]
+pub mod cli;
 pub mod egress;
 pub mod hosts;
 pub mod ident;

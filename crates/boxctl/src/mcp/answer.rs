@@ -383,20 +383,8 @@ pub enum Say<'a> {
 impl fmt::Display for Say<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Say::Instructions { grant } => write!(
-                f,
-                "These tools run through boxmaker under the owner's grant \"{grant}\": each call \
-                 is checked against the grant, runs in a fresh sandbox that sees only the \
-                 granted directories (http_fetch reaches only the granted hosts), and is audited. \
-                 A result starts with its label [grant/tool]; a cut output says how to read the \
-                 rest with read_result. Some calls wait for the owner's approval."
-            ),
-            Say::ReadResultDescription => write!(
-                f,
-                "Read a page of a whole tool output that a result showed only in part (the \
-                 result names its result_id). Start at offset 0; each page names the offset of \
-                 the next one."
-            ),
+            Say::Instructions { grant } => instructions(f, grant),
+            Say::ReadResultDescription => read_result_description(f),
             Say::Truncated { result_id, offset } => write!(
                 f,
                 "\n[boxmaker: the output above is cut. Read on from where the cut begins with \
@@ -421,15 +409,7 @@ impl fmt::Display for Say<'_> {
                 f,
                 "read_result takes {{\"result_id\": string, \"offset\": integer}}: {e}"
             ),
-            Say::StagedChangesDescription => write!(
-                f,
-                "List this session's staged changes awaiting the owner's commit: the files \
-                 this grant's calls added, modified or deleted. They wait in the session's \
-                 layer: your calls see them, the real files have them only once the owner \
-                 commits them, and the owner may discard them instead. Read only: nothing \
-                 here commits, discards or approves. With \"diff\": true, each changed text \
-                 file's diff follows."
-            ),
+            Say::StagedChangesDescription => staged_changes_description(f),
             Say::BadStagedChanges(e) => {
                 write!(f, "staged_changes takes {{\"diff\": boolean}}: {e}")
             }
@@ -438,12 +418,7 @@ impl fmt::Display for Say<'_> {
                 paths,
                 bytes,
                 max_bytes,
-            } => writeln!(
-                f,
-                "[boxmaker: {paths} staged change(s) of the grant \"{grant}\" in this \
-                 session, awaiting the owner's commit ({bytes} of {max_bytes} bytes staged); \
-                 the real files change only when the owner commits them]"
-            ),
+            } => staged(f, grant, *paths, *bytes, *max_bytes),
             Say::NoStagedChanges { grant } => write!(
                 f,
                 "[boxmaker: no staged changes of the grant \"{grant}\" in this session await \
@@ -484,16 +459,7 @@ impl fmt::Display for Say<'_> {
                  {question}\n\
                  Accept runs it once; decline refuses it."
             ),
-            Say::CannotAsk { grant, question } => write!(
-                f,
-                "the grant \"{grant}\" asks the owner before this call, and this MCP client \
-                 cannot ask them (it does not support elicitation); nothing ran. The owner \
-                 would be asked: {question}\n\
-                 The owner approves such calls from an MCP client that supports elicitation \
-                 (it shows them the question to accept or decline), or runs the call through \
-                 boxctl (boxctl call, then again with --approval), or changes the grant's mode \
-                 in brokerd's config. A call is never approved on the model's word."
-            ),
+            Say::CannotAsk { grant, question } => cannot_ask(f, grant, question),
             Say::Declined => write!(f, "the owner declined this call; nothing ran"),
             Say::NotAsked { why } => write!(
                 f,
@@ -501,6 +467,73 @@ impl fmt::Display for Say<'_> {
             ),
         }
     }
+}
+
+/// [`Say::Instructions`]: the server's instructions to the client.
+fn instructions(f: &mut fmt::Formatter<'_>, grant: &str) -> fmt::Result {
+    write!(
+        f,
+        "These tools run through boxmaker under the owner's grant \"{grant}\": each call \
+         is checked against the grant, runs in a fresh sandbox that sees only the \
+         granted directories (http_fetch reaches only the granted hosts), and is audited. \
+         A result starts with its label [grant/tool]; a cut output says how to read the \
+         rest with read_result. Some calls wait for the owner's approval."
+    )
+}
+
+/// [`Say::ReadResultDescription`]: what [`READ_RESULT`] does.
+fn read_result_description(f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    write!(
+        f,
+        "Read a page of a whole tool output that a result showed only in part (the \
+         result names its result_id). Start at offset 0; each page names the offset of \
+         the next one."
+    )
+}
+
+/// [`Say::StagedChangesDescription`]: what [`STAGED_CHANGES`] does.
+fn staged_changes_description(f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    write!(
+        f,
+        "List this session's staged changes awaiting the owner's commit: the files \
+         this grant's calls added, modified or deleted. They wait in the session's \
+         layer: your calls see them, the real files have them only once the owner \
+         commits them, and the owner may discard them instead. Read only: nothing \
+         here commits, discards or approves. With \"diff\": true, each changed text \
+         file's diff follows."
+    )
+}
+
+/// [`Say::Staged`]: the line before the staged changes' lines, with how many bytes are
+/// staged of the most there may be.
+fn staged(
+    f: &mut fmt::Formatter<'_>,
+    grant: &str,
+    paths: usize,
+    bytes: u64,
+    max_bytes: u64,
+) -> fmt::Result {
+    writeln!(
+        f,
+        "[boxmaker: {paths} staged change(s) of the grant \"{grant}\" in this \
+         session, awaiting the owner's commit ({bytes} of {max_bytes} bytes staged); \
+         the real files change only when the owner commits them]"
+    )
+}
+
+/// [`Say::CannotAsk`]: the call the client cannot ask the owner about, and how the owner
+/// approves such calls.
+fn cannot_ask(f: &mut fmt::Formatter<'_>, grant: &str, question: &str) -> fmt::Result {
+    write!(
+        f,
+        "the grant \"{grant}\" asks the owner before this call, and this MCP client \
+         cannot ask them (it does not support elicitation); nothing ran. The owner \
+         would be asked: {question}\n\
+         The owner approves such calls from an MCP client that supports elicitation \
+         (it shows them the question to accept or decline), or runs the call through \
+         boxctl (boxctl call, then again with --approval), or changes the grant's mode \
+         in brokerd's config. A call is never approved on the model's word."
+    )
 }
 
 #[cfg(test)]

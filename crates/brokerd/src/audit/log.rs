@@ -298,22 +298,50 @@ fn continue_chain(path: &Path) -> Result<(File, Head, u64), AuditError> {
     };
     let mut file = open_append(path).map_err(open_err)?;
     let len = file.metadata().map_err(read_err)?.len();
-    let start = len.saturating_sub(TAIL_BYTES);
-    let mut tail = Vec::new();
-    if len > 0 {
-        file.seek(SeekFrom::Start(start)).map_err(read_err)?;
-        (&mut file)
-            .take(len - start)
-            .read_to_end(&mut tail)
-            .map_err(read_err)?;
-    }
+    let (start, tail) = read_tail(&mut file, len).map_err(read_err)?;
     let mut lines: Vec<&[u8]> = tail.split(|b| *b == b'\n').collect();
     // After the last newline: empty, or an unterminated fragment.
     let fragment = lines.pop().filter(|f| !f.is_empty());
     if start > 0 && !lines.is_empty() {
         lines.remove(0); // starts mid-line
     }
-    // The last complete line that is a record, and a bad complete line after it, if any.
+    let (head, torn) = last_record(path, &lines)?;
+    let mut end = ChainEnd {
+        head: match head {
+            Some(h) => h,
+            // An empty file right after a rotation continues the rotated file's chain.
+            None => last_head_of(&rotated(path, 1)).unwrap_or_else(Head::genesis),
+        },
+        torn,
+        size: len,
+    };
+    if let Some(frag) = fragment {
+        end.end_fragment(&mut file, frag, path)?;
+    }
+    end.record_torn(&mut file)?;
+    if end.size != len {
+        file.sync_data().map_err(AuditError::Write)?;
+    }
+    Ok((file, end.head, end.size))
+}
+
+/// The file's last [`TAIL_BYTES`] (all of it when shorter), and where they start.
+fn read_tail(file: &mut File, len: u64) -> io::Result<(u64, Vec<u8>)> {
+    let start = len.saturating_sub(TAIL_BYTES);
+    let mut tail = Vec::new();
+    if len > 0 {
+        file.seek(SeekFrom::Start(start))?;
+        file.take(len - start).read_to_end(&mut tail)?;
+    }
+    Ok((start, tail))
+}
+
+/// The head of the last complete line that is a record, and a bad complete line after it
+/// (a torn one), if any; more than one bad line after the last record is corruption.
+fn last_record(
+    path: &Path,
+    lines: &[&[u8]],
+) -> Result<(Option<Head>, Option<Vec<u8>>), AuditError> {
     let mut head = None;
     let mut torn: Option<Vec<u8>> = None;
     for (i, line) in lines.iter().enumerate().rev() {
@@ -341,40 +369,61 @@ fn continue_chain(path: &Path) -> Result<(File, Head, u64), AuditError> {
     if head.is_none() && lines.len() == 1 {
         torn = Some(lines[0].to_vec());
     }
-    let mut head = match head {
-        Some(h) => h,
-        // An empty file right after a rotation continues the rotated file's chain.
-        None => last_head_of(&rotated(path, 1)).unwrap_or_else(Head::genesis),
-    };
-    let mut size = len;
-    if let Some(frag) = fragment {
-        let whole = serde_json::from_slice::<Record>(frag)
-            .ok()
-            .filter(|r| r.seq == head.seq + 1 && r.prev == head.hash && torn.is_none());
+    Ok((head, torn))
+}
+
+/// Where the chain stands at the end of the file as it is continued: its head, a torn line
+/// still to record, and the file's size.
+struct ChainEnd {
+    head: Head,
+    torn: Option<Vec<u8>>,
+    size: u64,
+}
+
+impl ChainEnd {
+    /// Ends the fragment after the last newline with one: a record written but for its
+    /// newline is part of the chain; anything else is a torn line, and a second one after a
+    /// torn line is corruption.
+    fn end_fragment(
+        &mut self,
+        file: &mut File,
+        frag: &[u8],
+        path: &Path,
+    ) -> Result<(), AuditError> {
+        let whole = serde_json::from_slice::<Record>(frag).ok().filter(|r| {
+            r.seq == self.head.seq + 1 && r.prev == self.head.hash && self.torn.is_none()
+        });
         file.write_all(b"\n").map_err(AuditError::Write)?;
-        size += 1;
+        self.size += 1;
         match whole {
             // Written but for its newline: it is part of the chain.
             Some(rec) => {
-                head = Head {
+                self.head = Head {
                     seq: rec.seq,
                     hash: sha256_hex(frag),
                 }
             }
             None => {
-                if torn.is_some() {
+                if self.torn.is_some() {
                     return Err(AuditError::Corrupt {
                         path: path.to_path_buf(),
                     });
                 }
-                torn = Some(frag.to_vec());
+                self.torn = Some(frag.to_vec());
             }
         }
+        Ok(())
     }
-    if let Some(t) = torn {
+
+    /// Records the torn line, if any: a record of the chain that says so, with the line's
+    /// digest and length.
+    fn record_torn(&mut self, file: &mut File) -> Result<(), AuditError> {
+        let Some(t) = self.torn.take() else {
+            return Ok(());
+        };
         let rec = Record {
-            seq: head.seq + 1,
-            prev: head.hash.clone(),
+            seq: self.head.seq + 1,
+            prev: self.head.hash.clone(),
             time: now_rfc3339(),
             kind: RecordKind::TornTail,
             reason: Some("the line before was cut off mid-write (a crash or a full disk)".into()),
@@ -386,13 +435,10 @@ fn continue_chain(path: &Path) -> Result<(File, Head, u64), AuditError> {
         let hash = sha256_hex(&line);
         line.push(b'\n');
         file.write_all(&line).map_err(AuditError::Write)?;
-        size += line.len() as u64;
-        head = Head { seq: rec.seq, hash };
+        self.size += line.len() as u64;
+        self.head = Head { seq: rec.seq, hash };
+        Ok(())
     }
-    if size != len {
-        file.sync_data().map_err(AuditError::Write)?;
-    }
-    Ok((file, head, size))
 }
 
 /// The head of a (rotated) file, if it ends in a record.

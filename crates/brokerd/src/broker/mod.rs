@@ -1,7 +1,7 @@
 //! The broker: one request in, one answer out (docs/design.md#life-of-a-call).
 //!
-//! [`Broker::call`] is the life of a call read top to bottom: identifiers, grant, parse,
-//! decide, approval, audit, run, audit, answer. Every decision is audited and synced before
+//! [`Broker::call`] (`call`) is the life of a call read top to bottom, a function per step:
+//! identifiers, grant, parse, decide, approval, stage, audit, run, audit, answer. Every decision is audited and synced before
 //! anything runs or its answer leaves; a call's outcome is written before its answer and
 //! synced after it; a record that cannot be written makes the call `unavailable`, so nothing
 //! runs unaudited. `run` holds a decided call's slot and runner, `records` the audit and the
@@ -33,6 +33,7 @@ use crate::stage::{Holding, Layer, Stage};
 use crate::tickets::{Binding, Tickets};
 use proto::egress::Summary;
 
+mod call;
 mod ops;
 mod owner;
 mod records;
@@ -40,6 +41,7 @@ mod run;
 mod staged;
 mod toolsets;
 
+use call::CallRequest;
 pub use records::OUTCOME_SYNC_WITHIN;
 use records::{journal, outcome_record};
 use run::NotRun;
@@ -332,8 +334,15 @@ impl Broker {
                 approval,
                 ..
             } => {
-                self.call(peer, session, call, grant, tool, arguments, approval)
-                    .await
+                let req = CallRequest {
+                    session,
+                    call,
+                    grant,
+                    tool,
+                    arguments,
+                    approval,
+                };
+                self.call(peer, req).await
             }
             Request::Tools { grant, .. } => self.tools(&grant),
             Request::Result {
@@ -367,300 +376,6 @@ impl Broker {
             Request::Approve { ticket, .. } => self.approve(peer, &ticket).await,
         };
         proto::broker::Answer::new(id, body)
-    }
-
-    /// The life of one call.
-    #[allow(clippy::too_many_arguments)]
-    async fn call(
-        &self,
-        peer: Peer,
-        session: String,
-        call: String,
-        grant_name: String,
-        tool: String,
-        arguments: String,
-        approval: Option<String>,
-    ) -> Body {
-        // loopd's clock for this call started about now: [broker] timeout_ms from here.
-        let received = Instant::now();
-        // 1. Protocol checks: no decision is made on a malformed request.
-        let Ok(session) = Ident::parse(session) else {
-            return error(ProtocolError::BadIdent("session"));
-        };
-        let Ok(call) = Ident::parse(call) else {
-            return error(ProtocolError::BadIdent("call"));
-        };
-        if self.shutting_down.load(Ordering::SeqCst) {
-            return error(ProtocolError::ShuttingDown);
-        }
-        let Some(grant) = self.policy.grant(&grant_name) else {
-            return error(ProtocolError::UnknownGrant(grant_name));
-        };
-        let mut rec = Record {
-            kind: RecordKind::Call,
-            session: Some(session.to_string()),
-            call: Some(call.to_string()),
-            grant: Some(grant_name.clone()),
-            tool: Some(audit::summary(&tool)),
-            toolset: grant.grant.toolset.clone(),
-            ..Record::default()
-        };
-
-        // 2. Parse the model's arguments; a call that does not parse is refused.
-        let parsed = match args::parse(&tool, &arguments) {
-            Ok(a) => a,
-            Err(e) => {
-                // Counted by what it is about: six different bad URLs are six refusals.
-                let target = args::raw_target(&arguments);
-                rec.target = Some(audit::summary(&target));
-                let refusal = Refusal::new(&target, Why::Arguments(e.to_string()));
-                return self.refused(rec, &session, &tool, refusal, received).await;
-            }
-        };
-        let target = match &parsed {
-            args::ToolArgs::ReadFile(a) => audit::summary(&a.path),
-            args::ToolArgs::WriteFile(a) => audit::summary(&a.path),
-            args::ToolArgs::Shell(a) => audit::summary(&a.command),
-            args::ToolArgs::HttpFetch(u) => audit::summary(&audit::redact(u.url())),
-        };
-        rec.target = Some(target);
-
-        // 3. Decide, on the tree the sandbox will see: a staged grant's session sees its
-        // layers. Without a runner the decision is still made and audited, and whatever would
-        // run is refused (docs/design.md#service).
-        let decision = match self.decide(&session, grant, &parsed).await {
-            Ok(d) => d,
-            Err(why) => {
-                let refusal = Refusal::new(parsed.target(), why);
-                return self.refused(rec, &session, &tool, refusal, received).await;
-            }
-        };
-        // The program a shell command runs, from the classifier's parse of it.
-        rec.executable = match &decision {
-            Decision::Allow(p) | Decision::Ask(p, _) => p.program.as_deref(),
-            Decision::Refuse(r) => r.program.as_deref(),
-        }
-        .and_then(audit::executable);
-        if let (None, Decision::Allow(plan) | Decision::Ask(plan, _)) =
-            (&self.config.runner, &decision)
-        {
-            rec.class = plan.class;
-            let refusal = Refusal::new(parsed.target(), Why::NoRunner);
-            return self.refused(rec, &session, &tool, refusal, received).await;
-        }
-        // 4. A session whose sandbox was seen missing writes nothing more
-        // (docs/design.md#preflight-and-poisoning): checked before a ticket is issued or
-        // redeemed, so nobody is asked to approve a write that would then be refused.
-        if let Decision::Allow(plan) | Decision::Ask(plan, _) = &decision {
-            if plan.writes && self.state().unavailable.contains(session.as_str()) {
-                rec.class = plan.class;
-                let why = Why::UnavailableEarlier { tool: tool.clone() };
-                let refusal = Refusal::new(parsed.target(), why);
-                return self.refused(rec, &session, &tool, refusal, received).await;
-            }
-        }
-        let plan = match decision {
-            Decision::Allow(plan) => plan,
-            Decision::Refuse(r) => return self.refused(rec, &session, &tool, r, received).await,
-            Decision::Ask(plan, question) => {
-                let binding = Binding {
-                    session: session.to_string(),
-                    call: call.to_string(),
-                    grant: grant_name.clone(),
-                    tool: tool.clone(),
-                    arguments: arguments.clone(),
-                };
-                rec.class = plan.class;
-                let by_owner = grant.grant.approvals == crate::config::Approvals::Owner;
-                match approval {
-                    None => {
-                        let ticket =
-                            self.state()
-                                .tickets
-                                .issue_for(binding, Instant::now(), by_owner);
-                        let question = if by_owner {
-                            format!("{question} (an owner approves it: boxctl approve TICKET)")
-                        } else {
-                            question
-                        };
-                        rec.decision = Some(Decided::Ask);
-                        rec.reason = Some(audit::clip(&question));
-                        journal(&rec, None, received);
-                        if let Err(e) = self.record(rec).await {
-                            return self.audit_failed(&e);
-                        }
-                        return Body::Ask { question, ticket };
-                    }
-                    Some(ticket) => {
-                        let redeemed =
-                            self.state()
-                                .tickets
-                                .redeem(&ticket, &binding, Instant::now());
-                        // Waiting for an owner is no refusal to count: the ticket stays.
-                        if let Err(e @ crate::tickets::TicketError::NotApproved) = redeemed {
-                            rec.decision = Some(Decided::Refused);
-                            rec.reason = Some(e.to_string());
-                            journal(&rec, Some(Why::Approval(e).kind()), received);
-                            return match self.record(rec).await {
-                                Ok(_) => Body::Refused {
-                                    reason: e.to_string(),
-                                },
-                                Err(err) => self.audit_failed(&err),
-                            };
-                        }
-                        if let Err(e) = redeemed {
-                            let refusal = Refusal::new(parsed.target(), Why::Approval(e));
-                            return self.refused(rec, &session, &tool, refusal, received).await;
-                        }
-                        rec.decision = Some(Decided::Approved);
-                        plan
-                    }
-                }
-            }
-        };
-        rec.class = plan.class;
-        if rec.decision.is_none() {
-            rec.decision = Some(Decided::Allow);
-        }
-
-        // A staged grant's call runs over its session's layers, held for the call: a session
-        // past its bytes, or a layer another call of it is using, is a refusal; a layer that
-        // cannot be made is unavailable, never the real directory.
-        let mut plan = plan;
-        let budget = self
-            .config
-            .runner
-            .as_ref()
-            .map_or(Duration::from_secs(30), |r| {
-                r.for_grant(&plan.limits)
-                    .call_budget(plan.tool, plan.egress.is_some())
-            });
-        let staged = match self.stage_plan(&session, grant, &mut plan, Instant::now() + budget) {
-            Ok(s) => s,
-            Err(NotStaged::Refused(why)) => {
-                let refusal = Refusal::new(parsed.target(), Why::Staged(why));
-                return self.refused(rec, &session, &tool, refusal, received).await;
-            }
-            Err(NotStaged::Unavailable(why)) => {
-                Broker::log_unstaged(&session, &call, &why);
-                rec.status = Some(Ended::Unavailable);
-                journal(&rec, None, received);
-                if let Err(e) = self.record(rec).await {
-                    return self.audit_failed(&e);
-                }
-                return Body::Unavailable {
-                    message: Unavailable::LayerUnavailable.to_string(),
-                };
-            }
-        };
-        // A preflight that failed for now is tried again once its retry is due.
-        let ran_before = lock(&self.preflight).last().is_some();
-        let preflight_ok = !ran_before || self.preflight().await.ok;
-
-        // 5. Audit the decision before anything runs, and 6. run. Where a sandbox starts, the
-        // record is written and synced while the runner makes the sandbox ready, and the tool
-        // gets its input only once the record is on disk (`runner::Cleared`).
-        let started = Instant::now();
-        // The start-up preflight says whether a sandbox can start at all; the network one
-        // only whether the way out works.
-        let failed_preflight = if !preflight_ok {
-            Some(("the preflight failed", Unavailable::RunnerUnavailable))
-        } else if !self.toolset_ready(plan.toolset.as_deref()).await {
-            // Never another toolset in its place (docs/design.md#toolsets).
-            Some((
-                "the grant's toolset failed its check",
-                Unavailable::ToolsetUnavailable,
-            ))
-        } else if plan.egress.is_some() && !self.network_preflight().await.ok {
-            Some((
-                "the network preflight failed",
-                Unavailable::EgressUnavailable,
-            ))
-        } else {
-            None
-        };
-        if failed_preflight.is_some() {
-            if let Err(e) = self.record(rec.clone()).await {
-                return self.decision_unrecorded(rec, &e, received);
-            }
-        }
-        let outcome = match failed_preflight {
-            None => {
-                self.run(&session, &call, plan, received, rec.clone(), staged)
-                    .await
-            }
-            Some((which, why)) => {
-                tracing::error!(
-                    session = session.as_str(),
-                    call = call.as_str(),
-                    "{which}; see {}",
-                    why.runbook()
-                );
-                Ok((Err(RunError::Unavailable(why)), None))
-            }
-        };
-        let outcome = match outcome {
-            Ok((o, egress)) => {
-                rec.egress = egress;
-                o
-            }
-            Err(NotRun::Audit(e)) => return self.decision_unrecorded(rec, &e, received),
-            Err(NotRun::Busy) => {
-                rec.status = Some(Ended::Busy);
-                journal(&rec, None, received);
-                let _ = self
-                    .record_outcome(outcome_record(rec, Decided::NotRun, started))
-                    .await;
-                return error(ProtocolError::Busy);
-            }
-        };
-
-        self.audit_weakened().await;
-
-        // 7. Audit the outcome, then answer.
-        let label = format!("{grant_name}/{tool}");
-        let status = outcome
-            .as_ref()
-            .map_or_else(RunError::ended, |_| Ended::Result);
-        let body = match outcome {
-            Ok(out) => self.result_body(peer, out, label),
-            Err(RunError::Failed(f)) => Body::Failed {
-                message: f.to_string(),
-            },
-            // The runner logged it for the operator; the model reads which directory.
-            Err(RunError::MountChanged(e)) => Body::Refused {
-                reason: e.to_string(),
-            },
-            // Protected targets that could not be held: nothing ran, and the reason says why.
-            Err(RunError::Unprotected(e)) => Body::Refused {
-                reason: e.to_string(),
-            },
-            Err(RunError::Unavailable(u)) => {
-                if u.sandbox_missing() {
-                    self.mark_unavailable(&session);
-                }
-                tracing::error!(
-                    session = session.as_str(),
-                    call = call.as_str(),
-                    tool,
-                    status = status.as_str(),
-                    "{u}; see {}",
-                    u.runbook()
-                );
-                Body::Unavailable {
-                    message: u.to_string(),
-                }
-            }
-        };
-        rec.status = Some(status);
-        journal(&rec, None, received);
-        if let Err(e) = self
-            .record_outcome(outcome_record(rec, Decided::Ran, started))
-            .await
-        {
-            return self.audit_failed(&e);
-        }
-        body
     }
 
     fn result_body(&self, peer: Peer, out: RunOutput, label: String) -> Body {

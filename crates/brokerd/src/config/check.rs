@@ -11,6 +11,15 @@ use super::places::{overlaps_state, real_path, StatePlace};
 use super::raw::{RawBroker, RawBwrap, RawConfig, RawGrant, RawRunner, S};
 use super::*;
 use crate::args::check_grant_path;
+/// `[runner]`'s time limits of the tools, and of the egress proxy's start, in milliseconds.
+struct ToolTimes {
+    read_file_ms: u64,
+    write_file_ms: u64,
+    shell_ms: u64,
+    http_fetch_ms: u64,
+    egress_start_ms: u64,
+}
+
 /// A grant's mode, spelt as in the config.
 fn parse_mode(s: &str) -> Option<Mode> {
     [Mode::Safe, Mode::Ask, Mode::Auto]
@@ -263,22 +272,14 @@ impl Checker<'_> {
         Ok(clients)
     }
 
+    /// `[runner]`: the backend and its image, podman, the egress network, the memory, the
+    /// home, the tools' time limits under loopd's timeout, the counts, then each call's stop
+    /// under that timeout too.
     fn runner(&self, r: &S<RawRunner>, b: &RawBroker) -> Result<RunnerConfig, ConfigError> {
         let table = r.span();
         let r = r.get_ref();
         let backend = r.backend.unwrap_or(Backend::Podman);
-
-        let image = match (&r.image, backend) {
-            (Some(img), _) => {
-                check_image(img.get_ref())
-                    .or_else(|p| self.err(Some(img.span()), "runner.image", p))?;
-                img.get_ref().clone()
-            }
-            (None, Backend::Podman) => {
-                return self.err(Some(table), "runner.image", Problem::ImageMissing)
-            }
-            (None, Backend::Bwrap) => String::new(),
-        };
+        let image = self.image(r, backend, table)?;
 
         let (podman, span) = self.value(&r.podman, DEFAULT_PODMAN.to_owned());
         if podman.is_empty() {
@@ -307,43 +308,7 @@ impl Checker<'_> {
 
         // Every tool limit stays under loopd's broker timeout (docs/design.md#runner).
         let (timeout, timeout_span) = self.value(&b.timeout_ms, DEFAULT_TIMEOUT_MS);
-        let limit = |v: &Option<S<u64>>, default: u64, key: &str| -> Result<u64, ConfigError> {
-            let (ms, span) = self.value(v, default);
-            if ms == 0 {
-                return self.err(span, key, Problem::Zero);
-            }
-            if ms >= timeout {
-                let problem = Problem::NotUnderTimeout { limit: ms, timeout };
-                return self.err(span.or(timeout_span.clone()), key, problem);
-            }
-            Ok(ms)
-        };
-        let read_file_ms = limit(&r.read_file_ms, DEFAULT_READ_FILE_MS, "runner.read_file_ms")?;
-        let write_file_ms = limit(
-            &r.write_file_ms,
-            DEFAULT_WRITE_FILE_MS,
-            "runner.write_file_ms",
-        )?;
-        let shell_ms = limit(&r.shell_ms, DEFAULT_SHELL_MS, "runner.shell_ms")?;
-        let http_fetch_ms = limit(
-            &r.http_fetch_ms,
-            DEFAULT_HTTP_FETCH_MS,
-            "runner.http_fetch_ms",
-        )?;
-        let egress_start_ms = limit(
-            &r.egress_start_ms,
-            DEFAULT_EGRESS_START_MS,
-            "runner.egress_start_ms",
-        )?;
-        let sum = http_fetch_ms.saturating_add(egress_start_ms);
-        if sum >= timeout {
-            let span = r.http_fetch_ms.as_ref().map(|s| s.span()).or(timeout_span);
-            return self.err(
-                span,
-                "runner.http_fetch_ms",
-                Problem::FetchNotUnderTimeout { sum, timeout },
-            );
-        }
+        let times = self.tool_times(r, timeout, &timeout_span)?;
 
         let runner = RunnerConfig {
             backend,
@@ -353,12 +318,12 @@ impl Checker<'_> {
             output_cap: self.positive(&r.output_cap, DEFAULT_OUTPUT_CAP, "runner.output_cap")?,
             memory,
             pids: self.positive(&r.pids, DEFAULT_PIDS, "runner.pids")?,
-            read_file_ms,
-            write_file_ms,
-            shell_ms,
-            http_fetch_ms,
+            read_file_ms: times.read_file_ms,
+            write_file_ms: times.write_file_ms,
+            shell_ms: times.shell_ms,
+            http_fetch_ms: times.http_fetch_ms,
             enforce_limits: r.enforce_limits.unwrap_or(true),
-            egress_start_ms,
+            egress_start_ms: times.egress_start_ms,
             home,
             egress_bounds: Bounds {
                 connections: self.positive(
@@ -372,29 +337,115 @@ impl Checker<'_> {
                     "runner.egress_bytes",
                 )?,
             },
-            protect: {
-                let d = ProtectBounds::default();
-                ProtectBounds {
-                    max_depth: self.positive(
-                        &r.protect_max_depth,
-                        d.max_depth,
-                        "runner.protect_max_depth",
-                    )?,
-                    max_entries: self.positive(
-                        &r.protect_max_entries,
-                        d.max_entries,
-                        "runner.protect_max_entries",
-                    )?,
-                    max_targets: self.positive(
-                        &r.protect_max_targets,
-                        d.max_targets,
-                        "runner.protect_max_targets",
-                    )?,
-                }
-            },
+            protect: self.protect_bounds(r)?,
         };
-        // A call that runs out its limit is then stopped and removed: that too must end
-        // before loopd stops waiting.
+        self.stops_under_timeout(&runner, r, timeout, timeout_span)?;
+        Ok(runner)
+    }
+
+    /// `runner.image`: pinned by content; Podman's needs one, bwrap has no use for it.
+    fn image(
+        &self,
+        r: &RawRunner,
+        backend: Backend,
+        table: std::ops::Range<usize>,
+    ) -> Result<String, ConfigError> {
+        match (&r.image, backend) {
+            (Some(img), _) => {
+                check_image(img.get_ref())
+                    .or_else(|p| self.err(Some(img.span()), "runner.image", p))?;
+                Ok(img.get_ref().clone())
+            }
+            (None, Backend::Podman) => self.err(Some(table), "runner.image", Problem::ImageMissing),
+            (None, Backend::Bwrap) => Ok(String::new()),
+        }
+    }
+
+    /// The tools' time limits and the proxy's start, each under loopd's `timeout` (with its
+    /// span where the file gave it), and http_fetch's with its proxy's start as well.
+    fn tool_times(
+        &self,
+        r: &RawRunner,
+        timeout: u64,
+        timeout_span: &Option<std::ops::Range<usize>>,
+    ) -> Result<ToolTimes, ConfigError> {
+        let limit = |v: &Option<S<u64>>, default: u64, key: &str| -> Result<u64, ConfigError> {
+            let (ms, span) = self.value(v, default);
+            if ms == 0 {
+                return self.err(span, key, Problem::Zero);
+            }
+            if ms >= timeout {
+                let problem = Problem::NotUnderTimeout { limit: ms, timeout };
+                return self.err(span.or(timeout_span.clone()), key, problem);
+            }
+            Ok(ms)
+        };
+        let times = ToolTimes {
+            read_file_ms: limit(&r.read_file_ms, DEFAULT_READ_FILE_MS, "runner.read_file_ms")?,
+            write_file_ms: limit(
+                &r.write_file_ms,
+                DEFAULT_WRITE_FILE_MS,
+                "runner.write_file_ms",
+            )?,
+            shell_ms: limit(&r.shell_ms, DEFAULT_SHELL_MS, "runner.shell_ms")?,
+            http_fetch_ms: limit(
+                &r.http_fetch_ms,
+                DEFAULT_HTTP_FETCH_MS,
+                "runner.http_fetch_ms",
+            )?,
+            egress_start_ms: limit(
+                &r.egress_start_ms,
+                DEFAULT_EGRESS_START_MS,
+                "runner.egress_start_ms",
+            )?,
+        };
+        let sum = times.http_fetch_ms.saturating_add(times.egress_start_ms);
+        if sum >= timeout {
+            let span = r
+                .http_fetch_ms
+                .as_ref()
+                .map(|s| s.span())
+                .or(timeout_span.clone());
+            return self.err(
+                span,
+                "runner.http_fetch_ms",
+                Problem::FetchNotUnderTimeout { sum, timeout },
+            );
+        }
+        Ok(times)
+    }
+
+    /// The bounds of the walk for protected targets.
+    fn protect_bounds(&self, r: &RawRunner) -> Result<ProtectBounds, ConfigError> {
+        let d = ProtectBounds::default();
+        Ok(ProtectBounds {
+            max_depth: self.positive(
+                &r.protect_max_depth,
+                d.max_depth,
+                "runner.protect_max_depth",
+            )?,
+            max_entries: self.positive(
+                &r.protect_max_entries,
+                d.max_entries,
+                "runner.protect_max_entries",
+            )?,
+            max_targets: self.positive(
+                &r.protect_max_targets,
+                d.max_targets,
+                "runner.protect_max_targets",
+            )?,
+        })
+    }
+
+    /// A call that runs out its limit is then stopped and removed: that too must end
+    /// before loopd stops waiting.
+    fn stops_under_timeout(
+        &self,
+        runner: &RunnerConfig,
+        r: &RawRunner,
+        timeout: u64,
+        timeout_span: Option<std::ops::Range<usize>>,
+    ) -> Result<(), ConfigError> {
         for tool in ToolName::ALL {
             let sum = runner
                 .call_budget(tool, tool == ToolName::HttpFetch)
@@ -416,7 +467,7 @@ impl Checker<'_> {
                 return self.err(span, key, problem);
             }
         }
-        Ok(runner)
+        Ok(())
     }
 
     fn bwrap(&self, b: &RawBwrap) -> Result<BwrapConfig, ConfigError> {
@@ -427,6 +478,8 @@ impl Checker<'_> {
         })
     }
 
+    /// `[grants.NAME]`: its mode, tools, paths, hosts, addresses and cache (its toolset and
+    /// limits are checked against the other sections, by `config`).
     fn grant(&self, name: &str, g: &RawGrant) -> Result<Grant, ConfigError> {
         let key = |k: &str| format!("grants.{name}.{k}");
         let mode = match &g.mode {
@@ -443,61 +496,8 @@ impl Checker<'_> {
             },
         };
 
-        if g.tools.get_ref().is_empty() {
-            return self.err(Some(g.tools.span()), &key("tools"), Problem::NoTools);
-        }
-        let mut tools = Vec::new();
-        for t in g.tools.get_ref() {
-            let Some(tool) = ToolName::parse(t.get_ref()) else {
-                return self.err(
-                    Some(t.span()),
-                    &key("tools"),
-                    Problem::UnknownTool(t.get_ref().clone()),
-                );
-            };
-            if tools.contains(&tool) {
-                return self.err(
-                    Some(t.span()),
-                    &key("tools"),
-                    Problem::Repeated(t.get_ref().clone()),
-                );
-            }
-            tools.push(tool);
-        }
-
-        if g.paths.len() > MAX_GRANT_PATHS {
-            let span = g.paths.first().map(|p| p.path.span());
-            return self.err(span, &key("paths"), Problem::TooManyPaths(g.paths.len()));
-        }
-        let mut paths = Vec::new();
-        for p in &g.paths {
-            let span = Some(p.path.span());
-            let path = self.absolute(p.path.get_ref(), span.clone(), &key("paths"))?;
-            check_grant_path(&path)
-                .or_else(|e| self.err(span.clone(), &key("paths"), Problem::Unmountable(e)))?;
-            match std::fs::metadata(&path) {
-                Ok(m) if m.is_dir() => {}
-                Ok(_) => {
-                    return self.err(
-                        span,
-                        &key("paths"),
-                        Problem::NotDirectory(p.path.get_ref().clone()),
-                    )
-                }
-                Err(_) => {
-                    return self.err(
-                        span,
-                        &key("paths"),
-                        Problem::Missing(p.path.get_ref().clone()),
-                    )
-                }
-            }
-            paths.push(GrantPath {
-                path,
-                write: p.write,
-            });
-        }
-
+        let tools = self.grant_tools(g, &key("tools"))?;
+        let paths = self.grant_paths(g, &key("paths"))?;
         let hosts = self.host_patterns(&g.hosts, &key("hosts"))?;
         let shell_hosts = self.host_patterns(&g.shell_hosts, &key("shell_hosts"))?;
 
@@ -523,21 +523,75 @@ impl Checker<'_> {
             limits: GrantLimits::default(),
             cache: self.cache(&g.cache, &g.max_cache_bytes, &key)?,
         })
-        .and_then(|grant| {
-            // The cache is mounted at /tmp/.cache: a grant directory there or above it
-            // would hold its mount point, or be hidden by it on one backend and not the other.
-            let at = Path::new(proto::tools::TOOL_CACHE);
-            match grant.paths.iter().find(|p| {
-                grant.cache.is_some() && (at.starts_with(&p.path) || p.path.starts_with(at))
-            }) {
-                Some(p) => self.err(
-                    None,
-                    &key("cache"),
-                    Problem::CacheOverGrant(p.path.display().to_string()),
-                ),
-                None => Ok(grant),
+        .and_then(|grant| self.cache_clear_of_paths(grant, &key("cache")))
+    }
+
+    /// A grant's `tools`: at least one, each known and named once.
+    fn grant_tools(&self, g: &RawGrant, key: &str) -> Result<Vec<ToolName>, ConfigError> {
+        if g.tools.get_ref().is_empty() {
+            return self.err(Some(g.tools.span()), key, Problem::NoTools);
+        }
+        let mut tools = Vec::new();
+        for t in g.tools.get_ref() {
+            let Some(tool) = ToolName::parse(t.get_ref()) else {
+                return self.err(
+                    Some(t.span()),
+                    key,
+                    Problem::UnknownTool(t.get_ref().clone()),
+                );
+            };
+            if tools.contains(&tool) {
+                return self.err(Some(t.span()), key, Problem::Repeated(t.get_ref().clone()));
             }
-        })
+            tools.push(tool);
+        }
+        Ok(tools)
+    }
+
+    /// A grant's `paths`: at most [`MAX_GRANT_PATHS`], each an absolute directory that a
+    /// sandbox can mount.
+    fn grant_paths(&self, g: &RawGrant, key: &str) -> Result<Vec<GrantPath>, ConfigError> {
+        if g.paths.len() > MAX_GRANT_PATHS {
+            let span = g.paths.first().map(|p| p.path.span());
+            return self.err(span, key, Problem::TooManyPaths(g.paths.len()));
+        }
+        let mut paths = Vec::new();
+        for p in &g.paths {
+            let span = Some(p.path.span());
+            let path = self.absolute(p.path.get_ref(), span.clone(), key)?;
+            check_grant_path(&path)
+                .or_else(|e| self.err(span.clone(), key, Problem::Unmountable(e)))?;
+            match std::fs::metadata(&path) {
+                Ok(m) if m.is_dir() => {}
+                Ok(_) => {
+                    return self.err(span, key, Problem::NotDirectory(p.path.get_ref().clone()))
+                }
+                Err(_) => return self.err(span, key, Problem::Missing(p.path.get_ref().clone())),
+            }
+            paths.push(GrantPath {
+                path,
+                write: p.write,
+            });
+        }
+        Ok(paths)
+    }
+
+    /// The cache is mounted at /tmp/.cache: a grant directory there or above it would hold
+    /// its mount point, or be hidden by it on one backend and not the other.
+    fn cache_clear_of_paths(&self, grant: Grant, key: &str) -> Result<Grant, ConfigError> {
+        let at = Path::new(proto::tools::TOOL_CACHE);
+        match grant
+            .paths
+            .iter()
+            .find(|p| grant.cache.is_some() && (at.starts_with(&p.path) || p.path.starts_with(at)))
+        {
+            Some(p) => self.err(
+                None,
+                key,
+                Problem::CacheOverGrant(p.path.display().to_string()),
+            ),
+            None => Ok(grant),
+        }
     }
 
     /// A grant's `cache` and `max_cache_bytes`: the bound when the cache is on, which the

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 
 use proto::tools::{ReadFileArgs, ShellArgs, ToolName, WriteFileArgs};
 
-use crate::args::ToolArgs;
+use crate::args::{FetchUrl, ToolArgs};
 use crate::classify::{Classifier, ClassifierError, CommandClass};
 use crate::config::{Config, Grant, Protect, Writes};
 use crate::glob;
@@ -315,6 +315,9 @@ impl Policy {
         decision
     }
 
+    /// The decision, the program a shell command runs left in `program`: the tool granted,
+    /// the action its arguments ask for, the input within toolkit's bound, then the plan as
+    /// the grant's mode takes it (run, ask or refuse).
     fn decide_named(
         &self,
         view: &dyn View,
@@ -328,178 +331,22 @@ impl Policy {
             return refuse(args.target(), Why::ToolNotGranted { tool, grant });
         }
         let caps = Capabilities::for_mode(g.grant.mode);
-        let (action, input, target, class, egress, question_detail) = match args {
-            ToolArgs::ReadFile(a) => {
-                let r = match g.workspace.resolve_in(view, tool, &a.path) {
-                    Ok(r) => r,
-                    Err(e) => return refuse(&a.path, Why::Path(e)),
-                };
-                let input = json(&ReadFileArgs {
-                    path: path_string(&r.path),
-                });
-                (
-                    ActionClass::Read,
-                    input,
-                    a.path.clone(),
-                    None,
-                    None,
-                    String::new(),
-                )
-            }
-            ToolArgs::WriteFile(a) => {
-                let r = match g.workspace.resolve_for_write_in(view, tool, &a.path) {
-                    Ok(r) => r,
-                    Err(e) => return refuse(&a.path, Why::Path(e)),
-                };
-                if let Some(p) = protected_in(view, &a.path, &r.path) {
-                    return refuse(&a.path, Why::WriteProtected(p));
-                }
-                let input = json(&WriteFileArgs {
-                    path: path_string(&r.path),
-                    content: a.content.clone(),
-                });
-                let detail = format!("write {} bytes to {}", a.content.len(), r.path.display());
-                (
-                    ActionClass::Mutate,
-                    input,
-                    a.path.clone(),
-                    None,
-                    None,
-                    detail,
-                )
-            }
-            ToolArgs::Shell(a) => {
-                let roots: Vec<PathBuf> =
-                    g.workspace.roots().iter().map(|r| r.path.clone()).collect();
-                let mut assessment = self.classifier.classify(&a.command, &roots);
-                program.clone_from(&assessment.program);
-                let cwd = match &a.cwd {
-                    Some(c) => match g.workspace.resolve_in(view, tool, c) {
-                        Ok(r) if view.lstat(&r.path).is_ok_and(|m| m.is_dir()) => Some(r.path),
-                        Ok(r) => return refuse(c, Why::CwdNotADirectory(r.path)),
-                        Err(e) => return refuse(c, Why::Path(e)),
-                    },
-                    None => None,
-                };
-                if let Some(bound) = assessment.beyond {
-                    return refuse(&a.command, Why::ShellBeyondBounds(bound.to_string()));
-                }
-                let base = cwd
-                    .clone()
-                    .unwrap_or_else(|| PathBuf::from(proto::tools::DEFAULT_CWD));
-                let mut undecided = None;
-                for w in &assessment.writes {
-                    if assessment.globbed.contains(w) {
-                        match pattern_protection(view, g, tool, &base, &roots, w) {
-                            Ok(None) => {}
-                            Ok(Some(p)) => {
-                                return refuse(
-                                    &a.command,
-                                    Why::ShellWritesProtected {
-                                        written: w.clone(),
-                                        why: p,
-                                    },
-                                )
-                            }
-                            Err(why) => undecided = Some(why),
-                        }
-                        continue;
-                    }
-                    let reached = base.join(w);
-                    // A file outside the grant is judged by its name: a decision opens nothing
-                    // there.
-                    let protection =
-                        match g.workspace.resolve_in(view, tool, &path_string(&reached)) {
-                            Ok(r) => protected_in(view, w, &r.path),
-                            Err(_) => protected_by_name(w, &reached),
-                        };
-                    if let Some(why) = protection {
-                        let written = w.clone();
-                        return refuse(&a.command, Why::ShellWritesProtected { written, why });
-                    }
-                }
-                // `rm -rf link/` deletes what the link leads to: a grant directory, or `/`
-                // where every grant directory is mounted.
-                for t in &assessment.recursive {
-                    let at = base.join(t);
-                    let real = crate::workspace::follow(view, &at, &roots).unwrap_or(at);
-                    if roots.iter().any(|r| r.starts_with(&real)) {
-                        assessment.class = CommandClass::Dangerous;
-                        assessment.reason = Some(format!(
-                            "{t} leads to {}, a grant directory or one holding it",
-                            real.display()
-                        ));
-                    }
-                }
-                if let Some(why) = undecided {
-                    if assessment.class < CommandClass::ShellComplex {
-                        assessment.class = CommandClass::ShellComplex;
-                        assessment.reason = Some(why);
-                    }
-                }
-                // A write the classifier cannot place may be a protected one. Where the mount
-                // table holds the protected targets, or a commit is the gate, that is theirs
-                // to stop; where the classifier is all there is, it is refused if the grant
-                // has any (docs/design.md#protected-targets).
-                if assessment.unplaced
-                    && g.grant.protect == Protect::Classifier
-                    && g.grant.writes == Writes::Direct
-                {
-                    if let Some(held) = self.classifier_alone_holds(g) {
-                        return refuse(&a.command, Why::UnplacedWrite(held));
-                    }
-                }
-                let input = json(&ShellArgs {
-                    command: a.command.clone(),
-                    cwd: cwd.as_deref().map(path_string),
-                });
-                let detail = match &assessment.reason {
-                    Some(why) => format!("run `{}` ({}: {why})", a.command, assessment.class),
-                    None => format!("run `{}` ({})", a.command, assessment.class),
-                };
-                // The grant's shell hosts, if any, are the call's way out: the same proxy as
-                // http_fetch's, with the same address rule
-                // (docs/design.md#shell-and-its-egress-proxy).
-                let egress = (!g.grant.shell_hosts.is_empty()).then(|| Egress {
-                    hosts: g.grant.shell_hosts.clone(),
-                    allow_addresses: g.grant.allow_addresses.clone(),
-                    bounds: Some(self.egress_bounds),
-                });
-                (
-                    ActionClass::from(assessment.class),
-                    input,
-                    a.command.clone(),
-                    Some(assessment.class),
-                    egress,
-                    detail,
-                )
-            }
-            ToolArgs::HttpFetch(u) => {
-                if !g
-                    .grant
-                    .hosts
-                    .iter()
-                    .any(|p| proto::hosts::host_matches(p, u.host()))
-                {
-                    let host = u.host().to_string();
-                    let hosts = g.grant.hosts.clone();
-                    return refuse(u.url(), Why::HostNotGranted { host, hosts });
-                }
-                let egress = Egress {
-                    hosts: g.grant.hosts.clone(),
-                    allow_addresses: g.grant.allow_addresses.clone(),
-                    bounds: None,
-                };
-                let input = args.input_json();
-                (
-                    ActionClass::Read,
-                    input,
-                    u.url().to_string(),
-                    None,
-                    Some(egress),
-                    format!("fetch {}", u.url()),
-                )
-            }
+        let action = match args {
+            ToolArgs::ReadFile(a) => read_action(view, g, tool, a),
+            ToolArgs::WriteFile(a) => write_action(view, g, tool, a),
+            ToolArgs::Shell(a) => self.shell_action(view, g, tool, a, program),
+            ToolArgs::HttpFetch(u) => fetch_action(g, args, u),
+        };
+        let Action {
+            class: action,
+            input,
+            target,
+            command: class,
+            egress,
+            detail: question_detail,
+        } = match action {
+            Ok(a) => a,
+            Err(r) => return Decision::Refuse(*r),
         };
         // toolkit reads at most MAX_INPUT bytes (docs/design.md#the-toolkit): a larger call could
         // only fail inside the sandbox, with a sentence the model cannot act on.
@@ -507,25 +354,7 @@ impl Policy {
             let bytes = input.len();
             return refuse(&target, Why::TooLarge { tool, bytes });
         }
-        let writable = caps.writable_mounts(action);
-        let mounts = g
-            .workspace
-            .roots()
-            .iter()
-            .map(|r| Mount {
-                path: r.path.clone(),
-                write: r.write && writable,
-                id: r.id,
-                // The mount table holds the protected targets of a writable direct grant; a
-                // staged grant's commit is that gate instead.
-                protect: r.write
-                    && writable
-                    && g.grant.protect == Protect::Mount
-                    && g.grant.writes == Writes::Direct,
-                // The session's layer, which the broker knows.
-                stage: None,
-            })
-            .collect::<Vec<_>>();
+        let mounts = grant_mounts(g, caps.writable_mounts(action));
         let writes = mounts.iter().any(|m| m.write);
         let plan = Plan {
             tool,
@@ -565,40 +394,325 @@ impl Policy {
             }
         }
     }
+
+    /// A shell command's action: the classifier's reading of it, its working directory, the
+    /// protected files it writes, what its recursive targets lead to, and its way out.
+    fn shell_action(
+        &self,
+        view: &dyn View,
+        g: &GrantPolicy,
+        tool: ToolName,
+        a: &ShellArgs,
+        program: &mut Option<String>,
+    ) -> Result<Action, Box<Refusal>> {
+        let roots: Vec<PathBuf> = g.workspace.roots().iter().map(|r| r.path.clone()).collect();
+        let mut assessment = self.classifier.classify(&a.command, &roots);
+        program.clone_from(&assessment.program);
+        let cwd = shell_cwd(view, g, tool, a)?;
+        if let Some(bound) = assessment.beyond {
+            let why = Why::ShellBeyondBounds(bound.to_string());
+            return Err(refusal(&a.command, why));
+        }
+        let base = cwd
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(proto::tools::DEFAULT_CWD));
+        let reach = Reach {
+            view,
+            g,
+            tool,
+            base: &base,
+            roots: &roots,
+        };
+        let undecided = reach.protected_writes(&a.command, &assessment)?;
+        reach.follow_recursive(&mut assessment);
+        if let Some(why) = undecided {
+            if assessment.class < CommandClass::ShellComplex {
+                assessment.class = CommandClass::ShellComplex;
+                assessment.reason = Some(why);
+            }
+        }
+        // A write the classifier cannot place may be a protected one. Where the mount
+        // table holds the protected targets, or a commit is the gate, that is theirs
+        // to stop; where the classifier is all there is, it is refused if the grant
+        // has any (docs/design.md#protected-targets).
+        if assessment.unplaced
+            && g.grant.protect == Protect::Classifier
+            && g.grant.writes == Writes::Direct
+        {
+            if let Some(held) = self.classifier_alone_holds(g) {
+                return Err(refusal(&a.command, Why::UnplacedWrite(held)));
+            }
+        }
+        let input = json(&ShellArgs {
+            command: a.command.clone(),
+            cwd: cwd.as_deref().map(path_string),
+        });
+        let detail = match &assessment.reason {
+            Some(why) => format!("run `{}` ({}: {why})", a.command, assessment.class),
+            None => format!("run `{}` ({})", a.command, assessment.class),
+        };
+        // The grant's shell hosts, if any, are the call's way out: the same proxy as
+        // http_fetch's, with the same address rule
+        // (docs/design.md#shell-and-its-egress-proxy).
+        let egress = (!g.grant.shell_hosts.is_empty()).then(|| Egress {
+            hosts: g.grant.shell_hosts.clone(),
+            allow_addresses: g.grant.allow_addresses.clone(),
+            bounds: Some(self.egress_bounds),
+        });
+        Ok(Action {
+            class: ActionClass::from(assessment.class),
+            input,
+            target: a.command.clone(),
+            command: Some(assessment.class),
+            egress,
+            detail,
+        })
+    }
+}
+
+/// What a call asks to do, before the grant's mode says whether it may.
+struct Action {
+    /// What the mode is asked to allow.
+    class: ActionClass,
+    /// The tool's JSON for the sandbox, with paths resolved.
+    input: Vec<u8>,
+    /// The target a refusal names, as the model wrote it.
+    target: String,
+    /// A shell command's class.
+    command: Option<CommandClass>,
+    egress: Option<Egress>,
+    /// What the owner is asked to allow, with the model's text in it.
+    detail: String,
+}
+
+/// A read_file call's action: the path resolved in the grant.
+fn read_action(
+    view: &dyn View,
+    g: &GrantPolicy,
+    tool: ToolName,
+    a: &ReadFileArgs,
+) -> Result<Action, Box<Refusal>> {
+    let r = g
+        .workspace
+        .resolve_in(view, tool, &a.path)
+        .map_err(|e| refusal(&a.path, Why::Path(e)))?;
+    let input = json(&ReadFileArgs {
+        path: path_string(&r.path),
+    });
+    Ok(Action {
+        class: ActionClass::Read,
+        input,
+        target: a.path.clone(),
+        command: None,
+        egress: None,
+        detail: String::new(),
+    })
+}
+
+/// A write_file call's action: the path resolved for writing in the grant, and not a
+/// protected target.
+fn write_action(
+    view: &dyn View,
+    g: &GrantPolicy,
+    tool: ToolName,
+    a: &WriteFileArgs,
+) -> Result<Action, Box<Refusal>> {
+    let r = g
+        .workspace
+        .resolve_for_write_in(view, tool, &a.path)
+        .map_err(|e| refusal(&a.path, Why::Path(e)))?;
+    if let Some(p) = protected_in(view, &a.path, &r.path) {
+        return Err(refusal(&a.path, Why::WriteProtected(p)));
+    }
+    let input = json(&WriteFileArgs {
+        path: path_string(&r.path),
+        content: a.content.clone(),
+    });
+    let detail = format!("write {} bytes to {}", a.content.len(), r.path.display());
+    Ok(Action {
+        class: ActionClass::Mutate,
+        input,
+        target: a.path.clone(),
+        command: None,
+        egress: None,
+        detail,
+    })
+}
+
+/// An http_fetch call's action: a host of the grant, reached through the proxy.
+fn fetch_action(g: &GrantPolicy, args: &ToolArgs, u: &FetchUrl) -> Result<Action, Box<Refusal>> {
+    if !g
+        .grant
+        .hosts
+        .iter()
+        .any(|p| proto::hosts::host_matches(p, u.host()))
+    {
+        let host = u.host().to_string();
+        let hosts = g.grant.hosts.clone();
+        return Err(refusal(u.url(), Why::HostNotGranted { host, hosts }));
+    }
+    let egress = Egress {
+        hosts: g.grant.hosts.clone(),
+        allow_addresses: g.grant.allow_addresses.clone(),
+        bounds: None,
+    };
+    Ok(Action {
+        class: ActionClass::Read,
+        input: args.input_json(),
+        target: u.url().to_string(),
+        command: None,
+        egress: Some(egress),
+        detail: format!("fetch {}", u.url()),
+    })
+}
+
+/// A shell call's working directory: a directory of the grant, or none given.
+fn shell_cwd(
+    view: &dyn View,
+    g: &GrantPolicy,
+    tool: ToolName,
+    a: &ShellArgs,
+) -> Result<Option<PathBuf>, Box<Refusal>> {
+    let Some(c) = &a.cwd else {
+        return Ok(None);
+    };
+    match g.workspace.resolve_in(view, tool, c) {
+        Ok(r) if view.lstat(&r.path).is_ok_and(|m| m.is_dir()) => Ok(Some(r.path)),
+        Ok(r) => Err(refusal(c, Why::CwdNotADirectory(r.path))),
+        Err(e) => Err(refusal(c, Why::Path(e))),
+    }
+}
+
+/// The grant's directories as a call's sandbox mounts them: writable where the grant's
+/// mode lets the action write.
+fn grant_mounts(g: &GrantPolicy, writable: bool) -> Vec<Mount> {
+    g.workspace
+        .roots()
+        .iter()
+        .map(|r| Mount {
+            path: r.path.clone(),
+            write: r.write && writable,
+            id: r.id,
+            // The mount table holds the protected targets of a writable direct grant; a
+            // staged grant's commit is that gate instead.
+            protect: r.write
+                && writable
+                && g.grant.protect == Protect::Mount
+                && g.grant.writes == Writes::Direct,
+            // The session's layer, which the broker knows.
+            stage: None,
+        })
+        .collect()
 }
 
 fn refuse(target: &str, why: Why) -> Decision {
     Decision::Refuse(Refusal::new(target, why))
 }
 
-/// Whether a write to the shell pattern `w` reaches a protected file: by the pattern's own
-/// components, or by a file it matches in the grant (expanded on the host, relative to `base`).
-/// `Err` when that cannot be told within the expansion's bounds.
-fn pattern_protection(
-    view: &dyn View,
-    g: &GrantPolicy,
+/// A refusal a step of the decision ends with, boxed: it is passed up, not kept.
+fn refusal(target: &str, why: Why) -> Box<Refusal> {
+    Box::new(Refusal::new(target, why))
+}
+
+/// Where a shell command's paths reach: the grant's directories, seen through the view,
+/// from the command's working directory.
+struct Reach<'a> {
+    view: &'a dyn View,
+    g: &'a GrantPolicy,
     tool: ToolName,
-    base: &std::path::Path,
-    roots: &[PathBuf],
-    w: &str,
-) -> Result<Option<Protection>, String> {
-    let cannot_tell = || format!("the write pattern {w} matches more than the classifier checks");
-    for alt in glob::alternatives(w).ok_or_else(cannot_tell)? {
-        if let Some(p) = pattern_protected(&alt) {
-            return Ok(Some(p));
+    /// The working directory the command's relative paths start from.
+    base: &'a std::path::Path,
+    roots: &'a [PathBuf],
+}
+
+impl Reach<'_> {
+    /// The command refused where a write of it reaches a protected file; otherwise why a
+    /// pattern's writes could not be told, if one's could not.
+    fn protected_writes(
+        &self,
+        command: &str,
+        assessment: &crate::classify::Assessment,
+    ) -> Result<Option<String>, Box<Refusal>> {
+        let mut undecided = None;
+        for w in &assessment.writes {
+            if assessment.globbed.contains(w) {
+                match self.pattern_protection(w) {
+                    Ok(None) => {}
+                    Ok(Some(p)) => {
+                        return Err(refusal(
+                            command,
+                            Why::ShellWritesProtected {
+                                written: w.clone(),
+                                why: p,
+                            },
+                        ))
+                    }
+                    Err(why) => undecided = Some(why),
+                }
+                continue;
+            }
+            let reached = self.base.join(w);
+            // A file outside the grant is judged by its name: a decision opens nothing
+            // there.
+            let protection =
+                match self
+                    .g
+                    .workspace
+                    .resolve_in(self.view, self.tool, &path_string(&reached))
+                {
+                    Ok(r) => protected_in(self.view, w, &r.path),
+                    Err(_) => protected_by_name(w, &reached),
+                };
+            if let Some(why) = protection {
+                let written = w.clone();
+                return Err(refusal(command, Why::ShellWritesProtected { written, why }));
+            }
         }
-        for m in glob::expand_in(view, &base.join(&alt), roots).ok_or_else(cannot_tell)? {
-            let shown = path_string(&m);
-            let protection = match g.workspace.resolve_in(view, tool, &shown) {
-                Ok(r) => protected_in(view, &shown, &r.path),
-                Err(_) => protected_by_name(&shown, &m),
-            };
-            if let Some(p) = protection {
-                return Ok(Some(p));
+        Ok(undecided)
+    }
+
+    /// `rm -rf link/` deletes what the link leads to: a grant directory, or `/` where every
+    /// grant directory is mounted. Such a command is dangerous.
+    fn follow_recursive(&self, assessment: &mut crate::classify::Assessment) {
+        for t in &assessment.recursive {
+            let at = self.base.join(t);
+            let real = crate::workspace::follow(self.view, &at, self.roots).unwrap_or(at);
+            if self.roots.iter().any(|r| r.starts_with(&real)) {
+                assessment.class = CommandClass::Dangerous;
+                assessment.reason = Some(format!(
+                    "{t} leads to {}, a grant directory or one holding it",
+                    real.display()
+                ));
             }
         }
     }
-    Ok(None)
+
+    /// Whether a write to the shell pattern `w` reaches a protected file: by the pattern's
+    /// own components, or by a file it matches in the grant (expanded on the host, relative
+    /// to `base`). `Err` when that cannot be told within the expansion's bounds.
+    fn pattern_protection(&self, w: &str) -> Result<Option<Protection>, String> {
+        let (view, g, tool) = (self.view, self.g, self.tool);
+        let cannot_tell =
+            || format!("the write pattern {w} matches more than the classifier checks");
+        for alt in glob::alternatives(w).ok_or_else(cannot_tell)? {
+            if let Some(p) = pattern_protected(&alt) {
+                return Ok(Some(p));
+            }
+            for m in
+                glob::expand_in(view, &self.base.join(&alt), self.roots).ok_or_else(cannot_tell)?
+            {
+                let shown = path_string(&m);
+                let protection = match g.workspace.resolve_in(view, tool, &shown) {
+                    Ok(r) => protected_in(view, &shown, &r.path),
+                    Err(_) => protected_by_name(&shown, &m),
+                };
+                if let Some(p) = protection {
+                    return Ok(Some(p));
+                }
+            }
+        }
+        Ok(None)
+    }
 }
 
 fn path_string(p: &std::path::Path) -> String {

@@ -391,6 +391,8 @@ impl<'a> Walk<'a> {
         }
     }
 
+    /// Walks one directory: its names read first, then each protected one held and each
+    /// directory below walked, then the directory pinned where it holds a target.
     fn dir(
         &mut self,
         fd: OwnedFd,
@@ -399,8 +401,45 @@ impl<'a> Walk<'a> {
         depth: usize,
     ) -> Result<(), Stop> {
         let mut dir = Dir::from_fd(fd).map_err(Stop::Unreadable)?;
-        // Names first, so the directory is read before anything below it is opened. Names are
-        // bytes: one that is not UTF-8 is none of the protected names, and is walked as it is.
+        let names = self.names(&mut dir)?;
+        let targets_before = self.found.len();
+        let parent = name.as_deref().and_then(OsStr::to_str);
+        for (entry, kind) in names {
+            let at = path.join(OsStr::from_bytes(entry.to_bytes()));
+            let kind = match kind {
+                Some(k) => k,
+                None => match fstatat(
+                    dir.as_fd(),
+                    entry.as_c_str(),
+                    nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+                ) {
+                    Ok(st) => type_of(&st),
+                    Err(Errno::ENOENT) => continue,
+                    Err(e) => return Err(Stop::Unreadable(e)),
+                },
+            };
+            match kind {
+                Type::Directory => self.subdir(dir.as_fd(), &entry, at, parent, depth)?,
+                Type::File => self.dir_file(dir.as_fd(), &entry, at, parent)?,
+                // Links are not followed; devices, sockets and FIFOs carry no header.
+                _ => {}
+            }
+        }
+        // A directory below the grant directory that holds a target is pinned: the directory
+        // just read, by a descriptor of its own.
+        if depth > 0 && self.found.len() > targets_before {
+            let flags = OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
+            let fd = openat(dir.as_fd(), ".", flags, Mode::empty()).map_err(Stop::Unreadable)?;
+            self.count_mount()?;
+            self.pins.push(Pin { path, fd });
+        }
+        Ok(())
+    }
+
+    /// A directory's names and their types where the listing gives them, counted against
+    /// `max_entries`, in name order (so that the same tree gives the same answer). Names are
+    /// bytes: one that is not UTF-8 is none of the protected names, and is walked as it is.
+    fn names(&mut self, dir: &mut Dir) -> Result<Vec<(CString, Option<Type>)>, Stop> {
         let mut names: Vec<(CString, Option<Type>)> = Vec::new();
         for entry in dir.iter() {
             let entry = entry.map_err(Stop::Unreadable)?;
@@ -417,99 +456,79 @@ impl<'a> Walk<'a> {
             }
             names.push((entry.file_name().to_owned(), entry.file_type()));
         }
-        // In name order, so that the same tree gives the same answer.
         names.sort_by(|a, b| a.0.cmp(&b.0));
-        let targets_before = self.found.len();
-        for (entry, kind) in names {
-            let entry_name = OsStr::from_bytes(entry.to_bytes());
-            let at = path.join(entry_name);
-            let kind = match kind {
-                Some(k) => k,
-                None => match fstatat(
-                    dir.as_fd(),
-                    entry.as_c_str(),
-                    nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
-                ) {
-                    Ok(st) => type_of(&st),
-                    Err(Errno::ENOENT) => continue,
-                    Err(e) => return Err(Stop::Unreadable(e)),
-                },
+        Ok(names)
+    }
+
+    /// A directory in the one being walked (`parent` its name): held when protected by
+    /// name, else walked, within `max_depth`.
+    fn subdir(
+        &mut self,
+        dir: BorrowedFd<'_>,
+        entry: &CStr,
+        at: PathBuf,
+        parent: Option<&str>,
+        depth: usize,
+    ) -> Result<(), Stop> {
+        let entry_name = OsStr::from_bytes(entry.to_bytes());
+        let protected = entry_name
+            .to_str()
+            .and_then(|n| protected_dir_name(n, parent));
+        if let Some(protected) = protected {
+            let flags = OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+            return match openat(dir, entry, flags, Mode::empty()) {
+                Ok(fd) => Ok(self.target(at, fd, Kind::Directory(protected))?),
+                Err(e) => self.cannot_tell(dir, entry, at, e),
             };
-            match kind {
-                Type::Directory => {
-                    let parent = name.as_deref().and_then(OsStr::to_str);
-                    let protected = entry_name
-                        .to_str()
-                        .and_then(|n| protected_dir_name(n, parent));
-                    if let Some(protected) = protected {
-                        let flags = OFlag::O_PATH
-                            | OFlag::O_DIRECTORY
-                            | OFlag::O_NOFOLLOW
-                            | OFlag::O_CLOEXEC;
-                        match openat(dir.as_fd(), entry.as_c_str(), flags, Mode::empty()) {
-                            Ok(fd) => self.target(at, fd, Kind::Directory(protected))?,
-                            Err(e) => self.cannot_tell(dir.as_fd(), &entry, at, e)?,
-                        }
-                        continue;
-                    }
-                    if depth + 1 > self.bounds.max_depth {
-                        return Err(Stop::Bounds(PastBounds::Depth {
-                            root: self.root.to_path_buf(),
-                            at,
-                            max: self.bounds.max_depth,
-                        }));
-                    }
-                    let flags =
-                        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-                    let sub = match openat(dir.as_fd(), entry.as_c_str(), flags, Mode::empty()) {
-                        Ok(sub) => sub,
-                        Err(e) => {
-                            self.cannot_tell(dir.as_fd(), &entry, at, e)?;
-                            continue;
-                        }
-                    };
-                    // What a directory that cannot be read all through holds is not known:
-                    // it is held whole, and nothing found inside it is mounted on its own.
-                    let before = (self.found.len(), self.pins.len());
-                    match self.dir(sub, at.clone(), Some(entry_name.to_os_string()), depth + 1) {
-                        Ok(()) => {}
-                        Err(Stop::Unreadable(_)) => {
-                            self.found.truncate(before.0);
-                            self.pins.truncate(before.1);
-                            self.hold_whole(dir.as_fd(), &entry, at)?;
-                        }
-                        Err(e) => return Err(e),
-                    }
-                }
-                Type::File => {
-                    let parent = name.as_deref().and_then(OsStr::to_str);
-                    let named = entry_name
-                        .to_str()
-                        .and_then(|n| protected_dir_name(n, parent));
-                    match named {
-                        Some(named) => {
-                            let flags = OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-                            match openat(dir.as_fd(), entry.as_c_str(), flags, Mode::empty()) {
-                                Ok(fd) => self.target(at, fd, Kind::Named(named))?,
-                                Err(e) => self.cannot_tell(dir.as_fd(), &entry, at, e)?,
-                            }
-                        }
-                        None => self.file(dir.as_fd(), &entry, at)?,
-                    }
-                }
-                // Links are not followed; devices, sockets and FIFOs carry no header.
-                _ => {}
+        }
+        if depth + 1 > self.bounds.max_depth {
+            return Err(Stop::Bounds(PastBounds::Depth {
+                root: self.root.to_path_buf(),
+                at,
+                max: self.bounds.max_depth,
+            }));
+        }
+        let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+        let sub = match openat(dir, entry, flags, Mode::empty()) {
+            Ok(sub) => sub,
+            Err(e) => return self.cannot_tell(dir, entry, at, e),
+        };
+        // What a directory that cannot be read all through holds is not known:
+        // it is held whole, and nothing found inside it is mounted on its own.
+        let before = (self.found.len(), self.pins.len());
+        match self.dir(sub, at.clone(), Some(entry_name.to_os_string()), depth + 1) {
+            Ok(()) => Ok(()),
+            Err(Stop::Unreadable(_)) => {
+                self.found.truncate(before.0);
+                self.pins.truncate(before.1);
+                self.hold_whole(dir, entry, at)
             }
+            Err(e) => Err(e),
         }
-        // A directory below the grant directory that holds a target is pinned: the directory
-        // just read, by a descriptor of its own.
-        if depth > 0 && self.found.len() > targets_before {
-            let flags = OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
-            let fd = openat(dir.as_fd(), ".", flags, Mode::empty()).map_err(Stop::Unreadable)?;
-            self.count_mount()?;
-            self.pins.push(Pin { path, fd });
+    }
+
+    /// A file in the directory being walked (`parent` its name): held when protected by
+    /// name, else read for a header (`file`).
+    fn dir_file(
+        &mut self,
+        dir: BorrowedFd<'_>,
+        entry: &CStr,
+        at: PathBuf,
+        parent: Option<&str>,
+    ) -> Result<(), Stop> {
+        let named = OsStr::from_bytes(entry.to_bytes())
+            .to_str()
+            .and_then(|n| protected_dir_name(n, parent));
+        match named {
+            Some(named) => {
+                let flags = OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+                match openat(dir, entry, flags, Mode::empty()) {
+                    Ok(fd) => Ok(self.target(at, fd, Kind::Named(named))?),
+                    Err(e) => self.cannot_tell(dir, entry, at, e),
+                }
+            }
+            None => self.file(dir, entry, at),
         }
-        Ok(())
     }
 
     /// An entry the walk could not open: gone since it was listed (or replaced by a link or
@@ -663,98 +682,107 @@ impl<'a> Walk<'a> {
         if candidates.is_empty() {
             return Ok(candidates);
         }
-        let mut inside = HashSet::new();
-        let mut budget = self.bounds.max_entries;
+        let mut search = IdSearch {
+            wanted: &candidates,
+            found: HashSet::new(),
+            budget: self.bounds.max_entries,
+            max_depth: self.bounds.max_depth,
+        };
         for t in &self.found {
             let whole = matches!(t.kind, Kind::Directory(_) | Kind::Unreadable);
             if !whole {
                 continue;
             }
-            let complete = fs_ids(&t.fd, &candidates, &mut inside, &mut budget, 0, self.bounds);
-            if !complete {
+            if !search.below(&t.fd, 0) {
                 return Ok(candidates);
             }
         }
-        Ok(inside)
+        Ok(search.found)
     }
 }
 
-/// Adds to `out` the identities of `wanted` files found below the directory `dir` (an `O_PATH`
-/// descriptor; a file's is checked itself). False where something could not be read or the
-/// budget ran out: the caller then assumes every wanted file is there.
-fn fs_ids(
-    dir: &OwnedFd,
-    wanted: &HashSet<(u64, u64)>,
-    out: &mut HashSet<(u64, u64)>,
-    budget: &mut usize,
-    depth: usize,
-    bounds: ProtectBounds,
-) -> bool {
-    let Ok(st) = fstat(dir) else { return false };
-    match type_of(&st) {
-        Type::File => {
-            if wanted.contains(&(st.st_dev, st.st_ino)) {
-                out.insert((st.st_dev, st.st_ino));
+/// A search below protected directories for files of given identities (device, inode), within
+/// a budget of entries shared by every directory searched and the walk's depth.
+struct IdSearch<'a> {
+    wanted: &'a HashSet<(u64, u64)>,
+    /// The wanted identities found.
+    found: HashSet<(u64, u64)>,
+    budget: usize,
+    max_depth: usize,
+}
+
+impl IdSearch<'_> {
+    /// Adds to `found` the identities of wanted files found below the directory `dir` (an
+    /// `O_PATH` descriptor; a file's is checked itself), `depth` below where the search
+    /// began. False where something could not be read or the budget ran out: the caller
+    /// then assumes every wanted file is there.
+    fn below(&mut self, dir: &OwnedFd, depth: usize) -> bool {
+        let Ok(st) = fstat(dir) else { return false };
+        match type_of(&st) {
+            Type::File => {
+                if self.wanted.contains(&(st.st_dev, st.st_ino)) {
+                    self.found.insert((st.st_dev, st.st_ino));
+                }
+                return true;
             }
-            return true;
+            Type::Directory => {}
+            _ => return true,
         }
-        Type::Directory => {}
-        _ => return true,
-    }
-    if depth > bounds.max_depth {
-        return false;
-    }
-    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-    let Ok(fd) = openat(dir.as_fd(), ".", flags, Mode::empty()) else {
-        return false;
-    };
-    // A second descriptor of it for the look-ups, while the first is being read.
-    let Ok(at_fd) = fd.try_clone() else {
-        return false;
-    };
-    let Ok(mut d) = Dir::from_fd(fd) else {
-        return false;
-    };
-    let mut subdirs = Vec::new();
-    for entry in d.iter() {
-        let Ok(entry) = entry else { return false };
-        let bytes = entry.file_name().to_bytes();
-        if bytes == b"." || bytes == b".." {
-            continue;
-        }
-        if *budget == 0 {
+        if depth > self.max_depth {
             return false;
         }
-        *budget -= 1;
-        match entry.file_type() {
-            Some(Type::Symlink | Type::Fifo | Type::Socket) => continue,
-            Some(Type::CharacterDevice | Type::BlockDevice) => continue,
-            Some(Type::Directory) => subdirs.push(entry.file_name().to_owned()),
-            _ => {
-                let at = nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW;
-                let Ok(st) = fstatat(at_fd.as_fd(), entry.file_name(), at) else {
-                    return false;
-                };
-                match type_of(&st) {
-                    Type::File if wanted.contains(&(st.st_dev, st.st_ino)) => {
-                        out.insert((st.st_dev, st.st_ino));
+        let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+        let Ok(fd) = openat(dir.as_fd(), ".", flags, Mode::empty()) else {
+            return false;
+        };
+        // A second descriptor of it for the look-ups, while the first is being read.
+        let Ok(at_fd) = fd.try_clone() else {
+            return false;
+        };
+        let Ok(mut d) = Dir::from_fd(fd) else {
+            return false;
+        };
+        let mut subdirs = Vec::new();
+        for entry in d.iter() {
+            let Ok(entry) = entry else { return false };
+            let bytes = entry.file_name().to_bytes();
+            if bytes == b"." || bytes == b".." {
+                continue;
+            }
+            if self.budget == 0 {
+                return false;
+            }
+            self.budget -= 1;
+            match entry.file_type() {
+                Some(Type::Symlink | Type::Fifo | Type::Socket) => continue,
+                Some(Type::CharacterDevice | Type::BlockDevice) => continue,
+                Some(Type::Directory) => subdirs.push(entry.file_name().to_owned()),
+                _ => {
+                    let at = nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW;
+                    let Ok(st) = fstatat(at_fd.as_fd(), entry.file_name(), at) else {
+                        return false;
+                    };
+                    match type_of(&st) {
+                        Type::File if self.wanted.contains(&(st.st_dev, st.st_ino)) => {
+                            self.found.insert((st.st_dev, st.st_ino));
+                        }
+                        Type::Directory => subdirs.push(entry.file_name().to_owned()),
+                        _ => {}
                     }
-                    Type::Directory => subdirs.push(entry.file_name().to_owned()),
-                    _ => {}
                 }
             }
         }
-    }
-    for name in subdirs {
-        let flags = OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-        let Ok(sub) = openat(at_fd.as_fd(), name.as_c_str(), flags, Mode::empty()) else {
-            return false;
-        };
-        if !fs_ids(&sub, wanted, out, budget, depth + 1, bounds) {
-            return false;
+        for name in subdirs {
+            let flags = OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+            let Ok(sub) = openat(at_fd.as_fd(), name.as_c_str(), flags, Mode::empty()) else {
+                return false;
+            };
+            if !self.below(&sub, depth + 1) {
+                return false;
+            }
         }
+        true
     }
-    true
 }
 
 fn type_of(st: &FileStat) -> Type {

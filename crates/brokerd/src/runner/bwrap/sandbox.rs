@@ -132,42 +132,38 @@ pub(super) fn cmd_is_scope(cmd: &Spawn) -> bool {
         .ends_with(b"systemd-run")
 }
 
+/// What a bwrap is started with ([`BwrapRuntime::start`]).
+pub(super) struct Launch {
+    /// bwrap's arguments.
+    pub(super) argv: Vec<OsString>,
+    /// Its cgroup, or the scope that makes one.
+    pub(super) placement: Placement,
+    pub(super) rlimits: ResourceLimits,
+    pub(super) stdio: [Io; 3],
+    /// The descriptors `argv` names (grant directories, pins, protected targets), passed last.
+    pub(super) mount_fds: Vec<OwnedFd>,
+}
+
+/// What bwrap was handed, held in brokerd until it has started.
+struct HandedOver {
+    /// brokerd's own copies of the seccomp filter's and the mounts' descriptors.
+    _passed: (Option<OwnedFd>, Vec<OwnedFd>),
+    /// The staged layers' overlays, mounted in the child.
+    overlays: Option<Overlays>,
+}
+
 impl BwrapRuntime {
     /// Starts bwrap (inside a scope where configured) with the rlimits set and the cgroup
     /// joined between fork and exec, and takes its pidfd.
-    pub(super) fn start(
-        &self,
-        spec: &RunSpec,
-        argv: Vec<OsString>,
-        placement: Placement,
-        rlimits: ResourceLimits,
-        stdio: [Io; 3],
-        mount_fds: Vec<OwnedFd>,
-    ) -> Result<Sandbox<'_>, RunError> {
-        // bwrap's own process in the sandbox (its PID 1) keeps the environment it was started
-        // with (`--clearenv` clears only its child's), and a sandbox can read it in
-        // /proc/1/environ: bwrap starts with nothing of brokerd's. For a scope, systemd-run
-        // keeps what it needs to reach the user's manager and starts bwrap through `env -i`.
-        let bwrap = find_program(&self.bwrap);
-        let mut cmd = match &placement {
-            Placement::Scope { prefix, .. } => match prefix.split_first() {
-                Some((program, rest)) => {
-                    let mut c = Spawn::new(find_program(Path::new(program)));
-                    c.args(rest)
-                        .arg(find_program(Path::new("env")))
-                        .arg("-i")
-                        .arg(&bwrap);
-                    for key in ["XDG_RUNTIME_DIR", "DBUS_SESSION_BUS_ADDRESS"] {
-                        if let Some(v) = std::env::var_os(key) {
-                            c.env(key, v);
-                        }
-                    }
-                    c
-                }
-                None => Spawn::new(&bwrap),
-            },
-            _ => Spawn::new(&bwrap),
-        };
+    pub(super) fn start(&self, spec: &RunSpec, launch: Launch) -> Result<Sandbox<'_>, RunError> {
+        let Launch {
+            argv,
+            placement,
+            rlimits,
+            stdio,
+            mount_fds,
+        } = launch;
+        let mut cmd = self.command(&placement);
         // A Spawn passes no environment but what it is given: bwrap starts with nothing.
         dies_with_brokerd(&mut cmd);
         cmd.args(&argv).stdio(stdio);
@@ -187,62 +183,19 @@ impl BwrapRuntime {
                 Ok(())
             });
         }
-        // After the cgroup hook, which may use the descriptor number the filter goes to; the
-        // mount descriptors last, moved to the numbers the argument list names.
-        let passed_fds = mount_fds.len();
-        let passed = seccomp::pass_to(&mut cmd)
-            .map_err(|e| format!("seccomp filter: {e}"))
-            .and_then(|filter| match mounts::pass_to(&mut cmd, mount_fds) {
-                Ok(mounts) => Ok((filter, mounts)),
-                Err(e) => Err(format!("grant directories: {e}")),
-            });
         // Held until bwrap has started.
-        let _passed = match passed {
-            Ok(p) => p,
-            Err(detail) => {
+        let handed = match self.hand_over(spec, &mut cmd, mount_fds) {
+            Ok(h) => h,
+            Err((trouble, detail)) => {
                 drop_placement(placement, &self.poisoned);
-                return Err(self.unavailable(spec, Trouble::Spawn, &detail));
+                return Err(self.unavailable(spec, trouble, &detail));
             }
         };
-        // A staged grant directory: the session's layer over it, mounted in the child last
-        // (docs/design.md#staged-writes-and-owners). Held until bwrap has started.
-        let overlays = match self.overlays(spec, passed_fds) {
-            Ok(o) => o,
-            Err(e) => {
-                drop_placement(placement, &self.poisoned);
-                return Err(self.unavailable(spec, Trouble::Staged, &e.to_string()));
-            }
-        };
-        if let Some(o) = &overlays {
-            o.hook(&mut cmd);
-        }
         let child = match cmd.spawn() {
             Ok(c) => c,
-            // With a layer to mount, a failure is the overlay's more likely than bwrap's: never
-            // remembered, and never a fall back to the real directory.
-            Err(e) if overlays.is_some() => {
-                drop_placement(placement, &self.poisoned);
-                let detail = format!("mounting the staged layer, or starting bwrap: {e}");
-                return Err(self.unavailable(spec, Trouble::Staged, &detail));
-            }
             Err(e) => {
-                let detail = format!("{}: {e}", self.bwrap.display());
-                let terminal = match (e.kind(), e.raw_os_error()) {
-                    (io::ErrorKind::NotFound, _) => Some(Terminal::Absent(detail.clone())),
-                    (io::ErrorKind::PermissionDenied, _) | (_, Some(libc::ENOEXEC)) => {
-                        Some(Terminal::Inexecutable(detail.clone()))
-                    }
-                    _ => None,
-                };
                 drop_placement(placement, &self.poisoned);
-                return Err(match terminal {
-                    // Only bwrap's own absence is terminal, not a scope helper's.
-                    Some(t) if !cmd_is_scope(&cmd) => {
-                        self.remember(t.clone());
-                        self.unavailable(spec, Trouble::Terminal(t), "remembered until restart")
-                    }
-                    _ => self.unavailable(spec, Trouble::Spawn, &detail),
-                });
+                return Err(self.not_started(spec, &cmd, e, handed.overlays.is_some()));
             }
         };
         let pidfd = match Pidfd::open(child.pid()) {
@@ -272,8 +225,97 @@ impl BwrapRuntime {
             reaped: false,
             kill_confirm: self.kill_confirm,
             poisoned: &self.poisoned,
-            _overlays: overlays,
+            _overlays: handed.overlays,
         })
+    }
+
+    /// The command that starts bwrap: bwrap itself, or for a scope the scope's helper, which
+    /// starts bwrap through `env -i`.
+    fn command(&self, placement: &Placement) -> Spawn {
+        // bwrap's own process in the sandbox (its PID 1) keeps the environment it was started
+        // with (`--clearenv` clears only its child's), and a sandbox can read it in
+        // /proc/1/environ: bwrap starts with nothing of brokerd's. For a scope, systemd-run
+        // keeps what it needs to reach the user's manager and starts bwrap through `env -i`.
+        let bwrap = find_program(&self.bwrap);
+        match placement {
+            Placement::Scope { prefix, .. } => match prefix.split_first() {
+                Some((program, rest)) => {
+                    let mut c = Spawn::new(find_program(Path::new(program)));
+                    c.args(rest)
+                        .arg(find_program(Path::new("env")))
+                        .arg("-i")
+                        .arg(&bwrap);
+                    for key in ["XDG_RUNTIME_DIR", "DBUS_SESSION_BUS_ADDRESS"] {
+                        if let Some(v) = std::env::var_os(key) {
+                            c.env(key, v);
+                        }
+                    }
+                    c
+                }
+                None => Spawn::new(&bwrap),
+            },
+            _ => Spawn::new(&bwrap),
+        }
+    }
+
+    /// Hands bwrap its seccomp filter and the descriptors its arguments name, and hooks the
+    /// staged layers' overlays: what is returned is held until bwrap has started. On
+    /// failure, why (the placement is the caller's to drop).
+    fn hand_over(
+        &self,
+        spec: &RunSpec,
+        cmd: &mut Spawn,
+        mount_fds: Vec<OwnedFd>,
+    ) -> Result<HandedOver, (Trouble, String)> {
+        // After the cgroup hook, which may use the descriptor number the filter goes to; the
+        // mount descriptors last, moved to the numbers the argument list names.
+        let passed_fds = mount_fds.len();
+        let passed = seccomp::pass_to(cmd)
+            .map_err(|e| format!("seccomp filter: {e}"))
+            .and_then(|filter| match mounts::pass_to(cmd, mount_fds) {
+                Ok(mounts) => Ok((filter, mounts)),
+                Err(e) => Err(format!("grant directories: {e}")),
+            })
+            .map_err(|detail| (Trouble::Spawn, detail))?;
+        // A staged grant directory: the session's layer over it, mounted in the child last
+        // (docs/design.md#staged-writes-and-owners).
+        let overlays = self
+            .overlays(spec, passed_fds)
+            .map_err(|e| (Trouble::Staged, e.to_string()))?;
+        if let Some(o) = &overlays {
+            o.hook(cmd);
+        }
+        Ok(HandedOver {
+            _passed: passed,
+            overlays,
+        })
+    }
+
+    /// Why bwrap could not be started: its absence or a refused execution remembered (not a
+    /// scope helper's), a staged layer's mount never.
+    fn not_started(&self, spec: &RunSpec, cmd: &Spawn, e: io::Error, layers: bool) -> RunError {
+        // With a layer to mount, a failure is the overlay's more likely than bwrap's: never
+        // remembered, and never a fall back to the real directory.
+        if layers {
+            let detail = format!("mounting the staged layer, or starting bwrap: {e}");
+            return self.unavailable(spec, Trouble::Staged, &detail);
+        }
+        let detail = format!("{}: {e}", self.bwrap.display());
+        let terminal = match (e.kind(), e.raw_os_error()) {
+            (io::ErrorKind::NotFound, _) => Some(Terminal::Absent(detail.clone())),
+            (io::ErrorKind::PermissionDenied, _) | (_, Some(libc::ENOEXEC)) => {
+                Some(Terminal::Inexecutable(detail.clone()))
+            }
+            _ => None,
+        };
+        match terminal {
+            // Only bwrap's own absence is terminal, not a scope helper's.
+            Some(t) if !cmd_is_scope(cmd) => {
+                self.remember(t.clone());
+                self.unavailable(spec, Trouble::Terminal(t), "remembered until restart")
+            }
+            _ => self.unavailable(spec, Trouble::Spawn, &detail),
+        }
     }
 
     /// Reads bwrap's own refusal: exit 1, nothing on standard output (toolkit's exit 1
@@ -341,14 +383,14 @@ impl BwrapRuntime {
         // The proxy's CPU is bounded by the whole call's time, the socket wait included.
         let rlimits =
             ResourceLimits::new(PROXY_MEMORY, self.pids, spec.timeout + self.egress_start);
-        let mut sandbox = self.start(
-            spec,
+        let launch = Launch {
             argv,
             placement,
             rlimits,
-            [Io::Null, Io::Null, Io::Piped],
-            Vec::new(),
-        )?;
+            stdio: [Io::Null, Io::Null, Io::Piped],
+            mount_fds: Vec::new(),
+        };
+        let mut sandbox = self.start(spec, launch)?;
         let stderr = Capture::start(
             sandbox.child.stderr.take().map(std::fs::File::from),
             STDERR_KEEP,
@@ -390,6 +432,36 @@ impl BwrapRuntime {
         cleared: &Cleared,
         times: &Deadlines,
     ) -> Result<RunOutput, RunError> {
+        let (mut sandbox, deadline) = self.start_tool(spec, name, layout, held, times)?;
+        // The sandbox was made while brokerd put the decision on disk; its tool gets its
+        // input only now (dropping the sandbox stops it).
+        if !cleared.wait(deadline) {
+            return Err(not_cleared(spec));
+        }
+        let child = &mut sandbox.child;
+        let fds = [child.stdin.take(), child.stdout.take(), child.stderr.take()];
+        let cap = spec.limits.output_cap.unwrap_or(self.output_cap);
+        let mut streams = Streams::of(fds, &spec.input, cap);
+        let status = match serve_tool(spec, &mut sandbox, &mut streams, deadline) {
+            Served::Exited(status) => status,
+            Served::Answered(answer) => return answer,
+        };
+        // bwrap has exited, so the sandbox's PID namespace is gone and the pipes end at once.
+        streams.drain(Instant::now() + DRAIN_GRACE);
+        *exited = Some(sandbox);
+        self.exit_answer(spec, status, &streams)
+    }
+
+    /// The tool's sandbox started over the grant's directories, with the grant's limits;
+    /// with the time its tool must be done by.
+    fn start_tool<'a>(
+        &'a self,
+        spec: &RunSpec,
+        name: &str,
+        layout: &RootLayout,
+        held: &Held<'_>,
+        times: &Deadlines,
+    ) -> Result<(Sandbox<'a>, Instant), RunError> {
         // Right before the sandbox: the directories of the grant and no others, then the
         // pins and protected targets the walk opened.
         let mut mount_fds = open_mounts(&spec.mounts).map_err(|e| mount_changed(spec, e))?;
@@ -409,61 +481,24 @@ impl BwrapRuntime {
         let argv = self.build_argv_with(spec, name, layout, placement.cgroup_view(), &protected);
         let rlimits = ResourceLimits::new(memory, pids, spec.timeout);
         let deadline = times.step(spec.timeout);
-        let mut sandbox = self.start(
-            spec,
+        let launch = Launch {
             argv,
             placement,
             rlimits,
-            [Io::Piped, Io::Piped, Io::Piped],
+            stdio: [Io::Piped, Io::Piped, Io::Piped],
             mount_fds,
-        )?;
-        // The sandbox was made while brokerd put the decision on disk; its tool gets its
-        // input only now (dropping the sandbox stops it).
-        if !cleared.wait(deadline) {
-            return Err(not_cleared(spec));
-        }
-        let child = &mut sandbox.child;
-        let fds = [child.stdin.take(), child.stdout.take(), child.stderr.take()];
-        let cap = spec.limits.output_cap.unwrap_or(self.output_cap);
-        let mut streams = Streams::of(fds, &spec.input, cap);
-        let status = loop {
-            // Wakes on bwrap's exit, on standard output passing the cap, or at the deadline,
-            // serving the sandbox's streams meanwhile.
-            let look = crate::runner::staged_look(spec, deadline);
-            match streams.wait(Some(sandbox.pidfd.as_fd()), look) {
-                Event::Exited => match sandbox.reap() {
-                    Ok(status) => break status,
-                    Err(e) => {
-                        tracing::error!(session = %spec.session, call = %spec.call, "reaping bwrap failed: {e}");
-                        sandbox.stop();
-                        return Err(RunError::Failed(Failure::UnexpectedStatus));
-                    }
-                },
-                Event::Overflowed => {
-                    // docs/design.md#output: the capped output is the answer, not a time-out.
-                    sandbox.stop();
-                    return Ok(RunOutput {
-                        content: crate::runner::output::decode(streams.stdout().to_vec(), true),
-                        truncated: true,
-                    });
-                }
-                Event::Deadline if Instant::now() < deadline => {
-                    // docs/design.md#staged-writes-and-owners: the bound holds during a call.
-                    if crate::runner::staged_over(spec) {
-                        sandbox.stop();
-                        return Err(RunError::Failed(Failure::StagedFull));
-                    }
-                }
-                Event::Deadline => {
-                    sandbox.stop();
-                    return Err(RunError::Failed(Failure::TimedOut));
-                }
-                Event::Look => {}
-            }
         };
-        // bwrap has exited, so the sandbox's PID namespace is gone and the pipes end at once.
-        streams.drain(Instant::now() + DRAIN_GRACE);
-        *exited = Some(sandbox);
+        Ok((self.start(spec, launch)?, deadline))
+    }
+
+    /// The answer of a tool sandbox that exited by itself: bwrap's own refusal, or the
+    /// tool's by its exit status.
+    fn exit_answer(
+        &self,
+        spec: &RunSpec,
+        status: std::process::ExitStatus,
+        streams: &Streams,
+    ) -> Result<RunOutput, RunError> {
         let err = streams.stderr_text();
         if let Some(terminal) = self.setup_failure(status, streams.stdout(), &err) {
             return Err(match terminal {
@@ -485,6 +520,60 @@ impl BwrapRuntime {
                 super::super::tool_failed_line(spec, "bwrap", &status, &err);
                 Err(RunError::Failed(f))
             }
+        }
+    }
+}
+
+/// How serving a tool sandbox's streams ended.
+enum Served {
+    /// bwrap exited by itself.
+    Exited(std::process::ExitStatus),
+    /// The call is answered already (its output capped, its time or staged bound run out),
+    /// the sandbox stopped.
+    Answered(Result<RunOutput, RunError>),
+}
+
+/// Serves the tool sandbox's streams until bwrap exits, its standard output passes the cap,
+/// or the deadline, checking a staged grant's bound meanwhile.
+fn serve_tool(
+    spec: &RunSpec,
+    sandbox: &mut Sandbox<'_>,
+    streams: &mut Streams,
+    deadline: Instant,
+) -> Served {
+    loop {
+        // Wakes on bwrap's exit, on standard output passing the cap, or at the deadline,
+        // serving the sandbox's streams meanwhile.
+        let look = crate::runner::staged_look(spec, deadline);
+        match streams.wait(Some(sandbox.pidfd.as_fd()), look) {
+            Event::Exited => match sandbox.reap() {
+                Ok(status) => return Served::Exited(status),
+                Err(e) => {
+                    tracing::error!(session = %spec.session, call = %spec.call, "reaping bwrap failed: {e}");
+                    sandbox.stop();
+                    return Served::Answered(Err(RunError::Failed(Failure::UnexpectedStatus)));
+                }
+            },
+            Event::Overflowed => {
+                // docs/design.md#output: the capped output is the answer, not a time-out.
+                sandbox.stop();
+                return Served::Answered(Ok(RunOutput {
+                    content: crate::runner::output::decode(streams.stdout().to_vec(), true),
+                    truncated: true,
+                }));
+            }
+            Event::Deadline if Instant::now() < deadline => {
+                // docs/design.md#staged-writes-and-owners: the bound holds during a call.
+                if crate::runner::staged_over(spec) {
+                    sandbox.stop();
+                    return Served::Answered(Err(RunError::Failed(Failure::StagedFull)));
+                }
+            }
+            Event::Deadline => {
+                sandbox.stop();
+                return Served::Answered(Err(RunError::Failed(Failure::TimedOut)));
+            }
+            Event::Look => {}
         }
     }
 }
