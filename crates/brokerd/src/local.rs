@@ -12,12 +12,15 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::config::{self, Backend, Config, EgressNetwork};
+use crate::config::{self, Backend, Config, EgressNetwork, Protect, Writes};
+use crate::protect::scan::{PastBounds, Scanner};
 use crate::runbook;
 use crate::runner::bwrap::BwrapRuntime;
 use crate::runner::podman::{self, PodmanRuntime};
 use crate::runner::{RunSpec, Runner};
 use proto::tools::ToolName;
+use std::fs::File;
+use std::os::fd::AsFd;
 
 /// Where the service's config lives unless `--config` says otherwise.
 pub const DEFAULT_CONFIG: &str = "/etc/boxmaker/brokerd.toml";
@@ -245,7 +248,7 @@ fn grant_checks(cfg: &Config, r: &mut Report) {
             );
         }
     }
-    for s in crate::protect::scan::survey(cfg) {
+    for s in survey(cfg) {
         r.check(
             &format!(
                 "grant {}: protected targets in {}",
@@ -735,6 +738,41 @@ pub fn audit_verify(path: &Path) -> u8 {
             }
         }
     }
+}
+
+/// One writable grant directory whose protected targets are held by the mount table, as
+/// `check-config` and `doctor` report it: how many targets, or why they cannot all be found.
+#[derive(Debug)]
+pub struct Survey {
+    pub grant: String,
+    pub path: PathBuf,
+    pub outcome: Result<usize, PastBounds>,
+}
+
+/// Walks every writable directory of every grant with `protect = "mount"` and direct writes.
+pub fn survey(config: &Config) -> Vec<Survey> {
+    let scanner = Scanner::new(config.protect_bounds());
+    let mut out = Vec::new();
+    for (name, g) in &config.grants {
+        if g.protect != Protect::Mount || g.writes != Writes::Direct {
+            continue;
+        }
+        for p in g.paths.iter().filter(|p| p.write) {
+            let outcome = File::open(&p.path)
+                .map_err(|e| PastBounds::Unreadable {
+                    at: p.path.clone(),
+                    why: e.to_string(),
+                })
+                .and_then(|dir| scanner.scan(&p.path, dir.as_fd()))
+                .map(|found| found.targets.len());
+            out.push(Survey {
+                grant: name.clone(),
+                path: p.path.clone(),
+                outcome,
+            });
+        }
+    }
+    out
 }
 
 #[cfg(test)]

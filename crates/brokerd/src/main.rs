@@ -170,7 +170,7 @@ fn check_config(file: &Path, placeholder_grant_dirs: bool) -> ExitCode {
             // The walks a writable call will need: past its bounds, such a grant's writable
             // calls would all be refused (docs/design.md#protected-targets).
             let mut past = 0;
-            for s in brokerd::protect::scan::survey(&c) {
+            for s in brokerd::local::survey(&c) {
                 match s.outcome {
                     Ok(n) => println!(
                         "grants.{}: {}: {n} protected target(s), bound read-only in its writable sandboxes",

@@ -120,7 +120,7 @@ fn sources_are_told_from_data() {
         ("Cargo.lock", b"# This file is automatically", false),
         ("flake.lock", b"{", false),
         (
-            "crates/brokerd/src/classify/adversarial.toml",
+            "crates/policy/src/classify/adversarial.toml",
             b"[[case]]",
             false,
         ),

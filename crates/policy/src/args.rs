@@ -81,7 +81,7 @@ impl ToolArgs {
 /// way to get one is [`parse`], so a `FetchUrl` in hand is a checked one.
 ///
 /// ```compile_fail,E0451
-/// let u = brokerd::args::FetchUrl { url: "https://example.com/".into(), host: "example.com".into()
+/// let u = boxmaker_policy::args::FetchUrl { url: "https://example.com/".into(), host: "example.com".into()
 /// };
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -41,7 +41,7 @@ use nix::errno::Errno;
 use nix::fcntl::{openat, OFlag};
 use nix::sys::stat::{fstat, fstatat, FileStat, Mode, SFlag};
 
-use crate::config::ProtectBounds;
+use crate::grant::ProtectBounds;
 
 use super::{has_protected_component, marker_in, protected_dir_name, HEADER_READ};
 
@@ -263,42 +263,6 @@ impl Scanner {
             entries: walk.entries,
         })
     }
-}
-
-/// One writable grant directory whose protected targets are held by the mount table, as
-/// `check-config` and `doctor` report it: how many targets, or why they cannot all be found.
-#[derive(Debug)]
-pub struct Survey {
-    pub grant: String,
-    pub path: PathBuf,
-    pub outcome: Result<usize, PastBounds>,
-}
-
-/// Walks every writable directory of every grant with `protect = "mount"` and direct writes.
-pub fn survey(config: &crate::config::Config) -> Vec<Survey> {
-    use crate::config::{Protect, Writes};
-    let scanner = Scanner::new(config.protect_bounds());
-    let mut out = Vec::new();
-    for (name, g) in &config.grants {
-        if g.protect != Protect::Mount || g.writes != Writes::Direct {
-            continue;
-        }
-        for p in g.paths.iter().filter(|p| p.write) {
-            let outcome = File::open(&p.path)
-                .map_err(|e| PastBounds::Unreadable {
-                    at: p.path.clone(),
-                    why: e.to_string(),
-                })
-                .and_then(|dir| scanner.scan(&p.path, dir.as_fd()))
-                .map(|found| found.targets.len());
-            out.push(Survey {
-                grant: name.clone(),
-                path: p.path.clone(),
-                outcome,
-            });
-        }
-    }
-    out
 }
 
 /// The protected names are a fixed set; a `Kind` carries one of them.

@@ -48,8 +48,9 @@ pub fn open_dir(path: &Path) -> Result<(OwnedFd, DirId), MountTrouble> {
     Ok((fd, id))
 }
 
-/// `open_dir` without openat2: each component opened with `O_NOFOLLOW` below the last.
-pub(crate) fn open_dir_walk(path: &Path) -> Result<OwnedFd, MountTrouble> {
+/// `open_dir` without openat2 (before Linux 5.6): each component opened with `O_NOFOLLOW`
+/// below the last.
+pub fn open_dir_walk(path: &Path) -> Result<OwnedFd, MountTrouble> {
     let flags = OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC | OFlag::O_NOFOLLOW;
     let mut dir = openat(AT_FDCWD, "/", flags, Mode::empty()).map_err(trouble)?;
     for c in path.components() {
