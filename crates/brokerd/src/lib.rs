@@ -5,10 +5,11 @@
 //! `classify`, `workspace` and `protect`), `runner` runs, `audit` records (`redact` keeps secrets
 //! out of it), `broker` walks a call through all of them, `server` speaks the protocol on the
 //! socket, `visible` shows the model's text to a person. The decision's pure parts are the
-//! `boxmaker-policy` crate, which cannot name anything here; they are re-exported under the
-//! paths they had.
+//! `boxmaker-policy` crate and a staged grant's layers the `boxmaker-staging` crate, which
+//! cannot name anything here; they are re-exported under the paths they had.
 
 pub use boxmaker_policy::{args, classify, dirs, glob, mode, protect, view, workspace};
+pub use boxmaker_staging::stage;
 
 pub mod audit;
 pub mod broker;
@@ -24,6 +25,5 @@ pub mod refusals;
 pub mod runbook;
 pub mod runner;
 pub mod server;
-pub mod stage;
 pub mod tickets;
 pub mod visible;

@@ -1,5 +1,5 @@
 use super::*;
-use crate::stage::commit::tests::staged;
+use crate::stage::testing::staged;
 use std::fs;
 
 fn session() -> Ident {

@@ -56,6 +56,8 @@ mod landing;
 pub mod merged;
 pub mod meta;
 pub mod names;
+#[cfg(any(test, feature = "test-support"))]
+pub mod testing;
 pub mod tree;
 
 pub use merged::Merged;
