@@ -62,6 +62,14 @@ impl Walk<'_> {
             }
             return;
         }
+        self.by_name(name, args, pn.system);
+    }
+
+    /// A program the spec table does not know, read by its name: the shell's builtins, the
+    /// programs read by a module of their own, shells, interpreters, editors, and the ones
+    /// that stop the machine or rewrite a disk; any other is an unknown program.
+    fn by_name(&mut self, name: &str, args: &[Arg], system: bool) {
+        use CommandClass::*;
         match name {
             "busybox" | "toybox" => self.busybox(name, args),
             "eval" => self.run_code(name, args),
@@ -130,14 +138,7 @@ impl Walk<'_> {
                 }
             }
             "systemctl" => {
-                let stops = [
-                    "poweroff",
-                    "reboot",
-                    "halt",
-                    "kexec",
-                    "suspend",
-                    "hibernate",
-                ];
+                let stops = Names("poweroff reboot halt kexec suspend hibernate");
                 if args
                     .iter()
                     .any(|a| a.text().is_some_and(|t| stops.contains(&t)))
@@ -180,7 +181,7 @@ impl Walk<'_> {
                 }
             }
             n if is_editor(n) => self.editor(n, args),
-            other => self.unknown_program(other, args, pn.system),
+            other => self.unknown_program(other, args, system),
         }
     }
 

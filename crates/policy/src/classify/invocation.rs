@@ -5,6 +5,7 @@
 //! `pipefail`); `shell_inline`, `interpreter_inline` and `script_interpreter` ask what runs.
 
 use super::paths::is_input_path;
+use super::programs::Names;
 use super::Arg;
 
 /// One program's option grammar.
@@ -26,7 +27,7 @@ struct Grammar {
     /// Words (as written) whose next word is the program file (`-File`).
     program_words: &'static [&'static str],
     /// Long options that take the next word, unless given `=VALUE` (`--rcfile FILE`).
-    long_valued: &'static [&'static str],
+    long_valued: Names,
     /// A shell: `-c` makes the first operand the code, `-s` the input the program whatever the
     /// operands, and options also start with `+`.
     shell: bool,
@@ -42,7 +43,7 @@ const NONE: Grammar = Grammar {
     program: "",
     code_words: &[],
     program_words: &[],
-    long_valued: &[],
+    long_valued: Names(""),
     shell: false,
     ends: false,
 };
@@ -51,7 +52,7 @@ const GRAMMARS: &[Grammar] = &[
     Grammar {
         names: super::SHELLS,
         valued: "oO",
-        long_valued: &["rcfile", "init-file"],
+        long_valued: Names("rcfile init-file"),
         shell: true,
         ..NONE
     },
@@ -60,7 +61,7 @@ const GRAMMARS: &[Grammar] = &[
         valued: "WXQ",
         code: "c",
         program: "m",
-        long_valued: &["check-hash-based-pycs"],
+        long_valued: Names("check-hash-based-pycs"),
         ends: true,
         ..NONE
     },
@@ -83,19 +84,9 @@ const GRAMMARS: &[Grammar] = &[
         valued: "r",
         code: "ep",
         code_words: &["--eval", "--print"],
-        long_valued: &[
-            "require",
-            "import",
-            "loader",
-            "experimental-loader",
-            "input-type",
-            "conditions",
-            "title",
-            "env-file",
-            "redirect-warnings",
-            "disable-warning",
-            "watch-path",
-        ],
+        long_valued: Names(
+            "require import loader experimental-loader input-type conditions title env-file redirect-warnings disable-warning watch-path",
+        ),
         ends: true,
         ..NONE
     },

@@ -89,169 +89,213 @@ pub(super) fn sed_plain(script: &str) -> bool {
     sed_effects(script).is_some_and(|e| e == SedEffects::default())
 }
 
-/// What a sed script writes and runs; `None` for one the classifier cannot read.
-pub(super) fn sed_effects(script: &str) -> Option<SedEffects> {
-    let s: Vec<char> = script.chars().collect();
-    let mut effects = SedEffects::default();
-    let mut i = 0;
-    let skip_ws = |i: &mut usize| {
-        while *i < s.len() && (s[*i] == ' ' || s[*i] == '\t') {
-            *i += 1;
+/// A sed script read a character at a time.
+struct Script {
+    s: Vec<char>,
+    i: usize,
+}
+
+impl Script {
+    fn at(&self, c: char) -> bool {
+        self.s.get(self.i) == Some(&c)
+    }
+
+    fn skip_ws(&mut self) {
+        while self.at(' ') || self.at('\t') {
+            self.i += 1;
         }
-    };
-    // Reads up to an unescaped `delim`; returns false when it is missing.
-    let delimited = |i: &mut usize, delim: char| -> bool {
-        while *i < s.len() {
-            if s[*i] == '\\' {
-                *i += 2;
-                continue;
+    }
+
+    /// Reads up to an unescaped `delim`; false when it is missing.
+    fn delimited(&mut self, delim: char) -> bool {
+        while let Some(&c) = self.s.get(self.i) {
+            match c {
+                '\\' => self.i += 2,
+                '\n' => return false,
+                _ => {
+                    self.i += 1;
+                    if c == delim {
+                        return true;
+                    }
+                }
             }
-            if s[*i] == delim {
-                *i += 1;
-                return true;
-            }
-            if s[*i] == '\n' {
-                return false;
-            }
-            *i += 1;
         }
         false
-    };
-    // The rest of the line (a file name, a label, text, a command).
-    let rest_of_line = |i: &mut usize| -> String {
-        let start = *i;
-        while *i < s.len() && s[*i] != '\n' {
-            *i += 1;
+    }
+
+    /// The rest of the line (a file name, a label, text, a command).
+    fn rest_of_line(&mut self) -> String {
+        let start = self.i;
+        while self.i < self.s.len() && self.s[self.i] != '\n' {
+            self.i += 1;
         }
-        s[start..*i].iter().collect::<String>().trim().to_string()
-    };
-    let address = |i: &mut usize| -> bool {
-        if *i < s.len() && s[*i] == '$' {
-            *i += 1;
-        } else if *i < s.len() && s[*i].is_ascii_digit() {
-            while *i < s.len() && (s[*i].is_ascii_digit() || s[*i] == '~') {
-                *i += 1;
+        self.s[start..self.i]
+            .iter()
+            .collect::<String>()
+            .trim()
+            .to_string()
+    }
+
+    /// A line number, `$`, or `/re/` (`\%re%`) with its flags; false for one it cannot read.
+    fn address(&mut self) -> bool {
+        let s = &self.s;
+        if self.at('$') {
+            self.i += 1;
+        } else if s.get(self.i).is_some_and(char::is_ascii_digit) {
+            while s
+                .get(self.i)
+                .is_some_and(|c| c.is_ascii_digit() || *c == '~')
+            {
+                self.i += 1;
             }
-        } else if *i < s.len() && (s[*i] == '/' || s[*i] == '\\') {
-            // `/re/` or `\%re%`.
-            let delim = if s[*i] == '\\' {
-                *i += 1;
-                match s.get(*i) {
+        } else if self.at('/') || self.at('\\') {
+            let delim = if self.at('\\') {
+                self.i += 1;
+                match s.get(self.i) {
                     Some(d) => *d,
                     None => return false,
                 }
             } else {
                 '/'
             };
-            *i += 1;
-            if !delimited(i, delim) {
+            self.i += 1;
+            if !self.delimited(delim) {
                 return false;
             }
-            while *i < s.len() && (s[*i] == 'I' || s[*i] == 'M') {
-                *i += 1;
+            while self.at('I') || self.at('M') {
+                self.i += 1;
             }
         }
         true
-    };
-    loop {
-        while i < s.len() && (s[i].is_whitespace() || s[i] == ';') {
-            i += 1;
+    }
+
+    /// One address or a range, and `!`; false for one it cannot read.
+    fn addresses(&mut self) -> bool {
+        if !self.address() {
+            return false;
         }
-        if i >= s.len() {
-            return Some(effects);
+        if self.at(',') {
+            self.i += 1;
+            if self.at('+') || self.at('~') {
+                self.i += 1;
+            }
+            if !self.address() {
+                return false;
+            }
         }
-        if !address(&mut i) {
+        self.skip_ws();
+        if self.at('!') {
+            self.i += 1;
+            self.skip_ws();
+        }
+        true
+    }
+
+    /// A file name after `w` (or `s///w`), which must be there.
+    fn file(&mut self, effects: &mut SedEffects) -> Option<()> {
+        let file = self.rest_of_line();
+        if file.is_empty() {
             return None;
         }
-        if i < s.len() && s[i] == ',' {
-            i += 1;
-            if i < s.len() && (s[i] == '+' || s[i] == '~') {
-                i += 1;
-            }
-            if !address(&mut i) {
-                return None;
-            }
-        }
-        skip_ws(&mut i);
-        if i < s.len() && s[i] == '!' {
-            i += 1;
-            skip_ws(&mut i);
-        }
-        let cmd = *s.get(i)?;
-        i += 1;
+        effects.writes.push(file);
+        Some(())
+    }
+
+    /// What follows the command letter `cmd`, read; `None` where the classifier cannot.
+    fn command(&mut self, cmd: char, effects: &mut SedEffects) -> Option<()> {
         match cmd {
-            // A block opens; its first command follows without a separator.
-            '{' => continue,
             'p' | 'd' | 'D' | 'n' | 'N' | 'g' | 'G' | 'h' | 'H' | 'x' | 'P' | '=' | 'z' | 'F'
             | '}' => {}
             'q' | 'Q' | 'l' | 'L' => {
-                skip_ws(&mut i);
-                while i < s.len() && s[i].is_ascii_digit() {
-                    i += 1;
+                self.skip_ws();
+                while self.s.get(self.i).is_some_and(char::is_ascii_digit) {
+                    self.i += 1;
                 }
             }
             // Labels and branches: GNU ends them at `;` too.
             ':' | 'b' | 't' | 'T' | 'v' => {
-                while i < s.len() && !matches!(s[i], '\n' | ';' | '}') {
-                    i += 1;
+                while self
+                    .s
+                    .get(self.i)
+                    .is_some_and(|c| !matches!(c, '\n' | ';' | '}'))
+                {
+                    self.i += 1;
                 }
             }
-            // Text to print, a file to read: nothing written or run.
+            // Text to print, a file to read: nothing written or run. `a\<newline>text`
+            // continues over escaped line ends.
             'a' | 'i' | 'c' | 'r' | 'R' => {
-                // `a\<newline>text` continues over escaped line ends.
-                loop {
-                    let line = rest_of_line(&mut i);
-                    if !line.ends_with('\\') || i >= s.len() {
-                        break;
-                    }
-                    i += 1;
+                while self.rest_of_line().ends_with('\\') && self.i < self.s.len() {
+                    self.i += 1;
                 }
             }
-            'w' | 'W' => {
-                let file = rest_of_line(&mut i);
-                if file.is_empty() {
-                    return None;
-                }
-                effects.writes.push(file);
-            }
+            'w' | 'W' => self.file(effects)?,
             'e' => {
-                let command = rest_of_line(&mut i);
+                let command = self.rest_of_line();
                 match command.is_empty() {
                     true => effects.runs_text = true,
                     false => effects.runs.push(command),
                 }
             }
             's' | 'y' => {
-                let delim = *s.get(i)?;
+                let delim = *self.s.get(self.i)?;
                 if delim == '\\' || delim == '\n' {
                     return None;
                 }
-                i += 1;
-                if !delimited(&mut i, delim) || !delimited(&mut i, delim) {
+                self.i += 1;
+                if !self.delimited(delim) || !self.delimited(delim) {
                     return None;
                 }
                 if cmd == 's' {
-                    while i < s.len() && "gpiImM0123456789e".contains(s[i]) {
-                        effects.runs_text |= s[i] == 'e';
-                        i += 1;
+                    while self
+                        .s
+                        .get(self.i)
+                        .is_some_and(|c| "gpiImM0123456789e".contains(*c))
+                    {
+                        effects.runs_text |= self.at('e');
+                        self.i += 1;
                     }
-                    if i < s.len() && s[i] == 'w' {
-                        i += 1;
-                        let file = rest_of_line(&mut i);
-                        if file.is_empty() {
-                            return None;
-                        }
-                        effects.writes.push(file);
+                    if self.at('w') {
+                        self.i += 1;
+                        self.file(effects)?;
                     }
                 }
             }
             '#' => {
-                rest_of_line(&mut i);
+                self.rest_of_line();
             }
             _ => return None,
         }
-        skip_ws(&mut i);
-        if i < s.len() && !matches!(s[i], ';' | '\n' | '}') {
+        Some(())
+    }
+}
+
+/// What a sed script writes and runs; `None` for one the classifier cannot read.
+pub(super) fn sed_effects(script: &str) -> Option<SedEffects> {
+    let mut effects = SedEffects::default();
+    let mut p = Script {
+        s: script.chars().collect(),
+        i: 0,
+    };
+    loop {
+        while p.s.get(p.i).is_some_and(|c| c.is_whitespace() || *c == ';') {
+            p.i += 1;
+        }
+        if p.i >= p.s.len() {
+            return Some(effects);
+        }
+        if !p.addresses() {
+            return None;
+        }
+        let cmd = *p.s.get(p.i)?;
+        p.i += 1;
+        // A block opens; its first command follows without a separator.
+        if cmd == '{' {
+            continue;
+        }
+        p.command(cmd, &mut effects)?;
+        p.skip_ws();
+        if p.s.get(p.i).is_some_and(|c| !matches!(c, ';' | '\n' | '}')) {
             return None;
         }
     }

@@ -41,60 +41,9 @@ pub(super) struct Unwrapped<'s> {
 pub(super) fn unwrap<'s>(name: &str, spec: &'s Spec, runs: &Runs, args: &[Arg]) -> Unwrapped<'s> {
     let mut parsed = parse(name, spec, args);
     let mut ops = std::mem::take(&mut parsed.operands);
-    let mut assignments = Vec::new();
-    let mut login = false;
-    // `env - X=1 -u Y rm`: a lone dash, assignments and more options, in any order.
-    for _ in 0..args.len() {
-        let Some(t) = ops.first().and_then(|a| a.text()) else {
-            break;
-        };
-        if t == "-" && runs.dash.is_some() {
-            login |= runs.dash == Some("login");
-            ops.remove(0);
-        } else if runs.assignments && t.contains('=') && !t.starts_with('-') {
-            assignments.push(t.to_string());
-            ops.remove(0);
-        } else if runs.assignments && t.starts_with('-') && t.len() > 1 {
-            ops = reparse(name, spec, &ops, &mut parsed);
-        } else {
-            break;
-        }
-    }
+    let (assignments, mut login) = leading(name, spec, runs, &mut parsed, &mut ops);
     let mut root = Vec::new();
-    // With the user given by an option (`runuser -u USER`), no operand comes before the command.
-    let before = match runs.command_with {
-        Some(option) if parsed.has(option) => Before::Nothing,
-        _ => runs.before,
-    };
-    let after = |n: usize, ops: &[Arg], parsed: &mut Parsed<'s>| -> Vec<Arg> {
-        let rest = ops.get(n..).unwrap_or(&[]);
-        // `flock FILE -c CODE`: the words that make the next one code are not options.
-        match rest.first().and_then(|a| a.text()) {
-            Some(t) if runs.code_after.contains(&t) => rest.to_vec(),
-            _ => reparse(name, spec, rest, parsed),
-        }
-    };
-    let readings: Vec<Vec<Arg>> = match before {
-        Before::Nothing => vec![ops],
-        Before::Skip(n) => vec![after(n, &ops, &mut parsed)],
-        Before::Root => {
-            root.extend(ops.first().cloned());
-            vec![after(1, &ops, &mut parsed)]
-        }
-        Before::Maybe => {
-            let skipped = after(1, &ops, &mut parsed);
-            // A number first is a priority or a mask: that reading is the likelier one.
-            let number = ops
-                .first()
-                .and_then(|a| a.text())
-                .is_some_and(|t| t.starts_with(|c: char| c.is_ascii_digit()));
-            if number {
-                vec![skipped, ops]
-            } else {
-                vec![ops, skipped]
-            }
-        }
-    };
+    let readings = readings(name, spec, runs, ops, &mut parsed, &mut root);
     login |= parsed.with_effect(Effect::Login).next().is_some();
     let values = |effect: Effect| -> Vec<Arg> {
         parsed
@@ -164,6 +113,82 @@ pub(super) fn unwrap<'s>(name: &str, spec: &'s Spec, runs: &Runs, args: &[Arg]) 
         chdir,
         root,
         login,
+    }
+}
+
+/// `env - X=1 -u Y rm`: a lone dash, assignments and more options, in any order, taken off
+/// the front of `ops`: the assignments, and whether the dash asks for a login.
+fn leading<'s>(
+    name: &str,
+    spec: &'s Spec,
+    runs: &Runs,
+    parsed: &mut Parsed<'s>,
+    ops: &mut Vec<Arg>,
+) -> (Vec<String>, bool) {
+    let mut assignments = Vec::new();
+    let mut login = false;
+    for _ in 0..ops.len() {
+        let Some(t) = ops.first().and_then(|a| a.text()) else {
+            break;
+        };
+        if t == "-" && runs.dash.is_some() {
+            login |= runs.dash == Some("login");
+            ops.remove(0);
+        } else if runs.assignments && t.contains('=') && !t.starts_with('-') {
+            assignments.push(t.to_string());
+            ops.remove(0);
+        } else if runs.assignments && t.starts_with('-') && t.len() > 1 {
+            *ops = reparse(name, spec, ops, parsed);
+        } else {
+            break;
+        }
+    }
+    (assignments, login)
+}
+
+/// The ways the operands may be read as what the runner runs, after the operands its spec
+/// puts first (`Before`); a root directory among them goes to `root`.
+fn readings<'s>(
+    name: &str,
+    spec: &'s Spec,
+    runs: &Runs,
+    ops: Vec<Arg>,
+    parsed: &mut Parsed<'s>,
+    root: &mut Vec<Arg>,
+) -> Vec<Vec<Arg>> {
+    // With the user given by an option (`runuser -u USER`), no operand comes before the command.
+    let before = match runs.command_with {
+        Some(option) if parsed.has(option) => Before::Nothing,
+        _ => runs.before,
+    };
+    let after = |n: usize, ops: &[Arg], parsed: &mut Parsed<'s>| -> Vec<Arg> {
+        let rest = ops.get(n..).unwrap_or(&[]);
+        // `flock FILE -c CODE`: the words that make the next one code are not options.
+        match rest.first().and_then(|a| a.text()) {
+            Some(t) if runs.code_after.contains(&t) => rest.to_vec(),
+            _ => reparse(name, spec, rest, parsed),
+        }
+    };
+    match before {
+        Before::Nothing => vec![ops],
+        Before::Skip(n) => vec![after(n, &ops, parsed)],
+        Before::Root => {
+            root.extend(ops.first().cloned());
+            vec![after(1, &ops, parsed)]
+        }
+        Before::Maybe => {
+            let skipped = after(1, &ops, parsed);
+            // A number first is a priority or a mask: that reading is the likelier one.
+            let number = ops
+                .first()
+                .and_then(|a| a.text())
+                .is_some_and(|t| t.starts_with(|c: char| c.is_ascii_digit()));
+            if number {
+                vec![skipped, ops]
+            } else {
+                vec![ops, skipped]
+            }
+        }
     }
 }
 
