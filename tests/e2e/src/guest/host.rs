@@ -246,7 +246,7 @@ impl Service {
             "ps",
             "-a",
             "--filter",
-            "label=boxmaker",
+            proto::podman::LABEL_FILTER,
             "--format",
             "{{.Names}} {{.Status}}",
         ]);
@@ -274,7 +274,8 @@ impl Service {
             let (code, out) = self.podman(&[
                 "ps",
                 "--filter",
-                "label=boxmaker=tool",
+                // `label=boxmaker=tool`: the tool container's label as a filter.
+                proto::podman::TOOL_LABEL.trim_start_matches('-'),
                 "--format",
                 "{{.Names}}",
             ]);

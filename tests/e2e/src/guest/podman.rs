@@ -176,7 +176,7 @@ impl Guest {
             "--rm",
             "-i",
             &container,
-            "--label=boxmaker=tool",
+            proto::podman::TOOL_LABEL,
             "--network=none",
             "--read-only",
             "--cap-drop=all",
