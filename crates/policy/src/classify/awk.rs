@@ -44,6 +44,8 @@ pub(super) struct AwkEffects {
     /// An output redirection to a file it names by an expression, or by a variable the
     /// program also sets.
     pub(super) writes_unknown: bool,
+    /// It sets variables by other ways than assigning them (`ARGV`, `SYMTAB`).
+    pub(super) rebinds: bool,
     /// Something the classifier does not read (gawk's `@include`, `@f()`).
     pub(super) opaque: bool,
 }
@@ -77,13 +79,8 @@ fn tokens(program: &str) -> Option<Vec<Token>> {
                         '"' => break,
                         '\n' => return None,
                         '\\' => {
-                            let e = *chars.get(i + 1)?;
-                            s.push(match e {
-                                'n' => '\n',
-                                't' => '\t',
-                                other => other,
-                            });
-                            i += 2;
+                            i += 1;
+                            s.push(escape(&chars, &mut i)?);
                             continue;
                         }
                         ch => s.push(*ch),
@@ -134,6 +131,33 @@ fn tokens(program: &str) -> Option<Vec<Token>> {
     Some(out)
 }
 
+/// The character an escape in a string stands for, as awk decodes it (`\\057` is `/`, gawk's
+/// `\\x2f` too); `i` is past the backslash and moves past the escape.
+fn escape(chars: &[char], i: &mut usize) -> Option<char> {
+    let digits = |i: &mut usize, radix: u32, most: usize| {
+        let start = *i;
+        while *i - start < most && chars.get(*i).is_some_and(|c| c.is_digit(radix)) {
+            *i += 1;
+        }
+        let text: String = chars[start..*i].iter().collect();
+        u32::from_str_radix(&text, radix)
+            .ok()
+            .and_then(char::from_u32)
+    };
+    let e = *chars.get(*i)?;
+    if e.is_digit(8) {
+        return digits(i, 8, 3);
+    }
+    *i += 1;
+    Some(match e {
+        'x' if chars.get(*i).is_some_and(char::is_ascii_hexdigit) => digits(i, 16, 2)?,
+        'n' => '\n',
+        't' => '\t',
+        'r' => '\r',
+        other => other,
+    })
+}
+
 /// Whether a token ends a statement.
 fn ends_statement(t: &Token) -> bool {
     matches!(t, Token::Op(";" | "\n" | "}" | "{"))
@@ -176,8 +200,9 @@ pub(super) fn awk_effects(program: &str) -> Option<AwkEffects> {
                 match lone_after(&tokens, k + 1) {
                     Some(Token::Str(f)) => e.writes.push(f.clone()),
                     Some(Token::Name(v)) => {
-                        // Placed only where the program never sets it: its every other use
-                        // is another redirection.
+                        // Placed only where the program never sets it (its every other use
+                        // is another redirection) and awk does not either.
+                        e.writes_unknown |= AWK_SETS.contains(&v.as_str());
                         e.writes_unknown |= tokens.iter().enumerate().any(|(j, t)| {
                             t == &Token::Name(v.clone())
                                 && !matches!(
@@ -206,12 +231,23 @@ pub(super) fn awk_effects(program: &str) -> Option<AwkEffects> {
                 }
             }
             Token::Op("@") => e.opaque = true,
+            // A program that rewrites its arguments (`ARGV[1] = "out=F"`) or any variable by
+            // name (gawk's `SYMTAB`) may set the one a redirection names.
+            Token::Name(n) if REBINDS.contains(&n.as_str()) => e.rebinds = true,
             _ if ends_statement(t) => print_depth = None,
             _ => {}
         }
     }
+    e.writes_unknown |= e.rebinds && !e.writes_vars.is_empty();
     Some(e)
 }
+
+/// Variables awk sets itself as it runs, whatever the command assigns them.
+const AWK_SETS: Names =
+    Names("FILENAME NR FNR NF RT ERRNO RSTART RLENGTH ARGIND ARGC ARGV ENVIRON PROCINFO SYMTAB");
+
+/// Names through which a program sets variables other than by assigning them.
+const REBINDS: Names = Names("ARGV ARGC SYMTAB");
 
 /// gawk's options that write a file, and the file each writes when given no value.
 const WRITES: &[(&str, &str)] = &[
@@ -344,6 +380,8 @@ impl Walk<'_> {
             });
             let mut named = false;
             for v in values.collect::<Vec<_>>() {
+                // awk decodes escapes in an assignment (`out=vendor\057x`).
+                e.writes_unknown |= v.text().is_none_or(|t| t.contains('\\'));
                 self.write_target(&v);
                 named = true;
             }
@@ -459,6 +497,22 @@ mod tests {
         assert_eq!(
             (by_var.writes_vars, by_var.writes_unknown),
             (vec!["out".to_string(); 2], false)
+        );
+        // What awk itself sets, or lets the program set by other ways, is not the command's.
+        for program in [
+            "{ print > FILENAME }",
+            "BEGIN { ARGV[1] = \"o=x\" } { print > o }",
+        ] {
+            assert!(
+                awk_effects(program).expect("reads").writes_unknown,
+                "{program}"
+            );
+        }
+        // Escapes decode as awk decodes them: octal, gawk's hex, the letters.
+        let escaped = awk_effects(r#"{ print > "vendor\057x"; print > "a\x2fb\tc" }"#);
+        assert_eq!(
+            escaped.map(|e| e.writes),
+            Some(vec!["vendor/x".to_string(), "a/b\tc".to_string()])
         );
         let set = awk_effects("{ out = $1; print > out }").expect("reads");
         assert_eq!(

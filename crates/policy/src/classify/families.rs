@@ -567,6 +567,11 @@ const UNPLACED_WRITERS: &[&str] = &[
     "patch -p1 < f",
     "git apply f.diff",
     "echo x > \"$OUT\"",
+    // awk's variables where awk, not the command, decides the value.
+    "awk -v 'out=@T@\\057x' 'BEGIN { print 1 > out }'",
+    "awk -v FILENAME=notes.txt '{ print 1 > FILENAME }' @T@",
+    "awk 'BEGIN { ARGV[1] = \"out=@T@\" } { print > out }' out=notes.txt f",
+    "gawk -v out=notes.txt 'BEGIN { SYMTAB[\"out\"] = \"@T@\"; print 1 > out }'",
 ];
 
 /// A write to a protected file or directory, or one the walk cannot place.

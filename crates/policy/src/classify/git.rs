@@ -18,6 +18,8 @@ enum Does {
     Runs,
 }
 
+use Does::{Changes, Reads, Runs};
+
 /// One subcommand (or several with the same reading).
 struct Sub {
     names: Names,
@@ -42,123 +44,126 @@ macro_rules! options {
     };
 }
 
-const fn sub(names: Names, does: Does) -> Sub {
+const fn sub(
+    names: &'static str,
+    does: Does,
+    reads_when: &'static [&'static str],
+    options: &'static str,
+) -> Sub {
     Sub {
-        names,
+        names: Names(names),
         does,
-        reads_when: &[],
-        options: options!(""),
+        reads_when,
+        options,
         writes_operands: false,
     }
 }
 
-/// Every subcommand the classifier knows; another (an alias among them) may run anything.
+/// Every subcommand the classifier knows, a row each: names, what it does, what makes it only
+/// read, its options; another (an alias among them) may run anything.
 const SUBS: &[Sub] = &[
-    Sub {
-        options: options!("output=:write"),
-        ..sub(
-            Names(
-                "status log diff show rev-parse ls-files blame shortlog describe show-ref \
-                 cat-file ls-tree rev-list merge-base whatchanged grep count-objects version \
-                 check-ignore check-attr for-each-ref name-rev var verify-commit verify-tag \
-                 range-diff cherry diff-tree diff-files diff-index",
-            ),
-            Does::Reads,
-        )
-    },
-    Sub {
-        reads_when: &["list", "show"],
-        ..sub(Names("stash"), Does::Changes)
-    },
-    Sub {
-        reads_when: &["list"],
-        ..sub(Names("worktree"), Does::Changes)
-    },
-    Sub {
-        reads_when: &["", "list", "show"],
-        ..sub(Names("notes"), Does::Changes)
-    },
-    Sub {
-        reads_when: &["", "show", "get-url", "-v", "--verbose"],
-        ..sub(Names("remote"), Does::Changes)
-    },
-    Sub {
-        reads_when: &["", "show"],
-        ..sub(Names("reflog"), Does::Changes)
-    },
-    Sub {
-        reads_when: &["", "status", "summary"],
-        ..sub(Names("submodule"), Does::Changes)
-    },
-    Sub {
-        reads_when: &["log", "view", "visualize", "terms"],
-        ..sub(Names("bisect"), Does::Changes)
-    },
-    Sub {
-        reads_when: &["verify", "list-heads"],
-        ..sub(Names("bundle"), Does::Changes)
-    },
-    Sub {
-        reads_when: &["--check", "--stat", "--numstat", "--summary"],
-        options: options!("directory=:write"),
-        ..sub(Names("apply"), Does::Changes)
-    },
-    Sub {
-        options: options!("directory=:write"),
-        ..sub(Names("am"), Does::Changes)
-    },
-    Sub {
-        options: options!("o,output=:write remote="),
-        ..sub(Names("archive"), Does::Reads)
-    },
-    Sub {
-        options: options!("o,output-directory=:write"),
-        ..sub(Names("format-patch"), Does::Changes)
-    },
+    sub(
+        "status log diff show rev-parse ls-files blame shortlog describe show-ref cat-file \
+         ls-tree rev-list merge-base whatchanged grep count-objects version check-ignore \
+         check-attr for-each-ref name-rev var verify-commit verify-tag range-diff cherry \
+         diff-tree diff-files diff-index",
+        Reads,
+        &[],
+        options!("output=:write"),
+    ),
+    sub("stash", Changes, &["list", "show"], options!("")),
+    sub("worktree", Changes, &["list"], options!("")),
+    sub("notes", Changes, &["", "list", "show"], options!("")),
+    sub(
+        "remote",
+        Changes,
+        &["", "show", "get-url", "-v", "--verbose"],
+        options!(""),
+    ),
+    sub("reflog", Changes, &["", "show"], options!("")),
+    sub(
+        "submodule",
+        Changes,
+        &["", "status", "summary"],
+        options!(""),
+    ),
+    sub(
+        "bisect",
+        Changes,
+        &["log", "view", "visualize", "terms"],
+        options!(""),
+    ),
+    sub("bundle", Changes, &["verify", "list-heads"], options!("")),
+    // `--apply` (however abbreviated) applies what `--check` would only check.
+    sub(
+        "apply",
+        Changes,
+        &["--check", "--stat", "--numstat", "--summary"],
+        options!("directory=:write apply"),
+    ),
+    sub("am", Changes, &[], options!("directory=:write")),
+    sub("archive", Reads, &[], options!("o,output=:write remote=")),
+    sub(
+        "format-patch",
+        Changes,
+        &[],
+        options!("o,output-directory=:write"),
+    ),
     Sub {
         writes_operands: true,
-        ..sub(Names("rm mv restore checkout"), Does::Changes)
+        ..sub("rm mv restore checkout", Changes, &[], options!(""))
     },
     sub(
-        Names(
-            "add commit switch reset merge cherry-pick revert init clean gc prune repack tag \
-             branch config sparse-checkout maintenance update-index update-ref symbolic-ref",
+        "add commit switch reset merge cherry-pick revert init clean gc prune repack config \
+         sparse-checkout maintenance update-index update-ref symbolic-ref",
+        Changes,
+        &[],
+        options!(""),
+    ),
+    // Their options that change, listed so that an abbreviation of one (`--del`) is that one.
+    sub(
+        "branch",
+        Changes,
+        &[],
+        options!(
+            "d,delete D m,move M c,copy C u,set-upstream-to= unset-upstream edit-description \
+             f,force t,track=? no-track"
         ),
-        Does::Changes,
+    ),
+    sub(
+        "tag",
+        Changes,
+        &[],
+        options!("d,delete a,annotate l,list s,sign u,local-user= f,force m,message= F,file="),
     ),
     // What they run: `rebase -x`, the program `clone -u` and `fetch --upload-pack` run on the
     // remote side, here; an interactive rebase runs the editor.
-    Sub {
-        options: options!("x=:command i,interactive:run"),
-        ..sub(Names("rebase"), Does::Changes)
-    },
-    Sub {
-        options: options!("u,upload-pack=:command"),
-        ..sub(Names("clone"), Does::Changes)
-    },
-    Sub {
-        options: options!("upload-pack=:command"),
-        ..sub(Names("fetch pull"), Does::Changes)
-    },
-    Sub {
-        options: options!("receive-pack=:command"),
-        ..sub(Names("push"), Does::Changes)
-    },
+    sub(
+        "rebase",
+        Changes,
+        &[],
+        options!("x=:command i,interactive:run"),
+    ),
+    sub("clone", Changes, &[], options!("u,upload-pack=:command")),
+    sub("fetch pull", Changes, &[], options!("upload-pack=:command")),
+    sub("push", Changes, &[], options!("receive-pack=:command")),
     // filter-branch is a shell script: its filters are shell code, named whole.
-    Sub {
-        options: options!(
+    sub(
+        "filter-branch",
+        Runs,
+        &[],
+        options!(
             "tree-filter=:command index-filter=:command msg-filter=:command \
              env-filter=:command commit-filter=:command parent-filter=:command \
              tag-name-filter=:command setup=:command"
         ),
-        ..sub(Names("filter-branch"), Does::Runs)
-    },
+    ),
     sub(
-        Names(
-            "difftool mergetool daemon instaweb send-email gui web--browse credential \
-             fsmonitor--daemon",
-        ),
-        Does::Runs,
+        "difftool mergetool daemon instaweb send-email gui web--browse credential \
+         fsmonitor--daemon",
+        Runs,
+        &[],
+        options!(""),
     ),
 ];
 
@@ -234,7 +239,10 @@ fn specs() -> &'static Result<(Spec, Vec<Spec>), String> {
             })
         };
         let subs = SUBS.iter().map(|s| spec(s.options, true));
-        Ok((spec(GLOBAL, false)?, subs.collect::<Result<_, _>>()?))
+        // `git --help` runs `git help`, which starts a pager or a browser: not a harmless flag.
+        let mut global = spec(GLOBAL, false)?;
+        global.options.retain(|o| !o.long.contains(&"help"));
+        Ok((global, subs.collect::<Result<_, _>>()?))
     })
 }
 
@@ -249,12 +257,6 @@ impl Walk<'_> {
             return self.raise(CommandClass::ShellComplex, "git's option table is broken");
         };
         let g = parse("git", global, args);
-        if let Some(problem) = g.problems.first() {
-            return self.raise(
-                CommandClass::ShellComplex,
-                format!("{problem}: it can make git run programs or read other config"),
-            );
-        }
         let mut dirs: Vec<Arg> = Vec::new();
         for given in &g.given {
             let Some(v) = &given.value else { continue };
@@ -266,6 +268,14 @@ impl Walk<'_> {
                 // `--config-env=KEY=VAR`: `-c KEY=$VAR`, the variable as the command sets it.
                 self.git_config_env(v);
             }
+        }
+        // Read after the settings given before it, which an option the table lacks must not
+        // hide (`git -c core.pager=CMD --no-advice log`).
+        if let Some(problem) = g.problems.first() {
+            return self.raise(
+                CommandClass::ShellComplex,
+                format!("{problem}: it can make git run programs or read other config"),
+            );
         }
         let Some((sub, rest)) = g.operands.split_first() else {
             return;

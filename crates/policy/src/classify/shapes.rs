@@ -156,7 +156,7 @@ fn git_carried_code() -> impl Strategy<Value = String> {
             ][..],
         ),
         prop::sample::select(GIT_CARRIED),
-        0..16usize,
+        0..17usize,
     )
         .prop_map(|(global, (code, program), form)| {
             let body = match form {
@@ -175,6 +175,7 @@ fn git_carried_code() -> impl Strategy<Value = String> {
                 12 => format!("pull --upload-p {code} origin main"),
                 13 => format!("push --receive-pack {code} origin"),
                 14 => format!("archive --remote=r --exec={code} HEAD"),
+                15 => format!("-c core.pager={code} --no-advice log"),
                 _ => return format!("E={code} git {global}--config-env=core.editor=E commit"),
             };
             format!("git {global}{body}")

@@ -71,6 +71,11 @@ fn classes() {
         ("git diff HEAD~1 -- a.md", ReadOnly),
         ("git branch", ReadOnly),
         ("git branch -a", ReadOnly),
+        // Abbreviations of the options that change are those options; `--help` runs a pager.
+        ("git branch -r --del origin/x", WorkspaceMutating),
+        ("git tag --del v1", WorkspaceMutating),
+        ("git apply --check --app x.patch", ShellComplex),
+        ("git --help", ShellComplex),
         ("git branch --list 'f*'", ReadOnly),
         ("git show HEAD:notes.md", ReadOnly),
         ("find . -name '*.rs' -newer x", ReadOnly),
