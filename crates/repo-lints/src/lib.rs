@@ -4,7 +4,8 @@
 //!
 //! - `lengths`: no source file is longer than 1,000 lines.
 //! - `runbook`: every runbook anchor the code, scripts and documents send an operator to is one
-//!   of brokerd's (`crates/brokerd/src/runbook.rs`) and exists in `runbook/`.
+//!   of proto's (`crates/proto/src/runbook.rs`, which brokerd re-exports) and exists in
+//!   `runbook/`.
 //! - `design`: every `docs/design.md#...` is a heading of docs/design.md, and nothing cites a
 //!   document the repository does not hold.
 //!
