@@ -5,10 +5,15 @@
 //! `classify`, `workspace` and `protect`), `runner` runs, `audit` records (`redact` keeps secrets
 //! out of it), `broker` walks a call through all of them, `server` speaks the protocol on the
 //! socket, `visible` shows the model's text to a person. The decision's pure parts are the
-//! `boxmaker-policy` crate and a staged grant's layers the `boxmaker-staging` crate, which
-//! cannot name anything here; they are re-exported under the paths they had.
+//! `boxmaker-policy` crate, the configuration `boxmaker-config`, a staged grant's layers
+//! `boxmaker-staging`, and the sandboxes (with all of the workspace's unsafe code)
+//! `boxmaker-sandbox`; none of them can name anything here, and they are re-exported under the
+//! paths they had. This crate holds no unsafe code.
 
-pub use boxmaker_policy::{args, classify, dirs, glob, mode, protect, view, workspace};
+#![forbid(unsafe_code)]
+
+pub use boxmaker_policy::{args, classify, dirs, glob, mode, protect, redact, view, workspace};
+pub use boxmaker_sandbox::{runner, sys};
 pub use boxmaker_staging::stage;
 
 pub mod audit;
@@ -20,10 +25,8 @@ pub mod preflight;
 pub mod preview;
 pub mod privileges;
 pub mod probe;
-pub mod redact;
 pub mod refusals;
 pub mod runbook;
-pub mod runner;
 pub mod server;
 pub mod tickets;
 pub mod visible;

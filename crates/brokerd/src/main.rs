@@ -3,7 +3,8 @@
 //! (`brokerd::local`), which `boxctl` forwards here; `completions SHELL` and `man` print what
 //! a package installs. (docs/design.md#command-lines, docs/design.md#service.)
 
-use std::os::fd::{FromRawFd, IntoRawFd};
+#![forbid(unsafe_code)]
+
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -571,10 +572,7 @@ fn listener(socket: Option<PathBuf>) -> Result<UnixListener, String> {
         let Some(fd) = fds.into_iter().next() else {
             return Err("systemd passed no socket and no --socket was given".into());
         };
-        // SAFETY: systemd passed this descriptor to this process for it to own; it is not
-        // used anywhere else.
-        let std_listener =
-            unsafe { std::os::unix::net::UnixListener::from_raw_fd(fd.into_raw_fd()) };
+        let std_listener = brokerd::sys::adopt_listener(fd);
         std_listener
             .set_nonblocking(true)
             .map_err(|e| format!("the systemd socket: {e}"))?;

@@ -195,30 +195,8 @@ fn toolset_expected() -> String {
     format!("{}\nbusybox-sh\n", proto::tools::TOOLKIT_VERSION)
 }
 
-/// The check of `toolset`: a shell call on it, with the shell time limit of `rc`, asking its
-/// `/bin/toolkit` for its version and its `/bin/sh` whether it is busybox's.
-pub fn toolset_spec(rc: Option<&RunnerConfig>, toolset: &config::Toolset) -> RunSpec {
-    let command = format!(
-        "{} {} && case \"$(/bin/sh --help 2>&1)\" in *BusyBox*) echo busybox-sh;; esac",
-        proto::tools::TOOLKIT,
-        proto::tools::VERSION_SUBCOMMAND
-    );
-    let input =
-        serde_json::to_vec(&proto::tools::ShellArgs { command, cwd: None }).unwrap_or_default();
-    RunSpec {
-        session: Ident::fixed("preflight"),
-        call: Ident::fixed("toolset"),
-        tool: ToolName::Shell,
-        input,
-        mounts: Vec::new(),
-        egress: None,
-        timeout: Duration::from_millis(rc.map_or(30_000, |r| r.shell_ms)),
-        staged_limit: None,
-        toolset: Some(toolset.clone()),
-        limits: Default::default(),
-        cache: None,
-    }
-}
+/// The check of a toolset: a shell call on it (the runner builds it).
+pub use crate::runner::toolset_spec;
 
 /// Whether a toolset's check found toolkit of brokerd's version and busybox's `sh`.
 pub fn judge_toolset(outcome: Outcome) -> Preflight {

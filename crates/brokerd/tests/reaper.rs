@@ -5,6 +5,7 @@
 
 // A test: a setup step that fails is the test failing.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
+#![forbid(unsafe_code)]
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};

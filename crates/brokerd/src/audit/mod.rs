@@ -105,23 +105,8 @@ pub enum Decided {
     Discarded,
 }
 
-/// How a call ended: a record's `status`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Ended {
-    /// The tool ran; its output was the answer.
-    Result,
-    /// The tool ran and failed (a fixed sentence).
-    Failed,
-    /// Nothing could run (a fixed sentence).
-    Unavailable,
-    /// A grant directory changed under brokerd: refused after all.
-    Refused,
-    /// No slot in time: answered busy.
-    Busy,
-    /// The owner declined.
-    Cancelled,
-}
+/// How a call ended: a record's `status` (the runner says it of its outcomes).
+pub use crate::runner::Ended;
 
 impl Decided {
     /// The word on disk (and in the journal's `decision` field).
@@ -138,20 +123,6 @@ impl Decided {
             Decided::OwnerApproved => "owner_approved",
             Decided::Committed => "committed",
             Decided::Discarded => "discarded",
-        }
-    }
-}
-
-impl Ended {
-    /// The word on disk (and in the journal's `status` field).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Ended::Result => "result",
-            Ended::Failed => "failed",
-            Ended::Unavailable => "unavailable",
-            Ended::Refused => "refused",
-            Ended::Busy => "busy",
-            Ended::Cancelled => "cancelled",
         }
     }
 }
@@ -244,7 +215,7 @@ pub enum AuditError {
     Encode(#[from] serde_json::Error),
 }
 
-pub use crate::redact::redact;
+pub use boxmaker_policy::redact::redact;
 
 /// A text from the model (a path, a URL, a command) as a record keeps it: secrets redacted,
 /// cut to `MAX_SUMMARY_CHARS`, and shown visibly (`visible`), since a person reads the log.

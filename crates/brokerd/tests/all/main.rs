@@ -7,6 +7,7 @@
 
 // Tests: a setup step that fails is the test failing.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
+#![forbid(unsafe_code)]
 
 mod bwrap_golden;
 mod bwrap_runtime;

@@ -30,31 +30,23 @@ struct As;
 
 impl As {
     fn uid(uid: u32) -> As {
-        // SAFETY: raw setresgid/setresuid change only this thread's credentials; the real and
-        // saved ids stay root's, so the drop can change them back.
-        unsafe {
-            assert_eq!(
-                libc::syscall(libc::SYS_setresgid, -1, uid, -1),
-                0,
-                "setresgid"
-            );
-            assert_eq!(
-                libc::syscall(libc::SYS_setresuid, -1, uid, -1),
-                0,
-                "setresuid"
-            );
-        }
+        // This thread's credentials only (not the process's, as libc's setresuid would set);
+        // the real and saved ids stay root's, so the drop can change them back.
+        use rustix::process::{Gid, Uid};
+        use rustix::thread::{set_thread_res_gid, set_thread_res_uid};
+        set_thread_res_gid(None, Gid::from_raw(uid), None).expect("setresgid");
+        set_thread_res_uid(None, Uid::from_raw(uid), None).expect("setresuid");
         As
     }
 }
 
 impl Drop for As {
     fn drop(&mut self) {
-        // SAFETY: as above; the saved uid is root, so the effective ids may return to it.
-        unsafe {
-            assert_eq!(libc::syscall(libc::SYS_setresuid, -1, 0, -1), 0);
-            assert_eq!(libc::syscall(libc::SYS_setresgid, -1, 0, -1), 0);
-        }
+        // The saved uid is root, so the effective ids may return to it.
+        use rustix::process::{Gid, Uid};
+        use rustix::thread::{set_thread_res_gid, set_thread_res_uid};
+        set_thread_res_uid(None, Uid::ROOT, None).expect("setresuid back");
+        set_thread_res_gid(None, Gid::ROOT, None).expect("setresgid back");
     }
 }
 

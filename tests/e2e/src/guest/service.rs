@@ -339,7 +339,7 @@ mod tests {
         for (name, text) in [("podman.toml", &podman), ("bwrap.toml", &bwrap)] {
             let p = dir.join(name);
             std::fs::write(&p, text.replace(NOTES_DIR, &notes.display().to_string())).unwrap();
-            let c = brokerd::config::load_placeholder_dirs(&p)
+            let c = boxmaker_config::load_placeholder_dirs(&p)
                 .unwrap_or_else(|e| panic!("{name}: {e}"));
             let r = c.runner.expect("[runner]");
             assert!(r.enforce_limits);

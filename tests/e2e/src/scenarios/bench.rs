@@ -16,10 +16,10 @@ use crate::system;
 /// The bare command a bench compares brokerd with, built by brokerd's own code.
 enum BareRunner {
     // Boxed: the two runtimes differ in size by hundreds of bytes.
-    Podman(Box<brokerd::runner::podman::PodmanRuntime>),
+    Podman(Box<boxmaker_sandbox::runner::podman::PodmanRuntime>),
     Bwrap(
-        Box<brokerd::runner::bwrap::BwrapRuntime>,
-        brokerd::runner::bwrap::RootLayout,
+        Box<boxmaker_sandbox::runner::bwrap::BwrapRuntime>,
+        boxmaker_sandbox::runner::bwrap::RootLayout,
     ),
 }
 
@@ -32,11 +32,12 @@ impl Suite {
     /// bare side has no rlimits, no pidfd and no output capture beyond reading stdout.
     /// Returns the rows as the bench's JSON.
     pub(super) fn bench(&mut self, n: usize) -> Result<Value, String> {
-        use brokerd::runner::bwrap::{BwrapRuntime, RootLayout};
-        use brokerd::runner::podman::PodmanRuntime;
-        use brokerd::runner::{Egress, Mount, RunSpec};
+        use boxmaker_sandbox::runner::bwrap::{BwrapRuntime, RootLayout};
+        use boxmaker_sandbox::runner::podman::PodmanRuntime;
+        use boxmaker_sandbox::runner::{Egress, Mount, RunSpec};
         use proto::tools::ToolName;
-        let config = brokerd::config::load(&self.config).map_err(|e| e.to_string())?;
+        let config = boxmaker_config::load(&self.config, &boxmaker_sandbox::sys::System)
+            .map_err(|e| e.to_string())?;
         let rc = config.runner.clone().ok_or("no [runner]")?;
         let bare_runner = match self.backend {
             Backend::Podman => BareRunner::Podman(Box::new(PodmanRuntime::new(&rc))),
@@ -220,8 +221,8 @@ impl Suite {
 
     pub(super) fn bare_podman(
         &self,
-        runtime: &brokerd::runner::podman::PodmanRuntime,
-        spec: &brokerd::runner::RunSpec,
+        runtime: &boxmaker_sandbox::runner::podman::PodmanRuntime,
+        spec: &boxmaker_sandbox::runner::RunSpec,
         name: &str,
     ) -> Outcome {
         let mut proxy = None;
@@ -262,8 +263,8 @@ impl Suite {
     /// answer; the proxy's `rm -f` and the directory's removal come after it, as brokerd's do.
     fn bare_podman_beside(
         &self,
-        runtime: &brokerd::runner::podman::PodmanRuntime,
-        spec: &brokerd::runner::RunSpec,
+        runtime: &boxmaker_sandbox::runner::podman::PodmanRuntime,
+        spec: &boxmaker_sandbox::runner::RunSpec,
         name: &str,
     ) -> Result<Duration, String> {
         use std::io::{Read, Write};
@@ -324,9 +325,9 @@ impl Suite {
 
     fn bare_bwrap(
         &self,
-        runtime: &brokerd::runner::bwrap::BwrapRuntime,
-        layout: &brokerd::runner::bwrap::RootLayout,
-        spec: &brokerd::runner::RunSpec,
+        runtime: &boxmaker_sandbox::runner::bwrap::BwrapRuntime,
+        layout: &boxmaker_sandbox::runner::bwrap::RootLayout,
+        spec: &boxmaker_sandbox::runner::RunSpec,
         name: &str,
     ) -> Outcome {
         let mut proxy = None;
@@ -342,17 +343,21 @@ impl Suite {
                 .stdout(Stdio::null())
                 .stderr(Stdio::null());
             // The argument list says `--seccomp 3`: the bare run gets the same filter.
-            let _filter = brokerd::runner::seccomp::pass_to(&mut c).map_err(|e| e.to_string())?;
+            let _filter =
+                boxmaker_sandbox::runner::seccomp::pass_to(&mut c).map_err(|e| e.to_string())?;
             let child = c.spawn().map_err(|e| format!("proxy: {e}"))?;
             proxy = Some((child, dir.clone()));
             wait_for_socket(&dir, self.t(Duration::from_secs(5)));
         }
         let mut c = self.user.command("bwrap");
         c.args(runtime.build_argv(spec, name, layout, None));
-        let _filter = brokerd::runner::seccomp::pass_to(&mut c).map_err(|e| e.to_string())?;
+        let _filter =
+            boxmaker_sandbox::runner::seccomp::pass_to(&mut c).map_err(|e| e.to_string())?;
         // The argument list binds the grant's directories by descriptor, as brokerd does.
-        let fds = brokerd::runner::mounts::open_mounts(&spec.mounts).map_err(|e| e.to_string())?;
-        let _mounts = brokerd::runner::mounts::pass_to(&mut c, fds).map_err(|e| e.to_string())?;
+        let fds = boxmaker_sandbox::runner::mounts::open_mounts(&spec.mounts)
+            .map_err(|e| e.to_string())?;
+        let _mounts =
+            boxmaker_sandbox::runner::mounts::pass_to(&mut c, fds).map_err(|e| e.to_string())?;
         let out = run_with_input(c, &spec.input);
         if let Some((mut child, dir)) = proxy {
             let _ = child.kill();

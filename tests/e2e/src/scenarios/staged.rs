@@ -678,9 +678,9 @@ fn clear_dir(d: &PathBuf) -> Outcome {
 /// The bare side of the staged bench on Podman: brokerd's Podman runtime (for its argument
 /// lists), the suite's direct and staged grants' mounts, and a layer of the bench's own.
 pub(super) struct BareStaged {
-    runtime: brokerd::runner::podman::PodmanRuntime,
-    direct: Vec<brokerd::runner::Mount>,
-    staged: Vec<brokerd::runner::Mount>,
+    runtime: boxmaker_sandbox::runner::podman::PodmanRuntime,
+    direct: Vec<boxmaker_sandbox::runner::Mount>,
+    staged: Vec<boxmaker_sandbox::runner::Mount>,
     layer: PathBuf,
 }
 
@@ -698,8 +698,9 @@ fn bench_args(tool: &str, dir: &Path) -> Value {
 impl Suite {
     /// The bare side's runtime, mounts and layer (made afresh, the service user's).
     fn bare_staged_setup(&self) -> Result<BareStaged, String> {
-        use brokerd::runner::{Mount, StageMount};
-        let config = brokerd::config::load(&self.config).map_err(|e| e.to_string())?;
+        use boxmaker_sandbox::runner::{Mount, StageMount};
+        let config = boxmaker_config::load(&self.config, &boxmaker_sandbox::sys::System)
+            .map_err(|e| e.to_string())?;
         let rc = config.runner.clone().ok_or("no [runner]")?;
         let mounts = |grant: &str| -> Result<Vec<Mount>, String> {
             let g = config
@@ -728,7 +729,7 @@ impl Suite {
             m.stage = Some(stage.clone());
         }
         Ok(BareStaged {
-            runtime: brokerd::runner::podman::PodmanRuntime::new(&rc),
+            runtime: boxmaker_sandbox::runner::podman::PodmanRuntime::new(&rc),
             direct: mounts(GRANT)?,
             staged,
             layer,
@@ -748,7 +749,7 @@ impl Suite {
             true => (&self.staged, &bare.staged, "s"),
             false => (&self.rw, &bare.direct, "d"),
         };
-        let spec = brokerd::runner::RunSpec {
+        let spec = boxmaker_sandbox::runner::RunSpec {
             session: proto::ident::Ident::fixed("bench"),
             call: proto::ident::Ident::parse(format!(
                 "staged-{}-{side}-{i}",

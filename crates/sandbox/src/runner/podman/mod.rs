@@ -30,7 +30,7 @@ use super::{
     mount_changed, Cleared, Deadlines, Egress, Ran, Reply, RunError, RunOutput, RunSpec, Runner,
     Settling, Steps, SweepError, Unavailable,
 };
-use crate::config::{EgressNetwork, RunnerConfig};
+use boxmaker_config::{EgressNetwork, RunnerConfig};
 
 mod fetch;
 mod layer;
@@ -46,7 +46,7 @@ pub use terminal::Terminal;
 
 /// How long a podman `kill`, or the `rm -f` of a container and the looks until it is gone, may
 /// take before brokerd gives up on it: the stop budget's bound (`config::stop_budget`).
-pub use crate::config::HELPER_TIMEOUT;
+pub use boxmaker_config::HELPER_TIMEOUT;
 
 use proto::podman::{EGRESS_LABEL, TOOL_LABEL};
 /// The label of every container brokerd starts (`boxmaker=tool`, `boxmaker=egress`), by which
@@ -357,10 +357,9 @@ impl Steps for PodmanRuntime {
         // Podman's --volume cannot carry a path with ':' or ',', nor its OCI spec (JSON) one
         // that is not UTF-8.
         let protected: Vec<Over<'_>> = held.mounts().into_iter().map(|(o, _)| o).collect();
-        if let Some(o) = protected
-            .iter()
-            .find(|o| crate::args::check_grant_path(o.path).is_err() || o.path.to_str().is_none())
-        {
+        if let Some(o) = protected.iter().find(|o| {
+            boxmaker_policy::args::check_grant_path(o.path).is_err() || o.path.to_str().is_none()
+        }) {
             let answer = RunError::Unprotected(Unprotected::Unmountable(o.path.to_path_buf()));
             let status = answer.ended().as_str();
             tracing::warn!(session = %spec.session, call = %spec.call, status, "{answer}");

@@ -15,7 +15,7 @@ use super::wake::first_ready;
 
 /// How long a SIGKILL is given to be seen done before it is sent once more: the stop budget's
 /// bound (`config::stop_budget`).
-pub use crate::config::KILL_CONFIRM;
+pub use boxmaker_config::KILL_CONFIRM;
 
 /// A process started by brokerd, held by its pidfd.
 #[derive(Debug)]

@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::config::CgroupMode;
+use boxmaker_config::CgroupMode;
 
 /// Where cgroup v2 is mounted on a unified host.
 pub const CGROUP_ROOT: &str = "/sys/fs/cgroup";

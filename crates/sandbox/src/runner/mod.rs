@@ -15,7 +15,7 @@ use proto::egress::{Bounds, ProxyArgs, Summary};
 use proto::ident::Ident;
 use proto::tools::ToolName;
 
-use crate::config::MAX_GRANT_PATHS;
+use boxmaker_config::MAX_GRANT_PATHS;
 
 pub use mounts::{DirId, MountChanged};
 
@@ -163,10 +163,10 @@ pub struct RunSpec {
     /// call is stopped (docs/design.md#staged-writes-and-owners).
     pub staged_limit: Option<u64>,
     /// The grant's toolset (docs/design.md#toolsets); `None`: the base toolset.
-    pub toolset: Option<crate::config::Toolset>,
+    pub toolset: Option<boxmaker_config::Toolset>,
     /// What the grant lowers of `[runner]`'s memory, pids and output cap
     /// (docs/design.md#grantsname); its time limit is `timeout` already.
-    pub limits: crate::config::GrantLimits,
+    pub limits: boxmaker_config::GrantLimits,
     /// A shell call's grant's cache, mounted at `proto::tools::TOOL_CACHE`
     /// (docs/design.md#grant-caches).
     pub cache: Option<cache::Cache>,
@@ -187,7 +187,9 @@ impl RunSpec {
         }
         self.mounts
             .iter()
-            .find(|m| crate::args::check_grant_path(&m.path).is_err() || !m.path.is_absolute())
+            .find(|m| {
+                boxmaker_policy::args::check_grant_path(&m.path).is_err() || !m.path.is_absolute()
+            })
             .map(|m| format!("{:?} cannot be mounted", m.path))
     }
 }
@@ -225,7 +227,7 @@ pub(crate) fn staged_over(spec: &RunSpec) -> bool {
         .mounts
         .iter()
         .filter_map(|m| m.stage.as_ref())
-        .map(|s| crate::stage::dir_bytes(&s.upper))
+        .map(|s| boxmaker_staging::stage::dir_bytes(&s.upper))
         .fold(0u64, u64::saturating_add);
     held > limit
 }
@@ -259,10 +261,10 @@ impl Unavailable {
     pub fn runbook(self) -> &'static str {
         match self {
             Unavailable::RunnerUnavailable | Unavailable::EgressUnavailable => {
-                crate::runbook::RUNNER_UNAVAILABLE
+                proto::runbook::RUNNER_UNAVAILABLE
             }
-            Unavailable::LayerUnavailable => crate::runbook::STAGED_LAYER,
-            Unavailable::ToolsetUnavailable => crate::runbook::TOOLSET_UNAVAILABLE,
+            Unavailable::LayerUnavailable => proto::runbook::STAGED_LAYER,
+            Unavailable::ToolsetUnavailable => proto::runbook::TOOLSET_UNAVAILABLE,
         }
     }
 
@@ -446,7 +448,7 @@ pub(crate) fn unavailable(
         spec,
         answer,
         "{what}: {}; see {runbook}",
-        crate::redact::redact(detail.trim_end())
+        boxmaker_policy::redact::redact(detail.trim_end())
     );
     answer
 }
@@ -802,7 +804,7 @@ fn tool_failed_line(spec: &RunSpec, program: &str, status: &dyn std::fmt::Displa
         call = %spec.call,
         tool = %spec.tool,
         "{program} exited with {status}; its standard error: {}",
-        crate::redact::redact(stderr.trim_end())
+        boxmaker_policy::redact::redact(stderr.trim_end())
     );
 }
 
@@ -831,9 +833,37 @@ pub(crate) fn mount_changed(spec: &RunSpec, e: MountChanged) -> RunError {
         answer,
         path,
         "{answer}; see {}",
-        crate::runbook::GRANT_DIRECTORY_CHANGED
+        proto::runbook::GRANT_DIRECTORY_CHANGED
     );
     answer
+}
+
+/// The check of `toolset`: a shell call on it, with the shell time limit of `rc`, asking its
+/// `/bin/toolkit` for its version and its `/bin/sh` whether it is busybox's.
+pub fn toolset_spec(
+    rc: Option<&boxmaker_config::RunnerConfig>,
+    toolset: &boxmaker_config::Toolset,
+) -> RunSpec {
+    let command = format!(
+        "{} {} && case \"$(/bin/sh --help 2>&1)\" in *BusyBox*) echo busybox-sh;; esac",
+        proto::tools::TOOLKIT,
+        proto::tools::VERSION_SUBCOMMAND
+    );
+    let input =
+        serde_json::to_vec(&proto::tools::ShellArgs { command, cwd: None }).unwrap_or_default();
+    RunSpec {
+        session: Ident::fixed("preflight"),
+        call: Ident::fixed("toolset"),
+        tool: ToolName::Shell,
+        input,
+        mounts: Vec::new(),
+        egress: None,
+        timeout: Duration::from_millis(rc.map_or(30_000, |r| r.shell_ms)),
+        staged_limit: None,
+        toolset: Some(toolset.clone()),
+        limits: Default::default(),
+        cache: None,
+    }
 }
 
 /// One log line per finished call, the same for every backend (`sandbox` is the container or
@@ -845,7 +875,7 @@ pub(crate) fn log_finished(
     started: std::time::Instant,
 ) {
     let (status, truncated) = match answer {
-        Ok(out) => (crate::audit::Ended::Result, out.truncated),
+        Ok(out) => (Ended::Result, out.truncated),
         Err(e) => (e.ended(), false),
     };
     tracing::info!(
@@ -860,10 +890,41 @@ pub(crate) fn log_finished(
     );
 }
 
+/// How a call ended: a record's `status`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Ended {
+    /// The tool ran; its output was the answer.
+    Result,
+    /// The tool ran and failed (a fixed sentence).
+    Failed,
+    /// Nothing could run (a fixed sentence).
+    Unavailable,
+    /// A grant directory changed under brokerd: refused after all.
+    Refused,
+    /// No slot in time: answered busy.
+    Busy,
+    /// The owner declined.
+    Cancelled,
+}
+
+impl Ended {
+    /// The word on disk (and in the journal's `status` field).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Ended::Result => "result",
+            Ended::Failed => "failed",
+            Ended::Unavailable => "unavailable",
+            Ended::Refused => "refused",
+            Ended::Busy => "busy",
+            Ended::Cancelled => "cancelled",
+        }
+    }
+}
+
 impl RunError {
     /// How a call that got this error ended, in the audit's and the journal's words.
-    pub fn ended(&self) -> crate::audit::Ended {
-        use crate::audit::Ended;
+    pub fn ended(&self) -> Ended {
         match self {
             RunError::Failed(_) => Ended::Failed,
             RunError::Unavailable(_) => Ended::Unavailable,

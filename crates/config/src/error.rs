@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use crate::args::UnmountablePath;
+use boxmaker_policy::args::UnmountablePath;
 
 use super::owners;
 /// What is wrong with a value.

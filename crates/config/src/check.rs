@@ -10,7 +10,7 @@ use super::defaults::*;
 use super::places::{overlaps_state, real_path, StatePlace};
 use super::raw::{RawBroker, RawBwrap, RawConfig, RawGrant, RawRunner, S};
 use super::*;
-use crate::args::check_grant_path;
+use boxmaker_policy::args::check_grant_path;
 /// `[runner]`'s time limits of the tools, and of the egress proxy's start, in milliseconds.
 struct ToolTimes {
     read_file_ms: u64,

@@ -159,19 +159,13 @@ fn an_acl_that_lets_another_user_write_is_exposed() {
     std::fs::create_dir(&dir).expect("mkdir");
     set_mode(&dir, 0o775);
     let bytes = acl(0o7, &[(0x02, STRANGER)]);
-    let path = CString::new(dir.as_os_str().as_bytes()).expect("path");
-    // SAFETY: NUL-terminated name and path, and a buffer of the length passed.
-    let r = unsafe {
-        libc::setxattr(
-            path.as_ptr(),
-            c"system.posix_acl_access".as_ptr(),
-            bytes.as_ptr().cast(),
-            bytes.len(),
-            0,
-        )
-    };
-    if r != 0 {
-        let e = std::io::Error::last_os_error();
+    let r = rustix::fs::setxattr(
+        &dir,
+        "system.posix_acl_access",
+        &bytes,
+        rustix::fs::XattrFlags::empty(),
+    );
+    if let Err(e) = r {
         assert!(std::env::var_os("CI").is_none(), "setxattr: {e}");
         eprintln!("SKIPPED: this file system takes no POSIX ACL: {e}");
         return;
@@ -252,7 +246,7 @@ fn a_grant_below_another_user_s_directory_is_refused() {
         ),
         format!("{} is owned by uid {STRANGER} (stranger)", above.display()),
         "chmod go-w".to_string(),
-        crate::runbook::GRANT_DIRECTORY_OWNERS.to_string(),
+        proto::runbook::GRANT_DIRECTORY_OWNERS.to_string(),
     ] {
         assert!(text.contains(&part), "{part:?} not in {text}");
     }
@@ -299,13 +293,15 @@ fn load_refuses_a_grant_directory_another_user_could_swap() {
     let file = base.join("brokerd.toml");
     std::fs::write(&file, &text).expect("config");
     set_mode(&grant, 0o755);
-    if let Err(e) = crate::config::load(&file) {
+    if let Err(e) = crate::load(&file, &Fake(BTreeMap::new())) {
         assert!(std::env::var_os("CI").is_none(), "{e}");
         eprintln!("SKIPPED: a directory above the temporary one is refused here: {e}");
         return;
     }
     set_mode(&grant, 0o777);
-    let e = crate::config::load(&file).expect_err("refused").to_string();
+    let e = crate::load(&file, &Fake(BTreeMap::new()))
+        .expect_err("refused")
+        .to_string();
     let want = format!(
         "{}:9:20: grants.g.paths: {:?} can be renamed or replaced by a user other than root and the service user",
         file.display(),
@@ -323,10 +319,10 @@ fn load_refuses_a_grant_directory_another_user_could_swap() {
         e.ends_with("see runbook/runner.md#grant-directory-owners"),
         "{e}"
     );
-    assert!(crate::config::parse(&text, "t.toml").is_ok());
-    assert!(crate::config::load_placeholder_dirs(&file).is_ok());
+    assert!(crate::parse(&text, "t.toml").is_ok());
+    assert!(crate::load_placeholder_dirs(&file).is_ok());
     let bwrap = text.replace(&runner, "[runner]\nbackend = \"bwrap\"\n\n");
     std::fs::write(&file, &bwrap).expect("config");
-    let got = crate::config::load(&file);
+    let got = crate::load(&file, &Fake(BTreeMap::new()));
     assert!(got.is_ok(), "bwrap: {got:?}");
 }

@@ -11,7 +11,7 @@ fn on_fake_subtree(enforce: bool, files: &[&str]) -> (tempfile::TempDir, BwrapRu
         "[runner]\nbackend = \"bwrap\"\nenforce_limits = {enforce}\nhome = \"{}\"\n[bwrap]\ntools_root = \"/nonexistent\"\n",
         dir.path().join("home").display()
     );
-    let cfg = crate::config::parse(&text, "t.toml").expect("config");
+    let cfg = boxmaker_config::parse(&text, "t.toml").expect("config");
     let rt = BwrapRuntime::new(
         cfg.runner.as_ref().expect("runner"),
         cfg.bwrap.as_ref().expect("bwrap"),
@@ -203,7 +203,7 @@ fn the_layout_leaves_out_the_sandbox_s_own_mount_points() {
 
 #[test]
 fn bwrap_s_own_refusals_are_told_from_a_tool_s_exit_1() {
-    let cfg = crate::config::parse(
+    let cfg = boxmaker_config::parse(
         "[runner]\nbackend = \"bwrap\"\nenforce_limits = false\n",
         "t.toml",
     )
@@ -284,7 +284,7 @@ fn a_tree_s_entries_leave_room_for_the_grants_below_them() {
     std::os::unix::fs::symlink("/run", r.join("var/run")).expect("link");
     std::os::unix::fs::symlink("var/mnt", r.join("mnt")).expect("link");
     std::os::unix::fs::symlink("usr/lib", r.join("lib")).expect("link");
-    let cfg = crate::config::parse(
+    let cfg = boxmaker_config::parse(
         &format!(
             "[runner]\nbackend = \"bwrap\"\nenforce_limits = false\n[bwrap]\ntools_root = \"{}\"\n",
             r.display()
@@ -390,7 +390,7 @@ fn a_toolset_s_store_paths_are_bound_one_by_one_and_checked() {
     assert!(read(&long).is_err());
 
     std::fs::write(&list, format!("{}\n{}\n", at("bbb-busybox"), at("aaa-git"))).expect("list");
-    let cfg = crate::config::parse(
+    let cfg = boxmaker_config::parse(
         &format!(
             "[runner]\nbackend = \"bwrap\"\nenforce_limits = false\n[bwrap]\ntools_root = \"{}\"\n\
              [toolsets.t]\ntree = \"{}\"\nstore_paths = \"{}\"\n",
@@ -411,7 +411,7 @@ fn a_toolset_s_store_paths_are_bound_one_by_one_and_checked() {
         cfg.bwrap.as_ref().expect("bwrap"),
     )
     .with_store(&store);
-    let spec = crate::preflight::toolset_spec(None, toolset.as_ref().expect("toolset"));
+    let spec = crate::runner::toolset_spec(None, toolset.as_ref().expect("toolset"));
     let layout = rt.layout_of(&spec).expect("layout");
     let args: Vec<String> = rt
         .common_args(&tree, &layout, false, true, &[])

@@ -22,6 +22,8 @@
 //! - `http_fetch_ms + egress_start_ms` must also stay under `broker.timeout_ms`: loopd waits for
 //!   the proxy's start as well as for the tool.
 
+#![forbid(unsafe_code)]
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -29,8 +31,8 @@ use std::time::Duration;
 use proto::tools::ToolName;
 use serde::{Deserialize, Serialize};
 
-pub use crate::mode::Mode;
 pub use boxmaker_policy::grant::{Protect, ProtectBounds, Writes};
+pub use boxmaker_policy::mode::Mode;
 
 mod budget;
 mod check;
@@ -251,9 +253,10 @@ pub use proto::egress::Bounds;
 
 /// Reads and checks the config at `path`; errors name it by its path. No grant directory may
 /// hold the file itself, and none may be one that a user other than root and the service user
-/// could rename or replace (`owners`).
-pub fn load(path: &Path) -> Result<Config, ConfigError> {
-    load_with(path, Some(&owners::System))
+/// could rename or replace (`owners`), as `accounts` (the system's user database, which
+/// brokerd passes) says who is in which group.
+pub fn load(path: &Path, accounts: &dyn owners::Accounts) -> Result<Config, ConfigError> {
+    load_with(path, Some(accounts))
 }
 
 /// [`load`] without the owners' check: for a config whose grant directories are placeholders

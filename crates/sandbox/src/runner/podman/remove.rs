@@ -20,7 +20,7 @@ use super::process::Helper;
 use super::{PodmanRuntime, Trouble};
 use crate::runner::{RunSpec, SweepError, Unavailable};
 // What podman prints can quote the model's text: redacted before it is logged.
-use crate::redact::redact;
+use boxmaker_policy::redact::redact;
 
 /// The first pause between looks at a container that is still there after its `rm -f`; each
 /// later pause is twice the one before, all within the removal's bound.

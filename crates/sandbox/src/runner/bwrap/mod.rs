@@ -37,7 +37,7 @@ use super::{
     RunError, RunOutput, RunSpec, Runner, Settling, Steps, SweepError, Unavailable,
 };
 use super::{reaper, seccomp};
-use crate::config::{memory_bytes, BwrapConfig, CgroupMode, RunnerConfig, Toolset};
+use boxmaker_config::{memory_bytes, BwrapConfig, CgroupMode, RunnerConfig, Toolset};
 
 mod argv;
 mod placement;
@@ -52,7 +52,7 @@ use sandbox::{ProxyGuard, Sandbox};
 use sweep::sweep_sandboxes;
 
 /// The runbook entry every `unavailable` line of this runtime ends with.
-pub const RUNBOOK: &str = crate::runbook::BWRAP_UNAVAILABLE;
+pub const RUNBOOK: &str = proto::runbook::BWRAP_UNAVAILABLE;
 /// The size of the sandbox's `/tmp`, as Podman's `--tmpfs=/tmp:...,size=64m`.
 pub const TMP_SIZE: u64 = 64 * 1024 * 1024;
 /// The egress proxy's limits, as Podman's `--memory=128m --pids-limit=64`.

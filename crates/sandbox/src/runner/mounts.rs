@@ -18,9 +18,9 @@ use std::path::Path;
 use nix::fcntl::{fcntl, FcntlArg};
 
 use super::Mount;
-use crate::config::MAX_GRANT_PATHS;
+use boxmaker_config::MAX_GRANT_PATHS;
 
-pub use crate::dirs::{open_dir, DirId, MountChanged, MountTrouble};
+pub use boxmaker_policy::dirs::{open_dir, DirId, MountChanged, MountTrouble};
 
 /// Opens every mount of a call and checks it is the directory of its grant; the descriptors
 /// are in the order of `mounts` and stay valid until dropped.
@@ -123,7 +123,7 @@ pub fn pass_to<C: super::spawn::PreExec>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dirs::open_dir_walk;
+    use boxmaker_policy::dirs::open_dir_walk;
     use std::os::unix::fs::symlink;
     use std::path::PathBuf;
 

@@ -25,8 +25,6 @@
 //! (`mount ... invalid argument`, runc 1.1).
 
 use std::collections::BTreeSet;
-use std::ffi::CString;
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
 
@@ -80,53 +78,6 @@ pub trait Accounts {
     fn group_name(&self, gid: u32) -> Option<String>;
 }
 
-/// The system's users and groups (NSS).
-pub struct System;
-
-/// getpwent(3) walks one process-wide cursor.
-static PASSWD: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-impl Accounts for System {
-    fn members(&self, gid: u32) -> Option<Vec<u32>> {
-        let group = nix::unistd::Group::from_gid(nix::unistd::Gid::from_raw(gid)).ok()??;
-        let mut uids = Vec::new();
-        for name in &group.mem {
-            match nix::unistd::User::from_name(name) {
-                Ok(Some(u)) => uids.push(u.uid.as_raw()),
-                // A member that names no user: counted as someone else.
-                _ => uids.push(u32::MAX),
-            }
-        }
-        let _one = PASSWD.lock().unwrap_or_else(|p| p.into_inner());
-        // SAFETY: setpwent, getpwent and endpwent use a cursor only this lock's holder moves;
-        // each entry is read (two integers) before the next call may overwrite it.
-        unsafe {
-            libc::setpwent();
-            loop {
-                let pw = libc::getpwent();
-                if pw.is_null() {
-                    break;
-                }
-                if (*pw).pw_gid == gid {
-                    uids.push((*pw).pw_uid);
-                }
-            }
-            libc::endpwent();
-        }
-        Some(uids)
-    }
-
-    fn user_name(&self, uid: u32) -> Option<String> {
-        let u = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid)).ok()??;
-        Some(u.name)
-    }
-
-    fn group_name(&self, gid: u32) -> Option<String> {
-        let g = nix::unistd::Group::from_gid(nix::unistd::Gid::from_raw(gid)).ok()??;
-        Some(g.name)
-    }
-}
-
 /// Why a directory on a grant's path could be renamed or replaced by someone else.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Exposure {
@@ -152,7 +103,7 @@ pub enum Exposure {
 
 /// A grant directory someone other than root and the service user could swap.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{path:?} can be renamed or replaced by a user other than root and the service user ({service}): {dir} {why}; such a user could swap it for a symbolic link while Podman mounts it. Make the directory and every directory above it owned by root or the service user and writable by no one else (chown, chmod go-w, setfacl -b), or grant another directory; see {runbook}", runbook = crate::runbook::GRANT_DIRECTORY_OWNERS)]
+#[error("{path:?} can be renamed or replaced by a user other than root and the service user ({service}): {dir} {why}; such a user could swap it for a symbolic link while Podman mounts it. Make the directory and every directory above it owned by root or the service user and writable by no one else (chown, chmod go-w, setfacl -b), or grant another directory; see {runbook}", runbook = proto::runbook::GRANT_DIRECTORY_OWNERS)]
 pub struct Replaceable {
     /// The grant directory as the config writes it.
     pub path: String,
@@ -393,27 +344,15 @@ impl Acl {
 
 /// `dir`'s access ACL, if it has one (a file system without ACLs has none).
 fn access_acl(dir: &Path) -> std::io::Result<Option<Acl>> {
-    let path = CString::new(dir.as_os_str().as_bytes())
-        .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
     let mut buf = vec![0u8; 4096];
-    // SAFETY: the name and path are NUL-terminated; the kernel writes at most buf.len() bytes
-    // into buf, which lives across the call.
-    let n = unsafe {
-        libc::lgetxattr(
-            path.as_ptr(),
-            c"system.posix_acl_access".as_ptr(),
-            buf.as_mut_ptr().cast(),
-            buf.len(),
-        )
+    let n = match rustix::fs::lgetxattr(dir, "system.posix_acl_access", &mut buf[..]) {
+        Ok(n) => n,
+        Err(e) if e == rustix::io::Errno::NODATA || e == rustix::io::Errno::OPNOTSUPP => {
+            return Ok(None)
+        }
+        Err(e) => return Err(e.into()),
     };
-    if n < 0 {
-        let e = std::io::Error::last_os_error();
-        return match e.raw_os_error() {
-            Some(libc::ENODATA) | Some(libc::EOPNOTSUPP) => Ok(None),
-            _ => Err(e),
-        };
-    }
-    buf.truncate(usize::try_from(n).unwrap_or(0));
+    buf.truncate(n);
     Acl::parse(&buf)
         .map(Some)
         .ok_or_else(|| std::io::Error::other("an ACL brokerd cannot read"))

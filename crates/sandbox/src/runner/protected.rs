@@ -27,8 +27,8 @@ use std::time::Instant;
 
 use super::mounts::{self, DirId};
 use super::{Mount, MountChanged};
-use crate::config::ProtectBounds;
-use crate::protect::scan::{PastBounds, Pin, Scanner, Target};
+use boxmaker_config::ProtectBounds;
+use boxmaker_policy::protect::scan::{PastBounds, Pin, Scanner, Target};
 
 /// Why a call's writable mounts cannot be given their protection: the call is refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
