@@ -49,6 +49,7 @@ pub mod protected;
 pub mod reaper;
 pub mod seccomp;
 pub mod spawn;
+pub(crate) mod trouble;
 pub mod wake;
 
 /// Makes `cmd`'s process get SIGKILL when the brokerd thread that starts it dies, from its
@@ -743,13 +744,31 @@ trait Steps: Runner {
     where
         Self: 'a;
 
+    /// The backend's own failure, remembered until restart.
+    type Terminal: std::fmt::Display;
+
+    /// The backend's words for its troubles.
+    const WORDS: trouble::Words;
+
+    /// The failure remembered until restart, if there is one.
+    fn remembered(&self) -> Option<Self::Terminal>;
+
     /// Why no call may start now: a failure remembered until restart, logged with `detail`.
-    fn refusal(&self, _spec: &RunSpec, _detail: &str) -> Option<RunError> {
-        None
+    fn refusal(&self, spec: &RunSpec, detail: &str) -> Option<RunError> {
+        let t = self.remembered()?;
+        Some(trouble::unavailable(
+            spec,
+            trouble::Trouble::Terminal(t),
+            detail,
+            &Self::WORDS,
+        ))
     }
 
     /// The answer of an http_fetch while containment is poisoned, logged with `detail`.
-    fn poisoned_answer(&self, spec: &RunSpec, detail: &str) -> RunError;
+    fn poisoned_answer(&self, spec: &RunSpec, detail: &str) -> RunError {
+        let t = trouble::Trouble::<Self::Terminal>::Poisoned;
+        trouble::unavailable(spec, t, detail, &Self::WORDS)
+    }
 
     /// Finds and holds the protected targets of writable mounts.
     fn protector(&self) -> &protected::Protector;
@@ -774,7 +793,10 @@ trait Steps: Runner {
 
     /// The answer of an http_fetch whose way out waited until `deadline` for the clean-ups of
     /// calls answered before it, logged with `detail`.
-    fn earlier_clean_up_answer(&self, spec: &RunSpec, detail: &str) -> RunError;
+    fn earlier_clean_up_answer(&self, spec: &RunSpec, detail: &str) -> RunError {
+        let t = trouble::Trouble::<Self::Terminal>::EarlierCleanUp;
+        trouble::unavailable(spec, t, detail, &Self::WORDS)
+    }
 
     /// Before a tool gets its way out: the proxies of calls answered before this one are
     /// stopped, or the runtime is poisoned, and it is not (docs/design.md#runners). `waited`

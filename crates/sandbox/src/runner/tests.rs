@@ -43,6 +43,18 @@ impl Runner for Recorder {
 
 impl Steps for Recorder {
     type Leftovers<'a> = Left<'a>;
+    type Terminal = String;
+    const WORDS: trouble::Words = trouble::Words {
+        program: "recorder",
+        build: "record",
+        toolset: "no toolset",
+        stopped: ("record", "gone"),
+        proxy_gone: "gone",
+        runbook: None,
+    };
+    fn remembered(&self) -> Option<String> {
+        None
+    }
     fn refusal(&self, _spec: &RunSpec, _detail: &str) -> Option<RunError> {
         self.refuse
             .then_some(RunError::Unavailable(Unavailable::RunnerUnavailable))

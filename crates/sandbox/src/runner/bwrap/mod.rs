@@ -32,9 +32,10 @@ use super::overlay::Overlays;
 use super::pidfd::{Pidfd, Stopped, KILL_CONFIRM};
 use super::protected::{Held, Over, Protector};
 use super::spawn::{self, find_program, Io, PreExec, Spawn};
+use super::trouble::Missing;
 use super::{
     dies_with_brokerd, mount_changed, not_cleared, Cleared, Deadlines, Egress, Failure, Ran, Reply,
-    RunError, RunOutput, RunSpec, Runner, Settling, Steps, SweepError, Unavailable,
+    RunError, RunOutput, RunSpec, Runner, Settling, Steps, SweepError,
 };
 use super::{reaper, seccomp};
 use boxmaker_config::{memory_bytes, BwrapConfig, CgroupMode, RunnerConfig, Toolset};
@@ -87,6 +88,16 @@ pub enum Terminal {
     NoSeccomp(String),
 }
 
+impl Terminal {
+    /// bwrap itself missing (`runner::trouble::Missing`).
+    fn missing(m: Missing, detail: String) -> Terminal {
+        match m {
+            Missing::Absent => Terminal::Absent(detail),
+            Missing::Inexecutable => Terminal::Inexecutable(detail),
+        }
+    }
+}
+
 /// The terminal failure of a host whose architecture has no filter `program` for it.
 fn seccomp_missing(program: Option<&[seccomp::SockFilter]>) -> Option<Terminal> {
     program
@@ -94,34 +105,19 @@ fn seccomp_missing(program: Option<&[seccomp::SockFilter]>) -> Option<Terminal> 
         .then(|| Terminal::NoSeccomp(std::env::consts::ARCH.to_string()))
 }
 
-/// What brokerd's log says when nothing could run; each line ends with [`RUNBOOK`].
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-enum Trouble {
-    #[error("bwrap cannot run here")]
-    Terminal(Terminal),
-    #[error("bwrap could not be started")]
-    Spawn,
-    #[error("bwrap could not build the sandbox")]
-    Setup,
-    #[error("the tools root could not be read")]
-    ToolsRoot,
-    #[error("the grant's toolset tree could not be read")]
-    Toolset,
-    #[error("the sandbox's limits cannot take effect")]
-    Limits,
-    #[error("the egress directory could not be made")]
-    EgressDir,
-    #[error("the egress proxy did not start")]
-    ProxyFailed,
-    #[error("the egress proxy's socket did not appear in time")]
-    ProxySocket,
-    #[error("a sandbox brokerd stopped earlier could not be confirmed dead, so network work (http_fetch, and shell calls of grants with shell_hosts) is off until restart")]
-    Poisoned,
-    #[error("an earlier call's egress proxy was not confirmed stopped in time")]
-    EarlierCleanUp,
-    #[error("the session's staged layer could not be mounted")]
-    Staged,
-}
+/// What bwrap ran into; each is one `unavailable` answer (`runner::trouble`).
+type Trouble = super::trouble::Trouble<Terminal>;
+
+/// bwrap's words for its troubles; a runner's or an egress trouble points to bwrap's runbook
+/// entry.
+const WORDS: super::trouble::Words = super::trouble::Words {
+    program: "bwrap",
+    build: "build the sandbox",
+    toolset: "the grant's toolset tree could not be read",
+    stopped: ("sandbox", "dead"),
+    proxy_gone: "stopped",
+    runbook: Some(RUNBOOK),
+};
 
 /// Runs calls in bubblewrap sandboxes.
 pub struct BwrapRuntime {
@@ -261,29 +257,7 @@ impl BwrapRuntime {
 
     /// Writes the log line of an `unavailable` answer, ending with the runbook pointer.
     fn unavailable(&self, spec: &RunSpec, trouble: Trouble, detail: &str) -> RunError {
-        let what = match &trouble {
-            Trouble::Terminal(t) => format!("{trouble}: {t}"),
-            _ => trouble.to_string(),
-        };
-        let why = match trouble {
-            Trouble::Staged => Unavailable::LayerUnavailable,
-            Trouble::Toolset => Unavailable::ToolsetUnavailable,
-            Trouble::EgressDir
-            | Trouble::ProxyFailed
-            | Trouble::ProxySocket
-            | Trouble::Poisoned
-            | Trouble::EarlierCleanUp => Unavailable::EgressUnavailable,
-            Trouble::Terminal(_)
-            | Trouble::Spawn
-            | Trouble::Setup
-            | Trouble::ToolsRoot
-            | Trouble::Limits => Unavailable::RunnerUnavailable,
-        };
-        let pointer = match why {
-            Unavailable::LayerUnavailable | Unavailable::ToolsetUnavailable => why.runbook(),
-            _ => RUNBOOK,
-        };
-        super::unavailable(spec, why, &what, detail, pointer)
+        super::trouble::unavailable(spec, trouble, detail, &WORDS)
     }
 
     fn remember(&self, t: Terminal) {
@@ -345,17 +319,11 @@ impl Steps for BwrapRuntime {
     /// and the egress directory: each confirmed when dropped, or the runtime is poisoned.
     type Leftovers<'a> = (Option<Sandbox<'a>>, Option<ProxyGuard<'a>>);
 
-    fn refusal(&self, spec: &RunSpec, detail: &str) -> Option<RunError> {
-        let t = self.terminal()?;
-        Some(self.unavailable(spec, Trouble::Terminal(t), detail))
-    }
+    type Terminal = Terminal;
+    const WORDS: super::trouble::Words = WORDS;
 
-    fn poisoned_answer(&self, spec: &RunSpec, detail: &str) -> RunError {
-        self.unavailable(spec, Trouble::Poisoned, detail)
-    }
-
-    fn earlier_clean_up_answer(&self, spec: &RunSpec, detail: &str) -> RunError {
-        self.unavailable(spec, Trouble::EarlierCleanUp, detail)
+    fn remembered(&self) -> Option<Terminal> {
+        self.terminal()
     }
 
     fn settling(&self) -> &Settling {

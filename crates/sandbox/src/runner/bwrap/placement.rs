@@ -32,7 +32,7 @@ pub(super) fn drop_placement(p: Placement, poisoned: &AtomicBool) {
             tracing::error!(
                 "the sandbox cgroup {} could not be confirmed empty and removed; {}; see {RUNBOOK}",
                 dir.display(),
-                Trouble::Poisoned
+                Trouble::Poisoned.say(&WORDS)
             );
         }
     }

@@ -52,7 +52,7 @@ impl Sandbox<'_> {
                 tracing::error!(
                     "a process of the sandbox of bwrap {} (pid {pid}) {what}; {}; see {RUNBOOK}",
                     self.child.id(),
-                    Trouble::Poisoned
+                    Trouble::Poisoned.say(&WORDS)
                 );
             }
         }
@@ -70,7 +70,7 @@ impl Sandbox<'_> {
                 tracing::error!(
                     "bwrap (pid {}) did not die after two SIGKILLs through its pidfd; {}; see {RUNBOOK}",
                     self.child.id(),
-                    Trouble::Poisoned
+                    Trouble::Poisoned.say(&WORDS)
                 );
             }
         }
@@ -215,7 +215,7 @@ impl BwrapRuntime {
                         "remembered until restart",
                     ));
                 }
-                return Err(self.unavailable(spec, Trouble::Spawn, &format!("pidfd_open: {e}")));
+                return Err(self.unavailable(spec, Trouble::Start, &format!("pidfd_open: {e}")));
             }
         };
         Ok(Sandbox {
@@ -276,7 +276,7 @@ impl BwrapRuntime {
                 Ok(mounts) => Ok((filter, mounts)),
                 Err(e) => Err(format!("grant directories: {e}")),
             })
-            .map_err(|detail| (Trouble::Spawn, detail))?;
+            .map_err(|detail| (Trouble::Start, detail))?;
         // A staged grant directory: the session's layer over it, mounted in the child last
         // (docs/design.md#staged-writes-and-owners).
         let overlays = self
@@ -301,20 +301,14 @@ impl BwrapRuntime {
             return self.unavailable(spec, Trouble::Staged, &detail);
         }
         let detail = format!("{}: {e}", self.bwrap.display());
-        let terminal = match (e.kind(), e.raw_os_error()) {
-            (io::ErrorKind::NotFound, _) => Some(Terminal::Absent(detail.clone())),
-            (io::ErrorKind::PermissionDenied, _) | (_, Some(libc::ENOEXEC)) => {
-                Some(Terminal::Inexecutable(detail.clone()))
-            }
-            _ => None,
-        };
+        let terminal = Missing::of(&e).map(|m| Terminal::missing(m, detail.clone()));
         match terminal {
             // Only bwrap's own absence is terminal, not a scope helper's.
             Some(t) if !cmd_is_scope(cmd) => {
                 self.remember(t.clone());
                 self.unavailable(spec, Trouble::Terminal(t), "remembered until restart")
             }
-            _ => self.unavailable(spec, Trouble::Spawn, &detail),
+            _ => self.unavailable(spec, Trouble::Start, &detail),
         }
     }
 
@@ -468,7 +462,7 @@ impl BwrapRuntime {
         let over = held.mounts();
         for (_, fd) in &over {
             let fd = fd.try_clone().map_err(|e| {
-                self.unavailable(spec, Trouble::Spawn, &format!("protected target: {e}"))
+                self.unavailable(spec, Trouble::Start, &format!("protected target: {e}"))
             })?;
             mount_fds.push(fd);
         }
@@ -506,7 +500,7 @@ impl BwrapRuntime {
                     self.remember(t.clone());
                     self.unavailable(spec, Trouble::Terminal(t), "remembered until restart")
                 }
-                None => self.unavailable(spec, Trouble::Setup, &err),
+                None => self.unavailable(spec, Trouble::Build, &err),
             });
         }
         let truncated = streams.overflowed();
@@ -514,7 +508,7 @@ impl BwrapRuntime {
             Verdict::Output(out) => Ok(out),
             Verdict::RunnerFailed => {
                 let detail = format!("bwrap exited with {status}: {err}");
-                Err(self.unavailable(spec, Trouble::Setup, &detail))
+                Err(self.unavailable(spec, Trouble::Build, &detail))
             }
             Verdict::Failed(f) => {
                 super::super::tool_failed_line(spec, "bwrap", &status, &err);

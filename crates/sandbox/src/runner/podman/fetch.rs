@@ -153,7 +153,7 @@ impl EgressGuard<'_> {
             }
             Err(e) => {
                 let detail = format!("{}: {e}", rt.program.path().display());
-                Err(rt.unavailable(self.spec, Trouble::NoPodman, &detail))
+                Err(rt.unavailable(self.spec, Trouble::Start, &detail))
             }
         }
     }

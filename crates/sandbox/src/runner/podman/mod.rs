@@ -28,7 +28,7 @@ pub use super::output::STDERR_KEEP;
 use super::protected::{Held, Over, Protector, Unprotected};
 use super::{
     mount_changed, Cleared, Deadlines, Egress, Ran, Reply, RunError, RunOutput, RunSpec, Runner,
-    Settling, Steps, SweepError, Unavailable,
+    Settling, Steps, SweepError,
 };
 use boxmaker_config::{EgressNetwork, RunnerConfig};
 
@@ -58,30 +58,18 @@ pub use proto::podman::{LABEL_FILTER, LABEL_VALUE};
 /// docs/design.md#the-podman-runner).
 static CONTAINERS: AtomicU64 = AtomicU64::new(0);
 
-/// What brokerd's log says when nothing could run; each line ends with the runbook pointer.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-enum Trouble {
-    #[error("podman cannot run here")]
-    Terminal(Terminal),
-    #[error("podman could not be started")]
-    NoPodman,
-    #[error("podman could not start the container")]
-    PodmanFailed,
-    #[error("the egress directory could not be made")]
-    EgressDir,
-    #[error("the egress proxy did not start")]
-    ProxyFailed,
-    #[error("the egress proxy's socket did not appear in time")]
-    ProxySocket,
-    #[error("a container brokerd stopped earlier could not be confirmed gone, so network work (http_fetch, and shell calls of grants with shell_hosts) is off until restart")]
-    Poisoned,
-    #[error("an earlier call's egress proxy was not confirmed removed in time")]
-    EarlierCleanUp,
-    #[error("the session's staged layer could not be mounted")]
-    Staged,
-    #[error("the grant's toolset image is not in the service user's store")]
-    Toolset,
-}
+/// What Podman ran into; each is one `unavailable` answer (`runner::trouble`).
+type Trouble = super::trouble::Trouble<Terminal>;
+
+/// Podman's words for its troubles; every one points to the runner's runbook entry.
+const WORDS: super::trouble::Words = super::trouble::Words {
+    program: "podman",
+    build: "start the container",
+    toolset: "the grant's toolset image is not in the service user's store",
+    stopped: ("container", "gone"),
+    proxy_gone: "removed",
+    runbook: None,
+};
 
 /// Runs calls with rootless Podman.
 pub struct PodmanRuntime {
@@ -244,23 +232,7 @@ impl PodmanRuntime {
     /// Writes the log line of an `unavailable` answer (docs/design.md#service: it ends with the
     /// runbook pointer) and gives the answer.
     fn unavailable(&self, spec: &RunSpec, trouble: Trouble, detail: &str) -> RunError {
-        let why = match trouble {
-            Trouble::EgressDir
-            | Trouble::ProxyFailed
-            | Trouble::ProxySocket
-            | Trouble::Poisoned
-            | Trouble::EarlierCleanUp => Unavailable::EgressUnavailable,
-            Trouble::Terminal(_) | Trouble::NoPodman | Trouble::PodmanFailed => {
-                Unavailable::RunnerUnavailable
-            }
-            Trouble::Staged => Unavailable::LayerUnavailable,
-            Trouble::Toolset => Unavailable::ToolsetUnavailable,
-        };
-        let what = match &trouble {
-            Trouble::Terminal(t) => format!("{trouble}: {t}"),
-            _ => trouble.to_string(),
-        };
-        super::unavailable(spec, why, &what, detail, why.runbook())
+        super::trouble::unavailable(spec, trouble, detail, &WORDS)
     }
 
     /// Runs a podman helper (`kill`, `rm`, `container exists`, `image exists`), giving up at
@@ -321,17 +293,11 @@ impl Runner for PodmanRuntime {
 impl Steps for PodmanRuntime {
     type Leftovers<'a> = EgressGuard<'a>;
 
-    fn refusal(&self, spec: &RunSpec, detail: &str) -> Option<RunError> {
-        let t = self.terminal()?;
-        Some(self.unavailable(spec, Trouble::Terminal(t), detail))
-    }
+    type Terminal = Terminal;
+    const WORDS: super::trouble::Words = WORDS;
 
-    fn poisoned_answer(&self, spec: &RunSpec, detail: &str) -> RunError {
-        self.unavailable(spec, Trouble::Poisoned, detail)
-    }
-
-    fn earlier_clean_up_answer(&self, spec: &RunSpec, detail: &str) -> RunError {
-        self.unavailable(spec, Trouble::EarlierCleanUp, detail)
+    fn remembered(&self) -> Option<Terminal> {
+        self.terminal()
     }
 
     fn settling(&self) -> &Settling {

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use super::orphans;
 use super::process::Helper;
-use super::{PodmanRuntime, Trouble};
+use super::{PodmanRuntime, Trouble, WORDS};
 use crate::runner::{RunSpec, SweepError, Unavailable};
 // What podman prints can quote the model's text: redacted before it is logged.
 use boxmaker_policy::redact::redact;
@@ -69,7 +69,7 @@ impl PodmanRuntime {
                     call = %spec.call,
                     container = name,
                     "{why}; {}; see {}",
-                    Trouble::Poisoned,
+                    Trouble::Poisoned.say(&WORDS),
                     Unavailable::RunnerUnavailable.runbook()
                 );
             }

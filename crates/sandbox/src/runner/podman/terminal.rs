@@ -16,6 +16,7 @@ use std::ffi::OsString;
 use std::process::ExitStatus;
 use std::time::Instant;
 
+use super::super::trouble::Missing;
 use super::process::Helper;
 use super::PodmanRuntime;
 
@@ -33,6 +34,16 @@ pub enum Terminal {
     /// The pinned image is not in the service user's store (`podman image exists` says so).
     #[error("the image is not in the service user's store: {0}")]
     ImageMissing(String),
+}
+
+impl Terminal {
+    /// podman itself missing (`runner::trouble::Missing`).
+    pub(super) fn missing(m: Missing, detail: String) -> Terminal {
+        match m {
+            Missing::Absent => Terminal::Absent(detail),
+            Missing::Inexecutable => Terminal::Inexecutable(detail),
+        }
+    }
 }
 
 /// What podman's standard error of a failed run suggests, before it is confirmed.

@@ -2,7 +2,6 @@
 //! once the call's gate opens, served until it exits, and answered by the exit-code table of
 //! docs/design.md#the-tool-container.
 
-use std::io::ErrorKind;
 use std::time::Instant;
 
 use super::layer;
@@ -12,6 +11,7 @@ use super::{PodmanRuntime, Trouble};
 use crate::runner::output::{decode, verdict, Event, Streams, Verdict, DRAIN_GRACE};
 use crate::runner::protected::Over;
 use crate::runner::spawn::Io;
+use crate::runner::trouble::Missing;
 use crate::runner::{not_cleared, Cleared, Deadlines, Failure, RunError, RunOutput, RunSpec};
 // What podman and the tools print can quote the model's text: redacted before it is logged.
 
@@ -28,16 +28,12 @@ impl PodmanRuntime {
         self.program.start(&args, [Io::Piped; 3]).map_err(|e| {
             let detail = format!("{}: {e}", self.program.path().display());
             // Absent or not executable: no retry can mend it.
-            let terminal = match (e.kind(), e.raw_os_error()) {
-                (ErrorKind::NotFound, _) => Some(Terminal::Absent(detail.clone())),
-                (ErrorKind::PermissionDenied, _) | (_, Some(libc::ENOEXEC)) => {
-                    Some(Terminal::Inexecutable(detail.clone()))
+            match Missing::of(&e) {
+                Some(m) => {
+                    let t = Terminal::missing(m, detail);
+                    self.terminal_answer(spec, t, "remembered until restart")
                 }
-                _ => None,
-            };
-            match terminal {
-                Some(t) => self.terminal_answer(spec, t, "remembered until restart"),
-                None => self.unavailable(spec, Trouble::NoPodman, &detail),
+                None => self.unavailable(spec, Trouble::Start, &detail),
             }
         })
     }
@@ -125,7 +121,7 @@ impl PodmanRuntime {
                 }
                 match suspect.and_then(|s| self.confirm(s, &stderr)) {
                     Some(t) => Err(self.terminal_answer(spec, t, "remembered until restart")),
-                    None => Err(self.unavailable(spec, Trouble::PodmanFailed, &detail)),
+                    None => Err(self.unavailable(spec, Trouble::Build, &detail)),
                 }
             }
         }
