@@ -1,5 +1,7 @@
 //! `toolkit <subcommand>`: see the crate docs and docs/design.md#the-toolkit.
 
+#![forbid(unsafe_code)]
+
 use std::io::{self, Write};
 use std::process::ExitCode;
 use std::sync::atomic::AtomicBool;

@@ -1,6 +1,7 @@
 //! toolkit run as a program against temporary directories: every exit code and output format
 //! of docs/design.md#the-toolkit.
 
+#![forbid(unsafe_code)]
 // A test: a setup step that fails is the test failing.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -56,8 +57,7 @@ fn read_file_table() {
     fs::write(d.join("secret"), "s").unwrap();
     fs::set_permissions(d.join("secret"), fs::Permissions::from_mode(0o000)).unwrap();
     let p = |n: &str| d.join(n).to_string_lossy().into_owned();
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
+    let root = rustix::process::geteuid().is_root();
 
     let cases: Vec<(String, i32, String)> = vec![
         (p("a.txt"), 0, "hello\nworld\n".into()),
