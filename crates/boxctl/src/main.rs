@@ -10,6 +10,8 @@
 //! A `commit` that left a selected path out (a conflict, or a protected target not named) is
 //! not a success: 1, so that a script sees that the real tree is not what the session wrote.
 
+#![forbid(unsafe_code)]
+
 use std::ffi::OsString;
 use std::io::Write;
 use std::os::unix::process::CommandExt;

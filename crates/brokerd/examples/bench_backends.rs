@@ -7,6 +7,8 @@
 //! (target/x86_64-unknown-linux-musl/release/toolkit) and /bin/busybox. Limits are not
 //! enforced (enforce_limits = false), as on a host without cgroup v2 delegation.
 
+#![forbid(unsafe_code)]
+
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

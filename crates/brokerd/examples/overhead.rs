@@ -15,6 +15,7 @@
 //! that says `SLOW`), so the memory figures are the server process's alone. The client sends
 //! plain NDJSON lines over the Unix socket and times each answer.
 
+#![forbid(unsafe_code)]
 // A measurement run by hand: a setup step that fails ends it.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

@@ -11,6 +11,7 @@
 //! for `boxmaker-e2e report` (`make bench`). It fails (exit 1) if the layer does not list
 //! exactly 1,000 changes.
 
+#![forbid(unsafe_code)]
 // A measurement run by hand: a setup step that fails ends it.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

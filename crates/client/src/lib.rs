@@ -16,6 +16,8 @@
 //! past it is not sent, an answer past it is read to its end and dropped, and the connection
 //! stays in step for the next request.
 
+#![forbid(unsafe_code)]
+
 use std::io::{BufRead, BufReader, ErrorKind, Write};
 use std::os::unix::net::UnixStream;
 use std::path::Path;

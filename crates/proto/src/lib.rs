@@ -25,6 +25,8 @@
 //!
 //! No I/O and no async runtime live here.
 
+#![forbid(unsafe_code)]
+
 pub mod addr;
 pub mod broker;
 #[cfg(feature = "cli")]

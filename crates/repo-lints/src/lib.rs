@@ -8,16 +8,21 @@
 //!   `runbook/`.
 //! - `design`: every `docs/design.md#...` is a heading of docs/design.md, and nothing cites a
 //!   document the repository does not hold.
+//! - `unsafe_code`: every crate root of the workspace (library, binaries, tests, benches,
+//!   examples, build script) has `#![forbid(unsafe_code)]`, but those of the members its
+//!   `MAY_HOLD_UNSAFE` names (brokerd, which runs the sandboxes, and the e2e suite).
 //!
 //! Each reads the repository's files from its root. The Nix package's check phase builds from
 //! the crates alone (nixos/pkgs/boxmaker.nix): there each lint prints why it skipped; under
 //! `CI` a missing repository is a failure instead.
 
 #![cfg(test)]
+#![forbid(unsafe_code)]
 
 mod design;
 mod lengths;
 mod runbook;
+mod unsafe_code;
 
 use std::path::{Path, PathBuf};
 

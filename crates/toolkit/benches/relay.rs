@@ -6,6 +6,8 @@
 //! a shell call's tools take (docs/design.md#shell-and-its-egress-proxy): client → the
 //! toolkit's bridge on 127.0.0.1 by HTTP CONNECT → the proxy → the sink.
 
+#![forbid(unsafe_code)]
+
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::unix::net::{UnixListener, UnixStream};

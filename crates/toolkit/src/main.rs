@@ -1,9 +1,13 @@
 //! `toolkit <subcommand>`: see the crate docs and docs/design.md#the-toolkit.
 
+#![forbid(unsafe_code)]
+
 use std::io::{self, Write};
 use std::process::ExitCode;
+use std::sync::atomic::AtomicBool;
 
 use proto::egress;
+use signal_hook::consts::SIGTERM;
 use toolkit::tools::{self, Exit, Misuse};
 
 /// The tools' synopsis; the proxy's is `proto::egress::USAGE`.
@@ -57,21 +61,14 @@ fn main() -> ExitCode {
 /// toolkit is the first process of its container, and the kernel drops a signal whose action
 /// is the default when it is sent to a PID namespace's first process: SIGTERM from `podman rm
 /// -f` or `podman stop` would be ignored and podman would wait out its 10 s grace before
-/// SIGKILL, longer than brokerd waits for a clean-up step. So SIGTERM ends toolkit at once; the
+/// SIGKILL, longer than brokerd waits for a clean-up step. So SIGTERM ends toolkit at once with
+/// 128 + SIGTERM (signal-hook's handler calls only `_exit`, which is async-signal-safe); the
 /// kernel then kills the rest of the container. (Programs toolkit starts get the default action
-/// back when they exec.)
+/// back when they exec.) Where the handler cannot be installed, toolkit runs without it, as a
+/// process outside a container would.
 fn exit_on_sigterm() {
-    extern "C" fn on_term(_: libc::c_int) {
-        // SAFETY: _exit is async-signal-safe and touches no state of this process.
-        unsafe { libc::_exit(128 + libc::SIGTERM) }
-    }
-    // SAFETY: the handler only calls an async-signal-safe function.
-    unsafe {
-        libc::signal(
-            libc::SIGTERM,
-            on_term as extern "C" fn(libc::c_int) as libc::sighandler_t,
-        );
-    }
+    static ALWAYS: AtomicBool = AtomicBool::new(true);
+    let _ = signal_hook::flag::register_conditional_shutdown(SIGTERM, 128 + SIGTERM, &ALWAYS);
 }
 
 /// Exit 2: toolkit was run wrongly. The text goes to standard error, for brokerd's log only.

@@ -13,7 +13,7 @@
 use std::ffi::OsString;
 use std::fs::{self, File};
 use std::io::{self, Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::AsFd;
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::{Command, ExitStatus, Stdio};
@@ -22,6 +22,9 @@ use std::thread;
 use proto::tools::{
     parse_args, HttpFetchArgs, ReadFileArgs, ShellArgs, WriteFileArgs, EGRESS_SOCKET,
 };
+use rustix::event::{PollFd, PollFlags};
+use rustix::fs::{fcntl_getfl, fcntl_setfl, OFlags};
+use rustix::io::Errno;
 
 use crate::bridge::Bridge;
 
@@ -230,7 +233,7 @@ fn run_on_one_pipe(
     cmd: &mut Command,
     out: &mut impl Write,
 ) -> Result<(ExitStatus, u64), ShellError> {
-    let (read_end, write_end) = pipe().map_err(ShellError::Spawn)?;
+    let (read_end, write_end) = io::pipe().map_err(ShellError::Spawn)?;
     let write_err = write_end.try_clone().map_err(ShellError::Spawn)?;
     let mut child = cmd
         .stdin(Stdio::null())
@@ -242,7 +245,7 @@ fn run_on_one_pipe(
     drop(std::mem::replace(cmd, Command::new("")));
 
     // A waiter thread tells the poll loop, through a second pipe, that the child has exited.
-    let (exit_read, exit_write) = pipe().map_err(ShellError::Spawn)?;
+    let (exit_read, exit_write) = io::pipe().map_err(ShellError::Spawn)?;
     let waiter = thread::spawn(move || {
         let status = child.wait();
         drop(exit_write); // closing it wakes the poll loop
@@ -254,34 +257,22 @@ fn run_on_one_pipe(
     let mut pipe_open = true;
     loop {
         let mut fds = [
-            libc::pollfd {
-                fd: read_end.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            },
-            libc::pollfd {
-                fd: exit_read.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            },
+            PollFd::new(&read_end, PollFlags::IN),
+            PollFd::new(&exit_read, PollFlags::IN),
         ];
         let watched = if pipe_open {
             &mut fds[..]
         } else {
             &mut fds[1..]
         };
-        // SAFETY: `watched` points at valid pollfd structs for the length given.
-        let n = unsafe { libc::poll(watched.as_mut_ptr(), watched.len() as libc::nfds_t, -1) };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(ShellError::Spawn(e));
+        match rustix::event::poll(watched, None) {
+            Ok(_) => {}
+            Err(Errno::INTR) => continue,
+            Err(e) => return Err(ShellError::Spawn(e.into())),
         }
-        let child_exited = fds[1].revents != 0;
-        if pipe_open && fds[0].revents != 0 {
-            match read_fd(&read_end, &mut buf) {
+        let child_exited = !fds[1].revents().is_empty();
+        if pipe_open && !fds[0].revents().is_empty() {
+            match (&read_end).read(&mut buf) {
                 Ok(0) => pipe_open = false,
                 Ok(k) => {
                     out.write_all(&buf[..k]).map_err(ShellError::Stdout)?;
@@ -300,7 +291,7 @@ fn run_on_one_pipe(
     if pipe_open {
         set_nonblocking(&read_end).map_err(ShellError::Spawn)?;
         loop {
-            match read_fd(&read_end, &mut buf) {
+            match (&read_end).read(&mut buf) {
                 Ok(0) => break,
                 Ok(k) => {
                     out.write_all(&buf[..k]).map_err(ShellError::Stdout)?;
@@ -323,36 +314,10 @@ fn run_on_one_pipe(
     Ok((status, copied))
 }
 
-fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [0 as libc::c_int; 2];
-    // SAFETY: `fds` has room for the two descriptors pipe2 writes.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: pipe2 succeeded, so both descriptors are open and owned by nobody else.
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
-}
-
-fn read_fd(fd: &OwnedFd, buf: &mut [u8]) -> io::Result<usize> {
-    // SAFETY: `buf` is valid for writes of its length; `fd` is open for as long as we hold it.
-    let n = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
-    if n < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(n as usize)
-    }
-}
-
-fn set_nonblocking(fd: &OwnedFd) -> io::Result<()> {
-    // SAFETY: fcntl on a descriptor we own, with flag arguments only.
-    let flags = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) };
-    if flags < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: as above.
-    if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
+/// Sets `O_NONBLOCK` on `fd`, keeping its other status flags.
+fn set_nonblocking(fd: impl AsFd) -> io::Result<()> {
+    let flags = fcntl_getfl(&fd)?;
+    fcntl_setfl(&fd, flags | OFlags::NONBLOCK)?;
     Ok(())
 }
 

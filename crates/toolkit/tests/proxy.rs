@@ -1,6 +1,7 @@
 //! The egress proxy through its listener and as a program (docs/design.md#the-egress-proxy): the
 //! cap of 8 connections, and exit 2 for a bad command line. Nothing here leaves 127.0.0.1.
 
+#![forbid(unsafe_code)]
 // A test: a setup step that fails is the test failing.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

@@ -1,6 +1,7 @@
 //! toolkit run as a program against temporary directories: every exit code and output format
 //! of docs/design.md#the-toolkit.
 
+#![forbid(unsafe_code)]
 // A test: a setup step that fails is the test failing.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -56,8 +57,7 @@ fn read_file_table() {
     fs::write(d.join("secret"), "s").unwrap();
     fs::set_permissions(d.join("secret"), fs::Permissions::from_mode(0o000)).unwrap();
     let p = |n: &str| d.join(n).to_string_lossy().into_owned();
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
+    let root = rustix::process::geteuid().is_root();
 
     let cases: Vec<(String, i32, String)> = vec![
         (p("a.txt"), 0, "hello\nworld\n".into()),
@@ -293,6 +293,41 @@ fn shell_output_larger_than_a_pipe_buffer_arrives_whole() {
     );
     assert_eq!(code, 0);
     assert_eq!(out.len(), 1_000_000 + "\n[exit 0]".len());
+}
+
+/// SIGTERM ends toolkit at once with 128 + SIGTERM, whatever the command it runs is doing: as
+/// its container's first process it would otherwise not see the signal at all.
+#[test]
+fn sigterm_ends_toolkit_at_once_with_143() {
+    use rustix::process::{kill_process, Pid, Signal};
+    use std::io::{BufRead, BufReader};
+
+    let mut child = Command::new(env!("CARGO_BIN_EXE_toolkit"))
+        .arg("shell")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start toolkit");
+    let mut stdin = child.stdin.take().expect("stdin");
+    stdin
+        .write_all(br#"{"command":"echo started; sleep 10","cwd":"/"}"#)
+        .expect("input");
+    drop(stdin);
+    // The command's first line: toolkit is past its start, its handler set.
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("the first line");
+    assert_eq!(line, "started\n");
+    let start = Instant::now();
+    kill_process(Pid::from_child(&child), Signal::TERM).expect("SIGTERM");
+    let status = child.wait().expect("wait");
+    assert_eq!(status.code(), Some(143), "{status:?}");
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "SIGTERM waited for the command"
+    );
 }
 
 #[test]

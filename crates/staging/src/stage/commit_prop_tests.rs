@@ -100,12 +100,13 @@ fn real_tree(rng: &mut Seeded, real: &Path) {
 }
 
 fn set_opaque(dir: &Path) {
-    use std::os::unix::ffi::OsStrExt;
-    let p = std::ffi::CString::new(dir.as_os_str().as_bytes()).expect("path");
-    let name = std::ffi::CString::new("user.overlay.opaque").expect("name");
-    // SAFETY: both strings are NUL-terminated and outlive the call; the value is 1 byte.
-    let rc = unsafe { libc::setxattr(p.as_ptr(), name.as_ptr(), b"y".as_ptr().cast(), 1, 0) };
-    assert_eq!(rc, 0, "setxattr: {}", io::Error::last_os_error());
+    rustix::fs::setxattr(
+        dir,
+        "user.overlay.opaque",
+        b"y",
+        rustix::fs::XattrFlags::empty(),
+    )
+    .expect("setxattr");
 }
 
 /// One entry of the session's changes at `rel` over the real entry `real` (what overlayfs

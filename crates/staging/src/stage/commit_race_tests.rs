@@ -6,9 +6,7 @@ use super::super::super::Stage;
 use super::super::*;
 use super::listed;
 use proto::ident::Ident;
-use std::ffi::CString;
 use std::fs;
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::symlink;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -44,24 +42,8 @@ impl Seeded {
 
 /// `renameat2(a, b, RENAME_EXCHANGE)` on absolute paths.
 fn exchange(a: &Path, b: &Path) -> io::Result<()> {
-    let a = CString::new(a.as_os_str().as_bytes()).expect("name");
-    let b = CString::new(b.as_os_str().as_bytes()).expect("name");
-    // SAFETY: both names are NUL-terminated strings that outlive the call.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_renameat2,
-            libc::AT_FDCWD,
-            a.as_ptr(),
-            libc::AT_FDCWD,
-            b.as_ptr(),
-            libc::RENAME_EXCHANGE,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    use rustix::fs::{renameat_with, RenameFlags, CWD};
+    renameat_with(CWD, a, CWD, b, RenameFlags::EXCHANGE).map_err(io::Error::from)
 }
 
 /// A layer whose session wrote `sub/new` into the real directory `sub/` (which holds the

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use nix::fcntl::OFlag;
 use nix::sys::stat::Mode;
 use proto::broker::EntryKind;
+use rustix::fs::RenameFlags;
 
 use super::changes;
 use super::landing::{names_at, rename2_at};
@@ -124,7 +125,7 @@ pub fn finish_interrupted(layer: &Layer) -> io::Result<()> {
             };
             let name = OsStr::from_bytes(&rest[dash + 1..]);
             if is_layers(&real, &upper, &d.join(name)) {
-                rename2_at(&dir, &tmp, name, libc::RENAME_EXCHANGE).map_err(io::Error::from)?;
+                rename2_at(&dir, &tmp, name, RenameFlags::EXCHANGE).map_err(io::Error::from)?;
             }
             remove_at(&dir, &tmp).map_err(io::Error::from)?;
         }

@@ -26,6 +26,7 @@ use nix::fcntl::{AtFlags, OFlag};
 use nix::sys::stat::Mode;
 use nix::unistd::UnlinkatFlags;
 use proto::broker::{ChangeKind, EntryKind};
+use rustix::fs::RenameFlags;
 
 use super::changes::{landed_mode, Found, Seen};
 use super::commit::{io_err, not_landed, Landed, NotLanded};
@@ -263,7 +264,7 @@ fn put_in_place(
         Err(e)
     };
     let Some(expect) = expect else {
-        return match rename2_at(parent, tmp, name, libc::RENAME_NOREPLACE) {
+        return match rename2_at(parent, tmp, name, RenameFlags::NOREPLACE) {
             Ok(()) => Ok(()),
             Err(Errno::EEXIST) => failed(NotLanded::Changed),
             // A file system without the flag (some network and FUSE ones): checked, then
@@ -283,7 +284,7 @@ fn put_in_place(
         Ok(_) => return failed(NotLanded::Changed),
         Err(e) => return failed(e),
     }
-    match rename2_at(parent, tmp, name, libc::RENAME_EXCHANGE) {
+    match rename2_at(parent, tmp, name, RenameFlags::EXCHANGE) {
         Ok(()) => {}
         // Gone since it was listed: nothing of the host's is there to replace.
         Err(Errno::ENOENT) => return failed(NotLanded::Changed),
@@ -310,7 +311,7 @@ fn put_in_place(
         _ => false,
     };
     if !kept {
-        let back = rename2_at(parent, tmp, name, libc::RENAME_EXCHANGE);
+        let back = rename2_at(parent, tmp, name, RenameFlags::EXCHANGE);
         if back.is_ok() {
             drop_tmp();
         }
@@ -330,7 +331,7 @@ fn put_in_place(
     };
     if let Err(e) = removed {
         // Changed inside while it went: what is left of it goes back to its name.
-        if rename2_at(parent, tmp, name, libc::RENAME_EXCHANGE).is_ok() {
+        if rename2_at(parent, tmp, name, RenameFlags::EXCHANGE).is_ok() {
             drop_tmp();
         }
         return Err(e);
@@ -380,60 +381,22 @@ fn rename_plain(parent: &OwnedFd, from: &OsStr, to: &OsStr) -> Result<(), NotLan
     nix::fcntl::renameat(parent, from, parent, to).map_err(|e| io_err(e.desc()))
 }
 
-/// `renameat2(parent, from, parent, to, flags)`, through the system call itself (see
-/// `exchange_at`).
+/// `renameat2(parent, from, parent, to, flags)`. The C library of the musl builds (the e2e
+/// suite links brokerd) may lack the wrapper, and nix offers it only over glibc: rustix makes
+/// the system call itself.
 pub(super) fn rename2_at(
     parent: &OwnedFd,
     from: &OsStr,
     to: &OsStr,
-    flags: libc::c_uint,
+    flags: RenameFlags,
 ) -> Result<(), Errno> {
-    use std::os::unix::ffi::OsStrExt;
-    let from = std::ffi::CString::new(from.as_bytes()).map_err(|_| Errno::EINVAL)?;
-    let to = std::ffi::CString::new(to.as_bytes()).map_err(|_| Errno::EINVAL)?;
-    // SAFETY: both names are NUL-terminated strings that outlive the call, and `parent` is an
-    // open descriptor; the kernel reads nothing else.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_renameat2,
-            parent.as_raw_fd(),
-            from.as_ptr(),
-            parent.as_raw_fd(),
-            to.as_ptr(),
-            flags,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(Errno::last())
-    }
+    rustix::fs::renameat_with(parent, from, parent, to, flags)
+        .map_err(|e| Errno::from_raw(e.raw_os_error()))
 }
 
-/// `renameat2(dir, a, dir, b, RENAME_EXCHANGE)`: `a` and `b` trade places in one step. Through
-/// the system call itself, since the C library of the musl builds (the e2e suite links brokerd)
-/// may lack the wrapper, and nix offers it only over glibc.
+/// `renameat2(dir, a, dir, b, RENAME_EXCHANGE)`: `a` and `b` trade places in one step.
 pub(super) fn exchange_at(dir: &OwnedFd, a: &OsStr, b: &OsStr) -> io::Result<()> {
-    use std::os::unix::ffi::OsStrExt;
-    let a = std::ffi::CString::new(a.as_bytes()).map_err(io::Error::other)?;
-    let b = std::ffi::CString::new(b.as_bytes()).map_err(io::Error::other)?;
-    // SAFETY: both names are NUL-terminated strings that outlive the call, and `dir` is an open
-    // descriptor; the kernel reads nothing else.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_renameat2,
-            dir.as_raw_fd(),
-            a.as_ptr(),
-            dir.as_raw_fd(),
-            b.as_ptr(),
-            libc::RENAME_EXCHANGE,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    rustix::fs::renameat_with(dir, a, dir, b, RenameFlags::EXCHANGE).map_err(io::Error::from)
 }
 
 /// Sets the permission bits of `name` in `parent` to `mode` (a regular file or a directory,

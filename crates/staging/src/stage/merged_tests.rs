@@ -170,19 +170,13 @@ fn whiteouts_and_opaque_directories_hide_the_real_tree() {
     .expect("whiteout");
     fs::write(upper.join(".wh.a.txt"), "").expect("a file named as a whiteout");
     fs::write(upper.join("keep").join(".wh..wh..opq"), "").expect("a file named as a marker");
-    let dir = std::ffi::CString::new(upper.join("opaque").into_os_string().into_encoded_bytes())
-        .expect("path");
-    // SAFETY: both strings are NUL-terminated and the value is one byte long.
-    let set = unsafe {
-        libc::setxattr(
-            dir.as_ptr(),
-            c"user.overlay.opaque".as_ptr(),
-            b"y".as_ptr().cast(),
-            1,
-            0,
-        )
-    };
-    assert_eq!(set, 0, "{}", io::Error::last_os_error());
+    rustix::fs::setxattr(
+        upper.join("opaque"),
+        "user.overlay.opaque",
+        b"y",
+        rustix::fs::XattrFlags::empty(),
+    )
+    .expect("setxattr");
     let view = Merged::new(vec![(real.clone(), upper.clone())]);
     assert_eq!(view.place(&real.join("b.txt")), Place::Gone);
     assert_eq!(

@@ -4,10 +4,10 @@
 //! `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)`, a link in its last component taken as the
 //! link: a directory swapped for a link while brokerd reads or writes leads nowhere else.
 
-use std::ffi::{CString, OsStr, OsString};
+use std::ffi::{OsStr, OsString};
 use std::fs::{File, Metadata};
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 
@@ -210,13 +210,10 @@ impl Tree {
     pub fn clear_opaque(&self, rel: &Path) -> io::Result<()> {
         let fd = self.resolve(rel, OFlag::O_RDONLY | OFlag::O_DIRECTORY)?;
         for name in OPAQUE_XATTRS {
-            let c = CString::new(name).map_err(io::Error::other)?;
-            // SAFETY: the descriptor is open for the call and the name is NUL-terminated.
-            let r = unsafe { libc::fremovexattr(fd.as_raw_fd(), c.as_ptr()) };
-            let err = io::Error::last_os_error();
-            // ENODATA: not set; EPERM: `trusted.` is for root, and then not set by brokerd.
-            if r != 0 && !matches!(err.raw_os_error(), Some(libc::ENODATA | libc::EPERM)) {
-                return Err(err);
+            match rustix::fs::fremovexattr(&fd, name) {
+                // ENODATA: not set; EPERM: `trusted.` is for root, and then not set by brokerd.
+                Ok(()) | Err(rustix::io::Errno::NODATA | rustix::io::Errno::PERM) => {}
+                Err(e) => return Err(e.into()),
             }
         }
         if self.is_opaque(rel) {
@@ -293,23 +290,12 @@ pub fn remove_at(parent: &impl AsFd, name: &OsStr) -> Result<(), Errno> {
     }
 }
 
-/// The value of the extended attribute `name` of the open file `fd`.
+/// The value of the extended attribute `name` of the open file `fd`, if it is set and no
+/// longer than 16 bytes (the opaque marker is one, `y`); `None` for any error.
 fn fd_xattr(fd: &OwnedFd, name: &str) -> Option<Vec<u8>> {
-    let name = CString::new(name).ok()?;
     let mut buf = [0u8; 16];
-    // SAFETY: the descriptor is open, the name NUL-terminated, and fgetxattr writes at most
-    // `buf.len()` bytes into the buffer.
-    let n = unsafe {
-        libc::fgetxattr(
-            fd.as_raw_fd(),
-            name.as_ptr(),
-            buf.as_mut_ptr().cast(),
-            buf.len(),
-        )
-    };
-    usize::try_from(n)
-        .ok()
-        .map(|n| buf[..n.min(buf.len())].to_vec())
+    let n = rustix::fs::fgetxattr(fd, name, &mut buf[..]).ok()?;
+    Some(buf[..n.min(buf.len())].to_vec())
 }
 
 #[cfg(test)]
