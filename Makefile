@@ -55,7 +55,7 @@ mcp-test: toolchain
 # The loop of a working day: formatting, lints and the unit and integration tests (no root
 # needed for most; what needs root or a kernel feature says it skipped), among them the
 # repository's own lints (crates/repo-lints: no source file over 1,000 lines, the runbook's
-# anchors, the design's headings, unsafe code forbidden outside brokerd and the e2e suite).
+# anchors, the design's headings, unsafe code forbidden outside the sandbox crate).
 check: fmt-check clippy unit
 
 # The whole suite, as CI runs it.

@@ -12,19 +12,12 @@ use crate::repository;
 
 /// The workspace members whose crate roots may hold unsafe code, each with why. Every other
 /// member forbids it.
-const MAY_HOLD_UNSAFE: [(&str, &str); 2] = [
-    (
-        "crates/sandbox",
-        "the sandboxes themselves: namespaces, mounts by descriptor, seccomp, pidfds, cgroups \
+const MAY_HOLD_UNSAFE: [(&str, &str); 1] = [(
+    "crates/sandbox",
+    "the sandboxes themselves: namespaces, mounts by descriptor, seccomp, pidfds, cgroups \
          and the reaper, and the system calls of brokerd's own no safe library wraps \
          (getpwent, the socket systemd passes); the one crate meant to hold unsafe code",
-    ),
-    (
-        "tests/e2e",
-        "the suite's host side: getpwnam and getgrouplist for the service user, setresuid on \
-         one thread only (raw system calls), kill of the sandboxes it started",
-    ),
-];
+)];
 
 /// The attribute each other crate root has, on a line of its own.
 const FORBID: &str = "#![forbid(unsafe_code)]";

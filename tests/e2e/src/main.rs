@@ -53,6 +53,8 @@
 //! usage or a setup failure). `guest` prints `ok NAME (detail)`, `FAIL NAME: why` or
 //! `skip NAME: why` per check and `N passed, M failed` last, and exits 1 if any failed.
 
+#![forbid(unsafe_code)]
+
 mod ca;
 mod dns;
 mod guest;

@@ -1,12 +1,14 @@
 //! The service user, its Podman and the brokerd this suite runs as that user.
 
-use std::ffi::CString;
 use std::fs::File;
 use std::os::unix::fs::FileTypeExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
+use nix::unistd::Pid;
 
 /// The service user's PATH, as scripts/as-boxmaker gives it: the usual directories, with
 /// NixOS's setuid wrappers (newuidmap, newgidmap) first and its system profile last; neither
@@ -24,24 +26,15 @@ pub struct User {
 
 impl User {
     pub fn lookup(name: &str) -> Result<User, String> {
-        let c = CString::new(name).map_err(|_| format!("{name:?} is not a user name"))?;
-        // SAFETY: getpwnam returns a pointer into static storage or null; it is read at once,
-        // before any other passwd call, in this single-threaded start of the program.
-        unsafe {
-            let pw = libc::getpwnam(c.as_ptr());
-            if pw.is_null() {
-                return Err(format!("no user {name}; run scripts/setup.sh user"));
-            }
-            let home = std::ffi::CStr::from_ptr((*pw).pw_dir)
-                .to_string_lossy()
-                .into_owned();
-            Ok(User {
-                name: name.to_string(),
-                uid: (*pw).pw_uid,
-                gid: (*pw).pw_gid,
-                home: PathBuf::from(home),
-            })
-        }
+        let pw = nix::unistd::User::from_name(name)
+            .map_err(|e| format!("cannot look up the user {name:?}: {e}"))?
+            .ok_or_else(|| format!("no user {name}; run scripts/setup.sh user"))?;
+        Ok(User {
+            name: name.to_string(),
+            uid: pw.uid.as_raw(),
+            gid: pw.gid.as_raw(),
+            home: pw.dir,
+        })
     }
 
     pub fn runtime_dir(&self) -> PathBuf {
@@ -188,21 +181,17 @@ pub fn wait(child: &mut Child, limit: Duration) -> Option<std::process::ExitStat
 }
 
 pub fn signal(child: &Child, sig: libc::c_int) {
-    if let Ok(pid) = libc::pid_t::try_from(child.id()) {
-        // SAFETY: kill(2) on the pid of a child this process has not reaped yet.
-        unsafe {
-            libc::kill(pid, sig);
-        }
+    if let (Ok(pid), Ok(sig)) = (i32::try_from(child.id()), Signal::try_from(sig)) {
+        // A child this process has not reaped yet.
+        let _ = nix::sys::signal::kill(Pid::from_raw(pid), sig);
     }
 }
 
 fn kill_group(child: &Child) {
-    if let Ok(pid) = libc::pid_t::try_from(child.id()) {
-        // SAFETY: the child was started in its own process group (process_group(0)) and is not
-        // reaped yet, so the group id is still its.
-        unsafe {
-            libc::kill(-pid, libc::SIGKILL);
-        }
+    if let Ok(pid) = i32::try_from(child.id()) {
+        // The child was started in its own process group (process_group(0)) and is not reaped
+        // yet, so the group id is still its.
+        let _ = nix::sys::signal::killpg(Pid::from_raw(pid), Signal::SIGKILL);
     }
 }
 
@@ -291,12 +280,9 @@ fn user_processes(user: &User, keep: impl Fn(&str, Option<&Path>) -> bool) -> Ve
 /// SIGKILL to one process by its id (the clean-up after a failed scenario, for sandboxes of the
 /// brokerd this suite started).
 pub fn kill_pid(pid: u32) {
-    if let Ok(pid) = libc::pid_t::try_from(pid) {
-        // SAFETY: kill(2) with a pid just read from /proc; at worst it names a process that has
-        // exited, and the call fails with ESRCH.
-        unsafe {
-            libc::kill(pid, libc::SIGKILL);
-        }
+    if let Ok(pid) = i32::try_from(pid) {
+        // A pid just read from /proc: at worst it names a process that has exited (ESRCH).
+        let _ = nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGKILL);
     }
 }
 

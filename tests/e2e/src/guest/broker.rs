@@ -171,42 +171,21 @@ pub fn fork_line(text: &str) -> &str {
 /// The client user's groups (primary included), as the group database has them.
 fn groups_of(user: &User) -> Result<Vec<libc::gid_t>, String> {
     let name = std::ffi::CString::new(user.name.as_str()).map_err(|e| e.to_string())?;
-    let mut n: libc::c_int = 64;
-    loop {
-        let mut groups: Vec<libc::gid_t> = vec![0; usize::try_from(n).unwrap_or(64)];
-        let mut got = n;
-        // SAFETY: `groups` holds `got` entries; getgrouplist writes at most that many and sets
-        // `got` to how many there are.
-        let rc =
-            unsafe { libc::getgrouplist(name.as_ptr(), user.gid, groups.as_mut_ptr(), &mut got) };
-        if rc >= 0 {
-            groups.truncate(usize::try_from(got).unwrap_or(0));
-            return Ok(groups);
-        }
-        if got <= n || n > 65536 {
-            return Err(format!("cannot read the groups of {}", user.name));
-        }
-        n = got;
-    }
+    let groups = nix::unistd::getgrouplist(&name, nix::unistd::Gid::from_raw(user.gid))
+        .map_err(|e| format!("cannot read the groups of {}: {e}", user.name))?;
+    Ok(groups.into_iter().map(|g| g.as_raw()).collect())
 }
 
 /// Gives the calling thread alone (raw system calls: libc would change every thread) the
 /// groups, gid and uid of a user, for good.
 fn become_user(uid: u32, gid: u32, groups: &[libc::gid_t]) -> Result<(), String> {
-    let err = |what: &str| format!("{what}: {}", std::io::Error::last_os_error());
-    // SAFETY: raw setgroups/setresgid/setresuid on this thread; `groups` outlives the call and
-    // holds `groups.len()` entries.
-    unsafe {
-        if libc::syscall(libc::SYS_setgroups, groups.len(), groups.as_ptr()) != 0 {
-            return Err(err("setgroups"));
-        }
-        if libc::syscall(libc::SYS_setresgid, gid, gid, gid) != 0 {
-            return Err(err("setresgid"));
-        }
-        if libc::syscall(libc::SYS_setresuid, uid, uid, uid) != 0 {
-            return Err(err("setresuid"));
-        }
-    }
+    use rustix::process::{Gid, Uid};
+    use rustix::thread::{set_thread_groups, set_thread_res_gid, set_thread_res_uid};
+    let groups: Vec<Gid> = groups.iter().map(|&g| Gid::from_raw(g)).collect();
+    set_thread_groups(&groups).map_err(|e| format!("setgroups: {e}"))?;
+    let (gid, uid) = (Gid::from_raw(gid), Uid::from_raw(uid));
+    set_thread_res_gid(gid, gid, gid).map_err(|e| format!("setresgid: {e}"))?;
+    set_thread_res_uid(uid, uid, uid).map_err(|e| format!("setresuid: {e}"))?;
     Ok(())
 }
 

@@ -319,8 +319,7 @@ mod tests {
     #[test]
     fn this_process_is_found_by_its_name_and_uid() {
         let comm = std::fs::read_to_string("/proc/self/comm").unwrap();
-        // SAFETY: geteuid has no preconditions.
-        let uid = unsafe { libc::geteuid() };
+        let uid = nix::unistd::geteuid().as_raw();
         assert!(pids_named(uid, comm.trim_end()).contains(&std::process::id()));
         assert!(pids_named(uid, "no-such-process-name").is_empty());
     }
