@@ -13,7 +13,7 @@ use client::Body;
 use super::{check, percentiles, show, Backend, Outcome, Suite, GRANT, NET_GRANT, QUIET_GRANT};
 use crate::system;
 
-/// The bare command a bench compares brokerd with, built by brokerd's own code.
+/// The bare command a bench compares brokerd with, built by the runners' own code.
 enum BareRunner {
     // Boxed: the two runtimes differ in size by hundreds of bytes.
     Podman(Box<boxmaker_sandbox::runner::podman::PodmanRuntime>),
