@@ -152,19 +152,22 @@ pub(super) fn names_input(t: &str) -> bool {
 /// Whether `p` runs code it reads from its standard input, given its arguments.
 pub(super) fn reads_code(p: &str, args: &[Arg]) -> bool {
     let texts: Vec<&str> = args.iter().filter_map(|a| a.text()).collect();
-    // `-f -`: a program file that is the input.
-    let program_file_is_input = texts
-        .windows(2)
-        .any(|w| matches!(w[0], "-f" | "--file" | "--makefile") && names_input(w[1]))
-        || texts.iter().any(|t| {
-            ["--file=", "--makefile="]
+    // `-f -`, `-f-`, `--file=/dev/stdin`, gawk's `-E -` and `-i -`: a program file that is
+    // the input, as the program's own option grammar reads its arguments.
+    let program_file_is_input = || {
+        super::specs::spec_of(p).is_some_and(|spec| {
+            let parsed = super::opts::parse(p, spec, args);
+            ["file", "exec", "include"]
                 .iter()
-                .any(|o| t.strip_prefix(o).is_some_and(names_input))
-        });
+                .flat_map(|name| parsed.values(name))
+                .filter_map(|a| a.text())
+                .any(names_input)
+        })
+    };
     match reader_kind(p) {
         None => false,
-        Some(Reader::Awk | Reader::Sed) => program_file_is_input,
-        Some(_) if matches!(p, "make" | "gmake") => program_file_is_input,
+        Some(Reader::Awk | Reader::Sed) => program_file_is_input(),
+        Some(_) if matches!(p, "make" | "gmake") => program_file_is_input(),
         Some(_) if matches!(p, "source" | ".") => {
             // `. /dev/stdin` runs what it reads.
             texts

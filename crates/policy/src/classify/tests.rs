@@ -179,6 +179,38 @@ fn classes() {
         ("python3 - <<< 'print(1)'", Dangerous),
         ("awk '{print $1}' <<'EOF'\na b\nEOF", ReadOnly),
         ("echo '{print $1}' | awk -f - data", ShellComplex),
+        // A program file read from the input, however the option is spelled.
+        ("cat prog | awk -f - data", Dangerous),
+        ("cat prog | awk -f- data", Dangerous),
+        ("cat prog | gawk -E /dev/stdin data", Dangerous),
+        ("cat prog | awk --fil=- data", Dangerous),
+        ("cat prog | gawk -i - '{print}' data", Dangerous),
+        // gawk refuses an ambiguous option; nothing runs that the classifier could read.
+        ("cat prog | awk --fi=- data", ShellComplex),
+        ("cat prog | sed -f- data", Dangerous),
+        ("cat prog | make -f-", Dangerous),
+        ("cat prog | make --makef=-", Dangerous),
+        ("echo '{print $1}' | awk -f- data", ShellComplex),
+        ("echo '{print $1}' | gawk -E /dev/stdin data", ShellComplex),
+        (
+            "echo '{print $1}' | gawk --exec=/dev/stdin data",
+            ShellComplex,
+        ),
+        (
+            "echo '{print $1}' | gawk -i /dev/stdin '{print}' data",
+            ShellComplex,
+        ),
+        ("echo '{print $1}' | awk --fi=- data", ShellComplex),
+        ("echo 'p' | sed -f- data", ShellComplex),
+        ("echo 'p' | sed --fil=/dev/stdin data", ShellComplex),
+        // gawk's in-place extension writes its operands; an include file by its path is code
+        // the classifier does not read; an operand that is not NAME=VALUE is a file to read.
+        ("gawk -i inplace '{print}' notes.txt", WorkspaceMutating),
+        (
+            "gawk --include=inplace.awk '{print}' notes.txt",
+            ShellComplex,
+        ),
+        ("awk '{print}' vendor/x=1", ReadOnly),
         ("eval ls", ShellComplex),
         ("exec ls", ShellComplex),
         ("source env.sh", ShellComplex),
