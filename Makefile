@@ -36,7 +36,9 @@ nix-sandbox-check: toolchain
 	nixos/checks/nix-sandbox-check.sh
 
 # The QEMU guest (vm-tests/guest/run.sh, as root): systemd, cgroup v2 and the limits enforced,
-# brokerd from dist/systemd/, then the scenario suite; the checks are `boxmaker-e2e guest`.
+# brokerd from dist/systemd/, then a smoke pass of the scenario suite on each backend; the
+# checks are `boxmaker-e2e guest`. Its builds are those of tests/e2e/run.sh, the same packages
+# in each cargo build, so after `make e2e` they compile nothing.
 guest-test: $(TOOLKIT)
 	cargo build --release --locked -p brokerd -p boxctl
 	cargo build --release --locked --target $(MUSL) -p boxmaker-e2e

@@ -55,7 +55,12 @@ if [ "${E2E_SKIP_SETUP:-}" != 1 ]; then
 fi
 say "building brokerd, toolkit and boxmaker-e2e"
 cargo build --release --locked -p brokerd -p boxctl
-cargo build --release --locked --target $MUSL -p toolkit -p boxmaker-e2e
+# toolkit and boxmaker-e2e in a build each, as make's static-check, mcp-test and guest-test
+# build them: cargo unifies the features of shared dependencies (nix, serde, ...) over the
+# packages of one build, so a build of the two together makes artifacts of its own, and those
+# later builds compiled both packages again.
+cargo build --release --locked --target $MUSL -p toolkit
+cargo build --release --locked --target $MUSL -p boxmaker-e2e
 scripts/static-check.sh "$target/$MUSL/release/toolkit"
 scripts/static-check.sh "$e2e"
 

@@ -674,4 +674,29 @@ mod table_tests {
             assert_eq!(table(backend).len(), count, "{backend:?}");
         }
     }
+
+    /// Every scenario of the guest's smoke pass (vm-tests/guest/run.sh's `smoke`, run on both
+    /// backends) is one of the table's, so a misspelt name fails here rather than in the guest
+    /// (Nix's build of the crates leaves the script out: skipped there, never under `CI`).
+    #[test]
+    fn the_guest_s_smoke_pass_names_scenarios_of_both_backends() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../vm-tests/guest/run.sh");
+        let Ok(script) = std::fs::read_to_string(path) else {
+            assert!(std::env::var_os("CI").is_none(), "no {path}");
+            println!("SKIPPED no {path} (a build of the crates alone)");
+            return;
+        };
+        let list = script.split("\nsmoke=\"").nth(1).expect("smoke=\"...\"");
+        let names: Vec<&str> = list.split('"').next().unwrap().split_whitespace().collect();
+        assert!(!names.is_empty());
+        for backend in [Backend::Podman, Backend::Bwrap] {
+            let table = table(backend);
+            for name in &names {
+                assert!(
+                    table.iter().any(|(n, _)| n == name),
+                    "{name} on {backend:?}"
+                );
+            }
+        }
+    }
 }

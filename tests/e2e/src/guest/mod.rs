@@ -7,7 +7,8 @@
 //! service leaves no container; a crash (SIGKILL) during a call and the restart that follows
 //! sweep what the crash left. Then the same units with the bwrap drop-in: a delegated subtree,
 //! each sandbox in a group of its own with its limits, the limits holding, a crash, nothing
-//! left. Then the scenario suite on both backends.
+//! left. Then a smoke pass of the scenario suite on each backend (the scenarios that
+//! vm-tests/guest/run.sh lists).
 //!
 //! The output is [`tally`]'s contract, which run.sh reads back. By concern: the service user's
 //! Podman and the tools image in `podman`, the units, the config and the first connection in

@@ -1,6 +1,7 @@
 //! The scenario suite in the guest: tests/e2e/in-netns.sh, as CI's Debian run and the NixOS VM
 //! test call it: a network namespace with the suite's own hosts (the guest has no NIC anyway),
-//! then `boxmaker-e2e run` against a brokerd of its own, per backend. What it takes is made
+//! then `boxmaker-e2e run` against a brokerd of its own, per backend, with the scenarios
+//! vm-tests/guest/run.sh names (its smoke pass, `--e2e-args`). What it takes is made
 //! here: the test CA, the test variant of the tools image (its bundle also holds that CA) and
 //! its tree. Both backends run with their limits enforced (the guest has cgroup v2 and the
 //! user's systemd): Podman's through its own cgroups, bwrap's through cgroup = "systemd-scope"
