@@ -52,23 +52,24 @@ pub fn run(listener: UnixListener, policy: Arc<Policy>, dial: Arc<dyn Dial>, lim
         };
         if let Some(total) = limits.total {
             if accepted >= total {
-                drop(stream);
+                // On record before the client sees the close (`serve` says why).
                 let reason = Reason::ConnectionsSpent(total).to_string();
                 eprintln!("egress-proxy: -: {reason}");
                 if let Some(r) = policy.report() {
                     r.closed_unserved(&reason);
                 }
+                drop(stream);
                 continue;
             }
         }
         // Only this thread adds, so the check and the add cannot race each other.
         if open.load(Ordering::SeqCst) >= limits.open {
-            drop(stream);
             let reason = format!("closed: {} connections are already open", limits.open);
             eprintln!("egress-proxy: -: {reason}");
             if let Some(r) = policy.report() {
                 r.closed_unserved(&reason);
             }
+            drop(stream);
             continue;
         }
         accepted += 1;

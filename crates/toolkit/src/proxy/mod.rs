@@ -358,14 +358,27 @@ impl fmt::Display for Outcome {
 /// the connection is numbered and its opening and end are written to it.
 pub fn serve<C: Conn>(client: C, policy: &Policy, dial: &dyn Dial) -> Outcome {
     let n = policy.report().map(Report::number);
-    let outcome = serve_numbered(client, policy, dial, n);
+    let (outcome, answer) = serve_connection(&client, policy, dial, n);
+    // The end goes on record before the client can learn it: a client that reads its refusal,
+    // or sees its connection closed, may end the call at once, and brokerd stops the proxy
+    // with the call.
     if let (Some(report), Some(n)) = (policy.report(), n) {
         report.ended(n, &outcome);
+    }
+    if let Some(answer) = answer {
+        // The close follows whether or not the answer could be written.
+        let _ = client.write_all_from(&answer);
     }
     outcome
 }
 
-fn serve_numbered<C: Conn>(client: C, policy: &Policy, dial: &dyn Dial, n: Option<u64>) -> Outcome {
+/// One connection until its end is known, and the refusal to answer it with, if any.
+fn serve_connection<C: Conn>(
+    client: &C,
+    policy: &Policy,
+    dial: &dyn Dial,
+    n: Option<u64>,
+) -> (Outcome, Option<Vec<u8>>) {
     let mut outcome = Outcome {
         protocol: Protocol::Socks5,
         target: None,
@@ -375,26 +388,23 @@ fn serve_numbered<C: Conn>(client: C, policy: &Policy, dial: &dyn Dial, n: Optio
     // A client that does not read cannot hold a reply write forever.
     if let Err(e) = client.set_write_deadline(Some(policy.handshake_timeout)) {
         outcome.reason = Reason::Io(e.to_string());
-        return outcome;
+        return (outcome, None);
     }
-    let opened = read_request(&client, policy, &mut outcome)
+    let opened = read_request(client, policy, &mut outcome)
         .and_then(|(name, port)| dial::open(&name, port, policy, dial, &mut outcome));
     let server = match opened {
         Ok(server) => server,
         Err(reason) => {
             outcome.reason = reason;
-            if let Some(answer) = outcome.answer() {
-                // The close follows whether or not the answer could be written.
-                let _ = client.write_all_from(&answer);
-            }
-            return outcome;
+            let answer = outcome.answer();
+            return (outcome, answer);
         }
     };
     let addr = match server.peer_addr() {
         Ok(a) => a,
         Err(e) => {
             outcome.reason = Reason::Io(e.to_string());
-            return outcome;
+            return (outcome, None);
         }
     };
     outcome.reply = Some(Reply::Succeeded);
@@ -407,12 +417,12 @@ fn serve_numbered<C: Conn>(client: C, policy: &Policy, dial: &dyn Dial, n: Optio
     };
     if let Err(e) = client.write_all_from(&established) {
         outcome.reason = Reason::Io(e.to_string());
-        return outcome;
+        return (outcome, None);
     }
     // From here on nothing is parsed: the connection lasts as long as both ends keep it and
     // bytes move, which the client's own time limit and the sandbox's life bound.
     let relayed = relay::relay(
-        &client,
+        client,
         &server,
         policy.idle_timeout,
         policy.meter.as_deref(),
@@ -423,7 +433,7 @@ fn serve_numbered<C: Conn>(client: C, policy: &Policy, dial: &dyn Dial, n: Optio
         relay::Ended::BytesSpent => Reason::BytesSpent { addr, up, down },
         relay::Ended::Idle => Reason::Idle { addr, up, down },
     };
-    outcome
+    (outcome, None)
 }
 
 /// The handshake, SOCKS5 or HTTP by its first byte, within the handshake deadline: the

@@ -158,3 +158,66 @@ fn a_flood_of_refusals_cannot_hide_a_tunnel() {
     );
     assert!(s.incomplete.is_some(), "{s:?}");
 }
+
+/// The proxy's end of a connection that notes, at each write, how many lines the report has.
+struct Watched {
+    stream: UnixStream,
+    report: std::path::PathBuf,
+    lines_at_write: Arc<Mutex<Vec<usize>>>,
+}
+
+impl Conn for Watched {
+    fn read_into(&self, buf: &mut [u8]) -> io::Result<usize> {
+        self.stream.read_into(buf)
+    }
+    fn write_all_from(&self, buf: &[u8]) -> io::Result<()> {
+        let lines = std::fs::read_to_string(&self.report).map_or(0, |t| t.lines().count());
+        self.lines_at_write.lock().expect("lock").push(lines);
+        self.stream.write_all_from(buf)
+    }
+    fn set_read_deadline(&self, timeout: Option<Duration>) -> io::Result<()> {
+        self.stream.set_read_deadline(timeout)
+    }
+    fn set_write_deadline(&self, timeout: Option<Duration>) -> io::Result<()> {
+        self.stream.set_write_deadline(timeout)
+    }
+    fn shutdown_half(&self, how: Shutdown) -> io::Result<()> {
+        self.stream.shutdown_half(how)
+    }
+}
+
+/// A refusal is on record before the client reads it: a client that ends its call on the
+/// answer ends the proxy with it, and a refusal written after would be lost (SOCKS5 and HTTP).
+#[test]
+fn a_refusal_is_on_record_before_its_answer() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("connections.jsonl");
+    let p = policy().with_report(Report::create(&path).expect("report"));
+    let dial = FakeDial::with(&[]);
+    let requests = [
+        cat(&[&HELLO, &connect_req(b"other.test", 443)]),
+        b"CONNECT other.test:443 HTTP/1.1\r\nHost: x\r\n\r\n".to_vec(),
+    ];
+    for (i, request) in requests.iter().enumerate() {
+        let (mut client, server) = UnixStream::pair().expect("pair");
+        let lines_at_write = Arc::new(Mutex::new(Vec::new()));
+        let watched = Watched {
+            stream: server,
+            report: path.clone(),
+            lines_at_write: lines_at_write.clone(),
+        };
+        client.write_all(request).expect("write");
+        let outcome = serve(watched, &p, &dial);
+        assert!(
+            matches!(outcome.reason, Reason::HostNotAllowed),
+            "{i}: {outcome}"
+        );
+        let at = lines_at_write.lock().expect("lock").clone();
+        // The last write is the refusal; the report had this connection's end by then.
+        assert_eq!(at.last(), Some(&(i + 1)), "request {i}: {at:?}");
+        assert!(
+            !read_to_close(&mut client).is_empty(),
+            "request {i}: no answer"
+        );
+    }
+}
