@@ -359,4 +359,4 @@ fn access_acl(dir: &Path) -> std::io::Result<Option<Acl>> {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -6,21 +6,6 @@ use super::*;
 pub(crate) const IMAGE: &str =
     "localhost/boxmaker-tools@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
 
-/// A user database with no groups: a group-writable directory counts as another user's.
-pub(crate) struct NoGroups;
-
-impl owners::Accounts for NoGroups {
-    fn members(&self, _gid: u32) -> Option<Vec<u32>> {
-        None
-    }
-    fn user_name(&self, _uid: u32) -> Option<String> {
-        None
-    }
-    fn group_name(&self, _gid: u32) -> Option<String> {
-        None
-    }
-}
-
 pub(super) fn runner(extra: &str) -> String {
     format!("[runner]\nimage = \"{IMAGE}\"\n{extra}\n")
 }
@@ -205,12 +190,14 @@ fn load_names_the_file() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("brokerd.toml");
     std::fs::write(&path, "[runner]\nimage = \"x:1\"\n").expect("write");
-    let e = load(&path, &NoGroups).expect_err("tag").to_string();
+    let e = load(&path, &owners::tests::Fake::none())
+        .expect_err("tag")
+        .to_string();
     assert!(
         e.starts_with(&format!("{}:2:9: runner.image:", path.display())),
         "{e}"
     );
-    let e = load(&dir.path().join("none.toml"), &NoGroups)
+    let e = load(&dir.path().join("none.toml"), &owners::tests::Fake::none())
         .expect_err("missing")
         .to_string();
     assert!(e.contains("none.toml: cannot read the config:"), "{e}");

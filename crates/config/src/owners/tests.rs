@@ -8,8 +8,16 @@ use super::*;
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 
-/// A user database of the test's own: group members by gid, and one named user.
-struct Fake(BTreeMap<u32, Vec<u32>>);
+/// A user database of the test's own: group members by gid, and one named user. The config's
+/// other tests take one with no groups (`Fake::none`).
+pub(crate) struct Fake(BTreeMap<u32, Vec<u32>>);
+
+impl Fake {
+    /// No group can be looked up: a group-writable directory counts as another user's.
+    pub(crate) fn none() -> Fake {
+        Fake(BTreeMap::new())
+    }
+}
 
 impl Accounts for Fake {
     fn members(&self, gid: u32) -> Option<Vec<u32>> {
@@ -293,13 +301,13 @@ fn load_refuses_a_grant_directory_another_user_could_swap() {
     let file = base.join("brokerd.toml");
     std::fs::write(&file, &text).expect("config");
     set_mode(&grant, 0o755);
-    if let Err(e) = crate::load(&file, &Fake(BTreeMap::new())) {
+    if let Err(e) = crate::load(&file, &Fake::none()) {
         assert!(std::env::var_os("CI").is_none(), "{e}");
         eprintln!("SKIPPED: a directory above the temporary one is refused here: {e}");
         return;
     }
     set_mode(&grant, 0o777);
-    let e = crate::load(&file, &Fake(BTreeMap::new()))
+    let e = crate::load(&file, &Fake::none())
         .expect_err("refused")
         .to_string();
     let want = format!(
@@ -323,6 +331,6 @@ fn load_refuses_a_grant_directory_another_user_could_swap() {
     assert!(crate::load_placeholder_dirs(&file).is_ok());
     let bwrap = text.replace(&runner, "[runner]\nbackend = \"bwrap\"\n\n");
     std::fs::write(&file, &bwrap).expect("config");
-    let got = crate::load(&file, &Fake(BTreeMap::new()));
+    let got = crate::load(&file, &Fake::none());
     assert!(got.is_ok(), "bwrap: {got:?}");
 }

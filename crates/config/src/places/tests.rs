@@ -1,6 +1,6 @@
 use std::path::Path;
 
-use super::super::tests::NoGroups;
+use super::super::owners::tests::Fake;
 use super::super::{load, parse};
 
 /// Grant directories nested where either is writable, and grant directories over
@@ -60,7 +60,7 @@ fn grant_directories_stay_apart_from_each_other_and_from_brokerd() {
     for (text, want) in cases {
         std::fs::write(&config, &text).expect("write");
         let origin = format!("{d}/state/");
-        let got = load(&config, &NoGroups).map(|_| ()).map_err(|e| {
+        let got = load(&config, &Fake::none()).map(|_| ()).map_err(|e| {
             let e = e.to_string();
             e.strip_prefix(&origin).map_or(e.clone(), str::to_owned)
         });
@@ -83,7 +83,7 @@ fn grant_directories_stay_apart_from_each_other_and_from_brokerd() {
     // The config file itself, once the audit log is elsewhere.
     let text = format!("[broker]\naudit_log = \"{d}/q/audit.jsonl\"\n[grants.a]\ntools = [\"shell\"]\npaths = [ {{ path = \"{d}/state\" }} ]\n");
     std::fs::write(&config, &text).expect("write");
-    let e = load(&config, &NoGroups)
+    let e = load(&config, &Fake::none())
         .expect_err("the config's directory")
         .to_string();
     assert!(e.ends_with(&format!("grants.a.paths: \"{d}/state\" overlaps \"{d}/state/brokerd.toml\", the config file: no grant may reach brokerd's own state")), "{e}");
