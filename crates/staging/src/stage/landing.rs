@@ -382,8 +382,8 @@ fn rename_plain(parent: &OwnedFd, from: &OsStr, to: &OsStr) -> Result<(), NotLan
 }
 
 /// `renameat2(parent, from, parent, to, flags)`. The C library of the musl builds (the e2e
-/// suite links brokerd) may lack the wrapper, and nix offers it only over glibc: rustix makes
-/// the system call itself.
+/// suite links this crate through the sandbox crate) may lack the wrapper, and nix offers it
+/// only over glibc: rustix makes the system call itself.
 pub(super) fn rename2_at(
     parent: &OwnedFd,
     from: &OsStr,
