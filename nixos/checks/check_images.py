@@ -73,14 +73,14 @@ def images(packages_json):
         check(r.returncode == 0, f"images: the bwrap tools root (tools-image.nix's root) {r.stderr.strip()}")
         # The Debian builder (images/build-tools-image.sh) links every applet `busybox --list`
         # names into /bin: the Nix tree, laid out over the same busybox, must have the same.
-        # Its own loop, from `applets=0` to the check after it, run over an empty /bin.
+        # Its own step, from `applets=$(` to the check after it, run over an empty /bin.
         src = (ROOT / "images/build-tools-image.sh").read_text()
-        loop = src[src.index("applets=0\n"):src.index('[ -L "$new/bin/sh" ]')]
+        loop = src[src.index("applets=$("):src.index('[ -L "$new/bin/sh" ]')]
         deb = tmp / "debian"
         (deb / "bin").mkdir(parents=True)
         r = subprocess.run(["bash", "-euo", "pipefail", "-c", loop], env={**os.environ, "new": str(deb)},
                            capture_output=True, text=True)
-        check(r.returncode == 0, f"images: build-tools-image.sh's applet loop runs ({r.stderr.strip()})")
+        check(r.returncode == 0, f"images: build-tools-image.sh's applet links are made ({r.stderr.strip()})")
         debian = {e.name for e in (deb / "bin").iterdir()} | {"busybox", "toolkit", "curl"}
         nix = {e.name for e in (local[img["root"]] / "bin").iterdir()}
         check(nix == debian, f"images: the Nix tree's /bin is the Debian builder's: only in Nix "
