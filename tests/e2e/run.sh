@@ -39,13 +39,19 @@ say() { printf 'e2e: %s\n' "$*" >&2; }
 
 [ "$(id -u)" -eq 0 ] || { echo "e2e: run as root (it makes a network namespace and the service user)" >&2; exit 2; }
 
+toolsets_pid=""
+toolsets_out=""
+toolsets_log=""
 cleanup() {
     set +e
+    # A toolset build still running is waited for, not killed: mmdebstrap in root mode undoes
+    # its own mounts when it ends, and a kill could leave them under a tree removed below.
+    [ -z "$toolsets_pid" ] || wait "$toolsets_pid"
     if id boxmaker >/dev/null 2>&1; then
         scripts/as-boxmaker podman image rm "$image_name" "$dev_image_name" >/dev/null 2>&1
         scripts/as-boxmaker podman system migrate >/dev/null 2>&1
     fi
-    rm -rf "$ca" "$tree" "$dev_tree" "$suid_tree" "$files"
+    rm -rf "$ca" "$tree" "$dev_tree" "$suid_tree" "$files" ${toolsets_out:+"$toolsets_out"} ${toolsets_log:+"$toolsets_log"}
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -53,8 +59,7 @@ trap 'exit 130' INT TERM
 if [ "${E2E_SKIP_SETUP:-}" != 1 ]; then
     scripts/setup.sh all
 fi
-say "building brokerd, toolkit and boxmaker-e2e"
-cargo build --release --locked -p brokerd -p boxctl
+say "building toolkit and boxmaker-e2e"
 # toolkit and boxmaker-e2e in a build each, as make's static-check, mcp-test and guest-test
 # build them: cargo unifies the features of shared dependencies (nix, serde, ...) over the
 # packages of one build, so a build of the two together makes artifacts of its own, and those
@@ -63,39 +68,59 @@ cargo build --release --locked --target $MUSL -p toolkit
 cargo build --release --locked --target $MUSL -p boxmaker-e2e
 scripts/static-check.sh "$target/$MUSL/release/toolkit"
 scripts/static-check.sh "$e2e"
-
 install -d -m 0755 "$ca"
 "$e2e" ca --out "$ca" >/dev/null
+
+# The test toolset (and the refused one) build while cargo builds brokerd: mmdebstrap mostly
+# unpacks packages, on one core, where brokerd's build ends in two single-threaded LTO links.
+# They write to their own log, shown when they end. The image ID goes to a file of its own.
+toolsets() {
+    dev_project=c
+    if [ "${E2E_DEV_TOOLSET:-debian}" = debian ]; then
+        # The test toolset from Debian's packages (images/build-toolset.sh: mmdebstrap through
+        # the host's apt sources, its downloads cached): git, make and a C compiler, for the C
+        # project the staged grant fixes.
+        dev_image=$(images/build-toolset.sh --toolkit "$target/$MUSL/release/toolkit" --out "$dev_tree" \
+            --extra-ca "$ca/ca.pem" e2e-dev make git gcc libc6-dev | sed -n 's/^image = "\(.*\)"$/\1/p')
+        # A package that brings setuid files (passwd: chfn, chsh, passwd, ...) fails the build,
+        # which names them and leaves no tree.
+        rm -rf "$suid_tree"
+        if suid_out=$(images/build-toolset.sh --toolkit "$target/$MUSL/release/toolkit" --tree-only \
+            --out "$suid_tree" e2e-suid passwd 2>&1); then
+            say "a toolset with setuid files was built: $suid_tree"; return 1
+        fi
+        case "$suid_out" in
+            *"/usr/bin/passwd"*"setuid, setgid or device files"*) say "the builder refused passwd's setuid files, naming them" ;;
+            *) say "the builder failed otherwise than on passwd's setuid files: $(printf '%s' "$suid_out" | tail -n 5)"; return 1 ;;
+        esac
+        [ ! -e "$suid_tree" ] || { say "the refused build left $suid_tree"; return 1; }
+    else
+        # The host's git and make copied into a tree (quick; no compiler: a shell project).
+        dev_project=sh
+        dev_image=$(images/build-tools-image.sh --toolkit "$target/$MUSL/release/toolkit" --out "$dev_tree" \
+            --name "$dev_image_name" --extra-ca "$ca/ca.pem" \
+            --add /usr/bin/git --add /usr/lib/git-core/git-remote-https --add /usr/bin/make | tail -n 1)
+    fi
+    printf '%s %s\n' "$dev_project" "$dev_image" >"$toolsets_out"
+}
+# The Debian toolset's image is loaded under its build's name (the clean-up removes it).
+[ "${E2E_DEV_TOOLSET:-debian}" != debian ] || dev_image_name=localhost/boxmaker-toolset-e2e-dev:latest
+toolsets_out=$(mktemp /tmp/boxmaker-e2e-toolsets.XXXXXX)
+toolsets_log=$(mktemp /tmp/boxmaker-e2e-toolsets-log.XXXXXX)
+say "building the test toolsets (log: $toolsets_log) and, meanwhile, brokerd"
+( set -e; toolsets ) >"$toolsets_log" 2>&1 &
+toolsets_pid=$!
+cargo build --release --locked -p brokerd -p boxctl
+
 image=$(images/build-tools-image.sh --toolkit "$target/$MUSL/release/toolkit" --out "$tree" \
     --name "$image_name" --extra-ca "$ca/ca.pem" | tail -n 1)
 say "test image $image"
-dev_project=c
-if [ "${E2E_DEV_TOOLSET:-debian}" = debian ]; then
-    # The test toolset from Debian's packages (images/build-toolset.sh: mmdebstrap through the
-    # host's apt sources, its downloads cached): git, make and a C compiler, for the C project
-    # the staged grant fixes.
-    dev_image_name=localhost/boxmaker-toolset-e2e-dev:latest
-    dev_image=$(images/build-toolset.sh --toolkit "$target/$MUSL/release/toolkit" --out "$dev_tree" \
-        --extra-ca "$ca/ca.pem" e2e-dev make git gcc libc6-dev | sed -n 's/^image = "\(.*\)"$/\1/p')
-    # A package that brings setuid files (passwd: chfn, chsh, passwd, ...) fails the build,
-    # which names them and leaves no tree.
-    rm -rf "$suid_tree"
-    if suid_out=$(images/build-toolset.sh --toolkit "$target/$MUSL/release/toolkit" --tree-only \
-        --out "$suid_tree" e2e-suid passwd 2>&1); then
-        say "a toolset with setuid files was built: $suid_tree"; exit 1
-    fi
-    case "$suid_out" in
-        *"/usr/bin/passwd"*"setuid, setgid or device files"*) say "the builder refused passwd's setuid files, naming them" ;;
-        *) say "the builder failed otherwise than on passwd's setuid files: $(printf '%s' "$suid_out" | tail -n 5)"; exit 1 ;;
-    esac
-    [ ! -e "$suid_tree" ] || { say "the refused build left $suid_tree"; exit 1; }
-else
-    # The host's git and make copied into a tree (quick; no compiler: a shell project).
-    dev_project=sh
-    dev_image=$(images/build-tools-image.sh --toolkit "$target/$MUSL/release/toolkit" --out "$dev_tree" \
-        --name "$dev_image_name" --extra-ca "$ca/ca.pem" \
-        --add /usr/bin/git --add /usr/lib/git-core/git-remote-https --add /usr/bin/make | tail -n 1)
-fi
+toolsets_rc=0
+wait "$toolsets_pid" || toolsets_rc=$?
+toolsets_pid=""
+cat "$toolsets_log" >&2
+[ "$toolsets_rc" -eq 0 ] || { say "the test toolsets failed (exit $toolsets_rc)"; exit 1; }
+read -r dev_project dev_image <"$toolsets_out" || true
 [ -n "$dev_image" ] || { say "the test toolset was not built"; exit 1; }
 say "test toolset e2e-dev $dev_image"
 
