@@ -39,19 +39,22 @@ say() { printf 'e2e: %s\n' "$*" >&2; }
 
 [ "$(id -u)" -eq 0 ] || { echo "e2e: run as root (it makes a network namespace and the service user)" >&2; exit 2; }
 
-toolsets_pid=""
+# The test toolsets build in the background (below): each job's pid and log, and the file the
+# suite's toolset job writes its image ID to.
+jobs_pids=()
+jobs_logs=()
 toolsets_out=""
-toolsets_log=""
 cleanup() {
     set +e
     # A toolset build still running is waited for, not killed: mmdebstrap in root mode undoes
     # its own mounts when it ends, and a kill could leave them under a tree removed below.
-    [ -z "$toolsets_pid" ] || wait "$toolsets_pid"
+    for pid in ${jobs_pids[@]+"${jobs_pids[@]}"}; do wait "$pid"; done
     if id boxmaker >/dev/null 2>&1; then
         scripts/as-boxmaker podman image rm "$image_name" "$dev_image_name" >/dev/null 2>&1
         scripts/as-boxmaker podman system migrate >/dev/null 2>&1
     fi
-    rm -rf "$ca" "$tree" "$dev_tree" "$suid_tree" "$files" ${toolsets_out:+"$toolsets_out"} ${toolsets_log:+"$toolsets_log"}
+    rm -rf "$ca" "$tree" "$dev_tree" "$suid_tree" "$files" ${toolsets_out:+"$toolsets_out"} \
+        ${jobs_logs[@]+"${jobs_logs[@]}"}
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -59,41 +62,58 @@ trap 'exit 130' INT TERM
 if [ "${E2E_SKIP_SETUP:-}" != 1 ]; then
     scripts/setup.sh all
 fi
-say "building toolkit and boxmaker-e2e"
-# toolkit and boxmaker-e2e in a build each, as make's static-check, mcp-test and guest-test
-# build them: cargo unifies the features of shared dependencies (nix, serde, ...) over the
-# packages of one build, so a build of the two together makes artifacts of its own, and those
-# later builds compiled both packages again.
-cargo build --release --locked --target $MUSL -p toolkit
-cargo build --release --locked --target $MUSL -p boxmaker-e2e
-scripts/static-check.sh "$target/$MUSL/release/toolkit"
-scripts/static-check.sh "$e2e"
-install -d -m 0755 "$ca"
-"$e2e" ca --out "$ca" >/dev/null
+# The toolset builds run beside cargo's: mmdebstrap mostly unpacks packages, on one core, and
+# each release build ends in single-threaded LTO links. Each runs in the background with its own
+# log, shown when it ends; one lock takes them in turn, as they share the download cache.
+debian_toolsets=""
+[ "${E2E_DEV_TOOLSET:-debian}" != debian ] || debian_toolsets=1
+toolsets_lock=/var/cache/boxmaker-toolsets/.e2e.lock
+mkdir -p /var/cache/boxmaker-toolsets
+background() { # NAME FUNCTION: FUNCTION in the background, under the lock, into its own log
+    local log
+    log=$(mktemp "/tmp/boxmaker-e2e-$1.XXXXXX")
+    jobs_logs+=("$log")
+    ( set -e; exec 9>"$toolsets_lock"; flock 9; "$2" ) >"$log" 2>&1 &
+    jobs_pids+=("$!")
+    say "building $1 in the background (log: $log)"
+}
+wait_background() { # the jobs' ends, their logs shown; 1 if one failed
+    local i rc=0 one
+    for i in "${!jobs_pids[@]}"; do
+        one=0
+        wait "${jobs_pids[$i]}" || one=$?
+        cat "${jobs_logs[$i]}" >&2
+        [ "$one" -eq 0 ] || { say "a toolset job failed (exit $one; its log is above)"; rc=1; }
+    done
+    jobs_pids=()
+    return "$rc"
+}
 
-# The test toolset (and the refused one) build while cargo builds brokerd: mmdebstrap mostly
-# unpacks packages, on one core, where brokerd's build ends in two single-threaded LTO links.
-# They write to their own log, shown when they end. The image ID goes to a file of its own.
-toolsets() {
-    dev_project=c
-    if [ "${E2E_DEV_TOOLSET:-debian}" = debian ]; then
-        # The test toolset from Debian's packages (images/build-toolset.sh: mmdebstrap through
-        # the host's apt sources, its downloads cached): git, make and a C compiler, for the C
-        # project the staged grant fixes.
+# A package that brings setuid files (passwd: chfn, chsh, passwd, ...) fails the build, which
+# names them and leaves no tree.
+refused_toolset() {
+    rm -rf "$suid_tree"
+    if suid_out=$(images/build-toolset.sh --toolkit "$target/$MUSL/release/toolkit" --tree-only \
+        --out "$suid_tree" e2e-suid passwd 2>&1); then
+        say "a toolset with setuid files was built: $suid_tree"; return 1
+    fi
+    case "$suid_out" in
+        *"/usr/bin/passwd"*"setuid, setgid or device files"*) say "the builder refused passwd's setuid files, naming them" ;;
+        *) say "the builder failed otherwise than on passwd's setuid files: $(printf '%s' "$suid_out" | tail -n 5)"; return 1 ;;
+    esac
+    [ ! -e "$suid_tree" ] || { say "the refused build left $suid_tree"; return 1; }
+}
+
+# The suite's toolset; its bundle holds the test CA. Its project and image ID go to
+# $toolsets_out.
+suite_toolset() {
+    local dev_project=c dev_image
+    if [ -n "$debian_toolsets" ]; then
+        # From Debian's packages (images/build-toolset.sh: mmdebstrap through the host's apt
+        # sources, its downloads cached): git, make and a C compiler, for the C project the
+        # staged grant fixes.
         dev_image=$(images/build-toolset.sh --toolkit "$target/$MUSL/release/toolkit" --out "$dev_tree" \
             --extra-ca "$ca/ca.pem" e2e-dev make git gcc libc6-dev | sed -n 's/^image = "\(.*\)"$/\1/p')
-        # A package that brings setuid files (passwd: chfn, chsh, passwd, ...) fails the build,
-        # which names them and leaves no tree.
-        rm -rf "$suid_tree"
-        if suid_out=$(images/build-toolset.sh --toolkit "$target/$MUSL/release/toolkit" --tree-only \
-            --out "$suid_tree" e2e-suid passwd 2>&1); then
-            say "a toolset with setuid files was built: $suid_tree"; return 1
-        fi
-        case "$suid_out" in
-            *"/usr/bin/passwd"*"setuid, setgid or device files"*) say "the builder refused passwd's setuid files, naming them" ;;
-            *) say "the builder failed otherwise than on passwd's setuid files: $(printf '%s' "$suid_out" | tail -n 5)"; return 1 ;;
-        esac
-        [ ! -e "$suid_tree" ] || { say "the refused build left $suid_tree"; return 1; }
     else
         # The host's git and make copied into a tree (quick; no compiler: a shell project).
         dev_project=sh
@@ -104,22 +124,30 @@ toolsets() {
     printf '%s %s\n' "$dev_project" "$dev_image" >"$toolsets_out"
 }
 # The Debian toolset's image is loaded under its build's name (the clean-up removes it).
-[ "${E2E_DEV_TOOLSET:-debian}" != debian ] || dev_image_name=localhost/boxmaker-toolset-e2e-dev:latest
+[ -z "$debian_toolsets" ] || dev_image_name=localhost/boxmaker-toolset-e2e-dev:latest
 toolsets_out=$(mktemp /tmp/boxmaker-e2e-toolsets.XXXXXX)
-toolsets_log=$(mktemp /tmp/boxmaker-e2e-toolsets-log.XXXXXX)
-say "building the test toolsets (log: $toolsets_log) and, meanwhile, brokerd"
-( set -e; toolsets ) >"$toolsets_log" 2>&1 &
-toolsets_pid=$!
+
+# toolkit and boxmaker-e2e in a build each, as make's static-check, mcp-test and guest-test
+# build them: cargo unifies the features of shared dependencies (nix, serde, ...) over the
+# packages of one build, so a build of the two together makes artifacts of its own, and those
+# later builds compiled both packages again.
+say "building toolkit"
+cargo build --release --locked --target $MUSL -p toolkit
+scripts/static-check.sh "$target/$MUSL/release/toolkit"
+[ -z "$debian_toolsets" ] || background refused-toolset refused_toolset
+say "building boxmaker-e2e"
+cargo build --release --locked --target $MUSL -p boxmaker-e2e
+scripts/static-check.sh "$e2e"
+install -d -m 0755 "$ca"
+"$e2e" ca --out "$ca" >/dev/null
+background suite-toolset suite_toolset
+say "building brokerd"
 cargo build --release --locked -p brokerd -p boxctl
 
 image=$(images/build-tools-image.sh --toolkit "$target/$MUSL/release/toolkit" --out "$tree" \
     --name "$image_name" --extra-ca "$ca/ca.pem" | tail -n 1)
 say "test image $image"
-toolsets_rc=0
-wait "$toolsets_pid" || toolsets_rc=$?
-toolsets_pid=""
-cat "$toolsets_log" >&2
-[ "$toolsets_rc" -eq 0 ] || { say "the test toolsets failed (exit $toolsets_rc)"; exit 1; }
+wait_background || exit 1
 read -r dev_project dev_image <"$toolsets_out" || true
 [ -n "$dev_image" ] || { say "the test toolset was not built"; exit 1; }
 say "test toolset e2e-dev $dev_image"
