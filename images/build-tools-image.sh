@@ -96,12 +96,9 @@ applets=$(/bin/busybox --list-full | sed -En 's#^(usr/)?s?bin/##p' | grep -vx bu
 libs=$(for f in /usr/bin/curl ${added[@]+"${added[@]}"}; do ldd "$f"; done |
     awk '/=> \// { print $3 } /^\t\// { print $1 }' | sort -u)
 # One cp for them all (--parents keeps each path; -L copies what a link points to).
-n=0
 lib_copies=()
-for lib in $libs; do
-    lib_copies+=("$new$lib")
-    n=$((n + 1))
-done
+for lib in $libs; do lib_copies+=("$new$lib"); done
+n=${#lib_copies[@]}
 [ "$n" -eq 0 ] || { cp -L --parents $libs "$new/" && chmod 0755 "${lib_copies[@]}"; } ||
     die "the libraries could not be copied"
 # An empty ld.so.cache: the loader then searches its default directories, where the copies are.
