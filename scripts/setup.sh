@@ -9,8 +9,9 @@
 #                                profile that denies nested user namespaces), lingering, a
 #                                runtime directory
 #   scripts/setup.sh all         toolchain, packages, user
-#   scripts/setup.sh mcp-client  the official Python MCP SDK, pinned, in a venv under build/
-#                                (the client `make mcp-test` drives `boxctl mcp` with)
+#   scripts/setup.sh mcp-client  the official Python MCP SDK, pinned, in a venv kept in
+#                                /var/cache/boxmaker-mcp/venv, or MCP_VENV (the client
+#                                `make mcp-test` drives `boxctl mcp` with)
 #   scripts/setup.sh undo        remove the service user with its files (its containers and
 #                                images go with it), what `toolchain` added and the MCP
 #                                client's venv; the packages
@@ -101,26 +102,33 @@ packages() {
 
 # The official Python MCP SDK, pinned: a client of `boxctl mcp` that boxmaker did not write.
 MCP_PY_VERSION=2.3.0
-MCP_VENV=$(cd "$(dirname "$0")/.." && pwd)/build/mcp-venv
+# Kept outside the clone, so that a fresh clone does not make it again; made again when it is
+# missing or holds another version. tests/mcp/run.sh names the same path.
+MCP_VENV=${MCP_VENV:-/var/cache/boxmaker-mcp/venv}
 # Debian's own Python (its python3-venv makes the venv), whatever else is on PATH.
 SYSTEM_PYTHON=/usr/bin/python3
 
 mcp_client() {
-    local changed=0
+    local changed=0 have
     install_packages python3 python3-venv && changed=1
-    if [ ! -x "$MCP_VENV/bin/python" ]; then
-        say "making the venv $MCP_VENV"
-        mkdir -p "$(dirname "$MCP_VENV")"
-        "$SYSTEM_PYTHON" -m venv "$MCP_VENV"
-        changed=1
-    fi
-    local have
-    have=$("$MCP_VENV/bin/python" -c 'import importlib.metadata as m; print(m.version("mcp"))' 2>/dev/null || true)
+    mkdir -p "$(dirname "$MCP_VENV")"
+    # One run at a time changes the venv (two clones' suites may share it).
+    exec 8>"$MCP_VENV.lock"
+    flock 8
+    # The version pip recorded, with the package importable: a venv that holds anything else
+    # (another version, an install cut short) is made again, not patched.
+    have=$("$MCP_VENV/bin/python" -c 'import importlib.metadata as m, mcp.client.stdio; print(m.version("mcp"))' 2>/dev/null || true)
     if [ "$have" != "$MCP_PY_VERSION" ]; then
-        say "installing the Python MCP SDK mcp==$MCP_PY_VERSION into $MCP_VENV${have:+ (had $have)}"
+        if [ -e "$MCP_VENV" ]; then
+            say "the venv $MCP_VENV holds ${have:+mcp $have}${have:-no usable mcp}: making it again"
+            rm -rf "$MCP_VENV"
+        fi
+        say "making the venv $MCP_VENV with the Python MCP SDK mcp==$MCP_PY_VERSION"
+        "$SYSTEM_PYTHON" -m venv "$MCP_VENV"
         "$MCP_VENV/bin/pip" install --quiet --disable-pip-version-check "mcp==$MCP_PY_VERSION"
         changed=1
     fi
+    exec 8>&-
     [ "$changed" = 1 ] || say "mcp-client: nothing to change (mcp $MCP_PY_VERSION in $MCP_VENV)"
 }
 
@@ -383,7 +391,8 @@ undo() {
     undo_user && changed=1
     if [ -d "$MCP_VENV" ]; then
         say "removing the MCP test client's venv $MCP_VENV"
-        rm -rf "$MCP_VENV"
+        rm -rf "$MCP_VENV" "$MCP_VENV.lock"
+        rmdir "$(dirname "$MCP_VENV")" 2>/dev/null || true
         changed=1
     fi
     if rustup target list --installed 2>/dev/null | grep -qx x86_64-unknown-linux-musl; then

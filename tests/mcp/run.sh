@@ -21,7 +21,8 @@ target=${CARGO_TARGET_DIR:-$repo/target}
 brokerd=$target/release/brokerd
 boxctl=$target/release/boxctl
 toolkit=$target/$MUSL/release/toolkit
-venv=$repo/build/mcp-venv
+# scripts/setup.sh mcp-client's venv (it names the same path).
+venv=${MCP_VENV:-/var/cache/boxmaker-mcp/venv}
 tree=$repo/build/tools-root-mcp-$$
 work=/srv/boxmaker-mcp-$$
 
