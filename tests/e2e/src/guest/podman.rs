@@ -83,18 +83,43 @@ impl Guest {
         self.t.note(shown.trim_end());
     }
 
+    /// The guest's one tools image, which the service's checks and the scenario suite share:
+    /// when the suite is to run, its test CA is made first and the image's bundle holds it too.
     fn tools_image(&mut self) -> Step {
         let started = Instant::now();
+        let ca_pem = if self.set.e2e {
+            match self.make_test_ca() {
+                Ok(pem) => Some(pem),
+                Err(e) => {
+                    self.t.fail("tools-image", &e);
+                    return Err(Finish);
+                }
+            }
+        } else {
+            None
+        };
+        let extra: Vec<&str> = ca_pem
+            .as_deref()
+            .map(|pem| vec!["--extra-ca", pem])
+            .unwrap_or_default();
         let id = self.build_image(
             Path::new(TOOLS_ROOT),
-            &[],
+            &extra,
             &self.results_file("tools-image.err"),
         );
         if is_image_id(&id) {
             self.image_id = id;
+            self.image_has_test_ca = ca_pem.is_some();
             let secs = started.elapsed().as_secs();
-            self.t
-                .ok("tools-image", &format!("{} in {secs}s", self.image_id));
+            let with = if self.image_has_test_ca {
+                ", the suite's test CA in its bundle"
+            } else {
+                ""
+            };
+            self.t.ok(
+                "tools-image",
+                &format!("{} in {secs}s{with}", self.image_id),
+            );
             Ok(())
         } else {
             self.t.fail(

@@ -1,9 +1,10 @@
 //! The scenario suite in the guest: tests/e2e/in-netns.sh, as CI's Debian run and the NixOS VM
 //! test call it: a network namespace with the suite's own hosts (the guest has no NIC anyway),
 //! then `boxmaker-e2e run` against a brokerd of its own, per backend, with the scenarios
-//! vm-tests/guest/run.sh names (its smoke pass, `--e2e-args`). What it takes is made
-//! here: the test CA, the test variant of the tools image (its bundle also holds that CA) and
-//! its tree. Both backends run with their limits enforced (the guest has cgroup v2 and the
+//! vm-tests/guest/run.sh names (its smoke pass, `--e2e-args`). It takes the test CA, made here
+//! before the `tools-image` check, which builds the guest's one tools image with that CA in its
+//! bundle (the service's checks do not use TLS; one build under TCG instead of two), and that
+//! image's tree. Both backends run with their limits enforced (the guest has cgroup v2 and the
 //! user's systemd): Podman's through its own cgroups, bwrap's through cgroup = "systemd-scope"
 //! (the suite's brokerd is not a unit, so it has no delegated group; the bwrap variant's checks
 //! prove "delegated"). Every time limit and wait of the suite is multiplied by --time-scale: a
@@ -16,12 +17,10 @@ use std::time::{Duration, Instant};
 use proto::broker::Backend;
 
 use super::host;
-use super::{is_image_id, Guest};
+use super::Guest;
 use crate::system;
 
 const E2E_CA: &str = "/var/lib/boxmaker-guest/e2e-ca";
-const E2E_TREE: &str = "/var/lib/boxmaker-guest/tools-root-e2e";
-const E2E_IMAGE_NAME: &str = "localhost/boxmaker-tools-e2e";
 /// The bound of one backend's run, in seconds.
 const E2E_TIMEOUT_S: u32 = 1500;
 
@@ -61,14 +60,14 @@ impl Guest {
         }
         // The service's brokerd must not run beside the suite's own.
         host::systemctl(&["stop", &self.service_unit, &self.socket_unit]);
-        let started = Instant::now();
-        let Some(image) = self.e2e_setup() else {
+        if !self.image_has_test_ca {
+            self.t.fail(
+                "e2e/setup",
+                "the tools image was not built with the test CA (see tools-image)",
+            );
             return;
-        };
-        self.t.out(&format!(
-            "timing e2e-setup {}s (test CA, test image and tree)",
-            started.elapsed().as_secs()
-        ));
+        }
+        let image = self.image_id.clone();
         let started = Instant::now();
         self.run_backend(Backend::Podman, &image, &["--enforce-limits", "true"]);
         self.t.out(&format!(
@@ -98,39 +97,18 @@ impl Guest {
         } else {
             self.t.skip("e2e/bwrap", "no bwrap in the guest");
         }
-        self.svc.podman(&["image", "rm", E2E_IMAGE_NAME]);
     }
 
-    /// The test CA and the test image: the image's id, or `None` once the failure is told.
-    fn e2e_setup(&mut self) -> Option<String> {
+    /// The suite's test CA, made afresh: its certificate's path for the image builder's
+    /// `--extra-ca`, or why it could not be made.
+    pub(super) fn make_test_ca(&self) -> Result<String, String> {
         let _ = std::fs::remove_dir_all(E2E_CA);
-        let _ = std::fs::remove_dir_all(E2E_TREE);
         let ca = Path::new(E2E_CA);
-        let made = std::fs::create_dir_all(ca)
+        std::fs::create_dir_all(ca)
             .map_err(|e| e.to_string())
-            .and_then(|()| crate::ca::create(ca).map_err(|e| e.to_string()));
-        if let Err(e) = made {
-            self.t.fail("e2e/setup", &format!("boxmaker-e2e ca: {e}"));
-            return None;
-        }
-        let ca_pem = ca.join(crate::ca::CA_CERT).display().to_string();
-        let err = self.results_file("e2e-image.err");
-        let image = self.build_image(
-            Path::new(E2E_TREE),
-            &["--name", E2E_IMAGE_NAME, "--extra-ca", &ca_pem],
-            &err,
-        );
-        if is_image_id(&image) {
-            Some(image)
-        } else {
-            self.t.fail(
-                "e2e/setup",
-                &format!("the test image: builder printed '{image}'"),
-            );
-            let tail = super::tail_of(&err, 20);
-            self.t.note(&tail);
-            None
-        }
+            .and_then(|()| crate::ca::create(ca).map_err(|e| e.to_string()))
+            .map_err(|e| format!("boxmaker-e2e ca: {e}"))?;
+        Ok(ca.join(crate::ca::CA_CERT).display().to_string())
     }
 
     fn run_backend(&mut self, backend: Backend, image: &str, extra: &[&str]) {
@@ -148,7 +126,7 @@ impl Guest {
                 "--image",
                 image,
                 "--tools-root",
-                E2E_TREE,
+                super::TOOLS_ROOT,
                 "--backends",
                 backend.as_str(),
             ])
