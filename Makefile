@@ -61,8 +61,9 @@ mcp-test: toolchain
 # anchors, the design's headings, unsafe code forbidden outside the sandbox crate).
 check: fmt-check clippy unit
 
-# The whole suite, as CI runs it. The package's check phase runs beside the guest, on the cores
-# QEMU leaves idle (scripts/beside.sh); each alone is its target above.
+# The whole suite, as CI runs it. The package's check phase runs beside the guest, at nice 10:
+# the two share nothing and QEMU leaves part of the cores idle (scripts/beside.sh). Each is
+# its own target above too.
 test: fmt-check clippy static-check unit nix-check e2e mcp-test
 	scripts/beside.sh nix-sandbox-check nixos/checks/nix-sandbox-check.sh \
 		$(MAKE) --no-print-directory guest-test
