@@ -3,8 +3,8 @@
 # runs the package's check phase (nix-sandbox-check) beside the guest (guest-test): they share
 # nothing (the check phase builds in a directory of its own, as another user, in namespaces of
 # its own; the guest is a VM), and QEMU under TCG keeps the two cores only about two thirds busy.
-# Side by side they take about 100 s less than one after the other (BENCHMARKS.md, "The test
-# build").
+# Side by side they took 504-591 s, against 632-686 s one after the other (BENCHMARKS.md, "The
+# test build").
 #
 #   - BACKGROUND (a shell command) runs at nice 10, so that the guest keeps the larger share of
 #     the cores; its output goes to a log, shown under NAME when it has ended.
