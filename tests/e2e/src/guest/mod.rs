@@ -81,8 +81,6 @@ pub struct Guest {
     client_user: User,
     started: Instant,
     image_id: String,
-    /// The image's bundle holds the suite's test CA (built so when the suite is asked for).
-    image_has_test_ca: bool,
     /// Set once the units are read.
     service_unit: String,
     socket_unit: String,
@@ -128,7 +126,6 @@ pub fn run(opts: &crate::Opts) -> Result<ExitCode, String> {
         results,
         set,
         image_id: String::new(),
-        image_has_test_ca: false,
         service_unit: "boxmaker.service".into(),
         socket_unit: "boxmaker.socket".into(),
         units_dir: PathBuf::new(),

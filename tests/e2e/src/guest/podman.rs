@@ -109,9 +109,8 @@ impl Guest {
         );
         if is_image_id(&id) {
             self.image_id = id;
-            self.image_has_test_ca = ca_pem.is_some();
             let secs = started.elapsed().as_secs();
-            let with = if self.image_has_test_ca {
+            let with = if ca_pem.is_some() {
                 ", the suite's test CA in its bundle"
             } else {
                 ""

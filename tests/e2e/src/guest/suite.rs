@@ -60,13 +60,8 @@ impl Guest {
         }
         // The service's brokerd must not run beside the suite's own.
         host::systemctl(&["stop", &self.service_unit, &self.socket_unit]);
-        if !self.image_has_test_ca {
-            self.t.fail(
-                "e2e/setup",
-                "the tools image was not built with the test CA (see tools-image)",
-            );
-            return;
-        }
+        // The tools-image check built it with the test CA, since the suite was asked for (and
+        // without an image the run ended there).
         let image = self.image_id.clone();
         let started = Instant::now();
         self.run_backend(Backend::Podman, &image, &["--enforce-limits", "true"]);
