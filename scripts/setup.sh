@@ -111,7 +111,10 @@ SYSTEM_PYTHON=/usr/bin/python3
 mcp_client() {
     local changed=0 have
     install_packages python3 python3-venv && changed=1
-    mkdir -p "$(dirname "$MCP_VENV")"
+    mkdir -p "$(dirname "$MCP_VENV")" 2>/dev/null && [ -w "$(dirname "$MCP_VENV")" ] || {
+        echo "setup: cannot write the venv's directory $(dirname "$MCP_VENV"); run as root, or set MCP_VENV" >&2
+        exit 1
+    }
     # One run at a time changes the venv (two clones' suites may share it).
     exec 8>"$MCP_VENV.lock"
     flock 8
